@@ -1,0 +1,1 @@
+# Installation and the exported CMake package (filled in by the packaging work).

@@ -1,0 +1,10 @@
+# Sanitizer builds: NERVE_SANITIZE=thread or NERVE_SANITIZE=address (AddressSanitizer + UBSan).
+if(NERVE_SANITIZE STREQUAL "thread")
+  add_compile_options(-fsanitize=thread -fno-omit-frame-pointer -g)
+  add_link_options(-fsanitize=thread)
+elseif(NERVE_SANITIZE STREQUAL "address")
+  add_compile_options(-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g)
+  add_link_options(-fsanitize=address,undefined)
+elseif(NOT NERVE_SANITIZE STREQUAL "")
+  message(FATAL_ERROR "NERVE_SANITIZE must be '', 'thread' or 'address', not '${NERVE_SANITIZE}'")
+endif()

@@ -1,0 +1,137 @@
+// config.hpp — the runtime's configuration: one YAML file, NERVE_* environment overrides, API settings.
+//
+// Precedence, lowest to highest: built-in default < YAML file < environment < API (Settings::set).
+// The YAML file is the one given by Settings::config_file(), else the one named by NERVE_CONFIG.
+// An environment override for key `section.key` is NERVE_<SECTION>_<KEY> in upper case, e.g.
+// NERVE_PARALLEL_THREAD_POOL_SIZE=2 for parallel.thread_pool_size.
+//
+// Every key is validated when the configuration is loaded: an unknown key (with a did-you-mean
+// suggestion), a value of the wrong type and a value out of range are ConfigErrors naming the key and,
+// for file values, the file and line. Keys that belong to features this build does not implement yet
+// are rejected with a message saying so — never silently accepted. docs/CONFIG.md documents every key.
+//
+// Thread safety: a Config is an immutable value once loaded; Settings is a plain value type.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "nerve/export.hpp"
+
+namespace nerve {
+
+enum class SchedulerPolicy {
+  eager,                    // one shared ready queue; idle workers take the oldest ready task
+  locality_aware_stealing,  // tasks placed near their data; thieves try victims by topology distance
+};
+
+enum class ThreadAffinity {
+  none,     // workers are not bound
+  compact,  // worker i on the i-th core in topology order (fills a package before the next)
+  scatter,  // workers spread round-robin over packages / NUMA nodes
+};
+
+enum class NumaAffinity {
+  strict,     // a task whose data lives on NUMA node k runs only on workers of node k
+  preferred,  // such a task is queued on node k, but other nodes' workers may steal it
+  none,       // data location is ignored when placing tasks
+};
+
+enum class QueueType {
+  lock_free_mpsc,  // per-device lock-free multi-producer single-consumer queues
+  mutex,           // per-device queues guarded by a mutex (a simple reference implementation)
+};
+
+enum class ConfigSource { default_value, file, environment, api };
+
+// Where a configuration value came from, for nerve-info and error messages.
+struct ConfigOrigin {
+  ConfigSource source = ConfigSource::default_value;
+  std::string file;  // for ConfigSource::file
+  int line = 0;      // for ConfigSource::file, 1-based
+  std::string variable;  // for ConfigSource::environment: the variable's name
+
+  // describe() gives "default", "file.yaml:12", "env NERVE_X" or "api".
+  NERVE_API std::string describe() const;
+};
+
+// Settings are the API-level overrides a program passes when it creates a context.
+class NERVE_API Settings {
+ public:
+  Settings() = default;
+
+  // set() records `key = value` (value in the same text form as YAML/environment values). Keys and
+  // values are validated when the context is created, not here.
+  Settings& set(std::string key, std::string value);
+
+  // config_file() selects the YAML file; it takes precedence over NERVE_CONFIG.
+  Settings& config_file(std::filesystem::path path);
+
+  // use_environment(false) ignores NERVE_* variables (tests use this to stay hermetic).
+  Settings& use_environment(bool enabled);
+
+  const std::vector<std::pair<std::string, std::string>>& values() const { return values_; }
+  const std::optional<std::filesystem::path>& file() const { return file_; }
+  bool environment_enabled() const { return use_environment_; }
+
+ private:
+  std::vector<std::pair<std::string, std::string>> values_;
+  std::optional<std::filesystem::path> file_;
+  bool use_environment_ = true;
+};
+
+// Config is the effective, validated configuration.
+struct NERVE_API Config {
+  struct Parallel {
+    unsigned thread_pool_size = 0;  // 0 = automatic: the process's allowed CPUs and cgroup quota
+    ThreadAffinity thread_affinity = ThreadAffinity::compact;
+  } parallel;
+
+  struct Scheduler {
+    SchedulerPolicy policy = SchedulerPolicy::locality_aware_stealing;
+    std::chrono::microseconds spin{50};  // scheduler.spin_us: idle spinning before sleeping
+    // How long a worker's own queues must stay empty before it starts stealing (0 = at once).
+    std::chrono::microseconds work_stealing_threshold{0};
+    bool topology_awareness = true;  // victims ordered by topology distance (else random)
+    NumaAffinity numa_affinity = NumaAffinity::preferred;
+  } scheduler;
+
+  struct TaskQueue {
+    QueueType type = QueueType::lock_free_mpsc;
+    std::uint32_t per_device_queue_depth = 1024;  // ready tasks queued per device; full = back-pressure
+    std::uint32_t max_in_flight = 1u << 18;       // submitted, unfinished tasks; beyond it submit helps
+  } task_queue;
+
+  struct TopologySource {
+    std::string synthetic;  // hwloc synthetic description, e.g. "pack:2 numa:2 core:4 pu:1"
+    std::string xml;        // path of an hwloc XML export
+  } topology;
+
+  // One entry per known key, in documentation order: the key, its effective value as text and where
+  // it came from.
+  struct Entry {
+    std::string key;
+    std::string value;
+    ConfigOrigin origin;
+  };
+  std::vector<Entry> entries;
+
+  // origin() gives where `key`'s value came from; throws ConfigError for an unknown key.
+  const ConfigOrigin& origin(std::string_view key) const;
+
+  // load() builds the effective configuration from defaults, the YAML file, the environment and
+  // `settings`. `environment` is the process environment by default; tests pass their own.
+  static Config load(const Settings& settings);
+  static Config load(const Settings& settings, const std::map<std::string, std::string>& environment);
+};
+
+// known_config_keys() lists every key this build accepts, in documentation order.
+NERVE_API std::vector<std::string> known_config_keys();
+
+}  // namespace nerve

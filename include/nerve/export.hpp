@@ -1,0 +1,13 @@
+// export.hpp — symbol visibility for the public API.
+//
+// The library is built with hidden visibility; only declarations marked NERVE_API are exported from
+// the shared library. The static library exports everything (visibility has no effect there).
+#pragma once
+
+#if defined(NERVE_STATIC_DEFINE)
+#define NERVE_API
+#elif defined(__GNUC__)
+#define NERVE_API __attribute__((visibility("default")))
+#else
+#define NERVE_API
+#endif
