@@ -6,6 +6,12 @@
 // configuration (topology.synthetic / topology.xml), so that topology-aware logic can be exercised on
 // machines we do not have. All indices are logical (0..n-1 in topology order); os_index fields carry
 // the operating system's numbering where one exists.
+//
+// Every topology has at least one package, one NUMA node and one core: a machine that hwloc describes
+// without packages or NUMA nodes gets a single one holding every core.
+//
+// Thread safety: a Topology is immutable once discover() returns; any number of threads may call its
+// const members concurrently.
 #pragma once
 
 #include <cstdint>
@@ -48,12 +54,19 @@ struct Cache {
 // Distances between two cores, smaller is closer. Only the order is a contract:
 // same core < shared L2 < shared L3 < same NUMA node < other NUMA node on the same package
 // < other package; across NUMA nodes hwloc's NUMA distance matrix refines the value when present.
+// Sharing a cache ranks before NUMA membership: two cores under one L3 are "shared_l3" even when the
+// L3 spans two NUMA nodes (sub-NUMA clustering).
 namespace core_distance {
 inline constexpr int same_core = 0;
-inline constexpr int shared_l2 = 10;
-inline constexpr int shared_l3 = 20;
+inline constexpr int shared_l2 = 10;  // any shared cache of level 1 or 2
+inline constexpr int shared_l3 = 20;  // a shared cache of level 3 or more
 inline constexpr int same_numa = 30;
-inline constexpr int other_numa = 100;  // scaled by the NUMA distance matrix, never below this
+// Cores on different NUMA nodes: other_numa * numa_distance / 10 (200 for the default remote 20),
+// never below other_numa.
+inline constexpr int other_numa = 100;
+// Added on top of the NUMA part for cores on different packages, so that without a distance matrix
+// another package is always farther than another NUMA node of the same package.
+inline constexpr int other_package_penalty = 100;
 }  // namespace core_distance
 
 class NERVE_API Topology {
@@ -69,10 +82,12 @@ class NERVE_API Topology {
   int pu_count() const;
 
   // distance() between two logical cores (see core_distance); symmetric, 0 on the diagonal.
+  // Throws Error(invalid_argument) for an index out of range (as do the two functions below).
   int distance(int core_a, int core_b) const;
   // cores_by_distance() lists every other core ordered by distance from `core` (ties by index).
   std::vector<int> cores_by_distance(int core) const;
   // numa_distance() is hwloc's relative NUMA latency (10 = local) or 10/20 when hwloc has no matrix.
+  // hwloc's matrix may be asymmetric; core distances use the larger of the two directions.
   int numa_distance(int node_a, int node_b) const;
 
   // synthetic() is true for synthetic and XML topologies: threads are then never bound to their

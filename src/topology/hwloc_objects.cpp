@@ -1,0 +1,96 @@
+// read_hwloc_objects(): packages, NUMA nodes, cores and caches from an hwloc topology.
+#include <hwloc.h>
+
+#include <utility>
+#include <vector>
+
+#include "topology/hwloc_reader.hpp"
+
+namespace nerve::topology {
+namespace {
+
+int count_of(hwloc_topology_t topology, hwloc_obj_type_t type) {
+  const int count = hwloc_get_nbobjs_by_type(topology, type);
+  return count < 0 ? 0 : count;
+}
+
+// package_of() is the logical index of the package above `object`, or `fallback` when there is none.
+int package_of(hwloc_topology_t topology, hwloc_obj_t object, int fallback) {
+  const hwloc_obj_t package = hwloc_get_ancestor_obj_by_type(topology, HWLOC_OBJ_PACKAGE, object);
+  return package != nullptr ? static_cast<int>(package->logical_index) : fallback;
+}
+
+// numa_node_of() is the first NUMA node (in logical order) whose CPUs include some of `object`'s.
+// Several nodes may qualify (DDR and high-bandwidth memory over the same cores); the first is the
+// conventional "normal" memory.
+int numa_node_of(hwloc_topology_t topology, hwloc_obj_t object) {
+  for (int node = 0; node < count_of(topology, HWLOC_OBJ_NUMANODE); ++node) {
+    const hwloc_obj_t numa = hwloc_get_obj_by_type(topology, HWLOC_OBJ_NUMANODE, static_cast<unsigned>(node));
+    if (numa->cpuset != nullptr && hwloc_bitmap_intersects(numa->cpuset, object->cpuset)) return node;
+  }
+  return 0;
+}
+
+// objects_inside() lists the logical indices of the `type` objects within `cpuset`.
+std::vector<int> objects_inside(hwloc_topology_t topology, hwloc_const_cpuset_t cpuset, hwloc_obj_type_t type) {
+  std::vector<int> indices;
+  hwloc_obj_t object = nullptr;
+  while ((object = hwloc_get_next_obj_inside_cpuset_by_type(topology, cpuset, type, object)) != nullptr) {
+    indices.push_back(static_cast<int>(object->logical_index));
+  }
+  return indices;
+}
+
+void read_numa_nodes(hwloc_topology_t topology, Topology::Builder& builder) {
+  for (int i = 0; i < count_of(topology, HWLOC_OBJ_NUMANODE); ++i) {
+    const hwloc_obj_t object = hwloc_get_obj_by_type(topology, HWLOC_OBJ_NUMANODE, static_cast<unsigned>(i));
+    builder.numa_nodes.push_back(NumaNode{.index = i,
+                                          .os_index = static_cast<int>(object->os_index),
+                                          .package = package_of(topology, object, -1),
+                                          .memory_bytes = object->attr->numanode.local_memory,
+                                          .cores = {}});
+  }
+}
+
+void read_cores(hwloc_topology_t topology, hwloc_obj_type_t core_type, Topology::Builder& builder) {
+  for (int i = 0; i < count_of(topology, core_type); ++i) {
+    const hwloc_obj_t object = hwloc_get_obj_by_type(topology, core_type, static_cast<unsigned>(i));
+    Core core{.index = i, .package = package_of(topology, object, 0), .numa_node = numa_node_of(topology, object),
+              .pu_os_indices = {}};
+    hwloc_obj_t pu = nullptr;
+    while ((pu = hwloc_get_next_obj_inside_cpuset_by_type(topology, object->cpuset, HWLOC_OBJ_PU, pu)) != nullptr) {
+      core.pu_os_indices.push_back(static_cast<int>(pu->os_index));
+    }
+    builder.cores.push_back(std::move(core));
+  }
+}
+
+// read_caches() keeps data and unified CPU caches; instruction caches do not hold task data and
+// memory-side caches belong to NUMA nodes, not cores.
+void read_caches(hwloc_topology_t topology, hwloc_obj_type_t core_type, Topology::Builder& builder) {
+  for (const hwloc_obj_type_t type :
+       {HWLOC_OBJ_L1CACHE, HWLOC_OBJ_L2CACHE, HWLOC_OBJ_L3CACHE, HWLOC_OBJ_L4CACHE, HWLOC_OBJ_L5CACHE}) {
+    for (int i = 0; i < count_of(topology, type); ++i) {
+      const hwloc_obj_t object = hwloc_get_obj_by_type(topology, type, static_cast<unsigned>(i));
+      if (object->attr->cache.type == HWLOC_OBJ_CACHE_INSTRUCTION) continue;
+      std::vector<int> cores = objects_inside(topology, object->cpuset, core_type);
+      if (cores.empty()) continue;
+      builder.caches.push_back(Cache{.level = static_cast<int>(object->attr->cache.depth),
+                                     .size_bytes = object->attr->cache.size,
+                                     .cores = std::move(cores)});
+    }
+  }
+}
+
+}  // namespace
+
+void read_hwloc_objects(hwloc_topology_t topology, Topology::Builder& builder) {
+  // Some machines (and synthetic descriptions such as "pu:4") have PUs but no Core objects.
+  const hwloc_obj_type_t core_type = count_of(topology, HWLOC_OBJ_CORE) > 0 ? HWLOC_OBJ_CORE : HWLOC_OBJ_PU;
+  builder.packages.resize(static_cast<std::size_t>(count_of(topology, HWLOC_OBJ_PACKAGE)));
+  read_numa_nodes(topology, builder);
+  read_cores(topology, core_type, builder);
+  read_caches(topology, core_type, builder);
+}
+
+}  // namespace nerve::topology
