@@ -1,1 +1,70 @@
-# Installation and the exported CMake package (filled in by the packaging work).
+# Installation and the exported packages: the CMake package `nerve` (nerve::nerve, nerve::nerve_static)
+# and the pkg-config module `nerve`. tests/install/ builds a consumer against both after installing to a
+# temporary prefix.
+#
+# Layout (GNUInstallDirs): headers in include/nerve/, libnerve.so* and libnerve.a in the libdir,
+# <libdir>/cmake/nerve/ for the CMake package, <libdir>/pkgconfig/nerve.pc, tools in bin/.
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+set(NERVE_INSTALL_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/nerve"
+  CACHE STRING "Where the nerve CMake package files are installed, relative to the prefix")
+
+# Libraries. Their link interfaces are exported as written in src/CMakeLists.txt; for the static library
+# the private dependencies appear as $<LINK_ONLY:...> entries (PkgConfig::HWLOC, yaml-cpp, fmt::fmt),
+# which nerveConfig.cmake recreates in the consumer before it loads nerveTargets.cmake.
+install(TARGETS nerve nerve_static
+  EXPORT nerveTargets
+  RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+# The targets' include directory is $<INSTALL_INTERFACE:include> (src/CMakeLists.txt).
+# Public headers only: include/nerve/ is the API (include/nerve/detail/ included, src/ never).
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/nerve
+  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+  FILES_MATCHING PATTERN "*.hpp" PATTERN "*.h")
+
+install(EXPORT nerveTargets
+  NAMESPACE nerve::
+  FILE nerveTargets.cmake
+  DESTINATION ${NERVE_INSTALL_CMAKEDIR})
+configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/nerveConfig.cmake.in
+  ${PROJECT_BINARY_DIR}/nerveConfig.cmake
+  INSTALL_DESTINATION ${NERVE_INSTALL_CMAKEDIR})
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/nerveConfigVersion.cmake
+  VERSION ${PROJECT_VERSION}
+  COMPATIBILITY SameMajorVersion)
+install(FILES ${PROJECT_BINARY_DIR}/nerveConfig.cmake ${PROJECT_BINARY_DIR}/nerveConfigVersion.cmake
+  DESTINATION ${NERVE_INSTALL_CMAKEDIR})
+
+# pkg-config: the file names the prefix it is installed to, which `cmake --install --prefix` may
+# change after configuration, so it is configured when it is installed (the install script's
+# CMAKE_INSTALL_PREFIX is the final one; DESTDIR is, correctly, not part of it).
+if(IS_ABSOLUTE "${CMAKE_INSTALL_LIBDIR}")
+  set(nerve_pc_libdir "${CMAKE_INSTALL_LIBDIR}")
+else()
+  set(nerve_pc_libdir "\${prefix}/${CMAKE_INSTALL_LIBDIR}")
+endif()
+if(IS_ABSOLUTE "${CMAKE_INSTALL_INCLUDEDIR}")
+  set(nerve_pc_includedir "${CMAKE_INSTALL_INCLUDEDIR}")
+else()
+  set(nerve_pc_includedir "\${prefix}/${CMAKE_INSTALL_INCLUDEDIR}")
+endif()
+install(CODE "
+  set(NERVE_PC_PREFIX \"\${CMAKE_INSTALL_PREFIX}\")
+  set(NERVE_PC_LIBDIR [[${nerve_pc_libdir}]])
+  set(NERVE_PC_INCLUDEDIR [[${nerve_pc_includedir}]])
+  set(NERVE_PC_DESCRIPTION \"${PROJECT_DESCRIPTION}\")
+  set(NERVE_PC_VERSION \"${PROJECT_VERSION}\")
+  configure_file(\"${CMAKE_CURRENT_LIST_DIR}/nerve.pc.in\" \"${PROJECT_BINARY_DIR}/pkgconfig/nerve.pc\" @ONLY)
+")
+install(FILES ${PROJECT_BINARY_DIR}/pkgconfig/nerve.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+
+# Tools, when this build has them. Installed tools find libnerve.so beside them via a relative RPATH.
+file(RELATIVE_PATH nerve_bin_to_lib "/${CMAKE_INSTALL_BINDIR}" "/${CMAKE_INSTALL_LIBDIR}")
+foreach(tool nerve-info openclaw-benchmark)
+  if(TARGET ${tool})
+    set_target_properties(${tool} PROPERTIES INSTALL_RPATH "\$ORIGIN/${nerve_bin_to_lib}")
+    install(TARGETS ${tool} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+  endif()
+endforeach()

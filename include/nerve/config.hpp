@@ -53,8 +53,8 @@ enum class ConfigSource { default_value, file, environment, api };
 // Where a configuration value came from, for nerve-info and error messages.
 struct ConfigOrigin {
   ConfigSource source = ConfigSource::default_value;
-  std::string file;  // for ConfigSource::file
-  int line = 0;      // for ConfigSource::file, 1-based
+  std::string file;      // for ConfigSource::file
+  int line = 0;          // for ConfigSource::file, 1-based
   std::string variable;  // for ConfigSource::environment: the variable's name
 
   // describe() gives "default", "file.yaml:12", "env NERVE_X" or "api".

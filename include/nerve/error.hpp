@@ -21,7 +21,7 @@ enum class ErrorCode {
   out_of_memory = 4,     // a memory node cannot satisfy an allocation, even after eviction
   task_failed = 5,       // a task threw; the original exception is rethrown where possible
   cancelled = 6,         // a task was cancelled because a task it depends on failed or was cancelled
-  not_supported = 7,    // the feature exists in the API but not in this build or on this machine
+  not_supported = 7,     // the feature exists in the API but not in this build or on this machine
   busy = 8,              // a non-blocking request (try_map, ...) could not be served right now
   internal = 9,          // a bug in nerve; please report it
 };

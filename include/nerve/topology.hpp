@@ -46,9 +46,9 @@ struct Core {
 };
 
 struct Cache {
-  int level = 0;               // 1, 2, 3, ...
+  int level = 0;  // 1, 2, 3, ...
   std::uint64_t size_bytes = 0;
-  std::vector<int> cores;      // the cores sharing this cache
+  std::vector<int> cores;  // the cores sharing this cache
 };
 
 // Distances between two cores, smaller is closer. Only the order is a contract:
@@ -93,7 +93,8 @@ class NERVE_API Topology {
   // synthetic() is true for synthetic and XML topologies: threads are then never bound to their
   // (non-existent) PUs, but placement and distance logic work as on a real machine.
   bool synthetic() const { return synthetic_; }
-  const std::string& description() const { return description_; }  // "real machine", the synthetic text, or XML path
+  // description(): "real machine", the synthetic text, or XML path
+  const std::string& description() const { return description_; }
 
   // tree() renders the machine as an indented text tree (nerve-info).
   std::string tree() const;

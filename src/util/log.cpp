@@ -40,7 +40,9 @@ constexpr const char* level_name(Level level) noexcept {
 
 Level threshold() noexcept { return static_cast<Level>(threshold_storage().load(std::memory_order_relaxed)); }
 
-void set_threshold(Level level) noexcept { threshold_storage().store(static_cast<int>(level), std::memory_order_relaxed); }
+void set_threshold(Level level) noexcept {
+  threshold_storage().store(static_cast<int>(level), std::memory_order_relaxed);
+}
 
 bool parse_level(std::string_view text, Level& level) noexcept {
   for (int i = 0; i <= static_cast<int>(Level::off); ++i) {

@@ -5,9 +5,9 @@
 // stderr as "[nerve] <level>: <text>". Thread safe: each message is written with a single write().
 #pragma once
 
-#include <fmt/format.h>
-
 #include <string_view>
+
+#include <fmt/format.h>
 
 namespace nerve::log {
 
@@ -27,10 +27,25 @@ void emit(Level level, fmt::format_string<Args...> format, Args&&... args) {
   write(level, fmt::format(format, std::forward<Args>(args)...));
 }
 
-template <class... Args> void trace(fmt::format_string<Args...> f, Args&&... a) { emit(Level::trace, f, std::forward<Args>(a)...); }
-template <class... Args> void debug(fmt::format_string<Args...> f, Args&&... a) { emit(Level::debug, f, std::forward<Args>(a)...); }
-template <class... Args> void info(fmt::format_string<Args...> f, Args&&... a) { emit(Level::info, f, std::forward<Args>(a)...); }
-template <class... Args> void warn(fmt::format_string<Args...> f, Args&&... a) { emit(Level::warn, f, std::forward<Args>(a)...); }
-template <class... Args> void error(fmt::format_string<Args...> f, Args&&... a) { emit(Level::error, f, std::forward<Args>(a)...); }
+template <class... Args>
+void trace(fmt::format_string<Args...> f, Args&&... a) {
+  emit(Level::trace, f, std::forward<Args>(a)...);
+}
+template <class... Args>
+void debug(fmt::format_string<Args...> f, Args&&... a) {
+  emit(Level::debug, f, std::forward<Args>(a)...);
+}
+template <class... Args>
+void info(fmt::format_string<Args...> f, Args&&... a) {
+  emit(Level::info, f, std::forward<Args>(a)...);
+}
+template <class... Args>
+void warn(fmt::format_string<Args...> f, Args&&... a) {
+  emit(Level::warn, f, std::forward<Args>(a)...);
+}
+template <class... Args>
+void error(fmt::format_string<Args...> f, Args&&... a) {
+  emit(Level::error, f, std::forward<Args>(a)...);
+}
 
 }  // namespace nerve::log
