@@ -37,7 +37,8 @@ std::map<std::string, std::string> process_environment() {
 // masked by an environment variable.
 void assign(Config& result, const Assignment& assignment) {
   const config::KeySpec& spec = config::resolve_key(assignment.key, assignment.origin);
-  const config::ParsedValue value = config::parse_value(spec.name, spec.type, assignment.value, assignment.origin);
+  const config::ParsedValue value =
+      config::parse_value(spec.name, spec.type, assignment.value, assignment.origin);
   spec.apply(result, value);
   const auto entry = std::find_if(result.entries.begin(), result.entries.end(),
                                   [&](const Config::Entry& e) { return e.key == spec.name; });
@@ -67,10 +68,14 @@ void check_consistency(const Config& result) {
 
 std::string ConfigOrigin::describe() const {
   switch (source) {
-    case ConfigSource::default_value: return "default";
-    case ConfigSource::file: return line > 0 ? fmt::format("{}:{}", file, line) : file;
-    case ConfigSource::environment: return "env " + variable;
-    case ConfigSource::api: return "api";
+    case ConfigSource::default_value:
+      return "default";
+    case ConfigSource::file:
+      return line > 0 ? fmt::format("{}:{}", file, line) : file;
+    case ConfigSource::environment:
+      return "env " + variable;
+    case ConfigSource::api:
+      return "api";
   }
   return "unknown";
 }
@@ -91,7 +96,8 @@ Settings& Settings::use_environment(bool enabled) {
 }
 
 const ConfigOrigin& Config::origin(std::string_view key) const {
-  const auto entry = std::find_if(entries.begin(), entries.end(), [&](const Entry& e) { return e.key == key; });
+  const auto entry =
+      std::find_if(entries.begin(), entries.end(), [&](const Entry& e) { return e.key == key; });
   if (entry == entries.end()) throw ConfigError(config::unavailable_key_message(key), std::string(key));
   return entry->origin;
 }
@@ -107,7 +113,8 @@ Config Config::load(const Settings& settings, const std::map<std::string, std::s
   // default text is the single source of truth for both Config and Config::entries.
   for (const config::KeySpec& spec : config::key_table()) {
     result.entries.push_back({std::string(spec.name), std::string(), ConfigOrigin{}});
-    assign(result, {std::string(spec.name), config::RawValue::scalar(std::string(spec.default_text)), ConfigOrigin{}});
+    assign(result, {std::string(spec.name), config::RawValue::scalar(std::string(spec.default_text)),
+                    ConfigOrigin{}});
   }
 
   if (settings.file()) {

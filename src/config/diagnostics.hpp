@@ -14,7 +14,8 @@ namespace nerve::config {
 
 // throw_config_error() throws ConfigError("<origin>: <message>") with key(), file() and line() taken
 // from `key` and `origin`.
-[[noreturn]] void throw_config_error(const ConfigOrigin& origin, std::string_view key, std::string_view message);
+[[noreturn]] void throw_config_error(const ConfigOrigin& origin, std::string_view key,
+                                     std::string_view message);
 
 // Origins of each kind. (Named constructors rather than designated initializers: GCC 12 warns about
 // every member a designated initializer leaves out.)

@@ -45,7 +45,8 @@ std::vector<Assignment> read_environment(const std::map<std::string, std::string
   std::vector<Assignment> assignments;
   for (const auto& [variable, value] : environment) {
     if (!variable.starts_with("NERVE_")) continue;
-    if (std::find(non_config_variables.begin(), non_config_variables.end(), variable) != non_config_variables.end()) {
+    if (std::find(non_config_variables.begin(), non_config_variables.end(), variable) !=
+        non_config_variables.end()) {
       continue;
     }
     const ConfigOrigin origin = environment_origin(variable);
@@ -61,7 +62,8 @@ std::vector<Assignment> read_environment(const std::map<std::string, std::string
       }
     }
     if (!section) continue;  // NERVE_SOMETHING_ELSE is not ours to judge
-    const std::string key = section->second + "." + lower_case(std::string_view(variable).substr(section->first.size()));
+    const std::string key =
+        section->second + "." + lower_case(std::string_view(variable).substr(section->first.size()));
     const auto hint = closest_match(variable, variables);
     throw_config_error(origin, key,
                        fmt::format("this variable names no configuration key ({} is unknown{})", quote(key),

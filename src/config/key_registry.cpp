@@ -19,7 +19,9 @@ std::vector<KeySpec> build_key_table() {
   return {
       {"parallel.thread_pool_size", integer_type(0, 4096, "auto"), "auto",
        "CPU worker threads, counting the application thread while it waits; auto = allowed CPUs",
-       [](Config& c, const ParsedValue& v) { c.parallel.thread_pool_size = static_cast<unsigned>(v.integer()); }},
+       [](Config& c, const ParsedValue& v) {
+         c.parallel.thread_pool_size = static_cast<unsigned>(v.integer());
+       }},
       {"parallel.thread_affinity", choice_type(names_of(thread_affinity_names)), "compact",
        "how workers are bound to cores: compact, scatter or none",
        [](Config& c, const ParsedValue& v) {
@@ -28,14 +30,17 @@ std::vector<KeySpec> build_key_table() {
       {"scheduler.policy",
        choice_type(names_of(scheduler_policy_names), {{"heft", "the performance-model work"}}),
        "locality_aware_stealing", "which scheduler places ready tasks on workers and devices",
-       [](Config& c, const ParsedValue& v) { c.scheduler.policy = from_name(scheduler_policy_names, v.string()); }},
+       [](Config& c, const ParsedValue& v) {
+         c.scheduler.policy = from_name(scheduler_policy_names, v.string());
+       }},
       {"scheduler.spin_us", integer_type(0, 1'000'000), "50",
        "microseconds an idle worker spins before it sleeps",
        [](Config& c, const ParsedValue& v) { c.scheduler.spin = std::chrono::microseconds{v.integer()}; }},
       {"scheduler.work_stealing_threshold", duration_type(0ns, 10s, 1us), "0",
        "how long a worker's own queues must stay empty before it steals",
        [](Config& c, const ParsedValue& v) {
-         c.scheduler.work_stealing_threshold = std::chrono::duration_cast<std::chrono::microseconds>(v.duration());
+         c.scheduler.work_stealing_threshold =
+             std::chrono::duration_cast<std::chrono::microseconds>(v.duration());
        }},
       {"scheduler.topology_awareness", boolean_type(), "true",
        "thieves try victims in topology-distance order (false: random order)",
@@ -55,7 +60,9 @@ std::vector<KeySpec> build_key_table() {
        }},
       {"task_queue.max_in_flight", integer_type(16, 1 << 26), "262144",
        "submitted but unfinished tasks above which submit() helps run tasks or blocks",
-       [](Config& c, const ParsedValue& v) { c.task_queue.max_in_flight = static_cast<std::uint32_t>(v.integer()); }},
+       [](Config& c, const ParsedValue& v) {
+         c.task_queue.max_in_flight = static_cast<std::uint32_t>(v.integer());
+       }},
       {"topology.synthetic", text_type(), "",
        "an hwloc synthetic topology description used instead of the real machine",
        [](Config& c, const ParsedValue& v) { c.topology.synthetic = v.string(); }},
@@ -128,7 +135,8 @@ const KeySpec* find_key(std::string_view name) {
 
 const PlannedKey* find_planned_key(std::string_view name) {
   const auto& table = planned_key_table();
-  const auto it = std::find_if(table.begin(), table.end(), [&](const PlannedKey& k) { return k.name == name; });
+  const auto it =
+      std::find_if(table.begin(), table.end(), [&](const PlannedKey& k) { return k.name == name; });
   return it == table.end() ? nullptr : &*it;
 }
 
@@ -138,8 +146,8 @@ std::string unavailable_key_message(std::string_view name) {
                        planned->arrives_with);
   }
   if (name.find('.') != std::string_view::npos && !is_section(section_of(name))) {
-    return fmt::format("unknown configuration key {}: there is no section {}{}", quote(name), quote(section_of(name)),
-                       suggestion(name));
+    return fmt::format("unknown configuration key {}: there is no section {}{}", quote(name),
+                       quote(section_of(name)), suggestion(name));
   }
   return fmt::format("unknown configuration key {}{}", quote(name), suggestion(name));
 }
@@ -155,8 +163,9 @@ bool is_section(std::string_view name) {
 }
 
 void throw_unknown_section(std::string_view name, const ConfigOrigin& origin) {
-  throw_config_error(origin, name,
-                     fmt::format("unknown configuration section {}{}", quote(name), did_you_mean(name, section_names())));
+  throw_config_error(
+      origin, name,
+      fmt::format("unknown configuration section {}{}", quote(name), did_you_mean(name, section_names())));
 }
 
 std::vector<std::string> section_names() {

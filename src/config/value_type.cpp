@@ -56,7 +56,8 @@ std::int64_t parse_digits(std::string_view digits, std::string_view value, const
 }
 
 ParsedValue parse_integer(std::string_view text, const ValueType& type) {
-  if (!type.zero_word.empty() && text == type.zero_word) return {std::string(type.zero_word), std::int64_t{0}};
+  if (!type.zero_word.empty() && text == type.zero_word)
+    return {std::string(type.zero_word), std::int64_t{0}};
   std::int64_t number = 0;
   try {
     number = parse_digits(text, text, type);
@@ -94,7 +95,8 @@ ParsedValue parse_duration(std::string_view text, const ValueType& type) {
     scale = 1000 * 1000 * 1000;
   } else if (!unit.empty() && unit != "us") {
     if (digits.empty()) throw Problem{fmt::format("{} is not {}", quote(text), type.expected())};
-    throw Problem{fmt::format("{} has an unknown unit {} (expected {})", quote(text), quote(unit), type.expected())};
+    throw Problem{
+        fmt::format("{} has an unknown unit {} (expected {})", quote(text), quote(unit), type.expected())};
   }
   if (digits.empty()) throw Problem{fmt::format("{} is not {}", quote(text), type.expected())};
   const std::int64_t count = parse_digits(digits, text, type);
@@ -120,7 +122,8 @@ ParsedValue parse_choice(std::string_view text, const ValueType& type) {
                                 quote(text), planned.arrives_with, type.expected())};
     }
   }
-  throw Problem{fmt::format("{} is not {}{}", quote(text), type.expected(), did_you_mean(text, to_strings(type.choices)))};
+  throw Problem{fmt::format("{} is not {}{}", quote(text), type.expected(),
+                            did_you_mean(text, to_strings(type.choices)))};
 }
 
 ParsedValue parse_readable_file(std::string_view text, const ConfigOrigin& origin) {
@@ -133,10 +136,12 @@ ParsedValue parse_readable_file(std::string_view text, const ConfigOrigin& origi
   std::error_code error;
   const auto status = std::filesystem::status(path, error);
   if (!std::filesystem::exists(status)) {
-    throw Problem{fmt::format("{} does not exist (expected the path of a readable file)", quote(path.string()))};
+    throw Problem{
+        fmt::format("{} does not exist (expected the path of a readable file)", quote(path.string()))};
   }
   if (!std::filesystem::is_regular_file(status)) {
-    throw Problem{fmt::format("{} is not a regular file (expected the path of a readable file)", quote(path.string()))};
+    throw Problem{
+        fmt::format("{} is not a regular file (expected the path of a readable file)", quote(path.string()))};
   }
   std::ifstream stream(path);
   if (!stream) {
@@ -152,13 +157,17 @@ std::string ValueType::expected() const {
     case ValueKind::integer:
       if (zero_word.empty()) return fmt::format("an integer {}..{}", min, max);
       return fmt::format("an integer {}..{} or '{}'", min, max, zero_word);
-    case ValueKind::boolean: return "a boolean (true/false, yes/no, on/off or 1/0)";
+    case ValueKind::boolean:
+      return "a boolean (true/false, yes/no, on/off or 1/0)";
     case ValueKind::duration:
       return fmt::format("a duration {}..{}: integer microseconds or an integer with a unit ns, us, ms or s",
                          format_duration(nanoseconds{min}), format_duration(nanoseconds{max}));
-    case ValueKind::choice: return fmt::format("one of {}", fmt::join(choices, ", "));
-    case ValueKind::text: return "a string";
-    case ValueKind::readable_file: return "the path of a readable file";
+    case ValueKind::choice:
+      return fmt::format("one of {}", fmt::join(choices, ", "));
+    case ValueKind::text:
+      return "a string";
+    case ValueKind::readable_file:
+      return "the path of a readable file";
   }
   return "a value";
 }
@@ -211,20 +220,30 @@ ParsedValue parse_value(std::string_view key, const ValueType& type, const RawVa
                         const ConfigOrigin& origin) {
   try {
     switch (raw.shape) {
-      case RawValue::Shape::null: throw Problem{fmt::format("no value given (expected {})", type.expected())};
-      case RawValue::Shape::sequence: throw Problem{fmt::format("expected {}, got a sequence", type.expected())};
-      case RawValue::Shape::map: throw Problem{fmt::format("expected {}, got a map", type.expected())};
-      case RawValue::Shape::scalar: break;
+      case RawValue::Shape::null:
+        throw Problem{fmt::format("no value given (expected {})", type.expected())};
+      case RawValue::Shape::sequence:
+        throw Problem{fmt::format("expected {}, got a sequence", type.expected())};
+      case RawValue::Shape::map:
+        throw Problem{fmt::format("expected {}, got a map", type.expected())};
+      case RawValue::Shape::scalar:
+        break;
     }
     // Strings are taken verbatim; everything else ignores surrounding blanks (common in env values).
     const std::string_view text = type.kind == ValueKind::text ? std::string_view(raw.text) : trim(raw.text);
     switch (type.kind) {
-      case ValueKind::integer: return parse_integer(text, type);
-      case ValueKind::boolean: return parse_boolean(text, type);
-      case ValueKind::duration: return parse_duration(text, type);
-      case ValueKind::choice: return parse_choice(text, type);
-      case ValueKind::text: return {std::string(text), std::string(text)};
-      case ValueKind::readable_file: return parse_readable_file(text, origin);
+      case ValueKind::integer:
+        return parse_integer(text, type);
+      case ValueKind::boolean:
+        return parse_boolean(text, type);
+      case ValueKind::duration:
+        return parse_duration(text, type);
+      case ValueKind::choice:
+        return parse_choice(text, type);
+      case ValueKind::text:
+        return {std::string(text), std::string(text)};
+      case ValueKind::readable_file:
+        return parse_readable_file(text, origin);
     }
     throw Problem{"has a type this build does not know"};
   } catch (const Problem& problem) {

@@ -71,7 +71,9 @@ struct RawValue {
   static RawValue scalar(std::string text) { return RawValue{Shape::scalar, std::move(text), {}}; }
   static RawValue null() { return RawValue{Shape::null, {}, {}}; }
   static RawValue map() { return RawValue{Shape::map, {}, {}}; }
-  static RawValue sequence(std::vector<std::string> items) { return RawValue{Shape::sequence, {}, std::move(items)}; }
+  static RawValue sequence(std::vector<std::string> items) {
+    return RawValue{Shape::sequence, {}, std::move(items)};
+  }
 };
 
 struct ParsedValue {

@@ -17,23 +17,30 @@ namespace {
 
 std::string_view shape_name(const YAML::Node& node) {
   switch (node.Type()) {
-    case YAML::NodeType::Scalar: return "a scalar";
-    case YAML::NodeType::Sequence: return "a sequence";
-    case YAML::NodeType::Map: return "a map";
-    default: return "nothing";
+    case YAML::NodeType::Scalar:
+      return "a scalar";
+    case YAML::NodeType::Sequence:
+      return "a sequence";
+    case YAML::NodeType::Map:
+      return "a map";
+    default:
+      return "nothing";
   }
 }
 
 RawValue raw_value(const YAML::Node& node) {
   switch (node.Type()) {
-    case YAML::NodeType::Scalar: return RawValue::scalar(node.Scalar());
+    case YAML::NodeType::Scalar:
+      return RawValue::scalar(node.Scalar());
     case YAML::NodeType::Sequence: {
       std::vector<std::string> items;
       for (const YAML::Node& item : node) items.push_back(item.IsScalar() ? item.Scalar() : std::string());
       return RawValue::sequence(std::move(items));
     }
-    case YAML::NodeType::Map: return RawValue::map();
-    default: return RawValue::null();
+    case YAML::NodeType::Map:
+      return RawValue::map();
+    default:
+      return RawValue::null();
   }
 }
 
@@ -41,12 +48,14 @@ std::string read_whole_file(const std::filesystem::path& path, std::string_view 
   const ConfigOrigin origin = file_origin(path.string(), 0);
   std::error_code error;
   if (std::filesystem::is_directory(path, error)) {
-    throw_config_error(origin, "", fmt::format("the configuration file (named by {}) is a directory", named_by));
+    throw_config_error(origin, "",
+                       fmt::format("the configuration file (named by {}) is a directory", named_by));
   }
   std::ifstream stream(path, std::ios::binary);
   if (!stream) {
-    throw_config_error(origin, "", fmt::format("cannot open the configuration file (named by {}): {}", named_by,
-                                               std::strerror(errno)));
+    throw_config_error(
+        origin, "",
+        fmt::format("cannot open the configuration file (named by {}): {}", named_by, std::strerror(errno)));
   }
   std::ostringstream text;
   text << stream.rdbuf();
@@ -65,8 +74,9 @@ class FileReader {
   std::vector<Assignment> read(const YAML::Node& document) {
     if (document.IsNull()) return {};  // empty file, or only comments
     if (!document.IsMap()) {
-      fail(document, "", fmt::format("the top level must be a map of sections or dotted keys, not {}",
-                                     shape_name(document)));
+      fail(document, "",
+           fmt::format("the top level must be a map of sections or dotted keys, not {}",
+                       shape_name(document)));
     }
     for (auto it = document.begin(); it != document.end(); ++it) read_top_level(it->first, it->second);
     return std::move(assignments_);
@@ -84,8 +94,10 @@ class FileReader {
     note_first_use(name, key);
     if (value.IsNull()) return;  // an empty section (every key commented out) sets nothing
     if (!value.IsMap()) {
-      fail(key, name, fmt::format("section '{}' must be a map of keys (e.g. '{}:' then indented 'key: value' "
-                                  "lines), not {}", name, name, shape_name(value)));
+      fail(key, name,
+           fmt::format("section '{}' must be a map of keys (e.g. '{}:' then indented 'key: value' "
+                       "lines), not {}",
+                       name, name, shape_name(value)));
     }
     for (auto it = value.begin(); it != value.end(); ++it) {
       add(name + "." + key_text(it->first, name), it->first, it->second);
@@ -113,9 +125,7 @@ class FileReader {
 
   int line_of(const YAML::Node& node) const { return node.Mark().line + 1; }  // yaml-cpp counts from 0
 
-  ConfigOrigin origin_of(const YAML::Node& node) const {
-    return file_origin(file_, line_of(node));
-  }
+  ConfigOrigin origin_of(const YAML::Node& node) const { return file_origin(file_, line_of(node)); }
 
   [[noreturn]] void fail(const YAML::Node& node, std::string_view key, std::string_view message) const {
     throw_config_error(origin_of(node), key, message);
@@ -134,7 +144,8 @@ std::vector<Assignment> read_config_file(const std::filesystem::path& path, std:
   try {
     document = YAML::Load(text);
   } catch (const YAML::Exception& error) {
-    throw_config_error(file_origin(path.string(), error.mark.line + 1), "", fmt::format("YAML syntax error: {}", error.msg));
+    throw_config_error(file_origin(path.string(), error.mark.line + 1), "",
+                       fmt::format("YAML syntax error: {}", error.msg));
   }
   return FileReader(path.string()).read(document);
 }
