@@ -18,14 +18,6 @@ namespace {
 constexpr std::array<std::string_view, 5> non_config_variables{
     "NERVE_CONFIG", "NERVE_LOG_LEVEL", "NERVE_TRACE", "NERVE_PLUGIN_PATH", "NERVE_TEST_TIMEOUT"};
 
-std::string lower_case(std::string_view text) {
-  std::string result(text);
-  for (char& c : result) {
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  }
-  return result;
-}
-
 }  // namespace
 
 std::vector<Assignment> read_environment(const std::map<std::string, std::string>& environment) {
@@ -63,7 +55,7 @@ std::vector<Assignment> read_environment(const std::map<std::string, std::string
     }
     if (!section) continue;  // NERVE_SOMETHING_ELSE is not ours to judge
     const std::string key =
-        section->second + "." + lower_case(std::string_view(variable).substr(section->first.size()));
+        section->second + "." + to_lower_ascii(std::string_view(variable).substr(section->first.size()));
     const auto hint = closest_match(variable, variables);
     throw_config_error(origin, key,
                        fmt::format("this variable names no configuration key ({} is unknown{})", quote(key),

@@ -13,6 +13,12 @@ char lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' +
 
 }  // namespace
 
+std::string to_lower_ascii(std::string_view text) {
+  std::string result(text);
+  for (char& c : result) c = lower(c);
+  return result;
+}
+
 std::size_t edit_distance(std::string_view a, std::string_view b) {
   // Classic two-row dynamic programme; inputs are short (keys, enum words), so O(|a|·|b|) is fine.
   std::vector<std::size_t> previous(b.size() + 1);

@@ -11,6 +11,10 @@
 
 namespace nerve::config {
 
+// to_lower_ascii() lower-cases ASCII letters only (configuration words are ASCII; other bytes are
+// left alone rather than interpreted in some locale).
+std::string to_lower_ascii(std::string_view text);
+
 // edit_distance() is the Levenshtein distance between `a` and `b`, ignoring ASCII case (a user who
 // writes EAGER meant eager).
 std::size_t edit_distance(std::string_view a, std::string_view b);

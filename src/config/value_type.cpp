@@ -30,14 +30,6 @@ std::string_view trim(std::string_view text) {
   return text.substr(first, text.find_last_not_of(blanks) - first + 1);
 }
 
-std::string lower_case(std::string_view text) {
-  std::string result(text);
-  for (char& c : result) {
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  }
-  return result;
-}
-
 std::vector<std::string> to_strings(const std::vector<std::string_view>& words) {
   return {words.begin(), words.end()};
 }
@@ -76,7 +68,7 @@ ParsedValue parse_integer(std::string_view text, const ValueType& type) {
 }
 
 ParsedValue parse_boolean(std::string_view text, const ValueType& type) {
-  const std::string word = lower_case(text);
+  const std::string word = to_lower_ascii(text);
   if (word == "true" || word == "yes" || word == "on" || word == "1") return {"true", true};
   if (word == "false" || word == "no" || word == "off" || word == "0") return {"false", false};
   throw Problem{fmt::format("{} is not {}", quote(text), type.expected())};
