@@ -1,0 +1,141 @@
+// config.cpp — Config::load(): defaults, then the YAML file, the environment and the API settings.
+#include "nerve/config.hpp"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "config/diagnostics.hpp"
+#include "config/key_registry.hpp"
+#include "config/sources.hpp"
+#include "nerve/error.hpp"
+#include "util/log.hpp"
+
+extern char** environ;  // POSIX; declared by <unistd.h> only with _GNU_SOURCE
+
+namespace nerve {
+namespace {
+
+using config::Assignment;
+
+// process_environment() copies the NERVE_* part of the environment. Like getenv(), it must not race
+// with setenv() in another thread.
+std::map<std::string, std::string> process_environment() {
+  std::map<std::string, std::string> result;
+  for (char** entry = environ; entry && *entry; ++entry) {
+    const std::string_view text(*entry);
+    const auto equals = text.find('=');
+    if (!text.starts_with("NERVE_") || equals == std::string_view::npos) continue;
+    result.emplace(std::string(text.substr(0, equals)), std::string(text.substr(equals + 1)));
+  }
+  return result;
+}
+
+// assign() checks one assignment and lets it override what lower-precedence sources set. Values are
+// checked even when a higher-precedence source will override them: a broken file is reported, not
+// masked by an environment variable.
+void assign(Config& result, const Assignment& assignment) {
+  const config::KeySpec& spec = config::resolve_key(assignment.key, assignment.origin);
+  const config::ParsedValue value =
+      config::parse_value(spec.name, spec.type, assignment.value, assignment.origin);
+  spec.apply(result, value);
+  const auto entry = std::find_if(result.entries.begin(), result.entries.end(),
+                                  [&](const Config::Entry& e) { return e.key == spec.name; });
+  entry->value = value.text;
+  entry->origin = assignment.origin;
+}
+
+void assign_all(Config& result, const std::vector<Assignment>& assignments) {
+  for (const Assignment& assignment : assignments) assign(result, assignment);
+}
+
+// check_consistency() rejects combinations of individually valid values.
+void check_consistency(const Config& result) {
+  if (result.topology.synthetic.empty() || result.topology.xml.empty()) return;
+  // Report against whichever of the two keys the user set last, i.e. from the stronger source.
+  const ConfigOrigin& synthetic = result.origin("topology.synthetic");
+  const ConfigOrigin& xml = result.origin("topology.xml");
+  const bool xml_stronger = xml.source >= synthetic.source;
+  config::throw_config_error(
+      xml_stronger ? xml : synthetic, xml_stronger ? "topology.xml" : "topology.synthetic",
+      fmt::format("topology.synthetic (from {}) and topology.xml (from {}) are both set; a topology comes "
+                  "from one of them, so set only one",
+                  synthetic.describe(), xml.describe()));
+}
+
+}  // namespace
+
+std::string ConfigOrigin::describe() const {
+  switch (source) {
+    case ConfigSource::default_value:
+      return "default";
+    case ConfigSource::file:
+      return line > 0 ? fmt::format("{}:{}", file, line) : file;
+    case ConfigSource::environment:
+      return "env " + variable;
+    case ConfigSource::api:
+      return "api";
+  }
+  return "unknown";
+}
+
+Settings& Settings::set(std::string key, std::string value) {
+  values_.emplace_back(std::move(key), std::move(value));
+  return *this;
+}
+
+Settings& Settings::config_file(std::filesystem::path path) {
+  file_ = std::move(path);
+  return *this;
+}
+
+Settings& Settings::use_environment(bool enabled) {
+  use_environment_ = enabled;
+  return *this;
+}
+
+const ConfigOrigin& Config::origin(std::string_view key) const {
+  const auto entry =
+      std::find_if(entries.begin(), entries.end(), [&](const Entry& e) { return e.key == key; });
+  if (entry == entries.end()) throw ConfigError(config::unavailable_key_message(key), std::string(key));
+  return entry->origin;
+}
+
+Config Config::load(const Settings& settings) { return load(settings, process_environment()); }
+
+Config Config::load(const Settings& settings, const std::map<std::string, std::string>& environment) {
+  static const std::map<std::string, std::string> no_environment;
+  const auto& env = settings.environment_enabled() ? environment : no_environment;
+
+  Config result;
+  // Defaults go through the same parser and apply functions as user values, so the registry's
+  // default text is the single source of truth for both Config and Config::entries.
+  for (const config::KeySpec& spec : config::key_table()) {
+    result.entries.push_back({std::string(spec.name), std::string(), ConfigOrigin{}});
+    assign(result, {std::string(spec.name), config::RawValue::scalar(std::string(spec.default_text)),
+                    ConfigOrigin{}});
+  }
+
+  if (settings.file()) {
+    log::debug("configuration file {} (from Settings::config_file)", settings.file()->string());
+    assign_all(result, config::read_config_file(*settings.file(), "Settings::config_file"));
+  } else if (const auto named = env.find("NERVE_CONFIG"); named != env.end() && !named->second.empty()) {
+    log::debug("configuration file {} (from NERVE_CONFIG)", named->second);
+    assign_all(result, config::read_config_file(named->second, "NERVE_CONFIG"));
+  }
+  assign_all(result, config::read_environment(env));
+  for (const auto& [key, value] : settings.values()) {
+    assign(result, {key, config::RawValue::scalar(value), config::api_origin()});
+  }
+  check_consistency(result);
+  return result;
+}
+
+std::vector<std::string> known_config_keys() {
+  std::vector<std::string> keys;
+  for (const config::KeySpec& spec : config::key_table()) keys.emplace_back(spec.name);
+  return keys;
+}
+
+}  // namespace nerve

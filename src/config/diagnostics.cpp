@@ -1,0 +1,54 @@
+#include "config/diagnostics.hpp"
+
+#include <fmt/format.h>
+
+#include "nerve/error.hpp"
+
+namespace nerve::config {
+
+void throw_config_error(const ConfigOrigin& origin, std::string_view key, std::string_view message) {
+  const bool from_file = origin.source == ConfigSource::file;
+  throw ConfigError(fmt::format("{}: {}", origin.describe(), message), std::string(key),
+                    from_file ? origin.file : std::string(), from_file ? origin.line : 0);
+}
+
+ConfigOrigin file_origin(std::string file, int line) {
+  ConfigOrigin origin;
+  origin.source = ConfigSource::file;
+  origin.file = std::move(file);
+  origin.line = line;
+  return origin;
+}
+
+ConfigOrigin environment_origin(std::string variable) {
+  ConfigOrigin origin;
+  origin.source = ConfigSource::environment;
+  origin.variable = std::move(variable);
+  return origin;
+}
+
+ConfigOrigin api_origin() {
+  ConfigOrigin origin;
+  origin.source = ConfigSource::api;
+  return origin;
+}
+
+std::string quote(std::string_view value) {
+  constexpr std::size_t longest_shown = 80;
+  std::string text = "'";
+  for (std::size_t i = 0; i < value.size(); ++i) {
+    if (i == longest_shown) {
+      text += fmt::format("...' ({} bytes)", value.size());
+      return text;
+    }
+    const auto byte = static_cast<unsigned char>(value[i]);
+    if (byte < 0x20 || byte == 0x7f) {
+      text += fmt::format("\\x{:02x}", byte);
+    } else {
+      text += value[i];
+    }
+  }
+  return text + "'";
+}
+
+}  // namespace nerve::config

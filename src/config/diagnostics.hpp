@@ -1,0 +1,30 @@
+// diagnostics.hpp — how the configuration module words and throws its errors.
+//
+// Every problem becomes one nerve::ConfigError whose message starts with where the value came from
+// ("config.yaml:7", "env NERVE_SCHEDULER_POLICY", "api"), so that it can be shown to a user as it is:
+//   config.yaml:7: scheduler.policy: 'eagr' is not one of eager, locality_aware_stealing (did you ...)
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "nerve/config.hpp"
+
+namespace nerve::config {
+
+// throw_config_error() throws ConfigError("<origin>: <message>") with key(), file() and line() taken
+// from `key` and `origin`.
+[[noreturn]] void throw_config_error(const ConfigOrigin& origin, std::string_view key,
+                                     std::string_view message);
+
+// Origins of each kind. (Named constructors rather than designated initializers: GCC 12 warns about
+// every member a designated initializer leaves out.)
+ConfigOrigin file_origin(std::string file, int line);
+ConfigOrigin environment_origin(std::string variable);
+ConfigOrigin api_origin();
+
+// quote() renders a user-supplied value for a message: in single quotes, non-printable bytes escaped
+// as \xNN and long values shortened, so that garbage input still gives a readable one-line message.
+std::string quote(std::string_view value);
+
+}  // namespace nerve::config

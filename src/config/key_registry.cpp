@@ -1,0 +1,203 @@
+#include "config/key_registry.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "config/diagnostics.hpp"
+#include "config/enum_names.hpp"
+#include "config/suggest.hpp"
+
+namespace nerve::config {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::vector<KeySpec> build_key_table() {
+  // Documentation order: docs/CONFIG.md, Config::entries and nerve-info list keys in this order.
+  return {
+      {"parallel.thread_pool_size", integer_type(0, 4096, "auto"), "auto",
+       "CPU worker threads, counting the application thread while it waits; auto = allowed CPUs",
+       [](Config& c, const ParsedValue& v) {
+         c.parallel.thread_pool_size = static_cast<unsigned>(v.integer());
+       }},
+      {"parallel.thread_affinity", choice_type(names_of(thread_affinity_names)), "compact",
+       "how workers are bound to cores: compact, scatter or none",
+       [](Config& c, const ParsedValue& v) {
+         c.parallel.thread_affinity = from_name(thread_affinity_names, v.string());
+       }},
+      {"scheduler.policy",
+       choice_type(names_of(scheduler_policy_names), {{"heft", "the performance-model work"}}),
+       "locality_aware_stealing", "which scheduler places ready tasks on workers and devices",
+       [](Config& c, const ParsedValue& v) {
+         c.scheduler.policy = from_name(scheduler_policy_names, v.string());
+       }},
+      {"scheduler.spin_us", integer_type(0, 1'000'000), "50",
+       "microseconds an idle worker spins before it sleeps",
+       [](Config& c, const ParsedValue& v) { c.scheduler.spin = std::chrono::microseconds{v.integer()}; }},
+      {"scheduler.work_stealing_threshold", duration_type(0ns, 10s, 1us), "0",
+       "how long a worker's own queues must stay empty before it steals",
+       [](Config& c, const ParsedValue& v) {
+         c.scheduler.work_stealing_threshold =
+             std::chrono::duration_cast<std::chrono::microseconds>(v.duration());
+       }},
+      {"scheduler.topology_awareness", boolean_type(), "true",
+       "thieves try victims in topology-distance order (false: random order)",
+       [](Config& c, const ParsedValue& v) { c.scheduler.topology_awareness = v.boolean(); }},
+      {"scheduler.numa_affinity", choice_type(names_of(numa_affinity_names)), "preferred",
+       "whether tasks run on the NUMA node that holds their data: strict, preferred or none",
+       [](Config& c, const ParsedValue& v) {
+         c.scheduler.numa_affinity = from_name(numa_affinity_names, v.string());
+       }},
+      {"task_queue.type", choice_type(names_of(queue_type_names)), "lock_free_mpsc",
+       "implementation of the per-device ready queues",
+       [](Config& c, const ParsedValue& v) { c.task_queue.type = from_name(queue_type_names, v.string()); }},
+      {"task_queue.per_device_queue_depth", integer_type(1, 1 << 20), "1024",
+       "capacity of each device's ready queue; a full queue back-pressures the submitter",
+       [](Config& c, const ParsedValue& v) {
+         c.task_queue.per_device_queue_depth = static_cast<std::uint32_t>(v.integer());
+       }},
+      {"task_queue.max_in_flight", integer_type(16, 1 << 26), "262144",
+       "submitted but unfinished tasks above which submit() helps run tasks or blocks",
+       [](Config& c, const ParsedValue& v) {
+         c.task_queue.max_in_flight = static_cast<std::uint32_t>(v.integer());
+       }},
+      {"topology.synthetic", text_type(), "",
+       "an hwloc synthetic topology description used instead of the real machine",
+       [](Config& c, const ParsedValue& v) { c.topology.synthetic = v.string(); }},
+      {"topology.xml", readable_file_type(), "",
+       "an hwloc XML topology file used instead of the real machine",
+       [](Config& c, const ParsedValue& v) { c.topology.xml = v.string(); }},
+  };
+}
+
+std::vector<PlannedKey> build_planned_key_table() {
+  constexpr std::string_view gpu = "the GPU backends";
+  constexpr std::string_view memory = "the memory pools";
+  constexpr std::string_view perf = "performance monitoring";
+  constexpr std::string_view distributed = "the distributed (MPI) runtime";
+  return {
+      {"scheduler.gpu_stream_priorities", gpu},
+      {"parallel.deterministic_mode", "deterministic mode"},
+      {"memory.allocator", memory},
+      {"memory.per_thread_pool_size", memory},
+      {"memory.global_pool", memory},
+      {"memory.numa_policy", memory},
+      {"gpu.devices", gpu},
+      {"gpu.stream_count", gpu},
+      {"gpu.unified_memory", gpu},
+      {"gpu.peer_access", gpu},
+      {"gpu.async_prefetch", gpu},
+      {"gpu.cache_hints", gpu},
+      {"gpu.max_pending_transfers", gpu},
+      {"perf.enable_counters", perf},
+      {"perf.counter_interval_ms", perf},
+      {"distributed.nodes", distributed},
+      {"distributed.communication_backend", distributed},
+      {"distributed.sync_interval", distributed},
+      {"distributed.batch_size", distributed},
+      {"distributed.compression", distributed},
+  };
+}
+
+std::string_view section_of(std::string_view key) { return key.substr(0, key.find('.')); }
+
+// suggestion() finds what a user probably meant by the unknown key `name`: a key whose last part is
+// exactly `name` (someone wrote "policy" for "scheduler.policy"), else the nearest key by edit
+// distance, else the nearest section.
+std::string suggestion(std::string_view name) {
+  const std::vector<std::string> keys = all_key_names();
+  for (const std::string& key : keys) {
+    if (key.substr(key.find('.') + 1) == name) return fmt::format(" (did you mean '{}'?)", key);
+  }
+  if (std::string keys_hint = did_you_mean(name, keys); !keys_hint.empty()) return keys_hint;
+  return did_you_mean(section_of(name), section_names());
+}
+
+}  // namespace
+
+const std::vector<KeySpec>& key_table() {
+  static const std::vector<KeySpec> table = build_key_table();
+  return table;
+}
+
+const std::vector<PlannedKey>& planned_key_table() {
+  static const std::vector<PlannedKey> table = build_planned_key_table();
+  return table;
+}
+
+const KeySpec* find_key(std::string_view name) {
+  const auto& table = key_table();
+  const auto it = std::find_if(table.begin(), table.end(), [&](const KeySpec& k) { return k.name == name; });
+  return it == table.end() ? nullptr : &*it;
+}
+
+const PlannedKey* find_planned_key(std::string_view name) {
+  const auto& table = planned_key_table();
+  const auto it =
+      std::find_if(table.begin(), table.end(), [&](const PlannedKey& k) { return k.name == name; });
+  return it == table.end() ? nullptr : &*it;
+}
+
+std::string unavailable_key_message(std::string_view name) {
+  if (const PlannedKey* planned = find_planned_key(name)) {
+    return fmt::format("configuration key '{}' is not available in this build yet: it arrives with {}", name,
+                       planned->arrives_with);
+  }
+  if (name.find('.') != std::string_view::npos && !is_section(section_of(name))) {
+    return fmt::format("unknown configuration key {}: there is no section {}{}", quote(name),
+                       quote(section_of(name)), suggestion(name));
+  }
+  return fmt::format("unknown configuration key {}{}", quote(name), suggestion(name));
+}
+
+const KeySpec& resolve_key(std::string_view name, const ConfigOrigin& origin) {
+  if (const KeySpec* spec = find_key(name)) return *spec;
+  throw_config_error(origin, name, unavailable_key_message(name));
+}
+
+bool is_section(std::string_view name) {
+  const auto sections = section_names();
+  return std::find(sections.begin(), sections.end(), name) != sections.end();
+}
+
+void throw_unknown_section(std::string_view name, const ConfigOrigin& origin) {
+  throw_config_error(
+      origin, name,
+      fmt::format("unknown configuration section {}{}", quote(name), did_you_mean(name, section_names())));
+}
+
+std::vector<std::string> section_names() {
+  std::vector<std::string> sections;
+  auto add = [&](std::string_view key) {
+    const std::string section(section_of(key));
+    if (std::find(sections.begin(), sections.end(), section) == sections.end()) sections.push_back(section);
+  };
+  for (const KeySpec& key : key_table()) add(key.name);
+  for (const PlannedKey& key : planned_key_table()) add(key.name);
+  return sections;
+}
+
+std::vector<std::string> all_key_names() {
+  std::vector<std::string> names;
+  for (const KeySpec& key : key_table()) names.emplace_back(key.name);
+  for (const PlannedKey& key : planned_key_table()) names.emplace_back(key.name);
+  return names;
+}
+
+std::string environment_variable_name(std::string_view key) {
+  std::string name = "NERVE_";
+  for (char c : key) {
+    if (c == '.') {
+      name += '_';
+    } else if (c >= 'a' && c <= 'z') {
+      name += static_cast<char>(c - 'a' + 'A');
+    } else {
+      name += c;
+    }
+  }
+  return name;
+}
+
+}  // namespace nerve::config

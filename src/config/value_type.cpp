@@ -1,0 +1,255 @@
+#include "config/value_type.hpp"
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <system_error>
+
+#include "config/diagnostics.hpp"
+#include "config/suggest.hpp"
+
+namespace nerve::config {
+namespace {
+
+using std::chrono::nanoseconds;
+
+// Problem carries the reason a value was rejected from the per-kind parsers up to parse_value(),
+// which adds the key and the origin. It never leaves this file.
+struct Problem {
+  std::string reason;
+};
+
+std::string_view trim(std::string_view text) {
+  constexpr std::string_view blanks = " \t\r\n";
+  const auto first = text.find_first_not_of(blanks);
+  if (first == std::string_view::npos) return {};
+  return text.substr(first, text.find_last_not_of(blanks) - first + 1);
+}
+
+std::vector<std::string> to_strings(const std::vector<std::string_view>& words) {
+  return {words.begin(), words.end()};
+}
+
+// parse_digits() reads a whole decimal integer (sign allowed) or says why it is not one.
+std::int64_t parse_digits(std::string_view digits, std::string_view value, const ValueType& type) {
+  std::int64_t number = 0;
+  const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), number);
+  if (error == std::errc::result_out_of_range) {
+    throw Problem{fmt::format("{} is out of range (expected {})", quote(value), type.expected())};
+  }
+  if (error != std::errc{} || end != digits.data() + digits.size()) {
+    throw Problem{fmt::format("{} is not {}", quote(value), type.expected())};
+  }
+  return number;
+}
+
+ParsedValue parse_integer(std::string_view text, const ValueType& type) {
+  if (!type.zero_word.empty() && text == type.zero_word)
+    return {std::string(type.zero_word), std::int64_t{0}};
+  std::int64_t number = 0;
+  try {
+    number = parse_digits(text, text, type);
+  } catch (Problem& problem) {
+    if (!type.zero_word.empty()) {
+      const std::vector<std::string> words{std::string(type.zero_word)};
+      problem.reason += did_you_mean(text, words);
+    }
+    throw;
+  }
+  if (number < type.min || number > type.max) {
+    throw Problem{fmt::format("{} is out of range (expected {})", quote(text), type.expected())};
+  }
+  if (number == 0 && !type.zero_word.empty()) return {std::string(type.zero_word), number};
+  return {std::to_string(number), number};
+}
+
+ParsedValue parse_boolean(std::string_view text, const ValueType& type) {
+  const std::string word = to_lower_ascii(text);
+  if (word == "true" || word == "yes" || word == "on" || word == "1") return {"true", true};
+  if (word == "false" || word == "no" || word == "off" || word == "0") return {"false", false};
+  throw Problem{fmt::format("{} is not {}", quote(text), type.expected())};
+}
+
+ParsedValue parse_duration(std::string_view text, const ValueType& type) {
+  const std::size_t unit_start = text.find_first_not_of("+-0123456789");
+  const std::string_view digits = text.substr(0, unit_start);
+  const std::string_view unit = unit_start == std::string_view::npos ? "" : text.substr(unit_start);
+  std::int64_t scale = 1000;  // a bare number is in microseconds, like the other *_us keys
+  if (unit == "ns") {
+    scale = 1;
+  } else if (unit == "ms") {
+    scale = 1000 * 1000;
+  } else if (unit == "s") {
+    scale = 1000 * 1000 * 1000;
+  } else if (!unit.empty() && unit != "us") {
+    if (digits.empty()) throw Problem{fmt::format("{} is not {}", quote(text), type.expected())};
+    throw Problem{
+        fmt::format("{} has an unknown unit {} (expected {})", quote(text), quote(unit), type.expected())};
+  }
+  if (digits.empty()) throw Problem{fmt::format("{} is not {}", quote(text), type.expected())};
+  const std::int64_t count = parse_digits(digits, text, type);
+  // Compare before multiplying so that a huge count cannot overflow.
+  if (count < type.min / scale || count > type.max / scale || count * scale < type.min) {
+    throw Problem{fmt::format("{} is out of range (expected {})", quote(text), type.expected())};
+  }
+  const nanoseconds value{count * scale};
+  if (value.count() % type.resolution_ns != 0) {
+    throw Problem{fmt::format("{} is finer than the resolution of {} (expected {})", quote(text),
+                              format_duration(nanoseconds{type.resolution_ns}), type.expected())};
+  }
+  return {format_duration(value), value};
+}
+
+ParsedValue parse_choice(std::string_view text, const ValueType& type) {
+  for (std::string_view choice : type.choices) {
+    if (text == choice) return {std::string(choice), std::string(choice)};
+  }
+  for (const PlannedChoice& planned : type.planned_choices) {
+    if (text == planned.value) {
+      throw Problem{fmt::format("{} is not available in this build yet: it arrives with {} (expected {})",
+                                quote(text), planned.arrives_with, type.expected())};
+    }
+  }
+  throw Problem{fmt::format("{} is not {}{}", quote(text), type.expected(),
+                            did_you_mean(text, to_strings(type.choices)))};
+}
+
+ParsedValue parse_readable_file(std::string_view text, const ConfigOrigin& origin) {
+  if (text.empty()) return {"", std::string()};  // not set
+  std::filesystem::path path(text);
+  // A relative path in a configuration file means "next to this file", wherever the program runs.
+  if (path.is_relative() && origin.source == ConfigSource::file) {
+    path = std::filesystem::path(origin.file).parent_path() / path;
+  }
+  std::error_code error;
+  const auto status = std::filesystem::status(path, error);
+  if (!std::filesystem::exists(status)) {
+    throw Problem{
+        fmt::format("{} does not exist (expected the path of a readable file)", quote(path.string()))};
+  }
+  if (!std::filesystem::is_regular_file(status)) {
+    throw Problem{
+        fmt::format("{} is not a regular file (expected the path of a readable file)", quote(path.string()))};
+  }
+  std::ifstream stream(path);
+  if (!stream) {
+    throw Problem{fmt::format("{} cannot be read: {}", quote(path.string()), std::strerror(errno))};
+  }
+  return {path.string(), path.string()};
+}
+
+}  // namespace
+
+std::string ValueType::expected() const {
+  switch (kind) {
+    case ValueKind::integer:
+      if (zero_word.empty()) return fmt::format("an integer {}..{}", min, max);
+      return fmt::format("an integer {}..{} or '{}'", min, max, zero_word);
+    case ValueKind::boolean:
+      return "a boolean (true/false, yes/no, on/off or 1/0)";
+    case ValueKind::duration:
+      return fmt::format("a duration {}..{}: integer microseconds or an integer with a unit ns, us, ms or s",
+                         format_duration(nanoseconds{min}), format_duration(nanoseconds{max}));
+    case ValueKind::choice:
+      return fmt::format("one of {}", fmt::join(choices, ", "));
+    case ValueKind::text:
+      return "a string";
+    case ValueKind::readable_file:
+      return "the path of a readable file";
+  }
+  return "a value";
+}
+
+ValueType integer_type(std::int64_t min, std::int64_t max, std::string_view zero_word) {
+  ValueType type;
+  type.kind = ValueKind::integer;
+  type.min = min;
+  type.max = max;
+  type.zero_word = zero_word;
+  return type;
+}
+
+ValueType boolean_type() {
+  ValueType type;
+  type.kind = ValueKind::boolean;
+  return type;
+}
+
+ValueType duration_type(nanoseconds min, nanoseconds max, nanoseconds resolution) {
+  ValueType type;
+  type.kind = ValueKind::duration;
+  type.min = min.count();
+  type.max = max.count();
+  type.resolution_ns = resolution.count();
+  return type;
+}
+
+ValueType choice_type(std::vector<std::string_view> choices, std::vector<PlannedChoice> planned) {
+  ValueType type;
+  type.kind = ValueKind::choice;
+  type.choices = std::move(choices);
+  type.planned_choices = std::move(planned);
+  return type;
+}
+
+ValueType text_type() {
+  ValueType type;
+  type.kind = ValueKind::text;
+  return type;
+}
+
+ValueType readable_file_type() {
+  ValueType type;
+  type.kind = ValueKind::readable_file;
+  return type;
+}
+
+ParsedValue parse_value(std::string_view key, const ValueType& type, const RawValue& raw,
+                        const ConfigOrigin& origin) {
+  try {
+    switch (raw.shape) {
+      case RawValue::Shape::null:
+        throw Problem{fmt::format("no value given (expected {})", type.expected())};
+      case RawValue::Shape::sequence:
+        throw Problem{fmt::format("expected {}, got a sequence", type.expected())};
+      case RawValue::Shape::map:
+        throw Problem{fmt::format("expected {}, got a map", type.expected())};
+      case RawValue::Shape::scalar:
+        break;
+    }
+    // Strings are taken verbatim; everything else ignores surrounding blanks (common in env values).
+    const std::string_view text = type.kind == ValueKind::text ? std::string_view(raw.text) : trim(raw.text);
+    switch (type.kind) {
+      case ValueKind::integer:
+        return parse_integer(text, type);
+      case ValueKind::boolean:
+        return parse_boolean(text, type);
+      case ValueKind::duration:
+        return parse_duration(text, type);
+      case ValueKind::choice:
+        return parse_choice(text, type);
+      case ValueKind::text:
+        return {std::string(text), std::string(text)};
+      case ValueKind::readable_file:
+        return parse_readable_file(text, origin);
+    }
+    throw Problem{"has a type this build does not know"};
+  } catch (const Problem& problem) {
+    throw_config_error(origin, key, fmt::format("{}: {}", key, problem.reason));
+  }
+}
+
+std::string format_duration(nanoseconds d) {
+  const std::int64_t count = d.count();
+  if (count == 0) return "0";
+  if (count % 1'000'000'000 == 0) return fmt::format("{}s", count / 1'000'000'000);
+  if (count % 1'000'000 == 0) return fmt::format("{}ms", count / 1'000'000);
+  if (count % 1'000 == 0) return fmt::format("{}us", count / 1'000);
+  return fmt::format("{}ns", count);
+}
+
+}  // namespace nerve::config

@@ -1,0 +1,99 @@
+// value_type.hpp — the types a configuration value can have, and how text becomes a typed value.
+//
+// Every source (YAML file, environment, Settings::set) delivers a RawValue; parse_value() checks it
+// against the key's ValueType and yields a ParsedValue: the typed value that a key's apply function
+// stores into Config, plus its normalized text for Config::entries ("auto", "10ms", "true").
+// One parser per type means a value is accepted or rejected the same way whatever its source.
+//
+// Sequence-valued keys (scheduler.gpu_stream_priorities, gpu.devices) are planned: RawValue already
+// carries YAML sequences, and such a key will add a ValueKind whose parser takes RawValue::items
+// (from YAML) or comma-separated text (from the environment and the API). Until then every kind is
+// a scalar and a sequence or map is rejected with a message saying so.
+//
+// Thread safety: all functions here are pure; ValueType objects are immutable after construction.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "nerve/config.hpp"
+
+namespace nerve::config {
+
+enum class ValueKind {
+  integer,        // decimal integer in [min, max]; optionally a word (e.g. "auto") standing for 0
+  boolean,        // true/false, yes/no, on/off, 1/0 (any case)
+  duration,       // integer microseconds, or an integer with a unit ns|us|ms|s; in [min, max]
+  choice,         // one word out of a fixed list
+  text,           // any string
+  readable_file,  // a path naming an existing, readable regular file ("" = not set)
+};
+
+// A value of a choice type that the documentation promises but this build does not implement yet.
+struct PlannedChoice {
+  std::string_view value;         // e.g. "heft"
+  std::string_view arrives_with;  // e.g. "the performance-model work"
+};
+
+struct ValueType {
+  ValueKind kind = ValueKind::text;
+  std::int64_t min = 0;            // integer: smallest value; duration: shortest, in nanoseconds
+  std::int64_t max = 0;            // integer: largest value; duration: longest, in nanoseconds
+  std::string_view zero_word;      // integer: a word accepted for (and shown instead of) 0
+  std::int64_t resolution_ns = 1;  // duration: the value must be a whole multiple of this
+  std::vector<std::string_view> choices;
+  std::vector<PlannedChoice> planned_choices;
+
+  // expected() describes the accepted values for messages and documentation, e.g.
+  // "an integer 0..4096 or 'auto'", "one of eager, locality_aware_stealing".
+  std::string expected() const;
+};
+
+ValueType integer_type(std::int64_t min, std::int64_t max, std::string_view zero_word = {});
+ValueType boolean_type();
+ValueType duration_type(std::chrono::nanoseconds min, std::chrono::nanoseconds max,
+                        std::chrono::nanoseconds resolution);
+ValueType choice_type(std::vector<std::string_view> choices, std::vector<PlannedChoice> planned = {});
+ValueType text_type();
+ValueType readable_file_type();
+
+// RawValue is a value as a source delivered it, before any checking.
+struct RawValue {
+  enum class Shape { scalar, null, sequence, map };
+  Shape shape = Shape::scalar;
+  std::string text;                // Shape::scalar
+  std::vector<std::string> items;  // Shape::sequence: the items' text (scalar items only)
+
+  static RawValue scalar(std::string text) { return RawValue{Shape::scalar, std::move(text), {}}; }
+  static RawValue null() { return RawValue{Shape::null, {}, {}}; }
+  static RawValue map() { return RawValue{Shape::map, {}, {}}; }
+  static RawValue sequence(std::vector<std::string> items) {
+    return RawValue{Shape::sequence, {}, std::move(items)};
+  }
+};
+
+struct ParsedValue {
+  std::string text;  // normalized, as shown in Config::entries and by nerve-info
+  std::variant<std::int64_t, bool, std::chrono::nanoseconds, std::string> data;
+
+  // The accessors throw std::bad_variant_access when used with the wrong kind (a bug in a key row).
+  std::int64_t integer() const { return std::get<std::int64_t>(data); }
+  bool boolean() const { return std::get<bool>(data); }
+  std::chrono::nanoseconds duration() const { return std::get<std::chrono::nanoseconds>(data); }
+  const std::string& string() const { return std::get<std::string>(data); }
+};
+
+// parse_value() checks `raw` against `type` for configuration key `key`. A relative readable_file
+// path from a file source is resolved against that file's directory. Throws ConfigError naming the
+// key, the origin, the value and what was expected; never anything else.
+ParsedValue parse_value(std::string_view key, const ValueType& type, const RawValue& raw,
+                        const ConfigOrigin& origin);
+
+// format_duration() gives the shortest exact text for `d`: "0", "1500us", "10ms", "2s".
+std::string format_duration(std::chrono::nanoseconds d);
+
+}  // namespace nerve::config

@@ -1,0 +1,153 @@
+// yaml_source.cpp — read_config_file(): the YAML configuration file.
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "config/diagnostics.hpp"
+#include "config/key_registry.hpp"
+#include "config/sources.hpp"
+
+namespace nerve::config {
+namespace {
+
+std::string_view shape_name(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Scalar:
+      return "a scalar";
+    case YAML::NodeType::Sequence:
+      return "a sequence";
+    case YAML::NodeType::Map:
+      return "a map";
+    default:
+      return "nothing";
+  }
+}
+
+RawValue raw_value(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Scalar:
+      return RawValue::scalar(node.Scalar());
+    case YAML::NodeType::Sequence: {
+      std::vector<std::string> items;
+      for (const YAML::Node& item : node) items.push_back(item.IsScalar() ? item.Scalar() : std::string());
+      return RawValue::sequence(std::move(items));
+    }
+    case YAML::NodeType::Map:
+      return RawValue::map();
+    default:
+      return RawValue::null();
+  }
+}
+
+std::string read_whole_file(const std::filesystem::path& path, std::string_view named_by) {
+  const ConfigOrigin origin = file_origin(path.string(), 0);
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error)) {
+    throw_config_error(origin, "",
+                       fmt::format("the configuration file (named by {}) is a directory", named_by));
+  }
+  std::ifstream stream(path, std::ios::binary);
+  if (!stream) {
+    throw_config_error(
+        origin, "",
+        fmt::format("cannot open the configuration file (named by {}): {}", named_by, std::strerror(errno)));
+  }
+  std::ostringstream text;
+  text << stream.rdbuf();
+  if (stream.bad()) {
+    throw_config_error(origin, "", fmt::format("cannot read the configuration file (named by {})", named_by));
+  }
+  return text.str();
+}
+
+// FileReader walks the document and collects assignments, remembering the line where each key was
+// first set so that a duplicate (YAML forbids them; yaml-cpp keeps both) points at both places.
+class FileReader {
+ public:
+  explicit FileReader(std::string file) : file_(std::move(file)) {}
+
+  std::vector<Assignment> read(const YAML::Node& document) {
+    if (document.IsNull()) return {};  // empty file, or only comments
+    if (!document.IsMap()) {
+      fail(document, "",
+           fmt::format("the top level must be a map of sections or dotted keys, not {}",
+                       shape_name(document)));
+    }
+    for (auto it = document.begin(); it != document.end(); ++it) read_top_level(it->first, it->second);
+    return std::move(assignments_);
+  }
+
+ private:
+  void read_top_level(const YAML::Node& key, const YAML::Node& value) {
+    const std::string name = key_text(key, "");
+    if (name.find('.') != std::string::npos) return add(name, key, value);
+    if (!is_section(name)) {
+      // `policy: eager` at the top level is a key without its section; anything else is a section.
+      if (!value.IsMap()) return add(name, key, value);
+      throw_unknown_section(name, origin_of(key));
+    }
+    note_first_use(name, key);
+    if (value.IsNull()) return;  // an empty section (every key commented out) sets nothing
+    if (!value.IsMap()) {
+      fail(key, name,
+           fmt::format("section '{}' must be a map of keys (e.g. '{}:' then indented 'key: value' "
+                       "lines), not {}",
+                       name, name, shape_name(value)));
+    }
+    for (auto it = value.begin(); it != value.end(); ++it) {
+      add(name + "." + key_text(it->first, name), it->first, it->second);
+    }
+  }
+
+  void add(const std::string& name, const YAML::Node& key, const YAML::Node& value) {
+    note_first_use(name, key);
+    assignments_.push_back({name, raw_value(value), origin_of(key)});
+  }
+
+  void note_first_use(const std::string& name, const YAML::Node& key) {
+    const auto [first, inserted] = first_line_.emplace(name, line_of(key));
+    if (!inserted) {
+      fail(key, name, fmt::format("{}: duplicate key (first set at line {})", name, first->second));
+    }
+  }
+
+  std::string key_text(const YAML::Node& key, std::string_view section) {
+    if (!key.IsScalar()) {
+      fail(key, section, fmt::format("a key must be a plain word, not {}", shape_name(key)));
+    }
+    return key.Scalar();
+  }
+
+  int line_of(const YAML::Node& node) const { return node.Mark().line + 1; }  // yaml-cpp counts from 0
+
+  ConfigOrigin origin_of(const YAML::Node& node) const { return file_origin(file_, line_of(node)); }
+
+  [[noreturn]] void fail(const YAML::Node& node, std::string_view key, std::string_view message) const {
+    throw_config_error(origin_of(node), key, message);
+  }
+
+  std::string file_;
+  std::vector<Assignment> assignments_;
+  std::map<std::string, int> first_line_;
+};
+
+}  // namespace
+
+std::vector<Assignment> read_config_file(const std::filesystem::path& path, std::string_view named_by) {
+  const std::string text = read_whole_file(path, named_by);
+  YAML::Node document;
+  try {
+    document = YAML::Load(text);
+  } catch (const YAML::Exception& error) {
+    throw_config_error(file_origin(path.string(), error.mark.line + 1), "",
+                       fmt::format("YAML syntax error: {}", error.msg));
+  }
+  return FileReader(path.string()).read(document);
+}
+
+}  // namespace nerve::config

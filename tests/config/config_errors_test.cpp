@@ -1,0 +1,384 @@
+// Negative tests: every kind of configuration mistake gives one ConfigError that names the key, the
+// source (file and line, variable or "api"), the bad value and what was expected.
+#include <gtest/gtest.h>
+
+#include <cctype>
+
+#include "config_test_support.hpp"
+#include "nerve/config.hpp"
+#include "nerve/error.hpp"
+
+namespace nerve {
+namespace {
+
+using testing::TempDir;
+
+struct BadInput {
+  std::string name;
+  std::string yaml;                        // written to config.yaml and loaded when not empty
+  std::map<std::string, std::string> env;  // the environment (NERVE_CONFIG included)
+  std::vector<std::pair<std::string, std::string>> api;
+  std::string key;                     // the expected ConfigError::key()
+  int line = 0;                        // expected ConfigError::line(), when from config.yaml
+  std::vector<std::string> fragments;  // the message must contain each
+};
+
+std::vector<BadInput> bad_inputs() {
+  return {
+      {"unknown key with suggestion",
+       "scheduler:\n  polcy: eager\n",
+       {},
+       {},
+       "scheduler.polcy",
+       2,
+       {"unknown configuration key 'scheduler.polcy'", "did you mean 'scheduler.policy'?"}},
+      {"unknown flat key with suggestion",
+       "scheduler.spin: 5\n",
+       {},
+       {},
+       "scheduler.spin",
+       1,
+       {"did you mean 'scheduler.spin_us'?"}},
+      {"unknown section",
+       "parallel:\n  thread_pool_size: 2\nschedular:\n  policy: eager\n",
+       {},
+       {},
+       "schedular",
+       3,
+       {"unknown configuration section 'schedular'", "did you mean 'scheduler'?"}},
+      {"unknown section in a dotted key",
+       "paralel.thread_pool_size: 2\n",
+       {},
+       {},
+       "paralel.thread_pool_size",
+       1,
+       {"no section 'paralel'", "did you mean 'parallel.thread_pool_size'?"}},
+      {"key without its section",
+       "policy: eager\n",
+       {},
+       {},
+       "policy",
+       1,
+       {"did you mean 'scheduler.policy'?"}},
+      {"wrong type: word for an integer",
+       "parallel:\n  thread_pool_size: many\n",
+       {},
+       {},
+       "parallel.thread_pool_size",
+       2,
+       {"'many' is not an integer 0..4096 or 'auto'"}},
+      {"wrong type: fraction for an integer",
+       "scheduler:\n  spin_us: 1.5\n",
+       {},
+       {},
+       "scheduler.spin_us",
+       2,
+       {"'1.5' is not an integer"}},
+      {"out of range: too many threads",
+       "parallel.thread_pool_size: 5000\n",
+       {},
+       {},
+       "parallel.thread_pool_size",
+       1,
+       {"'5000' is out of range", "0..4096"}},
+      {"out of range: zero queue depth",
+       "task_queue:\n  per_device_queue_depth: 0\n",
+       {},
+       {},
+       "task_queue.per_device_queue_depth",
+       2,
+       {"'0' is out of range", "1..1048576"}},
+      {"out of range: max_in_flight too small",
+       "task_queue:\n  max_in_flight: 8\n",
+       {},
+       {},
+       "task_queue.max_in_flight",
+       2,
+       {"'8' is out of range", "16..67108864"}},
+      {"out of range: spin too long",
+       "scheduler:\n  spin_us: 2000000\n",
+       {},
+       {},
+       "scheduler.spin_us",
+       2,
+       {"out of range", "0..1000000"}},
+      {"out of range: huge number",
+       "scheduler:\n  spin_us: 99999999999999999999999\n",
+       {},
+       {},
+       "scheduler.spin_us",
+       2,
+       {"out of range"}},
+      {"bad enum with suggestion",
+       "\n\nscheduler:\n  policy: eagr\n",
+       {},
+       {},
+       "scheduler.policy",
+       4,
+       {"'eagr' is not one of eager, locality_aware_stealing", "did you mean 'eager'?"}},
+      {"bad enum, other case",
+       "parallel:\n  thread_affinity: Scatter\n",
+       {},
+       {},
+       "parallel.thread_affinity",
+       2,
+       {"'Scatter' is not one of none, compact, scatter", "did you mean 'scatter'?"}},
+      {"bad boolean",
+       "scheduler:\n  topology_awareness: maybe\n",
+       {},
+       {},
+       "scheduler.topology_awareness",
+       2,
+       {"'maybe' is not a boolean"}},
+      {"bad duration unit",
+       "scheduler:\n  work_stealing_threshold: 10min\n",
+       {},
+       {},
+       "scheduler.work_stealing_threshold",
+       2,
+       {"'10min' has an unknown unit 'min'", "ns, us, ms or s"}},
+      {"duration out of range",
+       "scheduler:\n  work_stealing_threshold: 11s\n",
+       {},
+       {},
+       "scheduler.work_stealing_threshold",
+       2,
+       {"'11s' is out of range", "0..10s"}},
+      {"duration finer than a microsecond",
+       "scheduler:\n  work_stealing_threshold: 1500ns\n",
+       {},
+       {},
+       "scheduler.work_stealing_threshold",
+       2,
+       {"'1500ns' is finer than the resolution of 1us"}},
+      {"planned key in the file",
+       "gpu:\n  stream_count: 4\n",
+       {},
+       {},
+       "gpu.stream_count",
+       2,
+       {"configuration key 'gpu.stream_count' is not available in this build yet: it arrives with the GPU "
+        "backends"}},
+      {"planned sequence key in the file",
+       "scheduler:\n  gpu_stream_priorities: [high, low]\n",
+       {},
+       {},
+       "scheduler.gpu_stream_priorities",
+       2,
+       {"not available in this build yet"}},
+      {"planned key in the environment",
+       "",
+       {{"NERVE_MEMORY_ALLOCATOR", "jemalloc"}},
+       {},
+       "memory.allocator",
+       0,
+       {"env NERVE_MEMORY_ALLOCATOR", "'memory.allocator' is not available in this build yet",
+        "memory pools"}},
+      {"planned key from the api",
+       "",
+       {},
+       {{"distributed.compression", "zstd"}},
+       "distributed.compression",
+       0,
+       {"api: configuration key 'distributed.compression' is not available"}},
+      {"heft is not available yet",
+       "scheduler:\n  policy: heft\n",
+       {},
+       {},
+       "scheduler.policy",
+       2,
+       {"'heft' is not available in this build yet", "performance-model"}},
+      {"YAML syntax error",
+       "scheduler:\n  policy: eager\n  spin_us: [1, 2\n",
+       {},
+       {},
+       "",
+       4,
+       {"YAML syntax error"}},
+      {"YAML bad indentation",
+       "scheduler:\n  policy: eager\n    spin_us: 3\n",
+       {},
+       {},
+       "",
+       3,
+       {"YAML syntax error"}},
+      {"duplicate key",
+       "scheduler:\n  policy: eager\n  spin_us: 5\n  policy: eager\n",
+       {},
+       {},
+       "scheduler.policy",
+       4,
+       {"duplicate key (first set at line 2)"}},
+      {"duplicate key, flat then nested",
+       "scheduler.spin_us: 1\nscheduler:\n  spin_us: 2\n",
+       {},
+       {},
+       "scheduler.spin_us",
+       3,
+       {"duplicate key (first set at line 1)"}},
+      {"duplicate section",
+       "scheduler:\n  policy: eager\nscheduler:\n  spin_us: 1\n",
+       {},
+       {},
+       "scheduler",
+       3,
+       {"duplicate key (first set at line 1)"}},
+      {"sequence where a scalar is expected",
+       "scheduler:\n  policy: [eager]\n",
+       {},
+       {},
+       "scheduler.policy",
+       2,
+       {"expected one of eager, locality_aware_stealing, got a sequence"}},
+      {"map where a scalar is expected",
+       "task_queue:\n  type:\n    name: mutex\n",
+       {},
+       {},
+       "task_queue.type",
+       2,
+       {"got a map"}},
+      {"missing value", "scheduler:\n  spin_us:\n", {}, {}, "scheduler.spin_us", 2, {"no value given"}},
+      {"section that is not a map",
+       "scheduler: eager\n",
+       {},
+       {},
+       "scheduler",
+       1,
+       {"section 'scheduler' must be a map of keys", "not a scalar"}},
+      {"top level that is not a map",
+       "- scheduler\n- parallel\n",
+       {},
+       {},
+       "",
+       1,
+       {"the top level must be a map"}},
+      {"missing topology.xml file",
+       "topology:\n  xml: /nonexistent/machine.xml\n",
+       {},
+       {},
+       "topology.xml",
+       2,
+       {"'/nonexistent/machine.xml' does not exist"}},
+      {"topology.xml naming a directory",
+       "topology.xml: /\n",
+       {},
+       {},
+       "topology.xml",
+       1,
+       {"not a regular file"}},
+      {"unknown NERVE_SCHEDULER_* variable",
+       "",
+       {{"NERVE_SCHEDULER_POLCY", "eager"}},
+       {},
+       "scheduler.polcy",
+       0,
+       {"env NERVE_SCHEDULER_POLCY", "'scheduler.polcy' is unknown", "did you mean NERVE_SCHEDULER_POLICY?"}},
+      {"unknown NERVE_TASK_QUEUE_* variable",
+       "",
+       {{"NERVE_TASK_QUEUE_DEPTH", "4"}},
+       {},
+       "task_queue.depth",
+       0,
+       {"env NERVE_TASK_QUEUE_DEPTH"}},
+      {"bad environment value",
+       "",
+       {{"NERVE_TASK_QUEUE_TYPE", "lockfree"}},
+       {},
+       "task_queue.type",
+       0,
+       {"env NERVE_TASK_QUEUE_TYPE: task_queue.type: 'lockfree' is not one of lock_free_mpsc, mutex"}},
+      {"bad environment duration",
+       "",
+       {{"NERVE_SCHEDULER_WORK_STEALING_THRESHOLD", "5 minutes"}},
+       {},
+       "scheduler.work_stealing_threshold",
+       0,
+       {"env NERVE_SCHEDULER_WORK_STEALING_THRESHOLD", "'5 minutes'"}},
+      {"unknown api key",
+       "",
+       {},
+       {{"scheduler.polic", "eager"}},
+       "scheduler.polic",
+       0,
+       {"api: unknown configuration key 'scheduler.polic'", "did you mean 'scheduler.policy'?"}},
+      {"bad api value",
+       "",
+       {},
+       {{"parallel.thread_pool_size", "-1"}},
+       "parallel.thread_pool_size",
+       0,
+       {"api: parallel.thread_pool_size: '-1' is out of range"}},
+      {"missing file named by NERVE_CONFIG",
+       "",
+       {{"NERVE_CONFIG", "/nonexistent/nerve.yaml"}},
+       {},
+       "",
+       0,
+       {"/nonexistent/nerve.yaml", "NERVE_CONFIG", "No such file or directory"}},
+      {"file value checked even when overridden",
+       "scheduler:\n  policy: eagr\n",
+       {{"NERVE_SCHEDULER_POLICY", "eager"}},
+       {},
+       "scheduler.policy",
+       2,
+       {"'eagr' is not one of"}},
+  };
+}
+
+class ConfigBadInput : public ::testing::TestWithParam<BadInput> {};
+
+TEST_P(ConfigBadInput, IsOneClearConfigError) {
+  const BadInput& input = GetParam();
+  TempDir dir;
+  Settings settings;
+  std::string file;
+  if (!input.yaml.empty()) {
+    file = dir.write("config.yaml", input.yaml).string();
+    settings.config_file(file);
+  }
+  for (const auto& [key, value] : input.api) settings.set(key, value);
+  try {
+    Config::load(settings, input.env);
+    FAIL() << "no ConfigError for: " << input.name;
+  } catch (const ConfigError& error) {
+    const std::string message = error.what();
+    EXPECT_EQ(error.code(), ErrorCode::invalid_config);
+    EXPECT_EQ(error.key(), input.key) << message;
+    if (!input.key.empty()) EXPECT_NE(message.find(input.key), std::string::npos) << message;
+    if (input.line > 0) {
+      EXPECT_EQ(error.file(), file) << message;
+      EXPECT_EQ(error.line(), input.line) << message;
+      EXPECT_EQ(message.rfind(file + ":" + std::to_string(input.line) + ": ", 0), 0u) << message;
+    } else {
+      EXPECT_EQ(error.line(), 0) << message;
+    }
+    for (const std::string& fragment : input.fragments) {
+      EXPECT_NE(message.find(fragment), std::string::npos) << "missing '" << fragment << "' in: " << message;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Table, ConfigBadInput, ::testing::ValuesIn(bad_inputs()),
+                         [](const ::testing::TestParamInfo<BadInput>& info) {
+                           std::string name;
+                           for (char c : info.param.name)
+                             name += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+                           return name;
+                         });
+
+TEST(ConfigBadFile, MissingFileNamesTheFileAndItsChooser) {
+  TempDir dir;
+  const auto absent = dir.path() / "absent.yaml";
+  try {
+    Config::load(testing::hermetic().config_file(absent));
+    FAIL() << "expected a ConfigError";
+  } catch (const ConfigError& error) {
+    EXPECT_EQ(error.file(), absent.string());
+    const std::string message = error.what();
+    EXPECT_NE(message.find("absent.yaml"), std::string::npos) << message;
+    EXPECT_NE(message.find("Settings::config_file"), std::string::npos) << message;
+  }
+}
+
+}  // namespace
+}  // namespace nerve

@@ -1,0 +1,327 @@
+// Behaviour of Config::load(): defaults, every key from every source, precedence and origins.
+#include "nerve/config.hpp"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <functional>
+#include <set>
+
+#include "config/key_registry.hpp"
+#include "config_test_support.hpp"
+#include "nerve/error.hpp"
+
+namespace nerve {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::entry;
+using testing::hermetic;
+using testing::TempDir;
+
+TEST(ConfigDefaults, MatchTheStructInitialisers) {
+  // The registry's default text is parsed at load time; it must agree with config.hpp's initialisers.
+  const Config loaded = Config::load(hermetic());
+  const Config initial;
+  EXPECT_EQ(loaded.parallel.thread_pool_size, initial.parallel.thread_pool_size);
+  EXPECT_EQ(loaded.parallel.thread_affinity, initial.parallel.thread_affinity);
+  EXPECT_EQ(loaded.scheduler.policy, initial.scheduler.policy);
+  EXPECT_EQ(loaded.scheduler.spin, initial.scheduler.spin);
+  EXPECT_EQ(loaded.scheduler.work_stealing_threshold, initial.scheduler.work_stealing_threshold);
+  EXPECT_EQ(loaded.scheduler.topology_awareness, initial.scheduler.topology_awareness);
+  EXPECT_EQ(loaded.scheduler.numa_affinity, initial.scheduler.numa_affinity);
+  EXPECT_EQ(loaded.task_queue.type, initial.task_queue.type);
+  EXPECT_EQ(loaded.task_queue.per_device_queue_depth, initial.task_queue.per_device_queue_depth);
+  EXPECT_EQ(loaded.task_queue.max_in_flight, initial.task_queue.max_in_flight);
+  EXPECT_EQ(loaded.topology.synthetic, initial.topology.synthetic);
+  EXPECT_EQ(loaded.topology.xml, initial.topology.xml);
+}
+
+TEST(ConfigDefaults, EntriesListEveryKeyInDocumentationOrderWithDefaultOrigin) {
+  const Config config = Config::load(hermetic());
+  const std::vector<std::string> keys = known_config_keys();
+  ASSERT_EQ(config.entries.size(), keys.size());
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    EXPECT_EQ(config.entries[i].key, keys[i]);
+    EXPECT_EQ(config.entries[i].origin.source, ConfigSource::default_value);
+    EXPECT_EQ(config.entries[i].origin.describe(), "default");
+  }
+  EXPECT_EQ(entry(config, "parallel.thread_pool_size").value, "auto");
+  EXPECT_EQ(entry(config, "scheduler.policy").value, "locality_aware_stealing");
+  EXPECT_EQ(entry(config, "scheduler.spin_us").value, "50");
+  EXPECT_EQ(entry(config, "scheduler.work_stealing_threshold").value, "0");
+  EXPECT_EQ(entry(config, "scheduler.topology_awareness").value, "true");
+  EXPECT_EQ(entry(config, "task_queue.max_in_flight").value, "262144");
+}
+
+TEST(ConfigRegistry, KeysAndEnvironmentNamesAreUnique) {
+  std::set<std::string> keys;
+  std::set<std::string> variables;
+  for (const std::string& key : config::all_key_names()) {
+    EXPECT_TRUE(keys.insert(key).second) << key;
+    EXPECT_TRUE(variables.insert(config::environment_variable_name(key)).second) << key;
+    EXPECT_NE(key.find('.'), std::string::npos) << key << " has no section";
+  }
+  EXPECT_EQ(config::environment_variable_name("task_queue.per_device_queue_depth"),
+            "NERVE_TASK_QUEUE_PER_DEVICE_QUEUE_DEPTH");
+}
+
+// One row per accepted spelling: the text given, its normalized form and what it sets in Config.
+struct KeyCase {
+  std::string key;
+  std::string input;
+  std::string normalized;
+  std::function<bool(const Config&)> check;
+};
+
+std::vector<KeyCase> key_cases() {
+  return {
+      {"parallel.thread_pool_size", "8", "8",
+       [](const Config& c) { return c.parallel.thread_pool_size == 8; }},
+      {"parallel.thread_pool_size", "auto", "auto",
+       [](const Config& c) { return c.parallel.thread_pool_size == 0; }},
+      {"parallel.thread_pool_size", "0", "auto",
+       [](const Config& c) { return c.parallel.thread_pool_size == 0; }},
+      {"parallel.thread_pool_size", "4096", "4096",
+       [](const Config& c) { return c.parallel.thread_pool_size == 4096; }},
+      {"parallel.thread_affinity", "scatter", "scatter",
+       [](const Config& c) { return c.parallel.thread_affinity == ThreadAffinity::scatter; }},
+      {"parallel.thread_affinity", "none", "none",
+       [](const Config& c) { return c.parallel.thread_affinity == ThreadAffinity::none; }},
+      {"scheduler.policy", "eager", "eager",
+       [](const Config& c) { return c.scheduler.policy == SchedulerPolicy::eager; }},
+      {"scheduler.spin_us", "0", "0", [](const Config& c) { return c.scheduler.spin == 0us; }},
+      {"scheduler.spin_us", "1000000", "1000000", [](const Config& c) { return c.scheduler.spin == 1s; }},
+      {"scheduler.work_stealing_threshold", "10ms", "10ms",
+       [](const Config& c) { return c.scheduler.work_stealing_threshold == 10ms; }},
+      {"scheduler.work_stealing_threshold", "500us", "500us",
+       [](const Config& c) { return c.scheduler.work_stealing_threshold == 500us; }},
+      {"scheduler.work_stealing_threshold", "2000", "2ms",
+       [](const Config& c) { return c.scheduler.work_stealing_threshold == 2ms; }},
+      {"scheduler.work_stealing_threshold", "3000ns", "3us",
+       [](const Config& c) { return c.scheduler.work_stealing_threshold == 3us; }},
+      {"scheduler.work_stealing_threshold", "10s", "10s",
+       [](const Config& c) { return c.scheduler.work_stealing_threshold == 10s; }},
+      {"scheduler.topology_awareness", "off", "false",
+       [](const Config& c) { return !c.scheduler.topology_awareness; }},
+      {"scheduler.topology_awareness", "No", "false",
+       [](const Config& c) { return !c.scheduler.topology_awareness; }},
+      {"scheduler.topology_awareness", "0", "false",
+       [](const Config& c) { return !c.scheduler.topology_awareness; }},
+      {"scheduler.topology_awareness", "yes", "true",
+       [](const Config& c) { return c.scheduler.topology_awareness; }},
+      {"scheduler.numa_affinity", "strict", "strict",
+       [](const Config& c) { return c.scheduler.numa_affinity == NumaAffinity::strict; }},
+      {"scheduler.numa_affinity", "none", "none",
+       [](const Config& c) { return c.scheduler.numa_affinity == NumaAffinity::none; }},
+      {"task_queue.type", "mutex", "mutex",
+       [](const Config& c) { return c.task_queue.type == QueueType::mutex; }},
+      {"task_queue.per_device_queue_depth", "1", "1",
+       [](const Config& c) { return c.task_queue.per_device_queue_depth == 1; }},
+      {"task_queue.per_device_queue_depth", "1048576", "1048576",
+       [](const Config& c) { return c.task_queue.per_device_queue_depth == 1048576; }},
+      {"task_queue.max_in_flight", "16", "16",
+       [](const Config& c) { return c.task_queue.max_in_flight == 16; }},
+      {"task_queue.max_in_flight", "67108864", "67108864",
+       [](const Config& c) { return c.task_queue.max_in_flight == 67108864; }},
+      {"topology.synthetic", "pack:2 numa:2 core:4 pu:1", "pack:2 numa:2 core:4 pu:1",
+       [](const Config& c) { return c.topology.synthetic == "pack:2 numa:2 core:4 pu:1"; }},
+  };
+}
+
+std::string leaf(const std::string& key) { return key.substr(key.find('.') + 1); }
+std::string section(const std::string& key) { return key.substr(0, key.find('.')); }
+
+TEST(ConfigKeys, EveryKeyFromANestedYamlSection) {
+  TempDir dir;
+  for (const KeyCase& c : key_cases()) {
+    SCOPED_TRACE(c.key + " = " + c.input);
+    const auto file = dir.write(
+        "nested.yaml", "# comment\n" + section(c.key) + ":\n  " + leaf(c.key) + ": " + c.input + "\n");
+    const Config config = Config::load(hermetic().config_file(file));
+    EXPECT_TRUE(c.check(config));
+    EXPECT_EQ(entry(config, c.key).value, c.normalized);
+    EXPECT_EQ(entry(config, c.key).origin.describe(), file.string() + ":3");
+  }
+}
+
+TEST(ConfigKeys, EveryKeyFromAFlatDottedYamlKey) {
+  TempDir dir;
+  for (const KeyCase& c : key_cases()) {
+    SCOPED_TRACE(c.key + " = " + c.input);
+    const auto file = dir.write("flat.yaml", c.key + ": \"" + c.input + "\"\n");
+    const Config config = Config::load(hermetic().config_file(file));
+    EXPECT_TRUE(c.check(config));
+    EXPECT_EQ(entry(config, c.key).value, c.normalized);
+    EXPECT_EQ(config.origin(c.key).line, 1);
+  }
+}
+
+TEST(ConfigKeys, EveryKeyFromTheEnvironment) {
+  for (const KeyCase& c : key_cases()) {
+    SCOPED_TRACE(c.key + " = " + c.input);
+    const std::string variable = config::environment_variable_name(c.key);
+    const Config config = Config::load(Settings(), {{variable, c.input}});
+    EXPECT_TRUE(c.check(config));
+    EXPECT_EQ(entry(config, c.key).value, c.normalized);
+    EXPECT_EQ(config.origin(c.key).source, ConfigSource::environment);
+    EXPECT_EQ(config.origin(c.key).describe(), "env " + variable);
+  }
+}
+
+TEST(ConfigKeys, EveryKeyFromTheApi) {
+  for (const KeyCase& c : key_cases()) {
+    SCOPED_TRACE(c.key + " = " + c.input);
+    const Config config = Config::load(hermetic().set(c.key, c.input));
+    EXPECT_TRUE(c.check(config));
+    EXPECT_EQ(entry(config, c.key).value, c.normalized);
+    EXPECT_EQ(config.origin(c.key).describe(), "api");
+  }
+}
+
+TEST(ConfigKeys, TopologyXmlNamesAnExistingFileFromEverySource) {
+  TempDir dir;
+  const auto xml = dir.write("machine.xml", "<topology/>\n");
+  const auto file = dir.write("config.yaml", "topology:\n  xml: " + xml.string() + "\n");
+  EXPECT_EQ(Config::load(hermetic().config_file(file)).topology.xml, xml.string());
+  EXPECT_EQ(Config::load(Settings(), {{"NERVE_TOPOLOGY_XML", xml.string()}}).topology.xml, xml.string());
+  EXPECT_EQ(Config::load(hermetic().set("topology.xml", xml.string())).topology.xml, xml.string());
+}
+
+TEST(ConfigKeys, RelativeTopologyXmlInAFileIsRelativeToThatFile) {
+  TempDir dir;
+  dir.write("machine.xml", "<topology/>\n");
+  const auto file = dir.write("config.yaml", "topology.xml: machine.xml\n");
+  const Config config = Config::load(hermetic().config_file(file));
+  EXPECT_EQ(config.topology.xml, (dir.path() / "machine.xml").string());
+}
+
+TEST(ConfigKeys, SyntheticAndXmlTogetherAreRejected) {
+  TempDir dir;
+  const auto xml = dir.write("machine.xml", "<topology/>\n");
+  const auto file = dir.write("config.yaml", "topology:\n  xml: " + xml.string() + "\n");
+  try {
+    Config::load(hermetic().config_file(file).set("topology.synthetic", "pack:1 core:2 pu:1"));
+    FAIL() << "expected a ConfigError";
+  } catch (const ConfigError& error) {
+    EXPECT_EQ(error.key(), "topology.synthetic");  // the API value is the stronger one
+    EXPECT_NE(std::string(error.what()).find("both set"), std::string::npos) << error.what();
+  }
+}
+
+TEST(ConfigFile, EmptyFilesAndEmptySectionsSetNothing) {
+  TempDir dir;
+  for (const std::string text : {"", "# only a comment\n", "scheduler:\n  # policy: eager\n"}) {
+    const Config config = Config::load(hermetic().config_file(dir.write("c.yaml", text)));
+    EXPECT_EQ(config.origin("scheduler.policy").source, ConfigSource::default_value) << text;
+  }
+}
+
+TEST(ConfigPrecedence, DefaultThenFileThenEnvironmentThenApi) {
+  TempDir dir;
+  const auto file = dir.write("config.yaml",
+                              "parallel:\n"
+                              "  thread_pool_size: 3\n"
+                              "scheduler:\n"
+                              "  policy: eager\n"
+                              "  spin_us: 10\n"
+                              "scheduler.numa_affinity: strict\n");
+  const std::map<std::string, std::string> environment{{"NERVE_PARALLEL_THREAD_POOL_SIZE", "4"},
+                                                       {"NERVE_SCHEDULER_SPIN_US", "20"},
+                                                       {"NERVE_LOG_LEVEL", "debug"}};
+  const Config config =
+      Config::load(Settings().config_file(file).set("parallel.thread_pool_size", "5"), environment);
+
+  EXPECT_EQ(config.parallel.thread_pool_size, 5u);  // api beats env and file
+  EXPECT_EQ(config.origin("parallel.thread_pool_size").describe(), "api");
+  EXPECT_EQ(config.scheduler.spin, 20us);  // env beats file
+  EXPECT_EQ(config.origin("scheduler.spin_us").describe(), "env NERVE_SCHEDULER_SPIN_US");
+  EXPECT_EQ(config.scheduler.policy, SchedulerPolicy::eager);  // file beats default
+  EXPECT_EQ(config.origin("scheduler.policy").describe(), file.string() + ":4");
+  EXPECT_EQ(config.origin("scheduler.policy").line, 4);
+  EXPECT_EQ(config.scheduler.numa_affinity, NumaAffinity::strict);
+  EXPECT_EQ(config.origin("scheduler.numa_affinity").describe(), file.string() + ":6");
+  EXPECT_EQ(config.task_queue.type, QueueType::lock_free_mpsc);  // untouched: default
+  EXPECT_EQ(config.origin("task_queue.type").describe(), "default");
+}
+
+TEST(ConfigPrecedence, LaterApiSettingOfTheSameKeyWins) {
+  const Config config = Config::load(hermetic().set("scheduler.spin_us", "1").set("scheduler.spin_us", "2"));
+  EXPECT_EQ(config.scheduler.spin, 2us);
+}
+
+TEST(ConfigFileSelection, NerveConfigNamesTheFile) {
+  TempDir dir;
+  const auto file = dir.write("from-env.yaml", "task_queue:\n  type: mutex\n");
+  const Config config = Config::load(Settings(), {{"NERVE_CONFIG", file.string()}});
+  EXPECT_EQ(config.task_queue.type, QueueType::mutex);
+  EXPECT_EQ(config.origin("task_queue.type").describe(), file.string() + ":2");
+}
+
+TEST(ConfigFileSelection, SettingsFileTakesPrecedenceOverNerveConfig) {
+  TempDir dir;
+  const auto chosen = dir.write("chosen.yaml", "task_queue.type: mutex\n");
+  const auto ignored = dir.write("ignored.yaml", "task_queue.type: bogus\n");
+  const Config config = Config::load(Settings().config_file(chosen), {{"NERVE_CONFIG", ignored.string()}});
+  EXPECT_EQ(config.task_queue.type, QueueType::mutex);
+}
+
+TEST(ConfigHermetic, UseEnvironmentFalseIgnoresEveryVariable) {
+  const std::map<std::string, std::string> hostile{{"NERVE_CONFIG", "/nonexistent/nerve.yaml"},
+                                                   {"NERVE_SCHEDULER_POLICY", "bogus"},
+                                                   {"NERVE_SCHEDULER_NO_SUCH_KEY", "1"},
+                                                   {"NERVE_GPU_STREAM_COUNT", "4"}};
+  const Config config = Config::load(hermetic(), hostile);
+  EXPECT_EQ(config.origin("scheduler.policy").source, ConfigSource::default_value);
+}
+
+TEST(ConfigEnvironment, UnrelatedNerveVariablesAreIgnored) {
+  const Config config = Config::load(Settings(), {{"NERVE_LOG_LEVEL", "trace"},
+                                                  {"NERVE_TRACE", "trace.json"},
+                                                  {"NERVE_PLUGIN_PATH", "/opt/nerve"},
+                                                  {"NERVE_TEST_TIMEOUT", "60"},
+                                                  {"NERVE_SOMETHING_ELSE", "x"},
+                                                  {"NERVE_TASK_FOO", "x"},
+                                                  {"PATH", "/bin"}});
+  for (const auto& e : config.entries) EXPECT_EQ(e.origin.source, ConfigSource::default_value) << e.key;
+}
+
+TEST(ConfigEnvironment, ProcessEnvironmentIsReadByDefault) {
+  // The map overload is what the other tests use; this checks that the plain overload reads environ.
+  ASSERT_EQ(setenv("NERVE_SCHEDULER_SPIN_US", "77", 1), 0);
+  const Config from_process = Config::load(Settings());
+  const Config hermetic_config = Config::load(hermetic());
+  unsetenv("NERVE_SCHEDULER_SPIN_US");
+  EXPECT_EQ(from_process.scheduler.spin, 77us);
+  EXPECT_EQ(from_process.origin("scheduler.spin_us").describe(), "env NERVE_SCHEDULER_SPIN_US");
+  EXPECT_EQ(hermetic_config.scheduler.spin, 50us);
+}
+
+TEST(ConfigOrigins, DescribeEachSource) {
+  ConfigOrigin origin;
+  EXPECT_EQ(origin.describe(), "default");
+  origin.source = ConfigSource::file;
+  origin.file = "config.yaml";
+  origin.line = 12;
+  EXPECT_EQ(origin.describe(), "config.yaml:12");
+  origin.source = ConfigSource::environment;
+  origin.variable = "NERVE_X";
+  EXPECT_EQ(origin.describe(), "env NERVE_X");
+  origin.source = ConfigSource::api;
+  EXPECT_EQ(origin.describe(), "api");
+}
+
+TEST(ConfigOrigins, UnknownAndPlannedKeysAreErrors) {
+  const Config config = Config::load(hermetic());
+  EXPECT_THROW((void)config.origin("scheduler.polcy"), ConfigError);
+  try {
+    (void)config.origin("gpu.devices");
+    FAIL() << "expected a ConfigError";
+  } catch (const ConfigError& error) {
+    EXPECT_EQ(error.key(), "gpu.devices");
+    EXPECT_NE(std::string(error.what()).find("not available in this build yet"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace nerve
