@@ -1,15 +1,17 @@
 // config.cpp — Config::load(): defaults, then the YAML file, the environment and the API settings.
 #include "nerve/config.hpp"
 
-#include <fmt/format.h>
+#include <algorithm>
+
 #include <unistd.h>
 
-#include <algorithm>
+#include <fmt/format.h>
+
+#include "nerve/error.hpp"
 
 #include "config/diagnostics.hpp"
 #include "config/key_registry.hpp"
 #include "config/sources.hpp"
-#include "nerve/error.hpp"
 #include "util/log.hpp"
 
 extern char** environ;  // POSIX; declared by <unistd.h> only with _GNU_SOURCE
@@ -68,14 +70,10 @@ void check_consistency(const Config& result) {
 
 std::string ConfigOrigin::describe() const {
   switch (source) {
-    case ConfigSource::default_value:
-      return "default";
-    case ConfigSource::file:
-      return line > 0 ? fmt::format("{}:{}", file, line) : file;
-    case ConfigSource::environment:
-      return "env " + variable;
-    case ConfigSource::api:
-      return "api";
+    case ConfigSource::default_value: return "default";
+    case ConfigSource::file: return line > 0 ? fmt::format("{}:{}", file, line) : file;
+    case ConfigSource::environment: return "env " + variable;
+    case ConfigSource::api: return "api";
   }
   return "unknown";
 }

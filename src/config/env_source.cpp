@@ -1,9 +1,9 @@
 // env_source.cpp — read_environment(): NERVE_<SECTION>_<KEY> overrides.
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <array>
 #include <map>
+
+#include <fmt/format.h>
 
 #include "config/diagnostics.hpp"
 #include "config/key_registry.hpp"

@@ -1,9 +1,9 @@
 #include "config/key_registry.hpp"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <chrono>
+
+#include <fmt/format.h>
 
 #include "config/diagnostics.hpp"
 #include "config/enum_names.hpp"

@@ -15,8 +15,9 @@
 #include <string_view>
 #include <vector>
 
-#include "config/value_type.hpp"
 #include "nerve/config.hpp"
+
+#include "config/value_type.hpp"
 
 namespace nerve::config {
 

@@ -1,10 +1,10 @@
 #include "config/suggest.hpp"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <numeric>
 #include <vector>
+
+#include <fmt/format.h>
 
 namespace nerve::config {
 namespace {

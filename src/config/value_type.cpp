@@ -1,13 +1,13 @@
 #include "config/value_type.hpp"
 
-#include <fmt/format.h>
-
 #include <cerrno>
 #include <charconv>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <system_error>
+
+#include <fmt/format.h>
 
 #include "config/diagnostics.hpp"
 #include "config/suggest.hpp"
@@ -149,17 +149,13 @@ std::string ValueType::expected() const {
     case ValueKind::integer:
       if (zero_word.empty()) return fmt::format("an integer {}..{}", min, max);
       return fmt::format("an integer {}..{} or '{}'", min, max, zero_word);
-    case ValueKind::boolean:
-      return "a boolean (true/false, yes/no, on/off or 1/0)";
+    case ValueKind::boolean: return "a boolean (true/false, yes/no, on/off or 1/0)";
     case ValueKind::duration:
       return fmt::format("a duration {}..{}: integer microseconds or an integer with a unit ns, us, ms or s",
                          format_duration(nanoseconds{min}), format_duration(nanoseconds{max}));
-    case ValueKind::choice:
-      return fmt::format("one of {}", fmt::join(choices, ", "));
-    case ValueKind::text:
-      return "a string";
-    case ValueKind::readable_file:
-      return "the path of a readable file";
+    case ValueKind::choice: return fmt::format("one of {}", fmt::join(choices, ", "));
+    case ValueKind::text: return "a string";
+    case ValueKind::readable_file: return "the path of a readable file";
   }
   return "a value";
 }
@@ -212,30 +208,21 @@ ParsedValue parse_value(std::string_view key, const ValueType& type, const RawVa
                         const ConfigOrigin& origin) {
   try {
     switch (raw.shape) {
-      case RawValue::Shape::null:
-        throw Problem{fmt::format("no value given (expected {})", type.expected())};
+      case RawValue::Shape::null: throw Problem{fmt::format("no value given (expected {})", type.expected())};
       case RawValue::Shape::sequence:
         throw Problem{fmt::format("expected {}, got a sequence", type.expected())};
-      case RawValue::Shape::map:
-        throw Problem{fmt::format("expected {}, got a map", type.expected())};
-      case RawValue::Shape::scalar:
-        break;
+      case RawValue::Shape::map: throw Problem{fmt::format("expected {}, got a map", type.expected())};
+      case RawValue::Shape::scalar: break;
     }
     // Strings are taken verbatim; everything else ignores surrounding blanks (common in env values).
     const std::string_view text = type.kind == ValueKind::text ? std::string_view(raw.text) : trim(raw.text);
     switch (type.kind) {
-      case ValueKind::integer:
-        return parse_integer(text, type);
-      case ValueKind::boolean:
-        return parse_boolean(text, type);
-      case ValueKind::duration:
-        return parse_duration(text, type);
-      case ValueKind::choice:
-        return parse_choice(text, type);
-      case ValueKind::text:
-        return {std::string(text), std::string(text)};
-      case ValueKind::readable_file:
-        return parse_readable_file(text, origin);
+      case ValueKind::integer: return parse_integer(text, type);
+      case ValueKind::boolean: return parse_boolean(text, type);
+      case ValueKind::duration: return parse_duration(text, type);
+      case ValueKind::choice: return parse_choice(text, type);
+      case ValueKind::text: return {std::string(text), std::string(text)};
+      case ValueKind::readable_file: return parse_readable_file(text, origin);
     }
     throw Problem{"has a type this build does not know"};
   } catch (const Problem& problem) {

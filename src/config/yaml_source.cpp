@@ -1,12 +1,12 @@
 // yaml_source.cpp — read_config_file(): the YAML configuration file.
-#include <fmt/format.h>
-#include <yaml-cpp/yaml.h>
-
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <map>
 #include <sstream>
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
 
 #include "config/diagnostics.hpp"
 #include "config/key_registry.hpp"
@@ -17,30 +17,23 @@ namespace {
 
 std::string_view shape_name(const YAML::Node& node) {
   switch (node.Type()) {
-    case YAML::NodeType::Scalar:
-      return "a scalar";
-    case YAML::NodeType::Sequence:
-      return "a sequence";
-    case YAML::NodeType::Map:
-      return "a map";
-    default:
-      return "nothing";
+    case YAML::NodeType::Scalar: return "a scalar";
+    case YAML::NodeType::Sequence: return "a sequence";
+    case YAML::NodeType::Map: return "a map";
+    default: return "nothing";
   }
 }
 
 RawValue raw_value(const YAML::Node& node) {
   switch (node.Type()) {
-    case YAML::NodeType::Scalar:
-      return RawValue::scalar(node.Scalar());
+    case YAML::NodeType::Scalar: return RawValue::scalar(node.Scalar());
     case YAML::NodeType::Sequence: {
       std::vector<std::string> items;
       for (const YAML::Node& item : node) items.push_back(item.IsScalar() ? item.Scalar() : std::string());
       return RawValue::sequence(std::move(items));
     }
-    case YAML::NodeType::Map:
-      return RawValue::map();
-    default:
-      return RawValue::null();
+    case YAML::NodeType::Map: return RawValue::map();
+    default: return RawValue::null();
   }
 }
 

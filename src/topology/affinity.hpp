@@ -33,9 +33,9 @@ std::optional<unsigned> cgroup_cpu_limit(const std::filesystem::path& cgroup_dir
 unsigned default_worker_count(const Topology& topology);
 
 struct WorkerPlacement {
-  int core = 0;       // logical core index in the topology
-  int numa_node = 0;  // the core's NUMA node
-  int package = 0;    // the core's package
+  int core = 0;                    // logical core index in the topology
+  int numa_node = 0;               // the core's NUMA node
+  int package = 0;                 // the core's package
   std::vector<int> pu_os_indices;  // the core's PUs the worker may run on (OS numbering)
 };
 
@@ -47,7 +47,8 @@ struct WorkerPlacement {
 // With more workers than usable cores the assignment wraps around. On the real machine a core is
 // usable when one of its PUs is in the calling thread's affinity mask; on a synthetic topology every
 // core is.
-std::vector<WorkerPlacement> plan_workers(const Topology& topology, unsigned workers, ThreadAffinity affinity);
+std::vector<WorkerPlacement> plan_workers(const Topology& topology, unsigned workers,
+                                          ThreadAffinity affinity);
 // This overload takes the usable PUs (OS indices) explicitly. When none of the topology's PUs is
 // usable, every core is used (binding will then report the problem).
 std::vector<WorkerPlacement> plan_workers(const Topology& topology, unsigned workers, ThreadAffinity affinity,
@@ -59,7 +60,8 @@ std::vector<WorkerPlacement> plan_workers(const Topology& topology, unsigned wor
 // failure among all calls sharing that flag (a pool passes one flag for all its workers) and later
 // ones at debug level.
 bool bind_current_thread(const WorkerPlacement& placement, const Topology& topology);
-bool bind_current_thread(const WorkerPlacement& placement, const Topology& topology, std::atomic_flag& warned);
+bool bind_current_thread(const WorkerPlacement& placement, const Topology& topology,
+                         std::atomic_flag& warned);
 
 // current_thread_cpus() lists the OS indices of the CPUs the calling thread may run on (ascending);
 // empty if the affinity cannot be read.

@@ -32,7 +32,8 @@ int cache_distance(int level) { return level <= 2 ? core_distance::shared_l2 : c
 
 std::vector<int> default_numa_distances(int numa_count) {
   std::vector<int> matrix(static_cast<std::size_t>(numa_count) * numa_count, 20);
-  for (int node = 0; node < numa_count; ++node) matrix[static_cast<std::size_t>(node) * numa_count + node] = 10;
+  for (int node = 0; node < numa_count; ++node)
+    matrix[static_cast<std::size_t>(node) * numa_count + node] = 10;
   return matrix;
 }
 

@@ -11,6 +11,7 @@
 #include "nerve/config.hpp"
 #include "nerve/error.hpp"
 #include "nerve/topology.hpp"
+
 #include "topology/hwloc_reader.hpp"
 
 namespace nerve {
@@ -33,11 +34,12 @@ void use_xml(hwloc_topology_t topology, const std::string& path) {
   // Checked here because hwloc's own message for a missing file is only a failed return.
   std::error_code error;
   if (!std::filesystem::is_regular_file(path, error)) {
-    throw ConfigError(fmt::format("hwloc XML file '{}' does not exist or is not a regular file", path), xml_key);
+    throw ConfigError(fmt::format("hwloc XML file '{}' does not exist or is not a regular file", path),
+                      xml_key);
   }
   if (hwloc_topology_set_xml(topology, path.c_str()) != 0) {
-    throw ConfigError(fmt::format("cannot read '{}' as an hwloc XML topology: {}", path, std::strerror(errno)),
-                      xml_key);
+    throw ConfigError(
+        fmt::format("cannot read '{}' as an hwloc XML topology: {}", path, std::strerror(errno)), xml_key);
   }
 }
 
@@ -45,8 +47,9 @@ void load(LoadedTopology& loaded, const Config::TopologySource& source) {
   if (hwloc_topology_load(loaded.handle.get()) == 0) return;
   const std::string reason = std::strerror(errno);
   if (!source.synthetic.empty()) {
-    throw ConfigError(fmt::format("hwloc cannot build the synthetic topology '{}': {}", source.synthetic, reason),
-                      synthetic_key);
+    throw ConfigError(
+        fmt::format("hwloc cannot build the synthetic topology '{}': {}", source.synthetic, reason),
+        synthetic_key);
   }
   if (!source.xml.empty()) {
     throw ConfigError(fmt::format("'{}' is not a valid hwloc XML topology: {}", source.xml, reason), xml_key);

@@ -1,10 +1,10 @@
 // read_numa_distances(): hwloc's NUMA distance matrix, normalised to relative latencies (10 = local).
-#include <hwloc.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+
+#include <hwloc.h>
 
 #include "topology/core_distances.hpp"
 #include "topology/hwloc_reader.hpp"
@@ -15,7 +15,8 @@ namespace {
 HwlocDistances first_matrix(hwloc_topology_t topology, unsigned long kind) {
   unsigned count = 1;
   hwloc_distances_s* distances = nullptr;
-  if (hwloc_distances_get_by_type(topology, HWLOC_OBJ_NUMANODE, &count, &distances, kind, 0) != 0 || count == 0) {
+  if (hwloc_distances_get_by_type(topology, HWLOC_OBJ_NUMANODE, &count, &distances, kind, 0) != 0 ||
+      count == 0) {
     return HwlocDistances(topology, nullptr);
   }
   return HwlocDistances(topology, distances);

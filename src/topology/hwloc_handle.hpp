@@ -4,9 +4,9 @@
 // path (including exceptions thrown while reading a topology) release them.
 #pragma once
 
-#include <hwloc.h>
-
 #include <memory>
+
+#include <hwloc.h>
 
 namespace nerve::topology {
 

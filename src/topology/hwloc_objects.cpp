@@ -1,8 +1,8 @@
 // read_hwloc_objects(): packages, NUMA nodes, cores and caches from an hwloc topology.
-#include <hwloc.h>
-
 #include <utility>
 #include <vector>
+
+#include <hwloc.h>
 
 #include "topology/hwloc_reader.hpp"
 
@@ -32,7 +32,8 @@ int numa_node_of(hwloc_topology_t topology, hwloc_obj_t object) {
 }
 
 // objects_inside() lists the logical indices of the `type` objects within `cpuset`.
-std::vector<int> objects_inside(hwloc_topology_t topology, hwloc_const_cpuset_t cpuset, hwloc_obj_type_t type) {
+std::vector<int> objects_inside(hwloc_topology_t topology, hwloc_const_cpuset_t cpuset,
+                                hwloc_obj_type_t type) {
   std::vector<int> indices;
   hwloc_obj_t object = nullptr;
   while ((object = hwloc_get_next_obj_inside_cpuset_by_type(topology, cpuset, type, object)) != nullptr) {
@@ -55,10 +56,13 @@ void read_numa_nodes(hwloc_topology_t topology, Topology::Builder& builder) {
 void read_cores(hwloc_topology_t topology, hwloc_obj_type_t core_type, Topology::Builder& builder) {
   for (int i = 0; i < count_of(topology, core_type); ++i) {
     const hwloc_obj_t object = hwloc_get_obj_by_type(topology, core_type, static_cast<unsigned>(i));
-    Core core{.index = i, .package = package_of(topology, object, 0), .numa_node = numa_node_of(topology, object),
+    Core core{.index = i,
+              .package = package_of(topology, object, 0),
+              .numa_node = numa_node_of(topology, object),
               .pu_os_indices = {}};
     hwloc_obj_t pu = nullptr;
-    while ((pu = hwloc_get_next_obj_inside_cpuset_by_type(topology, object->cpuset, HWLOC_OBJ_PU, pu)) != nullptr) {
+    while ((pu = hwloc_get_next_obj_inside_cpuset_by_type(topology, object->cpuset, HWLOC_OBJ_PU, pu)) !=
+           nullptr) {
       core.pu_os_indices.push_back(static_cast<int>(pu->os_index));
     }
     builder.cores.push_back(std::move(core));

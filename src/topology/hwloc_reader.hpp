@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "nerve/config.hpp"
+
 #include "topology/hwloc_handle.hpp"
 #include "topology/topology_builder.hpp"
 

@@ -1,11 +1,11 @@
 // Reading and setting the calling thread's CPU affinity (Linux sched_{get,set}affinity).
-#include <sched.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
 #include <string>
+
+#include <sched.h>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -75,7 +75,8 @@ bool set_current_thread_cpus(const std::vector<int>& cpus) {
   return sched_setaffinity(0, set.size(), set.get()) == 0;
 }
 
-bool bind_current_thread(const WorkerPlacement& placement, const Topology& topology, std::atomic_flag& warned) {
+bool bind_current_thread(const WorkerPlacement& placement, const Topology& topology,
+                         std::atomic_flag& warned) {
   if (topology.synthetic()) return false;  // its PUs are not this machine's
   if (set_current_thread_cpus(placement.pu_os_indices)) return true;
   const std::string reason = std::strerror(errno);

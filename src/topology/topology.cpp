@@ -49,7 +49,8 @@ std::vector<int> Topology::cores_by_distance(int core) const {
 int Topology::numa_distance(int node_a, int node_b) const {
   check_index(node_a, numa_nodes_.size(), "NUMA node");
   check_index(node_b, numa_nodes_.size(), "NUMA node");
-  return numa_distances_[static_cast<std::size_t>(node_a) * numa_nodes_.size() + static_cast<std::size_t>(node_b)];
+  return numa_distances_[static_cast<std::size_t>(node_a) * numa_nodes_.size() +
+                         static_cast<std::size_t>(node_b)];
 }
 
 }  // namespace nerve

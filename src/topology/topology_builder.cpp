@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "nerve/error.hpp"
+
 #include "topology/core_distances.hpp"
 
 namespace nerve {
@@ -37,14 +38,16 @@ void check_references(const Topology::Builder& builder) {
   require(!builder.cores.empty(), "no cores");
   for (const Core& core : builder.cores) {
     require(in_range(core.package, builder.packages.size()), fmt::format("core package {}", core.package));
-    require(in_range(core.numa_node, builder.numa_nodes.size()), fmt::format("core NUMA node {}", core.numa_node));
+    require(in_range(core.numa_node, builder.numa_nodes.size()),
+            fmt::format("core NUMA node {}", core.numa_node));
   }
   for (const NumaNode& node : builder.numa_nodes) {
     require(node.package == -1 || in_range(node.package, builder.packages.size()),
             fmt::format("NUMA node package {}", node.package));
   }
   for (const Cache& cache : builder.caches) {
-    for (int core : cache.cores) require(in_range(core, builder.cores.size()), fmt::format("cache core {}", core));
+    for (int core : cache.cores)
+      require(in_range(core, builder.cores.size()), fmt::format("cache core {}", core));
   }
 }
 

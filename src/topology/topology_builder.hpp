@@ -12,10 +12,10 @@
 namespace nerve {
 
 struct Topology::Builder {
-  std::vector<Package> packages;    // Package::index is set by finish(); numa_nodes/cores are derived
-  std::vector<NumaNode> numa_nodes; // package -1 = unknown; `cores` is derived by finish()
-  std::vector<Core> cores;          // index is set by finish(); package and numa_node must be valid
-  std::vector<Cache> caches;        // cores must be valid core indices
+  std::vector<Package> packages;     // Package::index is set by finish(); numa_nodes/cores are derived
+  std::vector<NumaNode> numa_nodes;  // package -1 = unknown; `cores` is derived by finish()
+  std::vector<Core> cores;           // index is set by finish(); package and numa_node must be valid
+  std::vector<Cache> caches;         // cores must be valid core indices
   // numa_distances is numa × numa, row-major, hwloc-style (10 = local); empty = 10 local / 20 remote.
   std::vector<int> numa_distances;
   bool synthetic = false;

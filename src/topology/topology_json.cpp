@@ -6,7 +6,8 @@ namespace {
 nlohmann::json packages_json(const Topology& topology) {
   nlohmann::json packages = nlohmann::json::array();
   for (const Package& package : topology.packages()) {
-    packages.push_back({{"index", package.index}, {"numa_nodes", package.numa_nodes}, {"cores", package.cores}});
+    packages.push_back(
+        {{"index", package.index}, {"numa_nodes", package.numa_nodes}, {"cores", package.cores}});
   }
   return packages;
 }

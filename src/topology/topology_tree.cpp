@@ -32,7 +32,8 @@ std::string core_label(const Core& core) {
 
 // cache_lines() nests the caches of `levels[0]` and below over `cores`. Cores outside every cache of
 // the current level move on to the next level at the same depth.
-std::vector<Line> cache_lines(const Topology& topology, const std::vector<int>& cores, std::vector<int> levels) {
+std::vector<Line> cache_lines(const Topology& topology, const std::vector<int>& cores,
+                              std::vector<int> levels) {
   if (levels.empty()) {
     std::vector<Line> lines;
     for (int core : cores) lines.push_back(Line{core_label(topology.cores()[core]), {}});
@@ -98,7 +99,8 @@ std::string Topology::tree() const {
                                 memory != 0 ? ", " + format_bytes(memory) : std::string());
   for (const Package& package : packages_) {
     Line line{fmt::format("Package {}", package.index), {}};
-    for (int node : package.numa_nodes) line.children.push_back(numa_line(*this, numa_nodes_[node], package.index));
+    for (int node : package.numa_nodes)
+      line.children.push_back(numa_line(*this, numa_nodes_[node], package.index));
     render(line, 1, out);
   }
   return out;

@@ -48,7 +48,8 @@ std::vector<int> allowed_subset(const std::vector<int>& pus, const std::vector<i
 
 std::vector<int> every_pu(const Topology& topology) {
   std::vector<int> pus;
-  for (const Core& core : topology.cores()) pus.insert(pus.end(), core.pu_os_indices.begin(), core.pu_os_indices.end());
+  for (const Core& core : topology.cores())
+    pus.insert(pus.end(), core.pu_os_indices.begin(), core.pu_os_indices.end());
   return pus;
 }
 
@@ -59,8 +60,10 @@ unsigned default_worker_count(const Topology& topology) {
   return available_cpu_count();
 }
 
-std::vector<WorkerPlacement> plan_workers(const Topology& topology, unsigned workers, ThreadAffinity affinity) {
-  return plan_workers(topology, workers, affinity, topology.synthetic() ? every_pu(topology) : current_thread_cpus());
+std::vector<WorkerPlacement> plan_workers(const Topology& topology, unsigned workers,
+                                          ThreadAffinity affinity) {
+  return plan_workers(topology, workers, affinity,
+                      topology.synthetic() ? every_pu(topology) : current_thread_cpus());
 }
 
 std::vector<WorkerPlacement> plan_workers(const Topology& topology, unsigned workers, ThreadAffinity affinity,
@@ -76,7 +79,8 @@ std::vector<WorkerPlacement> plan_workers(const Topology& topology, unsigned wor
     std::ranges::sort(allowed);
     for (const Core& core : topology.cores()) usable.push_back(core.index);
   }
-  const std::vector<int> order = affinity == ThreadAffinity::scatter ? scatter_order(topology, usable) : usable;
+  const std::vector<int> order =
+      affinity == ThreadAffinity::scatter ? scatter_order(topology, usable) : usable;
 
   std::vector<WorkerPlacement> placements;
   placements.reserve(workers);

@@ -1,8 +1,8 @@
 // docs/CONFIG.md must document every key, and its complete example file must load.
-#include <gtest/gtest.h>
-
 #include <fstream>
 #include <sstream>
+
+#include <gtest/gtest.h>
 
 #include "config/key_registry.hpp"
 #include "config_test_support.hpp"

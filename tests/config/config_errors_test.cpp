@@ -1,12 +1,13 @@
 // Negative tests: every kind of configuration mistake gives one ConfigError that names the key, the
 // source (file and line, variable or "api"), the bad value and what was expected.
-#include <gtest/gtest.h>
-
 #include <cctype>
 
-#include "config_test_support.hpp"
+#include <gtest/gtest.h>
+
 #include "nerve/config.hpp"
 #include "nerve/error.hpp"
+
+#include "config_test_support.hpp"
 
 namespace nerve {
 namespace {

@@ -1,16 +1,17 @@
 // Randomized robustness: garbage values, variable names and YAML documents either load or give a
 // ConfigError — never another exception, a crash or a sanitizer report. Deterministic seeds, so a
 // failure reproduces; the failing input is printed.
+#include <random>
+
 #include <gtest/gtest.h>
 
-#include <random>
+#include "nerve/error.hpp"
 
 #include "config/diagnostics.hpp"
 #include "config/key_registry.hpp"
 #include "config/sources.hpp"
 #include "config/value_type.hpp"
 #include "config_test_support.hpp"
-#include "nerve/error.hpp"
 
 namespace nerve {
 namespace {

@@ -1,15 +1,17 @@
 // Behaviour of Config::load(): defaults, every key from every source, precedence and origins.
 #include "nerve/config.hpp"
 
-#include <gtest/gtest.h>
-#include <stdlib.h>
-
 #include <functional>
 #include <set>
 
+#include <stdlib.h>
+
+#include <gtest/gtest.h>
+
+#include "nerve/error.hpp"
+
 #include "config/key_registry.hpp"
 #include "config_test_support.hpp"
-#include "nerve/error.hpp"
 
 namespace nerve {
 namespace {

@@ -1,13 +1,14 @@
 // config_test_support.hpp — helpers shared by the configuration tests.
 #pragma once
 
-#include <gtest/gtest.h>
-#include <stdlib.h>
-
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <string>
+
+#include <stdlib.h>
+
+#include <gtest/gtest.h>
 
 #include "nerve/config.hpp"
 

@@ -1,12 +1,14 @@
 // Worker placement on synthetic machines, and thread binding on this one.
-#include <gtest/gtest.h>
+#include "topology/affinity.hpp"
 
 #include <algorithm>
 #include <string>
 
+#include <gtest/gtest.h>
+
 #include "nerve/config.hpp"
 #include "nerve/topology.hpp"
-#include "topology/affinity.hpp"
+
 #include "topology_test_support.hpp"
 
 namespace nerve::topology {
@@ -58,7 +60,8 @@ TEST_F(PlanWorkers, PlacementsCarryNodePackageAndPus) {
 
 TEST_F(PlanWorkers, OnlyAllowedCoresAreUsed) {
   const std::vector<int> allowed{8, 4, 5, 6, 7};
-  EXPECT_EQ(cores_of(plan_workers(topology_, 3, ThreadAffinity::compact, allowed)), (std::vector<int>{4, 5, 6}));
+  EXPECT_EQ(cores_of(plan_workers(topology_, 3, ThreadAffinity::compact, allowed)),
+            (std::vector<int>{4, 5, 6}));
   EXPECT_EQ(cores_of(plan_workers(topology_, 6, ThreadAffinity::scatter, allowed)),
             (std::vector<int>{4, 8, 5, 6, 7, 4}));
 }

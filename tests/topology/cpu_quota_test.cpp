@@ -1,7 +1,7 @@
 // cgroup CPU quotas, read from fake cgroup directories.
-#include <gtest/gtest.h>
-
 #include <algorithm>
+
+#include <gtest/gtest.h>
 
 #include "topology/affinity.hpp"
 #include "topology_test_support.hpp"

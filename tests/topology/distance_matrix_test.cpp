@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "nerve/topology.hpp"
+
 #include "topology_test_support.hpp"
 
 namespace nerve {
@@ -28,7 +29,8 @@ TEST(NumaDistanceMatrix, LatencyMatrixIsReadAndScalesCoreDistances) {
   EXPECT_EQ(topology.numa_distance(2, 2), 10);
   EXPECT_EQ(topology.distance(0, 1), core_distance::same_numa);
   EXPECT_EQ(topology.distance(0, 2), core_distance::other_numa * 12 / 10);
-  EXPECT_EQ(topology.distance(0, 4), core_distance::other_numa * 30 / 10 + core_distance::other_package_penalty);
+  EXPECT_EQ(topology.distance(0, 4),
+            core_distance::other_numa * 30 / 10 + core_distance::other_package_penalty);
   EXPECT_LT(topology.distance(0, 4), topology.distance(0, 6));
   EXPECT_EQ(topology.cores_by_distance(0), (std::vector<int>{1, 2, 3, 4, 5, 6, 7}));
 }

@@ -1,12 +1,14 @@
 // Discovery from the real machine, synthetic descriptions and XML; tree(), JSON, errors.
-#include <gtest/gtest.h>
+#include "nerve/topology.hpp"
 
 #include <algorithm>
 #include <string>
 
+#include <gtest/gtest.h>
+
 #include "nerve/config.hpp"
 #include "nerve/error.hpp"
-#include "nerve/topology.hpp"
+
 #include "topology/topology_builder.hpp"
 #include "topology/topology_json.hpp"
 #include "topology_test_support.hpp"
@@ -18,7 +20,9 @@ using testing::synthetic_topology;
 using testing::TemporaryDirectory;
 using testing::xml_topology;
 
-bool contains(const std::vector<int>& list, int value) { return std::ranges::find(list, value) != list.end(); }
+bool contains(const std::vector<int>& list, int value) {
+  return std::ranges::find(list, value) != list.end();
+}
 
 void expect_consistent(const Topology& topology) {
   ASSERT_GE(topology.cores().size(), 1u);
@@ -205,8 +209,10 @@ TEST(TopologyTree, MentionsEveryPackageNodeAndCore) {
   const Topology topology = synthetic_topology("pack:2 numa:2 core:4 pu:1");
   const std::string tree = topology.tree();
   for (int i = 0; i < 2; ++i) EXPECT_NE(tree.find("Package " + std::to_string(i)), std::string::npos) << tree;
-  for (int i = 0; i < 4; ++i) EXPECT_NE(tree.find("NUMA node " + std::to_string(i) + " "), std::string::npos) << tree;
-  for (int i = 0; i < 16; ++i) EXPECT_NE(tree.find("Core " + std::to_string(i) + " "), std::string::npos) << tree;
+  for (int i = 0; i < 4; ++i)
+    EXPECT_NE(tree.find("NUMA node " + std::to_string(i) + " "), std::string::npos) << tree;
+  for (int i = 0; i < 16; ++i)
+    EXPECT_NE(tree.find("Core " + std::to_string(i) + " "), std::string::npos) << tree;
   EXPECT_NE(tree.find("1024 MiB"), std::string::npos) << tree;
 }
 

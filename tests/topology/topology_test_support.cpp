@@ -1,10 +1,11 @@
 #include "topology_test_support.hpp"
 
-#include <gtest/gtest.h>
-#include <unistd.h>
-
 #include <atomic>
 #include <fstream>
+
+#include <unistd.h>
+
+#include <gtest/gtest.h>
 
 #include "topology/hwloc_handle.hpp"
 
@@ -49,7 +50,8 @@ void export_synthetic_xml(const std::string& description, const std::filesystem:
     const auto count = static_cast<unsigned>(hwloc_get_nbobjs_by_type(topology.get(), HWLOC_OBJ_NUMANODE));
     ASSERT_EQ(numa_distances.size(), std::size_t{count} * count);
     std::vector<hwloc_obj_t> nodes;
-    for (unsigned i = 0; i < count; ++i) nodes.push_back(hwloc_get_obj_by_type(topology.get(), HWLOC_OBJ_NUMANODE, i));
+    for (unsigned i = 0; i < count; ++i)
+      nodes.push_back(hwloc_get_obj_by_type(topology.get(), HWLOC_OBJ_NUMANODE, i));
     hwloc_distances_add_handle_t handle =
         hwloc_distances_add_create(topology.get(), "nerve-test", kind | HWLOC_DISTANCES_KIND_FROM_USER, 0);
     ASSERT_NE(handle, nullptr);

@@ -2,12 +2,12 @@
 // XML, and temporary directories.
 #pragma once
 
-#include <hwloc.h>
-
 #include <cstdint>
 #include <filesystem>
 #include <string>
 #include <vector>
+
+#include <hwloc.h>
 
 #include "nerve/config.hpp"
 #include "nerve/topology.hpp"

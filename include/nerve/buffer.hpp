@@ -1,0 +1,213 @@
+// buffer.hpp — typed handles to logical data that tasks read and write.
+//
+// A Buffer<T> names `size()` elements of trivially copyable T owned by a Context. Handles are cheap
+// to copy (a reference count); the data is released when the last handle and the last task using it
+// are gone. slice(offset, count) gives a view of a sub-range; tasks that access disjoint slices of
+// one buffer do not depend on each other.
+//
+// Host access goes through map(): a mapping waits until every task that conflicts with it (writers
+// for a read mapping, readers and writers for a write mapping) has finished, and tasks submitted
+// while the mapping is alive that conflict with it wait for unmap(). Mapped<T> unmaps when destroyed.
+// Writing through a read mapping is a bug (the runtime assumes the data did not change).
+//
+// Errors (nerve::Error with ErrorCode::buffer_misuse): a slice outside the buffer, any use of a
+// buffer whose context has been destroyed or that was freed, unmap of a mapping already unmapped.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "nerve/detail/runtime_api.hpp"
+#include "nerve/error.hpp"
+
+namespace nerve {
+
+class Context;
+
+struct BufferOptions {
+  // The NUMA node whose memory should hold the data and whose workers should run the tasks that use
+  // it (scheduler.numa_affinity). -1: the node of the first worker that writes it (first touch).
+  int numa_node = -1;
+  // A name for messages, traces and statistics.
+  std::string name;
+};
+
+namespace detail {
+NERVE_API ContextImpl* context_impl(Context& context) noexcept;
+}
+
+// Mapped<T> is a host view of a buffer range, valid until unmap() or destruction.
+template <class T>
+class Mapped {
+ public:
+  Mapped() = default;
+  Mapped(const Mapped&) = delete;
+  Mapped& operator=(const Mapped&) = delete;
+  Mapped(Mapped&& other) noexcept : mapping_(std::exchange(other.mapping_, {})), count_(other.count_) {}
+  Mapped& operator=(Mapped&& other) noexcept {
+    if (this != &other) {
+      unmap_quietly();
+      mapping_ = std::exchange(other.mapping_, {});
+      count_ = other.count_;
+    }
+    return *this;
+  }
+  ~Mapped() { unmap_quietly(); }
+
+  T* data() const noexcept { return static_cast<T*>(mapping_.data); }
+  std::size_t size() const noexcept { return count_; }
+  std::span<T> span() const noexcept { return {data(), count_}; }
+  T& operator[](std::size_t i) const noexcept { return data()[i]; }
+  T* begin() const noexcept { return data(); }
+  T* end() const noexcept { return data() + count_; }
+
+  // unmap() ends the mapping; tasks waiting for it may start.
+  void unmap() {
+    if (mapping_.record == nullptr) {
+      throw Error(ErrorCode::buffer_misuse, "unmap of a buffer mapping that is not mapped");
+    }
+    detail::buffer_unmap(std::exchange(mapping_, {}));
+  }
+
+ private:
+  template <class>
+  friend class Buffer;
+  Mapped(detail::Mapping mapping, std::size_t count) : mapping_(mapping), count_(count) {}
+  void unmap_quietly() noexcept {
+    if (mapping_.record != nullptr) detail::buffer_unmap(std::exchange(mapping_, {}));
+  }
+  detail::Mapping mapping_{};
+  std::size_t count_ = 0;
+};
+
+template <class T>
+class Buffer {
+  static_assert(std::is_trivially_copyable_v<T>, "buffer elements are moved between memories byte-wise");
+  static_assert(!std::is_const_v<T>, "use Buffer<T>; read-only access is a property of the task");
+
+ public:
+  using value_type = T;
+
+  Buffer() noexcept = default;
+  Buffer(Context& context, std::size_t count, const BufferOptions& options = {})
+      : state_(detail::buffer_create(detail::context_impl(context), count * sizeof(T), sizeof(T), options)),
+        count_(count) {}
+  Buffer(Context& context, std::span<const T> initial, const BufferOptions& options = {})
+      : Buffer(context, initial.size(), options) {
+    auto mapped = map_write();
+    std::copy(initial.begin(), initial.end(), mapped.begin());
+  }
+  Buffer(const Buffer& other) noexcept : state_(other.state_), offset_(other.offset_), count_(other.count_) {
+    if (state_ != nullptr) detail::retain(state_);
+  }
+  Buffer(Buffer&& other) noexcept
+      : state_(std::exchange(other.state_, nullptr)), offset_(other.offset_), count_(other.count_) {}
+  Buffer& operator=(Buffer other) noexcept {
+    std::swap(state_, other.state_);
+    std::swap(offset_, other.offset_);
+    std::swap(count_, other.count_);
+    return *this;
+  }
+  ~Buffer() {
+    if (state_ != nullptr) detail::release(state_);
+  }
+
+  explicit operator bool() const noexcept { return state_ != nullptr; }
+  std::size_t size() const noexcept { return count_; }
+  std::size_t size_bytes() const noexcept { return count_ * sizeof(T); }
+  // offset() is this view's first element within the whole buffer.
+  std::size_t offset() const noexcept { return offset_; }
+  std::uint64_t id() const noexcept { return state_ != nullptr ? detail::buffer_id(state_) : 0; }
+
+  // slice() views elements [offset, offset + count) of this view. Throws on a range outside it.
+  Buffer slice(std::size_t offset, std::size_t count) const {
+    if (offset > count_ || count > count_ - offset) {
+      throw Error(ErrorCode::buffer_misuse,
+                  "slice [" + std::to_string(offset) + ", " + std::to_string(offset + count) +
+                      ") is outside the buffer view of " + std::to_string(count_) + " elements");
+    }
+    Buffer view(*this);
+    view.offset_ += offset;
+    view.count_ = count;
+    return view;
+  }
+
+  Mapped<const T> map_read() const { return map_as<const T>(Access::read, true); }
+  Mapped<T> map_write() const { return map_as<T>(Access::write, true); }
+  Mapped<T> map_read_write() const { return map_as<T>(Access::read_write, true); }
+  Mapped<T> map(Access mode) const { return map_as<T>(mode, true); }
+  // try_map() returns nothing (instead of waiting) while a conflicting task is pending.
+  std::optional<Mapped<T>> try_map(Access mode) const {
+    auto mapped = map_as<T>(mode, false);
+    if (mapped.mapping_.record == nullptr) return std::nullopt;
+    return mapped;
+  }
+
+  // to_vector() copies the view's contents out (waits for pending writers).
+  std::vector<T> to_vector() const {
+    auto mapped = map_read();
+    return std::vector<T>(mapped.begin(), mapped.end());
+  }
+
+  detail::BufferState* state() const noexcept { return state_; }
+
+ private:
+  template <class U>
+  Mapped<U> map_as(Access mode, bool wait) const {
+    if (state_ == nullptr) throw Error(ErrorCode::buffer_misuse, "map of an empty buffer handle");
+    detail::Mapping mapping = detail::buffer_map(state_, offset_ * sizeof(T), count_ * sizeof(T), mode, wait);
+    return Mapped<U>(mapping, mapping.record != nullptr ? count_ : 0);
+  }
+
+  detail::BufferState* state_ = nullptr;
+  std::size_t offset_ = 0;  // elements
+  std::size_t count_ = 0;   // elements
+};
+
+// A task's declared access to a buffer view. Made by read(), write() and read_write().
+template <class T, Access Mode>
+struct BufferAccess {
+  const Buffer<T>* buffer;
+  detail::AccessSpec spec() const noexcept {
+    return {buffer->state(), buffer->offset() * sizeof(T), buffer->size() * sizeof(T), Mode};
+  }
+};
+
+template <class T>
+BufferAccess<T, Access::read> read(const Buffer<T>& buffer) noexcept {
+  return {&buffer};
+}
+template <class T>
+BufferAccess<T, Access::write> write(const Buffer<T>& buffer) noexcept {
+  return {&buffer};
+}
+template <class T>
+BufferAccess<T, Access::read_write> read_write(const Buffer<T>& buffer) noexcept {
+  return {&buffer};
+}
+
+namespace detail {
+template <class A>
+struct is_buffer_access : std::false_type {};
+template <class T, Access M>
+struct is_buffer_access<BufferAccess<T, M>> : std::true_type {
+  // The view a task body receives for this access.
+  using view = std::conditional_t<M == Access::read, std::span<const T>, std::span<T>>;
+  static view make(const AccessView& v) noexcept {
+    using Pointer = std::conditional_t<M == Access::read, const T*, T*>;
+    return view(static_cast<Pointer>(v.data), v.size / sizeof(T));
+  }
+};
+}  // namespace detail
+
+template <class A>
+concept BufferAccessor = detail::is_buffer_access<std::remove_cvref_t<A>>::value;
+
+}  // namespace nerve

@@ -1,0 +1,154 @@
+// context.hpp — the runtime instance: workers, configuration, topology, and task submission.
+//
+// A Context owns `worker_count()` CPU worker slots. Slot 0 belongs to the application thread that
+// first submits or waits (the "master", as in OpenMP and oneTBB): it runs tasks whenever it waits
+// inside nerve; slots 1.. have dedicated threads bound per parallel.thread_affinity. Other
+// application threads may submit and wait too; they block instead of running tasks.
+//
+// Thread safety: every member may be called from any thread, including from inside tasks (nested
+// submission is how fork-join works). Waiting inside a task runs other ready tasks until the target
+// is done, so the pool never deadlocks on its own waits. Destroying the context waits for every
+// submitted task, then frees buffers still alive (reporting them as a warning).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+
+#include "nerve/buffer.hpp"
+#include "nerve/config.hpp"
+#include "nerve/export.hpp"
+#include "nerve/task.hpp"
+#include "nerve/topology.hpp"
+
+namespace nerve {
+
+class NERVE_API Context {
+ public:
+  // Configuration from defaults, NERVE_CONFIG and the NERVE_* environment.
+  Context();
+  // ... plus API settings, which take precedence. Throws ConfigError for an invalid configuration.
+  explicit Context(const Settings& settings);
+  ~Context();
+  Context(Context&& other) noexcept;
+  Context& operator=(Context&& other) noexcept;
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  // submit() schedules `fn` with the given accesses and returns a handle to it.
+  template <class F, class... A>
+  requires(BufferAccessor<A>&&...) Task submit(F&& fn, const A&... accesses) {
+    return Task::adopt(
+        detail::submit(impl_, nullptr, nullptr, nullptr, true, std::forward<F>(fn), accesses...));
+  }
+  template <class F, class... A>
+  requires(BufferAccessor<A>&&...) Task submit(const TaskOptions& options, F&& fn, const A&... accesses) {
+    return Task::adopt(
+        detail::submit(impl_, &options, nullptr, nullptr, true, std::forward<F>(fn), accesses...));
+  }
+  // spawn() is submit() without a handle: the cheapest way to launch work (wait with wait_all()).
+  template <class F, class... A>
+  requires(BufferAccessor<A>&&...) void spawn(F&& fn, const A&... accesses) {
+    detail::submit(impl_, nullptr, nullptr, nullptr, false, std::forward<F>(fn), accesses...);
+  }
+  template <class F, class... A>
+  requires(BufferAccessor<A>&&...) void spawn(const TaskOptions& options, F&& fn, const A&... accesses) {
+    detail::submit(impl_, &options, nullptr, nullptr, false, std::forward<F>(fn), accesses...);
+  }
+
+  // wait_all() waits for every task submitted so far, then rethrows the first failure among tasks
+  // nobody waited for individually (each failure is reported once).
+  void wait_all();
+
+  unsigned worker_count() const noexcept;
+  // current_worker() is the calling thread's worker slot in this context, or -1.
+  int current_worker() const noexcept;
+  const Config& config() const noexcept;
+  const Topology& topology() const noexcept;
+
+  detail::ContextImpl* impl() const noexcept { return impl_; }
+
+ private:
+  detail::ContextImpl* impl_;
+};
+
+// TaskGroup: fork-join over a set of tasks. wait() waits for exactly the group's tasks.
+class TaskGroup {
+ public:
+  explicit TaskGroup(Context& context) noexcept : context_(context.impl()) {}
+  TaskGroup(const TaskGroup&) = delete;
+  TaskGroup& operator=(const TaskGroup&) = delete;
+  // The destructor waits for unfinished tasks; their errors are dropped (call wait() to see them).
+  ~TaskGroup() {
+    if ((state_.pending.load(std::memory_order_acquire) & detail::GroupState::count_mask) != 0) {
+      try {
+        detail::group_wait(context_, &state_);
+      } catch (...) {
+      }
+    }
+  }
+
+  template <class F, class... A>
+  requires(BufferAccessor<A>&&...) void spawn(F&& fn, const A&... accesses) {
+    detail::submit(context_, nullptr, &state_, nullptr, false, std::forward<F>(fn), accesses...);
+  }
+  template <class F, class... A>
+  requires(BufferAccessor<A>&&...) Task submit(F&& fn, const A&... accesses) {
+    return Task::adopt(
+        detail::submit(context_, nullptr, &state_, nullptr, true, std::forward<F>(fn), accesses...));
+  }
+  template <class F, class... A>
+  requires(BufferAccessor<A>&&...) Task submit(const TaskOptions& options, F&& fn, const A&... accesses) {
+    return Task::adopt(
+        detail::submit(context_, &options, &state_, nullptr, true, std::forward<F>(fn), accesses...));
+  }
+
+  // wait() waits for the group's tasks; rethrows the first failure (once).
+  void wait() { detail::group_wait(context_, &state_); }
+  template <class Rep, class Period>
+  bool wait_for(std::chrono::duration<Rep, Period> timeout) {
+    return detail::group_wait_for(context_, &state_,
+                                  std::chrono::duration_cast<std::chrono::nanoseconds>(timeout).count());
+  }
+  // cancel() cancels the group's tasks that have not started yet (TaskCancelled without a cause).
+  void cancel() noexcept { state_.cancel_requested.store(true, std::memory_order_release); }
+
+ private:
+  detail::ContextImpl* context_;
+  detail::GroupState state_;
+};
+
+// TaskPool: a bulk launch of mutually independent tasks (the seed's nerve_task_pool_*). Tasks added
+// to a pool never depend on each other, whatever their accesses; the pool as a whole is ordered
+// against everything outside it by the union of its tasks' accesses. Tasks start at launch().
+// Destroying a pool that was never launched discards its tasks without running them.
+class TaskPool {
+ public:
+  explicit TaskPool(Context& context, std::size_t expected_tasks = 0)
+      : context_(context.impl()), pool_(detail::pool_create(context_, expected_tasks)) {}
+  TaskPool(const TaskPool&) = delete;
+  TaskPool& operator=(const TaskPool&) = delete;
+  ~TaskPool() { detail::pool_destroy(pool_); }
+
+  // add() adds a task; throws Error(invalid_argument) after launch().
+  template <class F, class... A>
+  requires(BufferAccessor<A>&&...) void add(F&& fn, const A&... accesses) {
+    detail::submit(context_, nullptr, nullptr, pool_, false, std::forward<F>(fn), accesses...);
+  }
+  template <class F, class... A>
+  requires(BufferAccessor<A>&&...) void add(const TaskOptions& options, F&& fn, const A&... accesses) {
+    detail::submit(context_, &options, nullptr, pool_, false, std::forward<F>(fn), accesses...);
+  }
+
+  void launch() { detail::pool_launch(pool_); }
+  // wait_all() launches if needed, waits for every task of the pool and rethrows the first failure.
+  void wait_all() { detail::pool_wait(pool_); }
+  std::size_t size() const noexcept { return detail::pool_size(pool_); }
+  bool launched() const noexcept { return detail::pool_launched(pool_); }
+
+ private:
+  detail::ContextImpl* context_;
+  detail::PoolState* pool_;
+};
+
+}  // namespace nerve

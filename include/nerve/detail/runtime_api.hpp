@@ -1,0 +1,137 @@
+// detail/runtime_api.hpp — the non-template entry points the public templates call. Not API.
+//
+// The C++ API's templates (submit, Buffer<T>, parallel_for) type-erase the user's callable and
+// accesses, then cross into the library through these functions. Everything here may change
+// between versions; use nerve.hpp.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+
+#include "nerve/export.hpp"
+
+namespace nerve {
+
+enum class Access : std::uint8_t {
+  read = 1,
+  write = 2,
+  read_write = 3,
+};
+
+class Context;
+struct BufferOptions;
+
+namespace detail {
+
+struct ContextImpl;
+struct TaskRecord;
+struct BufferState;
+struct PoolState;
+
+// One declared access of a task: a byte range of a buffer and the mode.
+struct AccessSpec {
+  BufferState* buffer;
+  std::size_t offset;  // bytes
+  std::size_t size;    // bytes
+  Access mode;
+};
+
+// What a task's closure sees for each access on the device it runs on.
+struct AccessView {
+  void* data;
+  std::size_t size;  // bytes
+};
+
+using InvokeFn = void (*)(void* closure, const AccessView* views);
+using DestroyFn = void (*)(void* closure) noexcept;
+
+// Completion counting for a TaskGroup / TaskPool, embedded in the user-visible object so that
+// creating a group allocates nothing.
+struct GroupState {
+  // Bits 0..39: tasks submitted to the group and not finished; bits 40..: threads parked in wait()
+  // (a completer that brings the count to zero wakes them through the waiter registry).
+  static constexpr std::int64_t count_mask = (std::int64_t{1} << 40) - 1;
+  static constexpr std::int64_t parked_one = std::int64_t{1} << 40;
+  std::atomic<std::int64_t> pending{0};
+  std::atomic<bool> has_error{false};
+  std::atomic<bool> cancel_requested{false};
+  std::exception_ptr first_error;  // written once, by the thread that sets has_error
+};
+
+struct TaskDraft {
+  TaskRecord* record;
+  void* closure;  // storage for the closure, at least the requested size and alignment
+};
+
+struct SubmitInfo {
+  InvokeFn invoke;
+  DestroyFn destroy;
+  const AccessSpec* accesses;
+  std::size_t access_count;
+  const char* name;          // must outlive the task (string literal, kernel name)
+  TaskRecord* const* after;  // explicit predecessors
+  std::size_t after_count;
+  GroupState* group;  // or nullptr
+  bool keep_handle;   // the caller takes a reference for a Task handle
+  PoolState* pool;    // add to this (unlaunched) task pool instead of scheduling
+};
+
+// Task submission: begin_task() reserves a record with closure storage, the template constructs the
+// closure in place, commit_task() declares accesses and edges and schedules. If constructing the
+// closure throws, abandon_task() returns the record.
+NERVE_API TaskDraft begin_task(ContextImpl* context, std::size_t closure_size, std::size_t closure_align);
+NERVE_API void abandon_task(ContextImpl* context, TaskDraft draft) noexcept;
+NERVE_API TaskRecord* commit_task(ContextImpl* context, TaskDraft draft, const SubmitInfo& info);
+
+NERVE_API void retain(TaskRecord* record) noexcept;
+NERVE_API void release(TaskRecord* record) noexcept;
+// Task handles also keep the context's memory alive (a handle may outlive its Context object).
+NERVE_API void retain_handle(TaskRecord* record) noexcept;
+NERVE_API void release_handle(TaskRecord* record) noexcept;
+NERVE_API void retain(BufferState* buffer) noexcept;
+NERVE_API void release(BufferState* buffer) noexcept;
+
+// Task handles.
+NERVE_API int task_status(const TaskRecord* record) noexcept;           // a TaskStatus value
+NERVE_API bool task_wait(TaskRecord* record, std::int64_t timeout_ns);  // false on timeout; rethrows
+NERVE_API std::exception_ptr task_error(const TaskRecord* record) noexcept;
+
+// Groups.
+NERVE_API void group_wait(ContextImpl* context, GroupState* group);  // rethrows the first error
+NERVE_API bool group_wait_for(ContextImpl* context, GroupState* group, std::int64_t timeout_ns);
+
+// Task pools: tasks added to a pool are mutually independent and start together at launch, once
+// the pool's predecessors (inferred from the union of its tasks' accesses) have finished.
+NERVE_API PoolState* pool_create(ContextImpl* context, std::size_t expected_tasks);
+NERVE_API void pool_launch(PoolState* pool);
+NERVE_API void pool_wait(PoolState* pool);  // rethrows the first error
+NERVE_API void pool_destroy(PoolState* pool) noexcept;
+NERVE_API std::size_t pool_size(const PoolState* pool) noexcept;
+NERVE_API bool pool_launched(const PoolState* pool) noexcept;
+
+// Buffers.
+NERVE_API BufferState* buffer_create(ContextImpl* context, std::size_t bytes, std::size_t element_size,
+                                     const BufferOptions& options);
+NERVE_API std::size_t buffer_bytes(const BufferState* buffer) noexcept;
+NERVE_API std::uint64_t buffer_id(const BufferState* buffer) noexcept;
+// Checks that [offset, offset+size) lies in the buffer and the buffer is alive; throws BufferMisuse.
+NERVE_API void buffer_check_range(const BufferState* buffer, std::size_t offset, std::size_t size);
+NERVE_API void buffer_free(BufferState* buffer);  // explicit free (C API); later use is an error
+
+struct Mapping {
+  TaskRecord* record;  // the host access; finished by unmap
+  void* data;
+};
+// map: waits for conflicting tasks; try_map returns {nullptr, nullptr} when it would have to wait.
+NERVE_API Mapping buffer_map(BufferState* buffer, std::size_t offset, std::size_t size, Access mode,
+                             bool wait);
+NERVE_API void buffer_unmap(Mapping mapping);
+
+// parallel_for/reduce worker count and the calling thread's worker index (or -1).
+NERVE_API unsigned context_worker_count(const ContextImpl* context) noexcept;
+
+}  // namespace detail
+}  // namespace nerve

@@ -1,0 +1,156 @@
+// task.hpp — task handles, options, and how a callable becomes a task.
+//
+// A task is a callable plus the buffer accesses it declares. Its dependencies are inferred from the
+// accesses in submission order (read-after-write, write-after-read, write-after-write; disjoint
+// slices never conflict), plus explicit `after` edges. The callable receives one std::span per
+// access — std::span<const T> for read(), std::span<T> for write() and read_write() — or nothing if
+// it takes no arguments.
+//
+// Errors: an exception thrown by a task is captured. Tasks that depend on a failed task are not run:
+// they are cancelled with that cause (recursively). wait() on a failed task rethrows its exception;
+// on a cancelled task it throws TaskCancelled whose cause() is the original exception.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <exception>
+#include <functional>
+#include <new>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "nerve/buffer.hpp"
+#include "nerve/detail/runtime_api.hpp"
+#include "nerve/error.hpp"
+
+namespace nerve {
+
+enum class TaskStatus {
+  pending = 0,  // waiting for predecessors
+  ready = 1,    // queued on a device
+  running = 2,
+  succeeded = 3,
+  failed = 4,     // threw; error() holds the exception
+  cancelled = 5,  // a predecessor failed or was cancelled, or cancellation was requested
+};
+
+// A reference-counted handle to a submitted task. Handles never keep a task from running; dropping
+// the last handle of a running task is fine.
+class Task {
+ public:
+  Task() noexcept = default;
+  Task(const Task& other) noexcept : record_(other.record_) {
+    if (record_ != nullptr) detail::retain_handle(record_);
+  }
+  Task(Task&& other) noexcept : record_(std::exchange(other.record_, nullptr)) {}
+  Task& operator=(Task other) noexcept {
+    std::swap(record_, other.record_);
+    return *this;
+  }
+  ~Task() {
+    if (record_ != nullptr) detail::release_handle(record_);
+  }
+
+  explicit operator bool() const noexcept { return record_ != nullptr; }
+
+  // status(), done(), wait() and error() on an empty handle throw Error(invalid_argument).
+  TaskStatus status() const { return static_cast<TaskStatus>(detail::task_status(checked())); }
+  // done() is true once the task succeeded, failed or was cancelled.
+  bool done() const { return status() >= TaskStatus::succeeded; }
+
+  // wait() blocks until the task is done (a worker thread runs other tasks meanwhile), then rethrows
+  // its failure, or throws TaskCancelled.
+  void wait() const { detail::task_wait(checked(), -1); }
+  // wait_for() returns false if the task is not done within `timeout`.
+  template <class Rep, class Period>
+  bool wait_for(std::chrono::duration<Rep, Period> timeout) const {
+    return detail::task_wait(checked(),
+                             std::chrono::duration_cast<std::chrono::nanoseconds>(timeout).count());
+  }
+  std::exception_ptr error() const { return detail::task_error(checked()); }
+
+  detail::TaskRecord* record() const noexcept { return record_; }
+  // adopt() wraps a record whose reference the caller transfers to the handle.
+  static Task adopt(detail::TaskRecord* record) noexcept {
+    Task task;
+    task.record_ = record;
+    return task;
+  }
+
+ private:
+  detail::TaskRecord* checked() const {
+    if (record_ == nullptr) throw Error(ErrorCode::invalid_argument, "use of an empty nerve::Task handle");
+    return record_;
+  }
+  detail::TaskRecord* record_ = nullptr;
+};
+
+struct TaskOptions {
+  // A name for error messages, traces and statistics; must outlive the task (a string literal).
+  const char* name = nullptr;
+  // Tasks that must finish before this one starts, in addition to the inferred dependencies.
+  std::vector<Task> after;
+};
+
+namespace detail {
+
+// The type-erased closure stored in a task record: the user's callable and how to call it with
+// the views of its accesses.
+template <class F, class... A>
+struct Closure {
+  F fn;
+
+  static void invoke(void* self, const AccessView* views) {
+    call(self, views, std::index_sequence_for<A...>{});
+  }
+  static void destroy(void* self) noexcept { static_cast<Closure*>(self)->~Closure(); }
+
+  template <std::size_t... I>
+  static void call(void* self, [[maybe_unused]] const AccessView* views, std::index_sequence<I...>) {
+    F& fn = static_cast<Closure*>(self)->fn;
+    if constexpr (std::is_invocable_v<F&, typename is_buffer_access<A>::view...>) {
+      std::invoke(fn, is_buffer_access<A>::make(views[I])...);
+    } else {
+      static_assert(std::is_invocable_v<F&>,
+                    "a task body takes one std::span per access (std::span<const T> for read(), "
+                    "std::span<T> for write()/read_write()) or no arguments");
+      std::invoke(fn);
+    }
+  }
+};
+
+// submit() is the common path of Context::submit/spawn, TaskGroup::submit/spawn.
+template <class F, class... A>
+TaskRecord* submit(ContextImpl* context, const TaskOptions* options, GroupState* group, PoolState* pool,
+                   bool keep_handle, F&& fn, const A&... accesses) {
+  using C = Closure<std::decay_t<F>, std::remove_cvref_t<A>...>;
+  TaskDraft draft = begin_task(context, sizeof(C), alignof(C));
+  try {
+    ::new (draft.closure) C{std::forward<F>(fn)};
+  } catch (...) {
+    abandon_task(context, draft);
+    throw;
+  }
+  const AccessSpec specs[sizeof...(A) + 1] = {accesses.spec()..., AccessSpec{}};
+  SubmitInfo info{&C::invoke, &C::destroy, specs, sizeof...(A), nullptr,
+                  nullptr,    0,           group, keep_handle,  pool};
+  TaskRecord* after_small[8];
+  std::vector<TaskRecord*> after_large;
+  if (options != nullptr) {
+    info.name = options->name;
+    const std::size_t count = options->after.size();
+    TaskRecord** after = after_small;
+    if (count > 8) {
+      after_large.resize(count);
+      after = after_large.data();
+    }
+    for (std::size_t i = 0; i < count; ++i) after[i] = options->after[i].record();
+    info.after = after;
+    info.after_count = count;
+  }
+  return commit_task(context, draft, info);
+}
+
+}  // namespace detail
+}  // namespace nerve

@@ -1,0 +1,59 @@
+// buffer_state.hpp — the runtime side of a Buffer: its bytes, its home, its dependency state.
+//
+// A BufferState is reference counted: Buffer handles, tasks that access it (until they finish) and
+// mappings each hold a reference. It holds one on its context, so the context's memory outlives it.
+// The data itself is released at the last reference, or when the context is destroyed (live buffers
+// are then reported), or never used again after an explicit free (C API): later use of the handle
+// is then a BufferMisuse error, not undefined behaviour.
+//
+// Contents of a new buffer are not zeroed: the first task that writes it touches the pages, which
+// places them on that worker's NUMA node (first touch).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "nerve/buffer.hpp"
+
+#include "task/dependency_tracker.hpp"
+
+namespace nerve::detail {
+
+struct ContextImpl;
+
+enum class BufferLife : int {
+  alive = 0,
+  freed = 1,         // explicitly freed; the data goes when the last task using it finishes
+  context_gone = 2,  // the context was destroyed while the handle lived
+};
+
+struct BufferState {
+  BufferState(ContextImpl* owner, std::size_t size_bytes, std::size_t element_bytes,
+              const BufferOptions& options, std::uint64_t buffer_id);
+  ~BufferState();
+  BufferState(const BufferState&) = delete;
+  BufferState& operator=(const BufferState&) = delete;
+
+  // check_usable() throws BufferMisuse if the buffer was freed or its context destroyed.
+  void check_usable(const char* operation) const;
+  std::string describe() const;  // "buffer 7 'name' (4096 bytes)"
+
+  std::atomic<std::int32_t> refs{1};
+  ContextImpl* const context;
+  const std::size_t bytes;
+  const std::size_t element_size;
+  const std::uint64_t id;
+  const std::string name;
+  std::byte* host = nullptr;
+  std::atomic<int> home_numa{-1};
+  std::atomic<BufferLife> life{BufferLife::alive};
+  DependencyTracker tracker;
+};
+
+// Host memory for buffer data: cache-line aligned, page aligned for large buffers.
+std::byte* allocate_host_bytes(std::size_t bytes);
+void free_host_bytes(std::byte* data) noexcept;
+
+}  // namespace nerve::detail

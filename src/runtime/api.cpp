@@ -1,0 +1,179 @@
+// api.cpp — the exported entry points behind the public C++ headers.
+#include <chrono>
+
+#include "nerve/context.hpp"
+#include "nerve/error.hpp"
+
+#include "memory/buffer_state.hpp"
+#include "runtime/context_impl.hpp"
+#include "runtime/pool_state.hpp"
+#include "runtime/waitables.hpp"
+#include "task/task_graph.hpp"
+
+namespace nerve {
+namespace detail {
+namespace {
+
+Clock::time_point deadline_after(std::int64_t timeout_ns) {
+  if (timeout_ns < 0) return Clock::time_point::max();
+  return Clock::now() + std::chrono::nanoseconds(timeout_ns);
+}
+
+}  // namespace
+
+ContextImpl* context_impl(Context& context) noexcept { return context.impl(); }
+
+TaskDraft begin_task(ContextImpl* context, std::size_t closure_size, std::size_t closure_align) {
+  return context->begin_task(closure_size, closure_align);
+}
+void abandon_task(ContextImpl* context, TaskDraft draft) noexcept { context->abandon_task(draft); }
+TaskRecord* commit_task(ContextImpl* context, TaskDraft draft, const SubmitInfo& info) {
+  return context->commit_task(draft, info);
+}
+
+void retain(TaskRecord* record) noexcept { retain_record(record); }
+void release(TaskRecord* record) noexcept { record->context->release_task(record); }
+
+void retain_handle(TaskRecord* record) noexcept {
+  retain_record(record);
+  record->context->add_external_reference();
+}
+
+void release_handle(TaskRecord* record) noexcept {
+  ContextImpl* context = record->context;
+  context->release_task(record);
+  context->drop_external_reference();
+}
+
+int task_status(const TaskRecord* record) noexcept {
+  const std::uint32_t status = record->load_status();
+  if (status >= status_succeeded) return static_cast<int>(status);
+  return record->phase.load(std::memory_order_relaxed);
+}
+
+bool task_wait(TaskRecord* record, std::int64_t timeout_ns) {
+  ContextImpl& context = *record->context;
+  TaskDone target{record};
+  if (!context.scheduler.wait(context.current_thread(), target, deadline_after(timeout_ns))) return false;
+  switch (record->load_status()) {
+    case status_failed: std::rethrow_exception(record->error);
+    case status_cancelled: std::rethrow_exception(cancellation_error(record));
+    default: return true;
+  }
+}
+
+std::exception_ptr task_error(const TaskRecord* record) noexcept {
+  switch (record->load_status()) {
+    case status_failed: return record->error;
+    case status_cancelled: try { return cancellation_error(record);
+      } catch (...) {
+        return std::current_exception();
+      }
+    default: return nullptr;
+  }
+}
+
+static void rethrow_group_error(GroupState* group) {
+  if (!group->has_error.load(std::memory_order_acquire)) return;
+  std::exception_ptr error = std::exchange(group->first_error, nullptr);
+  group->has_error.store(false, std::memory_order_release);
+  if (error != nullptr) std::rethrow_exception(error);
+}
+
+void group_wait(ContextImpl* context, GroupState* group) {
+  GroupDone target{group};
+  context->scheduler.wait(context->current_thread(), target);
+  rethrow_group_error(group);
+}
+
+bool group_wait_for(ContextImpl* context, GroupState* group, std::int64_t timeout_ns) {
+  GroupDone target{group};
+  if (!context->scheduler.wait(context->current_thread(), target, deadline_after(timeout_ns))) return false;
+  rethrow_group_error(group);
+  return true;
+}
+
+PoolState* pool_create(ContextImpl* context, std::size_t expected_tasks) {
+  auto* pool = new PoolState(*context);
+  pool->members.reserve(expected_tasks);
+  return pool;
+}
+
+void pool_launch(PoolState* pool) { pool->launch(); }
+
+void pool_wait(PoolState* pool) {
+  pool->launch();
+  ContextImpl& context = pool->context;
+  TaskDone target{pool->gate};
+  context.scheduler.wait(context.current_thread(), target);
+  if (pool->has_error.load(std::memory_order_acquire)) {
+    std::exception_ptr error = std::exchange(pool->first_error, nullptr);
+    pool->has_error.store(false, std::memory_order_release);
+    if (error != nullptr) std::rethrow_exception(error);
+  }
+}
+
+void pool_destroy(PoolState* pool) noexcept {
+  if (pool == nullptr) return;
+  if (pool->launched) {
+    try {
+      ContextImpl& context = pool->context;
+      TaskDone target{pool->gate};
+      context.scheduler.wait(context.current_thread(), target);
+    } catch (...) {
+    }
+    pool->context.release_task(pool->gate);
+  } else {
+    pool->discard();
+  }
+  delete pool;
+}
+
+std::size_t pool_size(const PoolState* pool) noexcept { return pool->members.size(); }
+bool pool_launched(const PoolState* pool) noexcept { return pool->launched; }
+
+unsigned context_worker_count(const ContextImpl* context) noexcept { return context->scheduler.slot_count(); }
+
+}  // namespace detail
+
+// --- Context ---------------------------------------------------------------------------------------
+
+Context::Context() : Context(Settings{}) {}
+
+Context::Context(const Settings& settings) : impl_(new detail::ContextImpl(settings)) {}
+
+Context::~Context() {
+  if (impl_ == nullptr) return;
+  impl_->shutdown();
+  impl_->drop_external_reference();
+}
+
+Context::Context(Context&& other) noexcept : impl_(std::exchange(other.impl_, nullptr)) {}
+
+Context& Context::operator=(Context&& other) noexcept {
+  if (this != &other) {
+    if (impl_ != nullptr) {
+      impl_->shutdown();
+      impl_->drop_external_reference();
+    }
+    impl_ = std::exchange(other.impl_, nullptr);
+  }
+  return *this;
+}
+
+void Context::wait_all() { impl_->wait_all(); }
+unsigned Context::worker_count() const noexcept { return impl_->scheduler.slot_count(); }
+
+int Context::current_worker() const noexcept {
+  try {
+    const detail::ThreadState& thread = impl_->current_thread();
+    return thread.slot != nullptr ? static_cast<int>(thread.slot->index) : -1;
+  } catch (...) {
+    return -1;
+  }
+}
+
+const Config& Context::config() const noexcept { return impl_->config; }
+const Topology& Context::topology() const noexcept { return impl_->topology; }
+
+}  // namespace nerve

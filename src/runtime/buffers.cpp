@@ -1,0 +1,123 @@
+// buffers.cpp — buffer creation, reference counting, mapping and explicit free.
+#include <fmt/format.h>
+
+#include "nerve/error.hpp"
+
+#include "memory/buffer_state.hpp"
+#include "runtime/context_impl.hpp"
+#include "runtime/waitables.hpp"
+#include "task/task_graph.hpp"
+
+namespace nerve::detail {
+
+void ContextImpl::register_buffer(BufferState* buffer) {
+  std::lock_guard lock(buffers_mutex);
+  buffers.insert(buffer);
+}
+
+void ContextImpl::unregister_buffer(BufferState* buffer) noexcept {
+  std::lock_guard lock(buffers_mutex);
+  buffers.erase(buffer);
+}
+
+BufferState* buffer_create(ContextImpl* context, std::size_t bytes, std::size_t element_size,
+                           const BufferOptions& options) {
+  if (context->shut_down)
+    throw Error(ErrorCode::invalid_argument, "buffer created in a context being destroyed");
+  const auto nodes = static_cast<int>(context->topology.numa_nodes().size());
+  if (options.numa_node < -1 || options.numa_node >= nodes) {
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("BufferOptions::numa_node {} is not a NUMA node of this machine (0..{})",
+                            options.numa_node, nodes - 1));
+  }
+  auto* buffer = new BufferState(context, bytes, element_size, options, context->next_buffer_id());
+  context->add_external_reference();
+  try {
+    context->register_buffer(buffer);
+  } catch (...) {
+    delete buffer;
+    context->drop_external_reference();
+    throw;
+  }
+  return buffer;
+}
+
+void retain(BufferState* buffer) noexcept { buffer->refs.fetch_add(1, std::memory_order_relaxed); }
+
+void release(BufferState* buffer) noexcept {
+  if (buffer->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  ContextImpl* context = buffer->context;
+  {
+    std::lock_guard lock(buffer->tracker.lock());
+    buffer->tracker.clear();
+  }
+  context->unregister_buffer(buffer);
+  delete buffer;
+  context->drop_external_reference();
+}
+
+std::size_t buffer_bytes(const BufferState* buffer) noexcept { return buffer->bytes; }
+std::uint64_t buffer_id(const BufferState* buffer) noexcept { return buffer->id; }
+
+void buffer_check_range(const BufferState* buffer, std::size_t offset, std::size_t size) {
+  buffer->check_usable("access");
+  if (offset > buffer->bytes || size > buffer->bytes - offset) {
+    throw Error(ErrorCode::buffer_misuse, fmt::format("access to bytes [{}, {}) is outside {}", offset,
+                                                      offset + size, buffer->describe()));
+  }
+}
+
+void buffer_free(BufferState* buffer) {
+  BufferLife expected = BufferLife::alive;
+  if (!buffer->life.compare_exchange_strong(expected, BufferLife::freed, std::memory_order_acq_rel)) {
+    if (expected == BufferLife::freed) {
+      throw Error(ErrorCode::buffer_misuse, fmt::format("double free of {}", buffer->describe()));
+    }
+    buffer->check_usable("free");
+  }
+  release(buffer);
+}
+
+Mapping buffer_map(BufferState* buffer, std::size_t offset, std::size_t size, Access mode, bool wait) {
+  buffer_check_range(buffer, offset, size);
+  ContextImpl& context = *buffer->context;
+  ThreadState& thread = context.current_thread();
+  TaskRecord* task = context.allocate_record(thread);
+  task->kind = TaskKind::host_access;
+  task->name = "host mapping";
+  task->refs.store(2, std::memory_order_relaxed);  // the runtime (until unmap) and the Mapping
+  task->pending.store(1, std::memory_order_relaxed);
+  const AccessSpec spec{buffer, offset, size, mode};
+  context.copy_accesses(task, &spec, 1);
+  {
+    std::lock_guard lock(buffer->tracker.lock());
+    if (!wait && buffer->tracker.would_wait(offset, size, mode)) {
+      release(buffer);
+      task->access_count = 0;
+      task->refs.store(1, std::memory_order_relaxed);
+      context.release_task(task);
+      return {nullptr, nullptr};
+    }
+    buffer->tracker.register_access(task, offset, size, mode, [&](Predecessor predecessor) {
+      if (predecessor.task != task) add_edge(predecessor.task, task, predecessor.consumes);
+    });
+  }
+  if (task->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) context.make_ready(task, thread, true);
+  MappingGranted granted{task};
+  context.scheduler.wait(thread, granted);
+  if (task->load_status() == status_cancelled) {
+    std::exception_ptr error = cancellation_error(task);
+    context.release_task(task);  // the Mapping's reference; the runtime's went with the cancellation
+    std::rethrow_exception(error);
+  }
+  return {task, buffer->host + offset};
+}
+
+void buffer_unmap(Mapping mapping) {
+  TaskRecord* task = mapping.record;
+  ContextImpl& context = *task->context;
+  context.finish(task, context.current_thread(), status_succeeded);
+  context.release_task(task);
+}
+
+}  // namespace nerve::detail

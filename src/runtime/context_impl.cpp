@@ -1,0 +1,103 @@
+#include "runtime/context_impl.hpp"
+
+#include <fmt/format.h>
+
+#include "nerve/error.hpp"
+
+#include "memory/buffer_state.hpp"
+#include "util/log.hpp"
+
+namespace nerve::detail {
+namespace {
+
+// Context ids key the per-thread lookup cache; they are never reused, so a cache entry left over
+// from a destroyed context can never be mistaken for a live one.
+std::uint64_t new_context_id() noexcept {
+  static std::atomic<std::uint64_t> last{0};
+  return last.fetch_add(1, std::memory_order_relaxed) + 1;
+}
+
+struct ThreadCacheEntry {
+  std::uint64_t context_id = 0;
+  ThreadState* state = nullptr;
+};
+
+thread_local ThreadCacheEntry thread_cache;
+
+}  // namespace
+
+ContextImpl::ContextImpl(const Settings& settings)
+    : config(Config::load(settings)),
+      topology(Topology::discover(config)),
+      scheduler(config, topology, *this),
+      id(new_context_id()) {
+  log::debug("context {}: {} worker slots on {}", id, scheduler.slot_count(), topology.description());
+  scheduler.start();
+}
+
+ContextImpl::~ContextImpl() {
+  // Every thread state's record cache goes back with the slabs; nothing to return individually.
+}
+
+void ContextImpl::drop_external_reference() noexcept {
+  if (external_references.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+}
+
+void ContextImpl::shutdown() noexcept {
+  if (shut_down) return;
+  try {
+    wait_all();
+  } catch (const std::exception& error) {
+    log::warn("context destroyed with an unreported task failure: {}", error.what());
+  } catch (...) {
+    log::warn("context destroyed with an unreported task failure");
+  }
+  scheduler.stop();
+  shut_down = true;
+
+  // Buffers still alive: report, free their data, and make later use of their handles an error.
+  std::vector<BufferState*> alive;
+  {
+    std::lock_guard lock(buffers_mutex);
+    alive.assign(buffers.begin(), buffers.end());
+  }
+  if (!alive.empty()) {
+    std::size_t bytes = 0;
+    for (BufferState* buffer : alive) bytes += buffer->bytes;
+    log::warn("context destroyed with {} buffer(s) still alive ({} bytes); their data is freed now",
+              alive.size(), bytes);
+  }
+  for (BufferState* buffer : alive) {
+    buffer->life.store(BufferLife::context_gone, std::memory_order_release);
+    std::lock_guard lock(buffer->tracker.lock());
+    buffer->tracker.clear();
+  }
+}
+
+ThreadState& ContextImpl::current_thread() {
+  if (thread_cache.context_id == id) return *thread_cache.state;
+  std::lock_guard lock(threads_mutex);
+  auto [it, inserted] = threads_by_id.try_emplace(std::this_thread::get_id(), nullptr);
+  if (inserted) {
+    const std::size_t index = thread_count.load(std::memory_order_relaxed);
+    if (index == max_threads) {
+      threads_by_id.erase(it);
+      throw Error(ErrorCode::invalid_argument,
+                  fmt::format("more than {} threads have used this nerve context", max_threads));
+    }
+    thread_storage.push_back(std::make_unique<ThreadState>());
+    ThreadState* state = thread_storage.back().get();
+    state->context = this;
+    state->random_state ^= static_cast<std::uint64_t>(index + 1) * 0x9E3779B97F4A7C15ull;
+    records.register_cache(state->records);
+    thread_list[index].store(state, std::memory_order_relaxed);
+    thread_count.store(index + 1, std::memory_order_release);
+    it->second = state;
+  }
+  thread_cache = {id, it->second};
+  return *it->second;
+}
+
+ThreadState& ContextImpl::create_worker_state(unsigned /*slot*/) { return current_thread(); }
+
+}  // namespace nerve::detail

@@ -1,0 +1,106 @@
+// context_impl.hpp — the runtime behind nerve::Context: configuration, topology, workers, task
+// records, buffers, and the task life cycle (commit → ready → execute → finish).
+//
+// Lifetime: the Context object holds one "external" reference; every BufferState and every Task
+// handle holds another. ~Context() shuts the runtime down (drains tasks, joins workers, frees live
+// buffers' data) and drops its reference; the memory goes when the last reference does, so a handle
+// that outlives its Context fails cleanly instead of touching freed memory.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "nerve/config.hpp"
+#include "nerve/detail/runtime_api.hpp"
+#include "nerve/topology.hpp"
+
+#include "sched/scheduler.hpp"
+#include "task/record_allocator.hpp"
+#include "util/spin_lock.hpp"
+
+namespace nerve::detail {
+
+struct PoolState;
+
+struct ContextImpl final : TaskExecutor {
+  explicit ContextImpl(const Settings& settings);
+  ~ContextImpl();
+  ContextImpl(const ContextImpl&) = delete;
+  ContextImpl& operator=(const ContextImpl&) = delete;
+
+  // shutdown() drains every task, stops the workers and frees the data of buffers still alive.
+  void shutdown() noexcept;
+  void add_external_reference() noexcept { external_references.fetch_add(1, std::memory_order_relaxed); }
+  // drop_external_reference() deletes the context when the last reference goes.
+  void drop_external_reference() noexcept;
+
+  // current_thread() is the calling thread's state in this context (created on first use).
+  ThreadState& current_thread();
+
+  // --- task life cycle (task_lifecycle.cpp)
+  TaskDraft begin_task(std::size_t closure_size, std::size_t closure_align);
+  void abandon_task(TaskDraft draft) noexcept;
+  TaskRecord* commit_task(TaskDraft draft, const SubmitInfo& info);
+  void make_ready(TaskRecord* task, ThreadState& thread, bool submission);
+  void finish(TaskRecord* task, ThreadState& thread, std::uint32_t outcome);
+  void release_task(TaskRecord* task) noexcept;
+  TaskRecord* allocate_record(ThreadState& thread);
+  // copy_accesses() validates and stores accesses in `task`, taking a reference on each buffer.
+  void copy_accesses(TaskRecord* task, const AccessSpec* accesses, std::size_t count);
+  // register_dependencies() infers `task`'s predecessors from its accesses and adds the edges.
+  void register_dependencies(TaskRecord* task, ThreadState& thread, TaskRecord* const* after,
+                             std::size_t after_count);
+  int preferred_numa_node(const TaskRecord* task) const noexcept;
+
+  // TaskExecutor
+  void execute(TaskRecord* task, ThreadState& thread) override;
+  ThreadState& create_worker_state(unsigned slot) override;
+  void on_slot_idle() noexcept override;
+
+  // --- waiting (waiting.cpp)
+  std::int64_t in_flight() const noexcept;
+  void wait_all();
+  void throttle_submission(ThreadState& thread);
+  void record_root_error(const std::exception_ptr& error) noexcept;
+
+  // --- buffers (buffers.cpp)
+  void register_buffer(BufferState* buffer);
+  void unregister_buffer(BufferState* buffer) noexcept;
+  std::uint64_t next_buffer_id() noexcept { return buffer_ids.fetch_add(1, std::memory_order_relaxed) + 1; }
+
+  Config config;
+  Topology topology;
+  RecordAllocator records;
+  Scheduler scheduler;
+  const std::uint64_t id;
+  std::atomic<std::int64_t> external_references{1};
+  bool shut_down = false;
+
+  // Thread states, append-only; readers scan [0, thread_count) without the lock.
+  static constexpr std::size_t max_threads = 4096;
+  std::mutex threads_mutex;
+  std::unordered_map<std::thread::id, ThreadState*> threads_by_id;
+  std::vector<std::unique_ptr<ThreadState>> thread_storage;
+  std::unique_ptr<std::atomic<ThreadState*>[]> thread_list { new std::atomic<ThreadState*>[ max_threads ] };
+  std::atomic<std::size_t> thread_count{0};
+
+  std::mutex buffers_mutex;
+  std::unordered_set<BufferState*> buffers;
+  std::atomic<std::uint64_t> buffer_ids{0};
+
+  SpinLock root_error_lock;
+  std::exception_ptr root_error;
+  alignas(64) std::atomic<int> root_parked{0};  // threads parked in wait_all()
+};
+
+// The exception a cancelled task reports: TaskCancelled carrying the original cause (if any).
+std::exception_ptr cancellation_error(const TaskRecord* task);
+
+}  // namespace nerve::detail

@@ -1,0 +1,46 @@
+// pool_state.hpp — a TaskPool: mutually independent tasks launched together.
+//
+// Members never register with the dependency trackers. At launch a single "gate" record registers
+// the union of the members' accesses (per buffer: the covering range, the combined mode); when the
+// gate's predecessors are done it releases every member, and it finishes when the last member does
+// — failed if any member failed, so tasks that read the pool's output are cancelled.
+//
+// Thread safety: add() and launch() are called by the pool's owner; member_finished() by workers.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <exception>
+#include <mutex>
+#include <vector>
+
+#include "nerve/detail/runtime_api.hpp"
+
+#include "task/task_record.hpp"
+
+namespace nerve::detail {
+
+struct ContextImpl;
+struct ThreadState;
+
+struct PoolState {
+  explicit PoolState(ContextImpl& owner) : context(owner) {}
+
+  void add(TaskRecord* member);
+  void launch();
+  void release_members(ThreadState& thread);
+  void member_finished(TaskRecord* member, ThreadState& thread);
+  void record_error(const std::exception_ptr& error) noexcept;
+  void discard() noexcept;  // destroy members of a pool that was never launched
+  void mark_cancelled(TaskRecord* member) noexcept;
+
+  ContextImpl& context;
+  std::vector<TaskRecord*> members;
+  std::atomic<std::int64_t> remaining{0};
+  TaskRecord* gate = nullptr;
+  bool launched = false;
+  std::atomic<bool> has_error{false};
+  std::exception_ptr first_error;
+};
+
+}  // namespace nerve::detail

@@ -1,0 +1,305 @@
+// task_lifecycle.cpp — a task from submission to recycling: commit (accesses, dependencies),
+// ready (placement), execute (or cancel), finish (report, release successors, count).
+#include <algorithm>
+#include <cstring>
+#include <new>
+
+#include <fmt/format.h>
+
+#include "nerve/error.hpp"
+
+#include "memory/buffer_state.hpp"
+#include "runtime/context_impl.hpp"
+#include "runtime/pool_state.hpp"
+#include "task/task_graph.hpp"
+
+namespace nerve::detail {
+namespace {
+
+constexpr std::size_t max_inline_views = 16;
+
+const char* display_name(const TaskRecord* task) noexcept {
+  return task->name != nullptr ? task->name : "(unnamed)";
+}
+
+}  // namespace
+
+std::exception_ptr cancellation_error(const TaskRecord* task) {
+  if (task->error == nullptr) {
+    return std::make_exception_ptr(
+        TaskCancelled(fmt::format("task '{}' was cancelled before it started", display_name(task)), nullptr));
+  }
+  std::string cause = "a non-standard exception";
+  try {
+    std::rethrow_exception(task->error);
+  } catch (const std::exception& error) {
+    cause = error.what();
+  } catch (...) {
+  }
+  return std::make_exception_ptr(
+      TaskCancelled(fmt::format("task '{}' was cancelled because a task it depends on failed: {}",
+                                display_name(task), cause),
+                    task->error));
+}
+
+DepNode* allocate_dep_node(TaskRecord* successor) {
+  if (successor->dep_used < inline_dep_count) return &successor->deps[successor->dep_used++];
+  DepOverflow* chunk = successor->dep_overflow;
+  if (chunk == nullptr || chunk->used == std::size(chunk->nodes)) {
+    chunk = new DepOverflow{successor->dep_overflow, 0, {}};
+    successor->dep_overflow = chunk;
+  }
+  return &chunk->nodes[chunk->used++];
+}
+
+TaskRecord* ContextImpl::allocate_record(ThreadState& thread) {
+  TaskRecord* task = records.allocate(thread.records);
+  task->context = this;
+  return task;
+}
+
+TaskDraft ContextImpl::begin_task(std::size_t closure_size, std::size_t closure_align) {
+  if (shut_down) throw Error(ErrorCode::invalid_argument, "submit to a context that is being destroyed");
+  ThreadState& thread = current_thread();
+  TaskRecord* task = allocate_record(thread);
+  void* closure = task->closure;
+  if (closure_size > inline_closure_bytes || closure_align > alignof(std::max_align_t)) {
+    closure =
+        ::operator new (closure_size, std::align_val_t{std::max(closure_align, alignof(std::max_align_t))});
+    *reinterpret_cast<void**>(task->closure) = closure;
+    task->closure_on_heap = true;
+  }
+  return {task, closure};
+}
+
+void ContextImpl::abandon_task(TaskDraft draft) noexcept {
+  TaskRecord* task = draft.record;
+  if (task->closure_on_heap) ::operator delete (draft.closure, std::align_val_t{alignof(std::max_align_t)});
+  task->closure_on_heap = false;
+  records.free(current_thread().records, task);
+}
+
+void ContextImpl::copy_accesses(TaskRecord* task, const AccessSpec* accesses, std::size_t count) {
+  for (std::size_t i = 0; i < count; ++i) {
+    const AccessSpec& access = accesses[i];
+    if (access.buffer == nullptr)
+      throw Error(ErrorCode::buffer_misuse, "a task accesses an empty buffer handle");
+    access.buffer->check_usable("submit");
+    if (access.buffer->context != this) {
+      throw Error(ErrorCode::buffer_misuse,
+                  fmt::format("a task accesses {} of another context", access.buffer->describe()));
+    }
+    buffer_check_range(access.buffer, access.offset, access.size);
+  }
+  if (count > inline_access_count) task->accesses = new AccessRecord[count];
+  for (std::size_t i = 0; i < count; ++i) {
+    const AccessSpec& access = accesses[i];
+    task->accesses[i] = AccessRecord{access.buffer, access.offset, access.size, access.mode};
+    retain(access.buffer);
+  }
+  task->access_count = static_cast<std::uint16_t>(count);
+}
+
+// Locks every buffer the task touches, in address order, so that concurrent submissions over the
+// same buffers are ordered the same way on all of them (no dependency cycles), then registers each
+// access and adds an edge from each predecessor (deduplicated).
+void ContextImpl::register_dependencies(TaskRecord* task, ThreadState& thread, TaskRecord* const* after,
+                                        std::size_t after_count) {
+  auto& seen = thread.scratch_predecessors;
+  seen.clear();
+  auto on_predecessor = [&](Predecessor predecessor) {
+    if (predecessor.task == task) return;
+    for (TaskRecord* earlier : seen) {
+      if (earlier == predecessor.task) return;
+    }
+    if (seen.size() < 64) seen.push_back(predecessor.task);  // beyond that, duplicates are harmless
+    add_edge(predecessor.task, task, predecessor.consumes);
+  };
+  const std::size_t count = task->access_count;
+  if (count == 1) {
+    BufferState* buffer = task->accesses[0].buffer;
+    std::lock_guard lock(buffer->tracker.lock());
+    buffer->tracker.register_access(task, task->accesses[0].offset, task->accesses[0].size,
+                                    task->accesses[0].mode, on_predecessor);
+  } else if (count > 1) {
+    auto& buffers = thread.scratch_buffers;
+    buffers.clear();
+    for (std::size_t i = 0; i < count; ++i) buffers.push_back(task->accesses[i].buffer);
+    std::sort(buffers.begin(), buffers.end());
+    buffers.erase(std::unique(buffers.begin(), buffers.end()), buffers.end());
+    for (BufferState* buffer : buffers) buffer->tracker.lock().lock();
+    for (std::size_t i = 0; i < count; ++i) {
+      const AccessRecord& access = task->accesses[i];
+      access.buffer->tracker.register_access(task, access.offset, access.size, access.mode, on_predecessor);
+    }
+    for (BufferState* buffer : buffers) buffer->tracker.lock().unlock();
+  }
+  for (std::size_t i = 0; i < after_count; ++i) on_predecessor(Predecessor{after[i], true});
+}
+
+TaskRecord* ContextImpl::commit_task(TaskDraft draft, const SubmitInfo& info) {
+  TaskRecord* task = draft.record;
+  ThreadState& thread = current_thread();
+  try {
+    if (info.after_count != 0 && info.pool != nullptr) {
+      throw Error(ErrorCode::invalid_argument, "tasks in a task pool cannot have `after` edges");
+    }
+    if (info.pool != nullptr && info.pool->launched) {
+      throw Error(ErrorCode::invalid_argument, "task added to a task pool after launch()");
+    }
+    for (std::size_t i = 0; i < info.after_count; ++i) {
+      if (info.after[i] == nullptr) {
+        throw Error(ErrorCode::invalid_argument, "`after` names an empty task handle");
+      }
+      if (info.after[i]->context != this) {
+        throw Error(ErrorCode::invalid_argument, "`after` names a task of another context");
+      }
+    }
+    copy_accesses(task, info.accesses, info.access_count);
+  } catch (...) {
+    info.destroy(draft.closure);
+    for (std::size_t i = 0; i < task->access_count; ++i) release(task->accesses[i].buffer);
+    task->access_count = 0;
+    if (task->accesses != task->inline_accesses) delete[] task->accesses;
+    task->accesses = task->inline_accesses;
+    abandon_task(draft);
+    throw;
+  }
+  task->invoke = info.invoke;
+  task->destroy = info.destroy;
+  task->name = info.name;
+  task->group = info.group;
+  if (info.pool != nullptr) {
+    task->refs.store(1, std::memory_order_relaxed);
+    info.pool->add(task);
+    return nullptr;
+  }
+  task->refs.store(info.keep_handle ? 2 : 1, std::memory_order_relaxed);
+  if (info.keep_handle) add_external_reference();
+  task->pending.store(1, std::memory_order_relaxed);  // the submission guard
+  if (info.group != nullptr) info.group->pending.fetch_add(1, std::memory_order_relaxed);
+  thread.count_submitted();
+  register_dependencies(task, thread, info.after, info.after_count);
+  if (task->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) make_ready(task, thread, true);
+  throttle_submission(thread);
+  return info.keep_handle ? task : nullptr;
+}
+
+int ContextImpl::preferred_numa_node(const TaskRecord* task) const noexcept {
+  if (!scheduler.numa_placement()) return -1;
+  int node = -1;
+  std::size_t largest = 0;
+  for (std::size_t i = 0; i < task->access_count; ++i) {
+    const AccessRecord& access = task->accesses[i];
+    const int home = access.buffer->home_numa.load(std::memory_order_relaxed);
+    if (home >= 0 && access.size >= largest) {
+      node = home;
+      largest = access.size;
+    }
+  }
+  return node;
+}
+
+void ContextImpl::make_ready(TaskRecord* task, ThreadState& thread, bool submission) {
+  switch (task->kind) {
+    case TaskKind::function:
+      task->phase.store(status_ready, std::memory_order_relaxed);
+      scheduler.enqueue(task, thread, submission, preferred_numa_node(task));
+      return;
+    case TaskKind::host_access:
+      // The mapping is granted (or cancelled): wake the thread blocked in map().
+      if (task->cancel_pending.load(std::memory_order_acquire)) {
+        finish(task, thread, status_cancelled);
+        return;
+      }
+      task->phase.store(status_running, std::memory_order_seq_cst);
+      if ((task->status.load(std::memory_order_seq_cst) & status_waiters_bit) != 0)
+        scheduler.waiters().wake(task);
+      return;
+    case TaskKind::pool_gate: task->pool->release_members(thread); return;
+  }
+}
+
+void ContextImpl::execute(TaskRecord* task, ThreadState& thread) {
+  std::uint32_t outcome = status_succeeded;
+  const bool cancelled =
+      task->cancel_pending.load(std::memory_order_acquire) ||
+      (task->group != nullptr && task->group->cancel_requested.load(std::memory_order_acquire));
+  if (cancelled) {
+    outcome = status_cancelled;
+  } else {
+    task->phase.store(status_running, std::memory_order_relaxed);
+    AccessView inline_views[max_inline_views];
+    std::unique_ptr<AccessView[]> heap_views;
+    AccessView* views = inline_views;
+    if (task->access_count > max_inline_views) {
+      heap_views = std::make_unique<AccessView[]>(task->access_count);
+      views = heap_views.get();
+    }
+    const int node = thread.slot != nullptr ? thread.slot->numa_node : -1;
+    for (std::size_t i = 0; i < task->access_count; ++i) {
+      const AccessRecord& access = task->accesses[i];
+      views[i] = AccessView{access.buffer->host + access.offset, access.size};
+      if (node >= 0 && scheduler.numa_placement() && access.mode != Access::read) {
+        int unknown = -1;
+        access.buffer->home_numa.compare_exchange_strong(unknown, node, std::memory_order_relaxed);
+      }
+    }
+    ++thread.nesting;
+    try {
+      task->invoke(task->closure_storage(), views);
+    } catch (...) {
+      task->error = std::current_exception();
+      outcome = status_failed;
+    }
+    --thread.nesting;
+  }
+  void* closure = task->closure_storage();
+  task->destroy(closure);
+  if (task->closure_on_heap) ::operator delete (closure, std::align_val_t{alignof(std::max_align_t)});
+  task->closure_on_heap = false;
+  finish(task, thread, outcome);
+}
+
+void ContextImpl::finish(TaskRecord* task, ThreadState& thread, std::uint32_t outcome) {
+  for (std::size_t i = 0; i < task->access_count; ++i) release(task->accesses[i].buffer);
+  const bool counted = task->kind != TaskKind::host_access;
+  if (outcome == status_failed || outcome == status_cancelled) {
+    const bool requested = outcome == status_cancelled && task->error == nullptr;
+    std::exception_ptr reported = outcome == status_failed ? task->error : cancellation_error(task);
+    if (task->pool != nullptr && task->kind == TaskKind::function) {
+      task->pool->record_error(reported);
+    } else if (task->group != nullptr) {
+      GroupState& group = *task->group;
+      if (!requested && !group.has_error.exchange(true, std::memory_order_acq_rel))
+        group.first_error = reported;
+    } else if (outcome == status_failed && task->kind == TaskKind::function) {
+      record_root_error(reported);
+    }
+  }
+  const std::uint32_t previous = task->status.exchange(outcome, std::memory_order_acq_rel);
+  if ((previous & status_waiters_bit) != 0) scheduler.waiters().wake(task);
+  close_and_release(task, outcome != status_succeeded,
+                    [&](TaskRecord* successor) { make_ready(successor, thread, false); });
+  if (task->pool != nullptr) task->pool->member_finished(task, thread);
+  if (GroupState* group = task->group) {
+    const std::int64_t before = group->pending.fetch_sub(1, std::memory_order_acq_rel);
+    if ((before & GroupState::count_mask) == 1 && before >= GroupState::parked_one)
+      scheduler.waiters().wake(group);
+  }
+  if (counted) thread.count_completed();
+  release_task(task);
+}
+
+void ContextImpl::release_task(TaskRecord* task) noexcept {
+  if (!release_record(task)) return;
+  if (task->accesses != task->inline_accesses) delete[] task->accesses;
+  for (DepOverflow* chunk = task->dep_overflow; chunk != nullptr;) {
+    DepOverflow* next = chunk->next;
+    delete chunk;
+    chunk = next;
+  }
+  records.free(current_thread().records, task);
+}
+
+}  // namespace nerve::detail

@@ -1,0 +1,57 @@
+// waiting.cpp — counting tasks in flight, wait_all(), submission throttling, root errors.
+#include <thread>
+#include <utility>
+
+#include "runtime/context_impl.hpp"
+#include "runtime/waitables.hpp"
+
+namespace nerve::detail {
+
+// Sum of completions first, then of submissions: a task's submission happens-before its completion
+// is counted, so the difference never under-counts the tasks in flight at the time of the reads.
+std::int64_t ContextImpl::in_flight() const noexcept {
+  const std::size_t count = thread_count.load(std::memory_order_acquire);
+  std::uint64_t completed = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    completed += thread_list[i].load(std::memory_order_relaxed)->completed.load(std::memory_order_acquire);
+  }
+  std::uint64_t submitted = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    submitted += thread_list[i].load(std::memory_order_relaxed)->submitted.load(std::memory_order_acquire);
+  }
+  return static_cast<std::int64_t>(submitted - completed);
+}
+
+void ContextImpl::wait_all() {
+  ThreadState& thread = current_thread();
+  AllDone all{this};
+  scheduler.wait(thread, all);
+  std::exception_ptr error;
+  {
+    std::lock_guard lock(root_error_lock);
+    error = std::exchange(root_error, nullptr);
+  }
+  if (error != nullptr) std::rethrow_exception(error);
+}
+
+void ContextImpl::on_slot_idle() noexcept {
+  if (root_parked.load(std::memory_order_seq_cst) > 0) scheduler.waiters().wake(&root_parked);
+}
+
+// Every 32 submissions a thread checks the number of tasks in flight; above task_queue.max_in_flight
+// it runs tasks itself (if it can) or waits until the count drops.
+void ContextImpl::throttle_submission(ThreadState& thread) {
+  if (thread.submissions_until_check-- != 0) return;
+  thread.submissions_until_check = 31;
+  const auto limit = static_cast<std::int64_t>(config.task_queue.max_in_flight);
+  while (in_flight() >= limit) {
+    if (!scheduler.help_once(thread)) std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+}
+
+void ContextImpl::record_root_error(const std::exception_ptr& error) noexcept {
+  std::lock_guard lock(root_error_lock);
+  if (root_error == nullptr) root_error = error;
+}
+
+}  // namespace nerve::detail

@@ -1,0 +1,308 @@
+#include "sched/scheduler.hpp"
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+#include <thread>
+
+#include "topology/affinity.hpp"
+#include "util/log.hpp"
+
+namespace nerve::detail {
+namespace {
+
+// Waitable for the worker threads' main loop: "the scheduler is stopping".
+struct StopSignal {
+  static constexpr bool expensive = false;
+  const std::atomic<bool>& stopping;
+  bool done() const noexcept { return stopping.load(std::memory_order_acquire); }
+  void before_park() noexcept {}
+  void after_park() noexcept {}
+  const void* address() const noexcept { return &stopping; }
+};
+
+TaskRecord* as_task(QueueLink* link) noexcept { return static_cast<TaskRecord*>(link); }
+
+unsigned slot_count_for(const Config& config, const Topology& topology) {
+  return config.parallel.thread_pool_size != 0 ? config.parallel.thread_pool_size
+                                               : topology::default_worker_count(topology);
+}
+
+}  // namespace
+
+Scheduler::Scheduler(const Config& config, const Topology& topology, TaskExecutor& executor)
+    : executor_(executor),
+      policy_(config.scheduler.policy),
+      numa_affinity_(config.scheduler.numa_affinity),
+      topology_awareness_(config.scheduler.topology_awareness),
+      numa_placement_(config.scheduler.numa_affinity != NumaAffinity::none &&
+                      topology.numa_nodes().size() > 1),
+      spin_(config.scheduler.spin),
+      steal_threshold_(config.scheduler.work_stealing_threshold),
+      topology_(topology),
+      placements_(topology::plan_workers(topology, slot_count_for(config, topology),
+                                         config.parallel.thread_affinity)),
+      bind_threads_(config.parallel.thread_affinity != ThreadAffinity::none && !topology.synthetic()),
+      shared_(QueueType::mutex, std::size_t{config.task_queue.per_device_queue_depth} * placements_.size()) {
+  const auto count = static_cast<unsigned>(placements_.size());
+  const auto& placements = placements_;
+  slots_by_node_.resize(std::max<std::size_t>(1, topology.numa_nodes().size()));
+  for (unsigned i = 0; i < count; ++i) {
+    slots_.push_back(
+        std::make_unique<WorkerSlot>(i, config.task_queue.type, config.task_queue.per_device_queue_depth));
+    WorkerSlot& slot = *slots_.back();
+    slot.core = placements[i].core;
+    slot.numa_node = std::max(0, placements[i].numa_node);
+    slots_by_node_[static_cast<std::size_t>(slot.numa_node) % slots_by_node_.size()].push_back(i);
+  }
+  compute_victims();
+}
+
+Scheduler::~Scheduler() { stop(); }
+
+// Victim order per slot. Under locality_aware_stealing with topology awareness: by core distance,
+// ties rotated by the thief's index so that equidistant thieves do not all start at one victim.
+// Otherwise a per-slot random permutation (the thief also starts at a random point each round).
+void Scheduler::compute_victims() {
+  const bool by_distance = policy_ == SchedulerPolicy::locality_aware_stealing && topology_awareness_;
+  std::mt19937 random(12345);
+  for (auto& slot : slots_) {
+    std::vector<unsigned> victims;
+    for (auto& other : slots_) {
+      if (other.get() == slot.get()) continue;
+      if (numa_affinity_ == NumaAffinity::strict && numa_placement_ && other->numa_node != slot->numa_node)
+        continue;
+      victims.push_back(other->index);
+    }
+    if (by_distance) {
+      const unsigned n = slot_count();
+      std::stable_sort(victims.begin(), victims.end(), [&](unsigned a, unsigned b) {
+        const int da = topology_.distance(slot->core, slots_[a]->core);
+        const int db = topology_.distance(slot->core, slots_[b]->core);
+        if (da != db) return da < db;
+        return (a + n - slot->index) % n < (b + n - slot->index) % n;
+      });
+    } else {
+      std::shuffle(victims.begin(), victims.end(), random);
+    }
+    slot->victims = std::move(victims);
+  }
+}
+
+void Scheduler::start() {
+  if (started_) return;
+  started_ = true;
+  for (unsigned i = 1; i < slot_count(); ++i) {
+    slots_[i]->thread = std::thread([this, i] { worker_main(i); });
+  }
+}
+
+void Scheduler::stop() {
+  if (!started_) return;
+  stopping_.store(true, std::memory_order_seq_cst);
+  for (auto& slot : slots_) wake_slot(*slot);
+  waiters_.wake(&stopping_);
+  for (auto& slot : slots_) {
+    if (slot->thread.joinable()) slot->thread.join();
+  }
+  started_ = false;
+}
+
+void Scheduler::worker_main(unsigned index) {
+  WorkerSlot& slot = *slots_[index];
+  ThreadState& thread = executor_.create_worker_state(index);
+  thread.slot = &slot;
+  thread.is_worker_thread = true;
+  slot.occupant.store(&thread, std::memory_order_release);
+  if (bind_threads_) slot.bound = topology::bind_current_thread(placements_[index], topology_, bind_warned_);
+  StopSignal stop{stopping_};
+  run_until(thread, stop, Clock::time_point::max());
+  slot.occupant.store(nullptr, std::memory_order_release);
+}
+
+bool Scheduler::try_claim_master(ThreadState& thread) noexcept {
+  WorkerSlot& master = *slots_[0];
+  ThreadState* expected = nullptr;
+  if (!master.occupant.compare_exchange_strong(expected, &thread, std::memory_order_acq_rel)) return false;
+  thread.slot = &master;
+  return true;
+}
+
+void Scheduler::release_master(ThreadState& thread) noexcept {
+  thread.slot = nullptr;
+  WorkerSlot& master = *slots_[0];
+  master.occupant.store(nullptr, std::memory_order_release);
+  // Tasks left in the master's deque are now only reachable by stealing.
+  if (!master.deque.empty() || master.inbox.maybe_nonempty()) notify_work(&master, -1);
+}
+
+bool Scheduler::help_once(ThreadState& thread) {
+  if (stopping_.load(std::memory_order_acquire)) return false;
+  const bool claimed = thread.slot == nullptr && try_claim_master(thread);
+  if (thread.slot == nullptr) return false;
+  IdleState idle;
+  idle.idle = true;
+  idle.since = Clock::time_point::min();  // allow stealing at once
+  TaskRecord* task = find_work(thread, *thread.slot, idle);
+  if (task != nullptr) run(task, thread, *thread.slot);
+  if (claimed) release_master(thread);
+  return task != nullptr;
+}
+
+void Scheduler::run(TaskRecord* task, ThreadState& thread, WorkerSlot& slot) {
+  WorkerSlot::bump(slot.stats.tasks_run);
+  executor_.execute(task, thread);
+}
+
+TaskRecord* Scheduler::find_work(ThreadState& thread, WorkerSlot& slot, IdleState& idle) {
+  if (TaskRecord* task = slot.deque.pop()) return task;
+  if (QueueLink* link = slot.inbox.try_pop()) return as_task(link);
+  if (policy_ == SchedulerPolicy::eager) {
+    if (QueueLink* link = shared_.try_pop()) return as_task(link);
+  }
+  if (steal_threshold_.count() > 0) {
+    if (!idle.idle || Clock::now() - idle.since < steal_threshold_) return nullptr;
+  }
+  return steal(thread, slot);
+}
+
+TaskRecord* Scheduler::steal(ThreadState& thread, WorkerSlot& slot) {
+  const auto& victims = slot.victims;
+  const std::size_t count = victims.size();
+  if (count == 0) return nullptr;
+  const bool by_distance = policy_ == SchedulerPolicy::locality_aware_stealing && topology_awareness_;
+  const std::size_t start = by_distance ? 0 : static_cast<std::size_t>(thread.next_random() % count);
+  for (std::size_t k = 0; k < count; ++k) {
+    WorkerSlot& victim = *slots_[victims[(start + k) % count]];
+    TaskRecord* task = victim.deque.steal();
+    if (task == nullptr) {
+      if (QueueLink* link = victim.inbox.try_pop()) task = as_task(link);
+    }
+    if (task != nullptr) {
+      WorkerSlot::bump(slot.stats.steals);
+      return task;
+    }
+  }
+  return nullptr;
+}
+
+bool Scheduler::has_work_for(const WorkerSlot& slot) const noexcept {
+  if (!slot.deque.empty() || slot.inbox.maybe_nonempty()) return true;
+  if (policy_ == SchedulerPolicy::eager && shared_.maybe_nonempty()) return true;
+  for (unsigned victim : slot.victims) {
+    if (!slots_[victim]->deque.empty() || slots_[victim]->inbox.maybe_nonempty()) return true;
+  }
+  return false;
+}
+
+void Scheduler::enter_idle(IdleState& idle) noexcept {
+  idle.idle = true;
+  idle.since = Clock::now();
+  idle.spinning = true;
+  spinners_.fetch_add(1, std::memory_order_acq_rel);
+  executor_.on_slot_idle();
+}
+
+void Scheduler::leave_idle(IdleState& idle) noexcept {
+  if (idle.spinning) spinners_.fetch_sub(1, std::memory_order_acq_rel);
+  idle = IdleState{};
+}
+
+bool Scheduler::may_run_on(const WorkerSlot& slot, int numa_node) const noexcept {
+  return numa_node < 0 || !numa_placement_ || numa_affinity_ != NumaAffinity::strict ||
+         slot.numa_node == numa_node;
+}
+
+void Scheduler::enqueue(TaskRecord* task, ThreadState& thread, bool submission, int numa_node) {
+  WorkerSlot* own = thread.slot;
+  const bool bound_elsewhere =
+      numa_node >= 0 && numa_placement_ && (own == nullptr || own->numa_node != numa_node);
+  if (policy_ == SchedulerPolicy::eager) {
+    // Nested fork-join stays local; everything else is first come, first served.
+    if (own != nullptr && submission && thread.nesting > 0 && !bound_elsewhere) {
+      own->deque.push(task);
+      notify_work(own, -1);
+    } else if (bound_elsewhere) {
+      push_to_slot_inbox(task, thread, submission, numa_node);
+    } else {
+      push_shared(task, thread, submission);
+    }
+    return;
+  }
+  if (own != nullptr && !bound_elsewhere) {
+    own->deque.push(task);
+    notify_work(own, numa_node);
+    return;
+  }
+  push_to_slot_inbox(task, thread, submission, numa_node);
+}
+
+void Scheduler::push_shared(TaskRecord* task, ThreadState& thread, bool submission) {
+  if (!submission) {
+    shared_.push_unbounded(task);
+  } else {
+    while (!shared_.try_push(task)) back_pressure(thread);
+  }
+  notify_work(thread.slot, -1);
+}
+
+// Round-robin over the slots allowed for `numa_node` (all slots when unbound).
+void Scheduler::push_to_slot_inbox(TaskRecord* task, ThreadState& thread, bool submission, int numa_node) {
+  const bool bound = numa_node >= 0 && numa_placement_;
+  const std::vector<unsigned>* candidates =
+      bound ? &slots_by_node_[static_cast<std::size_t>(numa_node) % slots_by_node_.size()] : nullptr;
+  if (candidates != nullptr && candidates->empty()) candidates = nullptr;
+  const std::size_t count = candidates != nullptr ? candidates->size() : slots_.size();
+  while (true) {
+    for (std::size_t attempt = 0; attempt < count; ++attempt) {
+      const std::size_t k = thread.placement_cursor++ % count;
+      WorkerSlot& target = *slots_[candidates != nullptr ? (*candidates)[k] : k];
+      if (!submission) {
+        target.inbox.push_unbounded(task);
+      } else if (!target.inbox.try_push(task)) {
+        continue;
+      }
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      if (!wake_slot(target)) notify_work(&target, bound ? numa_node : -1);
+      return;
+    }
+    back_pressure(thread);
+  }
+}
+
+// Every candidate queue is full: help run tasks if this thread can, else wait a little.
+void Scheduler::back_pressure(ThreadState& thread) {
+  if (!help_once(thread)) std::this_thread::sleep_for(std::chrono::microseconds(50));
+}
+
+void Scheduler::notify_work(const WorkerSlot* origin, int numa_node) noexcept {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (sleepers_.load(std::memory_order_relaxed) == 0) return;
+  const bool restricted = numa_node >= 0 && numa_placement_ && numa_affinity_ == NumaAffinity::strict;
+  if (!restricted && spinners_.load(std::memory_order_relaxed) > 0) return;
+  if (origin != nullptr) {
+    for (unsigned victim : origin->victims) {
+      WorkerSlot& candidate = *slots_[victim];
+      if (may_run_on(candidate, numa_node) && wake_slot(candidate)) return;
+    }
+  }
+  for (auto& candidate : slots_) {
+    if (candidate.get() != origin && may_run_on(*candidate, numa_node) && wake_slot(*candidate)) return;
+  }
+}
+
+bool Scheduler::wake_slot(WorkerSlot& slot) noexcept {
+  if (!slot.sleeping.load(std::memory_order_relaxed)) return false;
+  if (!slot.sleeping.exchange(false, std::memory_order_acq_rel)) return false;
+  sleepers_.fetch_sub(1, std::memory_order_acq_rel);
+  if (ThreadState* occupant = slot.occupant.load(std::memory_order_acquire)) occupant->parker.unpark();
+  return true;
+}
+
+std::uint64_t Scheduler::total_steals() const noexcept {
+  std::uint64_t total = 0;
+  for (const auto& slot : slots_) total += slot->stats.steals.load(std::memory_order_relaxed);
+  return total;
+}
+
+}  // namespace nerve::detail

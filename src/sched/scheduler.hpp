@@ -1,0 +1,252 @@
+// scheduler.hpp — CPU worker slots, task placement, work finding, stealing, idling and waking.
+//
+// Placement (enqueue):
+//  - A task submitted by a thread that runs a slot goes to that slot's deque (LIFO for the owner,
+//    stolen FIFO by others) — unless the policy sends it elsewhere: under `eager` tasks from outside
+//    and tasks released by dependencies go to one shared FIFO; under `locality_aware_stealing` a
+//    task whose data lives on another NUMA node (scheduler.numa_affinity) goes to a worker there.
+//  - A task submitted by a thread without a slot goes to the inbox (per-device ready queue) of a slot
+//    chosen round-robin, or the shared FIFO under `eager`. A full inbox back-pressures the submitter.
+// Work finding: own deque, own inbox, the shared FIFO (eager), then — once the slot has been idle for
+// scheduler.work_stealing_threshold — other slots' deques and inboxes in victim order (topology
+// distance under locality_aware_stealing with topology_awareness, random otherwise; same NUMA node
+// only under numa_affinity: strict).
+// Idling: spin for scheduler.spin_us, then sleep on the thread's Parker. Sleepers announce
+// themselves (sleeping flag + sleepers count, seq_cst) before re-checking for work; publishers
+// publish, issue a seq_cst fence, then check for sleepers — so no wake-up is ever lost (Dekker).
+//
+// Waiting: a thread that runs a slot waits by running other tasks (run_until); the master slot (0)
+// is claimed by an application thread for the duration of a wait; other application threads park.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "nerve/config.hpp"
+#include "nerve/topology.hpp"
+
+#include "sched/ready_queue.hpp"
+#include "sched/thread_state.hpp"
+#include "sched/waiter_registry.hpp"
+#include "sched/worker_slot.hpp"
+#include "topology/affinity.hpp"
+
+namespace nerve::detail {
+
+// What the scheduler needs from the runtime that owns it.
+class TaskExecutor {
+ public:
+  virtual void execute(TaskRecord* task, ThreadState& thread) = 0;
+  virtual ThreadState& create_worker_state(unsigned slot) = 0;
+  // on_slot_idle() is called when a slot runs out of work (for waking wait_all() waiters).
+  virtual void on_slot_idle() noexcept = 0;
+
+ protected:
+  ~TaskExecutor() = default;
+};
+
+using Clock = std::chrono::steady_clock;
+
+class Scheduler {
+ public:
+  Scheduler(const Config& config, const Topology& topology, TaskExecutor& executor);
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // start() launches the dedicated worker threads (slots 1..); stop() joins them. stop() requires
+  // that no task is queued or running.
+  void start();
+  void stop();
+
+  unsigned slot_count() const noexcept { return static_cast<unsigned>(slots_.size()); }
+  WorkerSlot& slot(unsigned index) noexcept { return *slots_[index]; }
+  const WorkerSlot& slot(unsigned index) const noexcept { return *slots_[index]; }
+  SchedulerPolicy policy() const noexcept { return policy_; }
+  bool numa_placement() const noexcept { return numa_placement_; }
+  WaiterRegistry& waiters() noexcept { return waiters_; }
+
+  // enqueue() makes a ready task runnable. `submission`: a new task from `thread`, which may be
+  // back-pressured by full queues (the thread helps or blocks); otherwise an internal release, which
+  // never blocks. `numa_node` is the node the task should run on, or -1.
+  void enqueue(TaskRecord* task, ThreadState& thread, bool submission, int numa_node);
+
+  // A Waitable has done(), before_park() (make the completer notice this waiter), after_park() and
+  // address() (the registry key). wait() runs tasks while waiting if `thread` runs a slot or can
+  // claim the master slot, else parks. Returns false if `deadline` passed first.
+  template <class Waitable>
+  bool wait(ThreadState& thread, Waitable& target, Clock::time_point deadline = Clock::time_point::max());
+
+  // help_once() runs one task if the thread runs (or can claim) a slot; false if it found none.
+  bool help_once(ThreadState& thread);
+
+  // Worker statistics for tests and nerve-info.
+  std::uint64_t total_steals() const noexcept;
+
+ private:
+  struct IdleState {
+    bool idle = false;
+    bool spinning = false;
+    Clock::time_point since{};
+  };
+
+  void worker_main(unsigned index);
+  template <class Waitable>
+  bool run_until(ThreadState& thread, Waitable& target, Clock::time_point deadline);
+  template <class Waitable>
+  bool park_until(ThreadState& thread, Waitable& target, Clock::time_point deadline);
+  template <class Waitable>
+  void sleep_slot(ThreadState& thread, WorkerSlot& slot, Waitable& target, Clock::time_point deadline);
+
+  TaskRecord* find_work(ThreadState& thread, WorkerSlot& slot, IdleState& idle);
+  TaskRecord* steal(ThreadState& thread, WorkerSlot& slot);
+  bool has_work_for(const WorkerSlot& slot) const noexcept;
+  void enter_idle(IdleState& idle) noexcept;
+  void leave_idle(IdleState& idle) noexcept;
+  void run(TaskRecord* task, ThreadState& thread, WorkerSlot& slot);
+
+  bool try_claim_master(ThreadState& thread) noexcept;
+  void release_master(ThreadState& thread) noexcept;
+
+  void push_to_slot_inbox(TaskRecord* task, ThreadState& thread, bool submission, int numa_node);
+  void push_shared(TaskRecord* task, ThreadState& thread, bool submission);
+  void back_pressure(ThreadState& thread);
+  // notify_work(): after publishing a task reachable by any slot (near `origin`, or for NUMA node
+  // `numa_node` when >= 0), wake a sleeper unless a spinner will find it.
+  void notify_work(const WorkerSlot* origin, int numa_node) noexcept;
+  bool wake_slot(WorkerSlot& slot) noexcept;
+  bool may_run_on(const WorkerSlot& slot, int numa_node) const noexcept;
+  void compute_victims();
+
+  TaskExecutor& executor_;
+  const SchedulerPolicy policy_;
+  const NumaAffinity numa_affinity_;
+  const bool topology_awareness_;
+  const bool numa_placement_;  // numa_affinity != none and more than one NUMA node
+  const std::chrono::nanoseconds spin_;
+  const std::chrono::nanoseconds steal_threshold_;
+  const Topology& topology_;
+  std::vector<topology::WorkerPlacement> placements_;
+  const bool bind_threads_;
+  std::atomic_flag bind_warned_;  // one warning for all workers that fail to bind
+  std::vector<std::unique_ptr<WorkerSlot>> slots_;
+  std::vector<std::vector<unsigned>> slots_by_node_;
+  ReadyQueue shared_;  // eager's FIFO
+  WaiterRegistry waiters_;
+  alignas(cache_line_size) std::atomic<int> sleepers_{0};
+  alignas(cache_line_size) std::atomic<int> spinners_{0};
+  alignas(cache_line_size) std::atomic<bool> stopping_{false};
+  bool started_ = false;
+};
+
+// --- template definitions -------------------------------------------------------------------------
+
+template <class Waitable>
+bool Scheduler::wait(ThreadState& thread, Waitable& target, Clock::time_point deadline) {
+  if (target.done()) return true;
+  if (thread.slot != nullptr) return run_until(thread, target, deadline);
+  if (try_claim_master(thread)) {
+    struct Release {
+      Scheduler& scheduler;
+      ThreadState& thread;
+      ~Release() { scheduler.release_master(thread); }
+    } release{*this, thread};
+    return run_until(thread, target, deadline);
+  }
+  return park_until(thread, target, deadline);
+}
+
+template <class Waitable>
+bool Scheduler::run_until(ThreadState& thread, Waitable& target, Clock::time_point deadline) {
+  WorkerSlot& slot = *thread.slot;
+  IdleState idle;
+  // An expensive done() (wait_all scans every thread's counters) is checked every 64 tasks and
+  // whenever no work is found, a cheap one before every task.
+  std::uint32_t tasks_since_check = 0;
+  while (true) {
+    if (!Waitable::expensive || tasks_since_check == 0) {
+      if (target.done()) break;
+    }
+    if (TaskRecord* task = find_work(thread, slot, idle)) {
+      if (idle.idle) {
+        leave_idle(idle);
+        // A spinner that found work was the reason publishers did not wake anyone: if more work
+        // is visible and nobody else is spinning, pass the baton to a sleeper.
+        if (spinners_.load(std::memory_order_relaxed) == 0 && has_work_for(slot)) notify_work(&slot, -1);
+      }
+      tasks_since_check = (tasks_since_check + 1) & 63;
+      run(task, thread, slot);
+      continue;
+    }
+    tasks_since_check = 0;
+    if (Waitable::expensive && target.done()) break;
+    const auto now = Clock::now();
+    if (now >= deadline) {
+      leave_idle(idle);
+      return target.done();
+    }
+    if (!idle.idle) {
+      enter_idle(idle);
+      continue;
+    }
+    if (now - idle.since < spin_) {
+      for (int i = 0; i < 32; ++i) cpu_relax();
+      continue;
+    }
+    sleep_slot(thread, slot, target, deadline);
+    idle.since = Clock::now();  // spin again before the next sleep
+  }
+  leave_idle(idle);
+  return true;
+}
+
+template <class Waitable>
+void Scheduler::sleep_slot(ThreadState& thread, WorkerSlot& slot, Waitable& target,
+                           Clock::time_point deadline) {
+  // Announce, then re-check: a publisher that misses the announcement published before it, and the
+  // re-check sees its task (both sides order their two steps with seq_cst).
+  sleepers_.fetch_add(1, std::memory_order_seq_cst);
+  slot.sleeping.store(true, std::memory_order_seq_cst);
+  waiters_.add(target.address(), &thread.parker);
+  target.before_park();
+  if (!target.done() && !has_work_for(slot)) {
+    WorkerSlot::bump(slot.stats.sleeps);
+    if (deadline == Clock::time_point::max()) {
+      thread.parker.park();
+    } else {
+      thread.parker.park(deadline - Clock::now());
+    }
+  }
+  target.after_park();
+  waiters_.remove(target.address(), &thread.parker);
+  if (slot.sleeping.exchange(false, std::memory_order_acq_rel))
+    sleepers_.fetch_sub(1, std::memory_order_acq_rel);
+}
+
+template <class Waitable>
+bool Scheduler::park_until(ThreadState& thread, Waitable& target, Clock::time_point deadline) {
+  while (!target.done()) {
+    if (Clock::now() >= deadline) return false;
+    waiters_.add(target.address(), &thread.parker);
+    target.before_park();
+    if (!target.done()) {
+      // Bounded so that a thread blocked here retries the master slot now and then: the master
+      // may have left, and with a single worker slot nobody else would run its tasks.
+      const auto remaining = deadline - Clock::now();
+      thread.parker.park(std::min<Clock::duration>(remaining, std::chrono::milliseconds(1)));
+    }
+    target.after_park();
+    waiters_.remove(target.address(), &thread.parker);
+    if (!target.done() && try_claim_master(thread)) {
+      const bool finished = run_until(thread, target, deadline);
+      release_master(thread);
+      return finished;
+    }
+  }
+  return true;
+}
+
+}  // namespace nerve::detail

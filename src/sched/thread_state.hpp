@@ -1,0 +1,56 @@
+// thread_state.hpp — what the runtime keeps per thread that uses a context.
+//
+// Every thread that submits to or waits on a context gets one ThreadState, owned by the context
+// (so it outlives the thread's use of it) and found through a one-entry thread-local cache keyed by
+// the context's unique id. Workers own theirs for the context's lifetime.
+//
+// Counters are written only by the owning thread (relaxed load + store, no read-modify-write) and
+// read by others; the sum of `submitted` minus the sum of `completed` over all thread states is the
+// number of tasks in flight.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <vector>
+
+#include "task/record_allocator.hpp"
+#include "util/cpu.hpp"
+#include "util/parker.hpp"
+
+namespace nerve::detail {
+
+struct ContextImpl;
+struct WorkerSlot;
+struct BufferState;
+
+struct alignas(cache_line_size) ThreadState {
+  ContextImpl* context = nullptr;
+  WorkerSlot* slot = nullptr;  // the worker slot this thread runs, if any
+  bool is_worker_thread = false;
+  int nesting = 0;  // tasks currently executing on this thread's stack
+  RecordAllocator::Cache records;
+  Parker parker;
+  std::atomic<std::uint64_t> submitted{0};
+  std::atomic<std::uint64_t> completed{0};
+  std::uint32_t submissions_until_check = 0;
+  std::uint32_t placement_cursor = 0;
+  std::uint64_t random_state = 0x9E3779B97F4A7C15ull;
+  std::vector<TaskRecord*> scratch_predecessors;
+  std::vector<BufferState*> scratch_buffers;
+
+  void count_submitted() noexcept {
+    submitted.store(submitted.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+  }
+  void count_completed() noexcept {
+    completed.store(completed.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+  }
+  // xorshift64*: victim selection needs speed, not quality.
+  std::uint64_t next_random() noexcept {
+    random_state ^= random_state >> 12;
+    random_state ^= random_state << 25;
+    random_state ^= random_state >> 27;
+    return random_state * 0x2545F4914F6CDD1Dull;
+  }
+};
+
+}  // namespace nerve::detail

@@ -1,0 +1,88 @@
+#include "task/dependency_tracker.hpp"
+
+#include <algorithm>
+
+#include "task/task_graph.hpp"
+#include "task/task_record.hpp"
+
+namespace nerve::detail {
+bool DependencyTracker::unfinished(const TaskRecord* task) noexcept {
+  return task->load_status() < status_succeeded;
+}
+
+// A failed or cancelled task still matters to readers of its data: they are cancelled with its error.
+bool DependencyTracker::failed(const TaskRecord* task) noexcept {
+  const std::uint32_t status = task->load_status();
+  return status == status_failed || status == status_cancelled;
+}
+
+void DependencyTracker::retain_task(TaskRecord* task) noexcept { retain_record(task); }
+void DependencyTracker::release_task(TaskRecord* task) noexcept { release(task); }
+
+DependencyTracker::DependencyTracker(std::size_t bytes) : bytes_(bytes) {
+  segments_.push_back(Segment{0, bytes == 0 ? 1 : bytes, nullptr, {}});
+}
+
+DependencyTracker::~DependencyTracker() { clear(); }
+
+void DependencyTracker::clear() noexcept {
+  for (Segment& segment : segments_) {
+    if (segment.writer != nullptr) release_task(segment.writer);
+    for (TaskRecord* reader : segment.readers) release_task(reader);
+    segment.writer = nullptr;
+    segment.readers.clear();
+  }
+  if (segments_.size() > 1) {
+    segments_.erase(segments_.begin() + 1, segments_.end());
+    segments_.front().end = bytes_ == 0 ? 1 : bytes_;
+  }
+}
+
+std::size_t DependencyTracker::split_at(std::size_t position) {
+  auto it = std::upper_bound(segments_.begin(), segments_.end(), position,
+                             [](std::size_t value, const Segment& s) { return value < s.end; });
+  const auto index = static_cast<std::size_t>(it - segments_.begin());
+  if (index == segments_.size() || segments_[index].begin == position) return index;
+  // Split segments_[index] into [begin, position) and [position, end): both halves keep the state.
+  Segment right{position, segments_[index].end, segments_[index].writer, segments_[index].readers};
+  if (right.writer != nullptr) retain_task(right.writer);
+  for (TaskRecord* reader : right.readers) retain_task(reader);
+  segments_[index].end = position;
+  segments_.insert(segments_.begin() + static_cast<std::ptrdiff_t>(index) + 1, std::move(right));
+  return index + 1;
+}
+
+// After a write, [first, last) all have the same writer and no readers: fold them into one.
+void DependencyTracker::merge_around(std::size_t first, std::size_t last) {
+  for (std::size_t i = first + 1; i < last; ++i) {
+    if (segments_[i].writer != nullptr) release_task(segments_[i].writer);
+  }
+  segments_[first].end = segments_[last - 1].end;
+  segments_.erase(segments_.begin() + static_cast<std::ptrdiff_t>(first) + 1,
+                  segments_.begin() + static_cast<std::ptrdiff_t>(last));
+}
+
+void DependencyTracker::prune_finished(std::vector<TaskRecord*>& readers) noexcept {
+  auto keep = std::remove_if(readers.begin(), readers.end(), [](TaskRecord* reader) {
+    if (unfinished(reader)) return false;
+    release_task(reader);
+    return true;
+  });
+  readers.erase(keep, readers.end());
+}
+
+bool DependencyTracker::would_wait(std::size_t offset, std::size_t size, Access mode) const {
+  const std::size_t end = offset + size;
+  for (const Segment& segment : segments_) {
+    if (segment.end <= offset || segment.begin >= end) continue;
+    if (segment.writer != nullptr && !segment.writer->finished()) return true;
+    if (writes(mode)) {
+      for (const TaskRecord* reader : segment.readers) {
+        if (!reader->finished()) return true;
+      }
+    }
+  }
+  return false;
+}
+
+}  // namespace nerve::detail

@@ -1,0 +1,125 @@
+// dependency_tracker.hpp — infers a buffer's task dependencies from declared accesses.
+//
+// For each byte range ever accessed separately, the tracker remembers the last writer and the
+// readers since that write (StarPU's sequential-consistency model). A new access depends on
+// the last writer (read-after-write, write-after-write) and, if it writes, on the readers since
+// (write-after-read). Ranges are kept as sorted, disjoint segments; accesses to disjoint slices
+// touch disjoint segments and so never depend on each other. Segments are split on partial
+// accesses and merged again when a write makes neighbours identical.
+//
+// Thread safety: callers hold lock() around register_access() / would_wait(); to give concurrent
+// multi-buffer submissions one consistent order (no dependency cycles), a task locks all its buffers
+// in address order before registering any access.
+// Every task pointer stored here holds a reference (released on replacement or clear()).
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "nerve/detail/runtime_api.hpp"
+
+#include "util/spin_lock.hpp"
+
+namespace nerve::detail {
+
+struct TaskRecord;
+
+// A task the new access must wait for. `consumes` is true when the new access reads what the
+// predecessor wrote (read-after-write): only then does the predecessor's failure cancel it. A pure
+// write after a failed writer, or any write after a reader, does not consume the failed result.
+struct Predecessor {
+  TaskRecord* task;
+  bool consumes;
+};
+
+class DependencyTracker {
+ public:
+  explicit DependencyTracker(std::size_t bytes);
+  ~DependencyTracker();
+  DependencyTracker(const DependencyTracker&) = delete;
+  DependencyTracker& operator=(const DependencyTracker&) = delete;
+
+  SpinLock& lock() noexcept { return lock_; }
+
+  // register_access() records `task` accessing [offset, offset + size) and calls
+  // on_predecessor(Predecessor) for every task it must wait for: unfinished conflicting tasks, and
+  // failed writers whose data it would read (a task may be reported more than once). The callback
+  // runs before the tracker drops its own reference to the predecessor, so the record is alive.
+  template <class OnPredecessor>
+  void register_access(TaskRecord* task, std::size_t offset, std::size_t size, Access mode,
+                       OnPredecessor&& on_predecessor);
+
+  // would_wait() is true if an access would depend on a task that has not finished.
+  bool would_wait(std::size_t offset, std::size_t size, Access mode) const;
+
+  // clear() forgets every access (buffer destruction).
+  void clear() noexcept;
+
+  std::size_t segment_count() const noexcept { return segments_.size(); }
+
+ private:
+  struct Segment {
+    std::size_t begin;
+    std::size_t end;
+    TaskRecord* writer = nullptr;
+    std::vector<TaskRecord*> readers;
+  };
+
+  static bool unfinished(const TaskRecord* task) noexcept;
+  static bool failed(const TaskRecord* task) noexcept;
+  static bool writes(Access mode) noexcept {
+    return (static_cast<unsigned>(mode) & static_cast<unsigned>(Access::write)) != 0;
+  }
+  static bool reads(Access mode) noexcept {
+    return (static_cast<unsigned>(mode) & static_cast<unsigned>(Access::read)) != 0;
+  }
+  static void retain_task(TaskRecord* task) noexcept;
+  static void release_task(TaskRecord* task) noexcept;
+
+  // split_at() makes `position` a segment boundary; returns the index of the segment starting there.
+  std::size_t split_at(std::size_t position);
+  void merge_around(std::size_t first, std::size_t last);
+  static void prune_finished(std::vector<TaskRecord*>& readers) noexcept;
+
+  static constexpr std::size_t readers_prune_threshold = 32;
+
+  SpinLock lock_;
+  std::size_t bytes_;
+  std::vector<Segment> segments_;  // sorted, disjoint, covering [0, bytes_)
+};
+
+template <class OnPredecessor>
+void DependencyTracker::register_access(TaskRecord* task, std::size_t offset, std::size_t size, Access mode,
+                                        OnPredecessor&& on_predecessor) {
+  if (size == 0) return;
+  std::size_t first = 0;
+  std::size_t last = segments_.size();  // exclusive
+  if (segments_.size() > 1 || offset != 0 || size != bytes_) {
+    first = split_at(offset);
+    last = split_at(offset + size);
+  }
+  for (std::size_t i = first; i < last; ++i) {
+    Segment& segment = segments_[i];
+    if (segment.writer != nullptr &&
+        (unfinished(segment.writer) || (reads(mode) && failed(segment.writer)))) {
+      on_predecessor(Predecessor{segment.writer, reads(mode)});
+    }
+    if (writes(mode)) {
+      for (TaskRecord* reader : segment.readers) {
+        if (unfinished(reader)) on_predecessor(Predecessor{reader, false});
+        release_task(reader);
+      }
+      segment.readers.clear();
+      retain_task(task);
+      if (segment.writer != nullptr) release_task(segment.writer);
+      segment.writer = task;
+    } else {
+      if (segment.readers.size() >= readers_prune_threshold) prune_finished(segment.readers);
+      retain_task(task);
+      segment.readers.push_back(task);
+    }
+  }
+  if (writes(mode) && last - first > 1) merge_around(first, last);
+}
+
+}  // namespace nerve::detail

@@ -1,0 +1,85 @@
+// record_allocator.hpp — task records without malloc on the fast path.
+//
+// Records live in slabs owned by the allocator (freed with it). Each thread allocates from and
+// frees into its own Cache (a free list, no atomics); a cache that grows past two magazines hands
+// one magazine (a list of `magazine_size` records) to the shared depot, and an empty cache takes one
+// back — Bonwick's magazine scheme. Records freed on another thread than the one that allocated
+// them simply change caches.
+//
+// Thread safety: a Cache is used by its owner thread only; the depot is mutex-protected and is
+// touched once per magazine_size operations. live_records() sums the caches' counters (exact when
+// no thread is allocating or freeing).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "task/task_record.hpp"
+
+namespace nerve::detail {
+
+class RecordAllocator {
+ public:
+  static constexpr std::size_t magazine_size = 64;
+  static constexpr std::size_t slab_records = 512;
+
+  struct Cache {
+    TaskRecord* head = nullptr;
+    std::size_t count = 0;
+    std::atomic<std::int64_t> live{0};  // allocations minus frees through this cache (owner writes)
+  };
+
+  RecordAllocator() = default;
+  ~RecordAllocator();
+  RecordAllocator(const RecordAllocator&) = delete;
+  RecordAllocator& operator=(const RecordAllocator&) = delete;
+
+  // register_cache() makes `cache` count in live_records(); the cache must outlive the allocator's
+  // last live_records() call.
+  void register_cache(Cache& cache);
+
+  TaskRecord* allocate(Cache& cache) {
+    if (cache.head == nullptr) refill(cache);
+    TaskRecord* record = cache.head;
+    cache.head = static_cast<TaskRecord*>(record->next.load(std::memory_order_relaxed));
+    --cache.count;
+    cache.live.store(cache.live.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    return ::new (static_cast<void*>(record)) TaskRecord;
+  }
+
+  void free(Cache& cache, TaskRecord* record) noexcept {
+    record->~TaskRecord();
+    ::new (static_cast<void*>(record)) QueueLink;
+    record->next.store(cache.head, std::memory_order_relaxed);
+    cache.head = record;
+    ++cache.count;
+    cache.live.store(cache.live.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+    if (cache.count >= 2 * magazine_size) spill(cache);
+  }
+
+  std::int64_t live_records() const;
+  std::size_t slab_count() const;
+
+ private:
+  struct Magazine {
+    TaskRecord* head;
+  };
+  void refill(Cache& cache);
+  void spill(Cache& cache) noexcept;
+
+  mutable std::mutex mutex_;
+  struct SlabDeleter {
+    void operator()(TaskRecord* slab) const noexcept {
+      ::operator delete (static_cast<void*>(slab), std::align_val_t{alignof(TaskRecord)});
+    }
+  };
+  std::vector<Magazine> depot_;
+  std::vector<std::unique_ptr<TaskRecord, SlabDeleter>> slabs_;  // raw storage; records live in it
+  std::vector<Cache*> caches_;
+};
+
+}  // namespace nerve::detail

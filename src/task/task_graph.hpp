@@ -1,0 +1,76 @@
+// task_graph.hpp — edges between task records and the release of successors.
+//
+// add_edge(predecessor, successor, consumes) makes `successor` wait for `predecessor`; it is safe
+// against the predecessor finishing concurrently: if the predecessor's successor stack is already
+// closed, no edge is added (and a failed predecessor cancels a consuming successor right away).
+// A failure propagates only along consuming edges (the successor reads the failed task's output,
+// or it was declared with `after`).
+// close_and_release() is called once by the thread finishing a task; it closes the successor stack
+// and calls `ready(successor)` for each successor whose last predecessor this was.
+// Memory ordering: everything a task did before close_and_release() happens-before its successors run.
+#pragma once
+
+#include <cstdint>
+#include <exception>
+
+#include "task/task_record.hpp"
+
+namespace nerve::detail {
+
+// retain/release on a record (the exported detail::retain/release forward here).
+inline void retain_record(TaskRecord* record) noexcept {
+  record->refs.fetch_add(1, std::memory_order_relaxed);
+}
+// Returns true if this was the last reference (the caller recycles the record).
+inline bool release_record(TaskRecord* record) noexcept {
+  return record->refs.fetch_sub(1, std::memory_order_acq_rel) == 1;
+}
+
+// mark_cancelled_by() records that `successor` must be cancelled because of `cause`.
+inline void mark_cancelled_by(TaskRecord* successor, const std::exception_ptr& cause) noexcept {
+  if (!successor->cancel_pending.exchange(true, std::memory_order_acq_rel)) successor->error = cause;
+}
+
+// The exception a dependent of `failed` is cancelled with: the failed task's own exception, or the
+// cause it was itself cancelled with.
+inline std::exception_ptr failure_cause(const TaskRecord* failed) noexcept { return failed->error; }
+
+DepNode* allocate_dep_node(TaskRecord* successor);
+
+inline void add_edge(TaskRecord* predecessor, TaskRecord* successor, bool consumes) {
+  DepNode* node = allocate_dep_node(successor);
+  node->successor = successor;
+  node->consumes = consumes;
+  successor->pending.fetch_add(1, std::memory_order_relaxed);
+  std::uintptr_t head = predecessor->successors.load(std::memory_order_acquire);
+  while (true) {
+    if (head == closed_successors) {
+      successor->pending.fetch_sub(1, std::memory_order_relaxed);
+      const std::uint32_t status = predecessor->load_status();
+      if (consumes && (status == status_failed || status == status_cancelled)) {
+        mark_cancelled_by(successor, failure_cause(predecessor));
+      }
+      return;
+    }
+    node->next = reinterpret_cast<DepNode*>(head);
+    if (predecessor->successors.compare_exchange_weak(head, reinterpret_cast<std::uintptr_t>(node),
+                                                      std::memory_order_release, std::memory_order_acquire)) {
+      return;
+    }
+  }
+}
+
+template <class Ready>
+void close_and_release(TaskRecord* task, bool failed, Ready&& ready) {
+  const std::uintptr_t head = task->successors.exchange(closed_successors, std::memory_order_acq_rel);
+  auto* node = reinterpret_cast<DepNode*>(head);
+  while (node != nullptr) {
+    DepNode* next = node->next;  // read first: the successor may run and recycle the node
+    TaskRecord* successor = node->successor;
+    if (failed && node->consumes) mark_cancelled_by(successor, failure_cause(task));
+    if (successor->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) ready(successor);
+    node = next;
+  }
+}
+
+}  // namespace nerve::detail

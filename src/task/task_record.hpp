@@ -1,0 +1,104 @@
+// task_record.hpp — the runtime's representation of one task.
+//
+// Records come from a RecordAllocator (per-thread caches over slabs): creating a task allocates no
+// heap memory unless its closure, accesses or predecessor count exceed the inline space.
+//
+// Lifetime: `refs` counts owners — the runtime until the task has finished and released its
+// successors, each Task handle, and each dependency-tracker entry naming the task. The record is
+// recycled when refs reaches zero.
+//
+// Graph: `successors` is a lock-free stack of DepNodes (each node lives in the *successor's* record)
+// closed by exchanging in `closed_successors` when the task finishes; `pending` counts unfinished
+// predecessors plus one "submission guard" held while edges are still being added.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+
+#include "nerve/detail/runtime_api.hpp"
+
+#include "sched/ready_queue.hpp"
+
+namespace nerve::detail {
+
+struct PoolState;
+
+enum class TaskKind : std::uint8_t {
+  function,     // runs a closure on a worker
+  host_access,  // a Buffer mapping: "runs" on the mapping thread from map() to unmap()
+  pool_gate,    // a TaskPool: releases the pool's tasks when ready, finishes when they all have
+};
+
+// status word: low byte = TaskStatus value, plus flag bits.
+inline constexpr std::uint32_t status_mask = 0xff;
+inline constexpr std::uint32_t status_waiters_bit = 0x100;  // a thread is blocked waiting for this task
+inline constexpr std::uint32_t status_pending = 0;
+inline constexpr std::uint32_t status_ready = 1;
+inline constexpr std::uint32_t status_running = 2;
+inline constexpr std::uint32_t status_succeeded = 3;
+inline constexpr std::uint32_t status_failed = 4;
+inline constexpr std::uint32_t status_cancelled = 5;
+
+struct DepNode {
+  TaskRecord* successor;
+  DepNode* next;
+  bool consumes;  // the successor reads the predecessor's result: a failure cancels it
+};
+
+inline constexpr std::uintptr_t closed_successors = 1;  // the successor stack of a finished task
+
+struct AccessRecord {
+  BufferState* buffer;
+  std::size_t offset;
+  std::size_t size;
+  Access mode;
+};
+
+inline constexpr std::size_t inline_closure_bytes = 64;
+inline constexpr std::size_t inline_access_count = 3;
+inline constexpr std::size_t inline_dep_count = 4;
+
+// Extra DepNodes for tasks with many predecessors (heap, rare).
+struct DepOverflow {
+  DepOverflow* next;
+  std::size_t used;
+  DepNode nodes[16];
+};
+
+struct alignas(64) TaskRecord : QueueLink {
+  // --- hot: touched by every scheduling step
+  std::atomic<std::int32_t> pending{0};
+  std::atomic<std::int32_t> refs{0};
+  std::atomic<std::uintptr_t> successors{0};
+  std::atomic<std::uint32_t> status{status_pending};  // terminal status (or pending) + waiters bit
+  std::atomic<std::uint8_t> phase{status_pending};    // pending/ready/running, for reporting only
+  TaskKind kind = TaskKind::function;
+  bool closure_on_heap = false;
+  std::uint16_t access_count = 0;
+  InvokeFn invoke = nullptr;
+  DestroyFn destroy = nullptr;
+  GroupState* group = nullptr;
+  const char* name = nullptr;
+  // --- cold
+  ContextImpl* context = nullptr;
+  AccessRecord* accesses = inline_accesses;
+  DepOverflow* dep_overflow = nullptr;
+  PoolState* pool = nullptr;                // the pool a pool_gate (or a pool member) belongs to
+  std::atomic<bool> cancel_pending{false};  // a predecessor failed: do not run, cancel
+  std::uint8_t dep_used = 0;
+  std::int16_t home_numa = -1;
+  std::exception_ptr error;  // the task's own failure, or the cause of its cancellation
+  DepNode deps[inline_dep_count];
+  AccessRecord inline_accesses[inline_access_count];
+  alignas(16) std::byte closure[inline_closure_bytes];
+
+  void* closure_storage() noexcept {
+    return closure_on_heap ? *reinterpret_cast<void**>(closure) : static_cast<void*>(closure);
+  }
+  std::uint32_t load_status() const noexcept { return status.load(std::memory_order_acquire) & status_mask; }
+  bool finished() const noexcept { return load_status() >= status_succeeded; }
+};
+
+}  // namespace nerve::detail

@@ -1,0 +1,190 @@
+// Failures, cancellation, task groups and task pools.
+#include <atomic>
+#include <stdexcept>
+
+#include "runtime_test.hpp"
+
+namespace nerve::testing {
+namespace {
+
+using ErrorsTest = RuntimeTest;
+
+TEST_P(ErrorsTest, FailureIsRethrownByWaitAndDependentsAreCancelled) {
+  Buffer<int> data(*context, 1);
+  Task writer =
+      context->submit([](std::span<int>) { throw std::runtime_error("kernel exploded"); }, write(data));
+  std::atomic<bool> reader_ran{false};
+  Task reader = context->submit([&](std::span<const int>) { reader_ran = true; }, read(data));
+  Task grandchild = context->submit([&](std::span<int>) { reader_ran = true; }, read_write(data));
+  EXPECT_THROW(
+      {
+        try {
+          writer.wait();
+        } catch (const std::runtime_error& error) {
+          EXPECT_STREQ(error.what(), "kernel exploded");
+          throw;
+        }
+      },
+      std::runtime_error);
+  EXPECT_EQ(writer.status(), TaskStatus::failed);
+  try {
+    reader.wait();
+    FAIL() << "a task reading a failed task's output must be cancelled";
+  } catch (const TaskCancelled& cancelled) {
+    EXPECT_EQ(cancelled.code(), ErrorCode::cancelled);
+    EXPECT_NE(std::string(cancelled.what()).find("kernel exploded"), std::string::npos) << cancelled.what();
+    EXPECT_NE(cancelled.cause(), nullptr);
+  }
+  EXPECT_THROW(grandchild.wait(), TaskCancelled);
+  EXPECT_FALSE(reader_ran.load());
+  EXPECT_THROW(context->wait_all(), std::runtime_error) << "wait_all reports the failure once";
+  context->wait_all();
+}
+
+TEST_P(ErrorsTest, IndependentWorkStillCompletes) {
+  Buffer<int> bad(*context, 1);
+  Buffer<int> good(*context, 1);
+  context->spawn([](std::span<int>) { throw std::logic_error("bad"); }, write(bad));
+  context->spawn([](std::span<int> g) { g[0] = 1; }, write(good));
+  for (int i = 0; i < 100; ++i) context->spawn([](std::span<int> g) { g[0] += 1; }, read_write(good));
+  EXPECT_THROW(context->wait_all(), std::logic_error);
+  EXPECT_EQ(good.to_vector()[0], 101);
+}
+
+TEST_P(ErrorsTest, PureWriteAfterFailedWriterRecoversTheBuffer) {
+  Buffer<int> data(*context, 1);
+  context->spawn([](std::span<int>) { throw std::runtime_error("first writer failed"); }, write(data));
+  EXPECT_THROW(data.map_read(), TaskCancelled) << "reading a failed task's output is cancelled";
+  Task rewrite = context->submit([](std::span<int> d) { d[0] = 5; }, write(data));
+  EXPECT_NO_THROW(rewrite.wait()) << "a pure write does not consume the failed result";
+  EXPECT_EQ(data.to_vector()[0], 5);
+  EXPECT_THROW(context->wait_all(), std::runtime_error);
+}
+
+TEST_P(ErrorsTest, AfterEdgePropagatesFailure) {
+  Task failing = context->submit([] { throw std::runtime_error("no"); });
+  Task after = context->submit(TaskOptions{.after = {failing}}, [] {});
+  EXPECT_THROW(after.wait(), TaskCancelled);
+  EXPECT_EQ(after.status(), TaskStatus::cancelled);
+  EXPECT_THROW(context->wait_all(), std::runtime_error);
+}
+
+TEST_P(ErrorsTest, GroupWaitRethrowsFirstFailureAndOthersFinish) {
+  TaskGroup group(*context);
+  std::atomic<int> finished{0};
+  for (int i = 0; i < 50; ++i) {
+    group.spawn([&, i] {
+      if (i == 25) throw std::out_of_range("task 25");
+      finished.fetch_add(1);
+    });
+  }
+  EXPECT_THROW(group.wait(), std::out_of_range);
+  EXPECT_EQ(finished.load(), 49);
+  EXPECT_NO_THROW(group.wait()) << "each failure is reported once";
+}
+
+TEST_P(ErrorsTest, GroupCancelSkipsTasksNotStarted) {
+  TaskGroup group(*context);
+  std::atomic<int> ran{0};
+  Buffer<int> gate(*context, 1);
+  auto mapping = gate.map_write();  // holds every task below until unmap
+  for (int i = 0; i < 20; ++i) group.spawn([&](std::span<const int>) { ran.fetch_add(1); }, read(gate));
+  group.cancel();
+  mapping.unmap();
+  EXPECT_NO_THROW(group.wait()) << "requested cancellation is not an error";
+  EXPECT_EQ(ran.load(), 0);
+}
+
+TEST_P(ErrorsTest, WaitForTimesOut) {
+  Buffer<int> gate(*context, 1);
+  auto mapping = gate.map_write();
+  Task blocked = context->submit([](std::span<const int>) {}, read(gate));
+  EXPECT_FALSE(blocked.wait_for(std::chrono::milliseconds(20)));
+  EXPECT_FALSE(blocked.done());
+  mapping.unmap();
+  EXPECT_TRUE(blocked.wait_for(std::chrono::seconds(30)));
+}
+
+TEST_P(ErrorsTest, EmptyHandlesAreErrors) {
+  Task empty;
+  EXPECT_THROW(empty.wait(), Error);
+  EXPECT_THROW(context->submit(TaskOptions{.after = {empty}}, [] {}), Error);
+}
+
+TEST_P(ErrorsTest, TaskPoolRunsIndependentTasksAfterItsPredecessors) {
+  Buffer<float> out(*context, 64);
+  Buffer<float> in(*context, 64);
+  context->spawn([](std::span<float> x) { std::fill(x.begin(), x.end(), 2.0f); }, write(in));
+  TaskPool pool(*context, 8);
+  for (std::size_t chunk = 0; chunk < 8; ++chunk) {
+    // Every task declares the *whole* output buffer: inside a pool that does not serialise them.
+    pool.add(
+        [chunk](std::span<const float> x, std::span<float> y) {
+          for (std::size_t i = chunk * 8; i < chunk * 8 + 8; ++i) y[i] = x[i] * 3.0f;
+        },
+        read(in), write(out));
+  }
+  EXPECT_EQ(pool.size(), 8u);
+  // A task submitted after launch that reads the pool's output waits for the whole pool.
+  pool.launch();
+  float total = 0;
+  Task sum = context->submit(
+      [&](std::span<const float> y) {
+        for (float v : y) total += v;
+      },
+      read(out));
+  pool.wait_all();
+  sum.wait();
+  EXPECT_FLOAT_EQ(total, 64 * 6.0f);
+  EXPECT_THROW(pool.add([] {}), Error) << "no adding after launch";
+}
+
+TEST_P(ErrorsTest, TaskPoolFailureAndDiscard) {
+  {
+    TaskPool pool(*context);
+    pool.add([] { throw std::runtime_error("pool member failed"); });
+    pool.add([] {});
+    EXPECT_THROW(pool.wait_all(), std::runtime_error);
+  }
+  std::atomic<int> ran{0};
+  {
+    TaskPool never_launched(*context);
+    never_launched.add([&] { ran.fetch_add(1); });
+  }
+  context->wait_all();
+  EXPECT_EQ(ran.load(), 0) << "an unlaunched pool's tasks are discarded";
+}
+
+TEST_P(ErrorsTest, DestroyingContextWithWorkInFlightDrains) {
+  std::atomic<int> ran{0};
+  {
+    Context local(make_settings(workers(), std::get<1>(GetParam())));
+    Buffer<int> data(local, 1);
+    for (int i = 0; i < 1000; ++i) local.spawn([&](std::span<int>) { ran.fetch_add(1); }, read_write(data));
+    local.spawn([] { throw std::runtime_error("unreported failure"); });
+  }
+  EXPECT_EQ(ran.load(), 1000);
+}
+
+TEST_P(ErrorsTest, HandlesOutlivingTheContextFailCleanly) {
+  Task task;
+  Buffer<int> buffer;
+  {
+    Context local(make_settings(workers(), std::get<1>(GetParam())));
+    buffer = Buffer<int>(local, 4);
+    task = local.submit([](std::span<int> b) { b[0] = 1; }, write(buffer));
+  }
+  EXPECT_TRUE(task.done()) << "the context drained its tasks";
+  EXPECT_THROW(buffer.map_read(), Error) << "the buffer's context is gone";
+  try {
+    buffer.map_read();
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::buffer_misuse);
+    EXPECT_NE(std::string(error.what()).find("destroyed"), std::string::npos) << error.what();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Runtime, ErrorsTest, NERVE_RUNTIME_PARAMS, runtime_param_name);
+
+}  // namespace
+}  // namespace nerve::testing

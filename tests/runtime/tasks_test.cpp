@@ -1,0 +1,251 @@
+// Tasks through the public C++ API: submission, inferred dependencies, slices, explicit edges,
+// nested submission and waiting inside tasks — on every worker count and policy.
+#include <algorithm>
+#include <atomic>
+#include <numeric>
+#include <vector>
+
+#include "runtime_test.hpp"
+
+namespace nerve::testing {
+namespace {
+
+TEST_P(RuntimeTest, WorkerCountIsConfigured) { EXPECT_EQ(context->worker_count(), workers()); }
+
+TEST_P(RuntimeTest, SubmitRunsEveryTaskOnce) {
+  std::atomic<int> count{0};
+  for (int i = 0; i < 10000; ++i) context->spawn([&] { count.fetch_add(1, std::memory_order_relaxed); });
+  context->wait_all();
+  EXPECT_EQ(count.load(), 10000);
+}
+
+TEST_P(RuntimeTest, TaskHandleWaitAndStatus) {
+  std::atomic<bool> ran{false};
+  Task task = context->submit([&] { ran = true; });
+  task.wait();
+  EXPECT_TRUE(ran.load());
+  EXPECT_TRUE(task.done());
+  EXPECT_EQ(task.status(), TaskStatus::succeeded);
+  EXPECT_EQ(task.error(), nullptr);
+}
+
+TEST_P(RuntimeTest, ReadAfterWriteSeesTheWrite) {
+  Buffer<int> value(*context, 1);
+  for (int round = 0; round < 200; ++round) {
+    context->spawn([round](std::span<int> v) { v[0] = round; }, write(value));
+    context->spawn([round](std::span<const int> v) { ASSERT_EQ(v[0], round); }, read(value));
+  }
+  context->wait_all();
+}
+
+TEST_P(RuntimeTest, ReadWriteChainIsSequential) {
+  Buffer<long> counter(*context, 1);
+  context->spawn([](std::span<long> c) { c[0] = 0; }, write(counter));
+  for (int i = 0; i < 5000; ++i) context->spawn([](std::span<long> c) { c[0] += 1; }, read_write(counter));
+  EXPECT_EQ(counter.to_vector()[0], 5000);
+}
+
+TEST_P(RuntimeTest, WriteAfterReadWaitsForReaders) {
+  Buffer<int> data(*context, 1);
+  context->spawn([](std::span<int> d) { d[0] = 7; }, write(data));
+  std::atomic<int> readers_done{0};
+  for (int i = 0; i < 16; ++i) {
+    context->spawn(
+        [&](std::span<const int> d) {
+          std::this_thread::sleep_for(std::chrono::microseconds(200));
+          EXPECT_EQ(d[0], 7);
+          readers_done.fetch_add(1);
+        },
+        read(data));
+  }
+  context->spawn(
+      [&](std::span<int> d) {
+        EXPECT_EQ(readers_done.load(), 16) << "a writer ran before the readers it must follow";
+        d[0] = 8;
+      },
+      write(data));
+  EXPECT_EQ(data.to_vector()[0], 8);
+}
+
+TEST_P(RuntimeTest, ConcurrentReadersOverlap) {
+  if (workers() < 2) GTEST_SKIP() << "needs two workers";
+  Buffer<int> data(*context, 1);
+  std::atomic<int> inside{0};
+  std::atomic<int> most{0};
+  for (int i = 0; i < 8; ++i) {
+    context->spawn(
+        [&](std::span<const int>) {
+          const int now = inside.fetch_add(1) + 1;
+          int seen = most.load();
+          while (now > seen && !most.compare_exchange_weak(seen, now)) {
+          }
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          inside.fetch_sub(1);
+        },
+        read(data));
+  }
+  context->wait_all();
+  EXPECT_GE(most.load(), 2) << "readers of one buffer must be able to run at the same time";
+}
+
+TEST_P(RuntimeTest, DisjointSlicesDoNotConflict) {
+  if (workers() < 2) GTEST_SKIP() << "needs two workers";
+  Buffer<int> data(*context, 2);
+  std::atomic<int> inside{0};
+  std::atomic<bool> overlapped{false};
+  for (int half = 0; half < 2; ++half) {
+    context->spawn(
+        [&](std::span<int> part) {
+          if (inside.fetch_add(1) == 1) overlapped = true;
+          const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
+          while (!overlapped && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+          part[0] = 1;
+          inside.fetch_sub(1);
+        },
+        write(data.slice(static_cast<std::size_t>(half), 1)));
+  }
+  context->wait_all();
+  EXPECT_TRUE(overlapped.load()) << "writers of disjoint slices were serialised";
+}
+
+TEST_P(RuntimeTest, OverlappingSlicesAreOrdered) {
+  Buffer<int> data(*context, 100);
+  context->spawn([](std::span<int> d) { std::fill(d.begin(), d.end(), 1); }, write(data));
+  // Writers of [0,60) and [40,100) overlap on [40,60): the second runs after the first.
+  context->spawn(
+      [](std::span<int> d) {
+        for (int& x : d) x *= 2;
+      },
+      read_write(data.slice(0, 60)));
+  context->spawn(
+      [](std::span<int> d) {
+        for (int& x : d) x += 10;
+      },
+      read_write(data.slice(40, 60)));
+  context->spawn(
+      [](std::span<int> d) {
+        for (int& x : d) x *= 3;
+      },
+      read_write(data));
+  const auto result = data.to_vector();
+  for (int i = 0; i < 100; ++i) {
+    const int expected = i < 40 ? 6 : (i < 60 ? 36 : 33);
+    ASSERT_EQ(result[static_cast<std::size_t>(i)], expected) << "element " << i;
+  }
+}
+
+TEST_P(RuntimeTest, ExplicitAfterEdges) {
+  std::atomic<int> order{0};
+  int first_seen = -1;
+  int second_seen = -1;
+  Task first = context->submit([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    first_seen = order.fetch_add(1);
+  });
+  Task second = context->submit(TaskOptions{.name = "second", .after = {first}},
+                                [&] { second_seen = order.fetch_add(1); });
+  second.wait();
+  EXPECT_EQ(first_seen, 0);
+  EXPECT_EQ(second_seen, 1);
+}
+
+long fib(Context& context, int n) {
+  if (n < 2) return n;
+  long left = 0;
+  long right = 0;
+  TaskGroup group(context);
+  group.spawn([&] { left = fib(context, n - 1); });
+  right = fib(context, n - 2);
+  group.wait();
+  return left + right;
+}
+
+TEST_P(RuntimeTest, NestedForkJoinFibonacci) {
+  long result = 0;
+  Task root = context->submit([&] { result = fib(*context, 20); });
+  root.wait();
+  EXPECT_EQ(result, 6765);
+  EXPECT_EQ(fib(*context, 18), 2584) << "fork-join from the application thread";
+}
+
+TEST_P(RuntimeTest, WaitInsideTaskRunsOtherWorkInsteadOfDeadlocking) {
+  // More waiting tasks than workers: each waits for a child it submitted. Without helping, the
+  // workers would all block and the children would never run.
+  std::atomic<int> children{0};
+  for (int i = 0; i < 64; ++i) {
+    context->spawn([&] {
+      Task child = context->submit([&] { children.fetch_add(1); });
+      child.wait();
+    });
+  }
+  context->wait_all();
+  EXPECT_EQ(children.load(), 64);
+}
+
+TEST_P(RuntimeTest, ParallelForCoversRangeExactlyOnce) {
+  std::vector<std::atomic<int>> hits(100003);
+  parallel_for(*context, 0, hits.size(), 0, [&](std::size_t i) { hits[i].fetch_add(1); });
+  for (std::size_t i = 0; i < hits.size(); ++i) ASSERT_EQ(hits[i].load(), 1) << i;
+  std::atomic<std::size_t> covered{0};
+  parallel_for(*context, 10, 1010, 7, [&](std::size_t begin, std::size_t end) {
+    EXPECT_LE(end - begin, 7u);
+    covered.fetch_add(end - begin);
+  });
+  EXPECT_EQ(covered.load(), 1000u);
+}
+
+TEST_P(RuntimeTest, ParallelReduceSumsAndIsDeterministic) {
+  std::vector<double> values(50000);
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = 1.0 / static_cast<double>(i + 1);
+  auto sum = [&] {
+    return parallel_reduce(
+        *context, 0, values.size(), 64, 0.0,
+        [&](std::size_t b, std::size_t e) {
+          return std::accumulate(values.begin() + static_cast<long>(b), values.begin() + static_cast<long>(e),
+                                 0.0);
+        },
+        [](double a, double b) { return a + b; });
+  };
+  const double first = sum();
+  EXPECT_NEAR(first, 11.397003949278, 1e-9);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(sum(), first) << "same bits on every run";
+  EXPECT_EQ(parallel_reduce(
+                *context, 5, 5, 1, 42, [](std::size_t, std::size_t) { return 0; },
+                [](int a, int b) { return a + b; }),
+            42);
+}
+
+TEST_P(RuntimeTest, SubmissionFromManyApplicationThreads) {
+  Buffer<long> counter(*context, 1);
+  context->spawn([](std::span<long> c) { c[0] = 0; }, write(counter));
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 500; ++i) context->spawn([](std::span<long> c) { c[0] += 1; }, read_write(counter));
+      context->wait_all();
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(counter.to_vector()[0], 2000);
+}
+
+TEST_P(RuntimeTest, LargeClosuresAndManyAccesses) {
+  std::vector<Buffer<int>> buffers;
+  for (int i = 0; i < 6; ++i) buffers.emplace_back(*context, 4);
+  std::array<long, 32> payload{};
+  payload.fill(3);
+  context->spawn(
+      [payload](std::span<int> a, std::span<int> b, std::span<int> c, std::span<int> d, std::span<int> e,
+                std::span<int> f) {
+        for (auto span : {a, b, c, d, e, f})
+          std::fill(span.begin(), span.end(), static_cast<int>(payload[0]));
+      },
+      write(buffers[0]), write(buffers[1]), write(buffers[2]), write(buffers[3]), write(buffers[4]),
+      write(buffers[5]));
+  for (auto& buffer : buffers) EXPECT_EQ(buffer.to_vector(), std::vector<int>(4, 3));
+}
+
+INSTANTIATE_TEST_SUITE_P(Runtime, RuntimeTest, NERVE_RUNTIME_PARAMS, runtime_param_name);
+
+}  // namespace
+}  // namespace nerve::testing
