@@ -196,7 +196,11 @@ bool Scheduler::run_until(ThreadState& thread, Waitable& target, Clock::time_poi
       for (int i = 0; i < 32; ++i) cpu_relax();
       continue;
     }
+    // A sleeper must not count as a spinner: publishers skip waking anyone while a spinner exists.
+    if (idle.spinning) spinners_.fetch_sub(1, std::memory_order_acq_rel);
     sleep_slot(thread, slot, target, deadline);
+    spinners_.fetch_add(1, std::memory_order_acq_rel);
+    idle.spinning = true;
     idle.since = Clock::now();  // spin again before the next sleep
   }
   leave_idle(idle);
