@@ -13,11 +13,13 @@
 
 #include <chrono>
 #include <cstddef>
+#include <filesystem>
 #include <memory>
 
 #include "nerve/buffer.hpp"
 #include "nerve/config.hpp"
 #include "nerve/export.hpp"
+#include "nerve/stats.hpp"
 #include "nerve/task.hpp"
 #include "nerve/topology.hpp"
 
@@ -65,6 +67,11 @@ class NERVE_API Context {
   int current_worker() const noexcept;
   const Config& config() const noexcept;
   const Topology& topology() const noexcept;
+
+  // stats() is a snapshot of the runtime's counters; dump_perf_stats() writes it as JSON
+  // (docs/PERF_STATS.md). Throws Error(invalid_argument) if the file cannot be written.
+  ContextStats stats() const;
+  void dump_perf_stats(const std::filesystem::path& path) const;
 
   detail::ContextImpl* impl() const noexcept { return impl_; }
 

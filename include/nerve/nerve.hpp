@@ -13,5 +13,6 @@
 #include "nerve/context.hpp"
 #include "nerve/error.hpp"
 #include "nerve/parallel.hpp"
+#include "nerve/stats.hpp"
 #include "nerve/task.hpp"
 #include "nerve/topology.hpp"

@@ -91,6 +91,10 @@ struct TaskOptions {
   const char* name = nullptr;
   // Tasks that must finish before this one starts, in addition to the inferred dependencies.
   std::vector<Task> after;
+  // A hint that the task runs long: it is handed to the next worker round-robin (a per-device
+  // queue) instead of the submitting worker's own deque, so a burst of such tasks starts on every
+  // worker at once instead of waiting to be stolen one by one.
+  bool compute_intensive = false;
 };
 
 namespace detail {
@@ -133,12 +137,19 @@ TaskRecord* submit(ContextImpl* context, const TaskOptions* options, GroupState*
     throw;
   }
   const AccessSpec specs[sizeof...(A) + 1] = {accesses.spec()..., AccessSpec{}};
-  SubmitInfo info{&C::invoke, &C::destroy, specs, sizeof...(A), nullptr,
-                  nullptr,    0,           group, keep_handle,  pool};
+  SubmitInfo info{};
+  info.invoke = &C::invoke;
+  info.destroy = &C::destroy;
+  info.accesses = specs;
+  info.access_count = sizeof...(A);
+  info.group = group;
+  info.keep_handle = keep_handle;
+  info.pool = pool;
   TaskRecord* after_small[8];
   std::vector<TaskRecord*> after_large;
   if (options != nullptr) {
     info.name = options->name;
+    info.compute_intensive = options->compute_intensive;
     const std::size_t count = options->after.size();
     TaskRecord** after = after_small;
     if (count > 8) {

@@ -5,6 +5,7 @@
 #include "nerve/error.hpp"
 
 #include "memory/buffer_state.hpp"
+#include "perf/stats.hpp"
 #include "runtime/context_impl.hpp"
 #include "runtime/pool_state.hpp"
 #include "runtime/waitables.hpp"
@@ -175,5 +176,14 @@ int Context::current_worker() const noexcept {
 
 const Config& Context::config() const noexcept { return impl_->config; }
 const Topology& Context::topology() const noexcept { return impl_->topology; }
+
+}  // namespace nerve
+
+namespace nerve {
+
+ContextStats Context::stats() const { return detail::collect_stats(*impl_); }
+void Context::dump_perf_stats(const std::filesystem::path& path) const {
+  detail::write_perf_stats(*impl_, path);
+}
 
 }  // namespace nerve

@@ -168,6 +168,7 @@ TaskRecord* ContextImpl::commit_task(TaskDraft draft, const SubmitInfo& info) {
   task->invoke = info.invoke;
   task->destroy = info.destroy;
   task->name = info.name;
+  task->compute_intensive = info.compute_intensive;
   task->group = info.group;
   if (info.pool != nullptr) {
     task->refs.store(1, std::memory_order_relaxed);

@@ -229,7 +229,7 @@ void Scheduler::enqueue(TaskRecord* task, ThreadState& thread, bool submission, 
     }
     return;
   }
-  if (own != nullptr && !bound_elsewhere) {
+  if (own != nullptr && !bound_elsewhere && !(submission && task->compute_intensive)) {
     own->deque.push(task);
     notify_work(own, numa_node);
     return;

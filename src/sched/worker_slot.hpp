@@ -20,7 +20,7 @@
 
 namespace nerve::detail {
 
-struct WorkerStats {
+struct SlotCounters {
   std::atomic<std::uint64_t> tasks_run{0};
   std::atomic<std::uint64_t> steals{0};
   std::atomic<std::uint64_t> sleeps{0};
@@ -39,7 +39,7 @@ struct alignas(cache_line_size) WorkerSlot {
   std::atomic<ThreadState*> occupant{nullptr};
   alignas(cache_line_size) std::atomic<bool> sleeping{false};
   std::vector<unsigned> victims;  // slots to steal from, in order (topology distance or random)
-  WorkerStats stats;
+  SlotCounters stats;
   std::thread thread;
 
   // Owner-only relaxed counter bump.

@@ -76,6 +76,7 @@ struct alignas(64) TaskRecord : QueueLink {
   std::atomic<std::uint8_t> phase{status_pending};    // pending/ready/running, for reporting only
   TaskKind kind = TaskKind::function;
   bool closure_on_heap = false;
+  bool compute_intensive = false;  // place round-robin rather than on the submitter's deque
   std::uint16_t access_count = 0;
   InvokeFn invoke = nullptr;
   DestroyFn destroy = nullptr;

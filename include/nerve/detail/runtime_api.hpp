@@ -74,9 +74,10 @@ struct SubmitInfo {
   const char* name;          // must outlive the task (string literal, kernel name)
   TaskRecord* const* after;  // explicit predecessors
   std::size_t after_count;
-  GroupState* group;  // or nullptr
-  bool keep_handle;   // the caller takes a reference for a Task handle
-  PoolState* pool;    // add to this (unlaunched) task pool instead of scheduling
+  GroupState* group;       // or nullptr
+  bool keep_handle;        // the caller takes a reference for a Task handle
+  PoolState* pool;         // add to this (unlaunched) task pool instead of scheduling
+  bool compute_intensive;  // TaskOptions::compute_intensive
 };
 
 // Task submission: begin_task() reserves a record with closure storage, the template constructs the

@@ -1,0 +1,29 @@
+// stats.hpp — what the runtime measured: per worker and per context.
+//
+// A snapshot: counters are read without stopping the workers, so values taken while tasks run are
+// consistent per counter, not across counters.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace nerve {
+
+struct WorkerStats {
+  unsigned index = 0;
+  int core = 0;  // logical core of the topology the worker is placed on
+  int numa_node = 0;
+  bool bound = false;               // its thread is pinned to the core's hardware threads
+  bool application_thread = false;  // slot 0: run by the application thread while it waits
+  std::uint64_t tasks_run = 0;
+  std::uint64_t steals = 0;  // tasks taken from another worker's queues
+  std::uint64_t sleeps = 0;  // times it parked after spinning scheduler.spin_us in vain
+};
+
+struct ContextStats {
+  std::vector<WorkerStats> workers;
+  std::uint64_t tasks_submitted = 0;
+  std::uint64_t tasks_completed = 0;
+};
+
+}  // namespace nerve

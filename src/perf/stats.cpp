@@ -1,0 +1,64 @@
+#include "perf/stats.hpp"
+
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "nerve/error.hpp"
+
+#include "runtime/context_impl.hpp"
+
+namespace nerve::detail {
+
+ContextStats collect_stats(const ContextImpl& context) {
+  ContextStats stats;
+  const Scheduler& scheduler = context.scheduler;
+  for (unsigned i = 0; i < scheduler.slot_count(); ++i) {
+    const WorkerSlot& slot = scheduler.slot(i);
+    WorkerStats worker;
+    worker.index = slot.index;
+    worker.core = slot.core;
+    worker.numa_node = slot.numa_node;
+    worker.bound = slot.bound;
+    worker.application_thread = i == 0;
+    worker.tasks_run = slot.stats.tasks_run.load(std::memory_order_relaxed);
+    worker.steals = slot.stats.steals.load(std::memory_order_relaxed);
+    worker.sleeps = slot.stats.sleeps.load(std::memory_order_relaxed);
+    stats.workers.push_back(worker);
+  }
+  const std::size_t threads = context.thread_count.load(std::memory_order_acquire);
+  for (std::size_t i = 0; i < threads; ++i) {
+    const ThreadState* thread = context.thread_list[i].load(std::memory_order_relaxed);
+    stats.tasks_submitted += thread->submitted.load(std::memory_order_acquire);
+    stats.tasks_completed += thread->completed.load(std::memory_order_acquire);
+  }
+  return stats;
+}
+
+nlohmann::json stats_to_json(const ContextStats& stats) {
+  nlohmann::json workers = nlohmann::json::array();
+  for (const WorkerStats& worker : stats.workers) {
+    workers.push_back({{"index", worker.index},
+                       {"core", worker.core},
+                       {"numa_node", worker.numa_node},
+                       {"bound", worker.bound},
+                       {"application_thread", worker.application_thread},
+                       {"tasks_run", worker.tasks_run},
+                       {"steals", worker.steals},
+                       {"sleeps", worker.sleeps}});
+  }
+  return {{"schema", "nerve.perf_stats/1"},
+          {"tasks", {{"submitted", stats.tasks_submitted}, {"completed", stats.tasks_completed}}},
+          {"workers", workers}};
+}
+
+void write_perf_stats(const ContextImpl& context, const std::filesystem::path& path) {
+  std::ofstream out(path);
+  if (!out)
+    throw Error(ErrorCode::invalid_argument, fmt::format("cannot write perf stats to '{}'", path.string()));
+  out << stats_to_json(collect_stats(context)).dump(2) << '\n';
+  if (!out)
+    throw Error(ErrorCode::invalid_argument, fmt::format("failed writing perf stats to '{}'", path.string()));
+}
+
+}  // namespace nerve::detail
