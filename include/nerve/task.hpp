@@ -109,6 +109,7 @@ struct Closure {
     call(self, views, std::index_sequence_for<A...>{});
   }
   static void destroy(void* self) noexcept { static_cast<Closure*>(self)->~Closure(); }
+  static constexpr ClosureOps ops{&invoke, &destroy};
 
   template <std::size_t... I>
   static void call(void* self, [[maybe_unused]] const AccessView* views, std::index_sequence<I...>) {
@@ -138,8 +139,7 @@ TaskRecord* submit(ContextImpl* context, const TaskOptions* options, GroupState*
   }
   const AccessSpec specs[sizeof...(A) + 1] = {accesses.spec()..., AccessSpec{}};
   SubmitInfo info{};
-  info.invoke = &C::invoke;
-  info.destroy = &C::destroy;
+  info.ops = &C::ops;
   info.accesses = specs;
   info.access_count = sizeof...(A);
   info.group = group;

@@ -17,14 +17,9 @@ std::uint64_t new_context_id() noexcept {
   return last.fetch_add(1, std::memory_order_relaxed) + 1;
 }
 
-struct ThreadCacheEntry {
-  std::uint64_t context_id = 0;
-  ThreadState* state = nullptr;
-};
-
-thread_local ThreadCacheEntry thread_cache;
-
 }  // namespace
+
+thread_local ThreadCacheEntry thread_cache __attribute__((tls_model("initial-exec")));
 
 ContextImpl::ContextImpl(const Settings& settings)
     : config(Config::load(settings)),
@@ -74,8 +69,7 @@ void ContextImpl::shutdown() noexcept {
   }
 }
 
-ThreadState& ContextImpl::current_thread() {
-  if (thread_cache.context_id == id) return *thread_cache.state;
+ThreadState& ContextImpl::register_current_thread() {
   std::lock_guard lock(threads_mutex);
   auto [it, inserted] = threads_by_id.try_emplace(std::this_thread::get_id(), nullptr);
   if (inserted) {

@@ -29,6 +29,14 @@ namespace nerve::detail {
 
 struct PoolState;
 
+// A one-entry cache from context to the calling thread's state. Initial-exec TLS: the library is
+// position independent, and the default model would call __tls_get_addr on every task.
+struct ThreadCacheEntry {
+  std::uint64_t context_id = 0;
+  ThreadState* state = nullptr;
+};
+extern thread_local ThreadCacheEntry thread_cache __attribute__((tls_model("initial-exec")));
+
 struct ContextImpl final : TaskExecutor {
   explicit ContextImpl(const Settings& settings);
   ~ContextImpl();
@@ -42,7 +50,12 @@ struct ContextImpl final : TaskExecutor {
   void drop_external_reference() noexcept;
 
   // current_thread() is the calling thread's state in this context (created on first use).
-  ThreadState& current_thread();
+  ThreadState& current_thread() {
+    if (thread_cache.context_id == id) [[likely]]
+      return *thread_cache.state;
+    return register_current_thread();
+  }
+  ThreadState& register_current_thread();
 
   // --- task life cycle (task_lifecycle.cpp)
   TaskDraft begin_task(std::size_t closure_size, std::size_t closure_align);
@@ -50,7 +63,8 @@ struct ContextImpl final : TaskExecutor {
   TaskRecord* commit_task(TaskDraft draft, const SubmitInfo& info);
   void make_ready(TaskRecord* task, ThreadState& thread, bool submission);
   void finish(TaskRecord* task, ThreadState& thread, std::uint32_t outcome);
-  void release_task(TaskRecord* task) noexcept;
+  void release_task(TaskRecord* task) noexcept { release_task(task, current_thread()); }
+  void release_task(TaskRecord* task, ThreadState& thread) noexcept;
   TaskRecord* allocate_record(ThreadState& thread);
   // copy_accesses() validates and stores accesses in `task`, taking a reference on each buffer.
   void copy_accesses(TaskRecord* task, const AccessSpec* accesses, std::size_t count);
@@ -61,13 +75,20 @@ struct ContextImpl final : TaskExecutor {
 
   // TaskExecutor
   void execute(TaskRecord* task, ThreadState& thread) override;
+  void fill_views(const TaskRecord* task, const ThreadState& thread, AccessView* views) noexcept;
+  std::uint32_t invoke_closure(TaskRecord* task, ThreadState& thread, const AccessView* views) noexcept;
   ThreadState& create_worker_state(unsigned slot) override;
   void on_slot_idle() noexcept override;
 
   // --- waiting (waiting.cpp)
   std::int64_t in_flight() const noexcept;
   void wait_all();
-  void throttle_submission(ThreadState& thread);
+  // throttle_submission() checks the in-flight bound every 32 submissions of a thread.
+  void throttle_submission(ThreadState& thread) {
+    if (thread.submissions_until_check-- == 0) [[unlikely]]
+      throttle_slow(thread);
+  }
+  void throttle_slow(ThreadState& thread);
   void record_root_error(const std::exception_ptr& error) noexcept;
 
   // --- buffers (buffers.cpp)

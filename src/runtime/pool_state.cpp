@@ -92,7 +92,7 @@ void PoolState::member_finished(TaskRecord* member, ThreadState& thread) {
 void PoolState::discard() noexcept {
   for (TaskRecord* member : members) {
     void* closure = member->closure_storage();
-    member->destroy(closure);
+    member->ops->destroy(closure);
     if (member->closure_on_heap) ::operator delete (closure, std::align_val_t{alignof(std::max_align_t)});
     member->closure_on_heap = false;
     for (std::size_t i = 0; i < member->access_count; ++i) release(member->accesses[i].buffer);

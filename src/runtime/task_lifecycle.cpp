@@ -69,17 +69,18 @@ TaskDraft ContextImpl::begin_task(std::size_t closure_size, std::size_t closure_
     *reinterpret_cast<void**>(task->closure) = closure;
     task->closure_on_heap = true;
   }
-  return {task, closure};
+  return {task, closure, &thread};
 }
 
 void ContextImpl::abandon_task(TaskDraft draft) noexcept {
   TaskRecord* task = draft.record;
   if (task->closure_on_heap) ::operator delete (draft.closure, std::align_val_t{alignof(std::max_align_t)});
   task->closure_on_heap = false;
-  records.free(current_thread().records, task);
+  records.free(draft.thread->records, task);
 }
 
 void ContextImpl::copy_accesses(TaskRecord* task, const AccessSpec* accesses, std::size_t count) {
+  if (count == 0) return;
   for (std::size_t i = 0; i < count; ++i) {
     const AccessSpec& access = accesses[i];
     if (access.buffer == nullptr)
@@ -139,7 +140,7 @@ void ContextImpl::register_dependencies(TaskRecord* task, ThreadState& thread, T
 
 TaskRecord* ContextImpl::commit_task(TaskDraft draft, const SubmitInfo& info) {
   TaskRecord* task = draft.record;
-  ThreadState& thread = current_thread();
+  ThreadState& thread = *draft.thread;
   try {
     if (info.after_count != 0 && info.pool != nullptr) {
       throw Error(ErrorCode::invalid_argument, "tasks in a task pool cannot have `after` edges");
@@ -157,7 +158,7 @@ TaskRecord* ContextImpl::commit_task(TaskDraft draft, const SubmitInfo& info) {
     }
     copy_accesses(task, info.accesses, info.access_count);
   } catch (...) {
-    info.destroy(draft.closure);
+    info.ops->destroy(draft.closure);
     for (std::size_t i = 0; i < task->access_count; ++i) release(task->accesses[i].buffer);
     task->access_count = 0;
     if (task->accesses != task->inline_accesses) delete[] task->accesses;
@@ -165,8 +166,7 @@ TaskRecord* ContextImpl::commit_task(TaskDraft draft, const SubmitInfo& info) {
     abandon_task(draft);
     throw;
   }
-  task->invoke = info.invoke;
-  task->destroy = info.destroy;
+  task->ops = info.ops;
   task->name = info.name;
   task->compute_intensive = info.compute_intensive;
   task->group = info.group;
@@ -180,7 +180,9 @@ TaskRecord* ContextImpl::commit_task(TaskDraft draft, const SubmitInfo& info) {
   task->pending.store(1, std::memory_order_relaxed);  // the submission guard
   if (info.group != nullptr) info.group->pending.fetch_add(1, std::memory_order_relaxed);
   thread.count_submitted();
-  register_dependencies(task, thread, info.after, info.after_count);
+  if (task->access_count != 0 || info.after_count != 0) {
+    register_dependencies(task, thread, info.after, info.after_count);
+  }
   if (task->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) make_ready(task, thread, true);
   throttle_submission(thread);
   return info.keep_handle ? task : nullptr;
@@ -221,42 +223,54 @@ void ContextImpl::make_ready(TaskRecord* task, ThreadState& thread, bool submiss
   }
 }
 
-void ContextImpl::execute(TaskRecord* task, ThreadState& thread) {
+// fill_views() resolves each access to the memory the task runs on; a write makes the buffer's
+// home NUMA node the worker's if it had none (first touch).
+void ContextImpl::fill_views(const TaskRecord* task, const ThreadState& thread, AccessView* views) noexcept {
+  const bool first_touch = scheduler.numa_placement() && thread.slot != nullptr;
+  for (std::size_t i = 0; i < task->access_count; ++i) {
+    const AccessRecord& access = task->accesses[i];
+    views[i] = AccessView{access.buffer->host + access.offset, access.size};
+    if (first_touch && access.mode != Access::read) {
+      int unknown = -1;
+      access.buffer->home_numa.compare_exchange_strong(unknown, thread.slot->numa_node,
+                                                       std::memory_order_relaxed);
+    }
+  }
+}
+
+std::uint32_t ContextImpl::invoke_closure(TaskRecord* task, ThreadState& thread,
+                                          const AccessView* views) noexcept {
   std::uint32_t outcome = status_succeeded;
+  ++thread.nesting;
+  try {
+    task->ops->invoke(task->closure_storage(), views);
+  } catch (...) {
+    task->error = std::current_exception();
+    outcome = status_failed;
+  }
+  --thread.nesting;
+  return outcome;
+}
+
+void ContextImpl::execute(TaskRecord* task, ThreadState& thread) {
+  std::uint32_t outcome = status_cancelled;
   const bool cancelled =
       task->cancel_pending.load(std::memory_order_acquire) ||
       (task->group != nullptr && task->group->cancel_requested.load(std::memory_order_acquire));
-  if (cancelled) {
-    outcome = status_cancelled;
-  } else {
+  if (!cancelled) {
     task->phase.store(status_running, std::memory_order_relaxed);
-    AccessView inline_views[max_inline_views];
-    std::unique_ptr<AccessView[]> heap_views;
-    AccessView* views = inline_views;
-    if (task->access_count > max_inline_views) {
-      heap_views = std::make_unique<AccessView[]>(task->access_count);
-      views = heap_views.get();
+    if (task->access_count <= max_inline_views) [[likely]] {
+      AccessView views[max_inline_views];
+      fill_views(task, thread, views);
+      outcome = invoke_closure(task, thread, views);
+    } else {
+      std::vector<AccessView> views(task->access_count);
+      fill_views(task, thread, views.data());
+      outcome = invoke_closure(task, thread, views.data());
     }
-    const int node = thread.slot != nullptr ? thread.slot->numa_node : -1;
-    for (std::size_t i = 0; i < task->access_count; ++i) {
-      const AccessRecord& access = task->accesses[i];
-      views[i] = AccessView{access.buffer->host + access.offset, access.size};
-      if (node >= 0 && scheduler.numa_placement() && access.mode != Access::read) {
-        int unknown = -1;
-        access.buffer->home_numa.compare_exchange_strong(unknown, node, std::memory_order_relaxed);
-      }
-    }
-    ++thread.nesting;
-    try {
-      task->invoke(task->closure_storage(), views);
-    } catch (...) {
-      task->error = std::current_exception();
-      outcome = status_failed;
-    }
-    --thread.nesting;
   }
   void* closure = task->closure_storage();
-  task->destroy(closure);
+  task->ops->destroy(closure);
   if (task->closure_on_heap) ::operator delete (closure, std::align_val_t{alignof(std::max_align_t)});
   task->closure_on_heap = false;
   finish(task, thread, outcome);
@@ -289,10 +303,10 @@ void ContextImpl::finish(TaskRecord* task, ThreadState& thread, std::uint32_t ou
       scheduler.waiters().wake(group);
   }
   if (counted) thread.count_completed();
-  release_task(task);
+  release_task(task, thread);
 }
 
-void ContextImpl::release_task(TaskRecord* task) noexcept {
+void ContextImpl::release_task(TaskRecord* task, ThreadState& thread) noexcept {
   if (!release_record(task)) return;
   if (task->accesses != task->inline_accesses) delete[] task->accesses;
   for (DepOverflow* chunk = task->dep_overflow; chunk != nullptr;) {
@@ -300,7 +314,7 @@ void ContextImpl::release_task(TaskRecord* task) noexcept {
     delete chunk;
     chunk = next;
   }
-  records.free(current_thread().records, task);
+  records.free(thread.records, task);
 }
 
 }  // namespace nerve::detail

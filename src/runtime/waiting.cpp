@@ -40,8 +40,7 @@ void ContextImpl::on_slot_idle() noexcept {
 
 // Every 32 submissions a thread checks the number of tasks in flight; above task_queue.max_in_flight
 // it runs tasks itself (if it can) or waits until the count drops.
-void ContextImpl::throttle_submission(ThreadState& thread) {
-  if (thread.submissions_until_check-- != 0) return;
+void ContextImpl::throttle_slow(ThreadState& thread) {
   thread.submissions_until_check = 31;
   const auto limit = static_cast<std::int64_t>(config.task_queue.max_in_flight);
   while (in_flight() >= limit) {

@@ -36,9 +36,14 @@ class ChaseLevDeque {
   // push() adds an item at the bottom (owner only).
   void push(T item) {
     const std::int64_t bottom = bottom_.load(std::memory_order_relaxed);
-    const std::int64_t top = top_.load(std::memory_order_acquire);
     Array* array = array_.load(std::memory_order_relaxed);
-    if (bottom - top > static_cast<std::int64_t>(array->mask)) array = grow(array, top, bottom);
+    // Reading top_ pulls the thieves' cache line over; a stale lower bound is enough unless the
+    // array looks full (top only grows), so re-read it only then.
+    if (bottom - top_cache_ > static_cast<std::int64_t>(array->mask)) {
+      top_cache_ = top_.load(std::memory_order_acquire);
+      if (bottom - top_cache_ > static_cast<std::int64_t>(array->mask))
+        array = grow(array, top_cache_, bottom);
+    }
     array->put(bottom, item);
     bottom_.store(bottom + 1, std::memory_order_release);
   }
@@ -49,6 +54,7 @@ class ChaseLevDeque {
     Array* array = array_.load(std::memory_order_relaxed);
     bottom_.store(bottom, std::memory_order_seq_cst);
     std::int64_t top = top_.load(std::memory_order_seq_cst);
+    top_cache_ = top;
     if (top > bottom) {
       bottom_.store(bottom + 1, std::memory_order_relaxed);
       return nullptr;
@@ -109,6 +115,7 @@ class ChaseLevDeque {
   alignas(64) std::atomic<std::int64_t> top_{0};
   alignas(64) std::atomic<std::int64_t> bottom_{0};
   std::atomic<Array*> array_{nullptr};
+  std::int64_t top_cache_ = 0;                  // owner-only: a lower bound of top_
   std::vector<std::unique_ptr<Array>> arrays_;  // owner-only; every array ever used
 };
 

@@ -234,6 +234,19 @@ void Scheduler::enqueue(TaskRecord* task, ThreadState& thread, bool submission, 
     notify_work(own, numa_node);
     return;
   }
+  // An application thread borrows the master slot to push into its deque: one uncontended CAS
+  // instead of a shared queue, workers steal from it, and when the thread later waits it pops its
+  // own most recent (cache-hot) tasks. The slot is returned at once, so no thread ever holds it
+  // while outside nerve.
+  if (own == nullptr && submission && !bound_elsewhere && !task->compute_intensive &&
+      try_claim_master(thread)) {
+    WorkerSlot& master = *thread.slot;
+    master.deque.push(task);
+    thread.slot = nullptr;
+    master.occupant.store(nullptr, std::memory_order_release);
+    notify_work(&master, numa_node);
+    return;
+  }
   push_to_slot_inbox(task, thread, submission, numa_node);
 }
 

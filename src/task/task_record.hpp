@@ -68,7 +68,7 @@ struct DepOverflow {
 };
 
 struct alignas(64) TaskRecord : QueueLink {
-  // --- hot: touched by every scheduling step
+  // --- line 0: everything scheduling and execution touch
   std::atomic<std::int32_t> pending{0};
   std::atomic<std::int32_t> refs{0};
   std::atomic<std::uintptr_t> successors{0};
@@ -76,24 +76,23 @@ struct alignas(64) TaskRecord : QueueLink {
   std::atomic<std::uint8_t> phase{status_pending};    // pending/ready/running, for reporting only
   TaskKind kind = TaskKind::function;
   bool closure_on_heap = false;
-  bool compute_intensive = false;  // place round-robin rather than on the submitter's deque
+  bool compute_intensive = false;           // place round-robin rather than on the submitter's deque
+  std::atomic<bool> cancel_pending{false};  // a predecessor failed: do not run, cancel
   std::uint16_t access_count = 0;
-  InvokeFn invoke = nullptr;
-  DestroyFn destroy = nullptr;
+  const ClosureOps* ops = nullptr;
   GroupState* group = nullptr;
-  const char* name = nullptr;
+  PoolState* pool = nullptr;  // the pool a pool_gate (or a pool member) belongs to
+  // --- line 1: the closure, constructed by the submitter and called by the worker
+  alignas(64) std::byte closure[inline_closure_bytes];
   // --- cold
   ContextImpl* context = nullptr;
   AccessRecord* accesses = inline_accesses;
   DepOverflow* dep_overflow = nullptr;
-  PoolState* pool = nullptr;                // the pool a pool_gate (or a pool member) belongs to
-  std::atomic<bool> cancel_pending{false};  // a predecessor failed: do not run, cancel
+  const char* name = nullptr;
   std::uint8_t dep_used = 0;
-  std::int16_t home_numa = -1;
   std::exception_ptr error;  // the task's own failure, or the cause of its cancellation
   DepNode deps[inline_dep_count];
   AccessRecord inline_accesses[inline_access_count];
-  alignas(16) std::byte closure[inline_closure_bytes];
 
   void* closure_storage() noexcept {
     return closure_on_heap ? *reinterpret_cast<void**>(closure) : static_cast<void*>(closure);
@@ -101,5 +100,7 @@ struct alignas(64) TaskRecord : QueueLink {
   std::uint32_t load_status() const noexcept { return status.load(std::memory_order_acquire) & status_mask; }
   bool finished() const noexcept { return load_status() >= status_succeeded; }
 };
+
+static_assert(sizeof(QueueLink) == 8);
 
 }  // namespace nerve::detail

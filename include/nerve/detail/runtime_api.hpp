@@ -30,6 +30,7 @@ struct ContextImpl;
 struct TaskRecord;
 struct BufferState;
 struct PoolState;
+struct ThreadState;
 
 // One declared access of a task: a byte range of a buffer and the mode.
 struct AccessSpec {
@@ -48,6 +49,12 @@ struct AccessView {
 using InvokeFn = void (*)(void* closure, const AccessView* views);
 using DestroyFn = void (*)(void* closure) noexcept;
 
+// How to call and destroy one closure type (one static instance per type).
+struct ClosureOps {
+  InvokeFn invoke;
+  DestroyFn destroy;
+};
+
 // Completion counting for a TaskGroup / TaskPool, embedded in the user-visible object so that
 // creating a group allocates nothing.
 struct GroupState {
@@ -63,12 +70,12 @@ struct GroupState {
 
 struct TaskDraft {
   TaskRecord* record;
-  void* closure;  // storage for the closure, at least the requested size and alignment
+  void* closure;        // storage for the closure, at least the requested size and alignment
+  ThreadState* thread;  // the submitting thread's state (saves a second lookup in commit_task)
 };
 
 struct SubmitInfo {
-  InvokeFn invoke;
-  DestroyFn destroy;
+  const ClosureOps* ops;
   const AccessSpec* accesses;
   std::size_t access_count;
   const char* name;          // must outlive the task (string literal, kernel name)
