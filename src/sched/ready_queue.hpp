@@ -52,6 +52,7 @@ class ReadyQueue {
   }
   bool maybe_nonempty() const noexcept { return size() != 0; }
   std::size_t capacity() const noexcept { return capacity_; }
+  bool lock_free() const noexcept { return lock_free_; }
 
  private:
   void link(QueueLink* node) noexcept;

@@ -95,6 +95,9 @@ void Scheduler::start() {
   for (unsigned i = 1; i < slot_count(); ++i) {
     slots_[i]->thread = std::thread([this, i] { worker_main(i); });
   }
+  // Return only once every worker is bound and listening: statistics, binding checks and the first
+  // submissions then see the pool as configured.
+  while (workers_ready_.load(std::memory_order_acquire) != slot_count() - 1) std::this_thread::yield();
 }
 
 void Scheduler::stop() {
@@ -115,6 +118,7 @@ void Scheduler::worker_main(unsigned index) {
   thread.is_worker_thread = true;
   slot.occupant.store(&thread, std::memory_order_release);
   if (bind_threads_) slot.bound = topology::bind_current_thread(placements_[index], topology_, bind_warned_);
+  workers_ready_.fetch_add(1, std::memory_order_release);
   StopSignal stop{stopping_};
   run_until(thread, stop, Clock::time_point::max());
   slot.occupant.store(nullptr, std::memory_order_release);

@@ -68,6 +68,7 @@ class Scheduler {
   SchedulerPolicy policy() const noexcept { return policy_; }
   bool numa_placement() const noexcept { return numa_placement_; }
   WaiterRegistry& waiters() noexcept { return waiters_; }
+  const ReadyQueue& shared_queue() const noexcept { return shared_; }
 
   // enqueue() makes a ready task runnable. `submission`: a new task from `thread`, which may be
   // back-pressured by full queues (the thread helps or blocks); otherwise an internal release, which
@@ -139,6 +140,7 @@ class Scheduler {
   alignas(cache_line_size) std::atomic<int> sleepers_{0};
   alignas(cache_line_size) std::atomic<int> spinners_{0};
   alignas(cache_line_size) std::atomic<bool> stopping_{false};
+  std::atomic<unsigned> workers_ready_{0};
   bool started_ = false;
 };
 

@@ -1,0 +1,207 @@
+// Every configuration key of the core runtime changes behaviour: one test (at least) per key.
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "support/runtime_fixture.hpp"
+#include "topology/affinity.hpp"
+
+namespace nerve::testing {
+namespace {
+
+Settings with(std::initializer_list<std::pair<const char*, const char*>> values) {
+  Settings settings;
+  settings.use_environment(false);
+  for (const auto& [key, value] : values) settings.set(key, value);
+  return settings;
+}
+
+TEST(ConfigBehaviour, ThreadPoolSizeSetsTheWorkerCount) {
+  Context three(with({{"parallel.thread_pool_size", "3"}}));
+  EXPECT_EQ(three.worker_count(), 3u);
+  EXPECT_EQ(three.stats().workers.size(), 3u);
+  Context automatic(with({{"parallel.thread_pool_size", "auto"}}));
+  EXPECT_EQ(automatic.worker_count(), topology::available_cpu_count());
+  Context synthetic(with({{"topology.synthetic", "pack:2 numa:2 core:4 pu:1"}}));
+  EXPECT_EQ(synthetic.worker_count(), 16u) << "automatic size on a synthetic machine: its core count";
+}
+
+// Worker slot 1 runs on a dedicated thread; a task that lands there reports its CPU mask.
+std::vector<int> cpus_seen_by_worker(Context& context, unsigned worker) {
+  std::vector<int> cpus;
+  std::mutex mutex;
+  for (int attempt = 0; attempt < 200 && cpus.empty(); ++attempt) {
+    TaskGroup group(context);
+    for (int i = 0; i < 8; ++i) {
+      group.spawn([&] {
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+        if (context.current_worker() == static_cast<int>(worker)) {
+          std::lock_guard lock(mutex);
+          cpus = topology::current_thread_cpus();
+        }
+      });
+    }
+    group.wait();
+  }
+  return cpus;
+}
+
+TEST(ConfigBehaviour, ThreadAffinityBindsWorkers) {
+  if (topology::available_cpu_count() < 2) GTEST_SKIP() << "needs two CPUs";
+  Context compact(with({{"parallel.thread_pool_size", "2"}, {"parallel.thread_affinity", "compact"}}));
+  ASSERT_TRUE(compact.stats().workers[1].bound);
+  const auto placement = topology::plan_workers(compact.topology(), 2, ThreadAffinity::compact);
+  EXPECT_EQ(cpus_seen_by_worker(compact, 1), placement[1].pu_os_indices);
+
+  Context unbound(with({{"parallel.thread_pool_size", "2"}, {"parallel.thread_affinity", "none"}}));
+  EXPECT_FALSE(unbound.stats().workers[1].bound);
+  EXPECT_GT(cpus_seen_by_worker(unbound, 1).size(), 1u) << "an unbound worker may run on every allowed CPU";
+}
+
+std::vector<int> completion_order(const char* policy) {
+  Context context(with({{"parallel.thread_pool_size", "1"}, {"scheduler.policy", policy}}));
+  std::vector<int> order;
+  for (int i = 0; i < 8; ++i) context.spawn([&order, i] { order.push_back(i); });
+  context.wait_all();  // one slot: everything runs here, in the policy's order
+  return order;
+}
+
+TEST(ConfigBehaviour, PolicyEagerIsFifoLocalityIsLifo) {
+  EXPECT_EQ(completion_order("eager"), (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}))
+      << "eager: one shared FIFO";
+  EXPECT_EQ(completion_order("locality_aware_stealing"), (std::vector<int>{7, 6, 5, 4, 3, 2, 1, 0}))
+      << "locality: the submitter's own deque, newest (cache-hot) first";
+}
+
+TEST(ConfigBehaviour, SpinBeforeSleeping) {
+  auto sleeps_of_worker_1 = [](const char* spin_us) {
+    Context context(with({{"parallel.thread_pool_size", "2"}, {"scheduler.spin_us", spin_us}}));
+    const auto before = context.stats().workers[1].sleeps;
+    for (int i = 0; i < 20; ++i) {
+      TaskGroup group(context);
+      group.spawn([] {});
+      group.spawn([] {});
+      group.wait();
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return context.stats().workers[1].sleeps - before;
+  };
+  EXPECT_GT(sleeps_of_worker_1("0"), 0u) << "no spinning: an idle worker sleeps at once";
+  EXPECT_EQ(sleeps_of_worker_1("1000000"), 0u) << "spinning a second covers the 1 ms gaps";
+}
+
+TEST(ConfigBehaviour, WorkStealingThresholdDelaysStealing) {
+  auto steals = [](const char* threshold) {
+    Context context(
+        with({{"parallel.thread_pool_size", "2"}, {"scheduler.work_stealing_threshold", threshold}}));
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    for (int i = 0; i < 64; ++i)
+      context.spawn([] { std::this_thread::sleep_for(std::chrono::milliseconds(1)); });
+    context.wait_all();
+    return context.stats().workers[1].steals;
+  };
+  EXPECT_GT(steals("0"), 0u) << "an idle worker steals the application thread's tasks at once";
+  EXPECT_EQ(steals("10s"), 0u) << "within the threshold an idle worker does not steal";
+}
+
+TEST(ConfigBehaviour, TopologyAwarenessOrdersVictimsByDistance) {
+  auto victims = [](const char* aware) {
+    Context context(
+        with({{"topology.synthetic", "pack:2 core:4 pu:1"}, {"scheduler.topology_awareness", aware}}));
+    std::vector<std::vector<unsigned>> lists;
+    for (unsigned i = 0; i < context.worker_count(); ++i)
+      lists.push_back(context.impl()->scheduler.slot(i).victims);
+    return lists;
+  };
+  const auto aware = victims("true");
+  for (unsigned slot = 0; slot < aware.size(); ++slot) {
+    const auto& order = aware[slot];
+    const unsigned package = slot / 4;
+    for (std::size_t k = 0; k < 3; ++k)
+      EXPECT_EQ(order[k] / 4, package) << "same package first, slot " << slot;
+    for (std::size_t k = 3; k < order.size(); ++k) EXPECT_NE(order[k] / 4, package);
+  }
+  const auto random = victims("false");
+  bool any_far_first = false;
+  for (unsigned slot = 0; slot < random.size(); ++slot) any_far_first |= random[slot][0] / 4 != slot / 4;
+  EXPECT_TRUE(any_far_first) << "without topology awareness the order ignores distance";
+}
+
+std::set<int> nodes_that_ran(const char* numa_affinity) {
+  Context context(with(
+      {{"topology.synthetic", "pack:1 numa:2 core:2 pu:1"}, {"scheduler.numa_affinity", numa_affinity}}));
+  std::vector<Buffer<int>> buffers;
+  for (int i = 0; i < 64; ++i) buffers.emplace_back(context, 16, BufferOptions{.numa_node = 1});
+  std::mutex mutex;
+  std::set<int> nodes;
+  for (auto& buffer : buffers) {
+    context.spawn(
+        [&](std::span<int> data) {
+          std::this_thread::sleep_for(std::chrono::microseconds(200));
+          data[0] = 1;
+          const int worker = context.current_worker();
+          std::lock_guard lock(mutex);
+          nodes.insert(context.stats().workers[static_cast<std::size_t>(worker)].numa_node);
+        },
+        write(buffer));
+  }
+  context.wait_all();
+  return nodes;
+}
+
+TEST(ConfigBehaviour, NumaAffinityPlacesTasksWithTheirData) {
+  EXPECT_EQ(nodes_that_ran("strict"), (std::set<int>{1})) << "strict: only node 1's workers run node-1 data";
+  EXPECT_TRUE(nodes_that_ran("none").count(0) == 1)
+      << "none: the application thread runs some of them on node 0";
+}
+
+TEST(ConfigBehaviour, QueueTypeSelectsTheImplementation) {
+  for (const char* type : {"lock_free_mpsc", "mutex"}) {
+    Context context(with({{"parallel.thread_pool_size", "4"}, {"task_queue.type", type}}));
+    EXPECT_EQ(context.impl()->scheduler.slot(1).inbox.lock_free(), std::string(type) == "lock_free_mpsc");
+    Buffer<long> counter(context, std::vector<long>{0});
+    std::vector<std::thread> submitters;
+    for (int t = 0; t < 3; ++t) {
+      submitters.emplace_back([&] {
+        for (int i = 0; i < 300; ++i)
+          context.spawn([](std::span<long> c) { c[0] += 1; }, read_write(counter));
+      });
+    }
+    for (auto& thread : submitters) thread.join();
+    EXPECT_EQ(counter.to_vector()[0], 900) << type;
+  }
+}
+
+// With one slot nothing runs until someone waits — unless back-pressure makes the submitter help.
+int ran_during_submission(std::initializer_list<std::pair<const char*, const char*>> values) {
+  Settings settings = with(values);
+  settings.set("parallel.thread_pool_size", "1");
+  Context context(settings);
+  std::atomic<int> ran{0};
+  for (int i = 0; i < 200; ++i) context.spawn([&] { ran.fetch_add(1); });
+  const int before_wait = ran.load();
+  context.wait_all();
+  EXPECT_EQ(ran.load(), 200);
+  return before_wait;
+}
+
+TEST(ConfigBehaviour, PerDeviceQueueDepthBackPressuresTheSubmitter) {
+  EXPECT_EQ(
+      ran_during_submission({{"scheduler.policy", "eager"}, {"task_queue.per_device_queue_depth", "1024"}}),
+      0);
+  EXPECT_GE(
+      ran_during_submission({{"scheduler.policy", "eager"}, {"task_queue.per_device_queue_depth", "4"}}), 190)
+      << "a full queue makes the submitter run tasks instead of queueing more";
+}
+
+TEST(ConfigBehaviour, MaxInFlightBoundsSubmittedWork) {
+  EXPECT_EQ(ran_during_submission({{"task_queue.max_in_flight", "1048576"}}), 0);
+  EXPECT_GE(ran_during_submission({{"task_queue.max_in_flight", "16"}}), 200 - 16 - 32)
+      << "above the bound the submitter runs tasks (checked every 32 submissions)";
+}
+
+}  // namespace
+}  // namespace nerve::testing
