@@ -67,6 +67,7 @@ struct ContextImpl final : TaskExecutor {
   void release_task(TaskRecord* task, ThreadState& thread) noexcept;
   TaskRecord* allocate_record(ThreadState& thread);
   // copy_accesses() validates and stores accesses in `task`, taking a reference on each buffer.
+  void validate_access(const AccessSpec& access) const;
   void copy_accesses(TaskRecord* task, const AccessSpec* accesses, std::size_t count);
   // register_dependencies() infers `task`'s predecessors from its accesses and adds the edges.
   void register_dependencies(TaskRecord* task, ThreadState& thread, TaskRecord* const* after,

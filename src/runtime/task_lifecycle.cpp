@@ -79,24 +79,30 @@ void ContextImpl::abandon_task(TaskDraft draft) noexcept {
   records.free(draft.thread->records, task);
 }
 
+// validate_access() throws for an access nerve cannot honour; the checks are ordered so that a
+// valid access costs a few compares (the messages are built only on failure).
+void ContextImpl::validate_access(const AccessSpec& access) const {
+  const BufferState* buffer = access.buffer;
+  if (buffer == nullptr) throw Error(ErrorCode::buffer_misuse, "a task accesses an empty buffer handle");
+  if (buffer->life.load(std::memory_order_acquire) != BufferLife::alive) [[unlikely]] {
+    buffer->check_usable("submit");
+  }
+  if (buffer->context != this) [[unlikely]] {
+    throw Error(ErrorCode::buffer_misuse, fmt::format("a task accesses {} of another context", buffer->describe()));
+  }
+  if (access.offset > buffer->bytes || access.size > buffer->bytes - access.offset) [[unlikely]] {
+    buffer_check_range(buffer, access.offset, access.size);
+  }
+}
+
 void ContextImpl::copy_accesses(TaskRecord* task, const AccessSpec* accesses, std::size_t count) {
   if (count == 0) return;
-  for (std::size_t i = 0; i < count; ++i) {
-    const AccessSpec& access = accesses[i];
-    if (access.buffer == nullptr)
-      throw Error(ErrorCode::buffer_misuse, "a task accesses an empty buffer handle");
-    access.buffer->check_usable("submit");
-    if (access.buffer->context != this) {
-      throw Error(ErrorCode::buffer_misuse,
-                  fmt::format("a task accesses {} of another context", access.buffer->describe()));
-    }
-    buffer_check_range(access.buffer, access.offset, access.size);
-  }
+  for (std::size_t i = 0; i < count; ++i) validate_access(accesses[i]);
   if (count > inline_access_count) task->accesses = new AccessRecord[count];
   for (std::size_t i = 0; i < count; ++i) {
     const AccessSpec& access = accesses[i];
     task->accesses[i] = AccessRecord{access.buffer, access.offset, access.size, access.mode};
-    retain(access.buffer);
+    access.buffer->refs.fetch_add(1, std::memory_order_relaxed);
   }
   task->access_count = static_cast<std::uint16_t>(count);
 }
