@@ -66,6 +66,8 @@ std::string not_bound_reason(const WorkerStats& worker, const Config& config, co
   return "binding failed (see the warning on stderr)";
 }
 
+std::string cpus(unsigned count) { return fmt::format("{} CPU{}", count, count == 1 ? "" : "s"); }
+
 WorkerPool describe_pool(const Config& config, const Topology& topology, unsigned count) {
   WorkerPool pool;
   pool.count = count;
@@ -81,11 +83,10 @@ WorkerPool describe_pool(const Config& config, const Topology& topology, unsigne
     pool.reason = fmt::format("automatic: the {} cores of the {} topology", topology.cores().size(),
                               config.topology.xml.empty() ? "synthetic" : "XML");
   } else if (pool.available_cpus < pool.allowed_cpus) {
-    pool.reason =
-        fmt::format("automatic: the cgroup CPU quota ({} CPUs) of the {} CPUs this process may run on",
-                    pool.available_cpus, pool.allowed_cpus);
+    pool.reason = fmt::format("automatic: the cgroup CPU quota ({}) of the {} this process may run on",
+                              cpus(pool.available_cpus), cpus(pool.allowed_cpus));
   } else {
-    pool.reason = fmt::format("automatic: the {} CPUs this process may run on", pool.available_cpus);
+    pool.reason = fmt::format("automatic: the {} this process may run on", cpus(pool.available_cpus));
   }
   if (pool.automatic)
     pool.reason += fmt::format(" (parallel.thread_pool_size = auto, {})", origin.describe());
