@@ -1,0 +1,232 @@
+#!/usr/bin/env python3
+"""Drives the nerve-info binary and checks its text and JSON output (docs/NERVE_INFO.md).
+
+Usage: check_nerve_info.py <path to nerve-info> <case>; `--list` prints the cases. Each case is one
+CTest test (tests/tools/CMakeLists.txt). Every run gets an environment without NERVE_* variables, plus
+the ones the case sets, so that the caller's environment cannot change the outcome.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+TIMEOUT_S = 20
+SYNTHETIC = "pack:2 numa:2 core:4 pu:1"  # 2 packages × 2 NUMA nodes × 4 cores = 16 cores
+ORIGIN_SOURCES = {"default", "file", "environment", "api"}
+
+
+class CheckFailed(Exception):
+    pass
+
+
+def check(condition, message):
+    if not condition:
+        raise CheckFailed(message)
+
+
+def run(binary, *args, env=None, expect_status=0):
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("NERVE_")}
+    environment.update(env or {})
+    result = subprocess.run([binary, *args], env=environment, capture_output=True, text=True,
+                            timeout=TIMEOUT_S)
+    if result.returncode != expect_status:
+        raise CheckFailed(f"nerve-info {' '.join(args)} exited {result.returncode}, expected "
+                          f"{expect_status}\n--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}")
+    return result
+
+
+def run_json(binary, *args, env=None):
+    output = run(binary, "--json", *args, env=env).stdout
+    try:
+        document = json.loads(output)
+    except json.JSONDecodeError as error:
+        raise CheckFailed(f"--json output does not parse: {error}\n{output[:2000]}")
+    check_schema(document)
+    return document
+
+
+def section(text, heading):
+    """The lines of the text output's section that starts with `heading`, up to the next blank line."""
+    lines = text.splitlines()
+    starts = [index for index, line in enumerate(lines) if line.startswith(heading)]
+    check(starts, f"no section '{heading}' in:\n{text}")
+    end = next((index for index in range(starts[0], len(lines)) if not lines[index].strip()), len(lines))
+    return lines[starts[0] + 1:end]
+
+
+def config_entry(document, key):
+    matches = [entry for entry in document["config"] if entry["key"] == key]
+    check(len(matches) == 1, f"config has {len(matches)} entries for {key}")
+    return matches[0]
+
+
+def check_schema(document):
+    """The shape every --json document has, whatever the configuration."""
+    for field in ("schema", "version", "topology", "worker_pool", "workers", "config", "devices"):
+        check(field in document, f"--json lacks '{field}'")
+    check(document["schema"] == "nerve.info/1", f"schema is {document['schema']!r}")
+    topology = document["topology"]
+    for field in ("description", "synthetic", "pu_count", "packages", "numa_nodes", "cores", "caches",
+                  "core_distances", "numa_distances"):
+        check(field in topology, f"topology lacks '{field}'")
+    cores = len(topology["cores"])
+    check(cores >= 1, "topology.cores is empty")
+    check(len(topology["core_distances"]) == cores, "core_distances is not cores × cores")
+    workers = document["workers"]
+    check(len(workers) == document["worker_pool"]["count"], "worker_pool.count != len(workers)")
+    for index, worker in enumerate(workers):
+        check(worker["index"] == index, f"workers[{index}].index is {worker['index']}")
+        check(0 <= worker["core"] < cores, f"workers[{index}].core out of range")
+        check(worker["application_thread"] == (index == 0), f"workers[{index}].application_thread")
+        check(worker["bound"] == (worker["not_bound_reason"] is None), f"workers[{index}] bound/reason")
+        check(worker["observed_cpus"] is None or isinstance(worker["observed_cpus"], list),
+              f"workers[{index}].observed_cpus")
+    check(len(document["config"]) >= 1, "config is empty")
+    for entry in document["config"]:
+        origin = entry["origin"]
+        check(origin["source"] in ORIGIN_SOURCES, f"{entry['key']}: origin.source {origin['source']!r}")
+        check(isinstance(entry["value"], str) and "text" in origin, f"{entry['key']}: value/origin.text")
+        if origin["source"] == "file":
+            check(origin["line"] >= 1 and origin["file"], f"{entry['key']}: file origin without file:line")
+        if origin["source"] == "environment":
+            check(origin["variable"].startswith("NERVE_"), f"{entry['key']}: env origin without variable")
+    check(document["devices"][0]["kind"] == "cpu", "the first device is not the CPU workers")
+    check(document["devices"][0]["count"] == len(workers), "CPU device count != workers")
+
+
+def case_plain(binary):
+    keys = [entry["key"] for entry in run_json(binary)["config"]]
+    check("parallel.thread_pool_size" in keys and "scheduler.spin_us" in keys, f"config keys: {keys}")
+    text = run(binary).stdout
+    for heading in ("Topology", "Summary:", "Core distances", "NUMA distances", "Workers:", "Configuration",
+                    "Devices", "CPU workers"):
+        check(heading in text, f"plain output lacks '{heading}'")
+    config_rows = {line.split()[0]: line for line in section(text, "Configuration")[1:]}
+    for key in keys:
+        check(key in config_rows, f"plain output lacks the key {key}")
+        check(config_rows[key].rstrip().endswith("default"), f"{key} is not from 'default': {config_rows[key]}")
+
+
+def case_json(binary):
+    document = run_json(binary, "--set", "parallel.thread_pool_size=2")
+    check(len(document["workers"]) == 2, f"{len(document['workers'])} workers, configured 2")
+    check(not document["worker_pool"]["automatic"], "worker_pool.automatic with a configured size")
+    automatic = run_json(binary)
+    check(automatic["worker_pool"]["automatic"], "worker_pool.automatic is false by default")
+    check(config_entry(automatic, "parallel.thread_pool_size")["origin"]["source"] == "default",
+          "thread_pool_size not from default")
+    if not automatic["topology"]["synthetic"]:
+        # On the real machine every worker but the application thread is bound to its core's PUs.
+        for worker in automatic["workers"][1:]:
+            if worker["bound"] and worker["observed_cpus"] is not None:
+                check(sorted(worker["observed_cpus"]) == sorted(worker["pu_os_indices"]),
+                      f"worker {worker['index']} runs on {worker['observed_cpus']}, bound to "
+                      f"{worker['pu_os_indices']}")
+
+
+def case_synthetic(binary):
+    text = run(binary, "--synthetic", SYNTHETIC).stdout
+    for expected in ("16 cores", "4 NUMA nodes", "Workers: 16", "not bound: synthetic topology"):
+        check(expected in text, f"synthetic output lacks '{expected}'")
+    document = run_json(binary, "--synthetic", SYNTHETIC)
+    topology = document["topology"]
+    check(topology["synthetic"] and len(topology["cores"]) == 16, "not 16 synthetic cores")
+    check(len(topology["numa_nodes"]) == 4 and len(topology["packages"]) == 2, "not 2 packages, 4 nodes")
+    check(len(document["workers"]) == 16, f"{len(document['workers'])} workers, expected 16")
+    check(not any(worker["bound"] for worker in document["workers"]), "a worker is bound on a synthetic machine")
+    check(sorted(worker["core"] for worker in document["workers"]) == list(range(16)), "workers share cores")
+    origin = config_entry(document, "topology.synthetic")["origin"]
+    check(origin["source"] == "api", f"--synthetic gives origin {origin}")
+
+
+def case_large(binary):
+    text = run(binary, "--synthetic", "pack:2 numa:2 core:10 pu:1", "--set", "parallel.thread_pool_size=4").stdout
+    check("Core distances: not shown for 40 cores" in text, "a 40-core machine prints the core matrix")
+    check("NUMA distances" in text, "the NUMA matrix is missing")
+
+
+def case_set(binary):
+    text = run(binary, "--set", "parallel.thread_pool_size=3").stdout
+    check("Workers: 3" in text and "parallel.thread_pool_size = 3 (api)" in text, "3 workers from api")
+    document = run_json(binary, "--set", "parallel.thread_pool_size=3", "--set", "scheduler.policy=eager")
+    check(len(document["workers"]) == 3, "--set parallel.thread_pool_size=3 did not give 3 workers")
+    for key, value in (("parallel.thread_pool_size", "3"), ("scheduler.policy", "eager")):
+        entry = config_entry(document, key)
+        check(entry["value"] == value and entry["origin"]["source"] == "api", f"{key}: {entry}")
+
+
+def case_env(binary):
+    environment = {"NERVE_SCHEDULER_SPIN_US": "7"}
+    text = run(binary, env=environment).stdout
+    check(any("scheduler.spin_us" in line and "env NERVE_SCHEDULER_SPIN_US" in line
+              for line in text.splitlines()), "scheduler.spin_us is not shown from env")
+    entry = config_entry(run_json(binary, env=environment), "scheduler.spin_us")
+    check(entry["value"] == "7" and entry["origin"] == {"source": "environment",
+                                                        "variable": "NERVE_SCHEDULER_SPIN_US",
+                                                        "text": "env NERVE_SCHEDULER_SPIN_US"}, f"{entry}")
+    ignored = config_entry(run_json(binary, "--no-env", env=environment), "scheduler.spin_us")
+    check(ignored["origin"]["source"] == "default", f"--no-env still reads the environment: {ignored}")
+
+
+def case_file(binary):
+    with tempfile.TemporaryDirectory() as directory:
+        path = os.path.join(directory, "nerve.yaml")
+        with open(path, "w") as file:
+            file.write("# test configuration\nscheduler:\n  spin_us: 12\n  policy: eager\n")
+        text = run(binary, "--config", path).stdout
+        check(f"{path}:3" in text and f"{path}:4" in text, f"file:line origins missing:\n{text}")
+        document = run_json(binary, "--config", path)
+        entry = config_entry(document, "scheduler.spin_us")
+        check(entry["value"] == "12" and entry["origin"]["source"] == "file", f"{entry}")
+        check(entry["origin"]["file"] == path and entry["origin"]["line"] == 3, f"{entry}")
+        # NERVE_CONFIG names a file too; --config takes precedence over it.
+        via_env = config_entry(run_json(binary, env={"NERVE_CONFIG": path}), "scheduler.policy")
+        check(via_env["origin"]["line"] == 4, f"NERVE_CONFIG: {via_env}")
+
+
+def case_bad_key(binary):
+    result = run(binary, "--set", "scheduler.polic=eager", expect_status=2)
+    check("did you mean 'scheduler.policy'" in result.stderr, f"stderr: {result.stderr}")
+    check(result.stdout == "", "a configuration error still printed a report")
+    with tempfile.TemporaryDirectory() as directory:
+        path = os.path.join(directory, "bad.yaml")
+        with open(path, "w") as file:
+            file.write("scheduler:\n  spin_us: 5\n  polcy: eager\n")
+        result = run(binary, "--config", path, expect_status=2)
+        check(f"{path}:3" in result.stderr and "did you mean" in result.stderr, f"stderr: {result.stderr}")
+    result = run(binary, "--json", env={"NERVE_SCHEDULER_SPIN_US": "-1"}, expect_status=2)
+    check("NERVE_SCHEDULER_SPIN_US" in result.stderr, f"stderr: {result.stderr}")
+    run(binary, "--synthetic", "nonsense:3", expect_status=2)
+
+
+def case_usage(binary):
+    result = run(binary, "--version")
+    check(result.stdout.startswith("nerve-info ") and result.stdout.split()[1][0].isdigit(),
+          f"--version: {result.stdout}")
+    check("--synthetic" in run(binary, "--help").stdout, "--help does not list --synthetic")
+    run(binary, "--set", "no_equals_sign", expect_status=2)
+    run(binary, "--no-such-option", expect_status=2)
+
+
+CASES = {name[len("case_"):]: function for name, function in globals().items() if name.startswith("case_")}
+
+
+def main():
+    if len(sys.argv) == 2 and sys.argv[1] == "--list":
+        print("\n".join(CASES))
+        return 0
+    if len(sys.argv) != 3 or sys.argv[2] not in CASES:
+        print(f"usage: {sys.argv[0]} <nerve-info> <{'|'.join(CASES)}>", file=sys.stderr)
+        return 2
+    try:
+        CASES[sys.argv[2]](sys.argv[1])
+    except CheckFailed as failure:
+        print(f"FAILED: {failure}", file=sys.stderr)
+        return 1
+    print(f"{sys.argv[2]}: passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+// nerve-info: what nerve sees of this machine and how it would run on it — topology, workers,
+// effective configuration (with where each value came from) and devices. docs/NERVE_INFO.md.
+//
+// Exit status: 0 on success; 2 when the command line or the configuration is wrong (the message names
+// the key, and the file and line or the environment variable); 1 for any other error.
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "nerve/error.hpp"
+
+#include "report.hpp"
+
+#ifndef NERVE_VERSION_STRING
+#error "NERVE_VERSION_STRING must be defined by the build (the CMake project version)"
+#endif
+
+namespace {
+
+constexpr int exit_usage = 2;  // bad command line or configuration
+constexpr int exit_failure = 1;
+
+struct Options {
+  bool json = false;
+  std::string config_file;
+  std::vector<std::string> settings;  // "key=value"
+  std::string synthetic;
+  bool no_environment = false;
+};
+
+// make_settings() turns the options into nerve::Settings. --synthetic comes first so that an explicit
+// --set topology.synthetic=... wins (Settings keeps the last value of a key).
+nerve::Settings make_settings(const Options& options) {
+  nerve::Settings settings;
+  if (!options.config_file.empty()) settings.config_file(options.config_file);
+  if (options.no_environment) settings.use_environment(false);
+  if (!options.synthetic.empty()) settings.set("topology.synthetic", options.synthetic);
+  for (const std::string& setting : options.settings) {
+    const std::size_t equals = setting.find('=');
+    if (equals == std::string::npos || equals == 0)
+      throw CLI::ValidationError("--set", "expected key=value, got '" + setting + "'");
+    settings.set(setting.substr(0, equals), setting.substr(equals + 1));
+  }
+  return settings;
+}
+
+void print_text(const nerve::info::Report& report) {
+  std::string out = "nerve " + report.version + "\n\n";
+  out += nerve::info::print_machine(report.topology) + "\n";
+  out += nerve::info::print_workers(report) + "\n";
+  out += nerve::info::print_config(report.config) + "\n";
+  out += nerve::info::print_devices(report.devices);
+  std::fwrite(out.data(), 1, out.size(), stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "nerve-info: the machine, workers, configuration and devices as nerve sees them.\n"
+      "Creates a nerve context with the given configuration and reports what it did."};
+  app.name("nerve-info");
+  Options options;
+  app.add_flag("--json", options.json, "print everything as one JSON document (docs/NERVE_INFO.md)");
+  app.add_option("--config", options.config_file,
+                 "YAML configuration file (takes precedence over NERVE_CONFIG)");
+  app.add_option("--set", options.settings, "set a configuration key, as the API does (repeatable)")
+      ->type_name("KEY=VALUE")
+      ->allow_extra_args(false);
+  app.add_option("--synthetic", options.synthetic,
+                 "use an hwloc synthetic topology, e.g. \"pack:2 numa:2 core:4 pu:1\" "
+                 "(shorthand for --set topology.synthetic=...)");
+  app.add_flag("--no-env", options.no_environment, "ignore the NERVE_* environment (NERVE_CONFIG included)");
+  app.set_version_flag("--version", std::string("nerve-info ") + NERVE_VERSION_STRING);
+
+  try {
+    app.parse(argc, argv);
+    const nerve::info::Report report = nerve::info::inspect(make_settings(options), NERVE_VERSION_STRING);
+    if (options.json) {
+      std::cout << nerve::info::report_to_json(report).dump(2) << '\n';
+    } else {
+      print_text(report);
+    }
+    std::fflush(stdout);
+    return std::ferror(stdout) ? exit_failure : 0;
+  } catch (const CLI::ParseError& error) {
+    const int status = app.exit(error);  // prints help/version to stdout, a usage error to stderr
+    return status == 0 ? 0 : exit_usage;
+  } catch (const nerve::ConfigError& error) {
+    std::cerr << "nerve-info: " << error.what() << '\n';
+    return exit_usage;
+  } catch (const std::exception& error) {
+    std::cerr << "nerve-info: error: " << error.what() << '\n';
+    return exit_failure;
+  }
+}

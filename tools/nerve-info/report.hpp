@@ -1,0 +1,82 @@
+// report.hpp — what nerve-info reports: the machine, the workers, the effective configuration and the
+// devices, gathered once (inspect()) and then rendered as text (print_*.cpp) or JSON (json_report.cpp).
+//
+// Gathering and rendering are separate so that the text and the JSON output always describe the same
+// run, and so that the renderers are plain functions of a value (no runtime is alive while printing).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "nerve/config.hpp"
+#include "nerve/topology.hpp"
+
+namespace nerve::info {
+
+// One CPU worker slot of the context nerve-info created.
+struct WorkerInfo {
+  unsigned index = 0;
+  int core = 0;  // logical core of the topology
+  int numa_node = 0;
+  int package = 0;
+  std::vector<int> planned_pus;     // the core's PUs (OS numbering) the slot's thread is bound to
+  bool bound = false;               // the runtime pinned the slot's thread to planned_pus
+  bool application_thread = false;  // slot 0: run by the application thread while it waits
+  std::string not_bound_reason;     // empty when bound
+  // The CPUs the slot's thread may run on, read by a task that ran on it; nullopt when no probe task
+  // reached the slot in time.
+  std::optional<std::vector<int>> observed_cpus;
+};
+
+// How many workers there are and why.
+struct WorkerPool {
+  unsigned count = 0;
+  bool automatic = false;       // parallel.thread_pool_size = auto
+  std::string reason;           // e.g. "automatic: the 2 CPUs this process may run on"
+  unsigned allowed_cpus = 0;    // CPUs in the process's affinity mask (real machine)
+  unsigned available_cpus = 0;  // allowed_cpus capped by the cgroup CPU quota
+  ThreadAffinity affinity = ThreadAffinity::compact;
+};
+
+// A device nerve can run tasks on. Backends append theirs in list_devices() (devices.cpp).
+struct DeviceInfo {
+  std::string kind;  // "cpu", later "opencl", "cuda", ...
+  std::string name;  // what the text output shows, e.g. "CPU workers"
+  unsigned count = 0;
+};
+
+struct Report {
+  std::string version;  // nerve's version (the CMake project version)
+  Config config;
+  Topology topology;
+  WorkerPool pool;
+  std::vector<WorkerInfo> workers;
+  std::vector<DeviceInfo> devices;
+};
+
+// inspect() creates a nerve::Context from `settings`, probes its workers and shuts it down again.
+// Throws ConfigError for an invalid configuration (as Context does), Error for anything else.
+Report inspect(const Settings& settings, std::string version);
+
+// list_devices() is the one place that enumerates devices; the text and JSON outputs both use it.
+std::vector<DeviceInfo> list_devices(const Report& report);
+
+// Text sections, each ending with a newline.
+std::string print_machine(const Topology& topology);
+std::string print_workers(const Report& report);
+std::string print_config(const Config& config);
+std::string print_devices(const std::vector<DeviceInfo>& devices);
+
+// report_to_json() gives the document described in docs/NERVE_INFO.md.
+nlohmann::ordered_json report_to_json(const Report& report);
+
+// Shared formatting helpers (format.cpp).
+std::string format_bytes(std::uint64_t bytes);       // "48 KiB", "1.2 MiB", "7.6 GiB"
+std::string format_cpu_list(std::vector<int> cpus);  // "0-3,8,10-11"
+std::string affinity_name(ThreadAffinity affinity);
+
+}  // namespace nerve::info
