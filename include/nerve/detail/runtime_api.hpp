@@ -85,6 +85,7 @@ struct SubmitInfo {
   bool keep_handle;        // the caller takes a reference for a Task handle
   PoolState* pool;         // add to this (unlaunched) task pool instead of scheduling
   bool compute_intensive;  // TaskOptions::compute_intensive
+  int device = -1;         // TaskOptions::device
 };
 
 // Task submission: begin_task() reserves a record with closure storage, the template constructs the
