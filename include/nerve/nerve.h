@@ -19,10 +19,12 @@
  * successful calls leave it alone. nerve_last_status() gives the status of that failing call.
  *
  * Threads: a context, its buffers and task pools may be used from any thread, including from inside
- * kernels (a kernel may submit tasks and wait; waiting inside a kernel runs other tasks meanwhile).
- * Exceptions: a nerve_task_t is built by one thread; a task pool is filled, launched and destroyed by
- * one thread at a time; nerve_shutdown() must not race with any other call on the same context and
- * must not be called from a kernel. Blocking calls are marked "Blocks".
+ * kernels (a kernel may allocate, submit tasks, and wait for a task pool; waiting inside a kernel runs
+ * other tasks meanwhile). Exceptions: a nerve_task_t is built by one thread; a task pool is filled,
+ * launched and destroyed by one thread at a time; nerve_wait_all() and nerve_shutdown() are refused
+ * inside a task (they would wait for that task itself); nerve_shutdown() must not race with any other
+ * call on the same context. Mapping, inside a kernel, a buffer its own task uses deadlocks (the mapping
+ * waits for the task). Blocking calls are marked "Blocks".
  *
  * Lifetime: every object belongs to the context it was made in and must not be used after
  * nerve_shutdown() (handles are then dangling pointers). Freed buffers stay detectable: any use of a
@@ -127,7 +129,8 @@ NERVE_API nerve_context_t* nerve_init(void);
 NERVE_API nerve_context_t* nerve_init_with_config(const nerve_context_config_t* config);
 /* nerve_shutdown() waits for every submitted task, destroys task pools still alive, unmaps mapped
  * buffers, frees buffers still alive (with a warning on stderr), stops the workers and frees the
- * context. Unreported task failures are logged. NULL is accepted. Blocks. */
+ * context. Unreported task failures are logged. NULL is accepted. Inside a task it does nothing but
+ * log an error (and set nerve_last_error()). Blocks. */
 NERVE_API void nerve_shutdown(nerve_context_t* ctx);
 
 /* nerve_context_get_device_count() is the number of devices that can run tasks (1 in a CPU-only
@@ -138,7 +141,8 @@ NERVE_API int nerve_context_get_device_count(nerve_context_t* ctx);
 NERVE_API int nerve_context_get_worker_count(nerve_context_t* ctx);
 /* nerve_wait_all() waits for every task submitted so far, then reports the first failure among them
  * that nobody waited for otherwise (each failure is reported once): NERVE_ERROR_TASK_FAILED with the
- * task's message. Blocks. */
+ * task's message. Tasks cancelled because of that failure are not reported again. Inside a task it is
+ * NERVE_ERROR_INVALID_ARGUMENT. Blocks. */
 NERVE_API nerve_status_t nerve_wait_all(nerve_context_t* ctx);
 /* nerve_context_dump_perf_stats() writes the runtime's counters as JSON to `path`
  * (docs/PERF_STATS.md); NERVE_ERROR_INVALID_ARGUMENT if the file cannot be written. */
@@ -150,12 +154,15 @@ typedef struct nerve_buffer nerve_buffer_t;
 
 /* Allocation flags: the access mode a task gets for the buffer when it lists it with
  * nerve_task_set_memory_deps() (0 means MEM_FLAG_READ_WRITE). They do not restrict mapping. */
-enum { MEM_FLAG_READ = 1, MEM_FLAG_WRITE = 2, MEM_FLAG_READ_WRITE = 3 };
+#define MEM_FLAG_READ 0x1u
+#define MEM_FLAG_WRITE 0x2u
+#define MEM_FLAG_READ_WRITE 0x3u
 /* Placement properties (nerve_buffer_alloc): hints honoured by the memory layer — STICKY keeps the
  * data resident near the preferred device, HOST_CACHED keeps a host copy for occasional CPU access.
  * This build has no memory layer yet: it rejects them with NERVE_ERROR_NOT_SUPPORTED rather than
  * accept a hint it would ignore. */
-enum { MEM_PROPERTY_STICKY = 0x100, MEM_PROPERTY_HOST_CACHED = 0x200 };
+#define MEM_PROPERTY_STICKY 0x100u
+#define MEM_PROPERTY_HOST_CACHED 0x200u
 
 typedef enum nerve_map_mode {
   NERVE_MAP_READ = 1,  /* the host reads; waits for pending writers */

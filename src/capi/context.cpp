@@ -7,6 +7,7 @@
 #include "capi/errors.hpp"
 #include "capi/handles.hpp"
 #include "capi/settings_from_config.hpp"
+#include "runtime/context_impl.hpp"
 #include "util/log.hpp"
 
 namespace nerve::capi {
@@ -71,6 +72,10 @@ void release_unfreed_buffers(nerve_context& ctx) {
   }
 }
 
+// inside_task() tells whether the calling thread is running a task of `ctx` (a C kernel or a C++
+// task): there, nerve_wait_all() would wait for its own task and nerve_shutdown() for everything.
+bool inside_task(nerve_context& ctx) { return ctx.impl()->current_thread().nesting > 0; }
+
 }  // namespace
 }  // namespace nerve::capi
 
@@ -94,6 +99,16 @@ nerve_context_t* nerve_init_with_config(const nerve_context_config_t* config) {
 
 void nerve_shutdown(nerve_context_t* ctx) {
   if (ctx == nullptr) return;
+  const nerve_status_t refused = guard("nerve_shutdown", [ctx] {
+    if (inside_task(*ctx)) {
+      fail(nerve::ErrorCode::invalid_argument,
+           "called from inside a task of the context; the context stays alive");
+    }
+  });
+  if (refused != NERVE_OK) {
+    nerve::log::error("{}", nerve_last_error());
+    return;
+  }
   guard("nerve_shutdown", [ctx] {
     destroy_remaining_pools(*ctx);
     unmap_remaining_mappings(*ctx);
@@ -117,9 +132,14 @@ int nerve_context_get_worker_count(nerve_context_t* ctx) {
 
 nerve_status_t nerve_wait_all(nerve_context_t* ctx) {
   nerve_context* checked = nullptr;
-  if (nerve_status_t status = guard("nerve_wait_all", [&] { checked = &checked_context(ctx); });
-      status != NERVE_OK)
-    return status;
+  const nerve_status_t checked_status = guard("nerve_wait_all", [&] {
+    checked = &checked_context(ctx);
+    if (inside_task(*checked)) {
+      fail(nerve::ErrorCode::invalid_argument,
+           "called from inside a task: it would wait for that task itself (wait for a task pool instead)");
+    }
+  });
+  if (checked_status != NERVE_OK) return checked_status;
   try {
     checked->runtime->wait_all();
     return NERVE_OK;
