@@ -276,7 +276,8 @@ NERVE_API void* nerve_task_pool_alloc_desc(nerve_task_pool_t* pool);
  * after). It consumes the task whether it succeeds or not. */
 NERVE_API nerve_status_t nerve_task_pool_submit(nerve_task_pool_t* pool, nerve_task_t* task);
 /* nerve_task_pool_launch() starts the pool's tasks once the pool's predecessors have finished. A second
- * launch does nothing. */
+ * launch does nothing. Known limitation: if a buffer used by the pool's tasks was freed after they were
+ * submitted, the launch fails with NERVE_ERROR_BUFFER_MISUSE; free buffers after launching. */
 NERVE_API nerve_status_t nerve_task_pool_launch(nerve_task_pool_t* pool);
 /* nerve_task_pool_wait_all() launches the pool if needed and waits for all its tasks; then reports the
  * first failure among them (once). Blocks. */
