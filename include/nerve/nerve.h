@@ -48,18 +48,21 @@ extern "C" {
 
 /* ---- Status and errors ------------------------------------------------------------------------ */
 
-/* One value per nerve::ErrorCode (error.hpp), with the same numbers. */
+/* One value per nerve::ErrorCode (error.hpp), with the same numbers. Like every enum here it has a
+ * *_MAX_ENUM member, as Vulkan's do: it pins the type to 32 bits and makes any non-negative value a C
+ * caller may pass a valid value for the C++ implementation, which rejects unknown ones with an error. */
 typedef enum nerve_status {
   NERVE_OK = 0,
-  NERVE_ERROR_INVALID_CONFIG = 1,   /* a configuration key, value, file or variable is wrong */
-  NERVE_ERROR_INVALID_ARGUMENT = 2, /* an argument is out of its documented domain (NULL, bad device) */
-  NERVE_ERROR_BUFFER_MISUSE = 3,    /* use after free, double free, out-of-range access, bad unmap */
-  NERVE_ERROR_OUT_OF_MEMORY = 4,    /* a memory node cannot satisfy an allocation */
-  NERVE_ERROR_TASK_FAILED = 5,      /* a task failed (nerve_task_fail or a C++ exception) */
-  NERVE_ERROR_CANCELLED = 6,        /* a task was cancelled because a task it depends on failed */
-  NERVE_ERROR_NOT_SUPPORTED = 7,    /* the feature exists in the API but not in this build */
-  NERVE_ERROR_BUSY = 8,             /* a non-blocking request could not be served right now */
-  NERVE_ERROR_INTERNAL = 9          /* a bug in nerve; please report it with nerve_last_error() */
+  NERVE_ERROR_INVALID_CONFIG = 1,    /* a configuration key, value, file or variable is wrong */
+  NERVE_ERROR_INVALID_ARGUMENT = 2,  /* an argument is out of its documented domain (NULL, bad device) */
+  NERVE_ERROR_BUFFER_MISUSE = 3,     /* use after free, double free, out-of-range access, bad unmap */
+  NERVE_ERROR_OUT_OF_MEMORY = 4,     /* a memory node cannot satisfy an allocation */
+  NERVE_ERROR_TASK_FAILED = 5,       /* a task failed (nerve_task_fail or a C++ exception) */
+  NERVE_ERROR_CANCELLED = 6,         /* a task was cancelled because a task it depends on failed */
+  NERVE_ERROR_NOT_SUPPORTED = 7,     /* the feature exists in the API but not in this build */
+  NERVE_ERROR_BUSY = 8,              /* a non-blocking request could not be served right now */
+  NERVE_ERROR_INTERNAL = 9,          /* a bug in nerve; please report it with nerve_last_error() */
+  NERVE_STATUS_MAX_ENUM = 0x7fffffff /* not a status: every non-negative int32 a valid value */
 } nerve_status_t;
 
 /* nerve_status_string() gives a stable lower-case name: "ok", "invalid_config", ... */
@@ -167,7 +170,8 @@ typedef struct nerve_buffer nerve_buffer_t;
 typedef enum nerve_map_mode {
   NERVE_MAP_READ = 1,  /* the host reads; waits for pending writers */
   NERVE_MAP_WRITE = 2, /* the host writes; waits for pending readers and writers */
-  NERVE_MAP_READ_WRITE = 3
+  NERVE_MAP_READ_WRITE = 3,
+  NERVE_MAP_MODE_MAX_ENUM = 0x7fffffff /* not a mode (see NERVE_STATUS_MAX_ENUM) */
 } nerve_map_mode_t;
 
 /* nerve_buffer_alloc() allocates `bytes` (> 0) bytes of logical data. `preferred_device` is
@@ -218,7 +222,8 @@ typedef void (*nerve_kernel_fn)(void* desc, nerve_device_t device, nerve_stream_
 typedef enum nerve_access_mode {
   NERVE_ACCESS_READ = 1,
   NERVE_ACCESS_WRITE = 2,
-  NERVE_ACCESS_READ_WRITE = 3
+  NERVE_ACCESS_READ_WRITE = 3,
+  NERVE_ACCESS_MODE_MAX_ENUM = 0x7fffffff /* not a mode (see NERVE_STATUS_MAX_ENUM) */
 } nerve_access_mode_t;
 
 /* nerve_task_create() makes an unsubmitted task that will call fn(desc, device, stream). `desc` is the
