@@ -253,6 +253,46 @@ TEST_P(CapiBufferTest, BufferOfAnotherContext) {
   EXPECT_EQ(nerve_buffer_free(foreign), NERVE_OK);
 }
 
+// Threads that submit tasks over a buffer while another thread frees it: every submission either
+// succeeds (and its task reaches the data) or fails with use after free; nothing crashes or leaks.
+TEST_P(CapiBufferTest, SubmitRacesWithFree) {
+  for (int round = 0; round < 20; ++round) {
+    nerve_buffer_t* buffer = alloc(256);
+    std::memset(MappedC<unsigned char>(buffer, NERVE_MAP_WRITE).data(), 1, 256);
+    static std::atomic<int> bad_reads{0};
+    bad_reads = 0;
+    std::atomic<int> accepted{0};
+    std::atomic<int> refused{0};
+    std::vector<std::thread> submitters;
+    for (int t = 0; t < 3; ++t) {
+      submitters.emplace_back([&] {
+        for (int i = 0; i < 20; ++i) {
+          const nerve_status_t status =
+              submit(ctx.get(),
+                     +[](void* desc, nerve_device_t device, nerve_stream_t) {
+                       const auto* data = static_cast<const unsigned char*>(
+                           nerve_buffer_get_device_ptr(static_cast<nerve_buffer_t*>(desc), device));
+                       if (data == nullptr || data[255] != 1) ++bad_reads;
+                     },
+                     buffer, {buffer});
+          if (status == NERVE_OK) {
+            ++accepted;
+          } else {
+            EXPECT_EQ(status, NERVE_ERROR_BUFFER_MISUSE) << nerve_last_error();
+            ++refused;
+          }
+        }
+      });
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50 * round));
+    free_buffer(buffer);
+    for (std::thread& submitter : submitters) submitter.join();
+    ASSERT_EQ(nerve_wait_all(ctx.get()), NERVE_OK) << nerve_last_error();
+    EXPECT_EQ(accepted + refused, 60);
+    EXPECT_EQ(bad_reads.load(), 0);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Capi, CapiBufferTest, NERVE_CAPI_PARAMS, capi_param_name);
 
 }  // namespace
