@@ -26,6 +26,10 @@
  * call on the same context. Mapping, inside a kernel, a buffer its own task uses deadlocks (the mapping
  * waits for the task). Blocking calls are marked "Blocks".
  *
+ * Memory ordering: what a thread wrote before submitting a task (or unmapping a buffer) is visible to
+ * the task's kernel; what a kernel wrote is visible to the tasks and mappings that depend on it, and
+ * to the thread whose wait covered it.
+ *
  * Lifetime: every object belongs to the context it was made in and must not be used after
  * nerve_shutdown() (handles are then dangling pointers). Freed buffers stay detectable: any use of a
  * buffer handle after nerve_buffer_free(), a double free included, is NERVE_ERROR_BUFFER_MISUSE, for
