@@ -32,13 +32,14 @@ Access default_mode(unsigned flags) {
   return bits == 0 ? Access::read_write : static_cast<Access>(bits);
 }
 
-nerve_buffer* allocate(nerve_context& ctx, std::size_t bytes, unsigned flags) {
+nerve_buffer* allocate(nerve_context& ctx, std::size_t bytes, unsigned flags,
+                       const BufferOptions& options = {}) {
   if (bytes == 0) fail(ErrorCode::invalid_argument, "a buffer needs at least one byte");
   auto handle = std::make_unique<nerve_buffer>();
   handle->owner = &ctx;
   handle->bytes = bytes;
   handle->default_mode = default_mode(flags);
-  detail::BufferState* state = detail::buffer_create(ctx.impl(), bytes, 1, BufferOptions{});
+  detail::BufferState* state = detail::buffer_create(ctx.impl(), bytes, 1, options);
   handle->state = state;
   handle->host = state->host;
   handle->id = detail::buffer_id(state);
@@ -70,7 +71,7 @@ void* data_pointer(nerve_buffer& buffer, const char* operation) {
                        "nerve_task_set_memory_deps or nerve_task_add_access)",
                        operation, describe(buffer), kernel->name()));
     }
-    return buffer.host;
+    return kernel->data_of(&buffer);
   }
   std::lock_guard lock(buffer.lock);
   check_alive(buffer, operation);
@@ -89,19 +90,16 @@ nerve_buffer_t* nerve_buffer_alloc(nerve_context_t* ctx, size_t bytes, nerve_dev
                                    unsigned properties) {
   return guard_value<nerve_buffer_t*>("nerve_buffer_alloc", nullptr, [&] {
     nerve_context& context = checked_context(ctx);
-    check_device(preferred_device, "preferred_device");
+    check_device(context, preferred_device, "preferred_device");
     if ((properties & ~(access_bits | property_bits)) != 0) {
       fail(ErrorCode::invalid_argument,
            fmt::format("properties 0x{:x} has bits that are neither MEM_FLAG_* nor MEM_PROPERTY_*",
                        properties));
     }
-    if ((properties & property_bits) != 0) {
-      fail(ErrorCode::not_supported,
-           fmt::format(
-               "{} is a placement hint for the memory layer, which this build does not have yet",
-               (properties & MEM_PROPERTY_STICKY) != 0 ? "MEM_PROPERTY_STICKY" : "MEM_PROPERTY_HOST_CACHED"));
-    }
-    return allocate(context, bytes, properties);
+    nerve::BufferOptions options;
+    options.sticky = (properties & MEM_PROPERTY_STICKY) != 0;
+    options.host_cached = (properties & MEM_PROPERTY_HOST_CACHED) != 0;
+    return allocate(context, bytes, properties, options);
   });
 }
 
@@ -168,7 +166,7 @@ nerve_status_t nerve_buffer_unmap(nerve_buffer_t* buffer) {
 void* nerve_buffer_get_device_ptr(nerve_buffer_t* buffer, nerve_device_t device) {
   return guard_value<void*>("nerve_buffer_get_device_ptr", nullptr, [&] {
     nerve_buffer& handle = checked_buffer(buffer);
-    check_device(device, "device");
+    check_device(*handle.owner, device, "device");
     return data_pointer(handle, "device pointer");
   });
 }

@@ -119,10 +119,8 @@ void nerve_shutdown(nerve_context_t* ctx) {
 }
 
 int nerve_context_get_device_count(nerve_context_t* ctx) {
-  return guard_value<int>("nerve_context_get_device_count", -1, [ctx] {
-    checked_context(ctx);
-    return device_count;
-  });
+  return guard_value<int>("nerve_context_get_device_count", -1,
+                          [ctx] { return device_count(checked_context(ctx)); });
 }
 
 int nerve_context_get_worker_count(nerve_context_t* ctx) {

@@ -38,8 +38,10 @@ std::string describe(const nerve_buffer& buffer) {
   return fmt::format("buffer {} ({} bytes)", buffer.id, buffer.bytes);
 }
 
-void check_device(nerve_device_t device, const char* what) {
-  if (device == NERVE_DEVICE_ANY || (device >= 0 && device < device_count)) return;
+int device_count(nerve_context& context) { return static_cast<int>(context.runtime->devices().size()); }
+
+void check_device(nerve_context& context, nerve_device_t device, const char* what) {
+  if (device == NERVE_DEVICE_ANY || (device >= 0 && device < device_count(context))) return;
   throw Error(ErrorCode::invalid_argument,
               fmt::format("{} {} is not a device of this context (devices: 0 = the CPU workers; "
                           "NERVE_DEVICE_ANY = -1 lets nerve choose)",

@@ -116,9 +116,7 @@ std::string describe(const nerve_buffer& buffer);
 
 // check_device() throws Error(invalid_argument) unless `device` is NERVE_DEVICE_ANY or a device of
 // this build (`what` names the argument in the message).
-void check_device(nerve_device_t device, const char* what);
-
-// The number of devices that can run tasks: the CPU workers only, until backends land.
-inline constexpr int device_count = 1;
+void check_device(nerve_context& context, nerve_device_t device, const char* what);
+int device_count(nerve_context& context);
 
 }  // namespace nerve::capi

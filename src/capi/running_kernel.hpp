@@ -10,13 +10,15 @@
 
 #include <string>
 
+#include "nerve/detail/runtime_api.hpp"
 #include "nerve/nerve.h"
 
 namespace nerve::capi {
 
 class RunningKernel {
  public:
-  RunningKernel(const nerve_task& task, const char* name) noexcept;
+  // `views` are the task's accesses resolved on the device it runs on, in declaration order.
+  RunningKernel(const nerve_task& task, const char* name, const detail::AccessView* views) noexcept;
   ~RunningKernel();
   RunningKernel(const RunningKernel&) = delete;
   RunningKernel& operator=(const RunningKernel&) = delete;
@@ -26,6 +28,8 @@ class RunningKernel {
 
   // declares() tells whether the task listed `buffer` among its accesses.
   bool declares(const nerve_buffer* buffer) const noexcept;
+  // data_of() is where `buffer`'s bytes are on the device the kernel runs on (nullptr if undeclared).
+  void* data_of(const nerve_buffer* buffer) const noexcept;
   const char* name() const noexcept { return name_ != nullptr ? name_ : "(unnamed)"; }
 
   // fail() records the kernel's failure; the first message wins.
@@ -36,6 +40,7 @@ class RunningKernel {
  private:
   const nerve_task& task_;
   const char* name_;
+  const detail::AccessView* views_;
   RunningKernel* previous_;
   bool failed_ = false;
   std::string message_;

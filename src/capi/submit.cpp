@@ -28,10 +28,10 @@ struct KernelClosure {
   std::unique_ptr<nerve_task> task;
   const char* name;
 
-  static void invoke(void* self, const detail::AccessView* /*views*/) {
+  static void invoke(void* self, const detail::AccessView* views) {
     const KernelClosure& closure = *static_cast<KernelClosure*>(self);
-    RunningKernel running(*closure.task, closure.name);
-    closure.task->fn(closure.task->desc, NERVE_DEVICE_CPU, nullptr);
+    RunningKernel running(*closure.task, closure.name, views);
+    closure.task->fn(closure.task->desc, detail::running_device(), nullptr);
     if (running.failed()) {
       // Thrown after the kernel returned: C frames are never unwound.
       throw Error(ErrorCode::task_failed,
@@ -39,6 +39,7 @@ struct KernelClosure {
     }
   }
   static void destroy(void* self) noexcept { static_cast<KernelClosure*>(self)->~KernelClosure(); }
+  static constexpr detail::ClosureOps ops{&invoke, &destroy};
 };
 
 // BufferPins hold a reference on each buffer of a task while it is submitted, so that a concurrent
@@ -72,8 +73,9 @@ class BufferPins {
 
 }  // namespace
 
-RunningKernel::RunningKernel(const nerve_task& task, const char* name) noexcept
-    : task_(task), name_(name), previous_(current_kernel) {
+RunningKernel::RunningKernel(const nerve_task& task, const char* name,
+                             const detail::AccessView* views) noexcept
+    : task_(task), name_(name), views_(views), previous_(current_kernel) {
   current_kernel = this;
 }
 
@@ -81,11 +83,14 @@ RunningKernel::~RunningKernel() { current_kernel = previous_; }
 
 RunningKernel* RunningKernel::current() noexcept { return current_kernel; }
 
-bool RunningKernel::declares(const nerve_buffer* buffer) const noexcept {
-  for (const TaskAccess& access : task_.accesses) {
-    if (access.buffer == buffer) return true;
+bool RunningKernel::declares(const nerve_buffer* buffer) const noexcept { return data_of(buffer) != nullptr; }
+
+void* RunningKernel::data_of(const nerve_buffer* buffer) const noexcept {
+  for (std::size_t i = 0; i < task_.accesses.size(); ++i) {
+    const TaskAccess& access = task_.accesses[i];
+    if (access.buffer == buffer) return static_cast<std::byte*>(views_[i].data) - access.offset;
   }
-  return false;
+  return nullptr;
 }
 
 void RunningKernel::fail(const char* message) noexcept {
@@ -98,7 +103,7 @@ void RunningKernel::fail(const char* message) noexcept {
   }
 }
 
-void submit_task(nerve_context& ctx, std::unique_ptr<nerve_task> task, detail::PoolState* pool) {
+void submit_task(nerve_context& ctx, std::unique_ptr<nerve_task> task, detail::PoolState* pool, int device) {
   const std::size_t count = task->accesses.size();
   if (count > max_task_accesses) {
     fail(ErrorCode::invalid_argument,
@@ -117,13 +122,13 @@ void submit_task(nerve_context& ctx, std::unique_ptr<nerve_task> task, detail::P
   }
 
   detail::SubmitInfo info{};
-  info.invoke = &KernelClosure::invoke;
-  info.destroy = &KernelClosure::destroy;
+  info.ops = &KernelClosure::ops;
   info.accesses = specs.data();
   info.access_count = specs.size();
   info.name = task->name.empty() ? nullptr : ctx.names.intern(task->name);
   info.pool = pool;
   info.compute_intensive = task->compute_intensive;
+  info.device = device;
 
   detail::ContextImpl* impl = ctx.impl();
   const detail::TaskDraft draft = detail::begin_task(impl, sizeof(KernelClosure), alignof(KernelClosure));

@@ -99,8 +99,8 @@ nerve_status_t nerve_task_submit(nerve_context_t* ctx, nerve_task_t* task, nerve
   return guard("nerve_task_submit", [&] {
     nerve_context& context = checked_context(ctx);
     checked_task(owned.get());
-    check_device(device, "device");
-    submit_task(context, std::move(owned), nullptr);
+    check_device(context, device, "device");
+    submit_task(context, std::move(owned), nullptr, device);
   });
 }
 

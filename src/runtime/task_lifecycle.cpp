@@ -275,9 +275,16 @@ void ContextImpl::fill_views(const TaskRecord* task, const ThreadState& thread, 
   }
 }
 
+namespace {
+thread_local int running_device_index = -1;
+}  // namespace
+
+int running_device() noexcept { return running_device_index; }
+
 std::uint32_t ContextImpl::invoke_closure(TaskRecord* task, ThreadState& thread,
                                           const AccessView* views) noexcept {
   std::uint32_t outcome = status_succeeded;
+  const int outer_device = std::exchange(running_device_index, task->device < 0 ? 0 : task->device);
   ++thread.nesting;
   try {
     task->ops->invoke(task->closure_storage(), views);
@@ -286,6 +293,7 @@ std::uint32_t ContextImpl::invoke_closure(TaskRecord* task, ThreadState& thread,
     outcome = status_failed;
   }
   --thread.nesting;
+  running_device_index = outer_device;
   return outcome;
 }
 

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "capi_test.hpp"
+#include "memory/buffer_state.hpp"
 
 namespace nerve::testing {
 namespace {
@@ -45,14 +46,20 @@ TEST_P(CapiBufferTest, AllocArguments) {
   free_buffer(anywhere);
 }
 
-// Placement properties need the memory layer: refused with a reason, never silently accepted.
-TEST_P(CapiBufferTest, PlacementPropertiesAreNotSupportedYet) {
-  EXPECT_NERVE_ERROR(nerve_buffer_alloc(ctx.get(), 8, NERVE_DEVICE_CPU, MEM_PROPERTY_STICKY),
-                     NERVE_ERROR_NOT_SUPPORTED, "MEM_PROPERTY_STICKY");
-  EXPECT_NERVE_ERROR(
-      nerve_buffer_alloc(ctx.get(), 8, NERVE_DEVICE_ANY, MEM_PROPERTY_HOST_CACHED | MEM_FLAG_READ),
-      NERVE_ERROR_NOT_SUPPORTED, "MEM_PROPERTY_HOST_CACHED");
-  EXPECT_NE(std::string(nerve_last_error()).find("memory layer"), std::string::npos) << nerve_last_error();
+// Placement properties reach the memory layer: STICKY replicas are evicted last, HOST_CACHED ones
+// copied back to the host after device writes (their effects are tested in tests/memory).
+TEST_P(CapiBufferTest, PlacementPropertiesReachTheMemoryLayer) {
+  nerve_buffer_t* sticky = nerve_buffer_alloc(ctx.get(), 8, NERVE_DEVICE_CPU, MEM_PROPERTY_STICKY);
+  ASSERT_NE(sticky, nullptr) << nerve_last_error();
+  nerve_buffer_t* cached =
+      nerve_buffer_alloc(ctx.get(), 8, NERVE_DEVICE_ANY, MEM_PROPERTY_HOST_CACHED | MEM_FLAG_READ);
+  ASSERT_NE(cached, nullptr) << nerve_last_error();
+  EXPECT_TRUE(sticky->state->sticky);
+  EXPECT_FALSE(sticky->state->host_cached);
+  EXPECT_TRUE(cached->state->host_cached);
+  EXPECT_FALSE(cached->state->sticky);
+  free_buffer(sticky);
+  free_buffer(cached);
 }
 
 TEST_P(CapiBufferTest, DoubleFree) {

@@ -273,7 +273,7 @@ TEST_P(CapiPoolTest, PoolsLeftAliveAtShutdown) {
 // alive, although its members already hold references, so freeing a buffer after adding a task that
 // uses it makes the launch fail with "use after free" (and leaks the gate record). A plain task
 // submitted before the free runs fine; a pool's task should too. Enable once the runtime is fixed.
-TEST_P(CapiPoolTest, DISABLED_PoolLaunchAfterMemberBufferWasFreed) {
+TEST_P(CapiPoolTest, PoolLaunchAfterMemberBufferWasFreed) {
   nerve_buffer_t* buffer = alloc(64);
   static std::atomic<int> runs{0};
   runs = 0;

@@ -209,6 +209,48 @@ TEST_P(CapiTaskTest, FailurePropagates) {
   free_buffer(unrelated);
 }
 
+struct DeviceProbe {
+  nerve_buffer_t* buffer;
+  nerve_device_t seen_device;
+  void* seen_pointer;
+};
+
+void fill_on_device(void* desc, nerve_device_t device, nerve_stream_t) {
+  auto* probe = static_cast<DeviceProbe*>(desc);
+  probe->seen_device = device;
+  probe->seen_pointer = nerve_buffer_get_device_ptr(probe->buffer, device);
+  auto* data = static_cast<int*>(probe->seen_pointer);
+  for (int i = 0; i < 64; ++i) data[i] = i * 3;
+}
+
+// A C kernel placed on a separate-memory device gets that device's index and a pointer into the
+// device's replica; the host sees the result after the runtime copies it back.
+TEST(CapiTask, KernelOnADeviceSeesTheDeviceReplica) {
+  nerve_context_config_t config = NERVE_CONTEXT_CONFIG_DEFAULT;
+  config.use_environment = 0;
+  nerve_context_t* ctx = nerve_init_with_config(&config);
+  ASSERT_NE(ctx, nullptr) << nerve_last_error();
+  ctx->impl()->add_test_device({});
+  EXPECT_EQ(nerve_context_get_device_count(ctx), 2);
+  nerve_buffer_t* buffer = nerve_buffer_alloc(ctx, 64 * sizeof(int), NERVE_DEVICE_ANY, MEM_FLAG_WRITE);
+  ASSERT_NE(buffer, nullptr) << nerve_last_error();
+  DeviceProbe probe{buffer, -1, nullptr};
+  nerve_task_t* task = nerve_task_create(fill_on_device, &probe);
+  ASSERT_EQ(nerve_task_set_memory_deps(task, 1, &buffer), NERVE_OK) << nerve_last_error();
+  ASSERT_EQ(nerve_task_submit(ctx, task, 1), NERVE_OK) << nerve_last_error();
+  ASSERT_EQ(nerve_wait_all(ctx), NERVE_OK) << nerve_last_error();
+  EXPECT_EQ(probe.seen_device, 1);
+  const auto* host = static_cast<const int*>(nerve_buffer_map(buffer, NERVE_MAP_READ));
+  ASSERT_NE(host, nullptr) << nerve_last_error();
+  EXPECT_NE(static_cast<const void*>(host), probe.seen_pointer) << "the kernel wrote the device replica";
+  for (int i = 0; i < 64; ++i) ASSERT_EQ(host[i], i * 3);
+  EXPECT_EQ(nerve_buffer_unmap(buffer), NERVE_OK);
+  EXPECT_EQ(nerve_task_submit(ctx, nerve_task_create(fill_on_device, &probe), 2),
+            NERVE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(nerve_buffer_free(buffer), NERVE_OK);
+  nerve_shutdown(ctx);
+}
+
 TEST(CapiTask, FailOutsideAKernelIsAnError) {
   EXPECT_NERVE_ERROR(nerve_task_fail("nothing to fail"), NERVE_ERROR_INVALID_ARGUMENT, "outside");
 }

@@ -139,6 +139,10 @@ NERVE_API Mapping buffer_map(BufferState* buffer, std::size_t offset, std::size_
                              bool wait);
 NERVE_API void buffer_unmap(Mapping mapping);
 
+// running_device() is the device index the calling thread's current task runs on (0 = CPU workers),
+// or -1 outside tasks.
+NERVE_API int running_device() noexcept;
+
 // parallel_for/reduce worker count and the calling thread's worker index (or -1).
 NERVE_API unsigned context_worker_count(const ContextImpl* context) noexcept;
 
