@@ -3,8 +3,8 @@
 // nerve / baseline and whether nerve meets its goal. Exit status: 0 when every result verified,
 // 1 when any did not (the failing variants are named), 2 for a usage error.
 //
-//   nerve-bench-core [--threads N] [--quick] [--only W1,W3] [--repeat N] [--warmup N]
-//                    [--settle-ms N] [--probe-idle] [--list]
+//   nerve-bench-core [--threads N] [--quick] [--only W1,W3] [--runtimes nerve,oneTBB,OpenMP]
+//                    [--repeat N] [--warmup N] [--settle-ms N] [--probe-idle] [--list]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -36,18 +36,20 @@ struct CommandLine {
 
 [[noreturn]] void usage(const char* message) {
   if (message != nullptr) std::fprintf(stderr, "nerve-bench-core: %s\n", message);
-  std::fprintf(stderr,
-               "usage: nerve-bench-core [--threads N] [--quick] [--only W1,W3] [--repeat N] [--warmup N]\n"
-               "                        [--settle-ms N] [--probe-idle] [--list]\n"
-               "  --threads N    workers for every runtime, the calling thread included (default: %u)\n"
-               "  --quick        smaller sizes, 3 repetitions (a smoke run)\n"
-               "  --only LIST    run only these workloads (comma-separated ids)\n"
-               "  --repeat N     timed repetitions per variant (default 5)\n"
-               "  --warmup N     untimed, verified repetitions before them (default 1)\n"
-               "  --settle-ms N  pause between variants so idle workers stop spinning (default 20)\n"
-               "  --probe-idle   measure how long each runtime's idle workers spin, then exit\n"
-               "  --list         list the workloads and exit\n",
-               std::max(1u, std::thread::hardware_concurrency()));
+  std::fprintf(
+      stderr,
+      "usage: nerve-bench-core [--threads N] [--quick] [--only W1,W3] [--runtimes nerve,oneTBB,OpenMP]\n"
+      "                        [--repeat N] [--warmup N] [--settle-ms N] [--probe-idle] [--list]\n"
+      "  --threads N    workers for every runtime, the calling thread included (default: %u)\n"
+      "  --quick        smaller sizes, 3 repetitions (a smoke run)\n"
+      "  --only LIST    run only these workloads (comma-separated ids)\n"
+      "  --runtimes L   run only these runtimes' variants (e.g. nerve, to profile it alone)\n"
+      "  --repeat N     timed repetitions per variant (default 5)\n"
+      "  --warmup N     untimed, verified repetitions before them (default 1)\n"
+      "  --settle-ms N  pause between variants so idle workers stop spinning (default 20)\n"
+      "  --probe-idle   measure how long each runtime's idle workers spin, then exit\n"
+      "  --list         list the workloads and exit\n",
+      std::max(1u, std::thread::hardware_concurrency()));
   std::exit(2);
 }
 
@@ -71,6 +73,18 @@ std::vector<std::string> split_ids(const std::string& text) {
   return ids;
 }
 
+std::vector<std::string> split_names(const std::string& text) {
+  std::vector<std::string> names;
+  std::stringstream stream(text);
+  std::string name;
+  while (std::getline(stream, name, ',')) {
+    if (name != "nerve" && name != "oneTBB" && name != "OpenMP")
+      usage(("--runtimes: no runtime '" + name + "' (nerve, oneTBB, OpenMP)").c_str());
+    names.push_back(name);
+  }
+  return names;
+}
+
 CommandLine parse(int argc, char** argv) {
   CommandLine line;
   line.options.threads = std::max(1u, std::thread::hardware_concurrency());
@@ -87,6 +101,8 @@ CommandLine parse(int argc, char** argv) {
       line.options.quick = true;
     } else if (arg == "--only") {
       line.only = split_ids(value());
+    } else if (arg == "--runtimes") {
+      line.options.runtimes = split_names(value());
     } else if (arg == "--repeat") {
       line.options.repetitions = parse_int("--repeat", value(), 1);
       repeat_given = true;
@@ -161,7 +177,7 @@ void print_result(const WorkloadResult& result, double load_before) {
   for (const auto& goal : result.goals) {
     const auto check = nerve::bench::check_goal(result, goal);
     if (!check) {
-      std::printf("  goal %s (%s): no baseline in this build\n", goal.text.c_str(), goal.case_name.c_str());
+      std::printf("  goal %s (%s): no baseline measured\n", goal.text.c_str(), goal.case_name.c_str());
       continue;
     }
     std::printf("  goal %s (%s): nerve / %s = %.2f — %s\n", goal.text.c_str(), goal.case_name.c_str(),

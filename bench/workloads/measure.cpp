@@ -32,8 +32,14 @@ void settle(const WorkloadOptions& options) {
   if (options.settle_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(options.settle_ms));
 }
 
-std::vector<Measurement> measure_interleaved(const std::vector<Variant>& variants,
+std::vector<Measurement> measure_interleaved(const std::vector<Variant>& all_variants,
                                              const WorkloadOptions& options) {
+  std::vector<Variant> variants;
+  for (const Variant& variant : all_variants) {
+    if (options.runtimes.empty() || std::find(options.runtimes.begin(), options.runtimes.end(),
+                                              variant.runtime) != options.runtimes.end())
+      variants.push_back(variant);
+  }
   std::vector<Measurement> results(variants.size());
   for (std::size_t v = 0; v < variants.size(); ++v) {
     results[v].case_name = variants[v].case_name;

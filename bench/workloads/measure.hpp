@@ -56,8 +56,8 @@ struct Summary {
 };
 Summary summarize(std::vector<double> samples);
 
-// measure_interleaved() runs warmup + repetitions rounds over `variants` and returns one Measurement
-// per variant, in the same order.
+// measure_interleaved() runs warmup + repetitions rounds over `variants` (those of
+// options.runtimes, if given) and returns one Measurement per variant run, in the same order.
 std::vector<Measurement> measure_interleaved(const std::vector<Variant>& variants,
                                              const WorkloadOptions& options);
 

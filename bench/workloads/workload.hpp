@@ -30,6 +30,9 @@ struct WorkloadOptions {
   int settle_ms = 20;
   // nerve's settings; run_wN() adds parallel.thread_pool_size = threads on top.
   nerve::Settings settings;
+  // Run only the variants of these runtimes ("nerve", "oneTBB", "OpenMP"); empty: all. For profiling
+  // one runtime alone (perf record nerve-bench-core --runtimes nerve).
+  std::vector<std::string> runtimes;
 };
 
 // One variant's figures: the median of `samples` and their spread.
