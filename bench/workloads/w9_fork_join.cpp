@@ -12,12 +12,14 @@
 // A second case gives each iteration a few microseconds of busy work, so that running the loop on
 // the calling thread alone costs T times the body and using the workers pays off: it shows whether
 // (and how fast) each runtime really brings its workers in. The goal applies to the empty case.
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #if NERVE_HAVE_TBB
@@ -39,6 +41,12 @@ namespace {
 
 constexpr std::uint64_t full_repetitions = 100'000;
 constexpr std::uint64_t quick_repetitions = 10'000;
+// A sample stops early once it has run this long. Normally a sample takes ~0.1 s (quick: ~10 ms);
+// but on an oversubscribed machine a team that must have every thread on a core at once (OpenMP)
+// can wait a whole scheduler time slice per fork-join (we saw 12 ms), and 10^5 of those would take
+// twenty minutes. The figure stays per fork-join, over the ones that ran.
+constexpr auto full_sample_budget = std::chrono::seconds(2);
+constexpr auto quick_sample_budget = std::chrono::milliseconds(250);
 // The busy case is ~10x longer per fork-join, so it repeats 10x fewer times.
 constexpr std::uint64_t busy_divisor = 10;
 constexpr auto busy_body = std::chrono::microseconds(5);
@@ -65,13 +73,14 @@ class Counters {
     ++slot.count;
     if (!on_calling_thread) ++slot.elsewhere;
   }
-  double elsewhere_share() const {
+  // totals() is {executions, executions on another thread} since reset().
+  std::pair<std::uint64_t, std::uint64_t> totals() const {
     std::uint64_t count = 0, elsewhere = 0;
     for (const Slot& slot : slots_) {
       count += slot.count;
       elsewhere += slot.elsewhere;
     }
-    return count == 0 ? 0 : static_cast<double>(elsewhere) / static_cast<double>(count);
+    return {count, elsewhere};
   }
   // check() is "" when every index ran exactly `expected` times.
   std::string check(std::uint64_t expected) const {
@@ -98,102 +107,100 @@ void busy_for(std::chrono::nanoseconds duration) {
 // One case of the workload: its size, its loop body and what its variants observed.
 struct ForkJoinCase {
   ForkJoinCase(std::string case_name, std::uint64_t count, std::chrono::nanoseconds body_time,
-               unsigned threads)
-      : name(std::move(case_name)), repetitions(count), body(body_time), counters(threads) {}
+               std::chrono::nanoseconds sample_budget, unsigned threads)
+      : name(std::move(case_name)),
+        repetitions(count),
+        body(body_time),
+        budget(sample_budget),
+        counters(threads) {}
   std::string name;
   std::uint64_t repetitions;
   std::chrono::nanoseconds body;
+  std::chrono::nanoseconds budget;  // time after which a sample stops early
   Counters counters;
-  std::array<double, 4> shares{};  // per variant: share of iterations run elsewhere, last sample
+  // Per variant, over all its samples: iterations run, and run on another thread than the caller;
+  // and the fewest fork-joins a sample ran (less than `repetitions` when the budget cut it short).
+  std::array<double, 4> iterations{}, elsewhere{};
+  std::array<std::uint64_t, 4> fewest{};
 
   void iteration(std::size_t i) {
     counters.bump(i);
     if (body.count() != 0) busy_for(body);
   }
 
-  // time() times the fork-joins of one sample; `variant` indexes `shares`.
+  // time() times the fork-joins of one sample; `variant` indexes the share counters.
   template <class ForkJoin>
-  Trial time(std::size_t variant, ForkJoin&& fork_join) {
+  Trial time(std::size_t variant, const ForkJoin& fork_join) {
     counters.reset();
     on_calling_thread = true;
+    const auto deadline = std::chrono::steady_clock::now() + budget;
     Stopwatch watch;
-    for (std::uint64_t r = 0; r < repetitions; ++r) fork_join();
+    std::uint64_t done = 0;
+    while (done < repetitions) {
+      fork_join();
+      // One clock read per 64 fork-joins: ~0.3 ns each, below the resolution of the figures.
+      if (++done % 64 == 0 && std::chrono::steady_clock::now() > deadline) break;
+    }
     const double ns = watch.elapsed_ns();
-    shares[variant] = counters.elsewhere_share();
-    return {ns / 1e3 / static_cast<double>(repetitions), counters.check(repetitions)};
+    const auto [count, away] = counters.totals();
+    iterations[variant] += static_cast<double>(count);
+    elsewhere[variant] += static_cast<double>(away);
+    fewest[variant] = fewest[variant] == 0 ? done : std::min(fewest[variant], done);
+    return {ns / 1e3 / static_cast<double>(done), counters.check(done)};
   }
 
   std::function<std::string(const Measurement&)> describe(std::size_t variant) const {
     return [this, variant](const Measurement&) {
-      char text[96];
-      std::snprintf(text, sizeof text, "%.0f%% of iterations ran on another thread", shares[variant] * 100);
+      const double share = iterations[variant] == 0 ? 0 : elsewhere[variant] / iterations[variant];
+      char text[160];
+      int length =
+          std::snprintf(text, sizeof text, "%.0f%% of iterations ran on another thread", share * 100);
+      if (fewest[variant] < repetitions) {
+        std::snprintf(text + length, sizeof text - static_cast<std::size_t>(length),
+                      "; time budget hit: as few as %llu fork-joins in a sample",
+                      static_cast<unsigned long long>(fewest[variant]));
+      }
       return std::string(text);
     };
   }
 };
 
-void add_variants(std::vector<Variant>& variants, ForkJoinCase& c, nerve::Context& context,
-                  unsigned threads) {
-  const char* unit = "us/fork-join";
+// add() appends one variant of case `c`; `index` is its slot in the case's share counters.
+template <class ForkJoin>
+void add(std::vector<Variant>& variants, ForkJoinCase& c, std::size_t index, const char* runtime,
+         const std::string& variant, ForkJoin fork_join) {
   const std::string suffix = c.body.count() != 0 ? ", busy" : "";
   variants.push_back({c.name,
-                      "nerve",
-                      "nerve parallel_for" + suffix,
-                      unit,
+                      runtime,
+                      variant + suffix,
+                      "us/fork-join",
                       true,
                       c.repetitions,
                       {},
-                      [&c, &context, threads] {
-                        return c.time(0, [&] {
-                          nerve::parallel_for(context, 0, threads, 1, [&](std::size_t i) { c.iteration(i); });
-                        });
-                      },
-                      c.describe(0)});
+                      [&c, index, fork_join] { return c.time(index, fork_join); },
+                      c.describe(index)});
+}
+
+void add_variants(std::vector<Variant>& variants, ForkJoinCase& c, nerve::Context& context,
+                  unsigned threads) {
+  add(variants, c, 0, "nerve", "nerve parallel_for", [&c, &context, threads] {
+    nerve::parallel_for(context, 0, threads, 1, [&c](std::size_t i) { c.iteration(i); });
+  });
 #if NERVE_HAVE_OPENMP
-  variants.push_back({c.name,
-                      "OpenMP",
-                      "OpenMP parallel region" + suffix,
-                      unit,
-                      true,
-                      c.repetitions,
-                      {},
-                      [&c, threads] {
-                        return c.time(1, [&] {
+  add(variants, c, 1, "OpenMP", "OpenMP parallel region", [&c, threads] {
 #pragma omp parallel num_threads(threads)
-                          c.iteration(static_cast<std::size_t>(omp_get_thread_num()));
-                        });
-                      },
-                      c.describe(1)});
-  variants.push_back({c.name,
-                      "OpenMP",
-                      "OpenMP parallel for" + suffix,
-                      unit,
-                      true,
-                      c.repetitions,
-                      {},
-                      [&c, threads] {
-                        return c.time(2, [&] {
+    c.iteration(static_cast<std::size_t>(omp_get_thread_num()));
+  });
+  add(variants, c, 2, "OpenMP", "OpenMP parallel for", [&c, threads] {
 #pragma omp parallel for num_threads(threads) schedule(static)
-                          for (unsigned i = 0; i < threads; ++i) c.iteration(i);
-                        });
-                      },
-                      c.describe(2)});
+    for (unsigned i = 0; i < threads; ++i) c.iteration(i);
+  });
 #endif
 #if NERVE_HAVE_TBB
-  variants.push_back({c.name,
-                      "oneTBB",
-                      "oneTBB parallel_for" + suffix,
-                      unit,
-                      true,
-                      c.repetitions,
-                      {},
-                      [&c, threads] {
-                        return c.time(3, [&] {
-                          tbb::parallel_for(
-                              0u, threads, [&](unsigned i) { c.iteration(i); }, tbb::simple_partitioner());
-                        });
-                      },
-                      c.describe(3)});
+  add(variants, c, 3, "oneTBB", "oneTBB parallel_for", [&c, threads] {
+    tbb::parallel_for(
+        0u, threads, [&c](unsigned i) { c.iteration(i); }, tbb::simple_partitioner());
+  });
 #endif
 }
 
@@ -212,9 +219,11 @@ WorkloadResult run_w9_fork_join(const WorkloadOptions& options) {
   TbbLimit tbb_limit(threads);
   set_openmp_threads(threads);
   // unique_ptr: the variants keep references to the cases.
+  const std::chrono::nanoseconds budget = options.quick ? quick_sample_budget : full_sample_budget;
   const auto empty =
-      std::make_unique<ForkJoinCase>(empty_case, repetitions, std::chrono::nanoseconds(0), threads);
-  const auto busy = std::make_unique<ForkJoinCase>(busy_case, repetitions / busy_divisor, busy_body, threads);
+      std::make_unique<ForkJoinCase>(empty_case, repetitions, std::chrono::nanoseconds(0), budget, threads);
+  const auto busy =
+      std::make_unique<ForkJoinCase>(busy_case, repetitions / busy_divisor, busy_body, budget, threads);
 
   std::vector<Variant> variants;
   add_variants(variants, *empty, context, threads);
