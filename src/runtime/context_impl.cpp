@@ -19,7 +19,7 @@ std::uint64_t new_context_id() noexcept {
 
 }  // namespace
 
-thread_local ThreadCacheEntry thread_cache __attribute__((tls_model("initial-exec")));
+constinit thread_local ThreadCacheEntry thread_cache __attribute__((tls_model("initial-exec")));
 
 ContextImpl::ContextImpl(const Settings& settings)
     : config(Config::load(settings)),

@@ -40,7 +40,7 @@ struct ThreadCacheEntry {
   std::uint64_t context_id = 0;
   ThreadState* state = nullptr;
 };
-extern thread_local ThreadCacheEntry thread_cache __attribute__((tls_model("initial-exec")));
+extern thread_local constinit ThreadCacheEntry thread_cache __attribute__((tls_model("initial-exec")));
 
 struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   explicit ContextImpl(const Settings& settings);

@@ -195,6 +195,14 @@ TaskRecord* ContextImpl::commit_task(TaskDraft draft, const SubmitInfo& info) {
   }
   task->refs.store(info.keep_handle ? 2 : 1, std::memory_order_relaxed);
   if (info.keep_handle) add_external_reference();
+  if (task->access_count == 0 && info.after_count == 0 && !info.keep_handle) {
+    task->lean = true;
+    if (info.group != nullptr) info.group->pending.fetch_add(1, std::memory_order_relaxed);
+    thread.count_submitted();
+    make_ready(task, thread, true);
+    throttle_submission(thread);
+    return nullptr;
+  }
   task->pending.store(1, std::memory_order_relaxed);  // the submission guard
   if (info.group != nullptr) info.group->pending.fetch_add(1, std::memory_order_relaxed);
   thread.count_submitted();
@@ -339,10 +347,14 @@ void ContextImpl::finish(TaskRecord* task, ThreadState& thread, std::uint32_t ou
       record_root_error(reported);
     }
   }
-  const std::uint32_t previous = task->status.exchange(outcome, std::memory_order_acq_rel);
-  if ((previous & status_waiters_bit) != 0) scheduler.waiters().wake(task);
-  close_and_release(task, outcome != status_succeeded,
-                    [&](TaskRecord* successor) { make_ready(successor, thread, false); });
+  if (task->lean) {
+    task->status.store(outcome, std::memory_order_release);  // nobody waits for it or follows it
+  } else {
+    const std::uint32_t previous = task->status.exchange(outcome, std::memory_order_acq_rel);
+    if ((previous & status_waiters_bit) != 0) scheduler.waiters().wake(task);
+    close_and_release(task, outcome != status_succeeded,
+                      [&](TaskRecord* successor) { make_ready(successor, thread, false); });
+  }
   // Only members report to their pool: once a gate's status is published the pool may be gone.
   if (task->pool != nullptr && task->kind == TaskKind::function) task->pool->member_finished(task, thread);
   if (GroupState* group = task->group) {
@@ -360,7 +372,8 @@ void ContextImpl::finish(TaskRecord* task, ThreadState& thread, std::uint32_t ou
 }
 
 void ContextImpl::release_task(TaskRecord* task, ThreadState& thread) noexcept {
-  if (!release_record(task)) return;
+  // A lean task's only reference is the runtime's: no atomic decrement needed.
+  if (!task->lean && !release_record(task)) return;
   if (task->accesses != task->inline_accesses) delete[] task->accesses;
   for (DepOverflow* chunk = task->dep_overflow; chunk != nullptr;) {
     DepOverflow* next = chunk->next;

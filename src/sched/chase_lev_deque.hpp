@@ -33,8 +33,9 @@ class ChaseLevDeque {
   ChaseLevDeque(const ChaseLevDeque&) = delete;
   ChaseLevDeque& operator=(const ChaseLevDeque&) = delete;
 
-  // push() adds an item at the bottom (owner only).
-  void push(T item) {
+  // push() adds an item at the bottom (owner only). Returns true if the deque was empty before: only
+  // then must sleeping thieves be woken (see Scheduler::notify_work).
+  bool push(T item) {
     const std::int64_t bottom = bottom_.load(std::memory_order_relaxed);
     Array* array = array_.load(std::memory_order_relaxed);
     // Reading top_ pulls the thieves' cache line over; a stale lower bound is enough unless the
@@ -46,6 +47,9 @@ class ChaseLevDeque {
     }
     array->put(bottom, item);
     bottom_.store(bottom + 1, std::memory_order_release);
+    // top_cache_ is a lower bound of top: "empty" by it is certain; "non-empty" is checked against
+    // the real top, which thieves may have moved.
+    return bottom <= top_cache_ || bottom <= (top_cache_ = top_.load(std::memory_order_relaxed));
   }
 
   // pop() takes the most recently pushed item (owner only); nullptr when empty.

@@ -4,6 +4,7 @@
 #include <numeric>
 #include <random>
 #include <thread>
+#include <utility>
 
 #include "topology/affinity.hpp"
 #include "util/log.hpp"
@@ -148,14 +149,23 @@ bool Scheduler::help_once(ThreadState& thread) {
   idle.idle = true;
   idle.since = Clock::time_point::min();  // allow stealing at once
   TaskRecord* task = find_work(thread, *thread.slot, idle);
-  if (task != nullptr) run(task, thread, *thread.slot);
+  if (task != nullptr) {
+    if (TaskRecord* next = run(task, thread, *thread.slot)) requeue(next, *thread.slot);
+  }
   if (claimed) release_master(thread);
   return task != nullptr;
 }
 
-void Scheduler::run(TaskRecord* task, ThreadState& thread, WorkerSlot& slot) {
+TaskRecord* Scheduler::run(TaskRecord* task, ThreadState& thread, WorkerSlot& slot) {
   WorkerSlot::bump(slot.stats.tasks_run);
+  thread.bypass_enabled = true;
   executor_.execute(task, thread);
+  thread.bypass_enabled = false;
+  return std::exchange(thread.bypass, nullptr);
+}
+
+void Scheduler::requeue(TaskRecord* task, WorkerSlot& slot) {
+  if (slot.deque.push(task)) notify_work(&slot, -1);
 }
 
 TaskRecord* Scheduler::find_work(ThreadState& thread, WorkerSlot& slot, IdleState& idle) {
@@ -224,8 +234,7 @@ void Scheduler::enqueue(TaskRecord* task, ThreadState& thread, bool submission, 
   if (policy_ == SchedulerPolicy::eager) {
     // Nested fork-join stays local; everything else is first come, first served.
     if (own != nullptr && submission && thread.nesting > 0 && !bound_elsewhere) {
-      own->deque.push(task);
-      notify_work(own, -1);
+      if (own->deque.push(task)) notify_work(own, -1);
     } else if (bound_elsewhere) {
       push_to_slot_inbox(task, thread, submission, numa_node);
     } else {
@@ -234,8 +243,14 @@ void Scheduler::enqueue(TaskRecord* task, ThreadState& thread, bool submission, 
     return;
   }
   if (own != nullptr && !bound_elsewhere && !(submission && task->compute_intensive)) {
-    own->deque.push(task);
-    notify_work(own, numa_node);
+    // A successor released by the task this thread is finishing runs next on this thread (no queue).
+    if (!submission && thread.bypass_enabled && thread.bypass == nullptr) {
+      thread.bypass = task;
+      return;
+    }
+    // Wake a sleeper only when the deque turns non-empty: while it holds tasks, a thread that went to
+    // sleep saw them in its re-check and did not sleep, or someone is already taking them.
+    if (own->deque.push(task)) notify_work(own, numa_node);
     return;
   }
   // An application thread borrows the master slot to push into its deque: one uncontended CAS
@@ -245,10 +260,10 @@ void Scheduler::enqueue(TaskRecord* task, ThreadState& thread, bool submission, 
   if (own == nullptr && submission && !bound_elsewhere && !task->compute_intensive &&
       try_claim_master(thread)) {
     WorkerSlot& master = *thread.slot;
-    master.deque.push(task);
+    const bool was_empty = master.deque.push(task);
     thread.slot = nullptr;
     master.occupant.store(nullptr, std::memory_order_release);
-    notify_work(&master, numa_node);
+    if (was_empty) notify_work(&master, numa_node);
     return;
   }
   push_to_slot_inbox(task, thread, submission, numa_node);

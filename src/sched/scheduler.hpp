@@ -23,6 +23,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "nerve/config.hpp"
@@ -107,7 +108,10 @@ class Scheduler {
   bool has_work_for(const WorkerSlot& slot) const noexcept;
   void enter_idle(IdleState& idle) noexcept;
   void leave_idle(IdleState& idle) noexcept;
-  void run(TaskRecord* task, ThreadState& thread, WorkerSlot& slot);
+  // run() executes `task` and returns the successor it released for this thread to run next (or
+  // nullptr); requeue() puts such a successor back when the caller stops running tasks.
+  TaskRecord* run(TaskRecord* task, ThreadState& thread, WorkerSlot& slot);
+  void requeue(TaskRecord* task, WorkerSlot& slot);
 
   bool try_claim_master(ThreadState& thread) noexcept;
   void release_master(ThreadState& thread) noexcept;
@@ -168,11 +172,12 @@ bool Scheduler::run_until(ThreadState& thread, Waitable& target, Clock::time_poi
   // An expensive done() (wait_all scans every thread's counters) is checked every 64 tasks and
   // whenever no work is found, a cheap one before every task.
   std::uint32_t tasks_since_check = 0;
+  TaskRecord* next = nullptr;  // a successor handed over by the task just run
   while (true) {
     if (!Waitable::expensive || tasks_since_check == 0) {
       if (target.done()) break;
     }
-    if (TaskRecord* task = find_work(thread, slot, idle)) {
+    if (TaskRecord* task = next != nullptr ? std::exchange(next, nullptr) : find_work(thread, slot, idle)) {
       if (idle.idle) {
         leave_idle(idle);
         // A spinner that found work was the reason publishers did not wake anyone: if more work
@@ -180,7 +185,7 @@ bool Scheduler::run_until(ThreadState& thread, Waitable& target, Clock::time_poi
         if (spinners_.load(std::memory_order_relaxed) == 0 && has_work_for(slot)) notify_work(&slot, -1);
       }
       tasks_since_check = (tasks_since_check + 1) & 63;
-      run(task, thread, slot);
+      next = run(task, thread, slot);
       continue;
     }
     tasks_since_check = 0;
@@ -205,6 +210,7 @@ bool Scheduler::run_until(ThreadState& thread, Waitable& target, Clock::time_poi
     idle.spinning = true;
     idle.since = Clock::now();  // spin again before the next sleep
   }
+  if (next != nullptr) requeue(next, slot);
   leave_idle(idle);
   return true;
 }

@@ -27,7 +27,9 @@ struct alignas(cache_line_size) ThreadState {
   ContextImpl* context = nullptr;
   WorkerSlot* slot = nullptr;  // the worker slot this thread runs, if any
   bool is_worker_thread = false;
-  int nesting = 0;  // tasks currently executing on this thread's stack
+  int nesting = 0;               // tasks currently executing on this thread's stack
+  bool bypass_enabled = false;   // finishing a task on a worker slot: a released successor may...
+  TaskRecord* bypass = nullptr;  // ...be kept here to run next, skipping the deque
   RecordAllocator::Cache records;
   Parker parker;
   std::atomic<std::uint64_t> submitted{0};

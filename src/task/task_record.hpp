@@ -78,6 +78,9 @@ struct alignas(64) TaskRecord : QueueLink {
   bool closure_on_heap = false;
   bool compute_intensive = false;           // place round-robin rather than on the submitter's deque
   std::atomic<bool> cancel_pending{false};  // a predecessor failed: do not run, cancel
+  // Nothing can observe it: no accesses, no `after`, no handle, not in a pool. It then needs no
+  // submission guard, no status exchange, no successor list and no atomic reference count.
+  bool lean = false;
   std::uint16_t access_count = 0;
   const ClosureOps* ops = nullptr;
   GroupState* group = nullptr;
