@@ -39,24 +39,43 @@ class NERVE_API Context {
   Context& operator=(const Context&) = delete;
 
   // submit() schedules `fn` with the given accesses and returns a handle to it.
-  template <class F, class... A>
+  template <NotKernel F, class... A>
   requires(BufferAccessor<A>&&...) Task submit(F&& fn, const A&... accesses) {
     return Task::adopt(
         detail::submit(impl_, nullptr, nullptr, nullptr, true, std::forward<F>(fn), accesses...));
   }
-  template <class F, class... A>
+  template <NotKernel F, class... A>
   requires(BufferAccessor<A>&&...) Task submit(const TaskOptions& options, F&& fn, const A&... accesses) {
     return Task::adopt(
         detail::submit(impl_, &options, nullptr, nullptr, true, std::forward<F>(fn), accesses...));
   }
   // spawn() is submit() without a handle: the cheapest way to launch work (wait with wait_all()).
-  template <class F, class... A>
+  template <NotKernel F, class... A>
   requires(BufferAccessor<A>&&...) void spawn(F&& fn, const A&... accesses) {
     detail::submit(impl_, nullptr, nullptr, nullptr, false, std::forward<F>(fn), accesses...);
   }
-  template <class F, class... A>
+  template <NotKernel F, class... A>
   requires(BufferAccessor<A>&&...) void spawn(const TaskOptions& options, F&& fn, const A&... accesses) {
     detail::submit(impl_, &options, nullptr, nullptr, false, std::forward<F>(fn), accesses...);
+  }
+
+  // Kernel calls: submit(kernel, accesses and nerve::value(x)...). Throws Error(invalid_argument)
+  // if no enabled device (or not the one TaskOptions::device names) implements the kernel.
+  template <KernelArgument... A>
+  Task submit(const Kernel& kernel, const A&... args) {
+    return Task::adopt(detail::submit_kernel_call(impl_, nullptr, nullptr, nullptr, true, kernel, args...));
+  }
+  template <KernelArgument... A>
+  Task submit(const TaskOptions& options, const Kernel& kernel, const A&... args) {
+    return Task::adopt(detail::submit_kernel_call(impl_, &options, nullptr, nullptr, true, kernel, args...));
+  }
+  template <KernelArgument... A>
+  void spawn(const Kernel& kernel, const A&... args) {
+    detail::submit_kernel_call(impl_, nullptr, nullptr, nullptr, false, kernel, args...);
+  }
+  template <KernelArgument... A>
+  void spawn(const TaskOptions& options, const Kernel& kernel, const A&... args) {
+    detail::submit_kernel_call(impl_, &options, nullptr, nullptr, false, kernel, args...);
   }
 
   // wait_all() waits for every task submitted so far, then rethrows the first failure among tasks
@@ -99,19 +118,29 @@ class TaskGroup {
     }
   }
 
-  template <class F, class... A>
+  template <NotKernel F, class... A>
   requires(BufferAccessor<A>&&...) void spawn(F&& fn, const A&... accesses) {
     detail::submit(context_, nullptr, &state_, nullptr, false, std::forward<F>(fn), accesses...);
   }
-  template <class F, class... A>
+  template <NotKernel F, class... A>
   requires(BufferAccessor<A>&&...) Task submit(F&& fn, const A&... accesses) {
     return Task::adopt(
         detail::submit(context_, nullptr, &state_, nullptr, true, std::forward<F>(fn), accesses...));
   }
-  template <class F, class... A>
+  template <NotKernel F, class... A>
   requires(BufferAccessor<A>&&...) Task submit(const TaskOptions& options, F&& fn, const A&... accesses) {
     return Task::adopt(
         detail::submit(context_, &options, &state_, nullptr, true, std::forward<F>(fn), accesses...));
+  }
+
+  template <KernelArgument... A>
+  void spawn(const Kernel& kernel, const A&... args) {
+    detail::submit_kernel_call(context_, nullptr, &state_, nullptr, false, kernel, args...);
+  }
+  template <KernelArgument... A>
+  Task submit(const Kernel& kernel, const A&... args) {
+    return Task::adopt(
+        detail::submit_kernel_call(context_, nullptr, &state_, nullptr, true, kernel, args...));
   }
 
   // wait() waits for the group's tasks; rethrows the first failure (once).
@@ -142,13 +171,18 @@ class TaskPool {
   ~TaskPool() { detail::pool_destroy(pool_); }
 
   // add() adds a task; throws Error(invalid_argument) after launch().
-  template <class F, class... A>
+  template <NotKernel F, class... A>
   requires(BufferAccessor<A>&&...) void add(F&& fn, const A&... accesses) {
     detail::submit(context_, nullptr, nullptr, pool_, false, std::forward<F>(fn), accesses...);
   }
-  template <class F, class... A>
+  template <NotKernel F, class... A>
   requires(BufferAccessor<A>&&...) void add(const TaskOptions& options, F&& fn, const A&... accesses) {
     detail::submit(context_, &options, nullptr, pool_, false, std::forward<F>(fn), accesses...);
+  }
+
+  template <KernelArgument... A>
+  void add(const Kernel& kernel, const A&... args) {
+    detail::submit_kernel_call(context_, nullptr, nullptr, pool_, false, kernel, args...);
   }
 
   void launch() { detail::pool_launch(pool_); }

@@ -13,6 +13,7 @@
 #include "nerve/context.hpp"
 #include "nerve/device.hpp"
 #include "nerve/error.hpp"
+#include "nerve/kernel.hpp"
 #include "nerve/parallel.hpp"
 #include "nerve/stats.hpp"
 #include "nerve/task.hpp"

@@ -23,6 +23,7 @@
 #include "nerve/buffer.hpp"
 #include "nerve/detail/runtime_api.hpp"
 #include "nerve/error.hpp"
+#include "nerve/kernel.hpp"
 
 namespace nerve {
 
@@ -167,5 +168,43 @@ TaskRecord* submit(ContextImpl* context, const TaskOptions* options, GroupState*
   return commit_task(context, draft, info);
 }
 
+template <class A>
+struct is_kernel_value : std::false_type {};
+template <class T>
+struct is_kernel_value<KernelValueArg<T>> : std::true_type {};
+
+// submit_kernel_call() is the common path of every submit/spawn/add of a Kernel: accesses and values
+// in the order given.
+template <class... A>
+TaskRecord* submit_kernel_call(ContextImpl* context, const TaskOptions* options, GroupState* group,
+                               PoolState* pool, bool keep_handle, const Kernel& kernel, const A&... args) {
+  constexpr std::size_t access_count =
+      (std::size_t{is_buffer_access<std::remove_cvref_t<A>>::value} + ... + 0);
+  constexpr std::size_t value_count = sizeof...(A) - access_count;
+  AccessSpec specs[access_count + 1] = {};
+  KernelValue values[value_count + 1] = {};
+  std::size_t next_access = 0;
+  std::size_t next_value = 0;
+  auto add = [&](const auto& arg) {
+    if constexpr (is_buffer_access<std::remove_cvref_t<decltype(arg)>>::value) {
+      specs[next_access++] = arg.spec();
+    } else {
+      values[next_value++] = KernelValue{&arg.value, sizeof(arg.value)};
+    }
+  };
+  (add(args), ...);
+  return submit_kernel(context, options, group, pool, keep_handle,
+                       KernelSubmission{&kernel, specs, access_count, values, value_count});
+}
+
 }  // namespace detail
+
+// KernelArgument: what a Kernel call takes — buffer accesses and nerve::value(x).
+template <class A>
+concept KernelArgument = BufferAccessor<A> || detail::is_kernel_value<std::remove_cvref_t<A>>::value;
+
+// NotKernel: a task body that is a plain callable rather than a Kernel.
+template <class F>
+concept NotKernel = !std::is_same_v<std::remove_cvref_t<F>, Kernel>;
+
 }  // namespace nerve

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "memory/buffer_state.hpp"
+#include "task/kernel_task.hpp"
 #include "task/task_record.hpp"
 
 namespace nerve::detail {
@@ -81,7 +82,9 @@ TestDevice::TestDevice(int device_index, unsigned memory_node_index, const TestD
 TestDevice::~TestDevice() { stop(); }
 
 // Test devices run CPU task bodies: their memory is ordinary RAM reached through replicas.
-bool TestDevice::can_run(const TaskRecord& task) const noexcept { return task.kind == TaskKind::function; }
+bool TestDevice::can_run(const TaskRecord& task) const noexcept {
+  return task.kind == TaskKind::function && (task.kernel == nullptr || static_cast<bool>(task.kernel->cpu));
+}
 
 void TestDevice::submit(TaskRecord* task) {
   executor_.post([this, task] { host_->run_on_device(task, *this); });

@@ -103,6 +103,8 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   void acquire_and_dispatch(TaskRecord* task, ThreadState& thread, bool submission);
   void run_on_device(TaskRecord* task, Device& device) override;
   void validate_device_hint(int device, const char* name) const;
+  bool can_run_on(const TaskRecord& task, int device) const noexcept;
+  void check_placeable(const TaskRecord& task) const;
   void grant_mapping(TaskRecord* task, ThreadState& thread);
   void destroy_closure(TaskRecord* task) noexcept;
 

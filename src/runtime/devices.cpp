@@ -47,12 +47,15 @@ void ContextImpl::validate_device_hint(int device, const char* name) const {
 // (or when no device can run it). An explicit TaskOptions::device wins.
 int ContextImpl::choose_device(TaskRecord* task) {
   if (task->device_hint >= 0) return task->device_hint;
-  int best = 0;
+  int best = -1;
   std::size_t best_bytes = 0;
-  for (std::size_t i = 0; i < task->access_count; ++i) {
-    const AccessRecord& access = task->accesses[i];
-    if (access.mode == Access::write) continue;
-    best_bytes += coherence->valid_bytes(*access.buffer, access.offset, access.size, 0);
+  if (can_run_on(*task, 0)) {
+    best = 0;
+    for (std::size_t i = 0; i < task->access_count; ++i) {
+      const AccessRecord& access = task->accesses[i];
+      if (access.mode == Access::write) continue;
+      best_bytes += coherence->valid_bytes(*access.buffer, access.offset, access.size, 0);
+    }
   }
   for (auto& device : devices) {
     if (!device->can_run(*task)) continue;
@@ -62,7 +65,7 @@ int ContextImpl::choose_device(TaskRecord* task) {
       if (access.mode == Access::write) continue;
       bytes += coherence->valid_bytes(*access.buffer, access.offset, access.size, device->memory().index());
     }
-    if (bytes > best_bytes) {
+    if (best < 0 || bytes > best_bytes) {
       best = device->info().index;
       best_bytes = bytes;
     }

@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <memory>
 
 #include "nerve/detail/runtime_api.hpp"
 
@@ -24,6 +25,7 @@
 namespace nerve::detail {
 
 struct PoolState;
+struct KernelState;
 
 enum class TaskKind : std::uint8_t {
   function,     // runs a closure on a worker
@@ -92,6 +94,8 @@ struct alignas(64) TaskRecord : QueueLink {
   AccessRecord* accesses = inline_accesses;
   DepOverflow* dep_overflow = nullptr;
   const char* name = nullptr;
+  const KernelState* kernel = nullptr;                  // a Kernel call (nullptr: a plain closure)
+  std::shared_ptr<const KernelState> kernel_keepalive;  // its name outlives the closure (messages)
   std::uint8_t dep_used = 0;
   std::int16_t device = -1;              // where it runs: 0 = CPU workers, 1.. = a device (set at placement)
   std::int16_t device_hint = -1;         // TaskOptions::device

@@ -22,7 +22,9 @@ enum class Access : std::uint8_t {
 };
 
 class Context;
+class Kernel;
 struct BufferOptions;
+struct TaskOptions;
 
 namespace detail {
 
@@ -94,6 +96,18 @@ struct SubmitInfo {
 NERVE_API TaskDraft begin_task(ContextImpl* context, std::size_t closure_size, std::size_t closure_align);
 NERVE_API void abandon_task(ContextImpl* context, TaskDraft draft) noexcept;
 NERVE_API TaskRecord* commit_task(ContextImpl* context, TaskDraft draft, const SubmitInfo& info);
+
+// Kernel calls: the accesses and values of one call of `kernel` (see kernel.hpp).
+struct KernelValue;
+struct KernelSubmission {
+  const Kernel* kernel;
+  const AccessSpec* accesses;
+  std::size_t access_count;
+  const KernelValue* values;
+  std::size_t value_count;
+};
+NERVE_API TaskRecord* submit_kernel(ContextImpl* context, const TaskOptions* options, GroupState* group,
+                                    PoolState* pool, bool keep_handle, const KernelSubmission& call);
 
 NERVE_API void retain(TaskRecord* record) noexcept;
 NERVE_API void release(TaskRecord* record) noexcept;

@@ -1,0 +1,62 @@
+#include "nerve/kernel.hpp"
+
+#include <fmt/format.h>
+
+#include "task/kernel_task.hpp"
+#include "task/task_record.hpp"
+
+namespace nerve {
+
+Kernel::Kernel(std::string name) : state_(std::make_shared<detail::KernelState>()) {
+  if (name.empty())
+    throw Error(ErrorCode::invalid_argument, "a kernel needs a name (it keys performance models)");
+  state_->name = std::move(name);
+}
+
+Kernel& Kernel::cpu(CpuKernel body) {
+  state_->cpu = std::move(body);
+  return *this;
+}
+
+Kernel& Kernel::implement(DeviceKind kind, std::shared_ptr<const KernelImplementation> implementation) {
+  if (kind == DeviceKind::cpu || kind == DeviceKind::test) {
+    throw Error(
+        ErrorCode::invalid_argument,
+        fmt::format("kernel '{}': CPU (and test-device) implementations are given with cpu()", name()));
+  }
+  state_->by_kind[static_cast<std::size_t>(kind)] = std::move(implementation);
+  return *this;
+}
+
+const std::string& Kernel::name() const noexcept { return state_->name; }
+bool Kernel::implements(DeviceKind kind) const noexcept { return state_->implements(kind); }
+const KernelImplementation* Kernel::implementation(DeviceKind kind) const noexcept {
+  return state_->by_kind[static_cast<std::size_t>(kind)].get();
+}
+
+namespace detail {
+
+void throw_kernel_argument_error(const KernelCall& call, const char* what, std::size_t index,
+                                 const std::string& detail) {
+  throw Error(ErrorCode::invalid_argument,
+              fmt::format("kernel '{}': {} {} {}", call.kernel_name, what, index, detail));
+}
+
+const ClosureOps KernelTask::ops{&KernelTask::invoke, &KernelTask::destroy};
+
+void KernelTask::invoke(void* self, const AccessView* views) {
+  const KernelTask& task = *static_cast<KernelTask*>(self);
+  if (!task.kernel->cpu) {
+    throw Error(ErrorCode::internal, fmt::format("kernel '{}' has no CPU implementation", task.kernel->name));
+  }
+  const KernelCall call = task.describe(views, running_device(), nullptr);
+  task.kernel->cpu(KernelArgs(call));
+}
+
+const KernelTask* kernel_task_of(TaskRecord& task) noexcept {
+  if (task.ops != &KernelTask::ops) return nullptr;
+  return static_cast<const KernelTask*>(task.closure_storage());
+}
+
+}  // namespace detail
+}  // namespace nerve

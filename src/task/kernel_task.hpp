@@ -1,0 +1,48 @@
+// kernel_task.hpp — how a Kernel call is stored in a task record.
+//
+// A kernel task's closure is a KernelTask: the kernel (shared), the access modes and the plain values
+// copied at submit. The CPU path calls the kernel's CPU body; a device backend asks for the
+// implementation of its kind and the KernelCall (describe()) to launch it itself.
+#pragma once
+
+#include <array>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nerve/kernel.hpp"
+
+namespace nerve::detail {
+
+struct KernelState {
+  std::string name;
+  CpuKernel cpu;
+  std::array<std::shared_ptr<const KernelImplementation>, 4> by_kind;  // indexed by DeviceKind
+
+  bool implements(DeviceKind kind) const noexcept {
+    return kind == DeviceKind::cpu ? static_cast<bool>(cpu)
+                                   : by_kind[static_cast<std::size_t>(kind)] != nullptr;
+  }
+};
+
+struct KernelTask {
+  std::shared_ptr<const KernelState> kernel;
+  std::vector<Access> modes;
+  std::vector<std::byte> value_bytes;
+  std::vector<KernelValue> values;  // point into value_bytes
+
+  KernelCall describe(const AccessView* views, int device, void* queue) const noexcept {
+    return {kernel->name.c_str(), views,         modes.data(), modes.size(),
+            values.data(),        values.size(), device,       queue};
+  }
+
+  static void invoke(void* self, const AccessView* views);
+  static void destroy(void* self) noexcept { static_cast<KernelTask*>(self)->~KernelTask(); }
+  static const ClosureOps ops;
+};
+
+// kernel_task_of(): the KernelTask inside `task`, or nullptr for a plain-closure task.
+struct TaskRecord;
+const KernelTask* kernel_task_of(TaskRecord& task) noexcept;
+
+}  // namespace nerve::detail

@@ -1,0 +1,107 @@
+// Kernels: one implementation per device kind, arguments checked, placement limited to devices
+// that implement the kernel.
+#include <stdexcept>
+
+#include "memory/buffer_state.hpp"
+#include "runtime_test.hpp"
+
+namespace nerve::testing {
+namespace {
+
+Kernel make_axpy() {
+  Kernel axpy("axpy");
+  axpy.cpu([](const KernelArgs& args) {
+    auto x = args.span<const float>(0);
+    auto y = args.span<float>(1);
+    const float a = args.value<float>(0);
+    for (std::size_t i = 0; i < y.size(); ++i) y[i] += a * x[i];
+  });
+  return axpy;
+}
+
+using KernelTest = RuntimeTest;
+
+TEST_P(KernelTest, CpuImplementationGetsAccessesAndValues) {
+  const Kernel axpy = make_axpy();
+  Buffer<float> x(*context, std::vector<float>(100, 2.0f));
+  Buffer<float> y(*context, std::vector<float>(100, 1.0f));
+  context->submit(axpy, read(x), read_write(y), value(3.0f)).wait();
+  context->spawn(axpy, read(x.slice(0, 10)), read_write(y.slice(0, 10)), value(1.0f));
+  const auto result = y.to_vector();
+  for (std::size_t i = 0; i < 100; ++i) ASSERT_FLOAT_EQ(result[i], i < 10 ? 9.0f : 7.0f) << i;
+}
+
+TEST_P(KernelTest, ArgumentMisuseFailsTheTaskWithAClearMessage) {
+  Kernel writes_a_read_only("writes_a_read_only");
+  writes_a_read_only.cpu([](const KernelArgs& args) { (void)args.span<float>(0); });
+  Kernel wrong_value("wrong_value");
+  wrong_value.cpu([](const KernelArgs& args) { (void)args.value<double>(0); });
+  Buffer<float> data(*context, 4);
+  try {
+    context->submit(writes_a_read_only, read(data)).wait();
+    FAIL();
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("writes_a_read_only': access 0 is read-only"), std::string::npos)
+        << error.what();
+  }
+  try {
+    context->submit(wrong_value, read(data), value(1)).wait();
+    FAIL();
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("value 0 has 4 bytes, not 8"), std::string::npos)
+        << error.what();
+  }
+  EXPECT_THROW(context->wait_all(), Error);
+}
+
+TEST_P(KernelTest, KernelWithoutAnImplementationForAnyDeviceIsAnErrorAtSubmit) {
+  struct FakeProgram : KernelImplementation {};
+  Kernel only_opencl("only_opencl");
+  only_opencl.implement(DeviceKind::opencl, std::make_shared<FakeProgram>());
+  EXPECT_TRUE(only_opencl.implements(DeviceKind::opencl));
+  EXPECT_FALSE(only_opencl.implements(DeviceKind::cpu));
+  Buffer<float> data(*context, 4);
+  try {
+    context->spawn(only_opencl, write(data));
+    FAIL() << "this context has CPU workers only";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::invalid_argument);
+    EXPECT_NE(std::string(error.what()).find("implements none of this context's devices (cpu)"),
+              std::string::npos)
+        << error.what();
+  }
+  EXPECT_THROW(Kernel(""), Error) << "kernels are named";
+  EXPECT_THROW(Kernel("k").implement(DeviceKind::cpu, nullptr), Error);
+}
+
+INSTANTIATE_TEST_SUITE_P(Runtime, KernelTest, NERVE_RUNTIME_PARAMS, runtime_param_name);
+
+TEST(KernelPlacement, KernelsRunOnlyWhereImplemented) {
+  auto context = std::make_unique<Context>(make_settings(2));
+  context->impl()->add_test_device({});
+  const Kernel axpy = make_axpy();
+  Buffer<float> x(*context, std::vector<float>(16, 1.0f));
+  Buffer<float> y(*context, std::vector<float>(16, 0.0f));
+  std::atomic<int> device_seen{-1};
+  Kernel probe("probe");
+  probe.cpu([&](const KernelArgs& args) { device_seen = args.device(); });
+  context->submit(TaskOptions{.device = 1}, probe, read(x)).wait();
+  EXPECT_EQ(device_seen.load(), 1) << "test devices run CPU implementations";
+  context->submit(TaskOptions{.device = 1}, axpy, read(x), read_write(y), value(2.0f)).wait();
+  EXPECT_EQ(y.to_vector(), std::vector<float>(16, 2.0f));
+
+  struct FakeProgram : KernelImplementation {};
+  Kernel gpu_only("gpu_only");
+  gpu_only.implement(DeviceKind::cuda, std::make_shared<FakeProgram>());
+  try {
+    context->spawn(TaskOptions{.device = 0}, gpu_only, read(x));
+    FAIL();
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("no implementation for device 0"), std::string::npos)
+        << error.what();
+  }
+  context->wait_all();
+}
+
+}  // namespace
+}  // namespace nerve::testing
