@@ -6,9 +6,12 @@
 // plugins) implement this; TestDevice simulates one with separate memory for tests.
 #pragma once
 
+#include <exception>
 #include <memory>
+#include <vector>
 
 #include "nerve/device.hpp"
+#include "nerve/kernel.hpp"
 
 #include "memory/memory_node.hpp"
 
@@ -17,10 +20,23 @@ namespace nerve::detail {
 struct TaskRecord;
 class Device;
 
-// The runtime side of a device: runs a task's implementation for this device and finishes it.
+// What a backend launches for one task: the kernel's implementation for the device's kind and the
+// call (its accesses resolved in the device's memory, in declaration order, and its values).
+struct DeviceLaunch {
+  const KernelImplementation* implementation = nullptr;
+  KernelCall call{};
+  std::vector<AccessView> views;  // call.views points here
+};
+
+// The runtime side of a device.
 class DeviceHost {
  public:
+  // run_on_device(): run the task's CPU body here, synchronously, and finish it (test devices).
   virtual void run_on_device(TaskRecord* task, Device& device) = 0;
+  // prepare_launch() / complete(): a backend launching asynchronously asks what to launch, then
+  // reports the outcome once (error == nullptr: success) from any thread.
+  virtual DeviceLaunch prepare_launch(TaskRecord* task, Device& device) = 0;
+  virtual void complete(TaskRecord* task, Device& device, std::exception_ptr error) noexcept = 0;
 
  protected:
   ~DeviceHost() = default;

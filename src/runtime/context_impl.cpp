@@ -4,6 +4,7 @@
 
 #include "nerve/error.hpp"
 
+#include "backend/registry.hpp"
 #include "memory/buffer_state.hpp"
 #include "util/log.hpp"
 
@@ -28,6 +29,7 @@ ContextImpl::ContextImpl(const Settings& settings)
       id(new_context_id()) {
   log::debug("context {}: {} worker slots on {}", id, scheduler.slot_count(), topology.description());
   scheduler.start();
+  for (auto& device : discover_devices(config, topology, 1)) add_device(std::move(device));
 }
 
 ContextImpl::~ContextImpl() {

@@ -91,6 +91,10 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   // add_test_device() adds a simulated device with separate memory (tests); only before the first
   // buffer is created. Returns its device index.
   int add_test_device(const TestDeviceOptions& options);
+  // add_device(): a device from a backend (numbered device_count(), owning memory node of that index).
+  int add_device(std::unique_ptr<Device> device);
+  DeviceLaunch prepare_launch(TaskRecord* task, Device& device) override;
+  void complete(TaskRecord* task, Device& device, std::exception_ptr error) noexcept override;
   unsigned device_count() const noexcept { return static_cast<unsigned>(devices.size()) + 1; }
   std::vector<DeviceInfo> device_infos() const;
   bool has_devices() const noexcept { return !devices.empty(); }

@@ -6,20 +6,61 @@
 
 #include "memory/buffer_state.hpp"
 #include "runtime/context_impl.hpp"
+#include "task/kernel_task.hpp"
 
 namespace nerve::detail {
 
 int ContextImpl::add_test_device(const TestDeviceOptions& options) {
+  const auto index = static_cast<int>(devices.size()) + 1;
+  return add_device(std::make_unique<TestDevice>(index, static_cast<unsigned>(index), options));
+}
+
+int ContextImpl::add_device(std::unique_ptr<Device> device) {
   if (buffer_ids.load(std::memory_order_relaxed) != 0 || in_flight() != 0) {
     throw Error(ErrorCode::invalid_argument, "devices must be added before the first buffer or task");
   }
   const auto index = static_cast<int>(devices.size()) + 1;
-  devices.push_back(std::make_unique<TestDevice>(index, static_cast<unsigned>(index), options));
+  if (device->info().index != index || device->memory().index() != static_cast<unsigned>(index)) {
+    throw Error(ErrorCode::internal,
+                fmt::format("device '{}' is numbered {} (memory node {}), expected {}", device->info().name,
+                            device->info().index, device->memory().index(), index));
+  }
+  devices.push_back(std::move(device));
   devices.back()->start(*this);
   std::vector<MemoryNode*> nodes{&host_memory};
-  for (auto& device : devices) nodes.push_back(&device->memory());
+  for (auto& each : devices) nodes.push_back(&each->memory());
   coherence = std::make_unique<CoherenceEngine>(std::move(nodes), *this);
   return index;
+}
+
+DeviceLaunch ContextImpl::prepare_launch(TaskRecord* task, Device& device) {
+  DeviceLaunch launch;
+  const KernelTask* kernel = kernel_task_of(*task);
+  if (kernel == nullptr) {
+    throw Error(ErrorCode::internal,
+                fmt::format("task '{}' on {} is not a kernel call",
+                            task->name != nullptr ? task->name : "(unnamed)", device.info().name));
+  }
+  launch.implementation = kernel->kernel->by_kind[static_cast<std::size_t>(device.info().kind)].get();
+  launch.views.resize(task->access_count);
+  for (std::size_t i = 0; i < task->access_count; ++i) {
+    const AccessRecord& access = task->accesses[i];
+    launch.views[i] =
+        AccessView{coherence->replica(*access.buffer, device.memory().index()) + access.offset, access.size};
+  }
+  launch.call = kernel->describe(launch.views.data(), device.info().index, nullptr);
+  task->phase.store(status_running, std::memory_order_relaxed);
+  return launch;
+}
+
+void ContextImpl::complete(TaskRecord* task, Device& /*device*/, std::exception_ptr error) noexcept {
+  destroy_closure(task);
+  std::uint32_t outcome = status_succeeded;
+  if (error != nullptr) {
+    task->error = std::move(error);
+    outcome = status_failed;
+  }
+  finish(task, current_thread(), outcome);
 }
 
 std::vector<DeviceInfo> ContextImpl::device_infos() const {
