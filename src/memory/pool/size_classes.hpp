@@ -56,11 +56,22 @@ inline constexpr std::array<std::uint32_t, size_class_count> class_sizes = detai
 
 constexpr std::size_t class_size(unsigned size_class) noexcept { return class_sizes[size_class]; }
 
-// slab_bytes() is the slab size of a class: the power of two holding >= 32 chunks, in 64 KiB..2 MiB.
-constexpr std::size_t slab_bytes(unsigned size_class) noexcept {
-  const std::size_t wanted = std::bit_ceil(32 * class_size(size_class));
-  return wanted < min_slab_bytes ? min_slab_bytes : (wanted > max_slab_bytes ? max_slab_bytes : wanted);
+namespace detail {
+constexpr std::array<std::uint32_t, size_class_count> make_slab_sizes() {
+  std::array<std::uint32_t, size_class_count> sizes{};
+  for (unsigned k = 0; k < size_class_count; ++k) {
+    const std::size_t wanted = std::bit_ceil(std::size_t{32} * class_sizes[k]);
+    sizes[k] = static_cast<std::uint32_t>(wanted < min_slab_bytes   ? min_slab_bytes
+                                          : wanted > max_slab_bytes ? max_slab_bytes
+                                                                    : wanted);
+  }
+  return sizes;
 }
+}  // namespace detail
+
+// slab_bytes() is the slab size of a class: the power of two holding >= 32 chunks, in 64 KiB..2 MiB.
+inline constexpr std::array<std::uint32_t, size_class_count> slab_sizes = detail::make_slab_sizes();
+constexpr std::size_t slab_bytes(unsigned size_class) noexcept { return slab_sizes[size_class]; }
 
 static_assert(class_sizes[size_class_count - 1] == max_small_size);
 static_assert(size_class_of(max_small_size) == size_class_count - 1);

@@ -9,7 +9,7 @@
 
 namespace nerve::memory {
 
-thread_local ThreadCacheSlot thread_cache_slots[thread_cache_slot_count]
+constinit thread_local ThreadCacheSlot thread_cache_slots[thread_cache_slot_count]
     __attribute__((tls_model("initial-exec")));
 
 namespace {

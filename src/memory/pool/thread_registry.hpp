@@ -4,8 +4,9 @@
 // Every HostPool gets a 64-bit id that is never reused (as ContextImpl's context ids). Each thread
 // keeps a small direct-mapped table id → cache in initial-exec TLS (`thread_cache_slots`: one compare
 // on the hot path, no __tls_get_addr call from the shared library), backed by a per-thread list of
-// every pool it is attached to. A slot left over from a destroyed pool holds an id no live pool has,
-// so it never matches and its cache pointer is never dereferenced.
+// every pool it is attached to. (constinit: the table needs no dynamic initialisation, so accesses
+// from other files do not go through a TLS wrapper call.) A slot left over from a destroyed pool holds an id
+// no live pool has, so it never matches and its cache pointer is never dereferenced.
 //
 // Thread exit: the list's destructor hands each cache back to its pool if the pool is still alive,
 // which it learns from the process-wide directory of live pools, under the directory's mutex; a pool
@@ -29,7 +30,7 @@ struct ThreadCacheSlot {
   ThreadCache* cache = nullptr;
 };
 inline constexpr unsigned thread_cache_slot_count = 4;
-extern thread_local ThreadCacheSlot thread_cache_slots[thread_cache_slot_count]
+extern constinit thread_local ThreadCacheSlot thread_cache_slots[thread_cache_slot_count]
     __attribute__((tls_model("initial-exec")));
 
 // find_thread_cache() is the calling thread's cache in pool `pool_id` if it is in the fast table.
