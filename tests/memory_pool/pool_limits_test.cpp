@@ -39,6 +39,18 @@ TEST_F(PoolFixture, ALimitIsAClearOutOfMemoryErrorNotACrash) {
   expect_nothing_in_use(*pool);
 }
 
+TEST_F(PoolFixture, TryAllocateReturnsNullAtTheLimit) {
+  auto pool = make_pool(config_with({}), 1 << 20);
+  void* big = pool->try_allocate(768 << 10);
+  ASSERT_NE(big, nullptr);
+  EXPECT_EQ(pool->try_allocate(512 << 10), nullptr) << "the caller may evict and retry";
+  pool->deallocate(big, 768 << 10);
+  void* again = pool->try_allocate(512 << 10);
+  EXPECT_NE(again, nullptr);
+  pool->deallocate(again, 512 << 10);
+  expect_nothing_in_use(*pool);
+}
+
 TEST_F(PoolFixture, ALimitMakesRoomByReturningCachedMemoryFirst) {
   auto pool = make_pool(config_with({}), 4 << 20);
   void* big = pool->allocate(3 << 20);

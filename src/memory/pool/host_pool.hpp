@@ -61,18 +61,19 @@ class HostPool final : public NodePool {
     if (bytes > max_small_size) [[unlikely]]
       return allocate_large(bytes);
     const unsigned size_class = size_class_of(bytes);
-    ThreadCache* cache = find_thread_cache(id_);
-    if (cache != nullptr) [[likely]] {
-      ThreadCache::ClassList& list = cache->lists[size_class];
-      if (FreeChunk* chunk = list.head) [[likely]] {
-        list.head = chunk->next;
-        --list.count;
-        cache->cached_bytes -= class_size(size_class);
-        list.allocations.add();
-        return chunk;
-      }
-    }
-    return allocate_small_slow(cache, size_class);
+    const ThreadCacheSlot& slot = thread_cache_slots[id_ % thread_cache_slot_count];
+    if (slot.pool_id != id_) [[unlikely]]
+      return allocate_small_slow(nullptr, size_class);
+    ThreadCache* cache = slot.cache;
+    ThreadCache::ClassList& list = cache->lists[size_class];
+    FreeChunk* chunk = list.head;
+    if (chunk == nullptr) [[unlikely]]
+      return allocate_small_slow(cache, size_class);
+    list.head = chunk->next;
+    --list.count;
+    cache->cached_bytes -= class_size(size_class);
+    list.allocations.add();
+    return chunk;
   }
 
   void deallocate(void* pointer, std::size_t bytes) noexcept override {
@@ -80,11 +81,14 @@ class HostPool final : public NodePool {
     if (bytes > max_small_size) [[unlikely]]
       return large_.free(pointer, bytes);
     const unsigned size_class = size_class_of(bytes);
-    ThreadCache* cache = find_thread_cache(id_);
-    const std::size_t chunk_bytes = class_size(size_class);
-    if (cache == nullptr || chunk_bytes > cache->budget ||
-        (!global_pool_ && slab_of(pointer, size_class)->owner != cache)) [[unlikely]]
+    const ThreadCacheSlot& slot = thread_cache_slots[id_ % thread_cache_slot_count];
+    if (slot.pool_id != id_) [[unlikely]]
+      return free_small_slow(nullptr, pointer, size_class);
+    ThreadCache* cache = slot.cache;
+    if (!global_pool_ && slab_of(pointer, size_class)->owner != cache) [[unlikely]]
       return free_small_slow(cache, pointer, size_class);
+    // A chunk larger than the whole budget goes straight back through trim().
+    const std::size_t chunk_bytes = class_size(size_class);
     ThreadCache::ClassList& list = cache->lists[size_class];
     auto* chunk = static_cast<FreeChunk*>(pointer);
     chunk->next = list.head;

@@ -17,6 +17,7 @@
 #include <memory>
 
 #include "nerve/config.hpp"
+#include "nerve/error.hpp"
 #include "nerve/memory.hpp"
 
 #include "memory/pool/node_allocator.hpp"
@@ -45,6 +46,18 @@ class NodePool {
   virtual NodeAllocator& node() const noexcept = 0;
   // placement_of() is the intended NUMA placement of the block holding `pointer` (host pools).
   BlockPlacement placement_of(const void* pointer) const { return node().placement_of(pointer); }
+
+  // try_allocate() is allocate() that returns null instead of throwing out_of_memory (the pool is at
+  // its limit even after compacting, or the node is exhausted), for callers that can make room —
+  // evict replicas — and retry. Other errors still throw.
+  void* try_allocate(std::size_t bytes) {
+    try {
+      return allocate(bytes);
+    } catch (const Error& error) {
+      if (error.code() == ErrorCode::out_of_memory) return nullptr;
+      throw;
+    }
+  }
 };
 
 // make_node_pool() makes the pool for `node`: a HostPool when it is host-addressable, else an

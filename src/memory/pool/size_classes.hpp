@@ -27,13 +27,34 @@ inline constexpr unsigned size_class_count = 44;
 inline constexpr std::size_t min_slab_bytes = 64 * 1024;
 inline constexpr std::size_t max_slab_bytes = 2 * 1024 * 1024;
 
-// size_class_of() maps a request of 0..max_small_size bytes to its class index; 0 bytes is treated
-// as 1 (a unique, freeable pointer, as malloc(0) gives).
-constexpr unsigned size_class_of(std::size_t bytes) noexcept {
+// computed_size_class_of() maps a request of 1..max_small_size bytes to its class index by arithmetic.
+constexpr unsigned computed_size_class_of(std::size_t bytes) noexcept {
   if (bytes <= 128) return bytes == 0 ? 0u : static_cast<unsigned>((bytes - 1) >> 4);
   const std::size_t below = bytes - 1;  // in [2^k, 2^(k+1)) with k >= 7
   const unsigned k = static_cast<unsigned>(std::bit_width(below)) - 1;
   return 8 + (k - 7) * 4 + static_cast<unsigned>((below - (std::size_t{1} << k)) >> (k - 2));
+}
+
+// Up to 4 KiB the class comes from a table indexed by ceil(bytes / 16): every class boundary there
+// is a multiple of 16, so all requests of one 16-byte step share a class. One load on the hot path.
+inline constexpr std::size_t table_size_limit = 4096;
+namespace detail {
+constexpr std::array<std::uint8_t, table_size_limit / 16 + 1> make_class_table() {
+  std::array<std::uint8_t, table_size_limit / 16 + 1> table{};
+  for (std::size_t step = 0; step < table.size(); ++step) {
+    table[step] = static_cast<std::uint8_t>(computed_size_class_of(step * 16));
+  }
+  return table;
+}
+}  // namespace detail
+inline constexpr std::array<std::uint8_t, table_size_limit / 16 + 1> small_class_table =
+    detail::make_class_table();
+
+// size_class_of() maps a request of 0..max_small_size bytes to its class index; 0 bytes is treated
+// as 1 (a unique, freeable pointer, as malloc(0) gives).
+constexpr unsigned size_class_of(std::size_t bytes) noexcept {
+  if (bytes <= table_size_limit) return small_class_table[(bytes + 15) >> 4];
+  return computed_size_class_of(bytes);
 }
 
 namespace detail {
