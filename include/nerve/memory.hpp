@@ -91,8 +91,8 @@ class NERVE_API MemoryPool {
   void deallocate(void* pointer, std::size_t bytes) noexcept;
 
   // compact() gives back to the node every free slab and cached large block, and the calling
-  // thread's cached chunks; other threads hand back their caches on their next refill or overflow.
-  // Returns the bytes given back.
+  // thread's cached chunks; other threads hand back their caches at their next refill (a cache
+  // miss), and a later compact() returns what that frees. Returns the bytes given back.
   std::size_t compact();
 
   MemoryPoolStats stats() const;
