@@ -37,6 +37,11 @@ struct BufferOptions {
   int numa_node = -1;
   // A name for messages, traces and statistics.
   std::string name;
+  // STICKY: under memory pressure on a device, this buffer's replica is evicted last.
+  bool sticky = false;
+  // HOST_CACHED: after a device writes the buffer, the written bytes are copied back to the host at
+  // once (asynchronously), so the host keeps a valid copy and host reads need no transfer.
+  bool host_cached = false;
 };
 
 namespace detail {

@@ -18,6 +18,7 @@
 
 #include "nerve/buffer.hpp"
 #include "nerve/config.hpp"
+#include "nerve/device.hpp"
 #include "nerve/export.hpp"
 #include "nerve/stats.hpp"
 #include "nerve/task.hpp"
@@ -59,10 +60,13 @@ class NERVE_API Context {
   }
 
   // wait_all() waits for every task submitted so far, then rethrows the first failure among tasks
-  // nobody waited for individually (each failure is reported once).
+  // submitted outside groups and pools since the last wait_all(). Inside a task it throws
+  // Error(invalid_argument): it would wait for that very task (use a TaskGroup there).
   void wait_all();
 
   unsigned worker_count() const noexcept;
+  // devices() lists where tasks can run: [0] is the CPU workers, then accelerators.
+  std::vector<DeviceInfo> devices() const;
   // current_worker() is the calling thread's worker slot in this context, or -1.
   int current_worker() const noexcept;
   const Config& config() const noexcept;

@@ -2,6 +2,7 @@
 //
 // The library is built with hidden visibility; only declarations marked NERVE_API are exported from
 // the shared library. The static library exports everything (visibility has no effect there).
+// Plain preprocessor macros only: the C header nerve.h includes this file too.
 #pragma once
 
 #if defined(NERVE_STATIC_DEFINE)

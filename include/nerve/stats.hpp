@@ -20,10 +20,21 @@ struct WorkerStats {
   std::uint64_t sleeps = 0;  // times it parked after spinning scheduler.spin_us in vain
 };
 
+// Copies between two memory nodes (0 = host; DeviceInfo::memory_node for devices).
+struct TransferStats {
+  int from_node = 0;
+  int to_node = 0;
+  std::uint64_t copies = 0;
+  std::uint64_t bytes = 0;
+};
+
 struct ContextStats {
   std::vector<WorkerStats> workers;
   std::uint64_t tasks_submitted = 0;
   std::uint64_t tasks_completed = 0;
+  std::vector<TransferStats> transfers;  // node pairs with at least one copy
+  std::uint64_t bytes_transferred = 0;   // sum over `transfers`
+  std::uint64_t copies = 0;
 };
 
 }  // namespace nerve

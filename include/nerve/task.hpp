@@ -95,6 +95,9 @@ struct TaskOptions {
   // queue) instead of the submitting worker's own deque, so a burst of such tasks starts on every
   // worker at once instead of waiting to be stolen one by one.
   bool compute_intensive = false;
+  // Run on this device (Context::devices(): 0 = the CPU workers); -1 lets nerve choose, data
+  // locality first. Its data is moved there before it starts.
+  int device = -1;
 };
 
 namespace detail {
@@ -150,6 +153,7 @@ TaskRecord* submit(ContextImpl* context, const TaskOptions* options, GroupState*
   if (options != nullptr) {
     info.name = options->name;
     info.compute_intensive = options->compute_intensive;
+    info.device = options->device;
     const std::size_t count = options->after.size();
     TaskRecord** after = after_small;
     if (count > 8) {

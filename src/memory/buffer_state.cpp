@@ -32,7 +32,10 @@ BufferState::BufferState(ContextImpl* owner, std::size_t size_bytes, std::size_t
       name(options.name),
       host(allocate_host_bytes(size_bytes)),
       home_numa(options.numa_node),
-      tracker(size_bytes) {}
+      sticky(options.sticky),
+      host_cached(options.host_cached),
+      tracker(size_bytes),
+      replicas(size_bytes, host) {}
 
 BufferState::~BufferState() { free_host_bytes(host); }
 

@@ -17,6 +17,7 @@
 
 #include "nerve/buffer.hpp"
 
+#include "memory/coherence.hpp"
 #include "task/dependency_tracker.hpp"
 
 namespace nerve::detail {
@@ -49,7 +50,10 @@ struct BufferState {
   std::byte* host = nullptr;
   std::atomic<int> home_numa{-1};
   std::atomic<BufferLife> life{BufferLife::alive};
+  const bool sticky;       // BufferOptions::sticky: evicted last
+  const bool host_cached;  // BufferOptions::host_cached: device writes are copied back at once
   DependencyTracker tracker;
+  BufferReplicas replicas;
 };
 
 // Host memory for buffer data: cache-line aligned, page aligned for large buffers.

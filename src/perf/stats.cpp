@@ -26,6 +26,21 @@ ContextStats collect_stats(const ContextImpl& context) {
     worker.sleeps = slot.stats.sleeps.load(std::memory_order_relaxed);
     stats.workers.push_back(worker);
   }
+  if (context.coherence != nullptr) {
+    const unsigned nodes = context.coherence->node_count();
+    for (unsigned from = 0; from < nodes; ++from) {
+      for (unsigned to = 0; to < nodes; ++to) {
+        const TransferCounters& counters = context.coherence->counters(from, to);
+        const auto copies = counters.copies.load(std::memory_order_relaxed);
+        if (copies == 0) continue;
+        TransferStats transfer{static_cast<int>(from), static_cast<int>(to), copies,
+                               counters.bytes.load(std::memory_order_relaxed)};
+        stats.transfers.push_back(transfer);
+        stats.bytes_transferred += transfer.bytes;
+        stats.copies += transfer.copies;
+      }
+    }
+  }
   const std::size_t threads = context.thread_count.load(std::memory_order_acquire);
   for (std::size_t i = 0; i < threads; ++i) {
     const ThreadState* thread = context.thread_list[i].load(std::memory_order_relaxed);
@@ -47,9 +62,18 @@ nlohmann::json stats_to_json(const ContextStats& stats) {
                        {"steals", worker.steals},
                        {"sleeps", worker.sleeps}});
   }
+  nlohmann::json transfers = nlohmann::json::array();
+  for (const TransferStats& transfer : stats.transfers) {
+    transfers.push_back({{"from_node", transfer.from_node},
+                         {"to_node", transfer.to_node},
+                         {"copies", transfer.copies},
+                         {"bytes", transfer.bytes}});
+  }
   return {{"schema", "nerve.perf_stats/1"},
           {"tasks", {{"submitted", stats.tasks_submitted}, {"completed", stats.tasks_completed}}},
-          {"workers", workers}};
+          {"workers", workers},
+          {"transfers",
+           {{"copies", stats.copies}, {"bytes", stats.bytes_transferred}, {"by_node_pair", transfers}}}};
 }
 
 void write_perf_stats(const ContextImpl& context, const std::filesystem::path& path) {

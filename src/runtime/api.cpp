@@ -164,6 +164,17 @@ Context& Context::operator=(Context&& other) noexcept {
 
 void Context::wait_all() { impl_->wait_all(); }
 unsigned Context::worker_count() const noexcept { return impl_->scheduler.slot_count(); }
+std::vector<DeviceInfo> Context::devices() const { return impl_->device_infos(); }
+
+const char* name(DeviceKind kind) noexcept {
+  switch (kind) {
+    case DeviceKind::cpu: return "cpu";
+    case DeviceKind::test: return "test";
+    case DeviceKind::opencl: return "opencl";
+    case DeviceKind::cuda: return "cuda";
+  }
+  return "unknown";
+}
 
 int Context::current_worker() const noexcept {
   try {

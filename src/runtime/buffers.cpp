@@ -51,6 +51,7 @@ void release(BufferState* buffer) noexcept {
     std::lock_guard lock(buffer->tracker.lock());
     buffer->tracker.clear();
   }
+  if (context->coherence != nullptr) context->coherence->forget(*buffer);
   context->unregister_buffer(buffer);
   delete buffer;
   context->drop_external_reference();

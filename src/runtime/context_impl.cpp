@@ -48,6 +48,8 @@ void ContextImpl::shutdown() noexcept {
     log::warn("context destroyed with an unreported task failure");
   }
   scheduler.stop();
+  for (auto& device : devices) device->stop();
+  for (auto& device : devices) device->memory().drain();
   shut_down = true;
 
   // Buffers still alive: report, free their data, and make later use of their handles an error.

@@ -19,8 +19,13 @@
 
 #include "nerve/config.hpp"
 #include "nerve/detail/runtime_api.hpp"
+#include "nerve/device.hpp"
 #include "nerve/topology.hpp"
 
+#include "backend/device.hpp"
+#include "backend/test_device.hpp"
+#include "memory/coherence.hpp"
+#include "memory/memory_node.hpp"
 #include "sched/scheduler.hpp"
 #include "task/record_allocator.hpp"
 #include "util/spin_lock.hpp"
@@ -37,7 +42,7 @@ struct ThreadCacheEntry {
 };
 extern thread_local ThreadCacheEntry thread_cache __attribute__((tls_model("initial-exec")));
 
-struct ContextImpl final : TaskExecutor {
+struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   explicit ContextImpl(const Settings& settings);
   ~ContextImpl();
   ContextImpl(const ContextImpl&) = delete;
@@ -68,7 +73,8 @@ struct ContextImpl final : TaskExecutor {
   TaskRecord* allocate_record(ThreadState& thread);
   // copy_accesses() validates and stores accesses in `task`, taking a reference on each buffer.
   void validate_access(const AccessSpec& access) const;
-  void copy_accesses(TaskRecord* task, const AccessSpec* accesses, std::size_t count);
+  // `validate` = false for accesses already validated (a pool gate's: its members hold references).
+  void copy_accesses(TaskRecord* task, const AccessSpec* accesses, std::size_t count, bool validate = true);
   // register_dependencies() infers `task`'s predecessors from its accesses and adds the edges.
   void register_dependencies(TaskRecord* task, ThreadState& thread, TaskRecord* const* after,
                              std::size_t after_count);
@@ -80,6 +86,25 @@ struct ContextImpl final : TaskExecutor {
   std::uint32_t invoke_closure(TaskRecord* task, ThreadState& thread, const AccessView* views) noexcept;
   ThreadState& create_worker_state(unsigned slot) override;
   void on_slot_idle() noexcept override;
+
+  // --- devices and data placement (devices.cpp)
+  // add_test_device() adds a simulated device with separate memory (tests); only before the first
+  // buffer is created. Returns its device index.
+  int add_test_device(const TestDeviceOptions& options);
+  unsigned device_count() const noexcept { return static_cast<unsigned>(devices.size()) + 1; }
+  std::vector<DeviceInfo> device_infos() const;
+  bool has_devices() const noexcept { return !devices.empty(); }
+  int choose_device(TaskRecord* task);
+  // place_with_data(): pick the task's device, make its data valid there, then run it there.
+  void place_with_data(TaskRecord* task, ThreadState& thread, bool submission);
+  void dispatch(TaskRecord* task, ThreadState& thread, bool submission);
+  void data_ready(TaskRecord* task) override;
+  void memory_freed(unsigned node) noexcept override;
+  void acquire_and_dispatch(TaskRecord* task, ThreadState& thread, bool submission);
+  void run_on_device(TaskRecord* task, Device& device) override;
+  void validate_device_hint(int device, const char* name) const;
+  void grant_mapping(TaskRecord* task, ThreadState& thread);
+  void destroy_closure(TaskRecord* task) noexcept;
 
   // --- waiting (waiting.cpp)
   std::int64_t in_flight() const noexcept;
@@ -100,6 +125,16 @@ struct ContextImpl final : TaskExecutor {
   Config config;
   Topology topology;
   RecordAllocator records;
+  HostMemoryNode host_memory;
+  std::vector<std::unique_ptr<Device>> devices;  // device i + 1
+  std::unique_ptr<CoherenceEngine> coherence;    // once there is more than one memory node
+  // Tasks waiting for room on a memory node (MemoryBusy), and a count of frees per node so a task
+  // queued just after a free notices it.
+  std::mutex memory_waiters_mutex;
+  std::vector<std::vector<TaskRecord*>> memory_waiters{max_memory_nodes};
+  std::unique_ptr<std::atomic<std::uint64_t>[]> memory_frees {
+    new std::atomic<std::uint64_t>[max_memory_nodes] {}
+  };
   Scheduler scheduler;
   const std::uint64_t id;
   std::atomic<std::int64_t> external_references{1};

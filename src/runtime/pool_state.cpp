@@ -43,7 +43,7 @@ void PoolState::launch() {
   gate->kind = TaskKind::pool_gate;
   gate->pool = this;
   gate->name = "task pool";
-  context.copy_accesses(gate, specs.data(), specs.size());
+  context.copy_accesses(gate, specs.data(), specs.size(), /*validate=*/false);
   gate->refs.store(2, std::memory_order_relaxed);  // the runtime and the pool
   gate->pending.store(1, std::memory_order_relaxed);
   launched = true;
@@ -78,8 +78,7 @@ void PoolState::record_error(const std::exception_ptr& error) noexcept {
   if (!has_error.exchange(true, std::memory_order_acq_rel)) first_error = error;
 }
 
-void PoolState::member_finished(TaskRecord* member, ThreadState& thread) {
-  if (member == gate) return;
+void PoolState::member_finished(TaskRecord* /*member*/, ThreadState& thread) {
   if (remaining.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   if (has_error.load(std::memory_order_acquire)) {
     gate->error = first_error;

@@ -2,6 +2,7 @@
 // ready (placement), execute (or cancel), finish (report, release successors, count).
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <new>
 
 #include <fmt/format.h>
@@ -88,16 +89,25 @@ void ContextImpl::validate_access(const AccessSpec& access) const {
     buffer->check_usable("submit");
   }
   if (buffer->context != this) [[unlikely]] {
-    throw Error(ErrorCode::buffer_misuse, fmt::format("a task accesses {} of another context", buffer->describe()));
+    throw Error(ErrorCode::buffer_misuse,
+                fmt::format("a task accesses {} of another context", buffer->describe()));
   }
   if (access.offset > buffer->bytes || access.size > buffer->bytes - access.offset) [[unlikely]] {
     buffer_check_range(buffer, access.offset, access.size);
   }
 }
 
-void ContextImpl::copy_accesses(TaskRecord* task, const AccessSpec* accesses, std::size_t count) {
+void ContextImpl::copy_accesses(TaskRecord* task, const AccessSpec* accesses, std::size_t count,
+                                bool validate) {
   if (count == 0) return;
-  for (std::size_t i = 0; i < count; ++i) validate_access(accesses[i]);
+  if (count > std::numeric_limits<std::uint16_t>::max()) {
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("a task declares {} accesses; at most {} are supported", count,
+                            std::numeric_limits<std::uint16_t>::max()));
+  }
+  if (validate) {
+    for (std::size_t i = 0; i < count; ++i) validate_access(accesses[i]);
+  }
   if (count > inline_access_count) task->accesses = new AccessRecord[count];
   for (std::size_t i = 0; i < count; ++i) {
     const AccessSpec& access = accesses[i];
@@ -151,6 +161,7 @@ TaskRecord* ContextImpl::commit_task(TaskDraft draft, const SubmitInfo& info) {
     if (info.after_count != 0 && info.pool != nullptr) {
       throw Error(ErrorCode::invalid_argument, "tasks in a task pool cannot have `after` edges");
     }
+    validate_device_hint(info.device, info.name);
     if (info.pool != nullptr && info.pool->launched) {
       throw Error(ErrorCode::invalid_argument, "task added to a task pool after launch()");
     }
@@ -175,6 +186,7 @@ TaskRecord* ContextImpl::commit_task(TaskDraft draft, const SubmitInfo& info) {
   task->ops = info.ops;
   task->name = info.name;
   task->compute_intensive = info.compute_intensive;
+  task->device_hint = static_cast<std::int16_t>(info.device);
   task->group = info.group;
   if (info.pool != nullptr) {
     task->refs.store(1, std::memory_order_relaxed);
@@ -213,20 +225,39 @@ void ContextImpl::make_ready(TaskRecord* task, ThreadState& thread, bool submiss
   switch (task->kind) {
     case TaskKind::function:
       task->phase.store(status_ready, std::memory_order_relaxed);
-      scheduler.enqueue(task, thread, submission, preferred_numa_node(task));
+      if (coherence != nullptr) {
+        place_with_data(task, thread, submission);
+      } else {
+        scheduler.enqueue(task, thread, submission, preferred_numa_node(task));
+      }
       return;
     case TaskKind::host_access:
-      // The mapping is granted (or cancelled): wake the thread blocked in map().
-      if (task->cancel_pending.load(std::memory_order_acquire)) {
-        finish(task, thread, status_cancelled);
-        return;
+      if (coherence != nullptr && !task->cancel_pending.load(std::memory_order_acquire)) {
+        place_with_data(task, thread, submission);  // the host copy must be valid first
+      } else {
+        grant_mapping(task, thread);
       }
-      task->phase.store(status_running, std::memory_order_seq_cst);
-      if ((task->status.load(std::memory_order_seq_cst) & status_waiters_bit) != 0)
-        scheduler.waiters().wake(task);
       return;
     case TaskKind::pool_gate: task->pool->release_members(thread); return;
   }
+}
+
+// The mapping is granted (or cancelled): wake the thread blocked in map().
+void ContextImpl::grant_mapping(TaskRecord* task, ThreadState& thread) {
+  if (task->cancel_pending.load(std::memory_order_acquire)) {
+    finish(task, thread, status_cancelled);
+    return;
+  }
+  task->phase.store(status_running, std::memory_order_seq_cst);
+  if ((task->status.load(std::memory_order_seq_cst) & status_waiters_bit) != 0)
+    scheduler.waiters().wake(task);
+}
+
+void ContextImpl::destroy_closure(TaskRecord* task) noexcept {
+  void* closure = task->closure_storage();
+  task->ops->destroy(closure);
+  if (task->closure_on_heap) ::operator delete (closure, std::align_val_t{alignof(std::max_align_t)});
+  task->closure_on_heap = false;
 }
 
 // fill_views() resolves each access to the memory the task runs on; a write makes the buffer's
@@ -244,9 +275,16 @@ void ContextImpl::fill_views(const TaskRecord* task, const ThreadState& thread, 
   }
 }
 
+namespace {
+thread_local int running_device_index = -1;
+}  // namespace
+
+int running_device() noexcept { return running_device_index; }
+
 std::uint32_t ContextImpl::invoke_closure(TaskRecord* task, ThreadState& thread,
                                           const AccessView* views) noexcept {
   std::uint32_t outcome = status_succeeded;
+  const int outer_device = std::exchange(running_device_index, task->device < 0 ? 0 : task->device);
   ++thread.nesting;
   try {
     task->ops->invoke(task->closure_storage(), views);
@@ -255,6 +293,7 @@ std::uint32_t ContextImpl::invoke_closure(TaskRecord* task, ThreadState& thread,
     outcome = status_failed;
   }
   --thread.nesting;
+  running_device_index = outer_device;
   return outcome;
 }
 
@@ -275,14 +314,16 @@ void ContextImpl::execute(TaskRecord* task, ThreadState& thread) {
       outcome = invoke_closure(task, thread, views.data());
     }
   }
-  void* closure = task->closure_storage();
-  task->ops->destroy(closure);
-  if (task->closure_on_heap) ::operator delete (closure, std::align_val_t{alignof(std::max_align_t)});
-  task->closure_on_heap = false;
+  destroy_closure(task);
   finish(task, thread, outcome);
 }
 
 void ContextImpl::finish(TaskRecord* task, ThreadState& thread, std::uint32_t outcome) {
+  if (task->device >= 0 && coherence != nullptr) {
+    const unsigned node =
+        task->device == 0 ? 0 : devices[static_cast<std::size_t>(task->device) - 1]->memory().index();
+    coherence->release(task, node);
+  }
   for (std::size_t i = 0; i < task->access_count; ++i) release(task->accesses[i].buffer);
   const bool counted = task->kind != TaskKind::host_access;
   if (outcome == status_failed || outcome == status_cancelled) {
@@ -302,13 +343,19 @@ void ContextImpl::finish(TaskRecord* task, ThreadState& thread, std::uint32_t ou
   if ((previous & status_waiters_bit) != 0) scheduler.waiters().wake(task);
   close_and_release(task, outcome != status_succeeded,
                     [&](TaskRecord* successor) { make_ready(successor, thread, false); });
-  if (task->pool != nullptr) task->pool->member_finished(task, thread);
+  // Only members report to their pool: once a gate's status is published the pool may be gone.
+  if (task->pool != nullptr && task->kind == TaskKind::function) task->pool->member_finished(task, thread);
   if (GroupState* group = task->group) {
     const std::int64_t before = group->pending.fetch_sub(1, std::memory_order_acq_rel);
     if ((before & GroupState::count_mask) == 1 && before >= GroupState::parked_one)
       scheduler.waiters().wake(group);
   }
   if (counted) thread.count_completed();
+  // Idle workers wake wait_all() callers; a completion on a device or copy-engine thread (no worker
+  // slot) may be the last one while every worker sleeps, so it must wake them itself.
+  if (thread.slot == nullptr && root_parked.load(std::memory_order_seq_cst) > 0) {
+    scheduler.waiters().wake(&root_parked);
+  }
   release_task(task, thread);
 }
 

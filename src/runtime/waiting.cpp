@@ -2,6 +2,8 @@
 #include <thread>
 #include <utility>
 
+#include "nerve/error.hpp"
+
 #include "runtime/context_impl.hpp"
 #include "runtime/waitables.hpp"
 
@@ -24,6 +26,11 @@ std::int64_t ContextImpl::in_flight() const noexcept {
 
 void ContextImpl::wait_all() {
   ThreadState& thread = current_thread();
+  if (thread.nesting > 0) {
+    throw Error(
+        ErrorCode::invalid_argument,
+        "wait_all() called inside a task would wait for that task itself; wait for a TaskGroup instead");
+  }
   AllDone all{this};
   scheduler.wait(thread, all);
   std::exception_ptr error;

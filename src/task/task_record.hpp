@@ -90,7 +90,10 @@ struct alignas(64) TaskRecord : QueueLink {
   DepOverflow* dep_overflow = nullptr;
   const char* name = nullptr;
   std::uint8_t dep_used = 0;
-  std::exception_ptr error;  // the task's own failure, or the cause of its cancellation
+  std::int16_t device = -1;              // where it runs: 0 = CPU workers, 1.. = a device (set at placement)
+  std::int16_t device_hint = -1;         // TaskOptions::device
+  std::atomic<std::int32_t> fetches{0};  // copies its data still waits for (coherence)
+  std::exception_ptr error;              // the task's own failure, or the cause of its cancellation
   DepNode deps[inline_dep_count];
   AccessRecord inline_accesses[inline_access_count];
 

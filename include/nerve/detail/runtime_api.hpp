@@ -85,6 +85,7 @@ struct SubmitInfo {
   bool keep_handle;        // the caller takes a reference for a Task handle
   PoolState* pool;         // add to this (unlaunched) task pool instead of scheduling
   bool compute_intensive;  // TaskOptions::compute_intensive
+  int device = -1;         // TaskOptions::device
 };
 
 // Task submission: begin_task() reserves a record with closure storage, the template constructs the
@@ -137,6 +138,10 @@ struct Mapping {
 NERVE_API Mapping buffer_map(BufferState* buffer, std::size_t offset, std::size_t size, Access mode,
                              bool wait);
 NERVE_API void buffer_unmap(Mapping mapping);
+
+// running_device() is the device index the calling thread's current task runs on (0 = CPU workers),
+// or -1 outside tasks.
+NERVE_API int running_device() noexcept;
 
 // parallel_for/reduce worker count and the calling thread's worker index (or -1).
 NERVE_API unsigned context_worker_count(const ContextImpl* context) noexcept;

@@ -1,0 +1,90 @@
+#include "measure.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <thread>
+
+namespace nerve::bench {
+namespace {
+
+double median_of_sorted(const std::vector<double>& sorted) {
+  const std::size_t n = sorted.size();
+  if (n == 0) return 0;
+  return n % 2 == 1 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+}
+
+}  // namespace
+
+Summary summarize(std::vector<double> samples) {
+  Summary summary;
+  if (samples.empty()) return summary;
+  std::sort(samples.begin(), samples.end());
+  summary.median = median_of_sorted(samples);
+  summary.min = samples.front();
+  summary.max = samples.back();
+  for (double& sample : samples) sample = std::abs(sample - summary.median);
+  std::sort(samples.begin(), samples.end());
+  summary.mad = median_of_sorted(samples);
+  return summary;
+}
+
+void settle(const WorkloadOptions& options) {
+  if (options.settle_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(options.settle_ms));
+}
+
+std::vector<Measurement> measure_interleaved(const std::vector<Variant>& all_variants,
+                                             const WorkloadOptions& options) {
+  std::vector<Variant> variants;
+  for (const Variant& variant : all_variants) {
+    if (options.runtimes.empty() || std::find(options.runtimes.begin(), options.runtimes.end(),
+                                              variant.runtime) != options.runtimes.end())
+      variants.push_back(variant);
+  }
+  std::vector<Measurement> results(variants.size());
+  for (std::size_t v = 0; v < variants.size(); ++v) {
+    results[v].case_name = variants[v].case_name;
+    results[v].runtime = variants[v].runtime;
+    results[v].variant = variants[v].variant;
+    results[v].unit = variants[v].unit;
+    results[v].lower_is_better = variants[v].lower_is_better;
+    results[v].tasks = variants[v].tasks;
+    results[v].verified = true;
+  }
+  const int rounds = std::max(0, options.warmup) + std::max(1, options.repetitions);
+  for (int round = 0; round < rounds; ++round) {
+    for (std::size_t v = 0; v < variants.size(); ++v) {
+      const Variant& variant = variants[v];
+      Measurement& result = results[v];
+      if (variant.prepare) variant.prepare();
+      settle(options);
+      const Trial trial = variant.run();
+      if (!trial.failure.empty() && result.verified) {
+        result.verified = false;
+        result.note = trial.failure;  // the first failure is the informative one
+      }
+      if (round >= options.warmup) result.samples.push_back(trial.value);
+    }
+  }
+  for (std::size_t v = 0; v < variants.size(); ++v) {
+    Measurement& result = results[v];
+    const Summary summary = summarize(result.samples);
+    result.value = summary.median;
+    result.min = summary.min;
+    result.max = summary.max;
+    result.mad = summary.mad;
+    if (result.verified && variants[v].describe) result.note = variants[v].describe(result);
+  }
+  return results;
+}
+
+std::string format_count(std::uint64_t value) {
+  std::string digits = std::to_string(value);
+  std::string out;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i != 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+}  // namespace nerve::bench

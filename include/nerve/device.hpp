@@ -1,0 +1,32 @@
+// device.hpp — the compute devices a context runs tasks on.
+//
+// Device 0 is always the CPU workers (as one device); devices 1.. are accelerators found by the
+// backends (and, in tests, simulated devices with separate memory). Each device owns one memory
+// node where buffer replicas live; the CPU device's node is host memory.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace nerve {
+
+enum class DeviceKind {
+  cpu,   // the CPU worker pool
+  test,  // a simulated device with separate memory and its own copy engine (tests)
+  opencl,
+  cuda,
+};
+
+const char* name(DeviceKind kind) noexcept;
+
+struct DeviceInfo {
+  int index = 0;
+  DeviceKind kind = DeviceKind::cpu;
+  std::string name;
+  std::uint64_t memory_bytes = 0;  // capacity of its memory node (0: unknown / host memory)
+  unsigned compute_units = 0;
+  int numa_node = -1;   // the host NUMA node it is attached to, when known
+  int memory_node = 0;  // index of its memory node
+};
+
+}  // namespace nerve

@@ -1,0 +1,97 @@
+#include "backend/test_device.hpp"
+
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "memory/buffer_state.hpp"
+#include "task/task_record.hpp"
+
+namespace nerve::detail {
+
+SerialExecutor::~SerialExecutor() { stop(); }
+
+void SerialExecutor::start() {
+  if (thread_.joinable()) return;
+  stopping_ = false;
+  thread_ = std::thread([this] { run(); });
+}
+
+void SerialExecutor::post(std::function<void()> job) {
+  {
+    std::lock_guard lock(mutex_);
+    jobs_.push_back(std::move(job));
+  }
+  ready_.notify_one();
+}
+
+void SerialExecutor::stop() noexcept {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  ready_.notify_one();
+  if (thread_.joinable()) thread_.join();
+}
+
+void SerialExecutor::run() {
+  std::unique_lock lock(mutex_);
+  while (true) {
+    ready_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
+    if (jobs_.empty()) return;
+    auto job = std::move(jobs_.front());
+    jobs_.pop_front();
+    lock.unlock();
+    job();
+    lock.lock();
+  }
+}
+
+TestMemoryNode::TestMemoryNode(unsigned index, std::string name, const TestDeviceOptions& options)
+    : MemoryNode(index, std::move(name), options.memory_limit, true), options_(options) {
+  dma_.start();
+}
+
+TestMemoryNode::~TestMemoryNode() { dma_.stop(); }
+
+std::byte* TestMemoryNode::allocate_storage(std::size_t bytes) { return allocate_host_bytes(bytes); }
+
+void TestMemoryNode::free_storage(std::byte* data, std::size_t /*bytes*/) noexcept { free_host_bytes(data); }
+
+void TestMemoryNode::start_copy(MemoryNode& /*from*/, const std::byte* source, MemoryNode& /*to*/,
+                                std::byte* destination, std::size_t bytes, CopyCompletion& completion) {
+  dma_.post([this, source, destination, bytes, &completion] {
+    const auto start = std::chrono::steady_clock::now();
+    std::memcpy(destination, source, bytes);
+    auto cost = std::chrono::duration<double>(options_.copy_latency);
+    if (options_.copy_bytes_per_second > 0)
+      cost += std::chrono::duration<double>(bytes / options_.copy_bytes_per_second);
+    std::this_thread::sleep_until(start + std::chrono::duration_cast<std::chrono::nanoseconds>(cost));
+    completion.copy_done(true, {});
+  });
+}
+
+TestDevice::TestDevice(int device_index, unsigned memory_node_index, const TestDeviceOptions& options)
+    : Device(
+          DeviceInfo{device_index, DeviceKind::test, fmt::format("test device {}", device_index),
+                     options.memory_limit, 1, -1, 0},
+          std::make_unique<TestMemoryNode>(memory_node_index, fmt::format("test{}", device_index), options)) {
+}
+
+TestDevice::~TestDevice() { stop(); }
+
+// Test devices run CPU task bodies: their memory is ordinary RAM reached through replicas.
+bool TestDevice::can_run(const TaskRecord& task) const noexcept { return task.kind == TaskKind::function; }
+
+void TestDevice::submit(TaskRecord* task) {
+  executor_.post([this, task] { host_->run_on_device(task, *this); });
+}
+
+void TestDevice::start(DeviceHost& host) {
+  host_ = &host;
+  executor_.start();
+}
+
+void TestDevice::stop() noexcept { executor_.stop(); }
+
+}  // namespace nerve::detail

@@ -1,0 +1,77 @@
+// test_device.hpp — a simulated accelerator with separate memory, for testing data movement.
+//
+// Its memory node allocates its own storage (ordinary RAM, but only ever reached through replicas
+// and copies, like device memory) under a byte limit, and copies on its own "DMA" thread, so every
+// transfer is genuinely asynchronous. Its execution thread runs CPU task bodies with views into the
+// device's replicas. Optional per-copy latency and bandwidth make transfers cost time.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "backend/device.hpp"
+
+namespace nerve::detail {
+
+struct TestDeviceOptions {
+  std::size_t memory_limit = std::size_t{1} << 30;
+  std::chrono::microseconds copy_latency{0};
+  double copy_bytes_per_second = 0;  // 0: as fast as memcpy
+};
+
+// A single worker thread with a FIFO of jobs.
+class SerialExecutor {
+ public:
+  SerialExecutor() = default;
+  ~SerialExecutor();
+  void start();
+  void post(std::function<void()> job);
+  void stop() noexcept;  // runs what is queued, then joins
+
+ private:
+  void run();
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<std::function<void()>> jobs_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+class TestMemoryNode final : public MemoryNode {
+ public:
+  TestMemoryNode(unsigned index, std::string name, const TestDeviceOptions& options);
+  ~TestMemoryNode() override;
+  void drain() noexcept override { dma_.stop(); }
+
+ protected:
+  std::byte* allocate_storage(std::size_t bytes) override;
+  void free_storage(std::byte* data, std::size_t bytes) noexcept override;
+  void start_copy(MemoryNode& from, const std::byte* source, MemoryNode& to, std::byte* destination,
+                  std::size_t bytes, CopyCompletion& completion) override;
+
+ private:
+  TestDeviceOptions options_;
+  SerialExecutor dma_;
+};
+
+class TestDevice final : public Device {
+ public:
+  TestDevice(int device_index, unsigned memory_node_index, const TestDeviceOptions& options);
+  ~TestDevice() override;
+
+  bool can_run(const TaskRecord& task) const noexcept override;
+  void submit(TaskRecord* task) override;
+  void start(DeviceHost& host) override;
+  void stop() noexcept override;
+
+ private:
+  DeviceHost* host_ = nullptr;
+  SerialExecutor executor_;
+};
+
+}  // namespace nerve::detail

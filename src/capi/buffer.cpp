@@ -1,0 +1,207 @@
+// buffer.cpp — nerve_buffer_*: allocation, mapping, pointers and free, with misuse detection.
+#include "nerve/buffer.hpp"
+
+#include <memory>
+#include <mutex>
+
+#include <fmt/format.h>
+
+#include "nerve/nerve.h"
+
+#include "capi/errors.hpp"
+#include "capi/handles.hpp"
+#include "capi/running_kernel.hpp"
+#include "memory/buffer_state.hpp"
+
+namespace nerve::capi {
+namespace {
+
+constexpr unsigned access_bits = MEM_FLAG_READ_WRITE;
+constexpr unsigned property_bits = MEM_PROPERTY_STICKY | MEM_PROPERTY_HOST_CACHED;
+
+// check_alive() throws BufferMisuse for a freed handle; call it with the handle's lock held.
+void check_alive(const nerve_buffer& buffer, const char* operation) {
+  if (buffer.freed) {
+    fail(ErrorCode::buffer_misuse,
+         fmt::format("{} of {}, which was already freed (use after free)", operation, describe(buffer)));
+  }
+}
+
+Access default_mode(unsigned flags) {
+  const unsigned bits = flags & access_bits;
+  return bits == 0 ? Access::read_write : static_cast<Access>(bits);
+}
+
+nerve_buffer* allocate(nerve_context& ctx, std::size_t bytes, unsigned flags,
+                       const BufferOptions& options = {}) {
+  if (bytes == 0) fail(ErrorCode::invalid_argument, "a buffer needs at least one byte");
+  auto handle = std::make_unique<nerve_buffer>();
+  handle->owner = &ctx;
+  handle->bytes = bytes;
+  handle->default_mode = default_mode(flags);
+  detail::BufferState* state = detail::buffer_create(ctx.impl(), bytes, 1, options);
+  handle->state = state;
+  handle->host = state->host;
+  handle->id = detail::buffer_id(state);
+  try {
+    std::lock_guard lock(ctx.registry_mutex);
+    ctx.buffers.push_back(std::move(handle));
+    return ctx.buffers.back().get();
+  } catch (...) {
+    detail::release(state);
+    throw;
+  }
+}
+
+Access map_access(nerve_map_mode_t mode) {
+  if (mode != NERVE_MAP_READ && mode != NERVE_MAP_WRITE && mode != NERVE_MAP_READ_WRITE) {
+    fail(ErrorCode::invalid_argument, fmt::format("{} is not a nerve_map_mode_t", static_cast<int>(mode)));
+  }
+  return static_cast<Access>(mode);
+}
+
+// data_pointer() is what nerve_buffer_get_device_ptr / _get_unified_ptr return: inside a kernel, the
+// data of a buffer the task declared (alive even if freed since: the task holds it); outside, the
+// host data of a live buffer.
+void* data_pointer(nerve_buffer& buffer, const char* operation) {
+  if (const RunningKernel* kernel = RunningKernel::current()) {
+    if (!kernel->declares(&buffer)) {
+      fail(ErrorCode::buffer_misuse,
+           fmt::format("{} of {}, which the running task '{}' did not declare (declare it with "
+                       "nerve_task_set_memory_deps or nerve_task_add_access)",
+                       operation, describe(buffer), kernel->name()));
+    }
+    return kernel->data_of(&buffer);
+  }
+  std::lock_guard lock(buffer.lock);
+  check_alive(buffer, operation);
+  return buffer.host;
+}
+
+}  // namespace
+}  // namespace nerve::capi
+
+using namespace nerve::capi;
+using nerve::ErrorCode;
+
+extern "C" {
+
+nerve_buffer_t* nerve_buffer_alloc(nerve_context_t* ctx, size_t bytes, nerve_device_t preferred_device,
+                                   unsigned properties) {
+  return guard_value<nerve_buffer_t*>("nerve_buffer_alloc", nullptr, [&] {
+    nerve_context& context = checked_context(ctx);
+    check_device(context, preferred_device, "preferred_device");
+    if ((properties & ~(access_bits | property_bits)) != 0) {
+      fail(ErrorCode::invalid_argument,
+           fmt::format("properties 0x{:x} has bits that are neither MEM_FLAG_* nor MEM_PROPERTY_*",
+                       properties));
+    }
+    nerve::BufferOptions options;
+    options.sticky = (properties & MEM_PROPERTY_STICKY) != 0;
+    options.host_cached = (properties & MEM_PROPERTY_HOST_CACHED) != 0;
+    return allocate(context, bytes, properties, options);
+  });
+}
+
+nerve_buffer_t* nerve_buffer_alloc_unified(nerve_context_t* ctx, size_t bytes, unsigned flags) {
+  return guard_value<nerve_buffer_t*>("nerve_buffer_alloc_unified", nullptr, [&] {
+    nerve_context& context = checked_context(ctx);
+    if ((flags & ~access_bits) != 0) {
+      fail(ErrorCode::invalid_argument,
+           fmt::format(
+               "flags 0x{:x} has bits that are not MEM_FLAG_* (MEM_PROPERTY_* go to nerve_buffer_alloc)",
+               flags));
+    }
+    return allocate(context, bytes, flags);
+  });
+}
+
+void* nerve_buffer_map(nerve_buffer_t* buffer, nerve_map_mode_t mode) {
+  return guard_value<void*>("nerve_buffer_map", nullptr, [&] {
+    nerve_buffer& handle = checked_buffer(buffer);
+    const nerve::Access access = map_access(mode);
+    {
+      std::lock_guard lock(handle.lock);
+      check_alive(handle, "map");
+      if (handle.mapping_state != MappingState::none) {
+        fail(ErrorCode::buffer_misuse,
+             fmt::format("map of {}, which is already mapped (unmap it first)", describe(handle)));
+      }
+      // While a map is in progress or alive, free is refused, so `state` stays valid without a pin.
+      handle.mapping_state = MappingState::in_progress;
+    }
+    nerve::detail::Mapping mapping{};
+    try {
+      mapping = nerve::detail::buffer_map(handle.state, 0, handle.bytes, access, true);
+    } catch (...) {
+      std::lock_guard lock(handle.lock);
+      handle.mapping_state = MappingState::none;
+      throw;
+    }
+    std::lock_guard lock(handle.lock);
+    handle.mapping = mapping;
+    handle.mapping_state = MappingState::mapped;
+    return mapping.data;
+  });
+}
+
+nerve_status_t nerve_buffer_unmap(nerve_buffer_t* buffer) {
+  return guard("nerve_buffer_unmap", [&] {
+    nerve_buffer& handle = checked_buffer(buffer);
+    nerve::detail::Mapping mapping{};
+    {
+      std::lock_guard lock(handle.lock);
+      check_alive(handle, "unmap");
+      if (handle.mapping_state != MappingState::mapped) {
+        fail(ErrorCode::buffer_misuse, fmt::format("unmap of {}, which is not mapped", describe(handle)));
+      }
+      mapping = handle.mapping;
+      handle.mapping = {};
+      handle.mapping_state = MappingState::none;
+    }
+    nerve::detail::buffer_unmap(mapping);
+  });
+}
+
+void* nerve_buffer_get_device_ptr(nerve_buffer_t* buffer, nerve_device_t device) {
+  return guard_value<void*>("nerve_buffer_get_device_ptr", nullptr, [&] {
+    nerve_buffer& handle = checked_buffer(buffer);
+    check_device(*handle.owner, device, "device");
+    return data_pointer(handle, "device pointer");
+  });
+}
+
+void* nerve_buffer_get_unified_ptr(nerve_buffer_t* buffer) {
+  return guard_value<void*>("nerve_buffer_get_unified_ptr", nullptr,
+                            [&] { return data_pointer(checked_buffer(buffer), "unified pointer"); });
+}
+
+size_t nerve_buffer_size(const nerve_buffer_t* buffer) {
+  return guard_value<size_t>("nerve_buffer_size", 0, [&] {
+    nerve_buffer& handle = checked_buffer(buffer);
+    std::lock_guard lock(handle.lock);
+    check_alive(handle, "size");
+    return handle.bytes;
+  });
+}
+
+nerve_status_t nerve_buffer_free(nerve_buffer_t* buffer) {
+  return guard("nerve_buffer_free", [&] {
+    nerve_buffer& handle = checked_buffer(buffer);
+    nerve::detail::BufferState* state = nullptr;
+    {
+      std::lock_guard lock(handle.lock);
+      if (handle.freed) fail(ErrorCode::buffer_misuse, fmt::format("double free of {}", describe(handle)));
+      if (handle.mapping_state != MappingState::none) {
+        fail(ErrorCode::buffer_misuse,
+             fmt::format("free of {} while it is mapped (unmap it first)", describe(handle)));
+      }
+      handle.freed = true;
+      state = handle.state;
+    }
+    // Tasks already submitted hold their own references: the data goes when the last of them ends.
+    nerve::detail::buffer_free(state);
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,157 @@
+// context.cpp — nerve_init*, nerve_shutdown and the context queries.
+#include <memory>
+#include <vector>
+
+#include "nerve/nerve.h"
+
+#include "capi/errors.hpp"
+#include "capi/handles.hpp"
+#include "capi/settings_from_config.hpp"
+#include "runtime/context_impl.hpp"
+#include "util/log.hpp"
+
+namespace nerve::capi {
+namespace {
+
+nerve_context* create_context(const nerve_context_config_t& config) {
+  auto ctx = std::make_unique<nerve_context>();
+  ctx->runtime.emplace(settings_from_config(config));
+  return ctx.release();
+}
+
+// Pools the program did not destroy: a launched one is waited for, an unlaunched one discarded. They
+// must go before the runtime does, since their tasks live in its records.
+void destroy_remaining_pools(nerve_context& ctx) {
+  std::vector<nerve_task_pool*> pools;
+  {
+    std::lock_guard lock(ctx.registry_mutex);
+    pools.assign(ctx.pools.begin(), ctx.pools.end());
+    ctx.pools.clear();
+  }
+  if (!pools.empty())
+    log::warn("nerve_shutdown: destroying {} task pool(s) the program did not destroy", pools.size());
+  for (nerve_task_pool* pool : pools) {
+    detail::pool_destroy(pool->state);
+    delete pool;
+  }
+}
+
+// Mappings still open would make the runtime's final wait hang (tasks queued behind them never run).
+void unmap_remaining_mappings(nerve_context& ctx) {
+  std::size_t unmapped = 0;
+  std::lock_guard registry(ctx.registry_mutex);
+  for (auto& buffer : ctx.buffers) {
+    detail::Mapping mapping{};
+    {
+      std::lock_guard lock(buffer->lock);
+      if (buffer->mapping_state != MappingState::mapped) continue;
+      mapping = buffer->mapping;
+      buffer->mapping = {};
+      buffer->mapping_state = MappingState::none;
+    }
+    detail::buffer_unmap(mapping);
+    ++unmapped;
+  }
+  if (unmapped != 0) log::warn("nerve_shutdown: unmapping {} buffer(s) still mapped", unmapped);
+}
+
+// After the runtime is gone: drop the allocation reference of every buffer the program did not free
+// (the runtime has already reported them and released their data), so that nothing outlives the
+// context.
+void release_unfreed_buffers(nerve_context& ctx) {
+  std::lock_guard registry(ctx.registry_mutex);
+  for (auto& buffer : ctx.buffers) {
+    detail::BufferState* state = nullptr;
+    {
+      std::lock_guard lock(buffer->lock);
+      if (buffer->freed) continue;
+      buffer->freed = true;
+      state = buffer->state;
+    }
+    detail::release(state);
+  }
+}
+
+// inside_task() tells whether the calling thread is running a task of `ctx` (a C kernel or a C++
+// task): there, nerve_wait_all() would wait for its own task and nerve_shutdown() for everything.
+bool inside_task(nerve_context& ctx) { return ctx.impl()->current_thread().nesting > 0; }
+
+}  // namespace
+}  // namespace nerve::capi
+
+using namespace nerve::capi;
+
+extern "C" {
+
+nerve_context_t* nerve_init(void) {
+  return guard_value<nerve_context_t*>("nerve_init", nullptr, [] {
+    const nerve_context_config_t config = NERVE_CONTEXT_CONFIG_DEFAULT;
+    return create_context(config);
+  });
+}
+
+nerve_context_t* nerve_init_with_config(const nerve_context_config_t* config) {
+  return guard_value<nerve_context_t*>("nerve_init_with_config", nullptr, [config] {
+    const nerve_context_config_t defaults = NERVE_CONTEXT_CONFIG_DEFAULT;
+    return create_context(config != nullptr ? *config : defaults);
+  });
+}
+
+void nerve_shutdown(nerve_context_t* ctx) {
+  if (ctx == nullptr) return;
+  const nerve_status_t refused = guard("nerve_shutdown", [ctx] {
+    if (inside_task(*ctx)) {
+      fail(nerve::ErrorCode::invalid_argument,
+           "called from inside a task of the context; the context stays alive");
+    }
+  });
+  if (refused != NERVE_OK) {
+    nerve::log::error("{}", nerve_last_error());
+    return;
+  }
+  guard("nerve_shutdown", [ctx] {
+    destroy_remaining_pools(*ctx);
+    unmap_remaining_mappings(*ctx);
+    ctx->runtime.reset();  // waits for every task, stops the workers, reports buffers still alive
+    release_unfreed_buffers(*ctx);
+  });
+  delete ctx;
+}
+
+int nerve_context_get_device_count(nerve_context_t* ctx) {
+  return guard_value<int>("nerve_context_get_device_count", -1,
+                          [ctx] { return device_count(checked_context(ctx)); });
+}
+
+int nerve_context_get_worker_count(nerve_context_t* ctx) {
+  return guard_value<int>("nerve_context_get_worker_count", -1,
+                          [ctx] { return static_cast<int>(checked_context(ctx).runtime->worker_count()); });
+}
+
+nerve_status_t nerve_wait_all(nerve_context_t* ctx) {
+  nerve_context* checked = nullptr;
+  const nerve_status_t checked_status = guard("nerve_wait_all", [&] {
+    checked = &checked_context(ctx);
+    if (inside_task(*checked)) {
+      fail(nerve::ErrorCode::invalid_argument,
+           "called from inside a task: it would wait for that task itself (wait for a task pool instead)");
+    }
+  });
+  if (checked_status != NERVE_OK) return checked_status;
+  try {
+    checked->runtime->wait_all();
+    return NERVE_OK;
+  } catch (...) {
+    return record_wait_exception("nerve_wait_all");
+  }
+}
+
+nerve_status_t nerve_context_dump_perf_stats(nerve_context_t* ctx, const char* path) {
+  return guard("nerve_context_dump_perf_stats", [&] {
+    nerve_context& context = checked_context(ctx);
+    if (path == nullptr) fail(nerve::ErrorCode::invalid_argument, "the path is NULL");
+    context.runtime->dump_perf_stats(path);
+  });
+}
+
+}  // extern "C"

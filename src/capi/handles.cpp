@@ -1,0 +1,51 @@
+#include "capi/handles.hpp"
+
+#include <fmt/format.h>
+
+#include "nerve/error.hpp"
+
+namespace nerve::capi {
+
+const char* NameTable::intern(const std::string& name) {
+  std::lock_guard lock(mutex_);
+  return names_.insert(name).first->c_str();
+}
+
+nerve_context& checked_context(nerve_context* ctx) {
+  if (ctx == nullptr || !ctx->runtime) throw Error(ErrorCode::invalid_argument, "the context is NULL");
+  return *ctx;
+}
+
+nerve_buffer& checked_buffer(const nerve_buffer* buffer) {
+  if (buffer == nullptr) throw Error(ErrorCode::invalid_argument, "the buffer is NULL");
+  if (buffer->magic != buffer_magic) {
+    throw Error(ErrorCode::invalid_argument, "the pointer passed as a buffer is not a nerve_buffer_t");
+  }
+  return const_cast<nerve_buffer&>(*buffer);
+}
+
+nerve_task& checked_task(nerve_task* task) {
+  if (task == nullptr) throw Error(ErrorCode::invalid_argument, "the task is NULL");
+  return *task;
+}
+
+nerve_task_pool& checked_pool(nerve_task_pool* pool) {
+  if (pool == nullptr) throw Error(ErrorCode::invalid_argument, "the task pool is NULL");
+  return *pool;
+}
+
+std::string describe(const nerve_buffer& buffer) {
+  return fmt::format("buffer {} ({} bytes)", buffer.id, buffer.bytes);
+}
+
+int device_count(nerve_context& context) { return static_cast<int>(context.runtime->devices().size()); }
+
+void check_device(nerve_context& context, nerve_device_t device, const char* what) {
+  if (device == NERVE_DEVICE_ANY || (device >= 0 && device < device_count(context))) return;
+  throw Error(ErrorCode::invalid_argument,
+              fmt::format("{} {} is not a device of this context (devices: 0 = the CPU workers; "
+                          "NERVE_DEVICE_ANY = -1 lets nerve choose)",
+                          what, device));
+}
+
+}  // namespace nerve::capi

@@ -1,0 +1,118 @@
+// task.cpp — nerve_task_*: building a task, submitting it, and failing it from its kernel.
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "nerve/nerve.h"
+
+#include "capi/errors.hpp"
+#include "capi/handles.hpp"
+#include "capi/running_kernel.hpp"
+#include "capi/submit.hpp"
+
+namespace nerve::capi {
+namespace {
+
+// declared_access() validates one access against a live buffer: what set_memory_deps and add_access
+// check at once, so that the error points at the call that declared it.
+TaskAccess declared_access(nerve_buffer* buffer, Access mode, std::size_t offset, std::size_t size,
+                           bool whole_buffer) {
+  nerve_buffer& handle = checked_buffer(buffer);
+  std::lock_guard lock(handle.lock);
+  if (handle.freed) {
+    fail(ErrorCode::buffer_misuse,
+         fmt::format("a task declares {}, which was already freed (use after free)", describe(handle)));
+  }
+  if (whole_buffer) return {buffer, 0, handle.bytes, mode};
+  if (offset > handle.bytes || size > handle.bytes - offset) {
+    fail(ErrorCode::buffer_misuse,
+         fmt::format("access to bytes [{}, {}) is outside {}", offset, offset + size, describe(handle)));
+  }
+  return {buffer, offset, size, mode};
+}
+
+}  // namespace
+}  // namespace nerve::capi
+
+using namespace nerve::capi;
+using nerve::ErrorCode;
+
+extern "C" {
+
+nerve_task_t* nerve_task_create(nerve_kernel_fn fn, void* desc) {
+  return guard_value<nerve_task_t*>("nerve_task_create", nullptr, [&] {
+    if (fn == nullptr) fail(ErrorCode::invalid_argument, "the kernel function is NULL");
+    auto task = std::make_unique<nerve_task>();
+    task->fn = fn;
+    task->desc = desc;
+    return task.release();
+  });
+}
+
+nerve_status_t nerve_task_set_memory_deps(nerve_task_t* task, size_t count, nerve_buffer_t* const* buffers) {
+  return guard("nerve_task_set_memory_deps", [&] {
+    nerve_task& checked = checked_task(task);
+    if (count != 0 && buffers == nullptr) {
+      fail(ErrorCode::invalid_argument, fmt::format("the buffer array is NULL but count is {}", count));
+    }
+    std::vector<TaskAccess> accesses;
+    accesses.reserve(count);
+    for (std::size_t i = 0; i < count; ++i) {
+      const nerve_buffer& handle = checked_buffer(buffers[i]);
+      accesses.push_back(declared_access(buffers[i], handle.default_mode, 0, 0, true));
+    }
+    checked.accesses = std::move(accesses);
+  });
+}
+
+nerve_status_t nerve_task_add_access(nerve_task_t* task, nerve_buffer_t* buffer, nerve_access_mode_t mode,
+                                     size_t offset, size_t size) {
+  return guard("nerve_task_add_access", [&] {
+    nerve_task& checked = checked_task(task);
+    if (mode != NERVE_ACCESS_READ && mode != NERVE_ACCESS_WRITE && mode != NERVE_ACCESS_READ_WRITE) {
+      fail(ErrorCode::invalid_argument,
+           fmt::format("{} is not a nerve_access_mode_t", static_cast<int>(mode)));
+    }
+    if (size == 0) fail(ErrorCode::invalid_argument, "an access needs at least one byte");
+    checked.accesses.push_back(
+        declared_access(buffer, static_cast<nerve::Access>(mode), offset, size, false));
+  });
+}
+
+nerve_status_t nerve_task_set_compute_intensive(nerve_task_t* task, bool compute_intensive) {
+  return guard("nerve_task_set_compute_intensive",
+               [&] { checked_task(task).compute_intensive = compute_intensive; });
+}
+
+nerve_status_t nerve_task_set_name(nerve_task_t* task, const char* name) {
+  return guard("nerve_task_set_name", [&] {
+    nerve_task& checked = checked_task(task);
+    if (name == nullptr) fail(ErrorCode::invalid_argument, "the name is NULL");
+    checked.name = name;
+  });
+}
+
+nerve_status_t nerve_task_submit(nerve_context_t* ctx, nerve_task_t* task, nerve_device_t device) {
+  std::unique_ptr<nerve_task> owned(task);  // consumed whatever happens
+  return guard("nerve_task_submit", [&] {
+    nerve_context& context = checked_context(ctx);
+    checked_task(owned.get());
+    check_device(context, device, "device");
+    submit_task(context, std::move(owned), nullptr, device);
+  });
+}
+
+void nerve_task_destroy(nerve_task_t* task) { delete task; }
+
+void nerve_task_fail(const char* message) {
+  if (RunningKernel* kernel = RunningKernel::current()) {
+    kernel->fail(message);
+    return;
+  }
+  set_last_error(NERVE_ERROR_INVALID_ARGUMENT, "nerve_task_fail",
+                 "called outside a task's kernel; only a running kernel can fail its task");
+}
+
+}  // extern "C"

@@ -1,0 +1,466 @@
+#include "memory/coherence.hpp"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "nerve/error.hpp"
+
+#include "memory/buffer_state.hpp"
+#include "task/task_record.hpp"
+
+namespace nerve::detail {
+
+// A copy in flight into node `to`, and the tasks waiting for it. It holds a reference on its
+// buffer and pins the source replica until it lands.
+struct PendingCopy final : CopyCompletion {
+  CoherenceEngine* engine;
+  BufferState* buffer;
+  unsigned from;
+  unsigned to;
+  std::size_t begin;
+  std::size_t end;
+  std::uint64_t start_epoch;
+  std::vector<TaskRecord*> waiters;
+
+  void copy_done(bool ok, const std::string& error) noexcept override {
+    engine->copy_finished(*this, ok, error);
+  }
+};
+
+namespace {
+
+constexpr NodeMask bit(unsigned node) noexcept { return NodeMask{1} << node; }
+
+bool reads(Access mode) noexcept {
+  return (static_cast<unsigned>(mode) & static_cast<unsigned>(Access::read)) != 0;
+}
+bool writes(Access mode) noexcept {
+  return (static_cast<unsigned>(mode) & static_cast<unsigned>(Access::write)) != 0;
+}
+
+// A reference that is only taken if the buffer is not already being destroyed.
+bool try_retain(BufferState& buffer) noexcept {
+  std::int32_t refs = buffer.refs.load(std::memory_order_relaxed);
+  while (refs > 0) {
+    if (buffer.refs.compare_exchange_weak(refs, refs + 1, std::memory_order_acq_rel)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+BufferReplicas::BufferReplicas(std::size_t bytes, std::byte* host) : bytes_(bytes) {
+  ranges_.push_back(Range{0, bytes == 0 ? 1 : bytes, bit(0), 0});
+  replicas_.resize(1);
+  replicas_[0].data = host;
+}
+
+std::size_t BufferReplicas::split_at(std::size_t position) {
+  auto it = std::upper_bound(ranges_.begin(), ranges_.end(), position,
+                             [](std::size_t value, const Range& r) { return value < r.end; });
+  const auto index = static_cast<std::size_t>(it - ranges_.begin());
+  if (index == ranges_.size() || ranges_[index].begin == position) return index;
+  Range right = ranges_[index];
+  right.begin = position;
+  ranges_[index].end = position;
+  ranges_.insert(ranges_.begin() + static_cast<std::ptrdiff_t>(index) + 1, right);
+  return index + 1;
+}
+
+void BufferReplicas::merge() {
+  std::size_t out = 0;
+  for (std::size_t i = 1; i < ranges_.size(); ++i) {
+    if (ranges_[i].valid == ranges_[out].valid && ranges_[i].epoch == ranges_[out].epoch) {
+      ranges_[out].end = ranges_[i].end;
+    } else {
+      ranges_[++out] = ranges_[i];
+    }
+  }
+  ranges_.resize(out + 1);
+}
+
+CoherenceEngine::CoherenceEngine(std::vector<MemoryNode*> nodes, DataListener& listener)
+    : nodes_(std::move(nodes)),
+      listener_(listener),
+      residents_(new NodeResidents[max_memory_nodes]),
+      transfers_(new TransferCounters[max_memory_nodes * max_memory_nodes]) {
+  if (nodes_.size() > max_memory_nodes) {
+    throw Error(ErrorCode::not_supported,
+                fmt::format("at most {} memory nodes are supported", max_memory_nodes));
+  }
+}
+
+CoherenceEngine::~CoherenceEngine() = default;
+
+unsigned CoherenceEngine::choose_source(NodeMask valid, unsigned destination) const noexcept {
+  // The host when it holds the bytes (every device reaches it), else the lowest-numbered valid node.
+  if ((valid & bit(0)) != 0) return 0;
+  for (unsigned node = 1; node < nodes_.size(); ++node) {
+    if (node != destination && (valid & bit(node)) != 0) return node;
+  }
+  return 0;
+}
+
+std::byte* CoherenceEngine::replica(BufferState& buffer, unsigned node) noexcept {
+  std::lock_guard lock(buffer.replicas.mutex_);
+  auto& replicas = buffer.replicas.replicas_;
+  return node < replicas.size() ? replicas[node].data : nullptr;
+}
+
+std::size_t CoherenceEngine::valid_bytes(BufferState& buffer, std::size_t offset, std::size_t size,
+                                         unsigned node) {
+  std::lock_guard lock(buffer.replicas.mutex_);
+  std::size_t total = 0;
+  for (const auto& range : buffer.replicas.ranges_) {
+    const std::size_t begin = std::max(range.begin, offset);
+    const std::size_t end = std::min(range.end, offset + size);
+    if (begin < end && (range.valid & bit(node)) != 0) total += end - begin;
+  }
+  return total;
+}
+
+bool CoherenceEngine::acquire(TaskRecord* task, unsigned node) {
+  // Phase 1: every replica the task needs, allocated and pinned, before any copy is promised — so
+  // that a task that must wait for memory leaves nothing behind.
+  std::size_t pinned = 0;
+  try {
+    for (; pinned < task->access_count; ++pinned) pin_replica(*task->accesses[pinned].buffer, node, *task);
+  } catch (...) {
+    // Silently: these pins were this task's own, so releasing them frees nothing another waiting
+    // task could use that it could not have evicted already (notifying would only make waiting
+    // tasks retry in a loop while the real holders still run).
+    for (std::size_t i = 0; i < pinned; ++i) {
+      BufferState& buffer = *task->accesses[i].buffer;
+      std::lock_guard lock(buffer.replicas.mutex_);
+      --buffer.replicas.replicas_[node].pins;
+    }
+    throw;
+  }
+  // Phase 2: copy what it reads, claim what it writes.
+  task->fetches.store(1, std::memory_order_relaxed);  // a guard while copies are being started
+  std::vector<PendingCopy*> started;
+  for (std::size_t i = 0; i < task->access_count; ++i) {
+    const AccessRecord& access = task->accesses[i];
+    BufferState& buffer = *access.buffer;
+    std::lock_guard lock(buffer.replicas.mutex_);
+    buffer.replicas.replicas_[node].last_use = tick();
+    if (reads(access.mode))
+      fetch_range(buffer, node, access.offset, access.offset + access.size, task, started);
+    if (writes(access.mode)) claim_for_write(buffer, node, access.offset, access.offset + access.size);
+  }
+  start_copies(started);
+  return task->fetches.fetch_sub(1, std::memory_order_acq_rel) == 1;
+}
+
+void CoherenceEngine::fetch_range(BufferState& buffer, unsigned node, std::size_t begin, std::size_t end,
+                                  TaskRecord* waiter, std::vector<PendingCopy*>& started) {
+  auto& state = buffer.replicas;
+  if (begin == end) return;
+  // Ranges may have merged since a copy into this node started: split at copies' edges so that each
+  // range is either wholly inside an in-flight copy (join it) or wholly outside (copy it).
+  for (const PendingCopy* copy : state.copies_) {
+    if (copy->to != node) continue;
+    if (copy->begin > begin && copy->begin < end) state.split_at(copy->begin);
+    if (copy->end > begin && copy->end < end) state.split_at(copy->end);
+  }
+  std::size_t first = state.split_at(begin);
+  const std::size_t last = state.split_at(end);
+  auto joinable = [&](const BufferReplicas::Range& range) -> PendingCopy* {
+    for (PendingCopy* copy : state.copies_) {
+      if (copy->to == node && copy->begin <= range.begin && range.end <= copy->end &&
+          copy->start_epoch >= range.epoch) {
+        return copy;
+      }
+    }
+    return nullptr;
+  };
+  for (std::size_t k = first; k < last;) {
+    const auto& range = state.ranges_[k];
+    if ((range.valid & bit(node)) != 0) {
+      ++k;
+      continue;
+    }
+    if (PendingCopy* copy = joinable(range)) {
+      if (copy->waiters.empty() || copy->waiters.back() != waiter) {
+        copy->waiters.push_back(waiter);
+        waiter->fetches.fetch_add(1, std::memory_order_relaxed);
+      }
+      ++k;
+      continue;
+    }
+    // Coalesce the following ranges that need the same copy into one transfer.
+    const unsigned source = choose_source(range.valid, node);
+    std::size_t m = k + 1;
+    while (m < last && (state.ranges_[m].valid & bit(node)) == 0 &&
+           choose_source(state.ranges_[m].valid, node) == source && joinable(state.ranges_[m]) == nullptr) {
+      ++m;
+    }
+    auto* copy = new PendingCopy{};
+    copy->engine = this;
+    copy->buffer = &buffer;
+    copy->from = source;
+    copy->to = node;
+    copy->begin = state.ranges_[k].begin;
+    copy->end = state.ranges_[m - 1].end;
+    copy->start_epoch = state.epoch_;
+    copy->waiters.push_back(waiter);
+    waiter->fetches.fetch_add(1, std::memory_order_relaxed);
+    buffer.refs.fetch_add(1, std::memory_order_relaxed);
+    ++state.replicas_[source].pins;
+    state.copies_.push_back(copy);
+    started.push_back(copy);
+    k = m;
+  }
+}
+
+void CoherenceEngine::claim_for_write(BufferState& buffer, unsigned node, std::size_t begin,
+                                      std::size_t end) {
+  auto& state = buffer.replicas;
+  if (begin == end) return;
+  const std::size_t first = state.split_at(begin);
+  const std::size_t last = state.split_at(end);
+  const std::uint64_t epoch = ++state.epoch_;
+  for (std::size_t k = first; k < last; ++k) {
+    state.ranges_[k].valid = bit(node);
+    state.ranges_[k].epoch = epoch;
+  }
+  state.merge();
+}
+
+void CoherenceEngine::start_copies(std::vector<PendingCopy*>& started) {
+  for (PendingCopy* copy : started) {
+    std::byte* source = nullptr;
+    std::byte* destination = nullptr;
+    {
+      std::lock_guard lock(copy->buffer->replicas.mutex_);
+      source = copy->buffer->replicas.replicas_[copy->from].data + copy->begin;
+      destination = copy->buffer->replicas.replicas_[copy->to].data + copy->begin;
+    }
+    try {
+      MemoryNode::copy(*nodes_[copy->from], source, *nodes_[copy->to], destination, copy->end - copy->begin,
+                       *copy);
+    } catch (const std::exception& error) {
+      copy_finished(*copy, false, error.what());
+    }
+  }
+  started.clear();
+}
+
+void CoherenceEngine::copy_finished(PendingCopy& copy, bool ok, const std::string& error) noexcept {
+  BufferState& buffer = *copy.buffer;
+  {
+    std::lock_guard lock(buffer.replicas.mutex_);
+    auto& state = buffer.replicas;
+    if (ok) {
+      const std::size_t first = state.split_at(copy.begin);
+      const std::size_t last = state.split_at(copy.end);
+      for (std::size_t k = first; k < last; ++k) {
+        // Bytes rewritten after the copy started are newer than what it carried.
+        if (state.ranges_[k].epoch <= copy.start_epoch) state.ranges_[k].valid |= bit(copy.to);
+      }
+      state.merge();
+    }
+    --state.replicas_[copy.from].pins;
+    state.copies_.erase(std::find(state.copies_.begin(), state.copies_.end(), &copy));
+  }
+  const std::size_t bytes = copy.end - copy.begin;
+  TransferCounters& counters = transfers_[copy.from * max_memory_nodes + copy.to];
+  counters.copies.fetch_add(1, std::memory_order_relaxed);
+  counters.bytes.fetch_add(bytes, std::memory_order_relaxed);
+  for (TaskRecord* waiter : copy.waiters) {
+    if (!ok && !waiter->cancel_pending.exchange(true, std::memory_order_acq_rel)) {
+      waiter->error = std::make_exception_ptr(
+          Error(ErrorCode::internal,
+                fmt::format("copying {} bytes of {} from {} to {} failed: {}", bytes, buffer.describe(),
+                            nodes_[copy.from]->name(), nodes_[copy.to]->name(), error)));
+    }
+    if (waiter->fetches.fetch_sub(1, std::memory_order_acq_rel) == 1) listener_.data_ready(waiter);
+  }
+  const unsigned source = copy.from;
+  delete &copy;
+  detail::release(&buffer);
+  if (source != 0) listener_.memory_freed(source);  // the source replica is unpinned
+}
+
+void CoherenceEngine::release(TaskRecord* task, unsigned node) noexcept {
+  std::vector<PendingCopy*> started;
+  for (std::size_t i = 0; i < task->access_count; ++i) {
+    const AccessRecord& access = task->accesses[i];
+    BufferState& buffer = *access.buffer;
+    std::unique_lock lock(buffer.replicas.mutex_);
+    --buffer.replicas.replicas_[node].pins;
+    if (node != 0 && buffer.host_cached && writes(access.mode) && access.size != 0) {
+      // HOST_CACHED: copy what the device wrote back to the host now, so the host stays valid.
+      auto& state = buffer.replicas;
+      auto* copy = new PendingCopy{};
+      copy->engine = this;
+      copy->buffer = &buffer;
+      copy->from = node;
+      copy->to = 0;
+      copy->begin = access.offset;
+      copy->end = access.offset + access.size;
+      copy->start_epoch = state.epoch_;
+      buffer.refs.fetch_add(1, std::memory_order_relaxed);
+      ++state.replicas_[node].pins;
+      state.copies_.push_back(copy);
+      started.push_back(copy);
+    }
+  }
+  start_copies(started);
+  if (node != 0) listener_.memory_freed(node);
+}
+
+void CoherenceEngine::pin_replica(BufferState& buffer, unsigned node, const TaskRecord& task) {
+  const std::size_t bytes = buffer.bytes == 0 ? 1 : buffer.bytes;
+  {
+    std::lock_guard lock(buffer.replicas.mutex_);
+    auto& replicas = buffer.replicas.replicas_;
+    if (replicas.size() < nodes_.size()) replicas.resize(nodes_.size());
+    if (node == 0 || replicas[node].data != nullptr) {
+      ++replicas[node].pins;
+      return;
+    }
+  }
+  std::byte* data = allocate_evicting(node, bytes, buffer, task);
+  bool installed = false;
+  {
+    std::lock_guard lock(buffer.replicas.mutex_);
+    auto& replica = buffer.replicas.replicas_[node];
+    if (replica.data == nullptr) {
+      replica.data = data;
+      installed = true;
+    }
+    ++replica.pins;
+  }
+  if (!installed) {
+    nodes_[node]->deallocate(data, bytes);  // another task installed one meanwhile
+    return;
+  }
+  std::lock_guard lock(residents_[node].mutex);
+  residents_[node].buffers.push_back(&buffer);
+}
+
+std::byte* CoherenceEngine::allocate_evicting(unsigned node, std::size_t bytes, const BufferState& requester,
+                                              const TaskRecord& task) {
+  MemoryNode& memory = *nodes_[node];
+  while (true) {
+    if (std::byte* data = memory.try_allocate(bytes)) return data;
+    if (evict(node, bytes, requester) == 0) break;
+  }
+  // Nothing more can be evicted. If other tasks hold replicas here, memory frees up when they
+  // finish: the task waits. If the task alone cannot fit, waiting would never end: fail.
+  std::size_t own = 0;
+  for (std::size_t i = 0; i < task.access_count; ++i) {
+    const BufferState& buffer = *task.accesses[i].buffer;
+    own += buffer.bytes == 0 ? 1 : buffer.bytes;
+  }
+  auto is_own = [&](const BufferState* buffer) {
+    for (std::size_t i = 0; i < task.access_count; ++i) {
+      if (task.accesses[i].buffer == buffer) return true;
+    }
+    return false;
+  };
+  std::size_t residents = 0;
+  bool held_by_others = false;
+  {
+    std::lock_guard lock(residents_[node].mutex);
+    residents = residents_[node].buffers.size();
+    for (BufferState* buffer : residents_[node].buffers) {
+      if (is_own(buffer)) continue;
+      std::lock_guard buffer_lock(buffer->replicas.mutex_);
+      held_by_others |= buffer->replicas.replicas_[node].pins != 0 || !buffer->replicas.copies_.empty();
+    }
+  }
+  // Memory pinned by other tasks frees up when they finish; the task waits for that.
+  if (own <= memory.limit() && held_by_others) throw MemoryBusy{};
+  throw Error(
+      ErrorCode::out_of_memory,
+      fmt::format("memory node '{}' cannot hold {} more bytes for {}: limit {} bytes, {} in use by {} "
+                  "replica(s); the task needs {} bytes there in all",
+                  memory.name(), bytes, requester.describe(), memory.limit(), memory.used(), residents, own));
+}
+
+// Evicts unpinned replicas from `node`, least recently used first and STICKY buffers last, until
+// `wanted` bytes are free or nothing else can go. Returns the bytes freed.
+std::size_t CoherenceEngine::evict(unsigned node, std::size_t wanted, const BufferState& requester) {
+  std::vector<BufferState*> candidates;
+  {
+    std::lock_guard lock(residents_[node].mutex);
+    for (BufferState* buffer : residents_[node].buffers) {
+      if (buffer != &requester && try_retain(*buffer)) candidates.push_back(buffer);
+    }
+  }
+  auto key = [node](BufferState* buffer) {
+    std::lock_guard lock(buffer->replicas.mutex_);
+    return std::pair{buffer->sticky, buffer->replicas.replicas_[node].last_use};
+  };
+  std::vector<std::pair<std::pair<bool, std::uint64_t>, BufferState*>> order;
+  for (BufferState* buffer : candidates) order.emplace_back(key(buffer), buffer);
+  std::sort(order.begin(), order.end());
+  std::size_t freed = 0;
+  for (auto& [ignored, buffer] : order) {
+    if (freed < wanted && evict_replica(*buffer, node)) freed += buffer->bytes == 0 ? 1 : buffer->bytes;
+    detail::release(buffer);
+  }
+  return freed;
+}
+
+bool CoherenceEngine::evict_replica(BufferState& buffer, unsigned node) {
+  std::byte* data = nullptr;
+  {
+    std::lock_guard lock(buffer.replicas.mutex_);
+    auto& state = buffer.replicas;
+    auto& replica = state.replicas_[node];
+    if (replica.data == nullptr || replica.pins != 0) return false;
+    for (const PendingCopy* copy : state.copies_) {
+      if (copy->to == node || copy->from == node) return false;
+    }
+    write_back_exclusive(buffer, node);
+    for (auto& range : state.ranges_) range.valid &= ~bit(node);
+    state.merge();
+    data = std::exchange(replica.data, nullptr);
+  }
+  nodes_[node]->deallocate(data, buffer.bytes == 0 ? 1 : buffer.bytes);
+  std::lock_guard lock(residents_[node].mutex);
+  auto& list = residents_[node].buffers;
+  list.erase(std::remove(list.begin(), list.end(), &buffer), list.end());
+  return true;
+}
+
+// Ranges whose only valid copy is on `node` go back to the host before the replica is dropped.
+// The copy is synchronous and does not go through the node's asynchronous engine, whose completion
+// callbacks may need this buffer's lock (held here).
+void CoherenceEngine::write_back_exclusive(BufferState& buffer, unsigned node) {
+  auto& state = buffer.replicas;
+  for (auto& range : state.ranges_) {
+    if (range.valid != bit(node)) continue;
+    nodes_[node]->copy_sync(*nodes_[node], state.replicas_[node].data + range.begin, *nodes_[0],
+                            state.replicas_[0].data + range.begin, range.end - range.begin);
+    range.valid |= bit(0);
+    TransferCounters& counters = transfers_[node * max_memory_nodes];
+    counters.copies.fetch_add(1, std::memory_order_relaxed);
+    counters.bytes.fetch_add(range.end - range.begin, std::memory_order_relaxed);
+  }
+}
+
+void CoherenceEngine::forget(BufferState& buffer) noexcept {
+  std::vector<std::pair<unsigned, std::byte*>> owned;
+  {
+    std::lock_guard lock(buffer.replicas.mutex_);
+    auto& replicas = buffer.replicas.replicas_;
+    for (unsigned node = 1; node < replicas.size(); ++node) {
+      if (replicas[node].data != nullptr)
+        owned.emplace_back(node, std::exchange(replicas[node].data, nullptr));
+    }
+  }
+  for (auto [node, data] : owned) {
+    nodes_[node]->deallocate(data, buffer.bytes == 0 ? 1 : buffer.bytes);
+    std::lock_guard lock(residents_[node].mutex);
+    auto& list = residents_[node].buffers;
+    list.erase(std::remove(list.begin(), list.end(), &buffer), list.end());
+  }
+  for (auto [node, data] : owned) listener_.memory_freed(node);
+}
+
+}  // namespace nerve::detail

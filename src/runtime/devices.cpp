@@ -1,0 +1,149 @@
+// devices.cpp — placing tasks on the CPU workers or a device, moving their data there first, and
+// running them on devices.
+#include <fmt/format.h>
+
+#include "nerve/error.hpp"
+
+#include "memory/buffer_state.hpp"
+#include "runtime/context_impl.hpp"
+
+namespace nerve::detail {
+
+int ContextImpl::add_test_device(const TestDeviceOptions& options) {
+  if (buffer_ids.load(std::memory_order_relaxed) != 0 || in_flight() != 0) {
+    throw Error(ErrorCode::invalid_argument, "devices must be added before the first buffer or task");
+  }
+  const auto index = static_cast<int>(devices.size()) + 1;
+  devices.push_back(std::make_unique<TestDevice>(index, static_cast<unsigned>(index), options));
+  devices.back()->start(*this);
+  std::vector<MemoryNode*> nodes{&host_memory};
+  for (auto& device : devices) nodes.push_back(&device->memory());
+  coherence = std::make_unique<CoherenceEngine>(std::move(nodes), *this);
+  return index;
+}
+
+std::vector<DeviceInfo> ContextImpl::device_infos() const {
+  std::vector<DeviceInfo> infos;
+  DeviceInfo cpu;
+  cpu.index = 0;
+  cpu.kind = DeviceKind::cpu;
+  cpu.name = fmt::format("CPU workers ({})", scheduler.slot_count());
+  cpu.compute_units = scheduler.slot_count();
+  cpu.memory_node = 0;
+  infos.push_back(cpu);
+  for (const auto& device : devices) infos.push_back(device->info());
+  return infos;
+}
+
+void ContextImpl::validate_device_hint(int device, const char* name) const {
+  if (device < -1 || device >= static_cast<int>(device_count())) {
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("task '{}' asks for device {}, but this context has devices 0..{}",
+                            name != nullptr ? name : "(unnamed)", device, device_count() - 1));
+  }
+}
+
+// Data locality first: the device holding the most bytes the task reads, the CPU workers on a tie
+// (or when no device can run it). An explicit TaskOptions::device wins.
+int ContextImpl::choose_device(TaskRecord* task) {
+  if (task->device_hint >= 0) return task->device_hint;
+  int best = 0;
+  std::size_t best_bytes = 0;
+  for (std::size_t i = 0; i < task->access_count; ++i) {
+    const AccessRecord& access = task->accesses[i];
+    if (access.mode == Access::write) continue;
+    best_bytes += coherence->valid_bytes(*access.buffer, access.offset, access.size, 0);
+  }
+  for (auto& device : devices) {
+    if (!device->can_run(*task)) continue;
+    std::size_t bytes = 0;
+    for (std::size_t i = 0; i < task->access_count; ++i) {
+      const AccessRecord& access = task->accesses[i];
+      if (access.mode == Access::write) continue;
+      bytes += coherence->valid_bytes(*access.buffer, access.offset, access.size, device->memory().index());
+    }
+    if (bytes > best_bytes) {
+      best = device->info().index;
+      best_bytes = bytes;
+    }
+  }
+  return best;
+}
+
+void ContextImpl::place_with_data(TaskRecord* task, ThreadState& thread, bool submission) {
+  if (task->cancel_pending.load(std::memory_order_acquire)) {
+    task->device = -1;  // it will not run: cancel it on the CPU side without moving data
+    scheduler.enqueue(task, thread, submission, -1);
+    return;
+  }
+  task->device = static_cast<std::int16_t>(task->kind == TaskKind::function ? choose_device(task) : 0);
+  acquire_and_dispatch(task, thread, submission);
+}
+
+void ContextImpl::acquire_and_dispatch(TaskRecord* task, ThreadState& thread, bool submission) {
+  const unsigned node =
+      task->device == 0 ? 0 : devices[static_cast<std::size_t>(task->device) - 1]->memory().index();
+  const std::uint64_t frees = memory_frees[node].load(std::memory_order_acquire);
+  bool ready = false;
+  try {
+    ready = coherence->acquire(task, node);
+  } catch (const MemoryBusy&) {
+    {
+      std::lock_guard lock(memory_waiters_mutex);
+      memory_waiters[node].push_back(task);
+    }
+    if (memory_frees[node].load(std::memory_order_acquire) != frees) memory_freed(node);
+    return;
+  } catch (...) {
+    // The task's data can never fit there: it fails with that error (dependents cancelled).
+    task->error = std::current_exception();
+    task->device = -1;
+    finish(task, thread, status_failed);
+    return;
+  }
+  if (ready) dispatch(task, thread, submission);
+}
+
+void ContextImpl::memory_freed(unsigned node) noexcept {
+  memory_frees[node].fetch_add(1, std::memory_order_acq_rel);
+  std::vector<TaskRecord*> retry;
+  {
+    std::lock_guard lock(memory_waiters_mutex);
+    retry.swap(memory_waiters[node]);
+  }
+  if (retry.empty()) return;
+  ThreadState& thread = current_thread();
+  for (TaskRecord* task : retry) acquire_and_dispatch(task, thread, false);
+}
+
+void ContextImpl::data_ready(TaskRecord* task) { dispatch(task, current_thread(), false); }
+
+void ContextImpl::dispatch(TaskRecord* task, ThreadState& thread, bool submission) {
+  if (task->kind == TaskKind::host_access) {
+    grant_mapping(task, thread);
+  } else if (task->device == 0) {
+    scheduler.enqueue(task, thread, submission, preferred_numa_node(task));
+  } else {
+    devices[static_cast<std::size_t>(task->device) - 1]->submit(task);
+  }
+}
+
+void ContextImpl::run_on_device(TaskRecord* task, Device& device) {
+  ThreadState& thread = current_thread();
+  std::uint32_t outcome = status_cancelled;
+  if (!task->cancel_pending.load(std::memory_order_acquire) &&
+      (task->group == nullptr || !task->group->cancel_requested.load(std::memory_order_acquire))) {
+    task->phase.store(status_running, std::memory_order_relaxed);
+    std::vector<AccessView> views(task->access_count);
+    for (std::size_t i = 0; i < task->access_count; ++i) {
+      const AccessRecord& access = task->accesses[i];
+      views[i] = AccessView{coherence->replica(*access.buffer, device.memory().index()) + access.offset,
+                            access.size};
+    }
+    outcome = invoke_closure(task, thread, views.data());
+  }
+  destroy_closure(task);
+  finish(task, thread, outcome);
+}
+
+}  // namespace nerve::detail

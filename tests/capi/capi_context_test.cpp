@@ -1,0 +1,266 @@
+// C API: context creation and configuration, queries, perf stats, status strings, the last error.
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "capi_test.hpp"
+
+namespace nerve::testing {
+namespace {
+
+nerve_context_config_t hermetic_config() {
+  nerve_context_config_t config = NERVE_CONTEXT_CONFIG_DEFAULT;
+  config.use_environment = 0;
+  return config;
+}
+
+nlohmann::json dump_stats(nerve_context_t* ctx) {
+  const auto path =
+      std::filesystem::temp_directory_path() / ("nerve_capi_stats_" + std::to_string(::getpid()) + ".json");
+  EXPECT_EQ(nerve_context_dump_perf_stats(ctx, path.c_str()), NERVE_OK) << nerve_last_error();
+  std::ifstream in(path);
+  nlohmann::json json = nlohmann::json::parse(in);  // throws (failing the test) if not JSON
+  std::filesystem::remove(path);
+  return json;
+}
+
+TEST(CapiContext, InitWithDefaults) {
+  ContextPtr ctx(nerve_init());
+  ASSERT_NE(ctx, nullptr) << nerve_last_error();
+  EXPECT_EQ(nerve_context_get_device_count(ctx.get()), 1);
+  EXPECT_GE(nerve_context_get_worker_count(ctx.get()), 1);
+  EXPECT_EQ(nerve_wait_all(ctx.get()), NERVE_OK);
+}
+
+TEST(CapiContext, NullConfigMeansDefaults) {
+  ContextPtr ctx(nerve_init_with_config(nullptr));
+  ASSERT_NE(ctx, nullptr) << nerve_last_error();
+  EXPECT_EQ(nerve_context_get_device_count(ctx.get()), 1);
+}
+
+TEST(CapiContext, ThreadPoolSizeFieldIsHonoured) {
+  nerve_context_config_t config = hermetic_config();
+  config.thread_pool_size = 3;
+  ContextPtr ctx(nerve_init_with_config(&config));
+  ASSERT_NE(ctx, nullptr) << nerve_last_error();
+  EXPECT_EQ(nerve_context_get_worker_count(ctx.get()), 3);
+  EXPECT_EQ(dump_stats(ctx.get())["workers"].size(), 3u);
+}
+
+TEST(CapiContext, SpinFieldIsHonoured) {
+  nerve_context_config_t config = hermetic_config();
+  config.scheduler_spin_us = 7;
+  ContextPtr ctx(nerve_init_with_config(&config));
+  ASSERT_NE(ctx, nullptr) << nerve_last_error();
+  EXPECT_EQ(ctx->runtime->config().scheduler.spin, std::chrono::microseconds(7));
+  EXPECT_EQ(ctx->runtime->config().origin("scheduler.spin_us").source, ConfigSource::api);
+}
+
+TEST(CapiContext, SettingsArrayIsApplied) {
+  const char* settings[] = {"parallel.thread_pool_size=2", " scheduler.policy = eager "};
+  nerve_context_config_t config = hermetic_config();
+  config.settings = settings;
+  config.setting_count = 2;
+  ContextPtr ctx(nerve_init_with_config(&config));
+  ASSERT_NE(ctx, nullptr) << nerve_last_error();
+  EXPECT_EQ(nerve_context_get_worker_count(ctx.get()), 2);
+  EXPECT_EQ(ctx->runtime->config().scheduler.policy, SchedulerPolicy::eager);
+}
+
+TEST(CapiContext, SettingsArrayWinsOverField) {
+  const char* settings[] = {"parallel.thread_pool_size=2"};
+  nerve_context_config_t config = hermetic_config();
+  config.thread_pool_size = 3;
+  config.settings = settings;
+  config.setting_count = 1;
+  ContextPtr ctx(nerve_init_with_config(&config));
+  ASSERT_NE(ctx, nullptr) << nerve_last_error();
+  EXPECT_EQ(nerve_context_get_worker_count(ctx.get()), 2);
+}
+
+TEST(CapiContext, UnknownKeyFailsNamingTheKey) {
+  const char* settings[] = {"scheduler.polcy=eager"};
+  nerve_context_config_t config = hermetic_config();
+  config.settings = settings;
+  config.setting_count = 1;
+  EXPECT_NERVE_ERROR(nerve_init_with_config(&config), NERVE_ERROR_INVALID_CONFIG, "scheduler.polcy");
+  EXPECT_NE(std::string(nerve_last_error()).find("nerve_init_with_config"), std::string::npos);
+}
+
+TEST(CapiContext, BadValueFailsNamingTheKey) {
+  nerve_context_config_t config = hermetic_config();
+  config.scheduler_spin_us = -5;
+  EXPECT_NERVE_ERROR(nerve_init_with_config(&config), NERVE_ERROR_INVALID_CONFIG, "scheduler.spin_us");
+}
+
+TEST(CapiContext, MalformedSettingFails) {
+  const char* settings[] = {"parallel.thread_pool_size"};
+  nerve_context_config_t config = hermetic_config();
+  config.settings = settings;
+  config.setting_count = 1;
+  EXPECT_NERVE_ERROR(nerve_init_with_config(&config), NERVE_ERROR_INVALID_CONFIG, "key=value");
+  const char* empty_key[] = {"=3"};
+  config.settings = empty_key;
+  EXPECT_NERVE_ERROR(nerve_init_with_config(&config), NERVE_ERROR_INVALID_CONFIG, "key=value");
+}
+
+TEST(CapiContext, NullSettingsAreInvalidArguments) {
+  nerve_context_config_t config = hermetic_config();
+  config.setting_count = 1;
+  EXPECT_NERVE_ERROR(nerve_init_with_config(&config), NERVE_ERROR_INVALID_ARGUMENT, "settings");
+  const char* settings[] = {nullptr};
+  config.settings = settings;
+  EXPECT_NERVE_ERROR(nerve_init_with_config(&config), NERVE_ERROR_INVALID_ARGUMENT, "settings[0]");
+}
+
+// Fields whose features this build lacks are passed to the configuration layer, which refuses them.
+TEST(CapiContext, FieldsOfPlannedKeysAreRefusedNotIgnored) {
+  struct Case {
+    int nerve_context_config_t::*field;
+    int value;
+    const char* key;
+  };
+  const Case cases[] = {
+      {&nerve_context_config_t::enable_perf_counter, 1, "perf.enable_counters"},
+      {&nerve_context_config_t::perf_counter_interval_ms, 10, "perf.counter_interval_ms"},
+      {&nerve_context_config_t::numa_memory_policy, 3, "memory.numa_policy"},
+      {&nerve_context_config_t::enable_device_cache_hints, 0, "gpu.cache_hints"},
+      {&nerve_context_config_t::max_pending_transfers, 4, "gpu.max_pending_transfers"},
+  };
+  for (const Case& c : cases) {
+    nerve_context_config_t config = hermetic_config();
+    config.*c.field = c.value;
+    EXPECT_NERVE_ERROR(nerve_init_with_config(&config), NERVE_ERROR_INVALID_CONFIG, c.key);
+    EXPECT_NE(std::string(nerve_last_error()).find("not available in this build"), std::string::npos)
+        << nerve_last_error();
+  }
+}
+
+TEST(CapiContext, ConfigFile) {
+  const auto path =
+      std::filesystem::temp_directory_path() / ("nerve_capi_" + std::to_string(::getpid()) + ".yaml");
+  std::ofstream(path) << "parallel:\n  thread_pool_size: 2\n";
+  nerve_context_config_t config = hermetic_config();
+  const std::string file = path.string();
+  config.config_file = file.c_str();
+  {
+    ContextPtr ctx(nerve_init_with_config(&config));
+    ASSERT_NE(ctx, nullptr) << nerve_last_error();
+    EXPECT_EQ(nerve_context_get_worker_count(ctx.get()), 2);
+  }
+  std::ofstream(path) << "parallel:\n  thread_pool_sise: 2\n";
+  EXPECT_NERVE_ERROR(nerve_init_with_config(&config), NERVE_ERROR_INVALID_CONFIG, "thread_pool_sise");
+  EXPECT_NE(std::string(nerve_last_error()).find(file), std::string::npos) << "the message names the file";
+  std::filesystem::remove(path);
+  EXPECT_NERVE_ERROR(nerve_init_with_config(&config), NERVE_ERROR_INVALID_CONFIG, file);
+}
+
+TEST(CapiContext, UseEnvironmentFlag) {
+  ::setenv("NERVE_PARALLEL_THREAD_POOL_SIZE", "7", 1);
+  nerve_context_config_t config = NERVE_CONTEXT_CONFIG_DEFAULT;
+  {
+    ContextPtr ctx(nerve_init_with_config(&config));
+    ASSERT_NE(ctx, nullptr) << nerve_last_error();
+    EXPECT_EQ(nerve_context_get_worker_count(ctx.get()), 7);
+  }
+  {
+    ContextPtr ctx(nerve_init());
+    ASSERT_NE(ctx, nullptr) << nerve_last_error();
+    EXPECT_EQ(nerve_context_get_worker_count(ctx.get()), 7);
+  }
+  config.use_environment = 0;
+  config.thread_pool_size = 2;
+  {
+    ContextPtr ctx(nerve_init_with_config(&config));
+    ASSERT_NE(ctx, nullptr) << nerve_last_error();
+    EXPECT_EQ(nerve_context_get_worker_count(ctx.get()), 2);
+  }
+  ::unsetenv("NERVE_PARALLEL_THREAD_POOL_SIZE");
+}
+
+TEST(CapiContext, NullContextArguments) {
+  EXPECT_NERVE_ERROR(nerve_context_get_device_count(nullptr), NERVE_ERROR_INVALID_ARGUMENT, "NULL");
+  EXPECT_EQ(nerve_context_get_device_count(nullptr), -1);
+  EXPECT_EQ(nerve_context_get_worker_count(nullptr), -1);
+  EXPECT_EQ(nerve_wait_all(nullptr), NERVE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(nerve_context_dump_perf_stats(nullptr, "x.json"), NERVE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(nerve_buffer_alloc_unified(nullptr, 8, MEM_FLAG_READ), nullptr);
+  EXPECT_EQ(nerve_task_pool_create(nullptr, 1), nullptr);
+  nerve_shutdown(nullptr);  // accepted
+}
+
+TEST(CapiContext, DumpPerfStatsWritesJson) {
+  ContextPtr ctx = make_context(2);
+  ASSERT_NE(ctx, nullptr);
+  static std::atomic<int> runs{0};
+  runs = 0;
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_EQ(submit(
+                  ctx.get(), +[](void*, nerve_device_t, nerve_stream_t) { ++runs; }, nullptr),
+              NERVE_OK);
+  }
+  ASSERT_EQ(nerve_wait_all(ctx.get()), NERVE_OK);
+  EXPECT_EQ(runs.load(), 10);
+  const nlohmann::json json = dump_stats(ctx.get());
+  EXPECT_EQ(json["schema"], "nerve.perf_stats/1");
+  EXPECT_EQ(json["workers"].size(), 2u);
+  EXPECT_GE(json["tasks"]["completed"].get<std::uint64_t>(), 10u);
+  EXPECT_NERVE_ERROR(nerve_context_dump_perf_stats(ctx.get(), "/nonexistent-dir/perf.json"),
+                     NERVE_ERROR_INVALID_ARGUMENT, "/nonexistent-dir/perf.json");
+  EXPECT_NERVE_ERROR(nerve_context_dump_perf_stats(ctx.get(), nullptr), NERVE_ERROR_INVALID_ARGUMENT, "path");
+}
+
+TEST(CapiStatus, StringsAreStable) {
+  EXPECT_STREQ(nerve_status_string(NERVE_OK), "ok");
+  EXPECT_STREQ(nerve_status_string(NERVE_ERROR_INVALID_CONFIG), "invalid_config");
+  EXPECT_STREQ(nerve_status_string(NERVE_ERROR_INVALID_ARGUMENT), "invalid_argument");
+  EXPECT_STREQ(nerve_status_string(NERVE_ERROR_BUFFER_MISUSE), "buffer_misuse");
+  EXPECT_STREQ(nerve_status_string(NERVE_ERROR_OUT_OF_MEMORY), "out_of_memory");
+  EXPECT_STREQ(nerve_status_string(NERVE_ERROR_TASK_FAILED), "task_failed");
+  EXPECT_STREQ(nerve_status_string(NERVE_ERROR_CANCELLED), "cancelled");
+  EXPECT_STREQ(nerve_status_string(NERVE_ERROR_NOT_SUPPORTED), "not_supported");
+  EXPECT_STREQ(nerve_status_string(NERVE_ERROR_BUSY), "busy");
+  EXPECT_STREQ(nerve_status_string(NERVE_ERROR_INTERNAL), "internal");
+  EXPECT_STREQ(nerve_status_string(static_cast<nerve_status_t>(42)), "unknown");
+}
+
+TEST(CapiStatus, LastErrorPersistsUntilTheNextFailureAndCanBeCleared) {
+  nerve_clear_last_error();
+  EXPECT_STREQ(nerve_last_error(), "");
+  EXPECT_EQ(nerve_last_status(), NERVE_OK);
+  EXPECT_EQ(nerve_wait_all(nullptr), NERVE_ERROR_INVALID_ARGUMENT);
+  const std::string message = nerve_last_error();
+  EXPECT_NE(message.find("nerve_wait_all"), std::string::npos) << message;
+  EXPECT_STREQ(nerve_status_string(NERVE_OK), "ok");  // a successful call
+  EXPECT_EQ(nerve_last_error(), message);
+  nerve_clear_last_error();
+  EXPECT_STREQ(nerve_last_error(), "");
+}
+
+TEST(CapiStatus, LastErrorIsPerThread) {
+  nerve_clear_last_error();
+  EXPECT_EQ(nerve_wait_all(nullptr), NERVE_ERROR_INVALID_ARGUMENT);
+  const std::string main_message = nerve_last_error();
+  std::string other_before;
+  std::string other_after;
+  nerve_status_t other_status = NERVE_OK;
+  std::thread other([&] {
+    other_before = nerve_last_error();
+    nerve_task_set_name(nullptr, "x");
+    other_after = nerve_last_error();
+    other_status = nerve_last_status();
+  });
+  other.join();
+  EXPECT_EQ(other_before, "") << "a new thread starts without an error";
+  EXPECT_NE(other_after.find("nerve_task_set_name"), std::string::npos) << other_after;
+  EXPECT_EQ(other_status, NERVE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(nerve_last_error(), main_message)
+      << "another thread's failure does not touch this thread's error";
+  EXPECT_EQ(nerve_last_status(), NERVE_ERROR_INVALID_ARGUMENT);
+}
+
+}  // namespace
+}  // namespace nerve::testing

@@ -1,0 +1,244 @@
+// Buffer replicas on separate-memory devices: transfers, invalidation, eviction, flags, errors.
+#include <numeric>
+#include <stdexcept>
+
+#include "coherence_support.hpp"
+
+namespace nerve::testing {
+namespace {
+
+constexpr std::size_t n = 1024;
+
+TEST(Coherence, DeviceWriteThenHostReadMovesTheDataBack) {
+  auto context = context_with_devices(2, 1);
+  EXPECT_EQ(context->devices().size(), 2u);
+  EXPECT_EQ(context->devices()[1].kind, DeviceKind::test);
+  {
+    Buffer<int> data(*context, n);
+    context->spawn(
+        TaskOptions{.device = 1}, [](std::span<int> d) { std::iota(d.begin(), d.end(), 0); }, write(data));
+    context->wait_all();
+    EXPECT_EQ(bytes_moved(*context, 0, 1), 0u) << "a pure write fetches nothing";
+    const auto values = data.to_vector();
+    for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(values[i], static_cast<int>(i));
+    EXPECT_EQ(bytes_moved(*context, 1, 0), n * sizeof(int))
+        << "the host read brought the device's bytes back";
+    data.to_vector();
+    EXPECT_EQ(bytes_moved(*context, 1, 0), n * sizeof(int))
+        << "the host copy stays valid: no second transfer";
+  }
+  expect_no_leaks(*context);
+}
+
+TEST(Coherence, HostDataIsCopiedOnceToEachDeviceThatReadsIt) {
+  auto context = context_with_devices(2, 2);
+  std::vector<int> initial(n, 3);
+  Buffer<int> input(*context, std::span<const int>(initial));
+  Buffer<long> sums(*context, 8);
+  for (int round = 0; round < 4; ++round) {
+    for (int device = 1; device <= 2; ++device) {
+      context->spawn(
+          TaskOptions{.device = device},
+          [slot = static_cast<std::size_t>(round * 2 + device - 1)](std::span<const int> in,
+                                                                    std::span<long> out) {
+            out[0] = std::accumulate(in.begin(), in.end(), 0L) + static_cast<long>(slot);
+          },
+          read(input), write(sums.slice(static_cast<std::size_t>(round * 2 + device - 1), 1)));
+    }
+  }
+  context->wait_all();
+  EXPECT_EQ(bytes_moved(*context, 0, 1), n * sizeof(int));
+  EXPECT_EQ(bytes_moved(*context, 0, 2), n * sizeof(int));
+  const auto values = sums.to_vector();
+  for (std::size_t i = 0; i < values.size(); ++i) EXPECT_EQ(values[i], 3L * n + static_cast<long>(i));
+}
+
+TEST(Coherence, WriteInvalidatesOtherReplicasAndPeerCopiesServeTheNextReader) {
+  auto context = context_with_devices(2, 2);
+  Buffer<int> data(*context, n);
+  context->spawn(
+      TaskOptions{.device = 1}, [](std::span<int> d) { std::fill(d.begin(), d.end(), 7); }, write(data));
+  context->spawn(
+      TaskOptions{.device = 2},
+      [](std::span<int> d) {
+        for (int& x : d) x += 1;
+      },
+      read_write(data));
+  context->spawn(
+      TaskOptions{.device = 1},
+      [](std::span<int> d) {
+        for (int& x : d) x *= 2;
+      },
+      read_write(data));
+  EXPECT_EQ(data.to_vector(), std::vector<int>(n, 16));
+  EXPECT_EQ(bytes_moved(*context, 1, 2), n * sizeof(int)) << "device 2 read device 1's result directly";
+  EXPECT_EQ(bytes_moved(*context, 2, 1), n * sizeof(int)) << "device 1's old replica was invalid";
+}
+
+TEST(Coherence, SlicesOnDifferentDevicesKeepIndependentState) {
+  auto context = context_with_devices(2, 2);
+  Buffer<int> data(*context, n);
+  context->spawn([](std::span<int> d) { std::fill(d.begin(), d.end(), 1); }, write(data));
+  const std::size_t half = n / 2;
+  context->spawn(
+      TaskOptions{.device = 1},
+      [](std::span<int> d) {
+        for (int& x : d) x += 10;
+      },
+      read_write(data.slice(0, half)));
+  context->spawn(
+      TaskOptions{.device = 2},
+      [](std::span<int> d) {
+        for (int& x : d) x += 20;
+      },
+      read_write(data.slice(half, half)));
+  const auto values = data.to_vector();
+  for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(values[i], i < half ? 11 : 21) << i;
+  EXPECT_EQ(bytes_moved(*context, 0, 1), half * sizeof(int)) << "only the slice it reads";
+  EXPECT_EQ(bytes_moved(*context, 1, 0), half * sizeof(int));
+  EXPECT_EQ(bytes_moved(*context, 2, 0), half * sizeof(int));
+}
+
+TEST(Coherence, CpuTasksReadDeviceResultsAndLocalityPicksTheDeviceWithTheData) {
+  auto context = context_with_devices(2, 1);
+  Buffer<int> data(*context, n);
+  context->spawn(
+      TaskOptions{.device = 1}, [](std::span<int> d) { std::fill(d.begin(), d.end(), 5); }, write(data));
+  // No device requested: the data is only on device 1, so nerve runs the reader there.
+  std::atomic<bool> ran_on_cpu{true};
+  context->spawn(
+      [&](std::span<const int> d) {
+        ran_on_cpu = context->current_worker() >= 0;
+        EXPECT_EQ(d[0], 5);
+      },
+      read(data));
+  context->wait_all();
+  EXPECT_FALSE(ran_on_cpu.load()) << "locality: the reader follows its data to the device";
+  EXPECT_EQ(bytes_moved(*context, 1, 0), 0u);
+  // Explicitly on the CPU: the data comes back first.
+  Task cpu = context->submit(
+      TaskOptions{.device = 0}, [](std::span<const int> d) { EXPECT_EQ(d[n - 1], 5); }, read(data));
+  cpu.wait();
+  EXPECT_EQ(bytes_moved(*context, 1, 0), n * sizeof(int));
+}
+
+TEST(Coherence, EvictionUnderASmallLimitLosesNothing) {
+  detail::TestDeviceOptions small;
+  small.memory_limit = 3 * n * sizeof(int);  // room for three replicas
+  auto context = context_with_devices(2, 1, small);
+  std::vector<Buffer<int>> buffers;
+  for (int b = 0; b < 8; ++b) buffers.emplace_back(*context, n);
+  for (int b = 0; b < 8; ++b) {
+    context->spawn(
+        TaskOptions{.device = 1}, [b](std::span<int> d) { std::fill(d.begin(), d.end(), b * 100); },
+        write(buffers[static_cast<std::size_t>(b)]));
+  }
+  context->wait_all();
+  for (int b = 0; b < 8; ++b) {
+    EXPECT_EQ(buffers[static_cast<std::size_t>(b)].to_vector(), std::vector<int>(n, b * 100))
+        << "buffer " << b;
+  }
+  EXPECT_GE(bytes_moved(*context, 1, 0), 8 * n * sizeof(int))
+      << "dirty evictions wrote back, then reads fetched";
+}
+
+TEST(Coherence, StickyReplicasAreEvictedLast) {
+  detail::TestDeviceOptions small;
+  small.memory_limit = 2 * n * sizeof(int);
+  auto context = context_with_devices(2, 1, small);
+  Buffer<int> sticky(*context, n, BufferOptions{.name = "sticky", .sticky = true});
+  Buffer<int> a(*context, n);
+  Buffer<int> b(*context, n);
+  auto touch = [&](Buffer<int>& buffer) {
+    context
+        ->submit(
+            TaskOptions{.device = 1}, [](std::span<int> d) { d[0] = 1; }, write(buffer))
+        .wait();
+  };
+  touch(sticky);  // least recently used of the three...
+  touch(a);
+  touch(b);  // ...but room for b is made by evicting a
+  EXPECT_TRUE(has_replica(*context, sticky, 1));
+  EXPECT_FALSE(has_replica(*context, a, 1));
+  EXPECT_TRUE(has_replica(*context, b, 1));
+}
+
+TEST(Coherence, HostCachedKeepsAValidHostCopyAfterDeviceWrites) {
+  auto context = context_with_devices(2, 1);
+  Buffer<int> cached(*context, n, BufferOptions{.host_cached = true});
+  context->spawn(
+      TaskOptions{.device = 1}, [](std::span<int> d) { std::fill(d.begin(), d.end(), 9); }, write(cached));
+  context->wait_all();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (bytes_moved(*context, 1, 0) == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::yield();
+  EXPECT_EQ(bytes_moved(*context, 1, 0), n * sizeof(int)) << "written back without any host read";
+  EXPECT_EQ(cached.to_vector(), std::vector<int>(n, 9));
+  EXPECT_EQ(bytes_moved(*context, 1, 0), n * sizeof(int)) << "the read used the cached host copy";
+}
+
+TEST(Coherence, OutOfMemoryFailsTheTaskWithAClearError) {
+  detail::TestDeviceOptions small;
+  small.memory_limit = 1000;
+  auto context = context_with_devices(2, 1, small);
+  Buffer<int> big(*context, n);
+  Task task = context->submit(
+      TaskOptions{.device = 1}, [](std::span<int> d) { d[0] = 1; }, write(big));
+  Task after = context->submit(
+      TaskOptions{.device = 0}, [](std::span<const int>) {}, read(big));
+  try {
+    task.wait();
+    FAIL() << "the replica cannot fit";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::out_of_memory);
+    const std::string message = error.what();
+    EXPECT_NE(message.find("test1"), std::string::npos) << message;
+    EXPECT_NE(message.find("4096"), std::string::npos) << message;
+    EXPECT_NE(message.find("limit 1000"), std::string::npos) << message;
+  }
+  EXPECT_THROW(after.wait(), TaskCancelled) << "the reader of the failed write is cancelled";
+  EXPECT_THROW(context->wait_all(), Error);
+  // The context is still usable.
+  Buffer<int> small_buffer(*context, 10);
+  context
+      ->submit(
+          TaskOptions{.device = 1}, [](std::span<int> d) { d[0] = 2; }, write(small_buffer))
+      .wait();
+  EXPECT_EQ(small_buffer.to_vector()[0], 2);
+}
+
+TEST(Coherence, UnknownDeviceIsAnErrorAtSubmit) {
+  auto context = context_with_devices(1, 1);
+  try {
+    context->spawn(TaskOptions{.name = "misplaced", .device = 5}, [] {});
+    FAIL();
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::invalid_argument);
+    EXPECT_NE(std::string(error.what()).find("misplaced"), std::string::npos) << error.what();
+  }
+  context->wait_all();
+  expect_no_leaks(*context);
+}
+
+TEST(Coherence, MappingWaitsForDeviceWritersAndWriteMappingInvalidatesDevices) {
+  auto context = context_with_devices(2, 1);
+  Buffer<int> data(*context, n);
+  context->spawn(
+      TaskOptions{.device = 1}, [](std::span<int> d) { std::fill(d.begin(), d.end(), 4); }, write(data));
+  {
+    auto mapped = data.map_read_write();
+    EXPECT_EQ(mapped[7], 4);
+    mapped[7] = 40;
+  }
+  Task check = context->submit(
+      TaskOptions{.device = 1},
+      [](std::span<const int> d) {
+        EXPECT_EQ(d[7], 40) << "the device replica was invalidated by the write mapping";
+      },
+      read(data));
+  check.wait();
+  EXPECT_EQ(bytes_moved(*context, 0, 1), n * sizeof(int));
+}
+
+}  // namespace
+}  // namespace nerve::testing
