@@ -89,6 +89,11 @@ class NERVE_API MemoryPool {
   void* allocate(std::size_t bytes);
   // deallocate() returns memory from allocate() with the same `bytes`; null is ignored.
   void deallocate(void* pointer, std::size_t bytes) noexcept;
+  // These overloads align to `alignment`, a power of two up to the page size (64 = a cache line:
+  // served from size classes that are multiples of 64 bytes; larger: from page-aligned blocks).
+  // Deallocate with the same `bytes` and `alignment`. Error(invalid_argument) for another alignment.
+  void* allocate(std::size_t bytes, std::size_t alignment);
+  void deallocate(void* pointer, std::size_t bytes, std::size_t alignment) noexcept;
 
   // compact() gives back to the node every free slab and cached large block, and the calling
   // thread's cached chunks; other threads hand back their caches at their next refill (a cache

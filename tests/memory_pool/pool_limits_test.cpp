@@ -39,6 +39,31 @@ TEST_F(PoolFixture, ALimitIsAClearOutOfMemoryErrorNotACrash) {
   expect_nothing_in_use(*pool);
 }
 
+TEST_F(PoolFixture, AlignedAllocations) {
+  struct Block {
+    void* pointer;
+    std::size_t bytes;
+    std::size_t alignment;
+  };
+  auto pool = make_pool(config_with({}));
+  std::vector<Block> blocks;
+  for (std::size_t alignment : {1, 16, 32, 64, 128, 4096}) {
+    for (std::size_t bytes : {1, 24, 100, 160, 1000, 5000, 70000}) {
+      void* p = pool->allocate_aligned(bytes, alignment);
+      EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % alignment, 0u) << bytes << " aligned to " << alignment;
+      fill(p, bytes, blocks.size() + 1);
+      blocks.push_back({p, bytes, alignment});
+    }
+  }
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    EXPECT_TRUE(check(blocks[i].pointer, blocks[i].bytes, i + 1));
+    pool->deallocate_aligned(blocks[i].pointer, blocks[i].bytes, blocks[i].alignment);
+  }
+  EXPECT_THROW(pool->allocate_aligned(64, 48), Error);
+  EXPECT_THROW(pool->allocate_aligned(64, 2 * page_size()), Error);
+  expect_nothing_in_use(*pool);
+}
+
 TEST_F(PoolFixture, TryAllocateReturnsNullAtTheLimit) {
   auto pool = make_pool(config_with({}), 1 << 20);
   void* big = pool->try_allocate(768 << 10);

@@ -22,6 +22,14 @@ void MemoryPool::deallocate(void* pointer, std::size_t bytes) noexcept {
   static_cast<memory::HostPool&>(*pool_).deallocate(pointer, bytes);
 }
 
+void* MemoryPool::allocate(std::size_t bytes, std::size_t alignment) {
+  return pool_->allocate_aligned(bytes, alignment);
+}
+
+void MemoryPool::deallocate(void* pointer, std::size_t bytes, std::size_t alignment) noexcept {
+  pool_->deallocate_aligned(pointer, bytes, alignment);
+}
+
 std::size_t MemoryPool::compact() { return pool_->compact(); }
 
 MemoryPoolStats MemoryPool::stats() const { return pool_->stats(); }

@@ -47,6 +47,21 @@ class NodePool {
   // placement_of() is the intended NUMA placement of the block holding `pointer` (host pools).
   BlockPlacement placement_of(const void* pointer) const { return node().placement_of(pointer); }
 
+  // allocate_aligned() returns `bytes` aligned to `alignment` (a power of two up to the page size):
+  // up to 16 as allocate(); up to 64 (a cache line) from a size class whose chunks are multiples of
+  // 64 bytes (slabs and their 128-byte headers keep them aligned); above that, from a page-aligned
+  // large block. deallocate_aligned() takes the same `bytes` and `alignment`.
+  // Throws Error(invalid_argument) for another alignment.
+  void* allocate_aligned(std::size_t bytes, std::size_t alignment) {
+    return allocate(aligned_request(bytes, alignment));
+  }
+  void deallocate_aligned(void* pointer, std::size_t bytes, std::size_t alignment) noexcept {
+    deallocate(pointer, aligned_request_unchecked(bytes, alignment));
+  }
+  // aligned_request() is the plain request size that gives `alignment` (see allocate_aligned()).
+  static std::size_t aligned_request(std::size_t bytes, std::size_t alignment);
+  static std::size_t aligned_request_unchecked(std::size_t bytes, std::size_t alignment) noexcept;
+
   // try_allocate() is allocate() that returns null instead of throwing out_of_memory (the pool is at
   // its limit even after compacting, or the node is exhausted), for callers that can make room —
   // evict replicas — and retry. Other errors still throw.
