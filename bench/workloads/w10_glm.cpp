@@ -31,6 +31,7 @@
 #include "nerve/nerve.hpp"
 
 #include "blas_support.hpp"
+#include "irls.hpp"
 #include "measure.hpp"
 #include "naive_threads.hpp"
 #include "runtimes.hpp"
@@ -41,42 +42,18 @@ namespace {
 
 constexpr int features = 64;
 constexpr int iterations = 10;
-constexpr std::size_t partial_size = features * features + features;  // H_b then g_b
-constexpr auto blas_settle = std::chrono::milliseconds(150);          // see w6_cholesky.cpp
+constexpr std::size_t partial_size = irls::partial_size<features>;  // H_b then g_b
+constexpr auto blas_settle = std::chrono::milliseconds(150);        // see w6_cholesky.cpp
 const char* const case_name = "IRLS, 10 iterations";
 
-// block_partials() computes H_b (lower triangle) and g_b of one block into `out` (partial_size).
 void block_partials(std::span<const double> x, std::span<const double> y, const double* beta, double* out) {
-  const int rows = static_cast<int>(y.size());
-  thread_local std::vector<double> eta, scaled;
-  eta.resize(y.size());
-  scaled.resize(x.size());
-  cblas_dgemv(CblasRowMajor, CblasNoTrans, rows, features, 1.0, x.data(), features, beta, 1, 0.0, eta.data(),
-              1);
-  for (int r = 0; r < rows; ++r) {
-    const double mu = 1.0 / (1.0 + std::exp(-eta[r]));
-    const double root_w = std::sqrt(mu * (1.0 - mu));
-    for (int c = 0; c < features; ++c) scaled[r * features + c] = root_w * x[r * features + c];
-    eta[r] = y[r] - mu;  // now the residual
-  }
-  // Row-major S (rows × p): SᵀS is a column-major p × p syrk with Trans on the row-major data.
-  cblas_dsyrk(CblasColMajor, CblasLower, CblasNoTrans, features, rows, 1.0, scaled.data(), features, 0.0, out,
-              features);
-  cblas_dgemv(CblasRowMajor, CblasTrans, rows, features, 1.0, x.data(), features, eta.data(), 1, 0.0,
-              out + features * features, 1);
+  irls::block_partials<features>(x, y, beta, out);
 }
 
 // newton_step() sums the partials in block order and updates beta; "" or the failure.
 std::string newton_step(std::span<const double> partials, std::size_t blocks, std::vector<double>& beta) {
-  std::vector<double> sum(partial_size, 0.0);
-  for (std::size_t b = 0; b < blocks; ++b)
-    for (std::size_t i = 0; i < partial_size; ++i) sum[i] += partials[b * partial_size + i];
-  double* h = sum.data();
-  double* g = sum.data() + features * features;
-  const lapack_int info = LAPACKE_dposv(LAPACK_COL_MAJOR, 'L', features, 1, h, features, g, features);
-  if (info != 0) return "dposv failed, info = " + std::to_string(info);
-  for (int c = 0; c < features; ++c) beta[c] += g[c];
-  return {};
+  const int info = irls::newton_step<features>(partials, blocks, beta.data());
+  return info == 0 ? std::string() : "dposv failed, info = " + std::to_string(info);
 }
 
 struct Data {
@@ -174,25 +151,13 @@ Trial fit_nerve(nerve::Context& context, Data& data, bool corrupt) {
 }
 
 // The whole-matrix version on multithreaded BLAS.
-Trial fit_blas(Data& data, std::vector<double>& scaled, std::vector<double>& eta, int threads) {
+Trial fit_blas(Data& data, irls::Scratch& scratch, int threads) {
   Trial trial;
   {
     BlasThreads blas(threads);
-    const int rows = static_cast<int>(data.rows);
     trial = fit(data, data.partials, [&](const std::vector<double>& beta) {
-      cblas_dgemv(CblasRowMajor, CblasNoTrans, rows, features, 1.0, data.x.data(), features, beta.data(), 1,
-                  0.0, eta.data(), 1);
-      for (std::size_t r = 0; r < data.rows; ++r) {
-        const double mu = 1.0 / (1.0 + std::exp(-eta[r]));
-        const double root_w = std::sqrt(mu * (1.0 - mu));
-        for (int c = 0; c < features; ++c) scaled[r * features + c] = root_w * data.x[r * features + c];
-        eta[r] = data.y[r] - mu;
-      }
-      double* out = data.partials.data();  // one "block": the whole matrix
-      cblas_dsyrk(CblasColMajor, CblasLower, CblasNoTrans, features, rows, 1.0, scaled.data(), features, 0.0,
-                  out, features);
-      cblas_dgemv(CblasRowMajor, CblasTrans, rows, features, 1.0, data.x.data(), features, eta.data(), 1, 0.0,
-                  out + features * features, 1);
+      // One "block": the whole matrix, the other blocks' partials zero.
+      irls::block_partials<features>(data.x, data.y, beta.data(), data.partials.data(), scratch);
       std::fill(data.partials.begin() + partial_size, data.partials.end(), 0.0);
     });
   }
@@ -227,7 +192,7 @@ WorkloadResult run_w10_glm(const WorkloadOptions& options) {
     }
     data.reference = beta;
   }
-  std::vector<double> scaled, eta;
+  irls::Scratch scratch;  // the whole-matrix variant's, kept between its samples
   const std::string unit = "s/iteration";
   std::vector<Variant> variants;
   variants.push_back({case_name,
@@ -294,11 +259,8 @@ WorkloadResult run_w10_glm(const WorkloadOptions& options) {
                       unit,
                       true,
                       0,
-                      [&] {
-                        scaled.resize(data.x.size());
-                        eta.resize(data.rows);
-                      },
-                      [&] { return fit_blas(data, scaled, eta, static_cast<int>(threads)); },
+                      {},
+                      [&] { return fit_blas(data, scratch, static_cast<int>(threads)); },
                       {}});
   result.measurements = measure_interleaved(variants, options);
   return result;

@@ -118,6 +118,7 @@ struct ForkJoinCase {
   std::chrono::nanoseconds body;
   std::chrono::nanoseconds budget;  // time after which a sample stops early
   Counters counters;
+  bool inject_fault = false;  // nerve's variant miscounts (tests of the check only)
   // Per variant, over all its samples: iterations run, and run on another thread than the caller;
   // and the fewest fork-joins a sample ran (less than `repetitions` when the budget cut it short).
   std::array<double, 4> iterations{}, elsewhere{};
@@ -146,6 +147,7 @@ struct ForkJoinCase {
     iterations[variant] += static_cast<double>(count);
     elsewhere[variant] += static_cast<double>(away);
     fewest[variant] = fewest[variant] == 0 ? done : std::min(fewest[variant], done);
+    if (inject_fault && variant == 0) counters.bump(0);
     return {ns / 1e3 / static_cast<double>(done), counters.check(done)};
   }
 
@@ -225,6 +227,7 @@ WorkloadResult run_w9_fork_join(const WorkloadOptions& options) {
   const auto busy =
       std::make_unique<ForkJoinCase>(busy_case, repetitions / busy_divisor, busy_body, budget, threads);
 
+  empty->inject_fault = options.inject_fault;
   std::vector<Variant> variants;
   add_variants(variants, *empty, context, threads);
   add_variants(variants, *busy, context, threads);
