@@ -59,6 +59,7 @@ const std::vector<WorkloadEntry>& workload_registry() {
       {"W5", "vector add", &run_w5_vector_add},
       {"W6", "tiled Cholesky", &run_w6_cholesky, &needs_blas},
       {"W7", "tiled GEMM", &run_w7_gemm, &needs_blas},
+      {"W8", "small allocations", &run_w8_allocations},
       {"W9", "fork-join", &run_w9_fork_join},
       {"W10", "GLM fit (IRLS)", &run_w10_glm, &needs_blas},
       {"W11", "batched inference", &run_w11_inference, &needs_blas},
@@ -71,7 +72,8 @@ const std::vector<WorkloadEntry>& core_workloads() {
     std::vector<WorkloadEntry> core;
     for (const WorkloadEntry& entry : workload_registry()) {
       const std::string id = entry.id;
-      if (id == "W1" || id == "W2" || id == "W3" || id == "W4" || id == "W9") core.push_back(entry);
+      if (id == "W1" || id == "W2" || id == "W3" || id == "W4" || id == "W8" || id == "W9")
+        core.push_back(entry);
     }
     return core;
   }();

@@ -105,8 +105,9 @@ WorkloadResult run_w1_independent(const WorkloadOptions& options);
 WorkloadResult run_w2_fib(const WorkloadOptions& options);
 WorkloadResult run_w3_chain(const WorkloadOptions& options);
 WorkloadResult run_w4_wavefront(const WorkloadOptions& options);
-WorkloadResult run_w9_fork_join(const WorkloadOptions& options);
 WorkloadResult run_w5_vector_add(const WorkloadOptions& options);
+WorkloadResult run_w8_allocations(const WorkloadOptions& options);
+WorkloadResult run_w9_fork_join(const WorkloadOptions& options);
 // Built with OpenBLAS + LAPACKE only (NERVE_HAVE_BLAS); the registry says why they are missing.
 WorkloadResult run_w6_cholesky(const WorkloadOptions& options);
 WorkloadResult run_w7_gemm(const WorkloadOptions& options);
@@ -133,7 +134,7 @@ struct WorkloadEntry {
 };
 // workload_registry() is every workload of this library, in id order (W1, W2, ..., W10, W11).
 const std::vector<WorkloadEntry>& workload_registry();
-// core_workloads() is the task-engine subset W1 W2 W3 W4 W9 (nerve-bench-core's default list).
+// core_workloads() is the core-runtime subset W1 W2 W3 W4 W8 W9 (nerve-bench-core's default list).
 const std::vector<WorkloadEntry>& core_workloads();
 // have_blas() is true when OpenBLAS and LAPACKE were found at build time.
 bool have_blas() noexcept;

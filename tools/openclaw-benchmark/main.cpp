@@ -22,6 +22,7 @@
 
 #include "report.hpp"
 #include "scaling.hpp"
+#include "workloads/allocator_baselines.hpp"
 
 namespace nb = nerve::benchmark;
 
@@ -127,6 +128,7 @@ void run_suite(const CommandLine& line, const std::vector<std::string>& only, co
 }  // namespace
 
 int main(int argc, char** argv) {
+  nerve::bench::reexec_with_static_tls(argv);  // W8 dlopens jemalloc (allocator_baselines.hpp)
   CommandLine line;
   CLI::App app{
       "openclaw-benchmark: the standard workloads on nerve and its rivals, verified, in one process"};
