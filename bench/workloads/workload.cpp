@@ -51,19 +51,32 @@ WorkloadResult run_w11_inference(const WorkloadOptions& o) { return not_built(o)
 #endif
 
 const std::vector<WorkloadEntry>& workload_registry() {
-  static const std::vector<WorkloadEntry> entries = {
-      {"W1", "independent tasks", &run_w1_independent},
-      {"W2", "recursive tasks", &run_w2_fib},
-      {"W3", "dependency chain", &run_w3_chain},
-      {"W4", "2D wavefront", &run_w4_wavefront},
-      {"W5", "vector add", &run_w5_vector_add},
-      {"W6", "tiled Cholesky", &run_w6_cholesky, &needs_blas},
-      {"W7", "tiled GEMM", &run_w7_gemm, &needs_blas},
-      {"W8", "small allocations", &run_w8_allocations},
-      {"W9", "fork-join", &run_w9_fork_join},
-      {"W10", "GLM fit (IRLS)", &run_w10_glm, &needs_blas},
-      {"W11", "batched inference", &run_w11_inference, &needs_blas},
-  };
+  static const std::vector<WorkloadEntry> entries = [] {
+    std::vector<WorkloadEntry> all = {
+        {"W1", "independent tasks", &run_w1_independent},
+        {"W2", "recursive tasks", &run_w2_fib},
+        {"W3", "dependency chain", &run_w3_chain},
+        {"W4", "2D wavefront", &run_w4_wavefront},
+        {"W5", "vector add", &run_w5_vector_add},
+        {"W6", "tiled Cholesky", &run_w6_cholesky, &needs_blas},
+        {"W7", "tiled GEMM", &run_w7_gemm, &needs_blas},
+        {"W8", "small allocations", &run_w8_allocations},
+        {"W9", "fork-join", &run_w9_fork_join},
+        {"W10", "GLM fit (IRLS)", &run_w10_glm, &needs_blas},
+        {"W11", "batched inference", &run_w11_inference, &needs_blas},
+    };
+    for (const WorkloadEntry& entry : registered_workloads()) {
+      const auto same_id = [&](const WorkloadEntry& known) { return std::string(known.id) == entry.id; };
+      if (std::any_of(all.begin(), all.end(), same_id))
+        throw std::logic_error(std::string("workload ") + entry.id + " is registered twice");
+      all.push_back(entry);
+    }
+    // Id order: by the number after the W.
+    std::stable_sort(all.begin(), all.end(), [](const WorkloadEntry& a, const WorkloadEntry& b) {
+      return std::stoi(a.id + 1) < std::stoi(b.id + 1);
+    });
+    return all;
+  }();
   return entries;
 }
 

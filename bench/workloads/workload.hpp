@@ -118,7 +118,8 @@ WorkloadResult run_w11_inference(const WorkloadOptions& options);
 // this build on this machine (a BLAS workload without OpenBLAS, a device workload without a device)
 // and, if not, why. Tools list and run what the registry holds, so adding a workload is: one
 // wN_name.cpp with run_wN_name(), its declaration above, a line in workload_registry()
-// (workload.cpp) and the file in bench/CMakeLists.txt.
+// (workload.cpp) and the file in bench/CMakeLists.txt; a workload that lives with a backend registers
+// itself with nerve_add_workload() instead (registered_workloads() below).
 struct WorkloadEntry {
   const char* id;
   const char* title;
@@ -132,7 +133,12 @@ struct WorkloadEntry {
     return why.empty();
   }
 };
-// workload_registry() is every workload of this library, in id order (W1, W2, ..., W10, W11).
+// registered_workloads() are the workloads registered from outside bench/ with nerve_add_workload()
+// (cmake/NerveWorkloads.cmake): those of backends that are built, e.g. W12 in the OpenCL backend.
+// Generated at configure time; empty when no built part registers one.
+std::vector<WorkloadEntry> registered_workloads();
+// workload_registry() is every workload of this build — this library's and the registered ones —
+// in id order (W1, W2, ..., W10, W11, W12).
 const std::vector<WorkloadEntry>& workload_registry();
 // core_workloads() is the core-runtime subset W1 W2 W3 W4 W8 W9 (nerve-bench-core's default list).
 const std::vector<WorkloadEntry>& core_workloads();
