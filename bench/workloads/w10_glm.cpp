@@ -1,5 +1,5 @@
 // w10_glm.cpp — W10: logistic regression fitted by IRLS (Newton's method), 10^6 rows × 64 features
-// (quick: 10^5 rows), 10 iterations. Each iteration is a map over row blocks followed by a tiny solve:
+// (quick: 2·10^4 rows), 10 iterations. Each iteration is a map over row blocks followed by a tiny solve:
 //   block b: η = X_b β, μ = σ(η), w = μ(1 − μ); H_b = X_bᵀ diag(w) X_b (dsyrk on √w ⊙ X_b),
 //            g_b = X_bᵀ (y_b − μ) (dgemv)                                  — O(rows · p²), the work
 //   then   H = Σ H_b, g = Σ g_b in block order; β += H⁻¹ g (dposv, 64 × 64) — O(p³), negligible
@@ -168,8 +168,8 @@ Trial fit_blas(Data& data, irls::Scratch& scratch, int threads) {
 }  // namespace
 
 WorkloadResult run_w10_glm(const WorkloadOptions& options) {
-  const std::size_t rows = options.quick ? 50'000 : 1'000'000;
-  const std::size_t block_rows = options.quick ? 2048 : 8192;
+  const std::size_t rows = options.quick ? 20'000 : 1'000'000;
+  const std::size_t block_rows = options.quick ? 1024 : 8192;
   WorkloadResult result{"W10",
                         "GLM fit (IRLS)",
                         format_count(rows) + " rows x 64 features, logistic, 10 iterations, blocks of " +

@@ -46,11 +46,11 @@ std::string format_figure(double value) {
   char text[32];
   const double magnitude = value < 0 ? -value : value;
   std::snprintf(text, sizeof text,
-                magnitude >= 1e6    ? "%.3g"
-                : magnitude >= 100  ? "%.0f"
-                : magnitude >= 10   ? "%.1f"
-                : magnitude >= 0.01 ? "%.2f"
-                                    : "%.3g",
+                magnitude >= 1e6   ? "%.3g"
+                : magnitude >= 100 ? "%.0f"
+                : magnitude >= 10  ? "%.1f"
+                : magnitude >= 1   ? "%.2f"
+                                   : "%.3g",  // three significant digits: 0.0123, not 0.01
                 value);
   return text;
 }
