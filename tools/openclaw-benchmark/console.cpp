@@ -55,6 +55,12 @@ std::string format_figure(double value) {
   return text;
 }
 
+std::string format_ratio(double ratio) {
+  char text[32];
+  std::snprintf(text, sizeof text, ratio >= 100 ? "%.0f" : ratio >= 10 ? "%.1f" : "%.2f", ratio);
+  return text;
+}
+
 void print_table(const RunReport& report, const std::vector<Compared>* comparison) {
   std::printf(
       "\nopenclaw-benchmark %s (commit %s): %u threads per runtime, %s sizes, median of %d after %d "
@@ -75,7 +81,7 @@ void print_table(const RunReport& report, const std::vector<Compared>* compariso
                   right("±MAD", 8).c_str(), pad("  [min .. max]", 20).c_str(), right("nerve ×", 8).c_str());
       for (const auto& m : r.measurements) {
         if (m.case_name != case_name) continue;
-        const std::string ratio = &m == nerve || nerve == nullptr ? "—" : format_figure(speed(*nerve, m));
+        const std::string ratio = &m == nerve || nerve == nullptr ? "—" : format_ratio(speed(*nerve, m));
         std::string detail = m.verified ? extras(m) : "CHECK FAILED: " + m.note;
         if (m.verified && !m.note.empty()) detail = m.note + (detail.empty() ? "" : "; " + detail);
         std::printf("    %s %s %s %s  %s%s%s\n", pad(m.variant, 40).c_str(),

@@ -56,7 +56,7 @@ std::string summary_table(const RunReport& report) {
       html += "<tr>" + cell(run.result.id + " " + run.result.title) + cell(case_name) +
               cell(nerve ? format_figure(nerve->value) + " " + nerve->unit : "—", true) +
               cell(best ? best->variant + ": " + format_figure(best->value) + " " + best->unit : "—") +
-              cell(nerve && best ? format_figure(speed(*nerve, *best)) : "—", true) +
+              cell(nerve && best ? format_ratio(speed(*nerve, *best)) : "—", true) +
               (verified ? cell("verified") : "<td class=\"fail\">FAILED</td>") + "</tr>";
     }
   }
@@ -90,7 +90,7 @@ std::string workload_section(const WorkloadRun& run, const std::vector<Compared>
       html += "<tr>" + cell(m->variant) + cell(format_figure(m->value) + " " + m->unit, true) +
               cell(format_figure(m->mad), true) +
               cell(format_figure(m->min) + " .. " + format_figure(m->max), true) +
-              cell(m == nerve || nerve == nullptr ? "—" : format_figure(speed(*nerve, *m)), true) +
+              cell(m == nerve || nerve == nullptr ? "—" : format_ratio(speed(*nerve, *m)), true) +
               (m->verified ? cell(details) : "<td class=\"fail\">" + escape_html(details) + "</td>");
       if (comparison != nullptr) {
         std::string mark = "—", css = "same";

@@ -88,6 +88,8 @@ const char* change_name(Change change);
 
 // Output.
 std::string format_figure(double value);
+// format_ratio() writes a ratio with two decimals below 100 ("1.00", "0.15", "24.7" above 10).
+std::string format_ratio(double ratio);
 void print_table(const RunReport& report, const std::vector<Compared>* comparison);
 void write_json(const RunReport& report, const std::vector<Compared>* comparison,
                 const std::filesystem::path& path);

@@ -47,8 +47,9 @@ std::string colour(const std::string& runtime) {
 
 std::string bar_chart(const std::string& chart_id, const std::vector<const Measurement*>& bars,
                       const Measurement* nerve) {
+  // The right margin holds the value label after the longest bar ("11996 requests/s nerve × 1.00").
   constexpr double label_w = 290, plot_w = 360, row_h = 26, top = 10;
-  const double width = label_w + plot_w + 170, height = top + row_h * static_cast<double>(bars.size()) + 26;
+  const double width = label_w + plot_w + 260, height = top + row_h * static_cast<double>(bars.size()) + 26;
   double scale_max = 0;
   for (const auto* m : bars) scale_max = std::max({scale_max, m->value, m->max});
   if (scale_max <= 0) scale_max = 1;
@@ -76,7 +77,7 @@ std::string bar_chart(const std::string& chart_id, const std::vector<const Measu
     if (!m->verified)
       text += "  CHECK FAILED";
     else if (nerve != nullptr && !is_nerve)
-      text += "   nerve × " + format_figure(speed(*nerve, *m));
+      text += "   nerve × " + format_ratio(speed(*nerve, *m));
     svg += "<text x=\"" + number(std::max(label_w + w, x1) + 6) + "\" y=\"" + number(y + 17) +
            "\" class=\"value\">" + escape_html(text) + "</text>";
     y += row_h;
@@ -155,11 +156,11 @@ std::string scaling_chart(const std::string& chart_id, const ScalingSeries& seri
     svg += "<circle cx=\"" + number(x_of(p.threads)) + "\" cy=\"" + number(y_of(speedup(p.value))) +
            "\" r=\"4\" fill=\"" + colour("nerve") + "\"><title>" + std::to_string(p.threads) +
            " worker(s): " + format_figure(p.value) + " " + escape_html(series.unit) + " (x" +
-           format_figure(speedup(p.value)) + ")</title></circle>";
+           format_ratio(speedup(p.value)) + ")</title></circle>";
     svg += "<text x=\"" + number(x_of(p.threads)) + "\" y=\"" + number(top + plot_h + 16) +
            "\" text-anchor=\"middle\" class=\"note\">" + std::to_string(p.threads) + "</text>";
     svg += "<text x=\"" + number(x_of(p.threads) + 6) + "\" y=\"" + number(y_of(speedup(p.value)) - 6) +
-           "\" class=\"value\">x" + format_figure(speedup(p.value)) + "</text>";
+           "\" class=\"value\">x" + format_ratio(speedup(p.value)) + "</text>";
   }
   svg += "<path d=\"" + path + "\" fill=\"none\" stroke=\"" + colour("nerve") + "\" stroke-width=\"2\"/>";
   svg += "<text x=\"" + number(left + plot_w / 2) + "\" y=\"" + number(top + plot_h + 36) +
