@@ -46,7 +46,7 @@ constexpr std::uint64_t quick_repetitions = 10'000;
 // can wait a whole scheduler time slice per fork-join (we saw 12 ms), and 10^5 of those would take
 // twenty minutes. The figure stays per fork-join, over the ones that ran.
 constexpr auto full_sample_budget = std::chrono::seconds(2);
-constexpr auto quick_sample_budget = std::chrono::milliseconds(250);
+constexpr auto quick_sample_budget = std::chrono::milliseconds(100);
 // The busy case is ~10x longer per fork-join, so it repeats 10x fewer times.
 constexpr std::uint64_t busy_divisor = 10;
 constexpr auto busy_body = std::chrono::microseconds(5);
