@@ -3,7 +3,8 @@
 
 Usage: check_benchmark.py <openclaw-benchmark> <case> [argument]; each case is one CTest test
 (tests/benchmark/CMakeLists.txt). Cases:
-  json            a quick run's --json validated against the documented schema; --config recorded
+  json            a quick run's --json validated against the documented schema; --config and a
+                  NERVE_* variable recorded in the effective configuration with their origins
   config_error    a bad --config fails with exit 2 and names the key
   html            the --html page: every chart's SVG present, self-contained, timeline only with --trace
   chromium        the page loads in headless Chromium, every chart in its DOM, no console error
@@ -36,8 +37,9 @@ def check(condition, message):
         raise CheckFailed(message)
 
 
-def run(binary, *args, expect=0):
+def run(binary, *args, expect=0, nerve_environment=None):
     environment = {k: v for k, v in os.environ.items() if not k.startswith("NERVE_")}
+    environment.update(nerve_environment or {})
     result = subprocess.run([binary, *args], env=environment, capture_output=True, text=True, timeout=TIMEOUT_S)
     if expect is not None and result.returncode != expect:
         raise CheckFailed(f"openclaw-benchmark {' '.join(args)} exited {result.returncode}, expected {expect}\n"
@@ -118,7 +120,9 @@ def case_json(binary, directory):
     with open(config, "w") as f:
         f.write("scheduler:\n  spin_us: 120\n")
     out = os.path.join(directory, "run.json")
-    run(binary, *QUICK, "--only", "W1,W3", "--config", config, "--json", out)
+    # A NERVE_* variable applies on top of the file, and the report says where each value came from.
+    run(binary, *QUICK, "--only", "W1,W3", "--config", config, "--json", out,
+        nerve_environment={"NERVE_SCHEDULER_POLICY": "eager"})
     with open(out) as f:
         doc = json.load(f)
     check_schema(doc)
@@ -126,6 +130,9 @@ def case_json(binary, directory):
     check(doc["verified"] and doc["options"]["config_file"] == config, "verified / config_file")
     spin = [e for e in doc["config"] if e["key"] == "scheduler.spin_us"]
     check(spin and spin[0]["value"] == "120" and spin[0]["origin"].startswith("file"), f"spin_us entry {spin}")
+    policy = [e for e in doc["config"] if e["key"] == "scheduler.policy"]
+    check(policy and policy[0]["value"] == "eager" and policy[0]["origin"].startswith("environment"),
+          f"scheduler.policy entry {policy}")
 
 
 def case_config_error(binary, directory):
