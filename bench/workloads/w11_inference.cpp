@@ -34,10 +34,12 @@ namespace {
 
 using namespace serving;
 
-constexpr double rate = 12000;
-constexpr int max_batch = 32;
-constexpr std::chrono::microseconds max_wait{1000};
-const char* const case_name = "requests at 12,000/s";
+// The serving setup; defaults WORKLOADS.md's, each settable with openclaw-benchmark --param W11.<name>.
+struct Serving {
+  double rate = 12000;  // requests per second
+  int max_batch = 32;
+  std::chrono::microseconds max_wait{1000};
+};
 
 double percentile(std::vector<double> values, double p) {
   if (values.empty()) return 0;
@@ -76,10 +78,12 @@ struct Setup {
   }
 };
 
-Trial play(Setup& setup, Dispatcher& dispatcher, int batch, Cache* cache, bool corrupt) {
+Trial play(Setup& setup, const Serving& serving, Dispatcher& dispatcher, int batch, Cache* cache,
+           bool corrupt) {
   std::fill(setup.outputs.begin(), setup.outputs.end(), NAN);
   if (cache != nullptr) cache->clear();
-  const ServingConfig config{rate, batch, batch == 1 ? std::chrono::microseconds(0) : max_wait};
+  const ServingConfig config{serving.rate, batch,
+                             batch == 1 ? std::chrono::microseconds(0) : serving.max_wait};
   const ServingResult served = serve(setup.model, setup.stream, config, dispatcher, setup.outputs, cache);
   if (corrupt) setup.outputs[setup.outputs.size() / 2] += 1.0f;
   const double requests = static_cast<double>(setup.stream.input_of.size());
@@ -99,10 +103,18 @@ Trial play(Setup& setup, Dispatcher& dispatcher, int batch, Cache* cache, bool c
 
 WorkloadResult run_w11_inference(const WorkloadOptions& options) {
   const std::size_t requests = options.quick ? 1'000 : 10'000;
+  Serving serving;
+  serving.rate = options.parameter("W11", "rate", serving.rate, 1, 1e7);
+  serving.max_batch = static_cast<int>(options.parameter("W11", "max_batch", serving.max_batch, 1, 4096));
+  serving.max_wait = std::chrono::microseconds(static_cast<long>(
+      options.parameter("W11", "max_wait_us", static_cast<double>(serving.max_wait.count()), 0, 1e7)));
+  const std::string case_name =
+      "requests at " + format_count(static_cast<std::uint64_t>(serving.rate)) + "/s";
   WorkloadResult result{"W11",
                         "batched inference",
-                        format_count(requests) +
-                            " requests at 12,000/s, MLP 3 x 512, batches <= 32 rows / <= 1 ms, " +
+                        format_count(requests) + " " + case_name +
+                            ", MLP 3 x 512, batches <= " + std::to_string(serving.max_batch) +
+                            " rows / <= " + std::to_string(serving.max_wait.count()) + " us, " +
                             format_count(requests / 2) + " distinct inputs",
                         {},
                         {}};
@@ -129,19 +141,19 @@ WorkloadResult run_w11_inference(const WorkloadOptions& options) {
                         false,
                         0,
                         {},
-                        [&setup, dispatcher, batch, with_cache, corrupt] {
-                          return play(setup, *dispatcher, batch, with_cache, corrupt);
+                        [&setup, &serving, dispatcher, batch, with_cache, corrupt] {
+                          return play(setup, serving, *dispatcher, batch, with_cache, corrupt);
                         },
                         {}});
   };
-  add("nerve", "nerve dynamic batching", nerve.get(), max_batch, nullptr, fault);
+  add("nerve", "nerve dynamic batching", nerve.get(), serving.max_batch, nullptr, fault);
   add("nerve", "nerve one task per request", nerve.get(), 1, nullptr, fault);
-  add("nerve", "nerve batching + result cache", nerve.get(), max_batch, &cache, fault);
+  add("nerve", "nerve batching + result cache", nerve.get(), serving.max_batch, &cache, fault);
   if (tbb) {
-    add("oneTBB", "oneTBB dynamic batching", tbb.get(), max_batch, nullptr, false);
+    add("oneTBB", "oneTBB dynamic batching", tbb.get(), serving.max_batch, nullptr, false);
     add("oneTBB", "oneTBB one task per request", tbb.get(), 1, nullptr, false);
   }
-  add("naive", "naive pool dynamic batching", naive.get(), max_batch, nullptr, false);
+  add("naive", "naive pool dynamic batching", naive.get(), serving.max_batch, nullptr, false);
   add("naive", "naive pool one task per request", naive.get(), 1, nullptr, false);
   result.measurements = measure_interleaved(variants, options);
   return result;

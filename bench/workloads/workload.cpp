@@ -10,6 +10,25 @@ bool WorkloadResult::verified() const {
                      [](const Measurement& m) { return m.verified; });
 }
 
+double WorkloadOptions::parameter(const std::string& workload, const std::string& name, double fallback,
+                                  double low, double high) const {
+  const std::string key = workload + "." + name;
+  const auto found = parameters.find(key);
+  if (found == parameters.end()) return fallback;
+  std::size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(found->second, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != found->second.size() || !(value >= low && value <= high)) {
+    throw std::invalid_argument(key + " = '" + found->second + "': expected a number in [" +
+                                std::to_string(low) + ", " + std::to_string(high) + "]");
+  }
+  return value;
+}
+
 std::optional<GoalCheck> check_goal(const WorkloadResult& result, const Goal& goal) {
   const Measurement* nerve = nullptr;
   const Measurement* best = nullptr;
@@ -63,7 +82,7 @@ const std::vector<WorkloadEntry>& workload_registry() {
         {"W8", "small allocations", &run_w8_allocations},
         {"W9", "fork-join", &run_w9_fork_join},
         {"W10", "GLM fit (IRLS)", &run_w10_glm, &needs_blas},
-        {"W11", "batched inference", &run_w11_inference, &needs_blas},
+        {"W11", "batched inference", &run_w11_inference, &needs_blas, "rate max_batch max_wait_us"},
     };
     for (const WorkloadEntry& entry : registered_workloads()) {
       const auto same_id = [&](const WorkloadEntry& known) { return std::string(known.id) == entry.id; };

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -46,6 +47,13 @@ struct WorkloadOptions {
   std::vector<std::string> runtimes;
   // Called after every sample; may be empty. openclaw-benchmark draws its progress bar with it.
   std::function<void(const Progress&)> on_progress;
+  // Workload parameters, "W11.max_batch" → "16" (openclaw-benchmark --param): each workload lists
+  // the names it reads in its registry entry; absent ones take the workload's defaults.
+  std::map<std::string, std::string> parameters;
+  // parameter() is the value of parameters["<workload>.<name>"] as a number, or `fallback` when
+  // absent; throws std::invalid_argument (naming it) when the text is not a number in [low, high].
+  double parameter(const std::string& workload, const std::string& name, double fallback, double low,
+                   double high) const;
   // For the tests of the verification only (openclaw-benchmark's hidden --inject-fault): nerve's
   // variants corrupt their result after timing and before the check, which must then fail.
   bool inject_fault = false;
@@ -126,6 +134,8 @@ struct WorkloadEntry {
   WorkloadResult (*run)(const WorkloadOptions&);
   // why_unsupported() is "" when the workload can run here; nullptr: always supported.
   std::string (*why_unsupported)() = nullptr;
+  // The parameters it reads (WorkloadOptions::parameters), space-separated, e.g. "rate max_batch".
+  const char* parameters = "";
 
   bool supported(std::string* reason = nullptr) const {
     const std::string why = why_unsupported != nullptr ? why_unsupported() : std::string();

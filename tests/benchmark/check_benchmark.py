@@ -6,6 +6,8 @@ Usage: check_benchmark.py <openclaw-benchmark> <case> [argument]; each case is o
   json            a quick run's --json validated against the documented schema; --config and a
                   NERVE_* variable recorded in the effective configuration with their origins
   config_error    a bad --config fails with exit 2 and names the key
+  param           --param sets W11's batching (recorded in the JSON, used by the run); a bad name
+                  is a usage error, a value out of range fails the run
   html            the --html page: every chart's SVG present, self-contained, timeline only with --trace
   chromium        the page loads in headless Chromium, every chart in its DOM, no console error
                   (exit 77, a CTest skip, when chromium is not installed)
@@ -71,7 +73,9 @@ def check_schema(doc):
           f"git_commit {doc['tool']['git_commit']!r}")
     check(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", doc["started_at"]) is not None, "started_at format")
     check_fields(doc["options"], "options", {"quick": bool, "threads": int, "repetitions": int, "warmup": int,
-                                             "settle_ms": int, "only": list, "config_file": (str, type(None))})
+                                             "settle_ms": int, "only": list, "parameters": dict,
+                                             "config_file": (str, type(None))})
+    check(all(isinstance(v, str) for v in doc["options"]["parameters"].values()), "parameters: values")
     check_fields(doc["machine"], "machine", {"hostname": str, "cpu_model": str, "hardware_threads": int,
                                              "topology": dict})
     check_fields(doc["machine"]["topology"], "machine.topology",
@@ -141,6 +145,33 @@ def case_config_error(binary, directory):
         f.write("scheduler:\n  spin_usec: 5\n")
     result = run(binary, *QUICK, "--only", "W1", "--config", config, expect=2)
     check("spin_usec" in result.stderr, f"the error does not name the key: {result.stderr}")
+
+
+def case_param(binary, directory):
+    listed = run(binary, "--list").stdout
+    if "W11" not in listed or "not supported" in [l for l in listed.splitlines() if l.startswith("W11")][0]:
+        print("W11 is not supported in this build: skipped")
+        return SKIP
+    out = os.path.join(directory, "run.json")
+    run(binary, *QUICK, "--only", "W11", "--runtimes", "nerve", "--param", "W11.max_batch=8,w11.rate=4000",
+        "--param", "W11.max_wait_us=300", "--json", out)
+    with open(out) as f:
+        doc = json.load(f)
+    check_schema(doc)
+    check(doc["options"]["parameters"] == {"W11.max_batch": "8", "W11.rate": "4000", "W11.max_wait_us": "300"},
+          f"parameters recorded: {doc['options']['parameters']}")
+    w11 = doc["workloads"][0]
+    check("batches <= 8 rows / <= 300 us" in w11["size"] and "requests at 4,000/s" in w11["size"],
+          f"size: {w11['size']}")
+    batching = [m for m in w11["measurements"] if m["variant"] == "nerve dynamic batching"][0]
+    check(batching["extra"]["mean batch"] <= 8, f"mean batch {batching['extra']['mean batch']} > max_batch 8")
+    # A name the workload does not read, or a workload that does not exist: usage errors.
+    bad = run(binary, *QUICK, "--only", "W11", "--param", "W11.max_batches=8", expect=2)
+    check("max_batches" in bad.stderr and "max_batch" in bad.stderr, f"bad name: {bad.stderr}")
+    run(binary, *QUICK, "--param", "W99.x=1", expect=2)
+    # A value out of range: the workload cannot run, which fails the run.
+    out_of_range = run(binary, *QUICK, "--only", "W11", "--runtimes", "nerve", "--param", "W11.max_batch=0", expect=1)
+    check("W11.max_batch" in out_of_range.stdout + out_of_range.stderr, "out-of-range value not named")
 
 
 class Page(html.parser.HTMLParser):
@@ -284,8 +315,8 @@ def case_fault(binary, directory, workload):
     run(binary, *QUICK, "--only", workload, "--runtimes", "nerve")  # and the same run without the fault passes
 
 
-CASES = {"json": case_json, "config_error": case_config_error, "html": case_html, "chromium": case_chromium,
-         "compare": case_compare}
+CASES = {"json": case_json, "config_error": case_config_error, "param": case_param, "html": case_html,
+         "chromium": case_chromium, "compare": case_compare}
 
 
 def main():

@@ -72,6 +72,7 @@ void write_json(const RunReport& report, const std::vector<Compared>* comparison
                     {"warmup", report.warmup},
                     {"settle_ms", report.settle_ms},
                     {"only", report.only},
+                    {"parameters", report.parameters},
                     {"config_file", report.config_file.empty() ? Json(nullptr) : Json(report.config_file)}};
   Json caches = Json::array();
   for (const auto& [level, bytes] : report.caches)
@@ -154,6 +155,8 @@ RunReport read_json(const std::filesystem::path& path) {
     report.warmup = get<int>(options, "warmup");
     report.settle_ms = get<int>(options, "settle_ms");
     report.only = get<std::vector<std::string>>(options, "only");
+    if (options.contains("parameters"))  // absent in files of the first tool version
+      report.parameters = options.at("parameters").get<std::map<std::string, std::string>>();
     const Json& machine = doc.at("machine");
     report.hostname = get<std::string>(machine, "hostname");
     report.cpu_model = get<std::string>(machine, "cpu_model");

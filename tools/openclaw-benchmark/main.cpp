@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <exception>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -32,6 +33,7 @@ struct CommandLine {
   bool quick = false, list = false;
   unsigned threads = std::max(1u, std::thread::hardware_concurrency());
   int repeat = 0, warmup = 1, settle_ms = 20;
+  std::vector<std::string> parameters;
   std::string only, runtimes, config, json, html, trace, compare, from_json, scaling = "default",
                                                                              inject_fault;
   double fail_over = -1;
@@ -59,10 +61,40 @@ int list_workloads() {
   for (const auto& entry : nerve::bench::workload_registry()) {
     std::string reason;
     const bool ok = entry.supported(&reason);
-    std::printf("%-4s %-22s %s\n", entry.id, entry.title,
+    std::printf("%-4s %-22s %s", entry.id, entry.title,
                 ok ? "supported" : ("not supported: " + reason).c_str());
+    if (*entry.parameters != '\0') std::printf("; --param %s.{%s}", entry.id, entry.parameters);
+    std::printf("\n");
   }
   return 0;
+}
+
+// parse_parameters() turns --param "W11.max_batch=16,W11.rate=8000" into a map, checking that each
+// name is one its workload reads (the registry's `parameters`); "" or the error.
+std::string parse_parameters(const std::vector<std::string>& arguments,
+                             std::map<std::string, std::string>& out) {
+  for (const std::string& argument : arguments) {
+    for (const std::string& item : split(argument, false)) {
+      const auto equals = item.find('='), dot = item.find('.');
+      if (equals == std::string::npos || dot == std::string::npos || dot > equals)
+        return "--param " + item + ": expected W<n>.<name>=<value>";
+      std::string id = item.substr(0, dot);
+      std::transform(id.begin(), id.end(), id.begin(), [](unsigned char c) { return std::toupper(c); });
+      const std::string name = item.substr(dot + 1, equals - dot - 1);
+      const auto& all = nerve::bench::workload_registry();
+      const auto entry = std::find_if(all.begin(), all.end(), [&](const auto& e) { return id == e.id; });
+      if (entry == all.end()) return "--param " + item + ": no workload " + id + " (see --list)";
+      std::stringstream names(entry->parameters);
+      std::string known;
+      bool found = false;
+      while (names >> known) found = found || known == name;
+      if (!found)
+        return "--param " + item + ": " + id + " has no parameter '" + name +
+               "' (it reads: " + (*entry->parameters != '\0' ? entry->parameters : "none") + ")";
+      out[id + "." + name] = item.substr(equals + 1);
+    }
+  }
+  return {};
 }
 
 // run_suite() runs the selected workloads and fills `report`.
@@ -76,6 +108,7 @@ void run_suite(const CommandLine& line, const std::vector<std::string>& only, co
   options.settle_ms = line.settle_ms;
   options.settings = settings;
   options.runtimes = split(line.runtimes, false);
+  options.parameters = report.parameters;
 
   std::vector<const nerve::bench::WorkloadEntry*> selected;
   for (const auto& entry : nerve::bench::workload_registry()) {
@@ -145,6 +178,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 10000));
   app.add_option("--runtimes", line.runtimes,
                  "run only these runtimes' variants (nerve, oneTBB, OpenMP, naive, BLAS, STREAM)");
+  app.add_option("--param", line.parameters,
+                 "a workload parameter, e.g. W11.max_batch=16,W11.max_wait_us=500 (--list names them)");
   app.add_option("--config", line.config, "nerve configuration file (YAML); NERVE_* variables apply too");
   app.add_option("--json", line.json,
                  "write every figure, the machine and the configuration to this JSON file");
@@ -183,6 +218,10 @@ int main(int argc, char** argv) {
   }
 
   nb::RunReport report;
+  if (const std::string error = parse_parameters(line.parameters, report.parameters); !error.empty()) {
+    std::fprintf(stderr, "openclaw-benchmark: %s\n", error.c_str());
+    return 2;
+  }
   const auto start = std::chrono::steady_clock::now();
   try {
     if (!line.from_json.empty()) {

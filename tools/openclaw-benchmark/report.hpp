@@ -3,6 +3,7 @@
 #pragma once
 
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -49,7 +50,8 @@ struct RunReport {
   unsigned threads = 0;
   int repetitions = 0, warmup = 0, settle_ms = 0;
   std::vector<std::string> only;
-  std::string config_file;  // "" when none
+  std::map<std::string, std::string> parameters;  // --param: "W11.max_batch" → "16"
+  std::string config_file;                        // "" when none
   // machine
   std::string hostname, cpu_model, topology_description;
   unsigned hardware_threads = 0;
