@@ -61,12 +61,20 @@ std::string format_ratio(double ratio) {
   return text;
 }
 
+std::string tuning_summary(const RunReport& report) {
+  std::string text = report.config_file.empty() ? "" : "config " + report.config_file;
+  for (const auto& [key, value] : report.parameters) text += (text.empty() ? "" : "; ") + key + "=" + value;
+  return text;
+}
+
 void print_table(const RunReport& report, const std::vector<Compared>* comparison) {
   std::printf(
       "\nopenclaw-benchmark %s (commit %s): %u threads per runtime, %s sizes, median of %d after %d "
       "warm-up\n",
       report.tool_version.c_str(), report.git_commit.c_str(), report.threads, report.quick ? "quick" : "full",
       report.repetitions, report.warmup);
+  if (const std::string tuning = tuning_summary(report); !tuning.empty())
+    std::printf("tuned with: %s (NERVE_* variables: see --json's config)\n", tuning.c_str());
   std::printf("%s, %u hardware threads. nerve ×: how many times faster nerve is (>1: nerve faster)\n",
               report.cpu_model.c_str(), report.hardware_threads);
   for (const auto& run : report.workloads) {

@@ -152,6 +152,8 @@ void write_html(const RunReport& report, const std::vector<Compared>* comparison
       report.tool_version.c_str(), report.git_commit.c_str(), report.started_at.c_str(), report.duration_s,
       report.threads, report.quick ? "quick" : "full", report.repetitions, report.warmup);
   html += "<p class=\"meta\">" + escape_html(meta) + "</p>";
+  if (const std::string tuning = tuning_summary(report); !tuning.empty())
+    html += "<p class=\"meta\">Tuned with: " + escape_html(tuning) + "</p>";
   html += std::string("<p>") +
           (report.verified() ? "Every result verified."
                              : "<span class=\"fail\">Some results FAILED verification.</span>") +

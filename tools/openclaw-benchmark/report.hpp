@@ -90,6 +90,9 @@ const char* change_name(Change change);
 
 // Output.
 std::string format_figure(double value);
+// tuning_summary() is one line naming what the run was tuned with ("" when nothing): the --config
+// file and the --param values, e.g. "config tuning.yaml; W11.max_batch=16".
+std::string tuning_summary(const RunReport& report);
 // format_ratio() writes a ratio with two decimals below 100 ("1.00", "0.15", "24.7" above 10).
 std::string format_ratio(double ratio);
 void print_table(const RunReport& report, const std::vector<Compared>* comparison);
