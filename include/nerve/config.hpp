@@ -136,6 +136,9 @@ struct NERVE_API Config {
     // true: threads share one central free list per size class; false: each thread keeps its own.
     bool global_pool = true;
     NumaPolicy numa_policy;
+    // Bytes each host NUMA node's pool may reserve for buffers (0 = no limit); beyond it creating a
+    // buffer fails with ErrorCode::out_of_memory.
+    std::size_t host_node_limit = 0;
   } memory;
 
   struct TopologySource {

@@ -154,6 +154,14 @@ NERVE_API nerve_status_t nerve_wait_all(nerve_context_t* ctx);
 /* nerve_context_dump_perf_stats() writes the runtime's counters as JSON to `path`
  * (docs/PERF_STATS.md); NERVE_ERROR_INVALID_ARGUMENT if the file cannot be written. */
 NERVE_API nerve_status_t nerve_context_dump_perf_stats(nerve_context_t* ctx, const char* path);
+/* nerve_memory_compact() gives the context's free pool memory back to the system: empty slabs and
+ * cached blocks of its host pools, free pinned staging buffers, the calling thread's cached chunks
+ * (docs/MEMORY.md). Returns the bytes given back; 0 with nerve_last_error() set for a NULL context.
+ * Safe while tasks run. */
+NERVE_API size_t nerve_memory_compact(nerve_context_t* ctx);
+/* openclaw_memory_compact() is the seed's call without a context: nerve_memory_compact() on every
+ * context made by nerve_init*() and not yet shut down. Returns the total bytes given back. */
+NERVE_API size_t openclaw_memory_compact(void);
 
 /* ---- Buffers ---------------------------------------------------------------------------------- */
 

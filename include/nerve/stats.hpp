@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "nerve/memory.hpp"
+
 namespace nerve {
 
 struct WorkerStats {
@@ -28,6 +30,14 @@ struct TransferStats {
   std::uint64_t bytes = 0;
 };
 
+// Host memory: the pools buffers' host copies come from (one per NUMA node) and pinned staging.
+struct MemoryStats {
+  std::vector<MemoryPoolStats> host_pools;
+  std::size_t host_bytes_reserved = 0;     // taken from the system by the host pools
+  std::size_t host_bytes_in_use = 0;       // held by live buffers (whole chunks and blocks)
+  std::size_t staging_bytes_reserved = 0;  // pinned staging buffers, free or in use
+};
+
 struct ContextStats {
   std::vector<WorkerStats> workers;
   std::uint64_t tasks_submitted = 0;
@@ -35,6 +45,7 @@ struct ContextStats {
   std::vector<TransferStats> transfers;  // node pairs with at least one copy
   std::uint64_t bytes_transferred = 0;   // sum over `transfers`
   std::uint64_t copies = 0;
+  MemoryStats memory;
 };
 
 }  // namespace nerve

@@ -1,8 +1,12 @@
 #include "backend/test_device.hpp"
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include <fmt/format.h>
+
+#include "nerve/error.hpp"
 
 #include "memory/buffer_state.hpp"
 #include "task/kernel_task.hpp"
@@ -55,9 +59,18 @@ TestMemoryNode::TestMemoryNode(unsigned index, std::string name, const TestDevic
 
 TestMemoryNode::~TestMemoryNode() { dma_.stop(); }
 
-std::byte* TestMemoryNode::allocate_storage(std::size_t bytes) { return allocate_host_bytes(bytes); }
+// The simulated device memory is plain heap memory of its own, so a missed transfer shows up as
+// wrong data rather than as shared host bytes.
+std::byte* TestMemoryNode::allocate_storage(std::size_t bytes) {
+  const std::size_t rounded = (std::max<std::size_t>(bytes, 1) + 63) / 64 * 64;
+  void* data = std::aligned_alloc(64, rounded);
+  if (data == nullptr) {
+    throw Error(ErrorCode::out_of_memory, fmt::format("{}: cannot allocate {} bytes", name(), bytes));
+  }
+  return static_cast<std::byte*>(data);
+}
 
-void TestMemoryNode::free_storage(std::byte* data, std::size_t /*bytes*/) noexcept { free_host_bytes(data); }
+void TestMemoryNode::free_storage(std::byte* data, std::size_t /*bytes*/) noexcept { std::free(data); }
 
 void TestMemoryNode::start_copy(MemoryNode& /*from*/, const std::byte* source, MemoryNode& /*to*/,
                                 std::byte* destination, std::size_t bytes, CopyCompletion& completion) {

@@ -1,5 +1,6 @@
 // context.cpp — nerve_init*, nerve_shutdown and the context queries.
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "nerve/nerve.h"
@@ -13,10 +14,32 @@
 namespace nerve::capi {
 namespace {
 
+// The contexts nerve_init*() made and nerve_shutdown() has not yet destroyed: the seed's
+// openclaw_memory_compact() takes no context, so it reaches them through this list. Shutdown leaves
+// the list first, under the same lock a compaction holds, so a compaction never sees a dying context.
+struct LiveContexts {
+  std::mutex mutex;
+  std::vector<nerve_context*> contexts;
+};
+
+LiveContexts& live_contexts() {
+  static LiveContexts live;
+  return live;
+}
+
 nerve_context* create_context(const nerve_context_config_t& config) {
   auto ctx = std::make_unique<nerve_context>();
   ctx->runtime.emplace(settings_from_config(config));
+  LiveContexts& live = live_contexts();
+  std::lock_guard lock(live.mutex);
+  live.contexts.push_back(ctx.get());
   return ctx.release();
+}
+
+void forget_context(nerve_context* ctx) noexcept {
+  LiveContexts& live = live_contexts();
+  std::lock_guard lock(live.mutex);
+  std::erase(live.contexts, ctx);
 }
 
 // Pools the program did not destroy: a launched one is waited for, an unlaunched one discarded. They
@@ -109,6 +132,7 @@ void nerve_shutdown(nerve_context_t* ctx) {
     nerve::log::error("{}", nerve_last_error());
     return;
   }
+  forget_context(ctx);
   guard("nerve_shutdown", [ctx] {
     destroy_remaining_pools(*ctx);
     unmap_remaining_mappings(*ctx);
@@ -151,6 +175,21 @@ nerve_status_t nerve_context_dump_perf_stats(nerve_context_t* ctx, const char* p
     nerve_context& context = checked_context(ctx);
     if (path == nullptr) fail(nerve::ErrorCode::invalid_argument, "the path is NULL");
     context.runtime->dump_perf_stats(path);
+  });
+}
+
+size_t nerve_memory_compact(nerve_context_t* ctx) {
+  return guard_value<size_t>("nerve_memory_compact", 0,
+                             [ctx] { return checked_context(ctx).runtime->memory_compact(); });
+}
+
+size_t openclaw_memory_compact(void) {
+  return guard_value<size_t>("openclaw_memory_compact", 0, [] {
+    LiveContexts& live = live_contexts();
+    std::lock_guard lock(live.mutex);
+    std::size_t returned = 0;
+    for (nerve_context* ctx : live.contexts) returned += ctx->runtime->memory_compact();
+    return returned;
   });
 }
 

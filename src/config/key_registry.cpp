@@ -5,6 +5,7 @@
 #include <charconv>
 #include <chrono>
 #include <cstdint>
+#include <limits>
 #include <system_error>
 
 #include <fmt/format.h>
@@ -133,6 +134,12 @@ std::vector<KeySpec> build_key_table() {
       {"memory.numa_policy", text_type(), "local",
        "where host pool memory goes: local (first touch), interleave or preferred:<node>",
        [](Config& c, const ParsedValue& v) { c.memory.numa_policy = parse_numa_policy(v.string()); }},
+      {"memory.host_node_limit", integer_type(0, std::numeric_limits<std::int64_t>::max(), "none"), "0",
+       "bytes of buffer data each host NUMA node's pool may hold (0 = no limit); beyond it a new "
+       "buffer is an out_of_memory error",
+       [](Config& c, const ParsedValue& v) {
+         c.memory.host_node_limit = static_cast<std::size_t>(v.integer());
+       }},
       {"topology.synthetic", text_type(), "",
        "an hwloc synthetic topology description used instead of the real machine",
        [](Config& c, const ParsedValue& v) { c.topology.synthetic = v.string(); }},

@@ -1,43 +1,28 @@
 #include "memory/buffer_state.hpp"
 
-#include <cstdlib>
-#include <new>
-
 #include <fmt/format.h>
 
 #include "nerve/error.hpp"
 
 namespace nerve::detail {
 
-std::byte* allocate_host_bytes(std::size_t bytes) {
-  if (bytes == 0) return nullptr;
-  const std::size_t alignment = bytes >= (std::size_t{1} << 20) ? 4096 : 64;
-  const std::size_t rounded = (bytes + alignment - 1) / alignment * alignment;
-  void* data = std::aligned_alloc(alignment, rounded);
-  if (data == nullptr) {
-    throw Error(ErrorCode::out_of_memory,
-                fmt::format("host memory: cannot allocate {} bytes for a buffer", bytes));
-  }
-  return static_cast<std::byte*>(data);
-}
-
-void free_host_bytes(std::byte* data) noexcept { std::free(data); }
-
-BufferState::BufferState(ContextImpl* owner, std::size_t size_bytes, std::size_t element_bytes,
-                         const BufferOptions& options, std::uint64_t buffer_id)
+BufferState::BufferState(ContextImpl* owner, HostMemoryNode& host_node, int worker_numa,
+                         std::size_t size_bytes, std::size_t element_bytes, const BufferOptions& options,
+                         std::uint64_t buffer_id)
     : context(owner),
       bytes(size_bytes),
       element_size(element_bytes),
       id(buffer_id),
       name(options.name),
-      host(allocate_host_bytes(size_bytes)),
+      host_storage(host_node, size_bytes, options.numa_node, worker_numa),
+      host(host_storage.data()),
       home_numa(options.numa_node),
       sticky(options.sticky),
       host_cached(options.host_cached),
       tracker(size_bytes),
       replicas(size_bytes, host) {}
 
-BufferState::~BufferState() { free_host_bytes(host); }
+BufferState::~BufferState() = default;
 
 void BufferState::check_usable(const char* operation) const {
   switch (life.load(std::memory_order_acquire)) {

@@ -18,6 +18,7 @@
 #include "nerve/buffer.hpp"
 
 #include "memory/coherence.hpp"
+#include "memory/host_memory_node.hpp"
 #include "task/dependency_tracker.hpp"
 
 namespace nerve::detail {
@@ -30,9 +31,35 @@ enum class BufferLife : int {
   context_gone = 2,  // the context was destroyed while the handle lived
 };
 
+// A buffer's host copy: bytes from a host pool, given back when the buffer goes or earlier at
+// context destruction (release()).
+class HostStorage {
+ public:
+  HostStorage(HostMemoryNode& node, std::size_t bytes, int numa_node, int worker_numa)
+      : node_(node),
+        bytes_(bytes),
+        block_(bytes == 0 ? HostBlock{} : node.allocate_buffer(bytes, numa_node, worker_numa)) {}
+  ~HostStorage() { release(); }
+  HostStorage(const HostStorage&) = delete;
+  HostStorage& operator=(const HostStorage&) = delete;
+
+  std::byte* data() const noexcept { return block_.data; }
+  int pool() const noexcept { return block_.pool; }  // the NUMA node whose pool holds the bytes
+  void release() noexcept {
+    node_.free_buffer(block_, bytes_);
+    block_.data = nullptr;
+  }
+
+ private:
+  HostMemoryNode& node_;
+  std::size_t bytes_;
+  HostBlock block_;
+};
+
 struct BufferState {
-  BufferState(ContextImpl* owner, std::size_t size_bytes, std::size_t element_bytes,
-              const BufferOptions& options, std::uint64_t buffer_id);
+  // `worker_numa`: the NUMA node of the creating thread's worker, or -1 (see HostMemoryNode).
+  BufferState(ContextImpl* owner, HostMemoryNode& host_node, int worker_numa, std::size_t size_bytes,
+              std::size_t element_bytes, const BufferOptions& options, std::uint64_t buffer_id);
   ~BufferState();
   BufferState(const BufferState&) = delete;
   BufferState& operator=(const BufferState&) = delete;
@@ -47,7 +74,8 @@ struct BufferState {
   const std::size_t element_size;
   const std::uint64_t id;
   const std::string name;
-  std::byte* host = nullptr;
+  HostStorage host_storage;
+  std::byte* host = nullptr;  // host_storage.data(); null once the context has freed it
   std::atomic<int> home_numa{-1};
   std::atomic<BufferLife> life{BufferLife::alive};
   const bool sticky;       // BufferOptions::sticky: evicted last
@@ -55,9 +83,5 @@ struct BufferState {
   DependencyTracker tracker;
   BufferReplicas replicas;
 };
-
-// Host memory for buffer data: cache-line aligned, page aligned for large buffers.
-std::byte* allocate_host_bytes(std::size_t bytes);
-void free_host_bytes(std::byte* data) noexcept;
 
 }  // namespace nerve::detail

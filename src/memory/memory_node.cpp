@@ -2,8 +2,6 @@
 
 #include <cstring>
 
-#include "memory/buffer_state.hpp"
-
 namespace nerve::detail {
 
 std::byte* MemoryNode::try_allocate(std::size_t bytes) {
@@ -38,16 +36,6 @@ void MemoryNode::copy(MemoryNode& from, const std::byte* source, MemoryNode& to,
 void MemoryNode::copy_sync(MemoryNode& /*from*/, const std::byte* source, MemoryNode& /*to*/,
                            std::byte* destination, std::size_t bytes) {
   std::memcpy(destination, source, bytes);
-}
-
-std::byte* HostMemoryNode::allocate_storage(std::size_t bytes) { return allocate_host_bytes(bytes); }
-
-void HostMemoryNode::free_storage(std::byte* data, std::size_t /*bytes*/) noexcept { free_host_bytes(data); }
-
-void HostMemoryNode::start_copy(MemoryNode& /*from*/, const std::byte* source, MemoryNode& /*to*/,
-                                std::byte* destination, std::size_t bytes, CopyCompletion& completion) {
-  std::memcpy(destination, source, bytes);  // host to host: only reachable through tests
-  completion.copy_done(true, {});
 }
 
 }  // namespace nerve::detail

@@ -75,16 +75,4 @@ class MemoryNode {
   std::atomic<std::size_t> used_{0};
 };
 
-// The host node: buffer data allocated at buffer creation; it performs no copies itself.
-class HostMemoryNode final : public MemoryNode {
- public:
-  HostMemoryNode() : MemoryNode(0, "host", static_cast<std::size_t>(-1), true) {}
-
- protected:
-  std::byte* allocate_storage(std::size_t bytes) override;
-  void free_storage(std::byte* data, std::size_t bytes) noexcept override;
-  void start_copy(MemoryNode& from, const std::byte* source, MemoryNode& to, std::byte* destination,
-                  std::size_t bytes, CopyCompletion& completion) override;
-};
-
 }  // namespace nerve::detail

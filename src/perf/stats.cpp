@@ -41,6 +41,11 @@ ContextStats collect_stats(const ContextImpl& context) {
       }
     }
   }
+  HostMemoryStats memory = context.host_memory.memory_stats();
+  stats.memory.host_pools = std::move(memory.pools);
+  stats.memory.host_bytes_reserved = memory.bytes_reserved;
+  stats.memory.host_bytes_in_use = memory.bytes_in_use;
+  stats.memory.staging_bytes_reserved = memory.staging.bytes_reserved;
   const std::size_t threads = context.thread_count.load(std::memory_order_acquire);
   for (std::size_t i = 0; i < threads; ++i) {
     const ThreadState* thread = context.thread_list[i].load(std::memory_order_relaxed);
@@ -69,11 +74,27 @@ nlohmann::json stats_to_json(const ContextStats& stats) {
                          {"copies", transfer.copies},
                          {"bytes", transfer.bytes}});
   }
+  nlohmann::json pools = nlohmann::json::array();
+  for (const MemoryPoolStats& pool : stats.memory.host_pools) {
+    pools.push_back({{"node", pool.node},
+                     {"limit_bytes", pool.limit_bytes},
+                     {"bytes_reserved", pool.bytes_reserved},
+                     {"bytes_in_use", pool.bytes_in_use},
+                     {"allocations", pool.allocations},
+                     {"from_thread_cache", pool.from_thread_cache},
+                     {"from_central", pool.from_central},
+                     {"from_node", pool.from_node}});
+  }
   return {{"schema", "nerve.perf_stats/1"},
           {"tasks", {{"submitted", stats.tasks_submitted}, {"completed", stats.tasks_completed}}},
           {"workers", workers},
           {"transfers",
-           {{"copies", stats.copies}, {"bytes", stats.bytes_transferred}, {"by_node_pair", transfers}}}};
+           {{"copies", stats.copies}, {"bytes", stats.bytes_transferred}, {"by_node_pair", transfers}}},
+          {"memory",
+           {{"host_bytes_reserved", stats.memory.host_bytes_reserved},
+            {"host_bytes_in_use", stats.memory.host_bytes_in_use},
+            {"staging_bytes_reserved", stats.memory.staging_bytes_reserved},
+            {"host_pools", pools}}}};
 }
 
 void write_perf_stats(const ContextImpl& context, const std::filesystem::path& path) {

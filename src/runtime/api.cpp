@@ -193,6 +193,7 @@ const Topology& Context::topology() const noexcept { return impl_->topology; }
 namespace nerve {
 
 ContextStats Context::stats() const { return detail::collect_stats(*impl_); }
+std::size_t Context::memory_compact() { return impl_->host_memory.compact(); }
 void Context::dump_perf_stats(const std::filesystem::path& path) const {
   detail::write_perf_stats(*impl_, path);
 }

@@ -30,7 +30,8 @@ BufferState* buffer_create(ContextImpl* context, std::size_t bytes, std::size_t 
                 fmt::format("BufferOptions::numa_node {} is not a NUMA node of this machine (0..{})",
                             options.numa_node, nodes - 1));
   }
-  auto* buffer = new BufferState(context, bytes, element_size, options, context->next_buffer_id());
+  auto* buffer = new BufferState(context, context->host_memory, context->calling_worker_numa(), bytes,
+                                 element_size, options, context->next_buffer_id());
   context->add_external_reference();
   try {
     context->register_buffer(buffer);

@@ -25,6 +25,7 @@ constinit thread_local ThreadCacheEntry thread_cache __attribute__((tls_model("i
 ContextImpl::ContextImpl(const Settings& settings)
     : config(Config::load(settings)),
       topology(Topology::discover(config)),
+      host_memory(config, topology),
       scheduler(config, topology, *this),
       id(new_context_id()) {
   log::debug("context {}: {} worker slots on {}", id, scheduler.slot_count(), topology.description());
@@ -70,6 +71,8 @@ void ContextImpl::shutdown() noexcept {
     buffer->life.store(BufferLife::context_gone, std::memory_order_release);
     std::lock_guard lock(buffer->tracker.lock());
     buffer->tracker.clear();
+    buffer->host_storage.release();
+    buffer->host = nullptr;
   }
 }
 

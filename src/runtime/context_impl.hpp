@@ -25,6 +25,7 @@
 #include "backend/device.hpp"
 #include "backend/test_device.hpp"
 #include "memory/coherence.hpp"
+#include "memory/host_memory_node.hpp"
 #include "memory/memory_node.hpp"
 #include "sched/scheduler.hpp"
 #include "task/record_allocator.hpp"
@@ -61,6 +62,11 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
     return register_current_thread();
   }
   ThreadState& register_current_thread();
+  // calling_worker_numa() is the NUMA node of the worker slot the calling thread runs, or -1.
+  int calling_worker_numa() const noexcept {
+    if (thread_cache.context_id != id || thread_cache.state->slot == nullptr) return -1;
+    return thread_cache.state->slot->numa_node;
+  }
 
   // --- task life cycle (task_lifecycle.cpp)
   TaskDraft begin_task(std::size_t closure_size, std::size_t closure_align);

@@ -275,5 +275,36 @@ TEST(CapiStatus, LastErrorIsPerThread) {
   EXPECT_EQ(nerve_last_status(), NERVE_ERROR_INVALID_ARGUMENT);
 }
 
+TEST(CapiContext, MemoryCompactReturnsFreedBufferMemory) {
+  nerve_context_config_t config = hermetic_config();
+  ContextPtr first(nerve_init_with_config(&config));
+  ContextPtr second(nerve_init_with_config(&config));
+  ASSERT_NE(first, nullptr) << nerve_last_error();
+  ASSERT_NE(second, nullptr) << nerve_last_error();
+  for (nerve_context_t* ctx : {first.get(), second.get()}) {
+    for (int i = 0; i < 8; ++i) {
+      nerve_buffer_t* buffer = nerve_buffer_alloc(ctx, std::size_t{1} << 20, NERVE_DEVICE_ANY, 0);
+      ASSERT_NE(buffer, nullptr) << nerve_last_error();
+      EXPECT_EQ(nerve_buffer_free(buffer), NERVE_OK) << nerve_last_error();
+    }
+  }
+  const nlohmann::json before = dump_stats(first.get())["memory"];
+  EXPECT_GT(before["host_bytes_reserved"].get<std::size_t>(), 0u);
+  EXPECT_EQ(before["host_bytes_in_use"].get<std::size_t>(), 0u);
+
+  const std::size_t from_first = nerve_memory_compact(first.get());
+  EXPECT_GT(from_first, 0u);
+  EXPECT_EQ(dump_stats(first.get())["memory"]["host_bytes_reserved"].get<std::size_t>(),
+            before["host_bytes_reserved"].get<std::size_t>() - from_first);
+  // The seed's call without a context reaches the other live context.
+  EXPECT_GT(openclaw_memory_compact(), 0u);
+  EXPECT_EQ(openclaw_memory_compact(), 0u) << "nothing left in either context";
+}
+
+TEST(CapiContext, MemoryCompactRefusesNull) {
+  EXPECT_EQ(nerve_memory_compact(nullptr), 0u);
+  EXPECT_EQ(nerve_last_status(), NERVE_ERROR_INVALID_ARGUMENT);
+}
+
 }  // namespace
 }  // namespace nerve::testing

@@ -1,0 +1,153 @@
+// Buffers' host copies come from the context's per-NUMA-node pools: accounting, limits, NUMA choice,
+// compaction, and the data freed at context destruction.
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include <gmock/gmock.h>
+
+#include "support/runtime_fixture.hpp"
+
+namespace nerve::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+Settings settings_with(std::initializer_list<std::pair<const char*, const char*>> values) {
+  Settings settings = make_settings(2);
+  for (const auto& [key, value] : values) settings.set(key, value);
+  return settings;
+}
+
+std::size_t in_use_on(const Context& context, std::size_t numa_node) {
+  return context.stats().memory.host_pools.at(numa_node).bytes_in_use;
+}
+
+TEST(HostMemory, BufferDataComesFromTheHostPool) {
+  Context context(make_settings(2));
+  const std::size_t before = context.stats().memory.host_bytes_in_use;
+  {
+    Buffer<double> small(context, 100);    // a size class
+    Buffer<double> large(context, 50000);  // a large block
+    const MemoryStats memory = context.stats().memory;
+    EXPECT_GE(memory.host_bytes_in_use, before + 100 * sizeof(double) + 50000 * sizeof(double));
+    EXPECT_GE(memory.host_bytes_reserved, memory.host_bytes_in_use);
+    EXPECT_EQ(memory.host_pools.size(), context.topology().numa_nodes().size());
+    // Cache-line aligned (page aligned when large), as SIMD kernels expect.
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(small.map_read().data()) % 64, 0u);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(large.map_read().data()) % 4096, 0u);
+  }
+  EXPECT_EQ(context.stats().memory.host_bytes_in_use, before) << "dropping the buffers returns their bytes";
+}
+
+TEST(HostMemory, RecreatedBuffersReuseThePool) {
+  Context context(make_settings(2));
+  for (int round = 0; round < 3; ++round) {
+    std::vector<Buffer<float>> buffers;
+    for (int i = 0; i < 64; ++i) buffers.emplace_back(context, 256);
+  }
+  const MemoryPoolStats pool = context.stats().memory.host_pools.at(0);
+  EXPECT_EQ(pool.allocations, 3u * 64u);
+  EXPECT_LT(pool.from_node, 8u) << "after the first round, buffers are served from the pool, not the system";
+}
+
+TEST(HostMemory, CompactReturnsFreeMemory) {
+  Context context(make_settings(2));
+  {
+    std::vector<Buffer<char>> buffers;
+    for (int i = 0; i < 32; ++i) buffers.emplace_back(context, std::size_t{1} << 20);  // large blocks
+    for (int i = 0; i < 200; ++i) buffers.emplace_back(context, 2000);                 // slabs
+  }
+  const std::size_t reserved = context.stats().memory.host_bytes_reserved;
+  ASSERT_GT(reserved, 0u);
+  const std::size_t returned = context.memory_compact();
+  EXPECT_GT(returned, 0u);
+  EXPECT_EQ(context.stats().memory.host_bytes_reserved, reserved - returned);
+  EXPECT_EQ(context.memory_compact(), 0u) << "nothing left to return";
+  Buffer<int> after(context, 1000);  // the pool still works after compaction
+  context.submit([](std::span<int> data) { std::fill(data.begin(), data.end(), 7); }, write(after));
+  EXPECT_EQ(after.to_vector(), std::vector<int>(1000, 7));
+}
+
+TEST(HostMemory, NodeLimitMakesAnOversizedBufferAClearError) {
+  Context context(settings_with({{"memory.host_node_limit", "4194304"}}));  // 4 MiB per NUMA node
+  Buffer<char> fits(context, std::size_t{1} << 20);
+  try {
+    Buffer<char> too_big(context, std::size_t{8} << 20);
+    FAIL() << "an 8 MiB buffer fit under a 4 MiB limit";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::out_of_memory);
+    EXPECT_THAT(error.what(), HasSubstr("8388608"));  // the size asked
+    EXPECT_THAT(error.what(), HasSubstr("4194304"));  // the limit
+  }
+  // Nothing lost: the buffer that fit and the context still work.
+  context.submit([](std::span<char> data) { data[0] = 'x'; }, write(fits));
+  EXPECT_EQ(fits.map_read()[0], 'x');
+  EXPECT_EQ(live_buffers(context), 1u);
+}
+
+TEST(HostMemory, UnlimitedByDefault) {
+  Context context(make_settings(1));
+  EXPECT_EQ(context.stats().memory.host_pools.at(0).limit_bytes, 0u);
+  Buffer<char> big(context, std::size_t{8} << 20);
+  EXPECT_EQ(big.size(), std::size_t{8} << 20);
+}
+
+constexpr const char* two_numa_nodes = "pack:1 numa:2 core:1 pu:1";  // worker 1 on node 1
+
+TEST(HostMemory, BufferOptionsNumaNodeChoosesThePool) {
+  Context context(settings_with({{"topology.synthetic", two_numa_nodes}}));
+  ASSERT_EQ(context.stats().memory.host_pools.size(), 2u);
+  BufferOptions options;
+  options.numa_node = 1;
+  Buffer<double> on_node_1(context, 4096, options);
+  EXPECT_GE(in_use_on(context, 1), 4096 * sizeof(double));
+  EXPECT_LT(in_use_on(context, 0), 4096 * sizeof(double));
+}
+
+TEST(HostMemory, PreferredPolicyChoosesThePool) {
+  Context context(
+      settings_with({{"topology.synthetic", two_numa_nodes}, {"memory.numa_policy", "preferred:1"}}));
+  Buffer<double> buffer(context, 4096);
+  EXPECT_GE(in_use_on(context, 1), 4096 * sizeof(double));
+}
+
+TEST(HostMemory, LocalPolicyUsesTheCreatingWorkersNode) {
+  Context context(settings_with({{"topology.synthetic", two_numa_nodes}, {"memory.numa_policy", "local"}}));
+  // From the application thread (no worker slot): node 0.
+  Buffer<double> from_application(context, 4096);
+  EXPECT_GE(in_use_on(context, 0), 4096 * sizeof(double));
+  EXPECT_LT(in_use_on(context, 1), 4096 * sizeof(double));
+  // From a task on each worker: that worker's node.
+  std::vector<std::unique_ptr<Buffer<double>>> made(context.worker_count());
+  TaskGroup group(context);
+  for (unsigned i = 0; i < 64; ++i) {
+    group.spawn([&context, &made] {
+      const int worker = context.current_worker();
+      if (worker > 0 && made[worker] == nullptr)
+        made[worker] = std::make_unique<Buffer<double>>(context, 4096);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));  // let the other worker take some
+    });
+  }
+  group.wait();
+  ASSERT_NE(made.at(1), nullptr) << "worker 1 ran none of 64 tasks";
+  EXPECT_EQ(context.stats().workers.at(1).numa_node, 1) << "the synthetic machine puts worker 1 on node 1";
+  for (unsigned worker = 1; worker < made.size(); ++worker) {
+    const int node = context.stats().workers.at(worker).numa_node;
+    EXPECT_GE(in_use_on(context, static_cast<std::size_t>(node)), 4096 * sizeof(double));
+  }
+}
+
+TEST(HostMemory, ContextDestructionFreesLiveBuffersData) {
+  std::optional<Buffer<int>> survivor;
+  {
+    Context context(make_settings(1));
+    survivor.emplace(context, 1000);
+  }
+  EXPECT_THROW((void)survivor->map_read(), Error)
+      << "the handle fails cleanly; ASan checks the bytes were freed";
+}
+
+}  // namespace
+}  // namespace nerve::testing
