@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <thread>
 
 namespace nerve::bench {
@@ -51,6 +52,8 @@ std::vector<Measurement> measure_interleaved(const std::vector<Variant>& all_var
     results[v].verified = true;
   }
   const int rounds = std::max(0, options.warmup) + std::max(1, options.repetitions);
+  std::vector<std::map<std::string, std::vector<double>>> extra(variants.size());
+  std::vector<std::vector<std::string>> extra_order(variants.size());
   for (int round = 0; round < rounds; ++round) {
     for (std::size_t v = 0; v < variants.size(); ++v) {
       const Variant& variant = variants[v];
@@ -62,7 +65,19 @@ std::vector<Measurement> measure_interleaved(const std::vector<Variant>& all_var
         result.verified = false;
         result.note = trial.failure;  // the first failure is the informative one
       }
-      if (round >= options.warmup) result.samples.push_back(trial.value);
+      if (round >= options.warmup) {
+        result.samples.push_back(trial.value);
+        for (const auto& [name, value] : trial.extra) extra[v][name].push_back(value);
+        if (extra_order[v].size() < trial.extra.size()) {
+          extra_order[v].clear();
+          for (const auto& entry : trial.extra) extra_order[v].push_back(entry.first);
+        }
+      }
+      if (options.on_progress) {
+        options.on_progress({variant.case_name, variant.variant,
+                             round * static_cast<int>(variants.size()) + static_cast<int>(v) + 1,
+                             rounds * static_cast<int>(variants.size())});
+      }
     }
   }
   for (std::size_t v = 0; v < variants.size(); ++v) {
@@ -72,6 +87,8 @@ std::vector<Measurement> measure_interleaved(const std::vector<Variant>& all_var
     result.min = summary.min;
     result.max = summary.max;
     result.mad = summary.mad;
+    for (const std::string& name : extra_order[v])
+      result.extra.emplace_back(name, summarize(extra[v][name]).median);
     if (result.verified && variants[v].describe) result.note = variants[v].describe(result);
   }
   return results;

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "workload.hpp"
@@ -35,6 +36,9 @@ class Stopwatch {
 struct Trial {
   double value = 0;
   std::string failure;
+  // Secondary figures of this sample (e.g. {"p99 latency ms", 3.2}); the Measurement gets the
+  // median of each over the timed samples, under the same name.
+  std::vector<std::pair<std::string, double>> extra = {};
 };
 
 struct Variant {

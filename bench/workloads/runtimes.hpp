@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "nerve/config.hpp"
+#include "nerve/task.hpp"
 
 #include "workload.hpp"
 
@@ -30,6 +31,13 @@ class TbbLimit {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// named() is TaskOptions with only a name (traces and statistics show it).
+inline nerve::TaskOptions named(const char* name) {
+  nerve::TaskOptions options;
+  options.name = name;
+  return options;
+}
 
 // set_openmp_threads() sets the default team size (omp_set_num_threads); the workloads also pass
 // num_threads(T) on every parallel construct. No-op without OpenMP.

@@ -34,12 +34,13 @@ Trial finish(const Stopwatch& watch, const Counter& counter, std::uint64_t tasks
           expect_equal("final count", counter.value.load(), initial_count + tasks)};
 }
 
-Trial run_nerve(nerve::Context& context, Counter& counter, std::uint64_t tasks) {
+Trial run_nerve(nerve::Context& context, Counter& counter, std::uint64_t tasks, bool inject_fault) {
   Stopwatch watch;
   for (std::uint64_t i = 0; i < tasks; ++i) {
     context.spawn([&counter] { counter.value.fetch_add(1, std::memory_order_relaxed); });
   }
   context.wait_all();
+  if (inject_fault) counter.value.fetch_add(1);  // tests of the check only
   return finish(watch, counter, tasks);
 }
 
@@ -91,7 +92,7 @@ WorkloadResult run_w1_independent(const WorkloadOptions& options) {
                       true,
                       tasks,
                       reset,
-                      [&] { return run_nerve(context, counter, tasks); },
+                      [&] { return run_nerve(context, counter, tasks, options.inject_fault); },
                       {}});
 #if NERVE_HAVE_TBB
   variants.push_back({case_name,

@@ -95,12 +95,12 @@ long omp_fib_root(int n, int cutoff, unsigned threads) {
 
 // time_fib() times `count` calls of fib() and returns ms per call; every result is checked.
 template <class Fib>
-Trial time_fib(int n, int count, Fib&& fib) {
+Trial time_fib(int n, int count, Fib&& fib, bool inject_fault = false) {
   const long expected = expected_fib(n);
   std::string failure;
   Stopwatch watch;
   for (int i = 0; i < count; ++i) {
-    const long value = fib();
+    const long value = fib() + (inject_fault ? 1 : 0);  // inject_fault: tests of the check only
     if (failure.empty()) failure = expect_equal("fib", value, expected);
   }
   const double ns = watch.elapsed_ns();
@@ -139,7 +139,9 @@ WorkloadResult run_w2_fib(const WorkloadOptions& options) {
                           true,
                           tasks,
                           {},
-                          [n, count, fib] { return time_fib(n, count, fib); },
+                          [n, count, fib, inject = options.inject_fault && std::string(runtime) == "nerve"] {
+                            return time_fib(n, count, fib, inject);
+                          },
                           per_task});
     };
     add("nerve", "nerve TaskGroup", [&context, n, cutoff] { return nerve_fib(context, n, cutoff); });

@@ -78,8 +78,8 @@ void nerve_reset(const std::vector<nerve::Buffer<double>>& cells, std::size_t si
   for (std::size_t k = 0; k < cells.size(); ++k) cells[k].map_write()[0] = initial_value(k / side, k % side);
 }
 
-Trial run_nerve(nerve::Context& context, const std::vector<nerve::Buffer<double>>& cells,
-                const Setup& setup) {
+Trial run_nerve(nerve::Context& context, const std::vector<nerve::Buffer<double>>& cells, const Setup& setup,
+                bool inject_fault) {
   const std::size_t side = setup.side;
   using In = std::span<const double>;
   using Out = std::span<double>;
@@ -106,6 +106,7 @@ Trial run_nerve(nerve::Context& context, const std::vector<nerve::Buffer<double>
   const double ns = watch.elapsed_ns();
   std::vector<double> got(cells.size());
   for (std::size_t k = 0; k < cells.size(); ++k) got[k] = cells[k].map_read()[0];
+  if (inject_fault) got[got.size() / 2] += 1.0;  // tests of the check only
   return {ns / setup.tasks(), compare(got, setup.reference, side)};
 }
 
@@ -198,7 +199,7 @@ WorkloadResult run_w4_wavefront(const WorkloadOptions& options) {
                       true,
                       tasks,
                       [&cells, side] { nerve_reset(cells, side); },
-                      [&] { return run_nerve(context, cells, setup); },
+                      [&] { return run_nerve(context, cells, setup, options.inject_fault); },
                       {}});
 #if NERVE_HAVE_TBB
   variants.push_back({case_name,

@@ -124,15 +124,18 @@ WorkloadResult run_w8_allocations(const WorkloadOptions& options) {
                           true,
                           pairs,
                           {},
-                          [=] {
-                            return with_pool_check(time_pairs(threads, pairs,
-                                                              [pool, bytes] {
-                                                                void* p = pool->allocate(bytes);
-                                                                const bool good = touch(p);
-                                                                pool->deallocate(p, bytes);
-                                                                return good;
-                                                              }),
-                                                   pool->stats());
+                          [=, inject_fault = options.inject_fault] {
+                            const Trial trial = time_pairs(threads, pairs, [pool, bytes] {
+                              void* p = pool->allocate(bytes);
+                              const bool good = touch(p);
+                              pool->deallocate(p, bytes);
+                              return good;
+                            });
+                            // inject_fault (tests of the check only): a block left in use.
+                            void* kept = inject_fault ? pool->allocate(bytes) : nullptr;
+                            Trial checked = with_pool_check(trial, pool->stats());
+                            if (kept != nullptr) pool->deallocate(kept, bytes);
+                            return checked;
                           },
                           [](const Measurement& m) {
                             return std::string("goal <= 10 ns/pair: ") +

@@ -46,7 +46,7 @@ constexpr std::uint64_t quick_repetitions = 10'000;
 // can wait a whole scheduler time slice per fork-join (we saw 12 ms), and 10^5 of those would take
 // twenty minutes. The figure stays per fork-join, over the ones that ran.
 constexpr auto full_sample_budget = std::chrono::seconds(2);
-constexpr auto quick_sample_budget = std::chrono::milliseconds(250);
+constexpr auto quick_sample_budget = std::chrono::milliseconds(100);
 // The busy case is ~10x longer per fork-join, so it repeats 10x fewer times.
 constexpr std::uint64_t busy_divisor = 10;
 constexpr auto busy_body = std::chrono::microseconds(5);
@@ -118,6 +118,7 @@ struct ForkJoinCase {
   std::chrono::nanoseconds body;
   std::chrono::nanoseconds budget;  // time after which a sample stops early
   Counters counters;
+  bool inject_fault = false;  // nerve's variant miscounts (tests of the check only)
   // Per variant, over all its samples: iterations run, and run on another thread than the caller;
   // and the fewest fork-joins a sample ran (less than `repetitions` when the budget cut it short).
   std::array<double, 4> iterations{}, elsewhere{};
@@ -146,6 +147,7 @@ struct ForkJoinCase {
     iterations[variant] += static_cast<double>(count);
     elsewhere[variant] += static_cast<double>(away);
     fewest[variant] = fewest[variant] == 0 ? done : std::min(fewest[variant], done);
+    if (inject_fault && variant == 0) counters.bump(0);
     return {ns / 1e3 / static_cast<double>(done), counters.check(done)};
   }
 
@@ -225,6 +227,7 @@ WorkloadResult run_w9_fork_join(const WorkloadOptions& options) {
   const auto busy =
       std::make_unique<ForkJoinCase>(busy_case, repetitions / busy_divisor, busy_body, budget, threads);
 
+  empty->inject_fault = options.inject_fault;
   std::vector<Variant> variants;
   add_variants(variants, *empty, context, threads);
   add_variants(variants, *busy, context, threads);

@@ -1,12 +1,32 @@
 #include "workload.hpp"
 
 #include <algorithm>
+#include <stdexcept>
 
 namespace nerve::bench {
 
 bool WorkloadResult::verified() const {
   return std::all_of(measurements.begin(), measurements.end(),
                      [](const Measurement& m) { return m.verified; });
+}
+
+double WorkloadOptions::parameter(const std::string& workload, const std::string& name, double fallback,
+                                  double low, double high) const {
+  const std::string key = workload + "." + name;
+  const auto found = parameters.find(key);
+  if (found == parameters.end()) return fallback;
+  std::size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(found->second, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != found->second.size() || !(value >= low && value <= high)) {
+    throw std::invalid_argument(key + " = '" + found->second + "': expected a number in [" +
+                                std::to_string(low) + ", " + std::to_string(high) + "]");
+  }
+  return value;
 }
 
 std::optional<GoalCheck> check_goal(const WorkloadResult& result, const Goal& goal) {
@@ -24,12 +44,71 @@ std::optional<GoalCheck> check_goal(const WorkloadResult& result, const Goal& go
   return GoalCheck{&goal, nerve, best, ratio, met};
 }
 
+namespace {
+
+std::string needs_blas() {
+  return have_blas() ? "" : "built without OpenBLAS and LAPACKE (libopenblas-dev liblapacke-dev)";
+}
+
+// The BLAS workloads exist in every build, so that --list and reports can say why they did not run;
+// without BLAS their run functions are stubs that are never called (supported() is false).
+#if !NERVE_HAVE_BLAS
+[[noreturn]] WorkloadResult not_built(const WorkloadOptions&) {
+  throw std::logic_error("workload not built");
+}
+#endif
+
+}  // namespace
+
+bool have_blas() noexcept { return NERVE_HAVE_BLAS != 0; }
+
+#if !NERVE_HAVE_BLAS
+WorkloadResult run_w6_cholesky(const WorkloadOptions& o) { return not_built(o); }
+WorkloadResult run_w7_gemm(const WorkloadOptions& o) { return not_built(o); }
+WorkloadResult run_w10_glm(const WorkloadOptions& o) { return not_built(o); }
+WorkloadResult run_w11_inference(const WorkloadOptions& o) { return not_built(o); }
+#endif
+
+const std::vector<WorkloadEntry>& workload_registry() {
+  static const std::vector<WorkloadEntry> entries = [] {
+    std::vector<WorkloadEntry> all = {
+        {"W1", "independent tasks", &run_w1_independent},
+        {"W2", "recursive tasks", &run_w2_fib},
+        {"W3", "dependency chain", &run_w3_chain},
+        {"W4", "2D wavefront", &run_w4_wavefront},
+        {"W5", "vector add", &run_w5_vector_add},
+        {"W6", "tiled Cholesky", &run_w6_cholesky, &needs_blas},
+        {"W7", "tiled GEMM", &run_w7_gemm, &needs_blas},
+        {"W8", "small allocations", &run_w8_allocations},
+        {"W9", "fork-join", &run_w9_fork_join},
+        {"W10", "GLM fit (IRLS)", &run_w10_glm, &needs_blas},
+        {"W11", "batched inference", &run_w11_inference, &needs_blas, "rate max_batch max_wait_us"},
+    };
+    for (const WorkloadEntry& entry : registered_workloads()) {
+      const auto same_id = [&](const WorkloadEntry& known) { return std::string(known.id) == entry.id; };
+      if (std::any_of(all.begin(), all.end(), same_id))
+        throw std::logic_error(std::string("workload ") + entry.id + " is registered twice");
+      all.push_back(entry);
+    }
+    // Id order: by the number after the W.
+    std::stable_sort(all.begin(), all.end(), [](const WorkloadEntry& a, const WorkloadEntry& b) {
+      return std::stoi(a.id + 1) < std::stoi(b.id + 1);
+    });
+    return all;
+  }();
+  return entries;
+}
+
 const std::vector<WorkloadEntry>& core_workloads() {
-  static const std::vector<WorkloadEntry> entries = {
-      {"W1", "independent tasks", &run_w1_independent}, {"W2", "recursive tasks", &run_w2_fib},
-      {"W3", "dependency chain", &run_w3_chain},        {"W4", "2D wavefront", &run_w4_wavefront},
-      {"W8", "small allocations", &run_w8_allocations}, {"W9", "fork-join", &run_w9_fork_join},
-  };
+  static const std::vector<WorkloadEntry> entries = [] {
+    std::vector<WorkloadEntry> core;
+    for (const WorkloadEntry& entry : workload_registry()) {
+      const std::string id = entry.id;
+      if (id == "W1" || id == "W2" || id == "W3" || id == "W4" || id == "W8" || id == "W9")
+        core.push_back(entry);
+    }
+    return core;
+  }();
   return entries;
 }
 

@@ -11,13 +11,25 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "nerve/config.hpp"
 
 namespace nerve::bench {
+
+// Progress is reported after every sample (warm-up included) of every variant, from the thread
+// that runs the workload: `done` of `total` samples of the current case.
+struct Progress {
+  std::string case_name;
+  std::string variant;
+  int done = 0;
+  int total = 0;
+};
 
 // WorkloadOptions apply to every runtime of a run alike.
 struct WorkloadOptions {
@@ -33,6 +45,18 @@ struct WorkloadOptions {
   // Run only the variants of these runtimes ("nerve", "oneTBB", "OpenMP"); empty: all. For profiling
   // one runtime alone (perf record nerve-bench-core --runtimes nerve).
   std::vector<std::string> runtimes;
+  // Called after every sample; may be empty. openclaw-benchmark draws its progress bar with it.
+  std::function<void(const Progress&)> on_progress;
+  // Workload parameters, "W11.max_batch" → "16" (openclaw-benchmark --param): each workload lists
+  // the names it reads in its registry entry; absent ones take the workload's defaults.
+  std::map<std::string, std::string> parameters;
+  // parameter() is the value of parameters["<workload>.<name>"] as a number, or `fallback` when
+  // absent; throws std::invalid_argument (naming it) when the text is not a number in [low, high].
+  double parameter(const std::string& workload, const std::string& name, double fallback, double low,
+                   double high) const;
+  // For the tests of the verification only (openclaw-benchmark's hidden --inject-fault): nerve's
+  // variants corrupt their result after timing and before the check, which must then fail.
+  bool inject_fault = false;
 };
 
 // One variant's figures: the median of `samples` and their spread.
@@ -49,6 +73,9 @@ struct Measurement {
   bool verified = false;    // every sample, warm-up included, produced the exact expected result
   std::string note;         // what failed, or a secondary figure ("41.2 ns/task")
   std::vector<double> samples;
+  // Secondary figures, each the median over the timed samples, in the order the workload gives
+  // them: e.g. W11's {"p50 latency ms", ...}, {"p99 latency ms", ...}.
+  std::vector<std::pair<std::string, double>> extra;
 };
 
 // A performance goal: nerve's figure over the best (lowest time) of `baselines` must be <= max_ratio.
@@ -86,15 +113,46 @@ WorkloadResult run_w1_independent(const WorkloadOptions& options);
 WorkloadResult run_w2_fib(const WorkloadOptions& options);
 WorkloadResult run_w3_chain(const WorkloadOptions& options);
 WorkloadResult run_w4_wavefront(const WorkloadOptions& options);
+WorkloadResult run_w5_vector_add(const WorkloadOptions& options);
 WorkloadResult run_w8_allocations(const WorkloadOptions& options);
 WorkloadResult run_w9_fork_join(const WorkloadOptions& options);
+// Built with OpenBLAS + LAPACKE only (NERVE_HAVE_BLAS); the registry says why they are missing.
+WorkloadResult run_w6_cholesky(const WorkloadOptions& options);
+WorkloadResult run_w7_gemm(const WorkloadOptions& options);
+WorkloadResult run_w10_glm(const WorkloadOptions& options);
+WorkloadResult run_w11_inference(const WorkloadOptions& options);
 
-// The registry: every workload this library implements, in id order.
+// The registry. An entry is a workload this library knows; supported() says whether it can run in
+// this build on this machine (a BLAS workload without OpenBLAS, a device workload without a device)
+// and, if not, why. Tools list and run what the registry holds, so adding a workload is: one
+// wN_name.cpp with run_wN_name(), its declaration above, a line in workload_registry()
+// (workload.cpp) and the file in bench/CMakeLists.txt; a workload that lives with a backend registers
+// itself with nerve_add_workload() instead (registered_workloads() below).
 struct WorkloadEntry {
   const char* id;
   const char* title;
   WorkloadResult (*run)(const WorkloadOptions&);
+  // why_unsupported() is "" when the workload can run here; nullptr: always supported.
+  std::string (*why_unsupported)() = nullptr;
+  // The parameters it reads (WorkloadOptions::parameters), space-separated, e.g. "rate max_batch".
+  const char* parameters = "";
+
+  bool supported(std::string* reason = nullptr) const {
+    const std::string why = why_unsupported != nullptr ? why_unsupported() : std::string();
+    if (reason != nullptr) *reason = why;
+    return why.empty();
+  }
 };
+// registered_workloads() are the workloads registered from outside bench/ with nerve_add_workload()
+// (cmake/NerveWorkloads.cmake): those of backends that are built, e.g. W12 in the OpenCL backend.
+// Generated at configure time; empty when no built part registers one.
+std::vector<WorkloadEntry> registered_workloads();
+// workload_registry() is every workload of this build — this library's and the registered ones —
+// in id order (W1, W2, ..., W10, W11, W12).
+const std::vector<WorkloadEntry>& workload_registry();
+// core_workloads() is the core-runtime subset W1 W2 W3 W4 W8 W9 (nerve-bench-core's default list).
 const std::vector<WorkloadEntry>& core_workloads();
+// have_blas() is true when OpenBLAS and LAPACKE were found at build time.
+bool have_blas() noexcept;
 
 }  // namespace nerve::bench

@@ -1,0 +1,341 @@
+#!/usr/bin/env python3
+"""Drives openclaw-benchmark and checks what it writes (docs/BENCHMARKS.md, docs/BENCHMARK_JSON.md).
+
+Usage: check_benchmark.py <openclaw-benchmark> <case> [argument]; each case is one CTest test
+(tests/benchmark/CMakeLists.txt). Cases:
+  json            a quick run's --json validated against the documented schema; --config and a
+                  NERVE_* variable recorded in the effective configuration with their origins
+  config_error    a bad --config fails with exit 2 and names the key
+  param           --param sets W11's batching (recorded in the JSON, used by the run); a bad name
+                  is a usage error, a value out of range fails the run
+  html            the --html page: every chart's SVG present, self-contained, timeline only with --trace
+  chromium        the page loads in headless Chromium, every chart in its DOM, no console error
+                  (exit 77, a CTest skip, when chromium is not installed)
+  compare         an unchanged run compares "same" and passes --fail-over; a figure planted 2x worse
+                  is flagged and fails it; a planted improvement is flagged "better" and passes
+  fault <Wn>      the hidden --inject-fault corrupts nerve's result in Wn: the run must fail (exit 1)
+Standard library only. Runs get an environment without NERVE_* variables.
+"""
+import html.parser
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+TIMEOUT_S = 100
+QUICK = ["--quick", "--repeat", "1", "--warmup", "0", "--settle-ms", "0"]
+SKIP = 77
+
+
+class CheckFailed(Exception):
+    pass
+
+
+def check(condition, message):
+    if not condition:
+        raise CheckFailed(message)
+
+
+def run(binary, *args, expect=0, nerve_environment=None):
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("NERVE_")}
+    environment.update(nerve_environment or {})
+    result = subprocess.run([binary, *args], env=environment, capture_output=True, text=True, timeout=TIMEOUT_S)
+    if expect is not None and result.returncode != expect:
+        raise CheckFailed(f"openclaw-benchmark {' '.join(args)} exited {result.returncode}, expected {expect}\n"
+                          f"--- stdout\n{result.stdout[-4000:]}\n--- stderr\n{result.stderr[-4000:]}")
+    return result
+
+
+# --- the JSON schema of docs/BENCHMARK_JSON.md -------------------------------------------------
+NUMBER = (int, float)
+
+
+def check_fields(obj, where, fields):
+    check(isinstance(obj, dict), f"{where}: not an object")
+    for name, kinds in fields.items():
+        check(name in obj, f"{where}: missing \"{name}\"")
+        check(isinstance(obj[name], kinds) and not (isinstance(obj[name], bool) and bool not in
+                                                      (kinds if isinstance(kinds, tuple) else (kinds,))),
+              f"{where}.{name}: {type(obj[name]).__name__} is not {kinds}")
+
+
+def check_schema(doc):
+    check_fields(doc, "document", {"schema": str, "tool": dict, "started_at": str, "duration_s": NUMBER,
+                                   "verified": bool, "options": dict, "machine": dict, "versions": dict,
+                                   "config": list, "workloads": list, "skipped": list, "scaling": list,
+                                   "comparison": (list, type(None))})
+    check(doc["schema"] == "openclaw.benchmark/1", f"schema {doc['schema']}")
+    check_fields(doc["tool"], "tool", {"name": str, "version": str, "git_commit": str})
+    check(re.fullmatch(r"[0-9a-f]{7,40}(-dirty)?|unknown", doc["tool"]["git_commit"]) is not None,
+          f"git_commit {doc['tool']['git_commit']!r}")
+    check(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", doc["started_at"]) is not None, "started_at format")
+    check_fields(doc["options"], "options", {"quick": bool, "threads": int, "repetitions": int, "warmup": int,
+                                             "settle_ms": int, "only": list, "parameters": dict,
+                                             "config_file": (str, type(None))})
+    check(all(isinstance(v, str) for v in doc["options"]["parameters"].values()), "parameters: values")
+    check_fields(doc["machine"], "machine", {"hostname": str, "cpu_model": str, "hardware_threads": int,
+                                             "topology": dict})
+    check_fields(doc["machine"]["topology"], "machine.topology",
+                 {"description": str, "packages": int, "numa_nodes": int, "cores": int, "pus": int, "caches": list})
+    for cache in doc["machine"]["topology"]["caches"]:
+        check_fields(cache, "cache", {"level": int, "size_bytes": int})
+    for name in ("nerve", "compiler", "oneTBB", "OpenMP", "OpenBLAS"):
+        check(name in doc["versions"], f"versions.{name} missing")
+        check(doc["versions"][name] is None or isinstance(doc["versions"][name], str), f"versions.{name} type")
+    check(len(doc["config"]) > 10, "config: too few entries")
+    for entry in doc["config"]:
+        check_fields(entry, "config entry", {"key": str, "value": str, "origin": str})
+    for w in doc["workloads"]:
+        check_fields(w, "workload", {"id": str, "title": str, "size": str, "verified": bool, "duration_s": NUMBER,
+                                     "load_average": dict, "measurements": list})
+        check(re.fullmatch(r"W\d+", w["id"]) is not None, f"workload id {w['id']}")
+        check_fields(w["load_average"], "load_average", {"before": NUMBER, "after": NUMBER})
+        check(len(w["measurements"]) > 0, f"{w['id']}: no measurements")
+        check(w["measurements"][0]["runtime"] == "nerve", f"{w['id']}: nerve is not first")
+        for m in w["measurements"]:
+            where = f"{w['id']} {m.get('variant')}"
+            check_fields(m, where, {"case": str, "runtime": str, "variant": str, "value": NUMBER, "unit": str,
+                                    "lower_is_better": bool, "min": NUMBER, "max": NUMBER, "mad": NUMBER,
+                                    "samples": list, "tasks": int, "verified": bool, "note": str, "extra": dict,
+                                    "nerve_speedup": (NUMBER, type(None))})
+            check(m["min"] <= m["value"] <= m["max"], f"{where}: median outside min..max")
+            check(m["mad"] >= 0 and len(m["samples"]) == doc["options"]["repetitions"], f"{where}: samples/MAD")
+            check(all(isinstance(v, NUMBER) for v in m["extra"].values()), f"{where}: extra values")
+        check(w["verified"] == all(m["verified"] for m in w["measurements"]), f"{w['id']}: verified flag")
+    for s in doc["skipped"]:
+        check_fields(s, "skipped", {"id": str, "title": str, "reason": str})
+    for series in doc["scaling"]:
+        check_fields(series, "scaling", {"workload": str, "case": str, "variant": str, "unit": str,
+                                         "lower_is_better": bool, "points": list})
+        for p in series["points"]:
+            check_fields(p, "scaling point", {"threads": int, "value": NUMBER, "mad": NUMBER, "verified": bool})
+    for c in doc["comparison"] or []:
+        check_fields(c, "comparison", {"workload": str, "case": str, "variant": str, "runtime": str,
+                                       "before": NUMBER, "after": NUMBER, "change": NUMBER, "threshold": NUMBER,
+                                       "verdict": str})
+        check(c["verdict"] in ("better", "worse", "same", "missing"), f"verdict {c['verdict']}")
+
+
+def case_json(binary, directory):
+    config = os.path.join(directory, "tuning.yaml")
+    with open(config, "w") as f:
+        f.write("scheduler:\n  spin_us: 120\n")
+    out = os.path.join(directory, "run.json")
+    # A NERVE_* variable applies on top of the file, and the report says where each value came from.
+    run(binary, *QUICK, "--only", "W1,W3", "--config", config, "--json", out,
+        nerve_environment={"NERVE_SCHEDULER_POLICY": "eager"})
+    with open(out) as f:
+        doc = json.load(f)
+    check_schema(doc)
+    check([w["id"] for w in doc["workloads"]] == ["W1", "W3"], "workloads run")
+    check(doc["verified"] and doc["options"]["config_file"] == config, "verified / config_file")
+    spin = [e for e in doc["config"] if e["key"] == "scheduler.spin_us"]
+    check(spin and spin[0]["value"] == "120" and spin[0]["origin"].startswith("file"), f"spin_us entry {spin}")
+    policy = [e for e in doc["config"] if e["key"] == "scheduler.policy"]
+    check(policy and policy[0]["value"] == "eager" and policy[0]["origin"].startswith("environment"),
+          f"scheduler.policy entry {policy}")
+
+
+def case_config_error(binary, directory):
+    config = os.path.join(directory, "bad.yaml")
+    with open(config, "w") as f:
+        f.write("scheduler:\n  spin_usec: 5\n")
+    result = run(binary, *QUICK, "--only", "W1", "--config", config, expect=2)
+    check("spin_usec" in result.stderr, f"the error does not name the key: {result.stderr}")
+
+
+def case_param(binary, directory):
+    listed = run(binary, "--list").stdout
+    if "W11" not in listed or "not supported" in [l for l in listed.splitlines() if l.startswith("W11")][0]:
+        print("W11 is not supported in this build: skipped")
+        return SKIP
+    out = os.path.join(directory, "run.json")
+    run(binary, *QUICK, "--only", "W11", "--runtimes", "nerve", "--param", "W11.max_batch=8,w11.rate=4000",
+        "--param", "W11.max_wait_us=300", "--json", out)
+    with open(out) as f:
+        doc = json.load(f)
+    check_schema(doc)
+    check(doc["options"]["parameters"] == {"W11.max_batch": "8", "W11.rate": "4000", "W11.max_wait_us": "300"},
+          f"parameters recorded: {doc['options']['parameters']}")
+    w11 = doc["workloads"][0]
+    check("batches <= 8 rows / <= 300 us" in w11["size"] and "requests at 4,000/s" in w11["size"],
+          f"size: {w11['size']}")
+    batching = [m for m in w11["measurements"] if m["variant"] == "nerve dynamic batching"][0]
+    check(batching["extra"]["mean batch"] <= 8, f"mean batch {batching['extra']['mean batch']} > max_batch 8")
+    # A name the workload does not read, or a workload that does not exist: usage errors.
+    bad = run(binary, *QUICK, "--only", "W11", "--param", "W11.max_batches=8", expect=2)
+    check("max_batches" in bad.stderr and "max_batch" in bad.stderr, f"bad name: {bad.stderr}")
+    run(binary, *QUICK, "--param", "W99.x=1", expect=2)
+    # A value out of range: the workload cannot run, which fails the run.
+    out_of_range = run(binary, *QUICK, "--only", "W11", "--runtimes", "nerve", "--param", "W11.max_batch=0", expect=1)
+    check("W11.max_batch" in out_of_range.stdout + out_of_range.stderr, "out-of-range value not named")
+
+
+class Page(html.parser.HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.charts, self.external, self.scripts, self.headings = [], [], 0, []
+        self._heading = None
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "svg" and "chart" in (attrs.get("class") or "").split():
+            self.charts.append(attrs.get("data-chart"))
+        if tag == "script":
+            self.scripts += 1
+        for name in ("src", "href"):
+            if name in attrs and not (attrs[name] or "").startswith("#"):
+                self.external.append(attrs[name])
+        if tag in ("h2", "h3"):
+            self._heading = ""
+
+    def handle_data(self, data):
+        if self._heading is not None:
+            self._heading += data
+
+    def handle_endtag(self, tag):
+        if tag in ("h2", "h3") and self._heading is not None:
+            self.headings.append(self._heading)
+            self._heading = None
+
+
+def expected_charts(doc):
+    charts = []
+    for w in doc["workloads"]:
+        index = 0
+        cases = []
+        for m in w["measurements"]:
+            if m["case"] not in cases:
+                cases.append(m["case"])
+        for case in cases:
+            charts.append(f"{w['id']}-{index}")
+            index += 1
+            if any("p99 latency ms" in m["extra"] for m in w["measurements"] if m["case"] == case):
+                charts.append(f"{w['id']}-{index}")
+                index += 1
+    charts += [f"scaling-{s['workload']}" for s in doc["scaling"]]
+    return charts
+
+
+def make_report(binary, directory, trace):
+    page, out = os.path.join(directory, "report.html"), os.path.join(directory, "run.json")
+    args = [*QUICK, "--only", "W1,W5", "--scaling", "W1", "--html", page, "--json", out]
+    if trace:
+        args += ["--trace", os.path.join(os.path.dirname(os.path.abspath(__file__)), "sample_trace.json")]
+    run(binary, *args)
+    with open(out) as f:
+        doc = json.load(f)
+    charts = expected_charts(doc) + (["trace-timeline"] if trace else [])
+    return page, charts
+
+
+def case_html(binary, directory):
+    for trace in (True, False):
+        page, charts = make_report(binary, directory, trace)
+        parser = Page()
+        with open(page, encoding="utf-8") as f:
+            parser.feed(f.read())
+        check(sorted(parser.charts) == sorted(charts), f"charts {parser.charts}, expected {charts}")
+        check(len(charts) >= 3, f"too few charts: {charts}")
+        check(not parser.external and parser.scripts == 0, f"not self-contained: {parser.external}")
+        check(("Timeline excerpt" in parser.headings) == trace, f"timeline section with trace={trace}")
+        check("Scaling over workers" in parser.headings, "no scaling section")
+
+
+def find_chromium():
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+def case_chromium(binary, directory):
+    browser = find_chromium()
+    if browser is None:
+        print("chromium is not installed: skipped (apt-get install chromium)")
+        return SKIP
+    page, charts = make_report(binary, directory, True)
+    profile = tempfile.mkdtemp(dir=directory)
+    result = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                             "--disable-component-update", "--disable-sync", "--no-first-run",
+                             f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0", "--dump-dom",
+                             "file://" + os.path.abspath(page)],
+                            capture_output=True, text=True, timeout=TIMEOUT_S)
+    check(result.returncode == 0, f"chromium exited {result.returncode}\n{result.stderr[-3000:]}")
+    parser = Page()
+    parser.feed(result.stdout)
+    check(sorted(parser.charts) == sorted(charts), f"DOM charts {parser.charts}, expected {charts}")
+    console = [line for line in result.stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
+    check(not console, "console messages:\n" + "\n".join(console))
+
+
+def case_compare(binary, directory):
+    base = os.path.join(directory, "base.json")
+    run(binary, *QUICK, "--only", "W1,W3", "--json", base)
+    # Unchanged: every figure "same", --fail-over passes.
+    same = run(binary, "--from-json", base, "--compare", base, "--fail-over", "10",
+               "--json", os.path.join(directory, "same.json"))
+    with open(os.path.join(directory, "same.json")) as f:
+        doc = json.load(f)
+    check_schema(doc)
+    check(doc["comparison"] and all(c["verdict"] == "same" for c in doc["comparison"]), "unchanged run not 'same'")
+    check(" same " in same.stdout, "the table shows no 'same' mark")
+    # Planted regression: the baseline's W3 nerve figure halved, so this run looks 2x slower.
+    with open(base) as f:
+        planted = json.load(f)
+    nerve = [m for w in planted["workloads"] if w["id"] == "W3" for m in w["measurements"] if m["runtime"] == "nerve"][0]
+    nerve["value"] /= 2
+    path = os.path.join(directory, "planted.json")
+    with open(path, "w") as f:
+        json.dump(planted, f)
+    worse = run(binary, "--from-json", base, "--compare", path, "--fail-over", "20", expect=3)
+    check("REGRESSION" in worse.stderr and "worse +" not in worse.stdout and "worse -100%" in worse.stdout,
+          f"regression not reported:\n{worse.stdout}\n{worse.stderr}")
+    run(binary, "--from-json", base, "--compare", path)  # without --fail-over it is reported, not fatal
+    # Planted improvement: the baseline figure doubled; flagged better, passes.
+    nerve["value"] *= 4
+    with open(path, "w") as f:
+        json.dump(planted, f)
+    better = run(binary, "--from-json", base, "--compare", path, "--fail-over", "20")
+    check("better +" in better.stdout, f"improvement not reported:\n{better.stdout}")
+
+
+def case_fault(binary, directory, workload):
+    listed = {line.split()[0]: "not supported" not in line for line in run(binary, "--list").stdout.splitlines() if line}
+    check(workload in listed, f"{workload} is not in the registry (--list)")
+    if not listed[workload]:
+        print(f"{workload} is not supported in this build: skipped")
+        return SKIP
+    result = run(binary, *QUICK, "--only", workload, "--runtimes", "nerve", "--inject-fault", workload, expect=1)
+    check("CHECK FAILED" in result.stdout and "FAILED" in result.stderr, f"no failure reported:\n{result.stdout}")
+    run(binary, *QUICK, "--only", workload, "--runtimes", "nerve")  # and the same run without the fault passes
+
+
+CASES = {"json": case_json, "config_error": case_config_error, "param": case_param, "html": case_html,
+         "chromium": case_chromium, "compare": case_compare}
+
+
+def main():
+    if len(sys.argv) < 3:
+        print(__doc__)
+        return 2
+    binary, case = sys.argv[1], sys.argv[2]
+    with tempfile.TemporaryDirectory() as directory:
+        try:
+            if case == "fault":
+                status = case_fault(binary, directory, sys.argv[3])
+            else:
+                status = CASES[case](binary, directory)
+        except CheckFailed as failure:
+            print(f"FAILED: {failure}")
+            return 1
+    print(f"{case}: passed" if status is None else f"{case}: skipped")
+    return status or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,138 @@
+// environment.cpp — what the report says about the machine, the versions and the configuration.
+#include <ctime>
+#include <fstream>
+#include <set>
+#include <thread>
+
+#include <unistd.h>
+
+#include "nerve/nerve.hpp"
+
+#include "git_commit.hpp"
+#include "report.hpp"
+#include "workloads/workload.hpp"
+#if NERVE_HAVE_TBB
+#include <tbb/version.h>
+#endif
+#if NERVE_HAVE_OPENMP
+#include <omp.h>
+#endif
+#if NERVE_HAVE_BLAS
+#include "workloads/blas_support.hpp"
+#endif
+
+namespace nerve::benchmark {
+namespace {
+
+std::string cpu_model() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(cpuinfo, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      const auto colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(colon + 2);
+    }
+  }
+  return "unknown CPU";
+}
+
+const char* source_name(ConfigSource source) {
+  switch (source) {
+    case ConfigSource::default_value: return "default";
+    case ConfigSource::file: return "file";
+    case ConfigSource::environment: return "environment";
+    case ConfigSource::api: return "api";
+  }
+  return "unknown";
+}
+
+}  // namespace
+
+double load_average() {
+  std::ifstream loadavg("/proc/loadavg");
+  double load = -1;
+  loadavg >> load;
+  return load;
+}
+
+std::string now_utc() {
+  const std::time_t now = std::time(nullptr);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  return text;
+}
+
+void describe_machine(RunReport& report, const nerve::Settings& settings) {
+  report.tool_version = NERVE_VERSION_STRING;
+  report.git_commit = NERVE_GIT_COMMIT;
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  report.hostname = host;
+  report.cpu_model = cpu_model();
+  report.hardware_threads = std::thread::hardware_concurrency();
+
+  const nerve::Config config = nerve::Config::load(settings);
+  for (const auto& entry : config.entries) {
+    const std::string origin =
+        entry.origin.source == ConfigSource::default_value
+            ? "default"
+            : std::string(source_name(entry.origin.source)) + " (" + entry.origin.describe() + ")";
+    report.config.push_back({entry.key, entry.value, origin});
+  }
+  const nerve::Topology topology = nerve::Topology::discover(config);
+  report.topology_description = topology.description();
+  report.packages = static_cast<int>(topology.packages().size());
+  report.numa_nodes = static_cast<int>(topology.numa_nodes().size());
+  report.cores = static_cast<int>(topology.cores().size());
+  report.pus = topology.pu_count();
+  std::set<std::pair<int, std::uint64_t>> seen;
+  for (const auto& cache : topology.caches()) seen.insert({cache.level, cache.size_bytes});
+  report.caches.assign(seen.begin(), seen.end());
+
+  report.versions.emplace_back("nerve", NERVE_VERSION_STRING);
+  report.versions.emplace_back("compiler", "GCC " __VERSION__);
+#if NERVE_HAVE_TBB
+  report.versions.emplace_back("oneTBB", TBB_VERSION_STRING);
+#else
+  report.versions.emplace_back("oneTBB", "");
+#endif
+#if NERVE_HAVE_OPENMP
+  report.versions.emplace_back("OpenMP", std::to_string(_OPENMP));
+#else
+  report.versions.emplace_back("OpenMP", "");
+#endif
+#if NERVE_HAVE_BLAS
+  report.versions.emplace_back("OpenBLAS", bench::blas_description());
+#else
+  report.versions.emplace_back("OpenBLAS", "");
+#endif
+}
+
+bool RunReport::verified() const {
+  for (const auto& run : workloads)
+    if (!run.result.verified()) return false;
+  for (const auto& series : scaling)
+    for (const auto& point : series.points)
+      if (!point.verified) return false;
+  return true;
+}
+
+double speed(const Measurement& nerve, const Measurement& other) {
+  if (nerve.value <= 0 || other.value <= 0) return 0;
+  return nerve.lower_is_better ? other.value / nerve.value : nerve.value / other.value;
+}
+
+const Measurement* headline(const WorkloadResult& result, const std::string& case_name) {
+  for (const auto& m : result.measurements)
+    if (m.case_name == case_name && m.runtime == "nerve") return &m;
+  return nullptr;
+}
+
+std::vector<std::string> cases(const WorkloadResult& result) {
+  std::vector<std::string> names;
+  for (const auto& m : result.measurements)
+    if (std::find(names.begin(), names.end(), m.case_name) == names.end()) names.push_back(m.case_name);
+  return names;
+}
+
+}  // namespace nerve::benchmark

@@ -1,0 +1,282 @@
+// openclaw-benchmark — runs the standard workloads (WORKLOADS.md) that this build and machine
+// support, each next to its baselines in the same process, verifies every result, and reports:
+// a table on the terminal, --json (every figure, the machine, the effective configuration,
+// versions, git commit), --html (one self-contained page of SVG charts), --compare against an
+// earlier JSON. docs/BENCHMARKS.md explains the options and the method.
+//
+// Exit status: 0 every result verified (and no regression past --fail-over); 1 a result failed its
+// check or a workload could not run; 2 usage or configuration error; 3 a regression past --fail-over.
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cstdio>
+#include <exception>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+
+#include "nerve/nerve.hpp"
+
+#include "report.hpp"
+#include "scaling.hpp"
+#include "workloads/allocator_baselines.hpp"
+
+namespace nb = nerve::benchmark;
+
+namespace {
+
+struct CommandLine {
+  bool quick = false, list = false;
+  unsigned threads = std::max(1u, std::thread::hardware_concurrency());
+  int repeat = 0, warmup = 1, settle_ms = 20;
+  std::vector<std::string> parameters;
+  std::string only, runtimes, config, json, html, trace, compare, from_json, scaling = "default",
+                                                                             inject_fault;
+  double fail_over = -1;
+};
+
+std::vector<std::string> split(const std::string& text, bool upper) {
+  std::vector<std::string> items;
+  std::stringstream stream(text);
+  std::string item;
+  while (std::getline(stream, item, ',')) {
+    item.erase(std::remove_if(item.begin(), item.end(), [](unsigned char c) { return std::isspace(c); }),
+               item.end());
+    if (upper)
+      std::transform(item.begin(), item.end(), item.begin(), [](unsigned char c) { return std::toupper(c); });
+    if (!item.empty()) items.push_back(item);
+  }
+  return items;
+}
+
+bool contains(const std::vector<std::string>& list, const std::string& item) {
+  return std::find(list.begin(), list.end(), item) != list.end();
+}
+
+int list_workloads() {
+  for (const auto& entry : nerve::bench::workload_registry()) {
+    std::string reason;
+    const bool ok = entry.supported(&reason);
+    std::printf("%-4s %-22s %s", entry.id, entry.title,
+                ok ? "supported" : ("not supported: " + reason).c_str());
+    if (*entry.parameters != '\0') std::printf("; --param %s.{%s}", entry.id, entry.parameters);
+    std::printf("\n");
+  }
+  return 0;
+}
+
+// parse_parameters() turns --param "W11.max_batch=16,W11.rate=8000" into a map, checking that each
+// name is one its workload reads (the registry's `parameters`); "" or the error.
+std::string parse_parameters(const std::vector<std::string>& arguments,
+                             std::map<std::string, std::string>& out) {
+  for (const std::string& argument : arguments) {
+    for (const std::string& item : split(argument, false)) {
+      const auto equals = item.find('='), dot = item.find('.');
+      if (equals == std::string::npos || dot == std::string::npos || dot > equals)
+        return "--param " + item + ": expected W<n>.<name>=<value>";
+      std::string id = item.substr(0, dot);
+      std::transform(id.begin(), id.end(), id.begin(), [](unsigned char c) { return std::toupper(c); });
+      const std::string name = item.substr(dot + 1, equals - dot - 1);
+      const auto& all = nerve::bench::workload_registry();
+      const auto entry = std::find_if(all.begin(), all.end(), [&](const auto& e) { return id == e.id; });
+      if (entry == all.end()) return "--param " + item + ": no workload " + id + " (see --list)";
+      std::stringstream names(entry->parameters);
+      std::string known;
+      bool found = false;
+      while (names >> known) found = found || known == name;
+      if (!found)
+        return "--param " + item + ": " + id + " has no parameter '" + name +
+               "' (it reads: " + (*entry->parameters != '\0' ? entry->parameters : "none") + ")";
+      out[id + "." + name] = item.substr(equals + 1);
+    }
+  }
+  return {};
+}
+
+// run_suite() runs the selected workloads and fills `report`.
+void run_suite(const CommandLine& line, const std::vector<std::string>& only, const nerve::Settings& settings,
+               nb::RunReport& report) {
+  nerve::bench::WorkloadOptions options;
+  options.threads = line.threads;
+  options.quick = line.quick;
+  options.repetitions = report.repetitions;
+  options.warmup = line.warmup;
+  options.settle_ms = line.settle_ms;
+  options.settings = settings;
+  options.runtimes = split(line.runtimes, false);
+  options.parameters = report.parameters;
+
+  std::vector<const nerve::bench::WorkloadEntry*> selected;
+  for (const auto& entry : nerve::bench::workload_registry()) {
+    if (!only.empty() && !contains(only, entry.id)) continue;
+    std::string reason;
+    if (!entry.supported(&reason)) {
+      report.skipped.push_back({entry.id, entry.title, reason});
+      continue;
+    }
+    selected.push_back(&entry);
+  }
+  nb::Progress progress(isatty(STDOUT_FILENO) != 0);
+  for (const auto& skipped : report.skipped)
+    progress.message(skipped.id + " " + skipped.title + ": skipped (" + skipped.reason + ")");
+  for (std::size_t i = 0; i < selected.size(); ++i) {
+    const auto& entry = *selected[i];
+    options.inject_fault = line.inject_fault == entry.id;
+    options.on_progress = [&progress](const nerve::bench::Progress& p) { progress.update(p); };
+    progress.start_workload(i, selected.size(), entry.id, entry.title);
+    nb::WorkloadRun run;
+    run.load_before = nb::load_average();
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      run.result = entry.run(options);
+    } catch (const std::exception& error) {
+      // A workload that cannot run at all fails the run like a wrong result does.
+      run.result = {entry.id, entry.title, "", {}, {}};
+      nerve::bench::Measurement failed;
+      failed.case_name = "run";
+      failed.runtime = "nerve";
+      failed.variant = "(the workload did not run)";
+      failed.note = error.what();
+      run.result.measurements.push_back(failed);
+    }
+    run.duration_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    run.load_after = nb::load_average();
+    progress.finish_workload(run);
+    report.workloads.push_back(std::move(run));
+  }
+  if (!line.html.empty() && line.scaling != "none") {
+    std::vector<std::string> wanted =
+        line.scaling == "default" ? std::vector<std::string>{"W1", "W5", "W6"} : split(line.scaling, true);
+    std::vector<const nerve::bench::WorkloadEntry*> scaled;
+    for (const auto* entry : selected)
+      if (contains(wanted, entry->id)) scaled.push_back(entry);
+    if (!scaled.empty()) report.scaling = nb::run_scaling(scaled, options, progress);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  nerve::bench::reexec_with_static_tls(argv);  // W8 dlopens jemalloc (allocator_baselines.hpp)
+  CommandLine line;
+  CLI::App app{
+      "openclaw-benchmark: the standard workloads on nerve and its rivals, verified, in one process"};
+  app.add_flag("--quick", line.quick,
+               "smaller sizes, 3 repetitions: the whole suite in under a minute (CI smoke run)");
+  app.add_option("--only", line.only, "run only these workloads, e.g. W5,W6");
+  app.add_option("--threads", line.threads, "threads for every runtime, the calling thread included")
+      ->check(CLI::Range(1u, 1024u));
+  app.add_option("--repeat", line.repeat, "timed repetitions per variant (default 5, quick 3)")
+      ->check(CLI::Range(1, 1000));
+  app.add_option("--warmup", line.warmup, "untimed, verified repetitions first (default 1)")
+      ->check(CLI::Range(0, 100));
+  app.add_option("--settle-ms", line.settle_ms, "pause between variants (default 20)")
+      ->check(CLI::Range(0, 10000));
+  app.add_option("--runtimes", line.runtimes,
+                 "run only these runtimes' variants (nerve, oneTBB, OpenMP, naive, BLAS, STREAM)");
+  app.add_option("--param", line.parameters,
+                 "a workload parameter, e.g. W11.max_batch=16,W11.max_wait_us=500 (--list names them)");
+  app.add_option("--config", line.config, "nerve configuration file (YAML); NERVE_* variables apply too");
+  app.add_option("--json", line.json,
+                 "write every figure, the machine and the configuration to this JSON file");
+  app.add_option("--html", line.html, "write a self-contained HTML report with charts to this file");
+  app.add_option("--trace", line.trace,
+                 "a Chrome trace-event JSON file: the HTML report shows a timeline excerpt of it");
+  app.add_option("--compare", line.compare,
+                 "mark each figure better/worse/same against this earlier --json file");
+  app.add_option("--fail-over", line.fail_over,
+                 "with --compare: exit 3 when a nerve figure is worse by more than PCT %")
+      ->check(CLI::Range(0.0, 1e6));
+  app.add_option("--scaling", line.scaling,
+                 "workloads timed at 1..threads workers for the HTML report (default W1,W5,W6; 'none')");
+  app.add_option("--from-json", line.from_json,
+                 "do not run: report (table, --html, --compare, --json) an earlier --json file");
+  app.add_flag("--list", line.list, "list the workloads and whether they can run here");
+  // For the tests of the checks only: corrupt nerve's result in this workload (the run must fail).
+  app.add_option("--inject-fault", line.inject_fault)->group("");
+  CLI11_PARSE(app, argc, argv);
+
+  if (line.list) return list_workloads();
+  if (line.fail_over >= 0 && line.compare.empty()) {
+    std::fprintf(stderr, "openclaw-benchmark: --fail-over needs --compare\n");
+    return 2;
+  }
+  std::transform(line.inject_fault.begin(), line.inject_fault.end(), line.inject_fault.begin(),
+                 [](unsigned char c) { return std::toupper(c); });
+  const std::vector<std::string> only = split(line.only, true);
+  for (const std::string& id : only) {
+    const auto& all = nerve::bench::workload_registry();
+    if (std::none_of(all.begin(), all.end(), [&](const auto& entry) { return id == entry.id; })) {
+      std::fprintf(stderr, "openclaw-benchmark: --only: no workload %s in this build (see --list)\n",
+                   id.c_str());
+      return 2;
+    }
+  }
+
+  nb::RunReport report;
+  if (const std::string error = parse_parameters(line.parameters, report.parameters); !error.empty()) {
+    std::fprintf(stderr, "openclaw-benchmark: %s\n", error.c_str());
+    return 2;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    if (!line.from_json.empty()) {
+      report = nb::read_json(line.from_json);
+    } else {
+      nerve::Settings settings;
+      settings.use_environment(true);
+      if (!line.config.empty()) settings.config_file(line.config);
+      try {
+        (void)nerve::Config::load(settings);  // validate before any workload starts
+      } catch (const std::exception& error) {
+        std::fprintf(stderr, "openclaw-benchmark: configuration: %s\n", error.what());
+        return 2;
+      }
+      report.quick = line.quick;
+      report.threads = line.threads;
+      report.repetitions = line.repeat > 0 ? line.repeat : line.quick ? 3 : 5;
+      report.warmup = line.warmup;
+      report.settle_ms = line.settle_ms;
+      report.only = only;
+      report.config_file = line.config;
+      report.started_at = nb::now_utc();
+      nb::describe_machine(report, settings);
+      run_suite(line, only, settings, report);
+      report.duration_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
+    std::optional<std::vector<nb::Compared>> comparison;
+    if (!line.compare.empty()) comparison = nb::compare_runs(nb::read_json(line.compare), report);
+    const auto* compared = comparison ? &*comparison : nullptr;
+    nb::print_table(report, compared);
+    if (!line.json.empty()) nb::write_json(report, compared, line.json);
+    if (!line.html.empty()) {
+      nb::write_html(report, compared,
+                     line.trace.empty() ? std::nullopt : std::optional<std::filesystem::path>(line.trace),
+                     line.html);
+      std::printf("HTML report: %s\n", std::filesystem::absolute(line.html).c_str());
+    }
+    if (!line.json.empty()) std::printf("JSON report: %s\n", std::filesystem::absolute(line.json).c_str());
+    if (!report.verified()) {
+      std::fprintf(stderr, "openclaw-benchmark: FAILED: a result did not verify (see the table)\n");
+      return 1;
+    }
+    if (comparison && line.fail_over >= 0) {
+      const double worst = nb::worst_nerve_regression(*comparison);
+      if (worst * 100 > line.fail_over) {
+        std::fprintf(
+            stderr,
+            "openclaw-benchmark: REGRESSION: a nerve figure is %.0f%% worse than in %s (limit %.0f%%)\n",
+            worst * 100, line.compare.c_str(), line.fail_over);
+        return 3;
+      }
+    }
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "openclaw-benchmark: %s\n", error.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,130 @@
+// report.hpp — openclaw-benchmark's run report: what a run measured (or what a JSON file of an
+// earlier run holds), and the functions that print, save, render and compare it.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "workloads/workload.hpp"
+
+namespace nerve::benchmark {
+
+using bench::Measurement;
+using bench::WorkloadResult;
+
+struct WorkloadRun {
+  WorkloadResult result;
+  double duration_s = 0;
+  double load_before = -1, load_after = -1;  // 1-minute load average
+};
+
+struct Skipped {
+  std::string id, title, reason;
+};
+
+// One workload's nerve figure at 1..N workers (the HTML report's scaling charts).
+struct ScalingSeries {
+  std::string workload, case_name, variant, unit;
+  bool lower_is_better = true;
+  struct Point {
+    unsigned threads = 0;
+    double value = 0, mad = 0;
+    bool verified = false;
+  };
+  std::vector<Point> points;
+};
+
+struct ConfigEntry {
+  std::string key, value, origin;
+};
+
+struct RunReport {
+  std::string tool_version, git_commit, started_at;
+  double duration_s = 0;
+  // options as run
+  bool quick = false;
+  unsigned threads = 0;
+  int repetitions = 0, warmup = 0, settle_ms = 0;
+  std::vector<std::string> only;
+  std::map<std::string, std::string> parameters;  // --param: "W11.max_batch" → "16"
+  std::string config_file;                        // "" when none
+  // machine
+  std::string hostname, cpu_model, topology_description;
+  unsigned hardware_threads = 0;
+  int packages = 0, numa_nodes = 0, cores = 0, pus = 0;
+  std::vector<std::pair<int, std::uint64_t>> caches;          // (level, bytes), one per distinct cache
+  std::vector<std::pair<std::string, std::string>> versions;  // name → version ("" when absent)
+  std::vector<ConfigEntry> config;
+  std::vector<WorkloadRun> workloads;
+  std::vector<Skipped> skipped;
+  std::vector<ScalingSeries> scaling;
+
+  bool verified() const;
+};
+
+// speed() is how many times faster nerve's figure is than `other` (> 1: nerve faster), whatever the
+// unit's direction.
+double speed(const Measurement& nerve, const Measurement& other);
+// headline() is the case's first nerve measurement (the one the ratios are against), or null.
+const Measurement* headline(const WorkloadResult& result, const std::string& case_name);
+// cases() lists a result's case names in order of first appearance.
+std::vector<std::string> cases(const WorkloadResult& result);
+
+// Comparison with an earlier run (--compare).
+enum class Change { better, worse, same, missing };
+struct Compared {
+  std::string workload, case_name, variant, runtime, unit;
+  double before = 0, after = 0;
+  double change = 0;     // relative, signed so that > 0 is better
+  double threshold = 0;  // relative noise threshold used
+  Change verdict = Change::same;
+};
+std::vector<Compared> compare_runs(const RunReport& baseline, const RunReport& current);
+// The worst significant regression of a nerve figure, as a positive fraction (0.3 = 30 % worse).
+double worst_nerve_regression(const std::vector<Compared>& comparison);
+const char* change_name(Change change);
+
+// Output.
+std::string format_figure(double value);
+// tuning_summary() is one line naming what the run was tuned with ("" when nothing): the --config
+// file and the --param values, e.g. "config tuning.yaml; W11.max_batch=16".
+std::string tuning_summary(const RunReport& report);
+// format_ratio() writes a ratio with two decimals below 100 ("1.00", "0.15", "24.7" above 10).
+std::string format_ratio(double ratio);
+void print_table(const RunReport& report, const std::vector<Compared>* comparison);
+void write_json(const RunReport& report, const std::vector<Compared>* comparison,
+                const std::filesystem::path& path);
+RunReport read_json(const std::filesystem::path& path);  // throws std::runtime_error
+void write_html(const RunReport& report, const std::vector<Compared>* comparison,
+                const std::optional<std::filesystem::path>& trace, const std::filesystem::path& path);
+
+// The timeline excerpt of a Chrome trace-event file as SVG (throws std::runtime_error on a file that
+// is not trace-event JSON).
+std::string trace_timeline_svg(const std::filesystem::path& trace, std::string* summary);
+
+// Environment helpers.
+void describe_machine(RunReport& report, const nerve::Settings& settings);
+double load_average();
+std::string now_utc();
+
+// Progress on a terminal: a bar redrawn in place; elsewhere, plain lines.
+class Progress {
+ public:
+  explicit Progress(bool terminal) : terminal_(terminal) {}
+  void start_workload(std::size_t index, std::size_t count, const std::string& id, const std::string& title);
+  void update(const bench::Progress& progress);
+  void finish_workload(const WorkloadRun& run);
+  void message(const std::string& text);
+
+ private:
+  void clear();
+  bool terminal_;
+  std::string prefix_, last_case_;
+  bool drawn_ = false;
+};
+
+}  // namespace nerve::benchmark
