@@ -128,7 +128,6 @@ TEST(CapiContext, FieldsOfPlannedKeysAreRefusedNotIgnored) {
       {&nerve_context_config_t::perf_counter_interval_ms, 10, "perf.counter_interval_ms"},
       {&nerve_context_config_t::numa_memory_policy, 3, "memory.numa_policy"},
       {&nerve_context_config_t::enable_device_cache_hints, 0, "gpu.cache_hints"},
-      {&nerve_context_config_t::max_pending_transfers, 4, "gpu.max_pending_transfers"},
   };
   for (const Case& c : cases) {
     nerve_context_config_t config = hermetic_config();
