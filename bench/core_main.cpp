@@ -1,4 +1,4 @@
-// nerve-bench-core — runs the core-runtime workloads (W1 W2 W3 W4 W9) on nerve and on the baselines
+// nerve-bench-core — runs the core-runtime workloads (W1 W2 W3 W4 W8 W9) on nerve and on the baselines
 // built in (oneTBB, OpenMP), in one process, and prints each workload's figures, the ratios
 // nerve / baseline and whether nerve meets its goal. Exit status: 0 when every result verified,
 // 1 when any did not (the failing variants are named), 2 for a usage error.
@@ -19,6 +19,7 @@
 
 #include "nerve/nerve.hpp"
 
+#include "workloads/allocator_baselines.hpp"
 #include "workloads/idle_probe.hpp"
 #include "workloads/workload.hpp"
 
@@ -234,6 +235,7 @@ int probe_idle(unsigned threads) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  nerve::bench::reexec_with_static_tls(argv);  // W8 dlopens jemalloc (allocator_baselines.hpp)
   const CommandLine line = parse(argc, argv);
   const auto& workloads = nerve::bench::core_workloads();
   if (line.list) {

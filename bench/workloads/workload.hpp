@@ -86,6 +86,7 @@ WorkloadResult run_w1_independent(const WorkloadOptions& options);
 WorkloadResult run_w2_fib(const WorkloadOptions& options);
 WorkloadResult run_w3_chain(const WorkloadOptions& options);
 WorkloadResult run_w4_wavefront(const WorkloadOptions& options);
+WorkloadResult run_w8_allocations(const WorkloadOptions& options);
 WorkloadResult run_w9_fork_join(const WorkloadOptions& options);
 
 // The registry: every workload this library implements, in id order.

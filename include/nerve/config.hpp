@@ -14,6 +14,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -46,6 +47,26 @@ enum class NumaAffinity {
 enum class QueueType {
   lock_free_mpsc,  // per-device lock-free multi-producer single-consumer queues
   mutex,           // per-device queues guarded by a mutex (a simple reference implementation)
+};
+
+// Where a memory node's big blocks come from (memory.allocator).
+enum class MemoryAllocator {
+  system,    // mmap/munmap, page-aligned
+  jemalloc,  // libjemalloc.so.2, loaded at run time
+  tcmalloc,  // libtcmalloc_minimal.so.4 (or libtcmalloc.so.4), loaded at run time
+};
+
+// Where host pool memory is placed among NUMA nodes (memory.numa_policy).
+struct NumaPolicy {
+  enum class Kind {
+    local,       // no binding: the first thread that writes a page gets it on its node (first touch)
+    interleave,  // pages spread round-robin over every NUMA node
+    preferred,   // pages on `node` while it has memory, elsewhere after that
+  };
+  Kind kind = Kind::local;
+  int node = 0;  // Kind::preferred: a logical NUMA node index, checked against the topology by the pool
+
+  friend bool operator==(const NumaPolicy&, const NumaPolicy&) = default;
 };
 
 enum class ConfigSource { default_value, file, environment, api };
@@ -107,6 +128,15 @@ struct NERVE_API Config {
     std::uint32_t per_device_queue_depth = 1024;  // ready tasks queued per device; full = back-pressure
     std::uint32_t max_in_flight = 1u << 18;       // submitted, unfinished tasks; beyond it submit helps
   } task_queue;
+
+  struct Memory {
+    MemoryAllocator allocator = MemoryAllocator::system;
+    // Bytes of free chunks each thread may keep per pool (0 = no per-thread cache).
+    std::size_t per_thread_pool_size = std::size_t{1} << 20;
+    // true: threads share one central free list per size class; false: each thread keeps its own.
+    bool global_pool = true;
+    NumaPolicy numa_policy;
+  } memory;
 
   // Accelerator devices (docs/BACKENDS.md): which are used, and how each is driven.
   struct Gpu {

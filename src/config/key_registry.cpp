@@ -1,9 +1,15 @@
 #include "config/key_registry.hpp"
 
 #include <algorithm>
+#include <array>
+#include <charconv>
 #include <chrono>
+#include <cstdint>
+#include <system_error>
 
 #include <fmt/format.h>
+
+#include "nerve/error.hpp"
 
 #include "config/diagnostics.hpp"
 #include "config/enum_names.hpp"
@@ -13,6 +19,54 @@ namespace nerve::config {
 namespace {
 
 using namespace std::chrono_literals;
+
+// The words of memory.allocator. (They sit here rather than in enum_names.hpp only because this
+// change owns the memory keys' rows and not that file; they can move there as they are.)
+inline constexpr std::array<EnumName<MemoryAllocator>, 3> memory_allocator_names{{
+    {"system", MemoryAllocator::system},
+    {"jemalloc", MemoryAllocator::jemalloc},
+    {"tcmalloc", MemoryAllocator::tcmalloc},
+}};
+
+// parse_numa_policy() reads memory.numa_policy: local, interleave or preferred:<node>. The node
+// number is only checked for form here; the pool checks it against the topology, which the
+// configuration layer does not have. Value types have no "word or word:number" kind, so the key is a
+// string checked here; the ConfigError names the key and the value but, unlike the value-type
+// parsers, not the value's origin (apply functions are not told it).
+NumaPolicy parse_numa_policy(std::string_view text) {
+  constexpr std::string_view blanks = " \t\r\n";
+  const auto first = text.find_first_not_of(blanks);
+  text = first == std::string_view::npos ? std::string_view{}
+                                         : text.substr(first, text.find_last_not_of(blanks) - first + 1);
+  if (text == "local") return {NumaPolicy::Kind::local, 0};
+  if (text == "interleave") return {NumaPolicy::Kind::interleave, 0};
+  constexpr std::string_view prefix = "preferred:";
+  if (text.starts_with(prefix)) {
+    const std::string_view digits = text.substr(prefix.size());
+    int node = -1;
+    const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), node);
+    if (!digits.empty() && error == std::errc{} && end == digits.data() + digits.size() && node >= 0 &&
+        node < 4096) {
+      return {NumaPolicy::Kind::preferred, node};
+    }
+  }
+  // Suggest for the word before ':' ("prefered:1" -> "preferred:1") or for the whole value.
+  std::string hint;
+  if (const auto colon = text.find(':'); colon != std::string_view::npos) {
+    const std::vector<std::string> words{"preferred"};
+    const std::string_view word = text.substr(0, colon);
+    if (word != "preferred" && !did_you_mean(word, words).empty()) {
+      hint = fmt::format(" (did you mean 'preferred{}'?)", text.substr(colon));
+    }
+  } else {
+    const std::vector<std::string> words{"local", "interleave", "preferred"};
+    hint = did_you_mean(text, words);
+  }
+  throw ConfigError(fmt::format("memory.numa_policy: {} is not local, interleave or preferred:<node> (a NUMA "
+                                "node number 0..4095){}",
+                                quote(text), hint),
+                    "memory.numa_policy");
+}
 
 std::vector<KeySpec> build_key_table() {
   // Documentation order: docs/CONFIG.md, Config::entries and nerve-info list keys in this order.
@@ -63,6 +117,22 @@ std::vector<KeySpec> build_key_table() {
        [](Config& c, const ParsedValue& v) {
          c.task_queue.max_in_flight = static_cast<std::uint32_t>(v.integer());
        }},
+      {"memory.allocator", choice_type(names_of(memory_allocator_names)), "system",
+       "where memory nodes get their big blocks: system (mmap), jemalloc or tcmalloc",
+       [](Config& c, const ParsedValue& v) {
+         c.memory.allocator = from_name(memory_allocator_names, v.string());
+       }},
+      {"memory.per_thread_pool_size", integer_type(0, std::int64_t{1} << 30), "1048576",
+       "bytes of free chunks each thread keeps per memory pool (0 = no per-thread cache)",
+       [](Config& c, const ParsedValue& v) {
+         c.memory.per_thread_pool_size = static_cast<std::size_t>(v.integer());
+       }},
+      {"memory.global_pool", boolean_type(), "true",
+       "threads share one central free list per size class (false: per-thread free lists only)",
+       [](Config& c, const ParsedValue& v) { c.memory.global_pool = v.boolean(); }},
+      {"memory.numa_policy", text_type(), "local",
+       "where host pool memory goes: local (first touch), interleave or preferred:<node>",
+       [](Config& c, const ParsedValue& v) { c.memory.numa_policy = parse_numa_policy(v.string()); }},
       {"gpu.devices", list_type("device indices or names, or 'all' or 'none'"), "all",
        "accelerator devices used: all, none, or indices / names (e.g. 0,2 or pthread)",
        [](Config& c, const ParsedValue& v) {
@@ -96,16 +166,11 @@ std::vector<KeySpec> build_key_table() {
 
 std::vector<PlannedKey> build_planned_key_table() {
   constexpr std::string_view gpu = "the GPU backends";
-  constexpr std::string_view memory = "the memory pools";
   constexpr std::string_view perf = "performance monitoring";
   constexpr std::string_view distributed = "the distributed (MPI) runtime";
   return {
       {"scheduler.gpu_stream_priorities", gpu},
       {"parallel.deterministic_mode", "deterministic mode"},
-      {"memory.allocator", memory},
-      {"memory.per_thread_pool_size", memory},
-      {"memory.global_pool", memory},
-      {"memory.numa_policy", memory},
       {"gpu.unified_memory", gpu},
       {"gpu.async_prefetch", gpu},
       {"gpu.cache_hints", gpu},

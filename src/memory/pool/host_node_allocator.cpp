@@ -1,0 +1,139 @@
+#include "memory/pool/host_node_allocator.hpp"
+
+#include <cerrno>
+#include <cstring>
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include "nerve/error.hpp"
+
+#include "util/log.hpp"
+
+namespace nerve::memory {
+namespace {
+
+const MallocLibrary* library_for(MemoryAllocator kind) {
+  return kind == MemoryAllocator::system ? nullptr : &malloc_library(kind);
+}
+
+// map_aligned() maps `bytes` aligned to `alignment` by mapping alignment - page more and unmapping
+// the misaligned head and the tail.
+void* map_aligned(std::size_t bytes, std::size_t alignment) {
+  const std::size_t page = page_size();
+  const std::size_t extra = alignment > page ? alignment - page : 0;
+  void* mapped = mmap(nullptr, bytes + extra, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mapped == MAP_FAILED) return nullptr;
+  const auto start = reinterpret_cast<std::uintptr_t>(mapped);
+  const std::uintptr_t aligned = extra == 0 ? start : (start + alignment - 1) & ~(alignment - 1);
+  if (aligned > start) munmap(mapped, aligned - start);
+  const std::uintptr_t end = start + bytes + extra;
+  if (end > aligned + bytes) munmap(reinterpret_cast<void*>(aligned + bytes), end - (aligned + bytes));
+  return reinterpret_cast<void*>(aligned);
+}
+
+}  // namespace
+
+std::size_t page_size() noexcept {
+  static const std::size_t size = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  return size;
+}
+
+HostNodeAllocator::HostNodeAllocator(const Config& config, const Topology& topology, int numa_node)
+    : kind_(config.memory.allocator),
+      library_(library_for(kind_)),
+      numa_node_(numa_node),
+      binder_(topology, config.memory.numa_policy, numa_node, kind_ != MemoryAllocator::system) {
+  description_ =
+      fmt::format("host memory of NUMA node {} ({} allocator{}, numa_policy {})", numa_node,
+                  allocator_name(kind_), library_ != nullptr ? " " + library_->file : "", binder_.describe());
+}
+
+HostNodeAllocator::~HostNodeAllocator() {
+  std::lock_guard lock(mutex_);
+  if (!blocks_.empty()) {
+    log::warn("{}: {} block(s) ({} bytes) still allocated when the allocator was destroyed; freeing them",
+              description_, blocks_.size(), bytes_);
+    for (const auto& [start, block] : blocks_) free_to_source(reinterpret_cast<void*>(start), block.bytes);
+  }
+}
+
+std::string HostNodeAllocator::describe() const { return description_; }
+
+void* HostNodeAllocator::allocate_from_source(std::size_t bytes, std::size_t alignment) {
+  if (library_ == nullptr) return map_aligned(bytes, alignment);
+  return library_->aligned_alloc(alignment, bytes);
+}
+
+void HostNodeAllocator::free_to_source(void* block, std::size_t bytes) noexcept {
+  if (library_ == nullptr) {
+    munmap(block, bytes);
+  } else {
+    library_->free(block);
+  }
+}
+
+void* HostNodeAllocator::allocate_block(std::size_t bytes, std::size_t alignment) {
+  const std::size_t page = page_size();
+  alignment = alignment < page ? page : alignment;
+  if (bytes == 0 || bytes % page != 0 || (alignment & (alignment - 1)) != 0) {
+    throw Error(
+        ErrorCode::invalid_argument,
+        fmt::format("{}: block of {} bytes aligned to {}: the size must be a non-zero multiple of the "
+                    "page size and the alignment a power of two",
+                    description_, bytes, alignment));
+  }
+  void* block = allocate_from_source(bytes, alignment);
+  if (block == nullptr) {
+    throw Error(ErrorCode::out_of_memory,
+                fmt::format("{}: the {} allocator cannot provide {} bytes: {}", description_,
+                            allocator_name(kind_), bytes, std::strerror(errno)));
+  }
+  const BlockPlacement placement = binder_.apply(block, bytes);
+  try {
+    std::lock_guard lock(mutex_);
+    blocks_.emplace(reinterpret_cast<std::uintptr_t>(block), Block{bytes, placement});
+    bytes_ += bytes;
+  } catch (...) {
+    free_to_source(block, bytes);
+    throw;
+  }
+  return block;
+}
+
+void HostNodeAllocator::free_block(void* block, std::size_t bytes) noexcept {
+  {
+    std::lock_guard lock(mutex_);
+    const auto it = blocks_.find(reinterpret_cast<std::uintptr_t>(block));
+    if (it == blocks_.end() || it->second.bytes != bytes) {
+      log::error("{}: free_block({}, {}) does not match a live block; ignored", description_, block, bytes);
+      return;
+    }
+    bytes_ -= bytes;
+    blocks_.erase(it);
+  }
+  free_to_source(block, bytes);
+}
+
+BlockPlacement HostNodeAllocator::placement_of(const void* address) const {
+  const auto where = reinterpret_cast<std::uintptr_t>(address);
+  std::lock_guard lock(mutex_);
+  auto it = blocks_.upper_bound(where);
+  if (it == blocks_.begin()) return {};
+  --it;
+  if (where >= it->first + it->second.bytes) return {};
+  return it->second.placement;
+}
+
+NodeAllocatorStats HostNodeAllocator::stats() const {
+  std::lock_guard lock(mutex_);
+  NodeAllocatorStats result;
+  result.blocks = blocks_.size();
+  result.bytes = bytes_;
+  result.binding_failures = binder_.failures();
+  return result;
+}
+
+}  // namespace nerve::memory

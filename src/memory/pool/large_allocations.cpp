@@ -1,0 +1,124 @@
+#include "memory/pool/large_allocations.hpp"
+
+#include "util/log.hpp"
+
+namespace nerve::memory {
+
+std::size_t LargeAllocations::rounded_size(std::size_t bytes) noexcept {
+  const std::size_t page = page_size();
+  return (bytes + page - 1) / page * page;
+}
+
+LargeAllocations::~LargeAllocations() {
+  release_cached();
+  std::lock_guard lock(mutex_);
+  for (const auto& [block, bytes] : live_) budget_.release(block, bytes);
+  live_.clear();
+}
+
+void* LargeAllocations::try_allocate(std::size_t bytes, bool* from_cache) {
+  const std::size_t wanted = rounded_size(bytes);
+  {
+    std::lock_guard lock(mutex_);
+    ++allocations_;
+    // Best fit among cached blocks no more than 1/8 larger than needed.
+    std::size_t best = cache_.size();
+    for (std::size_t i = 0; i < cache_.size(); ++i) {
+      const std::size_t size = cache_[i].bytes;
+      if (size >= wanted && size - wanted <= wanted / 8 &&
+          (best == cache_.size() || size < cache_[best].bytes)) {
+        best = i;
+      }
+    }
+    if (best != cache_.size()) {
+      const CachedBlock hit = cache_[best];
+      cache_.erase(cache_.begin() + static_cast<std::ptrdiff_t>(best));
+      cached_bytes_ -= hit.bytes;
+      live_.emplace(hit.block, hit.bytes);
+      live_bytes_ += hit.bytes;
+      ++from_cache_;
+      *from_cache = true;
+      return hit.block;
+    }
+  }
+  *from_cache = false;
+  void* block = budget_.try_acquire(wanted, alignment_);
+  if (block == nullptr) {
+    std::lock_guard lock(mutex_);
+    --allocations_;  // the pool retries or reports; count the request once
+    return nullptr;
+  }
+  try {
+    std::lock_guard lock(mutex_);
+    live_.emplace(block, wanted);
+    live_bytes_ += wanted;
+  } catch (...) {
+    budget_.release(block, wanted);
+    throw;
+  }
+  return block;
+}
+
+void LargeAllocations::free(void* block, std::size_t bytes) noexcept {
+  // Blocks leaving the cache are released after the mutex; room for them is reserved up front (at
+  // most every cached block plus one), so nothing below can throw. Without that room, no caching.
+  std::vector<CachedBlock> evicted;
+  bool may_cache = max_cached_blocks_ > 0;
+  if (may_cache) {
+    try {
+      evicted.reserve(max_cached_blocks_ + 1);
+    } catch (...) {
+      may_cache = false;
+    }
+  }
+  std::size_t size = 0;
+  {
+    std::lock_guard lock(mutex_);
+    const auto it = live_.find(block);
+    if (it == live_.end()) {
+      log::error("memory pool: deallocate({}, {}) of a block this pool does not have live; ignored", block,
+                 bytes);
+      return;
+    }
+    size = it->second;
+    live_.erase(it);
+    live_bytes_ -= size;
+    if (may_cache && size <= max_cached_bytes_) {
+      try {
+        cache_.push_back({block, size});
+        cached_bytes_ += size;
+        block = nullptr;
+      } catch (...) {  // no memory for the cache entry: release the block instead
+      }
+      while (cache_.size() > max_cached_blocks_ || cached_bytes_ > max_cached_bytes_) {
+        evicted.push_back(cache_.front());
+        cached_bytes_ -= cache_.front().bytes;
+        cache_.erase(cache_.begin());
+      }
+    }
+  }
+  if (block != nullptr) budget_.release(block, size);
+  for (const CachedBlock& old : evicted) budget_.release(old.block, old.bytes);
+}
+
+std::size_t LargeAllocations::release_cached() noexcept {
+  std::vector<CachedBlock> cached;
+  {
+    std::lock_guard lock(mutex_);
+    cached.swap(cache_);
+    cached_bytes_ = 0;
+  }
+  std::size_t released = 0;
+  for (const CachedBlock& old : cached) {
+    budget_.release(old.block, old.bytes);
+    released += old.bytes;
+  }
+  return released;
+}
+
+LargeAllocations::Stats LargeAllocations::stats() const {
+  std::lock_guard lock(mutex_);
+  return {allocations_, from_cache_, live_bytes_, cached_bytes_};
+}
+
+}  // namespace nerve::memory

@@ -1,0 +1,60 @@
+// node_budget.hpp — a pool's share of a memory node: its byte limit and what it has reserved.
+//
+// Every block a pool obtains (slab, large block, staging buffer) goes through a NodeBudget, which
+// refuses a block that would take the pool's reservations past its limit, so that a full pool is an
+// error the pool can report (or make room for, by compacting) instead of a crash.
+//
+// Thread safety: try_acquire() and release() may be called concurrently; the reservation is a
+// relaxed atomic counter checked with fetch_add, so concurrent callers never overshoot the limit
+// together.
+// Errors: try_acquire() returns null for "over the limit" and lets the node's own errors
+// (Error(out_of_memory) when the node is exhausted) propagate, with nothing reserved.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "memory/pool/node_allocator.hpp"
+
+namespace nerve::memory {
+
+class NodeBudget {
+ public:
+  // limit_bytes = 0: no limit.
+  NodeBudget(NodeAllocator& node, std::size_t limit_bytes) : node_(node), limit_(limit_bytes) {}
+
+  void* try_acquire(std::size_t bytes, std::size_t alignment) {
+    const std::size_t after = reserved_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+    if (limit_ != 0 && after > limit_) {
+      reserved_.fetch_sub(bytes, std::memory_order_relaxed);
+      return nullptr;
+    }
+    try {
+      return node_.allocate_block(bytes, alignment);
+    } catch (...) {
+      reserved_.fetch_sub(bytes, std::memory_order_relaxed);
+      throw;
+    }
+  }
+
+  void release(void* block, std::size_t bytes) noexcept {
+    node_.free_block(block, bytes);
+    reserved_.fetch_sub(bytes, std::memory_order_relaxed);
+    released_.fetch_add(bytes, std::memory_order_relaxed);
+  }
+
+  std::size_t reserved() const noexcept { return reserved_.load(std::memory_order_relaxed); }
+  std::size_t limit() const noexcept { return limit_; }
+  // released_total() counts every byte ever given back (compact() reports the difference).
+  std::uint64_t released_total() const noexcept { return released_.load(std::memory_order_relaxed); }
+  NodeAllocator& node() const noexcept { return node_; }
+
+ private:
+  NodeAllocator& node_;
+  const std::size_t limit_;
+  std::atomic<std::size_t> reserved_{0};
+  std::atomic<std::uint64_t> released_{0};
+};
+
+}  // namespace nerve::memory

@@ -1,0 +1,251 @@
+// Limits, compaction, large blocks, and thread caches outliving their pool or their thread.
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "nerve/error.hpp"
+
+#include "pool_test_support.hpp"
+
+namespace nerve::memory::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST_F(PoolFixture, ALimitIsAClearOutOfMemoryErrorNotACrash) {
+  const Config config = config_with({});
+  auto pool = make_pool(config, 1 << 20);
+  std::vector<void*> chunks;
+  try {
+    for (int i = 0; i < 10000; ++i) chunks.push_back(pool->allocate(4096));
+    FAIL() << "1 MiB held 10000 chunks of 4 KiB";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::out_of_memory);
+    const std::string message = error.what();
+    EXPECT_THAT(message, HasSubstr("NUMA node 0")) << "names the node";
+    EXPECT_THAT(message, HasSubstr("cannot allocate 4096 bytes")) << "names the size";
+    EXPECT_THAT(message, HasSubstr("limit is 1048576 bytes")) << "names the limit";
+    EXPECT_THAT(message, HasSubstr(std::to_string(chunks.size() * 4096) + " bytes are in use"))
+        << "says what is in use: " << message;
+  }
+  EXPECT_GT(chunks.size(), 200u);
+  EXPECT_LE(pool->stats().bytes_reserved, std::size_t{1} << 20);
+  for (void* chunk : chunks) pool->deallocate(chunk, 4096);
+  // The pool works again once memory is back.
+  void* again = pool->allocate(4096);
+  pool->deallocate(again, 4096);
+  EXPECT_THROW(pool->allocate(2 << 20), Error) << "a large block above the limit";
+  expect_nothing_in_use(*pool);
+}
+
+TEST_F(PoolFixture, AlignedAllocations) {
+  struct Block {
+    void* pointer;
+    std::size_t bytes;
+    std::size_t alignment;
+  };
+  auto pool = make_pool(config_with({}));
+  std::vector<Block> blocks;
+  for (std::size_t alignment : {1, 16, 32, 64, 128, 4096}) {
+    for (std::size_t bytes : {1, 24, 100, 160, 1000, 5000, 70000}) {
+      void* p = pool->allocate_aligned(bytes, alignment);
+      EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % alignment, 0u) << bytes << " aligned to " << alignment;
+      fill(p, bytes, blocks.size() + 1);
+      blocks.push_back({p, bytes, alignment});
+    }
+  }
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    EXPECT_TRUE(check(blocks[i].pointer, blocks[i].bytes, i + 1));
+    pool->deallocate_aligned(blocks[i].pointer, blocks[i].bytes, blocks[i].alignment);
+  }
+  EXPECT_THROW(pool->allocate_aligned(64, 48), Error);
+  EXPECT_THROW(pool->allocate_aligned(64, 2 * page_size()), Error);
+  expect_nothing_in_use(*pool);
+}
+
+TEST_F(PoolFixture, TryAllocateReturnsNullAtTheLimit) {
+  auto pool = make_pool(config_with({}), 1 << 20);
+  void* big = pool->try_allocate(768 << 10);
+  ASSERT_NE(big, nullptr);
+  EXPECT_EQ(pool->try_allocate(512 << 10), nullptr) << "the caller may evict and retry";
+  pool->deallocate(big, 768 << 10);
+  void* again = pool->try_allocate(512 << 10);
+  EXPECT_NE(again, nullptr);
+  pool->deallocate(again, 512 << 10);
+  expect_nothing_in_use(*pool);
+}
+
+TEST_F(PoolFixture, ALimitMakesRoomByReturningCachedMemoryFirst) {
+  auto pool = make_pool(config_with({}), 4 << 20);
+  void* big = pool->allocate(3 << 20);
+  pool->deallocate(big, 3 << 20);  // kept in the large-block cache: still reserved
+  EXPECT_EQ(pool->stats().bytes_reserved, std::size_t{3} << 20);
+  void* other = pool->allocate(2 << 20);  // does not fit beside it: the cache is returned first
+  EXPECT_EQ(pool->stats().bytes_reserved, std::size_t{2} << 20);
+  pool->deallocate(other, 2 << 20);
+  expect_nothing_in_use(*pool);
+}
+
+TEST_F(PoolFixture, CompactReturnsFreeSlabsAndCachedBlocks) {
+  for (const char* global_pool : {"true", "false"}) {
+    SCOPED_TRACE(global_pool);
+    auto pool = make_pool(config_with({{"memory.global_pool", global_pool}}));
+    std::vector<void*> chunks;
+    for (int i = 0; i < 5000; ++i) chunks.push_back(pool->allocate(i % 2 ? 4096 : 100));
+    void* large = pool->allocate(1 << 20);
+    for (std::size_t i = 0; i < chunks.size(); ++i) pool->deallocate(chunks[i], i % 2 ? 4096 : 100);
+    pool->deallocate(large, 1 << 20);
+    const std::size_t reserved = pool->stats().bytes_reserved;
+    EXPECT_GT(reserved, std::size_t{9} << 20);
+    const std::size_t returned = pool->compact();
+    EXPECT_EQ(returned, reserved);
+    EXPECT_EQ(pool->stats().bytes_reserved, 0u);
+    EXPECT_EQ(pool->compact(), 0u) << "nothing left to return";
+    expect_nothing_in_use(*pool);
+  }
+}
+
+TEST_F(PoolFixture, CompactKeepsWhatIsInUse) {
+  auto pool = make_pool(config_with({}));
+  std::vector<void*> chunks;
+  for (int i = 0; i < 1000; ++i) chunks.push_back(pool->allocate(512));
+  fill(chunks[0], 512, 7);
+  for (std::size_t i = 1; i < chunks.size(); ++i) pool->deallocate(chunks[i], 512);
+  pool->compact();
+  EXPECT_EQ(pool->stats().bytes_reserved, slab_bytes(size_class_of(512)))
+      << "the slab of the live chunk stays";
+  EXPECT_TRUE(check(chunks[0], 512, 7));
+  pool->deallocate(chunks[0], 512);
+  expect_nothing_in_use(*pool);
+}
+
+// A thread that stays alive keeps its cache until its next slow-path operation after compact().
+TEST_F(PoolFixture, OtherThreadsHandTheirCachesBackAfterCompact) {
+  auto pool = make_pool(config_with({}));
+  std::mutex mutex;
+  std::condition_variable changed;
+  int step = 0;
+  auto wait_for = [&](int value) {
+    std::unique_lock lock(mutex);
+    changed.wait(lock, [&] { return step >= value; });
+  };
+  auto advance = [&] {
+    std::lock_guard lock(mutex);
+    ++step;
+    changed.notify_all();
+  };
+  std::thread other([&] {
+    std::vector<void*> chunks;
+    for (int i = 0; i < 100; ++i) chunks.push_back(pool->allocate(1024));
+    for (void* chunk : chunks) pool->deallocate(chunk, 1024);  // all in this thread's cache
+    advance();                                                 // step 1
+    wait_for(2);
+    void* miss = pool->allocate(48);  // a cache miss: the slow path sees the compaction request
+    pool->deallocate(miss, 48);
+    advance();  // step 3
+    wait_for(4);
+  });
+  wait_for(1);
+  pool->compact();
+  EXPECT_GT(pool->stats().bytes_reserved, 0u) << "chunks in another live thread's cache keep their slab";
+  advance();
+  wait_for(3);
+  pool->compact();
+  EXPECT_LE(pool->stats().bytes_reserved, slab_bytes(size_class_of(48)));
+  advance();
+  other.join();
+  pool->compact();
+  EXPECT_EQ(pool->stats().bytes_reserved, 0u);
+  expect_nothing_in_use(*pool);
+}
+
+TEST_F(PoolFixture, AnExitingThreadGivesItsCacheBack) {
+  for (const char* global_pool : {"true", "false"}) {
+    SCOPED_TRACE(global_pool);
+    auto pool = make_pool(config_with({{"memory.global_pool", global_pool}}));
+    std::vector<void*> kept;
+    std::thread([&] {
+      std::vector<void*> chunks;
+      for (int i = 0; i < 2000; ++i) chunks.push_back(pool->allocate(64));
+      for (std::size_t i = 0; i < chunks.size(); ++i) {
+        if (i % 10 == 0) {
+          kept.push_back(chunks[i]);  // outlives the thread; freed by the main thread
+        } else {
+          pool->deallocate(chunks[i], 64);
+        }
+      }
+    }).join();
+    for (void* chunk : kept) pool->deallocate(chunk, 64);
+    pool->compact();
+    EXPECT_EQ(pool->stats().bytes_reserved, 0u) << "nothing of the exited thread stays behind";
+    expect_nothing_in_use(*pool);
+  }
+}
+
+// A thread keeps a cache entry for a pool that is destroyed, then uses a new pool (perhaps at the
+// same address): the stale entry must never be touched (AddressSanitizer reports it if it is).
+TEST(PoolLifetime, AStaleThreadCacheIsNeverTouched) {
+  const Config config = config_with({});
+  std::mutex mutex;
+  std::condition_variable changed;
+  HostPool* current = nullptr;
+  int generation = 0;
+  int done = 0;
+  std::thread user([&] {
+    for (int seen = 1; seen <= 6; ++seen) {
+      std::unique_lock lock(mutex);
+      changed.wait(lock, [&] { return generation >= seen; });
+      for (int i = 0; i < 100; ++i) {
+        void* p = current->allocate(32 + 16 * (i % 8));
+        current->deallocate(p, 32 + 16 * (i % 8));
+      }
+      ++done;
+      changed.notify_all();
+    }
+  });
+  for (int round = 1; round <= 6; ++round) {
+    auto pool = make_pool(config);
+    {
+      std::lock_guard lock(mutex);
+      current = pool.get();
+      generation = round;
+      changed.notify_all();
+    }
+    std::unique_lock lock(mutex);
+    changed.wait(lock, [&] { return done >= round; });
+    current = nullptr;
+    // The pool goes away while the user thread still has a cache entry for it.
+  }
+  user.join();  // its exit must skip the destroyed pools
+}
+
+TEST(PoolLifetime, ThreadsExitingAfterTheirPoolIsGone) {
+  std::vector<std::thread> threads;
+  std::mutex mutex;
+  std::condition_variable changed;
+  bool pool_gone = false;
+  {
+    auto pool = make_pool(config_with({{"memory.global_pool", "false"}}));
+    std::atomic<int> ready{0};
+    for (int i = 0; i < 4; ++i) {
+      threads.emplace_back([&, raw = pool.get()] {
+        void* p = raw->allocate(200);
+        raw->deallocate(p, 200);
+        ready.fetch_add(1);
+        std::unique_lock lock(mutex);
+        changed.wait(lock, [&] { return pool_gone; });
+      });
+    }
+    while (ready.load() < 4) std::this_thread::yield();
+  }
+  {
+    std::lock_guard lock(mutex);
+    pool_gone = true;
+    changed.notify_all();
+  }
+  for (auto& thread : threads) thread.join();
+}
+
+}  // namespace
+}  // namespace nerve::memory::testing
