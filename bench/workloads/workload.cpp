@@ -28,7 +28,8 @@ const std::vector<WorkloadEntry>& core_workloads() {
   static const std::vector<WorkloadEntry> entries = {
       {"W1", "independent tasks", &run_w1_independent}, {"W2", "recursive tasks", &run_w2_fib},
       {"W3", "dependency chain", &run_w3_chain},        {"W4", "2D wavefront", &run_w4_wavefront},
-      {"W8", "small allocations", &run_w8_allocations}, {"W9", "fork-join", &run_w9_fork_join},
+      {"W5", "vector add", &run_w5_vector_add},         {"W8", "small allocations", &run_w8_allocations},
+      {"W9", "fork-join", &run_w9_fork_join},           {"W12", "transfer overlap", &run_w12_streaming},
   };
   return entries;
 }

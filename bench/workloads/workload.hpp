@@ -86,8 +86,10 @@ WorkloadResult run_w1_independent(const WorkloadOptions& options);
 WorkloadResult run_w2_fib(const WorkloadOptions& options);
 WorkloadResult run_w3_chain(const WorkloadOptions& options);
 WorkloadResult run_w4_wavefront(const WorkloadOptions& options);
+WorkloadResult run_w5_vector_add(const WorkloadOptions& options);  // CPU workers + OpenCL device
 WorkloadResult run_w8_allocations(const WorkloadOptions& options);
 WorkloadResult run_w9_fork_join(const WorkloadOptions& options);
+WorkloadResult run_w12_streaming(const WorkloadOptions& options);  // through an OpenCL device
 
 // The registry: every workload this library implements, in id order.
 struct WorkloadEntry {

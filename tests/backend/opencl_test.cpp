@@ -114,6 +114,38 @@ TEST_F(OpenclTest, VectorAddRunsOnTheDeviceAndMovesData) {
   EXPECT_EQ(counters.events_live, 0u) << "every event is released once its operation completes";
 }
 
+TEST_F(OpenclTest, OperationRecordsAreRecycledNotMadePerTask) {
+  Context& ctx = open(opencl_settings(2));
+  const Kernel scale = make_scale();
+  Buffer<float> x(ctx, std::vector<float>(1024, 1.0f));
+  for (int i = 0; i < 50; ++i) {
+    ctx.submit(TaskOptions{.device = 1}, scale, read_write(x), value(1.0f)).wait();
+    x.map_read_write()[0] = 1.0f;  // a copy out, and the host's write makes the next round copy in
+  }
+  const detail::DeviceCounters counters = counters_of(ctx, 1);
+  EXPECT_EQ(counters.launches, 50u);
+  EXPECT_GE(counters.copies, 100u);
+  EXPECT_LE(counters.operation_records, 8u) << "records come from a pool: one or two are in flight at a time";
+  EXPECT_EQ(counters.events_live, 0u);
+}
+
+// NERVE_OPENCL_STAGING=always sends host copies through pinned staging buffers piece by piece (the path
+// of discrete GPUs), which PoCL would otherwise skip; data larger than one staging buffer takes several.
+TEST_F(OpenclTest, StagedCopiesMoveDataPieceByPiece) {
+  ::setenv("NERVE_OPENCL_STAGING", "always", 1);
+  Context& ctx = open(opencl_settings(2));
+  ::unsetenv("NERVE_OPENCL_STAGING");
+  const Kernel scale = make_scale();
+  constexpr std::size_t n = (std::size_t{9} << 20) / sizeof(float) + 123;  // 9 MiB and a bit
+  std::vector<float> initial(n);
+  for (std::size_t i = 0; i < n; ++i) initial[i] = static_cast<float>(i % 1000);
+  Buffer<float> x(ctx, initial);
+  ctx.submit(TaskOptions{.device = 1}, scale, read_write(x), value(2.0f)).wait();
+  const auto result = x.to_vector();
+  for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(result[i], 2.0f * initial[i]) << i;
+  EXPECT_GE(counters_of(ctx, 1).staged_copies, 2u) << "in and out through staging";
+}
+
 TEST_F(OpenclTest, SlicesAndValuesReachTheKernel) {
   Context& ctx = open(opencl_settings(2));
   const Kernel scale = make_scale();

@@ -8,7 +8,11 @@ namespace nerve::info {
 
 std::vector<DeviceInfo> list_devices(const Report& report) {
   std::vector<DeviceInfo> devices;
-  devices.push_back(DeviceInfo{"cpu", "CPU workers", report.pool.count});
+  DeviceInfo cpu;
+  cpu.kind = "cpu";
+  cpu.name = "CPU workers";
+  cpu.count = report.pool.count;
+  devices.push_back(std::move(cpu));
   devices.insert(devices.end(), report.accelerators.begin(), report.accelerators.end());
   return devices;
 }

@@ -15,7 +15,8 @@ class OpenclBackend final : public Backend {
 
   std::vector<DeviceInfo> enumerate(const Topology& topology) override {
     std::vector<DeviceInfo> found;
-    for (const PlatformDevice& device : Platforms::instance().devices()) found.push_back(describe(device, topology));
+    for (const PlatformDevice& device : Platforms::instance().devices())
+      found.push_back(describe(device, topology));
     return found;
   }
 

@@ -9,13 +9,13 @@
 #endif
 #define CL_USE_DEPRECATED_OPENCL_1_2_APIS
 
-#include <CL/cl.h>
-#include <CL/cl_ext.h>
-
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include <CL/cl.h>
+#include <CL/cl_ext.h>
 
 #include "nerve/error.hpp"
 

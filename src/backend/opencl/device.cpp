@@ -34,7 +34,8 @@ OpenclDevice::OpenclDevice(const PlatformDevice& device, DeviceInfo info, const 
 OpenclDevice::~OpenclDevice() { stop(); }
 
 bool OpenclDevice::can_run(const TaskRecord& task) const noexcept {
-  return task.kind == TaskKind::function && task.kernel != nullptr && task.kernel->implements(DeviceKind::opencl);
+  return task.kind == TaskKind::function && task.kernel != nullptr &&
+         task.kernel->implements(DeviceKind::opencl);
 }
 
 void OpenclDevice::start(DeviceHost& host) {
@@ -73,7 +74,8 @@ void OpenclDevice::run() {
 }
 
 DeviceCapabilities OpenclDevice::capabilities() const noexcept {
-  return DeviceCapabilities{false, info().unified_memory, engine_->queue_count(), engine_->max_pending_transfers()};
+  return DeviceCapabilities{false, info().unified_memory, engine_->queue_count(),
+                            engine_->max_pending_transfers()};
 }
 
 bool OpenclDevice::can_access_peer(const Device& other) const noexcept {
@@ -116,10 +118,10 @@ void OpenclDevice::launch(TaskRecord* task) {
       host_->complete(task, *this, nullptr);
       return;
     }
-    check(clEnqueueNDRangeKernel(queue, kernel, 1, nullptr, &global, local != 0 ? &local : nullptr, 0, nullptr,
-                                 &op->event),
-          fmt::format("kernel '{}': launching '{}' (global size {}) on OpenCL device '{}'", launch.call.kernel_name,
-                      program->entry, global, info().name),
+    check(clEnqueueNDRangeKernel(queue, kernel, 1, nullptr, &global, local != 0 ? &local : nullptr, 0,
+                                 nullptr, &op->event),
+          fmt::format("kernel '{}': launching '{}' (global size {}) on OpenCL device '{}'",
+                      launch.call.kernel_name, program->entry, global, info().name),
           ErrorCode::task_failed);
     clFlush(queue);
     engine_->count_launch(queue_index);
@@ -133,44 +135,49 @@ void OpenclDevice::launch(TaskRecord* task) {
 void OpenclDevice::bind_arguments(cl_kernel kernel, const DeviceLaunch& launch, Operation& op) const {
   const KernelCall& call = launch.call;
   cl_uint parameters = 0;
-  check(clGetKernelInfo(kernel, CL_KERNEL_NUM_ARGS, sizeof parameters, &parameters, nullptr), "clGetKernelInfo");
+  check(clGetKernelInfo(kernel, CL_KERNEL_NUM_ARGS, sizeof parameters, &parameters, nullptr),
+        "clGetKernelInfo");
   if (parameters != call.access_count + call.value_count) {
     throw Error(ErrorCode::invalid_argument,
                 fmt::format("kernel '{}': its OpenCL function takes {} parameters, the call gives {} ({} "
                             "access(es), then {} value(s))",
-                            call.kernel_name, parameters, call.access_count + call.value_count, call.access_count,
-                            call.value_count));
+                            call.kernel_name, parameters, call.access_count + call.value_count,
+                            call.access_count, call.value_count));
   }
   const std::size_t alignment = engine_->device().base_alignment;
   for (std::size_t i = 0; i < call.access_count; ++i) {
     const AccessView& view = call.views[i];
     const auto location = node_->locate(static_cast<const std::byte*>(view.data));
     if (!location) {
-      throw Error(ErrorCode::internal, fmt::format("kernel '{}': access {} is not in the memory of OpenCL device '{}'",
-                                                   call.kernel_name, i, info().name));
+      throw Error(ErrorCode::internal,
+                  fmt::format("kernel '{}': access {} is not in the memory of OpenCL device '{}'",
+                              call.kernel_name, i, info().name));
     }
     cl_mem mem = location->mem;
     // A slice starting at byte 0 is the buffer itself (the kernel gets the same first byte); any
     // other start is a sub-buffer, which OpenCL allows only at aligned offsets.
     if (location->offset != 0 && view.size != 0) {
       if (location->offset % alignment != 0) {
-        throw Error(ErrorCode::invalid_argument,
-                    fmt::format("kernel '{}': access {} starts at byte {} of its buffer, but OpenCL device '{}' "
-                                "can start a sub-buffer only at a multiple of {} bytes (CL_DEVICE_MEM_BASE_ADDR_"
-                                "ALIGN); align the slice, or pass the whole buffer and the offset as a value",
-                                call.kernel_name, i, location->offset, info().name, alignment));
+        throw Error(
+            ErrorCode::invalid_argument,
+            fmt::format("kernel '{}': access {} starts at byte {} of its buffer, but OpenCL device '{}' "
+                        "can start a sub-buffer only at a multiple of {} bytes (CL_DEVICE_MEM_BASE_ADDR_"
+                        "ALIGN); align the slice, or pass the whole buffer and the offset as a value",
+                        call.kernel_name, i, location->offset, info().name, alignment));
       }
       const cl_buffer_region region{location->offset, view.size};
       cl_int status = CL_SUCCESS;
       cl_mem slice = clCreateSubBuffer(mem, 0, CL_BUFFER_CREATE_TYPE_REGION, &region, &status);
-      check(status, fmt::format("kernel '{}': a sub-buffer for access {} (bytes {}..{})", call.kernel_name, i,
-                                location->offset, location->offset + view.size),
+      check(status,
+            fmt::format("kernel '{}': a sub-buffer for access {} (bytes {}..{})", call.kernel_name, i,
+                        location->offset, location->offset + view.size),
             ErrorCode::task_failed);
       op.sub_buffers.push_back(slice);
       mem = slice;
     }
     check(clSetKernelArg(kernel, static_cast<cl_uint>(i), sizeof mem, &mem),
-          fmt::format("kernel '{}': access {} as parameter {}", call.kernel_name, i, i), ErrorCode::invalid_argument);
+          fmt::format("kernel '{}': access {} as parameter {}", call.kernel_name, i, i),
+          ErrorCode::invalid_argument);
   }
   for (std::size_t j = 0; j < call.value_count; ++j) {
     const auto parameter = static_cast<cl_uint>(call.access_count + j);
@@ -203,10 +210,10 @@ bool OpenclDevice::finish_launch(Engine& engine, Operation& op) {
   TaskRecord* task = op.task;
   std::exception_ptr error;
   if (op.status < 0 || !op.error.empty()) {
-    error = std::make_exception_ptr(Error(
-        ErrorCode::task_failed,
-        fmt::format("kernel '{}' failed on OpenCL device '{}': {}", task->kernel->name, engine.device().name,
-                    op.error.empty() ? error_name(op.status) : op.error)));
+    error = std::make_exception_ptr(
+        Error(ErrorCode::task_failed,
+              fmt::format("kernel '{}' failed on OpenCL device '{}': {}", task->kernel->name,
+                          engine.device().name, op.error.empty() ? error_name(op.status) : op.error)));
   }
   for (cl_mem slice : op.sub_buffers) clReleaseMemObject(slice);
   op.sub_buffers.clear();

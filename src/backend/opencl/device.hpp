@@ -48,7 +48,8 @@ class OpenclDevice final : public Device {
   void run();
   void launch(TaskRecord* task);
   void bind_arguments(cl_kernel kernel, const DeviceLaunch& launch, Operation& op) const;
-  std::size_t global_size(const OpenclProgram& program, const DeviceLaunch& launch, const TaskRecord& task) const;
+  std::size_t global_size(const OpenclProgram& program, const DeviceLaunch& launch,
+                          const TaskRecord& task) const;
   static bool finish_launch(Engine& engine, Operation& op);
 
   std::shared_ptr<Engine> engine_;

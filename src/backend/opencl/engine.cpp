@@ -9,7 +9,9 @@
 namespace nerve::detail::opencl {
 
 Engine::Engine(const PlatformDevice& device, unsigned queue_count, unsigned max_pending_transfers)
-    : device_(device), context_(Platforms::instance().context(device)), max_transfers_(max_pending_transfers) {
+    : device_(device),
+      context_(Platforms::instance().context(device)),
+      max_transfers_(max_pending_transfers) {
   counters_.per_queue = std::vector<std::atomic<std::uint64_t>>(queue_count);
   auto make_queue = [&] {
     cl_int status = CL_SUCCESS;
@@ -74,7 +76,6 @@ void Engine::recycle(Operation* op) noexcept {
   op->host_source = nullptr;
   op->host_destination = nullptr;
   op->staging = nullptr;
-  op->staging_slot = -1;
   op->queue = nullptr;
   op->peer = nullptr;
   op->counts_as_transfer = false;

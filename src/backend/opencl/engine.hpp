@@ -31,6 +31,7 @@
 #include "backend/device.hpp"
 #include "backend/opencl/cl.hpp"
 #include "backend/opencl/platform.hpp"
+#include "memory/pool/staging_pool.hpp"
 
 namespace nerve::detail {
 struct TaskRecord;
@@ -48,24 +49,24 @@ struct Operation {
   bool (*finish)(Engine& engine, Operation& op) = nullptr;
   cl_event event = nullptr;
   cl_int status = CL_COMPLETE;
-  Engine* home = nullptr;                   // the engine whose pool it came from
-  void* owner = nullptr;                    // the memory node or device that enqueued it
-  TaskRecord* task = nullptr;               // a launch's task
-  CopyCompletion* completion = nullptr;     // a copy's completion
-  std::vector<cl_mem> sub_buffers;          // a launch's argument slices, released when it ends
+  Engine* home = nullptr;                // the engine whose pool it came from
+  void* owner = nullptr;                 // the memory node or device that enqueued it
+  TaskRecord* task = nullptr;            // a launch's task
+  CopyCompletion* completion = nullptr;  // a copy's completion
+  std::vector<cl_mem> sub_buffers;       // a launch's argument slices, released when it ends
   // A copy's description (also kept while it waits for the gate).
   int direction = 0;
   cl_mem source_mem = nullptr, destination_mem = nullptr;
   std::size_t source_offset = 0, destination_offset = 0, bytes = 0, done_bytes = 0;
   const std::byte* host_source = nullptr;
   std::byte* host_destination = nullptr;
-  std::byte* staging = nullptr;             // host staging memory in use (pool slot or temporary)
-  int staging_slot = -1;                    // the pool slot, -1 for a temporary allocation
+  std::byte* staging = nullptr;          // host staging memory in use (staging_buffer's, or temporary)
+  memory::StagingBuffer staging_buffer;  // pinned, from the memory layer's staging pool
   cl_command_queue queue = nullptr;
-  Engine* peer = nullptr;                   // the other device of a device-to-device copy
-  bool counts_as_transfer = false;          // holds a place under max_pending_transfers
-  std::string error;                        // why it failed, when not from `status`
-  Operation* next = nullptr;                // free list / completion list link
+  Engine* peer = nullptr;           // the other device of a device-to-device copy
+  bool counts_as_transfer = false;  // holds a place under max_pending_transfers
+  std::string error;                // why it failed, when not from `status`
+  Operation* next = nullptr;        // free list / completion list link
 };
 
 class Engine {
@@ -134,15 +135,15 @@ class Engine {
   std::vector<std::unique_ptr<Operation>> records_;  // every record ever made (the pool's size)
 
   mutable std::mutex mutex_;
-  std::condition_variable wake_;     // the completion thread: a completed operation or stop
-  std::condition_variable idle_;     // drain(): in_flight_ reached 0
-  Operation* done_head_ = nullptr;   // completed, not yet finished (FIFO)
+  std::condition_variable wake_;    // the completion thread: a completed operation or stop
+  std::condition_variable idle_;    // drain(): in_flight_ reached 0
+  Operation* done_head_ = nullptr;  // completed, not yet finished (FIFO)
   Operation* done_tail_ = nullptr;
-  std::size_t in_flight_ = 0;        // acquired and not yet back in the pool
+  std::size_t in_flight_ = 0;  // acquired and not yet back in the pool
   bool stopping_ = false;
-  unsigned transfers_ = 0;           // copies holding a place under the gate
+  unsigned transfers_ = 0;  // copies holding a place under the gate
   std::uint64_t peak_transfers_ = 0;
-  std::deque<Operation*> waiting_;   // copies waiting for a place
+  std::deque<Operation*> waiting_;  // copies waiting for a place
   std::function<void(Operation*)> start_transfer_;
   std::thread thread_;
 };

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "backend/host_bounce.hpp"
+#include "backend/opencl/pinned_memory.hpp"
 #include "util/log.hpp"
 
 namespace nerve::detail::opencl {
@@ -16,7 +17,7 @@ enum Direction : int {
   host_to_device,
   device_to_host,
   device_to_device,
-  staged_host_to_device,  // piece by piece through a pinned slot
+  staged_host_to_device,  // piece by piece through pinned staging memory
   staged_device_to_host,
   staged_read,   // device to device through host memory: the read from the source
   staged_write,  // ... then the write into this device
@@ -26,7 +27,8 @@ constexpr std::size_t page = 4096;
 
 std::byte* page_aligned(std::size_t bytes) {
   void* data = std::aligned_alloc(page, (bytes + page - 1) / page * page);
-  if (data == nullptr) throw Error(ErrorCode::out_of_memory, fmt::format("cannot allocate {} bytes of staging memory", bytes));
+  if (data == nullptr)
+    throw Error(ErrorCode::out_of_memory, fmt::format("cannot allocate {} bytes of staging memory", bytes));
   return static_cast<std::byte*>(data);
 }
 
@@ -41,56 +43,6 @@ StagingMode staging_mode_from_environment() {
               fmt::format("NERVE_OPENCL_STAGING is '{}', not one of auto, always, never", value));
 }
 
-// --- StagingPool
-
-StagingPool::StagingPool(Engine& engine, std::size_t slot_bytes, unsigned slots)
-    : engine_(engine), slot_bytes_(slot_bytes), slots_(slots) {}
-
-StagingPool::~StagingPool() {
-  for (Slot& slot : slots_) {
-    if (slot.owned_memory) {
-      std::free(slot.data);
-    } else if (slot.mem != nullptr) {
-      clEnqueueUnmapMemObject(engine_.sync_queue(), slot.mem, slot.data, 0, nullptr, nullptr);
-      clFinish(engine_.sync_queue());
-      clReleaseMemObject(slot.mem);
-    }
-  }
-}
-
-int StagingPool::take() {
-  std::lock_guard lock(mutex_);
-  for (std::size_t i = 0; i < slots_.size(); ++i) {
-    Slot& slot = slots_[i];
-    if (slot.busy) continue;
-    if (slot.data == nullptr) {
-      // Pinned memory the way OpenCL offers it: a host-allocated buffer, mapped once and kept mapped.
-      cl_int status = CL_SUCCESS;
-      slot.mem = clCreateBuffer(engine_.context(), CL_MEM_ALLOC_HOST_PTR | CL_MEM_READ_WRITE, slot_bytes_,
-                                nullptr, &status);
-      if (status == CL_SUCCESS) {
-        void* mapped = clEnqueueMapBuffer(engine_.sync_queue(), slot.mem, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE,
-                                          0, slot_bytes_, 0, nullptr, nullptr, &status);
-        if (status == CL_SUCCESS) slot.data = static_cast<std::byte*>(mapped);
-      }
-      if (slot.data == nullptr) {
-        if (slot.mem != nullptr) clReleaseMemObject(slot.mem);
-        slot.mem = nullptr;
-        slot.data = page_aligned(slot_bytes_);
-        slot.owned_memory = true;
-      }
-    }
-    slot.busy = true;
-    return static_cast<int>(i);
-  }
-  return -1;
-}
-
-void StagingPool::give(int slot) noexcept {
-  std::lock_guard lock(mutex_);
-  slots_[static_cast<std::size_t>(slot)].busy = false;
-}
-
 // --- OpenclMemoryNode
 
 OpenclMemoryNode::OpenclMemoryNode(unsigned index, std::string name, std::shared_ptr<Engine> engine,
@@ -100,7 +52,7 @@ OpenclMemoryNode::OpenclMemoryNode(unsigned index, std::string name, std::shared
       peer_access_(peer_access),
       stage_host_copies_(staging == StagingMode::always ||
                          (staging == StagingMode::automatic && !engine_->device().unified_memory)),
-      staging_(*engine_, std::size_t{4} << 20, 8) {
+      staging_(std::make_unique<PinnedOpenclAllocator>(*engine_), staging_limit_bytes) {
   engine_->set_transfer_starter([this](Operation* op) { start(op); });
 }
 
@@ -188,11 +140,13 @@ void OpenclMemoryNode::start_copy(MemoryNode& from, const std::byte* source, Mem
 }
 
 bool OpenclMemoryNode::take_staging(Operation& op, std::size_t bytes) {
-  if (bytes <= staging_.slot_bytes()) {
-    op.staging_slot = staging_.take();
-    if (op.staging_slot >= 0) {
-      op.staging = staging_.data(op.staging_slot);
+  if (bytes <= staging_piece_bytes) {
+    try {
+      op.staging_buffer = staging_.acquire(bytes);
+      op.staging = op.staging_buffer.data();
       return true;
+    } catch (const Error&) {
+      // The pool is at its limit (or the driver has no pinned memory left): see below.
     }
   }
   if (op.direction == staged_read) {  // device to device must stage: a temporary then
@@ -204,21 +158,20 @@ bool OpenclMemoryNode::take_staging(Operation& op, std::size_t bytes) {
 
 void OpenclMemoryNode::release_staging(Operation& op) noexcept {
   if (op.staging == nullptr) return;
-  if (op.staging_slot >= 0) {
-    staging_.give(op.staging_slot);
+  if (op.staging_buffer) {
+    op.staging_buffer.release();
   } else {
     std::free(op.staging);
   }
   op.staging = nullptr;
-  op.staging_slot = -1;
 }
 
 void OpenclMemoryNode::start(Operation* op) noexcept {
   try {
     if (op->direction == staged_host_to_device || op->direction == staged_device_to_host) {
-      if (take_staging(*op, std::min(op->bytes, staging_.slot_bytes()))) {
+      if (take_staging(*op, std::min(op->bytes, staging_piece_bytes))) {
         engine_->counters().staged_copies.fetch_add(1, std::memory_order_relaxed);
-      } else {  // every slot busy: going direct beats waiting for one
+      } else {  // the staging pool is exhausted: going direct beats waiting
         op->direction = op->direction == staged_host_to_device ? host_to_device : device_to_host;
       }
     } else if (op->direction == staged_read) {
@@ -243,7 +196,7 @@ void OpenclMemoryNode::start(Operation* op) noexcept {
 // enqueue_piece(): the next (or only) step of `op`, its event in op->event.
 cl_int OpenclMemoryNode::enqueue_piece(Operation* op) {
   cl_command_queue queue = engine_->next_queue();
-  const std::size_t piece = std::min(op->bytes - op->done_bytes, staging_.slot_bytes());
+  const std::size_t piece = std::min(op->bytes - op->done_bytes, staging_piece_bytes);
   cl_int status = CL_SUCCESS;
   switch (op->direction) {
     case host_to_device:
@@ -259,11 +212,12 @@ cl_int OpenclMemoryNode::enqueue_piece(Operation* op) {
                                    op->destination_offset, op->bytes, 0, nullptr, &op->event);
       break;
     case staged_host_to_device:
-      // The pinned slot is filled here (the caller's thread for the first piece, the completion
+      // The pinned buffer is filled here (the caller's thread for the first piece, the completion
       // thread for the next): the driver then DMAs from pinned pages.
       std::memcpy(op->staging, op->host_source + op->done_bytes, piece);
-      status = clEnqueueWriteBuffer(queue, op->destination_mem, CL_FALSE, op->destination_offset + op->done_bytes,
-                                    piece, op->staging, 0, nullptr, &op->event);
+      status =
+          clEnqueueWriteBuffer(queue, op->destination_mem, CL_FALSE, op->destination_offset + op->done_bytes,
+                               piece, op->staging, 0, nullptr, &op->event);
       break;
     case staged_device_to_host:
       status = clEnqueueReadBuffer(queue, op->source_mem, CL_FALSE, op->source_offset + op->done_bytes, piece,
@@ -301,15 +255,16 @@ cl_int OpenclMemoryNode::enqueue_piece(Operation* op) {
 bool OpenclMemoryNode::finish_copy(Engine& engine, Operation& op) {
   auto& node = *static_cast<OpenclMemoryNode*>(op.owner);
   if (op.error.empty() && op.status < 0) {
-    op.error = fmt::format("a copy of {} bytes on OpenCL device '{}' failed: {}", op.bytes, engine.device().name,
-                           error_name(op.status));
+    op.error = fmt::format("a copy of {} bytes on OpenCL device '{}' failed: {}", op.bytes,
+                           engine.device().name, error_name(op.status));
   }
   if (op.error.empty()) {
     // A staged copy's next step, on the same record.
     bool more = false;
-    const std::size_t piece = std::min(op.bytes - op.done_bytes, node.staging_.slot_bytes());
+    const std::size_t piece = std::min(op.bytes - op.done_bytes, staging_piece_bytes);
     if (op.direction == staged_host_to_device || op.direction == staged_device_to_host) {
-      if (op.direction == staged_device_to_host) std::memcpy(op.host_destination + op.done_bytes, op.staging, piece);
+      if (op.direction == staged_device_to_host)
+        std::memcpy(op.host_destination + op.done_bytes, op.staging, piece);
       op.done_bytes += piece;
       more = op.done_bytes < op.bytes;
     } else if (op.direction == staged_read) {
@@ -331,7 +286,7 @@ bool OpenclMemoryNode::finish_copy(Engine& engine, Operation& op) {
   const bool ok = op.error.empty();
   const std::string error = std::move(op.error);
   if (op.counts_as_transfer) engine.end_transfer();  // the next waiting copy starts now
-  completion->copy_done(ok, error);                   // no lock of ours is held here
+  completion->copy_done(ok, error);                  // no lock of ours is held here
   return true;
 }
 
@@ -340,7 +295,8 @@ void OpenclMemoryNode::copy_sync(MemoryNode& from, const std::byte* source, Memo
   cl_command_queue queue = engine_->sync_queue();
   if (&from == this && to.host_addressable()) {
     const auto origin = locate_or_throw(source, "source");
-    check(clEnqueueReadBuffer(queue, origin.mem, CL_TRUE, origin.offset, bytes, destination, 0, nullptr, nullptr),
+    check(clEnqueueReadBuffer(queue, origin.mem, CL_TRUE, origin.offset, bytes, destination, 0, nullptr,
+                              nullptr),
           fmt::format("reading {} bytes back from OpenCL device '{}'", bytes, engine_->device().name));
   } else if (&to == this && from.host_addressable()) {
     const auto target = locate_or_throw(destination, "destination");

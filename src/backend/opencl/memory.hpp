@@ -16,13 +16,12 @@
 //   other kinds of node              a host-addressable node's pointer is used as host memory;
 //                                    anything else is bounced through host memory synchronously
 //
-// Pinned staging: a small pool of its own (`staging_slots` × `staging_slot_bytes`, created on first
-// use as CL_MEM_ALLOC_HOST_PTR buffers mapped once, or page-aligned host memory if mapping fails).
-// With StagingMode::automatic a device that does not share memory with the host (a discrete GPU)
-// copies host data through these slots piece by piece, so the DMA engine reads pinned pages; a
-// device with unified memory (PoCL, integrated GPUs) copies directly. When every slot is busy, a
-// copy goes direct rather than waiting. (The memory layer's pinned pool, being built separately,
-// can replace this pool later.)
+// Pinned staging comes from the memory layer: a StagingPool (memory/pool/staging_pool.hpp) over
+// pinned OpenCL memory (pinned_memory.hpp: CL_MEM_ALLOC_HOST_PTR buffers, mapped once), pieces of up to
+// `staging_piece_bytes`, at most `staging_limit_bytes` reserved per device. With StagingMode::automatic
+// a device that does not share memory with the host (a discrete GPU) copies host data through it piece
+// by piece, so the DMA engine reads pinned pages; a device with unified memory (PoCL, integrated GPUs)
+// copies directly. When the pool is exhausted, a copy goes direct rather than waiting.
 //
 // copy_sync() is a blocking read/write on a queue of its own, never through the asynchronous path
 // (eviction write-backs call it with a buffer's lock held).
@@ -37,10 +36,10 @@
 #include <string>
 #include <vector>
 
-#include "memory/memory_node.hpp"
-
 #include "backend/opencl/address_map.hpp"
 #include "backend/opencl/engine.hpp"
+#include "memory/memory_node.hpp"
+#include "memory/pool/staging_pool.hpp"
 
 namespace nerve::detail::opencl {
 
@@ -50,28 +49,8 @@ enum class StagingMode { automatic, always, never };
 // diagnostic switch (tests force the staged path on PoCL with it).
 StagingMode staging_mode_from_environment();
 
-class StagingPool {
- public:
-  StagingPool(Engine& engine, std::size_t slot_bytes, unsigned slots);
-  ~StagingPool();
-  std::size_t slot_bytes() const noexcept { return slot_bytes_; }
-  // take(): a free slot (created on first use), or -1 when all are busy.
-  int take();
-  std::byte* data(int slot) const noexcept { return slots_[static_cast<std::size_t>(slot)].data; }
-  void give(int slot) noexcept;
-
- private:
-  struct Slot {
-    cl_mem mem = nullptr;  // CL_MEM_ALLOC_HOST_PTR buffer, mapped for the pool's life
-    std::byte* data = nullptr;
-    bool owned_memory = false;  // page-aligned host memory (the buffer could not be mapped)
-    bool busy = false;
-  };
-  Engine& engine_;
-  const std::size_t slot_bytes_;
-  std::mutex mutex_;
-  std::vector<Slot> slots_;
-};
+inline constexpr std::size_t staging_piece_bytes = std::size_t{4} << 20;
+inline constexpr std::size_t staging_limit_bytes = std::size_t{32} << 20;
 
 class OpenclMemoryNode final : public MemoryNode {
  public:
@@ -86,7 +65,9 @@ class OpenclMemoryNode final : public MemoryNode {
   Engine& engine() noexcept { return *engine_; }
   const std::shared_ptr<Engine>& shared_engine() const noexcept { return engine_; }
   // locate(): the cl_mem and offset of a device address of this node (nullopt: not one of ours).
-  std::optional<AddressMap::Location> locate(const std::byte* address) const { return addresses_.find(address); }
+  std::optional<AddressMap::Location> locate(const std::byte* address) const {
+    return addresses_.find(address);
+  }
   std::size_t allocations() const { return addresses_.size(); }
   // direct_peer(): copies from `other` go device to device, without host staging.
   bool direct_peer(const OpenclMemoryNode& other) const noexcept;
@@ -110,7 +91,7 @@ class OpenclMemoryNode final : public MemoryNode {
   const bool peer_access_;
   const bool stage_host_copies_;
   AddressMap addresses_;
-  StagingPool staging_;
+  memory::StagingPool staging_;
 };
 
 }  // namespace nerve::detail::opencl

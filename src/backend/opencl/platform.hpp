@@ -28,15 +28,15 @@ struct PlatformDevice {
   std::string name;                // CL_DEVICE_NAME
   std::string vendor;
   std::string platform_name;
-  std::string driver_version;      // CL_DRIVER_VERSION: part of the program cache key
-  std::string device_version;      // CL_DEVICE_VERSION
+  std::string driver_version;        // CL_DRIVER_VERSION: part of the program cache key
+  std::string device_version;        // CL_DEVICE_VERSION
   std::uint64_t global_memory = 0;   // CL_DEVICE_GLOBAL_MEM_SIZE: the memory node's limit
   std::uint64_t max_allocation = 0;  // CL_DEVICE_MAX_MEM_ALLOC_SIZE: the largest buffer
   unsigned compute_units = 0;
   std::size_t base_alignment = 0;  // CL_DEVICE_MEM_BASE_ADDR_ALIGN in bytes: sub-buffer origins
   std::size_t max_work_group = 0;
-  bool unified_memory = false;     // CL_DEVICE_HOST_UNIFIED_MEMORY
-  std::string pci_bus_id;          // from cl_khr_pci_bus_info or the AMD/NVIDIA extensions; "" unknown
+  bool unified_memory = false;  // CL_DEVICE_HOST_UNIFIED_MEMORY
+  std::string pci_bus_id;       // from cl_khr_pci_bus_info or the AMD/NVIDIA extensions; "" unknown
 };
 
 class Platforms {

@@ -7,8 +7,9 @@
 #include <system_error>
 #include <vector>
 
-#include <fmt/format.h>
 #include <unistd.h>
+
+#include <fmt/format.h>
 
 #include "util/log.hpp"
 
@@ -35,7 +36,8 @@ std::string file_name(const std::string& material) {
 
 std::string build_log(cl_program program, cl_device_id device) {
   std::size_t size = 0;
-  if (clGetProgramBuildInfo(program, device, CL_PROGRAM_BUILD_LOG, 0, nullptr, &size) != CL_SUCCESS) return {};
+  if (clGetProgramBuildInfo(program, device, CL_PROGRAM_BUILD_LOG, 0, nullptr, &size) != CL_SUCCESS)
+    return {};
   std::string log(size, '\0');
   if (clGetProgramBuildInfo(program, device, CL_PROGRAM_BUILD_LOG, size, log.data(), nullptr) != CL_SUCCESS)
     return {};
@@ -43,7 +45,9 @@ std::string build_log(cl_program program, cl_device_id device) {
   return log;
 }
 
-void write_u64(std::ofstream& out, std::uint64_t value) { out.write(reinterpret_cast<const char*>(&value), 8); }
+void write_u64(std::ofstream& out, std::uint64_t value) {
+  out.write(reinterpret_cast<const char*>(&value), 8);
+}
 bool read_u64(std::ifstream& in, std::uint64_t& value) {
   return static_cast<bool>(in.read(reinterpret_cast<char*>(&value), 8));
 }
@@ -78,9 +82,9 @@ ProgramCache::~ProgramCache() {
 cl_kernel ProgramCache::kernel(const OpenclProgram& program, const char* kernel_name) {
   auto found = by_id_.find(program.id);
   if (found == by_id_.end()) {
-    const std::string material = fmt::format("nerve-opencl-cache-1\n{}\n{}\n{}\n{}\n{}", program.source,
-                                             program.options.build_options, device_.platform_name, device_.name,
-                                             device_.driver_version);
+    const std::string material =
+        fmt::format("nerve-opencl-cache-1\n{}\n{}\n{}\n{}\n{}", program.source, program.options.build_options,
+                    device_.platform_name, device_.name, device_.driver_version);
     auto& built = by_content_[material];
     if (built == nullptr) {
       built = std::make_unique<Built>(build(program, material));
@@ -99,8 +103,9 @@ cl_kernel ProgramCache::kernel(const OpenclProgram& program, const char* kernel_
         built->kernels.emplace(program.entry, created);
         resolved.kernel = created;
       } else {
-        resolved.failure = fmt::format("kernel '{}': the OpenCL program has no usable __kernel function '{}' ({})",
-                                       kernel_name, program.entry, error_name(status));
+        resolved.failure =
+            fmt::format("kernel '{}': the OpenCL program has no usable __kernel function '{}' ({})",
+                        kernel_name, program.entry, error_name(status));
       }
     }
     found = by_id_.emplace(program.id, std::move(resolved)).first;
@@ -126,7 +131,8 @@ ProgramCache::Built ProgramCache::build(const OpenclProgram& program, const std:
   cl_int status = CL_SUCCESS;
   cl_program created = clCreateProgramWithSource(context_, 1, &text, &length, &status);
   if (status == CL_SUCCESS) {
-    status = clBuildProgram(created, 1, &device_.device, program.options.build_options.c_str(), nullptr, nullptr);
+    status =
+        clBuildProgram(created, 1, &device_.device, program.options.build_options.c_str(), nullptr, nullptr);
   }
   if (status != CL_SUCCESS) {
     program_cache_counters().failed_builds.fetch_add(1, std::memory_order_relaxed);
@@ -134,7 +140,8 @@ ProgramCache::Built ProgramCache::build(const OpenclProgram& program, const std:
     built.failure = fmt::format(
         "the OpenCL program of kernel entry '{}' does not build on device '{}'{}: {}{}{}", program.entry,
         device_.name,
-        program.options.build_options.empty() ? "" : fmt::format(" (options '{}')", program.options.build_options),
+        program.options.build_options.empty() ? ""
+                                              : fmt::format(" (options '{}')", program.options.build_options),
         error_name(status), log.empty() ? "" : "; compiler log:\n", log);
     if (created != nullptr) clReleaseProgram(created);
     return built;
@@ -150,7 +157,8 @@ cl_program ProgramCache::load_binary(const std::filesystem::path& file, const st
   if (!in) return nullptr;
   char header[sizeof magic];
   std::uint64_t material_size = 0, binary_size = 0;
-  if (!in.read(header, sizeof header) || std::string_view(header, sizeof header) != std::string_view(magic, sizeof magic) ||
+  if (!in.read(header, sizeof header) ||
+      std::string_view(header, sizeof header) != std::string_view(magic, sizeof magic) ||
       !read_u64(in, material_size) || material_size != material.size()) {
     return nullptr;
   }
@@ -160,12 +168,14 @@ cl_program ProgramCache::load_binary(const std::filesystem::path& file, const st
     return nullptr;
   }
   std::vector<unsigned char> binary(binary_size);
-  if (!in.read(reinterpret_cast<char*>(binary.data()), static_cast<std::streamsize>(binary_size))) return nullptr;
+  if (!in.read(reinterpret_cast<char*>(binary.data()), static_cast<std::streamsize>(binary_size)))
+    return nullptr;
   const unsigned char* data = binary.data();
   const std::size_t size = binary.size();
   cl_int binary_status = CL_SUCCESS;
   cl_int status = CL_SUCCESS;
-  cl_program program = clCreateProgramWithBinary(context_, 1, &device_.device, &size, &data, &binary_status, &status);
+  cl_program program =
+      clCreateProgramWithBinary(context_, 1, &device_.device, &size, &data, &binary_status, &status);
   if (status == CL_SUCCESS && binary_status == CL_SUCCESS) {
     status = clBuildProgram(program, 1, &device_.device, options.c_str(), nullptr, nullptr);
     if (status == CL_SUCCESS) return program;
@@ -176,18 +186,20 @@ cl_program ProgramCache::load_binary(const std::filesystem::path& file, const st
   return nullptr;
 }
 
-void ProgramCache::store_binary(cl_program program, const std::filesystem::path& file, const std::string& material) {
+void ProgramCache::store_binary(cl_program program, const std::filesystem::path& file,
+                                const std::string& material) {
   // The binary of this device among the program's devices (a program made from source belongs to
   // every device of the shared context).
   cl_uint count = 0;
-  if (clGetProgramInfo(program, CL_PROGRAM_NUM_DEVICES, sizeof count, &count, nullptr) != CL_SUCCESS || count == 0)
+  if (clGetProgramInfo(program, CL_PROGRAM_NUM_DEVICES, sizeof count, &count, nullptr) != CL_SUCCESS ||
+      count == 0)
     return;
   std::vector<cl_device_id> devices(count);
   std::vector<std::size_t> sizes(count);
   if (clGetProgramInfo(program, CL_PROGRAM_DEVICES, sizeof(cl_device_id) * count, devices.data(), nullptr) !=
           CL_SUCCESS ||
-      clGetProgramInfo(program, CL_PROGRAM_BINARY_SIZES, sizeof(std::size_t) * count, sizes.data(), nullptr) !=
-          CL_SUCCESS) {
+      clGetProgramInfo(program, CL_PROGRAM_BINARY_SIZES, sizeof(std::size_t) * count, sizes.data(),
+                       nullptr) != CL_SUCCESS) {
     return;
   }
   std::vector<std::vector<unsigned char>> binaries(count);
@@ -196,8 +208,8 @@ void ProgramCache::store_binary(cl_program program, const std::filesystem::path&
     binaries[i].resize(sizes[i]);
     pointers[i] = sizes[i] == 0 ? nullptr : binaries[i].data();
   }
-  if (clGetProgramInfo(program, CL_PROGRAM_BINARIES, sizeof(unsigned char*) * count, pointers.data(), nullptr) !=
-      CL_SUCCESS) {
+  if (clGetProgramInfo(program, CL_PROGRAM_BINARIES, sizeof(unsigned char*) * count, pointers.data(),
+                       nullptr) != CL_SUCCESS) {
     return;
   }
   std::size_t mine = count;

@@ -31,11 +31,11 @@
 namespace nerve::detail::opencl {
 
 struct ProgramCacheCounters {
-  std::atomic<std::uint64_t> builds{0};        // compilations from source (successful or not)
+  std::atomic<std::uint64_t> builds{0};  // compilations from source (successful or not)
   std::atomic<std::uint64_t> failed_builds{0};
   std::atomic<std::uint64_t> binary_loads{0};  // programs loaded from the disk cache
   std::atomic<std::uint64_t> disk_writes{0};
-  std::atomic<std::uint64_t> memory_hits{0};   // a device reused a program it built for another Kernel
+  std::atomic<std::uint64_t> memory_hits{0};  // a device reused a program it built for another Kernel
 };
 ProgramCacheCounters& program_cache_counters() noexcept;
 
@@ -57,7 +57,7 @@ class ProgramCache {
  private:
   struct Built {
     cl_program program = nullptr;
-    std::string failure;  // why it did not build ("" when it did)
+    std::string failure;                                 // why it did not build ("" when it did)
     std::unordered_map<std::string, cl_kernel> kernels;  // by entry name
   };
   struct Resolved {
