@@ -76,22 +76,25 @@ void check(cl_int status, std::string_view what, ErrorCode code) {
   if (status != CL_SUCCESS) throw Error(code, fmt::format("{}: {}", what, error_name(status)));
 }
 
-std::string device_string(cl_device_id device, cl_device_info what) {
+namespace {
+// info_string(): a string query (clGetDeviceInfo, clGetPlatformInfo) without its trailing NULs and spaces.
+template <class Object, class Name, class Query>
+std::string info_string(Query query, Object object, Name what, std::string_view query_name) {
   std::size_t size = 0;
-  check(clGetDeviceInfo(device, what, 0, nullptr, &size), "clGetDeviceInfo");
+  check(query(object, what, 0, nullptr, &size), query_name);
   std::string text(size, '\0');
-  check(clGetDeviceInfo(device, what, size, text.data(), nullptr), "clGetDeviceInfo");
+  check(query(object, what, size, text.data(), nullptr), query_name);
   while (!text.empty() && (text.back() == '\0' || text.back() == ' ')) text.pop_back();
   return text;
 }
+}  // namespace
+
+std::string device_string(cl_device_id device, cl_device_info what) {
+  return info_string(&clGetDeviceInfo, device, what, "clGetDeviceInfo");
+}
 
 std::string platform_string(cl_platform_id platform, cl_platform_info what) {
-  std::size_t size = 0;
-  check(clGetPlatformInfo(platform, what, 0, nullptr, &size), "clGetPlatformInfo");
-  std::string text(size, '\0');
-  check(clGetPlatformInfo(platform, what, size, text.data(), nullptr), "clGetPlatformInfo");
-  while (!text.empty() && (text.back() == '\0' || text.back() == ' ')) text.pop_back();
-  return text;
+  return info_string(&clGetPlatformInfo, platform, what, "clGetPlatformInfo");
 }
 
 }  // namespace nerve::detail::opencl
