@@ -57,9 +57,9 @@ struct DeviceDescription {
   bool runs_cpu_kernels = false;       // it runs Kernels' CPU bodies (host-addressable memory)
   bool host_addressable = false;       // a CPU may dereference its memory's pointers
   bool unified_memory = false;
-  std::uint64_t memory_bytes = 0;      // its memory node's limit
+  std::uint64_t memory_bytes = 0;  // its memory node's limit
   unsigned compute_units = 1;
-  int numa_node = -1;                  // nerve's NUMA node index when known
+  int numa_node = -1;  // nerve's NUMA node index when known
 };
 
 // What to run for one task: its call (accesses resolved in the device's memory, values) and the
@@ -111,8 +111,8 @@ class Backend {
 };
 
 struct Entry {
-  std::uint32_t abi_version = 0;  // first member, so that nerve can read it from any version
-  const char* name = nullptr;     // the backend's name, e.g. "sim"
+  std::uint32_t abi_version = 0;   // first member, so that nerve can read it from any version
+  const char* name = nullptr;      // the backend's name, e.g. "sim"
   Backend* (*create)() = nullptr;  // called once per process; the backend lives until exit
 };
 

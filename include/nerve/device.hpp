@@ -26,10 +26,10 @@ struct DeviceInfo {
   std::string name;
   std::uint64_t memory_bytes = 0;  // capacity of its memory node (0: unknown / host memory)
   unsigned compute_units = 0;
-  int numa_node = -1;   // the host NUMA node it is attached to, when known
-  int memory_node = 0;  // index of its memory node
-  std::string backend;     // "opencl", a plugin's name, "test"; empty for the CPU workers
-  std::string pci_bus_id;  // "0000:65:00.0" when the device sits on PCI and the driver says where
+  int numa_node = -1;           // the host NUMA node it is attached to, when known
+  int memory_node = 0;          // index of its memory node
+  std::string backend;          // "opencl", a plugin's name, "test"; empty for the CPU workers
+  std::string pci_bus_id;       // "0000:65:00.0" when the device sits on PCI and the driver says where
   bool unified_memory = false;  // it shares physical memory with the host (integrated GPU, PoCL)
 };
 

@@ -46,9 +46,9 @@ class DeviceHost {
 
 // What a device can do, for placement, tests and nerve-info.
 struct DeviceCapabilities {
-  bool host_addressable = false;  // a CPU may dereference its memory node's pointers
-  bool unified_memory = false;    // it shares physical memory with the host
-  unsigned queues = 1;            // queues (streams) its copies and kernels are spread over
+  bool host_addressable = false;       // a CPU may dereference its memory node's pointers
+  bool unified_memory = false;         // it shares physical memory with the host
+  unsigned queues = 1;                 // queues (streams) its copies and kernels are spread over
   unsigned max_pending_transfers = 0;  // copies it keeps in flight at once (0: no bound)
 };
 
@@ -56,13 +56,13 @@ struct DeviceCapabilities {
 struct DeviceCounters {
   std::uint64_t launches = 0;
   std::vector<std::uint64_t> launches_per_queue;
-  std::uint64_t copies = 0;            // asynchronous copies started (either direction)
-  std::uint64_t copies_deferred = 0;   // copies that waited for the max_pending_transfers bound
+  std::uint64_t copies = 0;           // asynchronous copies started (either direction)
+  std::uint64_t copies_deferred = 0;  // copies that waited for the max_pending_transfers bound
   std::uint64_t peak_copies_in_flight = 0;
-  std::uint64_t peer_copies = 0;       // device-to-device copies done directly
-  std::uint64_t staged_copies = 0;     // copies that went through host staging memory
-  std::uint64_t events_live = 0;       // driver events not released yet (0 when idle)
-  std::uint64_t operation_records = 0; // pooled in-flight records ever created (bounded, not per task)
+  std::uint64_t peer_copies = 0;        // device-to-device copies done directly
+  std::uint64_t staged_copies = 0;      // copies that went through host staging memory
+  std::uint64_t events_live = 0;        // driver events not released yet (0 when idle)
+  std::uint64_t operation_records = 0;  // pooled in-flight records ever created (bounded, not per task)
 };
 
 class Device {

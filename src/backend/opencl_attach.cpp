@@ -15,7 +15,8 @@ namespace {
 std::atomic<std::uint64_t> program_ids{0};
 }  // namespace
 
-OpenclProgram::OpenclProgram(std::string program_source, std::string entry_name, opencl::Options program_options)
+OpenclProgram::OpenclProgram(std::string program_source, std::string entry_name,
+                             opencl::Options program_options)
     : id(program_ids.fetch_add(1, std::memory_order_relaxed) + 1),
       source(std::move(program_source)),
       entry(std::move(entry_name)),
@@ -31,8 +32,9 @@ Kernel& attach(Kernel& kernel, std::string source, std::string entry, Options op
                 fmt::format("kernel '{}': opencl::attach needs the program's source", kernel.name()));
   }
   if (entry.empty()) {
-    throw Error(ErrorCode::invalid_argument,
-                fmt::format("kernel '{}': opencl::attach needs the name of a __kernel function", kernel.name()));
+    throw Error(
+        ErrorCode::invalid_argument,
+        fmt::format("kernel '{}': opencl::attach needs the name of a __kernel function", kernel.name()));
   }
   return kernel.implement(DeviceKind::opencl, std::make_shared<detail::OpenclProgram>(
                                                   std::move(source), std::move(entry), std::move(options)));

@@ -44,7 +44,9 @@ class PluginMemoryNode final : public MemoryNode {
   }
 
  protected:
-  std::byte* allocate_storage(std::size_t bytes) override { return static_cast<std::byte*>(device_.allocate(bytes)); }
+  std::byte* allocate_storage(std::size_t bytes) override {
+    return static_cast<std::byte*>(device_.allocate(bytes));
+  }
   void free_storage(std::byte* data, std::size_t bytes) noexcept override { device_.deallocate(data, bytes); }
   void start_copy(MemoryNode& from, const std::byte* source, MemoryNode& to, std::byte* destination,
                   std::size_t bytes, CopyCompletion& completion) override {
@@ -71,8 +73,8 @@ class PluginDevice final : public Device {
   PluginDevice(const DeviceInfo& info, const plugin::DeviceDescription& description,
                std::unique_ptr<plugin::Device> device)
       : Device(info, std::make_unique<PluginMemoryNode>(static_cast<unsigned>(info.index),
-                                                        fmt::format("{}{}", info.backend, info.index), description,
-                                                        *device)),
+                                                        fmt::format("{}{}", info.backend, info.index),
+                                                        description, *device)),
         device_(std::move(device)),
         description_(description) {}
 
@@ -123,8 +125,9 @@ class PluginDevice final : public Device {
       std::exception_ptr failure;
       if (!ok) {
         failure = std::make_exception_ptr(
-            Error(ErrorCode::task_failed, fmt::format("kernel '{}' failed on device '{}': {}", task->kernel->name,
-                                                      device.info().name, error != nullptr ? error : "(no message)")));
+            Error(ErrorCode::task_failed,
+                  fmt::format("kernel '{}' failed on device '{}': {}", task->kernel->name, device.info().name,
+                              error != nullptr ? error : "(no message)")));
       }
       PluginDevice& owner = device;
       TaskRecord* finished = task;
@@ -162,8 +165,8 @@ class PluginBackend final : public Backend {
     open_options.max_pending_transfers = options.max_pending_transfers;
     std::unique_ptr<plugin::Device> device = backend_->open(which, open_options);
     if (device == nullptr) {
-      throw Error(ErrorCode::internal,
-                  fmt::format("backend plugin '{}' did not open its device {} ('{}')", name_, which, description.name));
+      throw Error(ErrorCode::internal, fmt::format("backend plugin '{}' did not open its device {} ('{}')",
+                                                   name_, which, description.name));
     }
     DeviceInfo described = info(description);
     described.index = options.index;

@@ -1,10 +1,10 @@
 // plugin_loader.cpp — finding and opening backend plugins.
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <map>
 #include <mutex>
 #include <system_error>
+
+#include <dlfcn.h>
 
 #include <fmt/format.h>
 

@@ -27,9 +27,9 @@ std::vector<std::shared_ptr<Backend>>& registered() {
 }
 
 const std::vector<std::shared_ptr<Backend>>& built_in() {
-  static const auto* list = new std::vector<std::shared_ptr<Backend>>{
+  static const auto* list = new std::vector<std::shared_ptr<Backend>> {
 #if NERVE_HAVE_OPENCL
-      opencl::make_backend(),
+    opencl::make_backend(),
 #endif
   };
   return *list;
@@ -45,8 +45,9 @@ void register_backend(std::shared_ptr<Backend> backend) {
 void unregister_backend(const Backend* backend) noexcept {
   std::lock_guard lock(registry_mutex);
   auto& list = registered();
-  list.erase(std::remove_if(list.begin(), list.end(), [&](const auto& each) { return each.get() == backend; }),
-             list.end());
+  list.erase(
+      std::remove_if(list.begin(), list.end(), [&](const auto& each) { return each.get() == backend; }),
+      list.end());
 }
 
 std::vector<std::shared_ptr<Backend>> backends() {
@@ -82,7 +83,8 @@ std::vector<std::unique_ptr<Device>> discover_devices(const Config& config, cons
   const std::vector<FoundDevice> found = find_devices(topology);
   std::vector<DeviceInfo> infos;
   for (const FoundDevice& device : found) infos.push_back(device.info);
-  const std::vector<std::size_t> selected = select_devices(infos, config.gpu.devices, config.origin("gpu.devices"));
+  const std::vector<std::size_t> selected =
+      select_devices(infos, config.gpu.devices, config.origin("gpu.devices"));
   if (selected.size() + static_cast<std::size_t>(first_index) > max_memory_nodes) {
     throw Error(ErrorCode::not_supported,
                 fmt::format("gpu.devices selects {} devices; nerve supports at most {} memory nodes (host "

@@ -31,12 +31,12 @@ std::string describe_found(const std::vector<DeviceInfo>& found) {
   return out;
 }
 
-std::vector<std::size_t> select_devices(const std::vector<DeviceInfo>& found, const std::vector<std::string>& words,
-                                        const ConfigOrigin& origin) {
+std::vector<std::size_t> select_devices(const std::vector<DeviceInfo>& found,
+                                        const std::vector<std::string>& words, const ConfigOrigin& origin) {
   constexpr std::string_view key = "gpu.devices";
   auto fail = [&](const std::string& why) {
-    config::throw_config_error(origin, key,
-                               fmt::format("{}: {}; the devices found are: {}", key, why, describe_found(found)));
+    config::throw_config_error(
+        origin, key, fmt::format("{}: {}; the devices found are: {}", key, why, describe_found(found)));
   };
   std::vector<bool> chosen(found.size(), false);
   for (const std::string& word : words) {

@@ -20,8 +20,8 @@ namespace nerve::detail {
 // select_devices(): positions in `found` selected by `words` (Config::gpu.devices). Throws
 // ConfigError naming gpu.devices and where its value came from (`origin`) when an item selects
 // nothing, an index is out of range, or `all` / `none` is mixed with other items.
-std::vector<std::size_t> select_devices(const std::vector<DeviceInfo>& found, const std::vector<std::string>& words,
-                                        const ConfigOrigin& origin);
+std::vector<std::size_t> select_devices(const std::vector<DeviceInfo>& found,
+                                        const std::vector<std::string>& words, const ConfigOrigin& origin);
 
 // describe_found(): "0 'pthread-haswell' (opencl), 1 'sim0' (sim)" or "none", for messages.
 std::string describe_found(const std::vector<DeviceInfo>& found);
