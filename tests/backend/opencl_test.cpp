@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <numeric>
 #include <string>
 
@@ -230,6 +231,13 @@ TEST_F(OpenclTest, ProgramsAreCachedInMemoryAndOnDisk) {
     ctx.submit(add_with_options, read(x), read(y), write(z)).wait();
   });
   EXPECT_EQ(counters.builds.load(), builds + 2) << "other build options are another program";
+  // A damaged cache file is detected (its key material does not match) and the program rebuilt.
+  for (const auto& entry : std::filesystem::directory_iterator(cache / "opencl")) {
+    std::ofstream(entry.path(), std::ios::binary | std::ios::trunc) << "not a program binary";
+  }
+  run_once();
+  EXPECT_EQ(counters.builds.load(), builds + 3) << "the damaged entry is rebuilt, not trusted";
+  EXPECT_EQ(counters.binary_loads.load(), loads + 1);
 }
 
 TEST_F(OpenclTest, BuildErrorFailsTheTaskWithTheCompilerLogAndCancelsDependents) {
