@@ -1,4 +1,4 @@
-// nerve-bench-core — runs the core-runtime workloads (W1 W2 W3 W4 W8 W9) on nerve and on the baselines
+// nerve-bench-core — runs the core-runtime workloads (W1 W2 W3 W4 W5 W8 W9 W12) on nerve and on the baselines
 // built in (oneTBB, OpenMP), in one process, and prints each workload's figures, the ratios
 // nerve / baseline and whether nerve meets its goal. Exit status: 0 when every result verified,
 // 1 when any did not (the failing variants are named), 2 for a usage error.

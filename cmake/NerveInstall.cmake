@@ -11,7 +11,8 @@ set(NERVE_INSTALL_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/nerve"
   CACHE STRING "Where the nerve CMake package files are installed, relative to the prefix")
 
 # Libraries. Their link interfaces are exported as written in src/CMakeLists.txt; for the static library
-# the private dependencies appear as $<LINK_ONLY:...> entries (PkgConfig::HWLOC, yaml-cpp, fmt::fmt),
+# the private dependencies appear as $<LINK_ONLY:...> entries (PkgConfig::HWLOC, yaml-cpp, fmt::fmt, and
+# OpenCL::OpenCL when the OpenCL backend is built),
 # which nerveConfig.cmake recreates in the consumer before it loads nerveTargets.cmake.
 install(TARGETS nerve nerve_static
   EXPORT nerveTargets
@@ -50,7 +51,13 @@ if(IS_ABSOLUTE "${CMAKE_INSTALL_INCLUDEDIR}")
 else()
   set(nerve_pc_includedir "\${prefix}/${CMAKE_INSTALL_INCLUDEDIR}")
 endif()
+if(NERVE_HAVE_OPENCL)
+  set(nerve_pc_extra_libs "-lOpenCL ")
+else()
+  set(nerve_pc_extra_libs "")
+endif()
 install(CODE "
+  set(NERVE_PC_EXTRA_LIBS \"${nerve_pc_extra_libs}\")
   set(NERVE_PC_PREFIX \"\${CMAKE_INSTALL_PREFIX}\")
   set(NERVE_PC_LIBDIR [[${nerve_pc_libdir}]])
   set(NERVE_PC_INCLUDEDIR [[${nerve_pc_includedir}]])

@@ -83,6 +83,7 @@ const std::vector<WorkloadEntry>& workload_registry() {
         {"W9", "fork-join", &run_w9_fork_join},
         {"W10", "GLM fit (IRLS)", &run_w10_glm, &needs_blas},
         {"W11", "batched inference", &run_w11_inference, &needs_blas, "rate max_batch max_wait_us"},
+        {"W12", "transfer overlap", &run_w12_streaming, &needs_opencl_device},
     };
     for (const WorkloadEntry& entry : registered_workloads()) {
       const auto same_id = [&](const WorkloadEntry& known) { return std::string(known.id) == entry.id; };

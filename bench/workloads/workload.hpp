@@ -121,6 +121,11 @@ WorkloadResult run_w6_cholesky(const WorkloadOptions& options);
 WorkloadResult run_w7_gemm(const WorkloadOptions& options);
 WorkloadResult run_w10_glm(const WorkloadOptions& options);
 WorkloadResult run_w11_inference(const WorkloadOptions& options);
+// The device workloads (device_workload.hpp): an OpenCL device must be there (needs_opencl_device()).
+// run_w5_heterogeneous() is W5's CPU workers + OpenCL case, empty without a device.
+WorkloadResult run_w5_heterogeneous(const WorkloadOptions& options);
+WorkloadResult run_w12_streaming(const WorkloadOptions& options);
+std::string needs_opencl_device();
 
 // The registry. An entry is a workload this library knows; supported() says whether it can run in
 // this build on this machine (a BLAS workload without OpenBLAS, a device workload without a device)

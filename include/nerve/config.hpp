@@ -141,6 +141,16 @@ struct NERVE_API Config {
     std::size_t host_node_limit = 0;
   } memory;
 
+  // Accelerator devices (docs/BACKENDS.md): which are used, and how each is driven.
+  struct Gpu {
+    // gpu.devices: {"all"}, or device indices ("0") and name fragments / backend names ("pthread",
+    // "opencl") selecting among the devices the backends find; empty = none.
+    std::vector<std::string> devices{"all"};
+    unsigned stream_count = 4;            // queues (streams) per device
+    unsigned max_pending_transfers = 32;  // copies in flight per device; more wait their turn
+    bool peer_access = true;              // device-to-device copies direct when the driver can
+  } gpu;
+
   struct TopologySource {
     std::string synthetic;  // hwloc synthetic description, e.g. "pack:2 numa:2 core:4 pu:1"
     std::string xml;        // path of an hwloc XML export

@@ -3,9 +3,11 @@
 //
 // A device receives tasks whose data is already valid in its memory node, runs them asynchronously
 // and reports each one back through the DeviceHost it was started with. Backends (OpenCL, CUDA,
-// plugins) implement this; TestDevice simulates one with separate memory for tests.
+// plugins) implement this; TestDevice simulates one with separate memory for tests. The whole
+// contract — memory node, copies, queues, events, capabilities — is in docs/BACKENDS.md.
 #pragma once
 
+#include <cstdint>
 #include <exception>
 #include <memory>
 #include <vector>
@@ -42,6 +44,27 @@ class DeviceHost {
   ~DeviceHost() = default;
 };
 
+// What a device can do, for placement, tests and nerve-info.
+struct DeviceCapabilities {
+  bool host_addressable = false;       // a CPU may dereference its memory node's pointers
+  bool unified_memory = false;         // it shares physical memory with the host
+  unsigned queues = 1;                 // queues (streams) its copies and kernels are spread over
+  unsigned max_pending_transfers = 0;  // copies it keeps in flight at once (0: no bound)
+};
+
+// Bookkeeping of a device's queues and events (a snapshot; zeros where a device does not count).
+struct DeviceCounters {
+  std::uint64_t launches = 0;
+  std::vector<std::uint64_t> launches_per_queue;
+  std::uint64_t copies = 0;           // asynchronous copies started (either direction)
+  std::uint64_t copies_deferred = 0;  // copies that waited for the max_pending_transfers bound
+  std::uint64_t peak_copies_in_flight = 0;
+  std::uint64_t peer_copies = 0;        // device-to-device copies done directly
+  std::uint64_t staged_copies = 0;      // copies that went through host staging memory
+  std::uint64_t events_live = 0;        // driver events not released yet (0 when idle)
+  std::uint64_t operation_records = 0;  // pooled in-flight records ever created (bounded, not per task)
+};
+
 class Device {
  public:
   Device(DeviceInfo info, std::unique_ptr<MemoryNode> memory)
@@ -54,6 +77,15 @@ class Device {
 
   const DeviceInfo& info() const noexcept { return info_; }
   MemoryNode& memory() noexcept { return *memory_; }
+  const MemoryNode& memory() const noexcept { return *memory_; }
+
+  virtual DeviceCapabilities capabilities() const noexcept {
+    return DeviceCapabilities{memory_->host_addressable(), info_.unified_memory, 1, 0};
+  }
+  // can_access_peer(): copies between this device's memory and `other`'s go directly, without
+  // staging through host memory.
+  virtual bool can_access_peer(const Device& /*other*/) const noexcept { return false; }
+  virtual DeviceCounters counters() const { return {}; }
 
   // can_run(): the device implements the task's kernel.
   virtual bool can_run(const TaskRecord& task) const noexcept = 0;

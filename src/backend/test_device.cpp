@@ -72,11 +72,23 @@ std::byte* TestMemoryNode::allocate_storage(std::size_t bytes) {
 
 void TestMemoryNode::free_storage(std::byte* data, std::size_t /*bytes*/) noexcept { std::free(data); }
 
-void TestMemoryNode::start_copy(MemoryNode& /*from*/, const std::byte* source, MemoryNode& /*to*/,
+void TestMemoryNode::start_copy(MemoryNode& from, const std::byte* source, MemoryNode& to,
                                 std::byte* destination, std::size_t bytes, CopyCompletion& completion) {
-  dma_.post([this, source, destination, bytes, &completion] {
+  dma_.post([this, &from, source, &to, destination, bytes, &completion] {
     const auto start = std::chrono::steady_clock::now();
-    std::memcpy(destination, source, bytes);
+    try {
+      // A peer whose memory the CPU cannot reach (an OpenCL device) copies its side itself.
+      if (!from.host_addressable()) {
+        from.copy_sync(from, source, to, destination, bytes);
+      } else if (!to.host_addressable()) {
+        to.copy_sync(from, source, to, destination, bytes);
+      } else {
+        std::memcpy(destination, source, bytes);
+      }
+    } catch (const std::exception& error) {
+      completion.copy_done(false, error.what());
+      return;
+    }
     auto cost = std::chrono::duration<double>(options_.copy_latency);
     if (options_.copy_bytes_per_second > 0)
       cost += std::chrono::duration<double>(bytes / options_.copy_bytes_per_second);
@@ -85,10 +97,22 @@ void TestMemoryNode::start_copy(MemoryNode& /*from*/, const std::byte* source, M
   });
 }
 
+namespace {
+DeviceInfo test_device_info(int device_index, const TestDeviceOptions& options) {
+  DeviceInfo info;
+  info.index = device_index;
+  info.kind = DeviceKind::test;
+  info.name = fmt::format("test device {}", device_index);
+  info.memory_bytes = options.memory_limit;
+  info.compute_units = 1;
+  info.backend = "test";
+  return info;
+}
+}  // namespace
+
 TestDevice::TestDevice(int device_index, unsigned memory_node_index, const TestDeviceOptions& options)
     : Device(
-          DeviceInfo{device_index, DeviceKind::test, fmt::format("test device {}", device_index),
-                     options.memory_limit, 1, -1, 0},
+          test_device_info(device_index, options),
           std::make_unique<TestMemoryNode>(memory_node_index, fmt::format("test{}", device_index), options)) {
 }
 

@@ -140,6 +140,28 @@ std::vector<KeySpec> build_key_table() {
        [](Config& c, const ParsedValue& v) {
          c.memory.host_node_limit = static_cast<std::size_t>(v.integer());
        }},
+      {"gpu.devices", list_type("device indices or names, or 'all' or 'none'"), "all",
+       "accelerator devices used: all, none, or indices / names (e.g. 0,2 or pthread)",
+       [](Config& c, const ParsedValue& v) {
+         c.gpu.devices.clear();
+         std::string_view rest = v.string();
+         while (!rest.empty()) {
+           const auto comma = rest.find(',');
+           c.gpu.devices.emplace_back(rest.substr(0, comma));
+           rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+         }
+         if (c.gpu.devices.size() == 1 && c.gpu.devices[0] == "none") c.gpu.devices.clear();
+       }},
+      {"gpu.stream_count", integer_type(1, 16), "4", "queues (streams) per device for copies and kernels",
+       [](Config& c, const ParsedValue& v) { c.gpu.stream_count = static_cast<unsigned>(v.integer()); }},
+      {"gpu.max_pending_transfers", integer_type(1, 1024), "32",
+       "copies in flight per device; further copies wait for one to finish",
+       [](Config& c, const ParsedValue& v) {
+         c.gpu.max_pending_transfers = static_cast<unsigned>(v.integer());
+       }},
+      {"gpu.peer_access", boolean_type(), "true",
+       "device-to-device copies go direct when both devices share a driver context (else via host)",
+       [](Config& c, const ParsedValue& v) { c.gpu.peer_access = v.boolean(); }},
       {"topology.synthetic", text_type(), "",
        "an hwloc synthetic topology description used instead of the real machine",
        [](Config& c, const ParsedValue& v) { c.topology.synthetic = v.string(); }},
@@ -156,13 +178,9 @@ std::vector<PlannedKey> build_planned_key_table() {
   return {
       {"scheduler.gpu_stream_priorities", gpu},
       {"parallel.deterministic_mode", "deterministic mode"},
-      {"gpu.devices", gpu},
-      {"gpu.stream_count", gpu},
       {"gpu.unified_memory", gpu},
-      {"gpu.peer_access", gpu},
       {"gpu.async_prefetch", gpu},
       {"gpu.cache_hints", gpu},
-      {"gpu.max_pending_transfers", gpu},
       {"perf.enable_counters", perf},
       {"perf.counter_interval_ms", perf},
       {"distributed.nodes", distributed},

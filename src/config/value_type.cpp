@@ -142,6 +142,30 @@ ParsedValue parse_readable_file(std::string_view text, const ConfigOrigin& origi
   return {path.string(), path.string()};
 }
 
+// parse_list() joins the items (a YAML sequence, or comma-separated text) as "a,b,c", each trimmed.
+ParsedValue parse_list(const std::vector<std::string>& items, const ValueType& type) {
+  std::string joined;
+  for (const std::string& raw_item : items) {
+    const std::string_view item = trim(raw_item);
+    if (item.empty() || item.find(',') != std::string_view::npos)
+      throw Problem{fmt::format("has an empty item (expected {})", type.expected())};
+    joined += (joined.empty() ? "" : ",") + std::string(item);
+  }
+  if (joined.empty()) throw Problem{fmt::format("is empty (expected {})", type.expected())};
+  return {joined, joined};
+}
+
+std::vector<std::string> split_commas(std::string_view text) {
+  std::vector<std::string> items;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t comma = text.find(',', start);
+    items.emplace_back(text.substr(start, comma == std::string_view::npos ? text.npos : comma - start));
+    if (comma == std::string_view::npos) return items;
+    start = comma + 1;
+  }
+}
+
 }  // namespace
 
 std::string ValueType::expected() const {
@@ -156,6 +180,7 @@ std::string ValueType::expected() const {
     case ValueKind::choice: return fmt::format("one of {}", fmt::join(choices, ", "));
     case ValueKind::text: return "a string";
     case ValueKind::readable_file: return "the path of a readable file";
+    case ValueKind::list: return fmt::format("a comma-separated list of {}", item);
   }
   return "a value";
 }
@@ -204,12 +229,20 @@ ValueType readable_file_type() {
   return type;
 }
 
+ValueType list_type(std::string_view what) {
+  ValueType type;
+  type.kind = ValueKind::list;
+  type.item = what;
+  return type;
+}
+
 ParsedValue parse_value(std::string_view key, const ValueType& type, const RawValue& raw,
                         const ConfigOrigin& origin) {
   try {
     switch (raw.shape) {
       case RawValue::Shape::null: throw Problem{fmt::format("no value given (expected {})", type.expected())};
       case RawValue::Shape::sequence:
+        if (type.kind == ValueKind::list) return parse_list(raw.items, type);
         throw Problem{fmt::format("expected {}, got a sequence", type.expected())};
       case RawValue::Shape::map: throw Problem{fmt::format("expected {}, got a map", type.expected())};
       case RawValue::Shape::scalar: break;
@@ -223,6 +256,7 @@ ParsedValue parse_value(std::string_view key, const ValueType& type, const RawVa
       case ValueKind::choice: return parse_choice(text, type);
       case ValueKind::text: return {std::string(text), std::string(text)};
       case ValueKind::readable_file: return parse_readable_file(text, origin);
+      case ValueKind::list: return parse_list(split_commas(text), type);
     }
     throw Problem{"has a type this build does not know"};
   } catch (const Problem& problem) {

@@ -5,10 +5,9 @@
 // stores into Config, plus its normalized text for Config::entries ("auto", "10ms", "true").
 // One parser per type means a value is accepted or rejected the same way whatever its source.
 //
-// Sequence-valued keys (scheduler.gpu_stream_priorities, gpu.devices) are planned: RawValue already
-// carries YAML sequences, and such a key will add a ValueKind whose parser takes RawValue::items
-// (from YAML) or comma-separated text (from the environment and the API). Until then every kind is
-// a scalar and a sequence or map is rejected with a message saying so.
+// Sequence-valued keys (gpu.devices) are of kind `list`: the parser takes RawValue::items (a YAML
+// sequence) or comma-separated text (YAML scalar, the environment and the API) and normalizes both
+// to "a,b,c". Every other kind is a scalar, and a sequence or map is rejected with a message saying so.
 //
 // Thread safety: all functions here are pure; ValueType objects are immutable after construction.
 #pragma once
@@ -31,6 +30,7 @@ enum class ValueKind {
   choice,         // one word out of a fixed list
   text,           // any string
   readable_file,  // a path naming an existing, readable regular file ("" = not set)
+  list,           // non-empty words separated by commas (or a YAML sequence of them)
 };
 
 // A value of a choice type that the documentation promises but this build does not implement yet.
@@ -47,6 +47,7 @@ struct ValueType {
   std::int64_t resolution_ns = 1;  // duration: the value must be a whole multiple of this
   std::vector<std::string_view> choices;
   std::vector<PlannedChoice> planned_choices;
+  std::string_view item;  // list: what one item is, for messages
 
   // expected() describes the accepted values for messages and documentation, e.g.
   // "an integer 0..4096 or 'auto'", "one of eager, locality_aware_stealing".
@@ -60,6 +61,8 @@ ValueType duration_type(std::chrono::nanoseconds min, std::chrono::nanoseconds m
 ValueType choice_type(std::vector<std::string_view> choices, std::vector<PlannedChoice> planned = {});
 ValueType text_type();
 ValueType readable_file_type();
+// list_type(): `what` names one item in messages ("a device index or name").
+ValueType list_type(std::string_view what);
 
 // RawValue is a value as a source delivered it, before any checking.
 struct RawValue {

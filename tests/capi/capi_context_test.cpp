@@ -127,7 +127,6 @@ TEST(CapiContext, FieldsOfPlannedKeysAreRefusedNotIgnored) {
       {&nerve_context_config_t::enable_perf_counter, 1, "perf.enable_counters"},
       {&nerve_context_config_t::perf_counter_interval_ms, 10, "perf.counter_interval_ms"},
       {&nerve_context_config_t::enable_device_cache_hints, 0, "gpu.cache_hints"},
-      {&nerve_context_config_t::max_pending_transfers, 4, "gpu.max_pending_transfers"},
   };
   for (const Case& c : cases) {
     nerve_context_config_t config = hermetic_config();

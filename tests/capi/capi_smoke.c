@@ -53,12 +53,13 @@ static void failing_kernel(void* desc_ptr, nerve_device_t device, nerve_stream_t
 }
 
 int main(void) {
-  const char* settings[] = {"scheduler.policy=eager"};
+  /* gpu.devices=none: the count below is the CPU workers alone, whatever OpenCL platforms exist. */
+  const char* settings[] = {"scheduler.policy=eager", "gpu.devices=none"};
   nerve_context_config_t config = NERVE_CONTEXT_CONFIG_DEFAULT;
   config.use_environment = 0;
   config.thread_pool_size = 2;
   config.settings = settings;
-  config.setting_count = 1;
+  config.setting_count = 2;
   nerve_context_t* ctx = nerve_init_with_config(&config);
   if (ctx == NULL) {
     fprintf(stderr, "nerve_init_with_config: %s\n", nerve_last_error());

@@ -226,8 +226,11 @@ void fill_on_device(void* desc, nerve_device_t device, nerve_stream_t) {
 // A C kernel placed on a separate-memory device gets that device's index and a pointer into the
 // device's replica; the host sees the result after the runtime copies it back.
 TEST(CapiTask, KernelOnADeviceSeesTheDeviceReplica) {
+  const char* settings[] = {"gpu.devices=none"};  // the test device alone, whatever OpenCL finds
   nerve_context_config_t config = NERVE_CONTEXT_CONFIG_DEFAULT;
   config.use_environment = 0;
+  config.settings = settings;
+  config.setting_count = 1;
   nerve_context_t* ctx = nerve_init_with_config(&config);
   ASSERT_NE(ctx, nullptr) << nerve_last_error();
   ctx->impl()->add_test_device({});

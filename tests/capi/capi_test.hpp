@@ -29,12 +29,13 @@ using ContextPtr = std::unique_ptr<nerve_context_t, ContextDeleter>;
 
 inline ContextPtr make_context(int workers, const char* policy = "locality_aware_stealing") {
   const std::string policy_setting = std::string("scheduler.policy=") + policy;
-  const char* settings[] = {policy_setting.c_str()};
+  // gpu.devices=none: the suites count and address devices, whatever OpenCL platforms the machine has.
+  const char* settings[] = {policy_setting.c_str(), "gpu.devices=none"};
   nerve_context_config_t config = NERVE_CONTEXT_CONFIG_DEFAULT;
   config.use_environment = 0;
   config.thread_pool_size = workers;
   config.settings = settings;
-  config.setting_count = 1;
+  config.setting_count = 2;
   ContextPtr ctx(nerve_init_with_config(&config));
   EXPECT_NE(ctx, nullptr) << nerve_last_error();
   return ctx;

@@ -153,12 +153,12 @@ std::vector<BadInput> bad_inputs() {
        2,
        {"'1500ns' is finer than the resolution of 1us"}},
       {"planned key in the file",
-       "gpu:\n  stream_count: 4\n",
+       "gpu:\n  cache_hints: true\n",
        {},
        {},
-       "gpu.stream_count",
+       "gpu.cache_hints",
        2,
-       {"configuration key 'gpu.stream_count' is not available in this build yet: it arrives with the GPU "
+       {"configuration key 'gpu.cache_hints' is not available in this build yet: it arrives with the GPU "
         "backends"}},
       {"planned sequence key in the file",
        "scheduler:\n  gpu_stream_priorities: [high, low]\n",

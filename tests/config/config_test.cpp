@@ -317,10 +317,10 @@ TEST(ConfigOrigins, UnknownAndPlannedKeysAreErrors) {
   const Config config = Config::load(hermetic());
   EXPECT_THROW((void)config.origin("scheduler.polcy"), ConfigError);
   try {
-    (void)config.origin("gpu.devices");
+    (void)config.origin("gpu.cache_hints");
     FAIL() << "expected a ConfigError";
   } catch (const ConfigError& error) {
-    EXPECT_EQ(error.key(), "gpu.devices");
+    EXPECT_EQ(error.key(), "gpu.cache_hints");
     EXPECT_NE(std::string(error.what()).find("not available in this build yet"), std::string::npos);
   }
 }

@@ -1,6 +1,8 @@
 // runtime_fixture.hpp — contexts for tests, and the teardown check that nothing leaked.
 //
-// make_settings() gives hermetic settings (no NERVE_* environment) for a worker count and policy.
+// make_settings() gives hermetic settings (no NERVE_* environment, no accelerator devices:
+// gpu.devices = none, so that results do not depend on the machine's OpenCL platforms) for a worker
+// count and policy. Backend tests opt in to devices themselves.
 // expect_no_leaks() waits (briefly) for the last task records to be recycled, then asserts that no
 // task record and no buffer is still alive.
 #pragma once
@@ -24,6 +26,7 @@ inline Settings make_settings(unsigned workers,
   settings.use_environment(false);
   settings.set("parallel.thread_pool_size", std::to_string(workers));
   settings.set("scheduler.policy", policy == SchedulerPolicy::eager ? "eager" : "locality_aware_stealing");
+  settings.set("gpu.devices", "none");
   return settings;
 }
 

@@ -1,5 +1,5 @@
-// The devices nerve-info reports. Today nerve runs tasks on CPU workers only; each backend (OpenCL,
-// CUDA, plugins) adds its devices to list_devices() when it lands, and both outputs pick them up.
+// The devices nerve-info reports: the CPU workers, then every accelerator the context opened (the
+// OpenCL backend's, plugins'; gpu.devices selects them), with its memory node and where it hangs.
 #include <fmt/format.h>
 
 #include "report.hpp"
@@ -8,13 +8,32 @@ namespace nerve::info {
 
 std::vector<DeviceInfo> list_devices(const Report& report) {
   std::vector<DeviceInfo> devices;
-  devices.push_back(DeviceInfo{"cpu", "CPU workers", report.pool.count});
+  DeviceInfo cpu;
+  cpu.kind = "cpu";
+  cpu.name = "CPU workers";
+  cpu.count = report.pool.count;
+  devices.push_back(std::move(cpu));
+  devices.insert(devices.end(), report.accelerators.begin(), report.accelerators.end());
   return devices;
 }
 
 std::string print_devices(const std::vector<DeviceInfo>& devices) {
   std::string out = "Devices\n";
-  for (const DeviceInfo& device : devices) out += fmt::format("  {} ({})\n", device.name, device.count);
+  for (const DeviceInfo& device : devices) {
+    if (device.kind == "cpu") {
+      out += fmt::format("  {} ({}), memory node 0 (host memory)\n", device.name, device.count);
+      continue;
+    }
+    out += fmt::format("  device {}: {} '{}' ({}), memory node {}, {} memory, {} compute units\n",
+                       device.index, device.kind, device.name, device.backend, device.memory_node,
+                       format_bytes(device.memory_bytes), device.compute_units);
+    const std::string numa =
+        device.numa_node >= 0 ? fmt::format("NUMA node {}", device.numa_node) : "NUMA node unknown";
+    const std::string pci = device.pci_bus_id.empty() ? "no PCI address" : "PCI " + device.pci_bus_id;
+    out += fmt::format("    locality: {}, {}; {} memory; {} queues, at most {} transfers in flight\n", numa,
+                       pci, device.unified_memory ? "unified (shared with the host)" : "separate",
+                       device.queues, device.max_pending_transfers);
+  }
   return out;
 }
 

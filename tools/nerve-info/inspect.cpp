@@ -93,6 +93,32 @@ WorkerPool describe_pool(const Config& config, const Topology& topology, unsigne
   return pool;
 }
 
+// describe_accelerators(): the devices the context opened besides the CPU workers, with how they are
+// driven (queues, transfer bound), read before the context shuts down.
+std::vector<DeviceInfo> describe_accelerators(const Context& context) {
+  std::vector<DeviceInfo> found;
+  for (const auto& device : context.impl()->devices) {
+    const nerve::DeviceInfo& info = device->info();
+    const detail::DeviceCapabilities capabilities = device->capabilities();
+    DeviceInfo out;
+    out.kind = nerve::name(info.kind);
+    out.name = info.name;
+    out.count = 1;
+    out.index = info.index;
+    out.backend = info.backend;
+    out.memory_node = static_cast<int>(device->memory().index());
+    out.memory_bytes = info.memory_bytes;
+    out.compute_units = info.compute_units;
+    out.numa_node = info.numa_node;
+    out.pci_bus_id = info.pci_bus_id;
+    out.unified_memory = capabilities.unified_memory;
+    out.queues = capabilities.queues;
+    out.max_pending_transfers = capabilities.max_pending_transfers;
+    found.push_back(std::move(out));
+  }
+  return found;
+}
+
 }  // namespace
 
 Report inspect(const Settings& settings, std::string version) {
@@ -100,6 +126,7 @@ Report inspect(const Settings& settings, std::string version) {
   const std::vector<std::optional<std::vector<int>>> observed = observe_worker_cpus(context);
   // Join the worker threads: each sets its `bound` flag itself, and only after the join are all the
   // flags final and safe to read.
+  std::vector<DeviceInfo> accelerators = describe_accelerators(context);
   context.impl()->shutdown();
 
   Report report;
@@ -127,6 +154,7 @@ Report inspect(const Settings& settings, std::string version) {
     if (stats.index < observed.size()) worker.observed_cpus = observed[stats.index];
     report.workers.push_back(std::move(worker));
   }
+  report.accelerators = std::move(accelerators);
   report.devices = list_devices(report);
   return report;
 }

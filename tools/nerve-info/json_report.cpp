@@ -71,8 +71,22 @@ nlohmann::ordered_json report_to_json(const Report& report) {
   Json workers = Json::array();
   for (const WorkerInfo& worker : report.workers) workers.push_back(worker_json(worker));
   Json devices = Json::array();
-  for (const DeviceInfo& device : report.devices)
-    devices.push_back({{"kind", device.kind}, {"name", device.name}, {"count", device.count}});
+  for (const DeviceInfo& device : report.devices) {
+    Json entry = {{"kind", device.kind}, {"name", device.name}, {"count", device.count}};
+    if (device.kind != "cpu") {
+      entry["index"] = device.index;
+      entry["backend"] = device.backend;
+      entry["memory_node"] = device.memory_node;
+      entry["memory_bytes"] = device.memory_bytes;
+      entry["compute_units"] = device.compute_units;
+      entry["numa_node"] = device.numa_node;
+      entry["pci_bus_id"] = device.pci_bus_id;
+      entry["unified_memory"] = device.unified_memory;
+      entry["queues"] = device.queues;
+      entry["max_pending_transfers"] = device.max_pending_transfers;
+    }
+    devices.push_back(std::move(entry));
+  }
   return {
       {"schema", schema},
       {"version", report.version},

@@ -42,11 +42,23 @@ struct WorkerPool {
   ThreadAffinity affinity = ThreadAffinity::compact;
 };
 
-// A device nerve can run tasks on. Backends append theirs in list_devices() (devices.cpp).
+// A device nerve can run tasks on: the CPU workers, then the accelerators the context opened
+// (gpu.devices selects them), in list_devices() (devices.cpp).
 struct DeviceInfo {
-  std::string kind;  // "cpu", later "opencl", "cuda", ...
-  std::string name;  // what the text output shows, e.g. "CPU workers"
-  unsigned count = 0;
+  std::string kind;    // "cpu", "opencl", "cuda", "test" (a plugin's simulated device), ...
+  std::string name;    // what the text output shows, e.g. "CPU workers", "pthread-haswell"
+  unsigned count = 0;  // CPU workers: how many; an accelerator: 1
+  // Accelerators only (index 0, memory node 0 for the CPU workers):
+  int index = 0;        // the device's number in the context (TaskOptions::device)
+  std::string backend;  // "opencl", a plugin's name
+  int memory_node = 0;  // the memory node its replicas live in
+  std::uint64_t memory_bytes = 0;
+  unsigned compute_units = 0;
+  int numa_node = -1;      // the host NUMA node it hangs on (hwloc), -1 when unknown
+  std::string pci_bus_id;  // where on PCI, when the driver says
+  bool unified_memory = false;
+  unsigned queues = 0;  // gpu.stream_count as opened
+  unsigned max_pending_transfers = 0;
 };
 
 struct Report {
@@ -55,6 +67,7 @@ struct Report {
   Topology topology;
   WorkerPool pool;
   std::vector<WorkerInfo> workers;
+  std::vector<DeviceInfo> accelerators;  // what the context opened (inspect())
   std::vector<DeviceInfo> devices;
 };
 

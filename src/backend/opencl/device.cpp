@@ -1,0 +1,224 @@
+#include "backend/opencl/device.hpp"
+
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "memory/buffer_state.hpp"
+#include "task/kernel_task.hpp"
+#include "task/task_record.hpp"
+
+namespace nerve::detail::opencl {
+namespace {
+
+std::unique_ptr<OpenclMemoryNode> make_node(const PlatformDevice& device, const DeviceOpenOptions& options) {
+  auto engine = std::make_shared<Engine>(device, options.stream_count, options.max_pending_transfers);
+  return std::make_unique<OpenclMemoryNode>(static_cast<unsigned>(options.index),
+                                            fmt::format("opencl{}", options.index), std::move(engine),
+                                            options.peer_access, staging_mode_from_environment());
+}
+
+bool cancelled(const TaskRecord& task) noexcept {
+  return task.cancel_pending.load(std::memory_order_acquire) ||
+         (task.group != nullptr && task.group->cancel_requested.load(std::memory_order_acquire));
+}
+
+}  // namespace
+
+OpenclDevice::OpenclDevice(const PlatformDevice& device, DeviceInfo info, const DeviceOpenOptions& options)
+    : Device(std::move(info), make_node(device, options)),
+      engine_(static_cast<OpenclMemoryNode&>(memory()).shared_engine()),
+      node_(&static_cast<OpenclMemoryNode&>(memory())),
+      programs_(device, engine_->context()) {}
+
+OpenclDevice::~OpenclDevice() { stop(); }
+
+bool OpenclDevice::can_run(const TaskRecord& task) const noexcept {
+  return task.kind == TaskKind::function && task.kernel != nullptr &&
+         task.kernel->implements(DeviceKind::opencl);
+}
+
+void OpenclDevice::start(DeviceHost& host) {
+  host_ = &host;
+  if (!launcher_.joinable()) launcher_ = std::thread([this] { run(); });
+}
+
+void OpenclDevice::submit(TaskRecord* task) {
+  {
+    std::lock_guard lock(mutex_);
+    tasks_.push_back(task);
+  }
+  ready_.notify_one();
+}
+
+void OpenclDevice::stop() noexcept {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  ready_.notify_one();
+  if (launcher_.joinable()) launcher_.join();
+}
+
+void OpenclDevice::run() {
+  std::unique_lock lock(mutex_);
+  while (true) {
+    ready_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
+    if (tasks_.empty()) return;
+    TaskRecord* task = tasks_.front();
+    tasks_.pop_front();
+    lock.unlock();
+    launch(task);
+    lock.lock();
+  }
+}
+
+DeviceCapabilities OpenclDevice::capabilities() const noexcept {
+  return DeviceCapabilities{false, info().unified_memory, engine_->queue_count(),
+                            engine_->max_pending_transfers()};
+}
+
+bool OpenclDevice::can_access_peer(const Device& other) const noexcept {
+  const auto* peer = dynamic_cast<const OpenclDevice*>(&other);
+  return peer != nullptr && peer != this && node_->direct_peer(*peer->node_);
+}
+
+void OpenclDevice::launch(TaskRecord* task) {
+  if (cancelled(*task)) {
+    host_->run_on_device(task, *this);  // it sees the cancellation and finishes the task as cancelled
+    return;
+  }
+  Operation* op = nullptr;
+  try {
+    DeviceLaunch launch = host_->prepare_launch(task, *this);
+    const auto* program = dynamic_cast<const OpenclProgram*>(launch.implementation);
+    if (program == nullptr) {
+      throw Error(ErrorCode::internal, fmt::format("kernel '{}' reached OpenCL device '{}' without an OpenCL "
+                                                   "implementation",
+                                                   launch.call.kernel_name, info().name));
+    }
+    cl_kernel kernel = programs_.kernel(*program, launch.call.kernel_name);
+    std::size_t queue_index = 0;
+    cl_command_queue queue = engine_->next_queue(&queue_index);
+    launch.call.queue = queue;
+    op = engine_->acquire();
+    op->owner = this;
+    op->task = task;
+    op->finish = &OpenclDevice::finish_launch;
+    bind_arguments(kernel, launch, *op);
+    const std::size_t global = global_size(*program, launch, *task);
+    const std::size_t local = program->options.local_size;
+    if (local != 0 && global % local != 0) {
+      throw Error(ErrorCode::invalid_argument,
+                  fmt::format("kernel '{}': the global size {} is not a multiple of the local size {}",
+                              launch.call.kernel_name, global, local));
+    }
+    if (global == 0) {  // nothing to run
+      engine_->recycle(std::exchange(op, nullptr));
+      host_->complete(task, *this, nullptr);
+      return;
+    }
+    check(clEnqueueNDRangeKernel(queue, kernel, 1, nullptr, &global, local != 0 ? &local : nullptr, 0,
+                                 nullptr, &op->event),
+          fmt::format("kernel '{}': launching '{}' (global size {}) on OpenCL device '{}'",
+                      launch.call.kernel_name, program->entry, global, info().name),
+          ErrorCode::task_failed);
+    clFlush(queue);
+    engine_->count_launch(queue_index);
+    engine_->watch(std::exchange(op, nullptr));
+  } catch (...) {
+    if (op != nullptr) engine_->recycle(op);
+    host_->complete(task, *this, std::current_exception());
+  }
+}
+
+void OpenclDevice::bind_arguments(cl_kernel kernel, const DeviceLaunch& launch, Operation& op) const {
+  const KernelCall& call = launch.call;
+  cl_uint parameters = 0;
+  check(clGetKernelInfo(kernel, CL_KERNEL_NUM_ARGS, sizeof parameters, &parameters, nullptr),
+        "clGetKernelInfo");
+  if (parameters != call.access_count + call.value_count) {
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("kernel '{}': its OpenCL function takes {} parameters, the call gives {} ({} "
+                            "access(es), then {} value(s))",
+                            call.kernel_name, parameters, call.access_count + call.value_count,
+                            call.access_count, call.value_count));
+  }
+  const std::size_t alignment = engine_->device().base_alignment;
+  for (std::size_t i = 0; i < call.access_count; ++i) {
+    const AccessView& view = call.views[i];
+    const auto location = node_->locate(static_cast<const std::byte*>(view.data));
+    if (!location) {
+      throw Error(ErrorCode::internal,
+                  fmt::format("kernel '{}': access {} is not in the memory of OpenCL device '{}'",
+                              call.kernel_name, i, info().name));
+    }
+    cl_mem mem = location->mem;
+    // A slice starting at byte 0 is the buffer itself (the kernel gets the same first byte); any
+    // other start is a sub-buffer, which OpenCL allows only at aligned offsets.
+    if (location->offset != 0 && view.size != 0) {
+      if (location->offset % alignment != 0) {
+        throw Error(
+            ErrorCode::invalid_argument,
+            fmt::format("kernel '{}': access {} starts at byte {} of its buffer, but OpenCL device '{}' "
+                        "can start a sub-buffer only at a multiple of {} bytes (CL_DEVICE_MEM_BASE_ADDR_"
+                        "ALIGN); align the slice, or pass the whole buffer and the offset as a value",
+                        call.kernel_name, i, location->offset, info().name, alignment));
+      }
+      const cl_buffer_region region{location->offset, view.size};
+      cl_int status = CL_SUCCESS;
+      cl_mem slice = clCreateSubBuffer(mem, 0, CL_BUFFER_CREATE_TYPE_REGION, &region, &status);
+      check(status,
+            fmt::format("kernel '{}': a sub-buffer for access {} (bytes {}..{})", call.kernel_name, i,
+                        location->offset, location->offset + view.size),
+            ErrorCode::task_failed);
+      op.sub_buffers.push_back(slice);
+      mem = slice;
+    }
+    check(clSetKernelArg(kernel, static_cast<cl_uint>(i), sizeof mem, &mem),
+          fmt::format("kernel '{}': access {} as parameter {}", call.kernel_name, i, i),
+          ErrorCode::invalid_argument);
+  }
+  for (std::size_t j = 0; j < call.value_count; ++j) {
+    const auto parameter = static_cast<cl_uint>(call.access_count + j);
+    const cl_int status = clSetKernelArg(kernel, parameter, call.values[j].size, call.values[j].data);
+    if (status == CL_INVALID_ARG_SIZE) {
+      throw Error(ErrorCode::invalid_argument,
+                  fmt::format("kernel '{}': value {} has {} bytes, not the size of its OpenCL parameter {}",
+                              call.kernel_name, j, call.values[j].size, parameter));
+    }
+    check(status, fmt::format("kernel '{}': value {} as parameter {}", call.kernel_name, j, parameter),
+          ErrorCode::invalid_argument);
+  }
+}
+
+std::size_t OpenclDevice::global_size(const OpenclProgram& program, const DeviceLaunch& launch,
+                                      const TaskRecord& task) const {
+  if (program.options.global_size) return program.options.global_size(KernelArgs(launch.call));
+  if (launch.call.access_count == 0) {
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("kernel '{}' has no access to take its global size from: give "
+                            "opencl::Options::global_size",
+                            launch.call.kernel_name));
+  }
+  const std::size_t element = task.accesses[0].buffer->element_size;
+  return launch.views[0].size / (element == 0 ? 1 : element);
+}
+
+bool OpenclDevice::finish_launch(Engine& engine, Operation& op) {
+  auto& device = *static_cast<OpenclDevice*>(op.owner);
+  TaskRecord* task = op.task;
+  std::exception_ptr error;
+  if (op.status < 0 || !op.error.empty()) {
+    error = std::make_exception_ptr(
+        Error(ErrorCode::task_failed,
+              fmt::format("kernel '{}' failed on OpenCL device '{}': {}", task->kernel->name,
+                          engine.device().name, op.error.empty() ? error_name(op.status) : op.error)));
+  }
+  for (cl_mem slice : op.sub_buffers) clReleaseMemObject(slice);
+  op.sub_buffers.clear();
+  device.host_->complete(task, device, error);
+  return true;
+}
+
+}  // namespace nerve::detail::opencl

@@ -1,0 +1,67 @@
+// device.hpp — an OpenCL device running nerve kernel tasks.
+//
+// A task placed here arrives with its data valid in the device's memory node. submit() hands it to
+// the device's launcher thread (submit may be called from a worker, a submitter or a completion
+// thread, and never blocks): the launcher builds the kernel's program if needed (programs.hpp; a
+// build can take seconds, so it never happens on a worker), binds the arguments (each access → a
+// cl_mem or a sub-buffer of one, each value → a by-value argument), and enqueues the kernel on the
+// next queue, round robin over gpu.stream_count in-order queues. The engine's completion thread
+// reports the outcome to the runtime (DeviceHost::complete). Only the launcher thread touches
+// cl_kernel objects (clSetKernelArg is not thread safe on one kernel).
+//
+// Errors are the task's: a program that does not build (with the compiler log), an unaligned
+// slice, an argument count or size mismatch, a launch the driver refuses or a kernel that fails
+// while running. The task fails with a nerve::Error saying which; its dependents are cancelled.
+//
+// Thread safety: submit(), can_run() and the queries may be called from any thread.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "backend/backend.hpp"
+#include "backend/device.hpp"
+#include "backend/opencl/engine.hpp"
+#include "backend/opencl/memory.hpp"
+#include "backend/opencl/programs.hpp"
+
+namespace nerve::detail::opencl {
+
+class OpenclDevice final : public Device {
+ public:
+  OpenclDevice(const PlatformDevice& device, DeviceInfo info, const DeviceOpenOptions& options);
+  ~OpenclDevice() override;
+
+  bool can_run(const TaskRecord& task) const noexcept override;
+  void submit(TaskRecord* task) override;
+  void start(DeviceHost& host) override;
+  void stop() noexcept override;
+
+  DeviceCapabilities capabilities() const noexcept override;
+  bool can_access_peer(const Device& other) const noexcept override;
+  DeviceCounters counters() const override { return engine_->snapshot(); }
+
+ private:
+  void run();
+  void launch(TaskRecord* task);
+  void bind_arguments(cl_kernel kernel, const DeviceLaunch& launch, Operation& op) const;
+  std::size_t global_size(const OpenclProgram& program, const DeviceLaunch& launch,
+                          const TaskRecord& task) const;
+  static bool finish_launch(Engine& engine, Operation& op);
+
+  std::shared_ptr<Engine> engine_;
+  OpenclMemoryNode* node_;
+  ProgramCache programs_;  // the launcher thread's
+  DeviceHost* host_ = nullptr;
+
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<TaskRecord*> tasks_;
+  bool stopping_ = false;
+  std::thread launcher_;
+};
+
+}  // namespace nerve::detail::opencl

@@ -1,0 +1,250 @@
+#include "backend/opencl/programs.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <system_error>
+#include <vector>
+
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include "util/log.hpp"
+
+namespace nerve::detail::opencl {
+namespace {
+
+constexpr char magic[8] = {'N', 'E', 'R', 'V', 'E', 'C', 'L', '1'};
+
+std::uint64_t fnv1a(const std::string& text, std::uint64_t seed) {
+  std::uint64_t hash = seed;
+  for (const char c : text) {
+    hash ^= static_cast<unsigned char>(c);
+    hash *= 0x100000001b3ULL;
+  }
+  return hash;
+}
+
+// The file name: two independent 64-bit hashes of the key material (the material itself is stored
+// in the file and compared on load, so a collision costs a rebuild, never a wrong program).
+std::string file_name(const std::string& material) {
+  return fmt::format("{:016x}{:016x}.bin", fnv1a(material, 0xcbf29ce484222325ULL),
+                     fnv1a(material, 0x84222325cbf29ce4ULL));
+}
+
+std::string build_log(cl_program program, cl_device_id device) {
+  std::size_t size = 0;
+  if (clGetProgramBuildInfo(program, device, CL_PROGRAM_BUILD_LOG, 0, nullptr, &size) != CL_SUCCESS)
+    return {};
+  std::string log(size, '\0');
+  if (clGetProgramBuildInfo(program, device, CL_PROGRAM_BUILD_LOG, size, log.data(), nullptr) != CL_SUCCESS)
+    return {};
+  while (!log.empty() && (log.back() == '\0' || log.back() == '\n' || log.back() == ' ')) log.pop_back();
+  return log;
+}
+
+void write_u64(std::ofstream& out, std::uint64_t value) {
+  out.write(reinterpret_cast<const char*>(&value), 8);
+}
+bool read_u64(std::ifstream& in, std::uint64_t& value) {
+  return static_cast<bool>(in.read(reinterpret_cast<char*>(&value), 8));
+}
+
+}  // namespace
+
+ProgramCacheCounters& program_cache_counters() noexcept {
+  static ProgramCacheCounters counters;
+  return counters;
+}
+
+std::filesystem::path program_cache_directory() {
+  if (const char* root = std::getenv("NERVE_CACHE_DIR"); root != nullptr && *root != '\0')
+    return std::filesystem::path(root) / "opencl";
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg != '\0')
+    return std::filesystem::path(xdg) / "nerve" / "opencl";
+  if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0')
+    return std::filesystem::path(home) / ".cache" / "nerve" / "opencl";
+  return {};
+}
+
+ProgramCache::ProgramCache(const PlatformDevice& device, cl_context context)
+    : device_(device), context_(context) {}
+
+ProgramCache::~ProgramCache() {
+  for (auto& [key, built] : by_content_) {
+    for (auto& [entry, kernel] : built->kernels) clReleaseKernel(kernel);
+    if (built->program != nullptr) clReleaseProgram(built->program);
+  }
+}
+
+cl_kernel ProgramCache::kernel(const OpenclProgram& program, const char* kernel_name) {
+  auto found = by_id_.find(program.id);
+  if (found == by_id_.end()) {
+    const std::string material =
+        fmt::format("nerve-opencl-cache-1\n{}\n{}\n{}\n{}\n{}", program.source, program.options.build_options,
+                    device_.platform_name, device_.name, device_.driver_version);
+    auto& built = by_content_[material];
+    if (built == nullptr) {
+      built = std::make_unique<Built>(build(program, material));
+    } else {
+      program_cache_counters().memory_hits.fetch_add(1, std::memory_order_relaxed);
+    }
+    Resolved resolved;
+    if (!built->failure.empty()) {
+      resolved.failure = built->failure;
+    } else if (auto kernel = built->kernels.find(program.entry); kernel != built->kernels.end()) {
+      resolved.kernel = kernel->second;
+    } else {
+      cl_int status = CL_SUCCESS;
+      cl_kernel created = clCreateKernel(built->program, program.entry.c_str(), &status);
+      if (status == CL_SUCCESS) {
+        built->kernels.emplace(program.entry, created);
+        resolved.kernel = created;
+      } else {
+        resolved.failure =
+            fmt::format("kernel '{}': the OpenCL program has no usable __kernel function '{}' ({})",
+                        kernel_name, program.entry, error_name(status));
+      }
+    }
+    found = by_id_.emplace(program.id, std::move(resolved)).first;
+  }
+  if (!found->second.failure.empty()) throw Error(ErrorCode::task_failed, found->second.failure);
+  return found->second.kernel;
+}
+
+ProgramCache::Built ProgramCache::build(const OpenclProgram& program, const std::string& material) {
+  Built built;
+  const std::filesystem::path directory = program_cache_directory();
+  const std::filesystem::path file = directory.empty() ? directory : directory / file_name(material);
+  if (!file.empty()) {
+    built.program = load_binary(file, material, program.options.build_options);
+    if (built.program != nullptr) {
+      program_cache_counters().binary_loads.fetch_add(1, std::memory_order_relaxed);
+      return built;
+    }
+  }
+  program_cache_counters().builds.fetch_add(1, std::memory_order_relaxed);
+  const char* text = program.source.c_str();
+  const std::size_t length = program.source.size();
+  cl_int status = CL_SUCCESS;
+  cl_program created = clCreateProgramWithSource(context_, 1, &text, &length, &status);
+  if (status == CL_SUCCESS) {
+    status =
+        clBuildProgram(created, 1, &device_.device, program.options.build_options.c_str(), nullptr, nullptr);
+  }
+  if (status != CL_SUCCESS) {
+    program_cache_counters().failed_builds.fetch_add(1, std::memory_order_relaxed);
+    const std::string log = created != nullptr ? build_log(created, device_.device) : std::string();
+    built.failure = fmt::format(
+        "the OpenCL program of kernel entry '{}' does not build on device '{}'{}: {}{}{}", program.entry,
+        device_.name,
+        program.options.build_options.empty() ? ""
+                                              : fmt::format(" (options '{}')", program.options.build_options),
+        error_name(status), log.empty() ? "" : "; compiler log:\n", log);
+    if (created != nullptr) clReleaseProgram(created);
+    return built;
+  }
+  built.program = created;
+  if (!file.empty()) store_binary(created, file, material);
+  return built;
+}
+
+cl_program ProgramCache::load_binary(const std::filesystem::path& file, const std::string& material,
+                                     const std::string& options) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return nullptr;
+  char header[sizeof magic];
+  std::uint64_t material_size = 0, binary_size = 0;
+  if (!in.read(header, sizeof header) ||
+      std::string_view(header, sizeof header) != std::string_view(magic, sizeof magic) ||
+      !read_u64(in, material_size) || material_size != material.size()) {
+    return nullptr;
+  }
+  std::string stored(material_size, '\0');
+  if (!in.read(stored.data(), static_cast<std::streamsize>(material_size)) || stored != material ||
+      !read_u64(in, binary_size) || binary_size == 0 || binary_size > (std::uint64_t{1} << 30)) {
+    return nullptr;
+  }
+  std::vector<unsigned char> binary(binary_size);
+  if (!in.read(reinterpret_cast<char*>(binary.data()), static_cast<std::streamsize>(binary_size)))
+    return nullptr;
+  const unsigned char* data = binary.data();
+  const std::size_t size = binary.size();
+  cl_int binary_status = CL_SUCCESS;
+  cl_int status = CL_SUCCESS;
+  cl_program program =
+      clCreateProgramWithBinary(context_, 1, &device_.device, &size, &data, &binary_status, &status);
+  if (status == CL_SUCCESS && binary_status == CL_SUCCESS) {
+    status = clBuildProgram(program, 1, &device_.device, options.c_str(), nullptr, nullptr);
+    if (status == CL_SUCCESS) return program;
+  }
+  log::debug("OpenCL program cache: {} is unusable ({}); rebuilding from source", file.string(),
+             error_name(status != CL_SUCCESS ? status : binary_status));
+  if (program != nullptr) clReleaseProgram(program);
+  return nullptr;
+}
+
+void ProgramCache::store_binary(cl_program program, const std::filesystem::path& file,
+                                const std::string& material) {
+  // The binary of this device among the program's devices (a program made from source belongs to
+  // every device of the shared context).
+  cl_uint count = 0;
+  if (clGetProgramInfo(program, CL_PROGRAM_NUM_DEVICES, sizeof count, &count, nullptr) != CL_SUCCESS ||
+      count == 0)
+    return;
+  std::vector<cl_device_id> devices(count);
+  std::vector<std::size_t> sizes(count);
+  if (clGetProgramInfo(program, CL_PROGRAM_DEVICES, sizeof(cl_device_id) * count, devices.data(), nullptr) !=
+          CL_SUCCESS ||
+      clGetProgramInfo(program, CL_PROGRAM_BINARY_SIZES, sizeof(std::size_t) * count, sizes.data(),
+                       nullptr) != CL_SUCCESS) {
+    return;
+  }
+  std::vector<std::vector<unsigned char>> binaries(count);
+  std::vector<unsigned char*> pointers(count);
+  for (cl_uint i = 0; i < count; ++i) {
+    binaries[i].resize(sizes[i]);
+    pointers[i] = sizes[i] == 0 ? nullptr : binaries[i].data();
+  }
+  if (clGetProgramInfo(program, CL_PROGRAM_BINARIES, sizeof(unsigned char*) * count, pointers.data(),
+                       nullptr) != CL_SUCCESS) {
+    return;
+  }
+  std::size_t mine = count;
+  for (cl_uint i = 0; i < count; ++i) {
+    if (devices[i] == device_.device) mine = i;
+  }
+  if (mine == count || binaries[mine].empty()) return;
+  std::error_code error;
+  std::filesystem::create_directories(file.parent_path(), error);
+  if (error) {
+    log::debug("OpenCL program cache: cannot create {}: {}", file.parent_path().string(), error.message());
+    return;
+  }
+  std::random_device random;
+  const std::filesystem::path temporary =
+      file.string() + fmt::format(".{}.{:x}.tmp", static_cast<long>(::getpid()), random());
+  {
+    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+    out.write(magic, sizeof magic);
+    write_u64(out, material.size());
+    out.write(material.data(), static_cast<std::streamsize>(material.size()));
+    write_u64(out, binaries[mine].size());
+    out.write(reinterpret_cast<const char*>(binaries[mine].data()),
+              static_cast<std::streamsize>(binaries[mine].size()));
+    if (!out) {
+      std::filesystem::remove(temporary, error);
+      return;
+    }
+  }
+  std::filesystem::rename(temporary, file, error);
+  if (error) {
+    std::filesystem::remove(temporary, error);
+    return;
+  }
+  program_cache_counters().disk_writes.fetch_add(1, std::memory_order_relaxed);
+}
+
+}  // namespace nerve::detail::opencl

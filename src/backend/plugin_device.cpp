@@ -1,0 +1,199 @@
+#include "backend/plugin_device.hpp"
+
+#include <atomic>
+
+#include <fmt/format.h>
+
+#include "backend/host_bounce.hpp"
+#include "task/kernel_task.hpp"
+#include "task/task_record.hpp"
+
+namespace nerve::detail {
+namespace {
+
+// A plugin's copy completion forwarded to the runtime's; one per copy, deleted when done.
+struct CopyBridge final : plugin::Completion {
+  CopyCompletion* target;
+  explicit CopyBridge(CopyCompletion& completion) : target(&completion) {}
+  void done(bool ok, const char* error) noexcept override {
+    CopyCompletion* forward = target;
+    const std::string message = error != nullptr ? error : (ok ? "" : "the plugin's copy failed");
+    delete this;
+    forward->copy_done(ok, message);
+  }
+};
+
+class PluginMemoryNode final : public MemoryNode {
+ public:
+  PluginMemoryNode(unsigned index, std::string name, const plugin::DeviceDescription& description,
+                   plugin::Device& device)
+      : MemoryNode(index, std::move(name), description.memory_bytes, description.host_addressable),
+        device_(device) {}
+
+  void drain() noexcept override { device_.drain(); }
+
+  void copy_sync(MemoryNode& from, const std::byte* source, MemoryNode& to, std::byte* destination,
+                 std::size_t bytes) override {
+    if (&from == this && to.host_addressable()) {
+      device_.copy_to_host_sync(source, destination, bytes);
+    } else if (&to == this && from.host_addressable()) {
+      device_.copy_to_device_sync(source, destination, bytes);
+    } else {
+      copy_through_host(from, source, to, destination, bytes);
+    }
+  }
+
+ protected:
+  std::byte* allocate_storage(std::size_t bytes) override {
+    return static_cast<std::byte*>(device_.allocate(bytes));
+  }
+  void free_storage(std::byte* data, std::size_t bytes) noexcept override { device_.deallocate(data, bytes); }
+  void start_copy(MemoryNode& from, const std::byte* source, MemoryNode& to, std::byte* destination,
+                  std::size_t bytes, CopyCompletion& completion) override {
+    if (&to == this && from.host_addressable()) {
+      device_.copy_to_device(source, destination, bytes, *new CopyBridge(completion));
+    } else if (&from == this && to.host_addressable()) {
+      device_.copy_to_host(source, destination, bytes, *new CopyBridge(completion));
+    } else {
+      copy_through_host(from, source, to, destination, bytes);  // another backend's device memory
+      completion.copy_done(true, {});
+    }
+  }
+
+ private:
+  plugin::Device& device_;
+};
+
+void run_cpu_body(const void* kernel, const KernelCall& call) {
+  static_cast<const KernelState*>(kernel)->cpu(KernelArgs(call));
+}
+
+class PluginDevice final : public Device {
+ public:
+  PluginDevice(const DeviceInfo& info, const plugin::DeviceDescription& description,
+               std::unique_ptr<plugin::Device> device)
+      : Device(info, std::make_unique<PluginMemoryNode>(static_cast<unsigned>(info.index),
+                                                        fmt::format("{}{}", info.backend, info.index),
+                                                        description, *device)),
+        device_(std::move(device)),
+        description_(description) {}
+
+  // drain() is idempotent (the contract): shutdown drained it already, unless opening failed.
+  ~PluginDevice() override { device_->drain(); }
+
+  bool can_run(const TaskRecord& task) const noexcept override {
+    if (task.kind != TaskKind::function || task.kernel == nullptr) return false;
+    const bool own_kind = description_.kind != DeviceKind::cpu && description_.kind != DeviceKind::test &&
+                          task.kernel->implements(description_.kind);
+    return own_kind || (description_.runs_cpu_kernels && static_cast<bool>(task.kernel->cpu));
+  }
+
+  void start(DeviceHost& host) override { host_ = &host; }
+  void stop() noexcept override {}
+
+  void submit(TaskRecord* task) override {
+    if (task->cancel_pending.load(std::memory_order_acquire) ||
+        (task->group != nullptr && task->group->cancel_requested.load(std::memory_order_acquire))) {
+      host_->run_on_device(task, *this);  // finishes it as cancelled
+      return;
+    }
+    auto* running = new Running(*this, task);
+    try {
+      running->launch = host_->prepare_launch(task, *this);
+      plugin::Launch launch;
+      launch.call = &running->launch.call;
+      launch.implementation = running->launch.implementation;
+      launch.has_cpu_body = static_cast<bool>(task->kernel->cpu);
+      launch.run_cpu = &run_cpu_body;
+      launch.kernel = task->kernel;
+      device_->launch(launch, *running);
+    } catch (...) {
+      delete running;
+      host_->complete(task, *this, std::current_exception());
+    }
+  }
+
+  DeviceCapabilities capabilities() const noexcept override {
+    return DeviceCapabilities{description_.host_addressable, description_.unified_memory, 1, 0};
+  }
+
+ private:
+  // One launch in flight: its call (the plugin reads it until done) and the way back.
+  struct Running final : plugin::Completion {
+    Running(PluginDevice& owner, TaskRecord* running_task) : device(owner), task(running_task) {}
+    void done(bool ok, const char* error) noexcept override {
+      std::exception_ptr failure;
+      if (!ok) {
+        failure = std::make_exception_ptr(
+            Error(ErrorCode::task_failed,
+                  fmt::format("kernel '{}' failed on device '{}': {}", task->kernel->name, device.info().name,
+                              error != nullptr ? error : "(no message)")));
+      }
+      PluginDevice& owner = device;
+      TaskRecord* finished = task;
+      delete this;
+      owner.host_->complete(finished, owner, failure);
+    }
+    PluginDevice& device;
+    TaskRecord* task;
+    DeviceLaunch launch;
+  };
+
+  std::unique_ptr<plugin::Device> device_;
+  plugin::DeviceDescription description_;
+  DeviceHost* host_ = nullptr;
+};
+
+class PluginBackend final : public Backend {
+ public:
+  PluginBackend(std::string name, plugin::Backend* backend) : name_(std::move(name)), backend_(backend) {}
+
+  std::string name() const override { return name_; }
+
+  std::vector<DeviceInfo> enumerate(const Topology& /*topology*/) override {
+    std::vector<DeviceInfo> found;
+    const std::size_t count = backend_->device_count();
+    for (std::size_t i = 0; i < count; ++i) found.push_back(info(backend_->describe(i)));
+    return found;
+  }
+
+  std::unique_ptr<Device> open(std::size_t which, const DeviceOpenOptions& options) override {
+    const plugin::DeviceDescription description = backend_->describe(which);
+    plugin::OpenOptions open_options;
+    open_options.index = options.index;
+    open_options.stream_count = options.stream_count;
+    open_options.max_pending_transfers = options.max_pending_transfers;
+    std::unique_ptr<plugin::Device> device = backend_->open(which, open_options);
+    if (device == nullptr) {
+      throw Error(ErrorCode::internal, fmt::format("backend plugin '{}' did not open its device {} ('{}')",
+                                                   name_, which, description.name));
+    }
+    DeviceInfo described = info(description);
+    described.index = options.index;
+    return std::make_unique<PluginDevice>(described, description, std::move(device));
+  }
+
+ private:
+  DeviceInfo info(const plugin::DeviceDescription& description) const {
+    DeviceInfo out;
+    out.kind = description.kind;
+    out.name = description.name;
+    out.memory_bytes = description.memory_bytes;
+    out.compute_units = description.compute_units;
+    out.numa_node = description.numa_node;
+    out.backend = name_;
+    out.unified_memory = description.unified_memory;
+    return out;
+  }
+
+  std::string name_;
+  plugin::Backend* backend_;
+};
+
+}  // namespace
+
+std::shared_ptr<Backend> make_plugin_backend(std::string name, plugin::Backend* backend) {
+  return std::make_shared<PluginBackend>(std::move(name), backend);
+}
+
+}  // namespace nerve::detail

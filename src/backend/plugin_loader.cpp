@@ -1,0 +1,107 @@
+// plugin_loader.cpp — finding and opening backend plugins.
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <system_error>
+
+#include <dlfcn.h>
+
+#include <fmt/format.h>
+
+#include "nerve/backend_plugin.hpp"
+#include "nerve/error.hpp"
+
+#include "backend/plugin.hpp"
+#include "backend/plugin_device.hpp"
+
+namespace nerve::detail {
+namespace {
+
+constexpr std::string_view plugin_prefix = "libnerve-backend-";
+constexpr std::string_view plugin_suffix = ".so";
+
+std::mutex plugins_mutex;
+std::map<std::string, std::shared_ptr<Backend>>& loaded_plugins() {
+  static auto* plugins = new std::map<std::string, std::shared_ptr<Backend>>();  // lives until exit
+  return *plugins;
+}
+
+[[noreturn]] void refuse(const std::filesystem::path& path, const std::string& why) {
+  throw Error(ErrorCode::invalid_config, fmt::format("backend plugin '{}': {}", path.string(), why));
+}
+
+}  // namespace
+
+std::shared_ptr<Backend> load_plugin(const std::filesystem::path& path) {
+  std::error_code error;
+  std::filesystem::path canonical = std::filesystem::canonical(path, error);
+  if (error) refuse(path, fmt::format("cannot be opened: {}", error.message()));
+  std::lock_guard lock(plugins_mutex);
+  auto& plugins = loaded_plugins();
+  if (auto found = plugins.find(canonical.string()); found != plugins.end()) return found->second;
+
+  void* library = ::dlopen(canonical.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (library == nullptr) {
+    const char* message = ::dlerror();
+    refuse(path, fmt::format("dlopen failed: {}", message != nullptr ? message : "unknown error"));
+  }
+  auto entry_function =
+      reinterpret_cast<nerve_backend_entry_function>(::dlsym(library, plugin::entry_symbol));
+  if (entry_function == nullptr) {
+    ::dlclose(library);
+    refuse(path, fmt::format("no entry symbol '{}' (is it a nerve backend plugin? it must define "
+                             "extern \"C\" const nerve::plugin::Entry* {}())",
+                             plugin::entry_symbol, plugin::entry_symbol));
+  }
+  const plugin::Entry* entry = entry_function();
+  if (entry == nullptr) {
+    ::dlclose(library);
+    refuse(path, fmt::format("{}() returned no entry", plugin::entry_symbol));
+  }
+  if (entry->abi_version != plugin::abi_version) {
+    const std::uint32_t theirs = entry->abi_version;
+    ::dlclose(library);
+    refuse(path, fmt::format("built for backend plugin ABI version {}, but this nerve has version {}: "
+                             "rebuild the plugin against this nerve's headers",
+                             theirs, plugin::abi_version));
+  }
+  if (entry->name == nullptr || *entry->name == '\0' || entry->create == nullptr) {
+    ::dlclose(library);
+    refuse(path, "its entry has no name or no create function");
+  }
+  plugin::Backend* backend = nullptr;
+  try {
+    backend = entry->create();
+  } catch (const std::exception& failure) {
+    refuse(path, fmt::format("creating its backend failed: {}", failure.what()));
+  }
+  if (backend == nullptr) refuse(path, "creating its backend returned nothing");
+  // The library stays loaded for the process's life: its code runs every device it creates.
+  auto wrapped = make_plugin_backend(entry->name, backend);
+  plugins.emplace(canonical.string(), wrapped);
+  return wrapped;
+}
+
+std::vector<std::shared_ptr<Backend>> plugins_on_path(std::string_view path_list) {
+  std::vector<std::shared_ptr<Backend>> backends;
+  while (!path_list.empty()) {
+    const auto colon = path_list.find(':');
+    const std::string_view directory = path_list.substr(0, colon);
+    path_list = colon == std::string_view::npos ? std::string_view{} : path_list.substr(colon + 1);
+    if (directory.empty()) continue;
+    std::error_code error;
+    std::vector<std::filesystem::path> files;
+    for (const auto& item : std::filesystem::directory_iterator(std::filesystem::path(directory), error)) {
+      const std::string name = item.path().filename().string();
+      if (name.size() > plugin_prefix.size() + plugin_suffix.size() && name.starts_with(plugin_prefix) &&
+          name.ends_with(plugin_suffix)) {
+        files.push_back(item.path());
+      }
+    }
+    std::sort(files.begin(), files.end());
+    for (const auto& file : files) backends.push_back(load_plugin(file));
+  }
+  return backends;
+}
+
+}  // namespace nerve::detail

@@ -1,0 +1,29 @@
+// selection.hpp — which of the devices the backends found a context uses (gpu.devices).
+//
+// Devices are numbered 0.. in the order the backends list them (built-in OpenCL first, then
+// plugins). gpu.devices is `all`, `none`, or a list whose items are such numbers, backend names
+// ("opencl", a plugin's name: all its devices) or fragments of device names ("pthread", "A100"),
+// compared without regard to case. The selection keeps the found order and each device once.
+//
+// Thread safety: a pure function.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "nerve/config.hpp"
+#include "nerve/device.hpp"
+
+namespace nerve::detail {
+
+// select_devices(): positions in `found` selected by `words` (Config::gpu.devices). Throws
+// ConfigError naming gpu.devices and where its value came from (`origin`) when an item selects
+// nothing, an index is out of range, or `all` / `none` is mixed with other items.
+std::vector<std::size_t> select_devices(const std::vector<DeviceInfo>& found,
+                                        const std::vector<std::string>& words, const ConfigOrigin& origin);
+
+// describe_found(): "0 'pthread-haswell' (opencl), 1 'sim0' (sim)" or "none", for messages.
+std::string describe_found(const std::vector<DeviceInfo>& found);
+
+}  // namespace nerve::detail

@@ -1,0 +1,309 @@
+// The OpenCL backend on a real platform (PoCL in CI): kernels, copies, queues, the transfer bound,
+// the program cache and errors. Every test skips when the machine has no OpenCL device.
+#include "nerve/opencl.hpp"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <string>
+
+#include "backend/opencl/programs.hpp"
+#include "opencl_support.hpp"
+
+namespace nerve::testing {
+namespace {
+
+constexpr const char* add_source = R"(
+  __kernel void add(__global const float* a, __global const float* b, __global float* c) {
+    const size_t i = get_global_id(0);
+    c[i] = a[i] + b[i];
+  }
+  __kernel void scale(__global float* x, float factor) {
+    const size_t i = get_global_id(0);
+    x[i] *= factor;
+  })";
+
+Kernel make_add() {
+  Kernel add("add");
+  opencl::attach(add, add_source, "add");
+  return add;
+}
+
+Kernel make_scale() {
+  Kernel scale("scale");
+  scale.cpu([](const KernelArgs& args) {
+    auto x = args.span<float>(0);
+    for (float& each : x) each *= args.value<float>(0);
+  });
+  opencl::attach(scale, add_source, "scale");
+  return scale;
+}
+
+detail::DeviceCounters counters_of(const Context& context, int device) {
+  return context.impl()->devices[static_cast<std::size_t>(device) - 1]->counters();
+}
+
+// A disk cache of our own, so that tests neither read nor fill the user's.
+class OpenclTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    NERVE_SKIP_WITHOUT_OPENCL();
+    cache = std::filesystem::temp_directory_path() /
+            ("nerve-opencl-test-" + std::to_string(::getpid()) + "-" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(cache);
+    ::setenv("NERVE_CACHE_DIR", cache.c_str(), 1);
+  }
+  void TearDown() override {
+    if (context) {
+      try {
+        context->wait_all();
+      } catch (const Error&) {
+      }
+      expect_no_leaks(*context);
+      context.reset();
+    }
+    if (!cache.empty()) std::filesystem::remove_all(cache);
+  }
+  Context& open(const Settings& settings) {
+    context = std::make_unique<Context>(settings);
+    return *context;
+  }
+  // run_in(): `body` in a context of its own, then that context's leak check (its buffers are gone).
+  template <class Body>
+  void run_in(const Settings& settings, Body&& body) {
+    body(open(settings));
+    context->wait_all();
+    expect_no_leaks(*context);
+    context.reset();
+  }
+  std::filesystem::path cache;
+  std::unique_ptr<Context> context;
+};
+
+TEST_F(OpenclTest, DevicesAreListedWithTheirMemoryNodes) {
+  Context& ctx = open(opencl_settings(2));
+  const auto devices = ctx.devices();
+  ASSERT_GE(devices.size(), 2u);
+  EXPECT_EQ(devices[0].kind, DeviceKind::cpu);
+  for (std::size_t i = 1; i < devices.size(); ++i) {
+    EXPECT_EQ(devices[i].kind, DeviceKind::opencl);
+    EXPECT_EQ(devices[i].backend, "opencl");
+    EXPECT_EQ(devices[i].index, static_cast<int>(i));
+    EXPECT_EQ(devices[i].memory_node, static_cast<int>(i));
+    EXPECT_GT(devices[i].memory_bytes, 0u);
+    EXPECT_GT(devices[i].compute_units, 0u);
+    EXPECT_FALSE(devices[i].name.empty());
+  }
+}
+
+TEST_F(OpenclTest, VectorAddRunsOnTheDeviceAndMovesData) {
+  Context& ctx = open(opencl_settings(2));
+  const Kernel add = make_add();  // OpenCL only: it must run on the device
+  constexpr std::size_t n = 1 << 16;
+  std::vector<float> a(n), b(n);
+  std::iota(a.begin(), a.end(), 0.0f);
+  std::iota(b.begin(), b.end(), 1.0f);
+  Buffer<float> x(ctx, a), y(ctx, b), z(ctx, n);
+  ctx.submit(add, read(x), read(y), write(z)).wait();
+  const auto result = z.to_vector();
+  for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(result[i], a[i] + b[i]) << i;
+  const detail::DeviceCounters counters = counters_of(ctx, 1);
+  EXPECT_EQ(counters.launches, 1u);
+  EXPECT_GE(counters.copies, 3u) << "two inputs in, the result out";
+  EXPECT_EQ(counters.events_live, 0u) << "every event is released once its operation completes";
+}
+
+TEST_F(OpenclTest, OperationRecordsAreRecycledNotMadePerTask) {
+  Context& ctx = open(opencl_settings(2));
+  const Kernel scale = make_scale();
+  Buffer<float> x(ctx, std::vector<float>(1024, 1.0f));
+  for (int i = 0; i < 50; ++i) {
+    ctx.submit(TaskOptions{.device = 1}, scale, read_write(x), value(1.0f)).wait();
+    x.map_read_write()[0] = 1.0f;  // a copy out, and the host's write makes the next round copy in
+  }
+  const detail::DeviceCounters counters = counters_of(ctx, 1);
+  EXPECT_EQ(counters.launches, 50u);
+  EXPECT_GE(counters.copies, 100u);
+  EXPECT_LE(counters.operation_records, 8u) << "records come from a pool: one or two are in flight at a time";
+  EXPECT_EQ(counters.events_live, 0u);
+}
+
+// NERVE_OPENCL_STAGING=always sends host copies through pinned staging buffers piece by piece (the path
+// of discrete GPUs), which PoCL would otherwise skip; data larger than one staging buffer takes several.
+TEST_F(OpenclTest, StagedCopiesMoveDataPieceByPiece) {
+  ::setenv("NERVE_OPENCL_STAGING", "always", 1);
+  Context& ctx = open(opencl_settings(2));
+  ::unsetenv("NERVE_OPENCL_STAGING");
+  const Kernel scale = make_scale();
+  constexpr std::size_t n = (std::size_t{9} << 20) / sizeof(float) + 123;  // 9 MiB and a bit
+  std::vector<float> initial(n);
+  for (std::size_t i = 0; i < n; ++i) initial[i] = static_cast<float>(i % 1000);
+  Buffer<float> x(ctx, initial);
+  ctx.submit(TaskOptions{.device = 1}, scale, read_write(x), value(2.0f)).wait();
+  const auto result = x.to_vector();
+  for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(result[i], 2.0f * initial[i]) << i;
+  EXPECT_GE(counters_of(ctx, 1).staged_copies, 2u) << "in and out through staging";
+}
+
+TEST_F(OpenclTest, SlicesAndValuesReachTheKernel) {
+  Context& ctx = open(opencl_settings(2));
+  const Kernel scale = make_scale();
+  constexpr std::size_t n = 4096;  // slices of 1024 floats = 4 KiB: aligned on every device
+  Buffer<float> x(ctx, std::vector<float>(n, 1.0f));
+  for (std::size_t part = 0; part < 4; ++part) {
+    ctx.spawn(TaskOptions{.device = 1}, scale, read_write(x.slice(part * 1024, 1024)),
+              value(static_cast<float>(part + 2)));
+  }
+  ctx.wait_all();
+  const auto result = x.to_vector();
+  for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(result[i], static_cast<float>(i / 1024 + 2)) << i;
+}
+
+TEST_F(OpenclTest, StreamCountSpreadsLaunchesOverThatManyQueues) {
+  for (const unsigned streams : {1u, 3u}) {
+    Settings settings = opencl_settings(2);
+    settings.set("gpu.stream_count", std::to_string(streams));
+    run_in(settings, [&](Context& ctx) {
+      const Kernel scale = make_scale();
+      Buffer<float> x(ctx, std::vector<float>(8 * 1024, 1.0f));
+      for (std::size_t part = 0; part < 8; ++part)
+        ctx.spawn(TaskOptions{.device = 1}, scale, read_write(x.slice(part * 1024, 1024)), value(2.0f));
+      ctx.wait_all();
+      const detail::DeviceCounters counters = counters_of(ctx, 1);
+      ASSERT_EQ(counters.launches_per_queue.size(), streams);
+      EXPECT_EQ(ctx.impl()->devices[0]->capabilities().queues, streams);
+      for (const std::uint64_t launches : counters.launches_per_queue) EXPECT_GT(launches, 0u) << streams;
+      EXPECT_EQ(counters.launches, 8u);
+      const auto result = x.to_vector();
+      EXPECT_EQ(result, std::vector<float>(8 * 1024, 2.0f));
+    });
+  }
+}
+
+TEST_F(OpenclTest, MaxPendingTransfersBoundsCopiesInFlight) {
+  for (const unsigned bound : {1u, 64u}) {
+    Settings settings = opencl_settings(2);
+    settings.set("gpu.max_pending_transfers", std::to_string(bound));
+    run_in(settings, [&](Context& ctx) {
+      const Kernel scale = make_scale();
+      constexpr std::size_t parts = 32, part_floats = 64 * 1024;
+      Buffer<float> x(ctx, std::vector<float>(parts * part_floats, 1.0f));
+      for (std::size_t part = 0; part < parts; ++part)
+        ctx.spawn(TaskOptions{.device = 1}, scale, read_write(x.slice(part * part_floats, part_floats)),
+                  value(3.0f));
+      ctx.wait_all();
+      EXPECT_EQ(x.to_vector(), std::vector<float>(parts * part_floats, 3.0f));
+      const detail::DeviceCounters counters = counters_of(ctx, 1);
+      EXPECT_LE(counters.peak_copies_in_flight, bound);
+      if (bound == 1)
+        EXPECT_GT(counters.copies_deferred, 0u) << "32 copies at once cannot all pass a gate of 1";
+      if (bound == 64) EXPECT_EQ(counters.copies_deferred, 0u);
+    });
+  }
+}
+
+TEST_F(OpenclTest, ProgramsAreCachedInMemoryAndOnDisk) {
+  auto& counters = detail::opencl::program_cache_counters();
+  const Kernel add = make_add();
+  const auto run_once = [&] {
+    run_in(opencl_settings(1), [&](Context& ctx) {
+      Buffer<float> x(ctx, std::vector<float>(256, 1.0f)), y(ctx, std::vector<float>(256, 2.0f)), z(ctx, 256);
+      for (int i = 0; i < 3; ++i) ctx.spawn(add, read(x), read(y), write(z));
+      ctx.wait_all();
+      EXPECT_EQ(z.to_vector(), std::vector<float>(256, 3.0f));
+    });
+  };
+  const std::uint64_t builds = counters.builds.load(), loads = counters.binary_loads.load();
+  run_once();
+  EXPECT_EQ(counters.builds.load(), builds + 1) << "built once for three tasks";
+  EXPECT_EQ(counters.binary_loads.load(), loads);
+  ASSERT_TRUE(std::filesystem::exists(cache / "opencl"));
+  EXPECT_FALSE(std::filesystem::is_empty(cache / "opencl"));
+  run_once();  // a new context: the device's in-memory cache is gone, the disk one serves it
+  EXPECT_EQ(counters.builds.load(), builds + 1) << "the second context loads the binary";
+  EXPECT_EQ(counters.binary_loads.load(), loads + 1);
+  Kernel add_with_options("add_with_options");
+  opencl::attach(add_with_options, add_source, "add", opencl::Options{.build_options = "-DUNUSED=1"});
+  run_in(opencl_settings(1), [&](Context& ctx) {
+    Buffer<float> x(ctx, 64), y(ctx, 64), z(ctx, 64);
+    ctx.submit(add_with_options, read(x), read(y), write(z)).wait();
+  });
+  EXPECT_EQ(counters.builds.load(), builds + 2) << "other build options are another program";
+  // A damaged cache file is detected (its key material does not match) and the program rebuilt.
+  for (const auto& entry : std::filesystem::directory_iterator(cache / "opencl")) {
+    std::ofstream(entry.path(), std::ios::binary | std::ios::trunc) << "not a program binary";
+  }
+  run_once();
+  EXPECT_EQ(counters.builds.load(), builds + 3) << "the damaged entry is rebuilt, not trusted";
+  EXPECT_EQ(counters.binary_loads.load(), loads + 1);
+}
+
+TEST_F(OpenclTest, BuildErrorFailsTheTaskWithTheCompilerLogAndCancelsDependents) {
+  Context& ctx = open(opencl_settings(2));
+  Kernel broken("broken");
+  opencl::attach(broken, "__kernel void broken(__global float* x) { x[0] = undeclared_name; }", "broken");
+  Buffer<float> x(ctx, 16);
+  Task failed = ctx.submit(broken, write(x));
+  Task dependent = ctx.submit([](std::span<const float>) {}, read(x));
+  try {
+    failed.wait();
+    FAIL() << "the program does not build";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::task_failed);
+    const std::string message = error.what();
+    EXPECT_NE(message.find("broken"), std::string::npos) << message;
+    EXPECT_NE(message.find("undeclared_name"), std::string::npos) << "the compiler log: " << message;
+  }
+  EXPECT_THROW(dependent.wait(), TaskCancelled);
+  // The failure is remembered: a second task fails at once with the same log, no rebuild.
+  const auto builds = detail::opencl::program_cache_counters().builds.load();
+  EXPECT_THROW(ctx.submit(broken, write(x)).wait(), Error);
+  EXPECT_EQ(detail::opencl::program_cache_counters().builds.load(), builds);
+}
+
+TEST_F(OpenclTest, LaunchErrorsFailTheTask) {
+  Context& ctx = open(opencl_settings(2));
+  Kernel missing_entry("missing_entry");
+  opencl::attach(missing_entry, add_source, "no_such_kernel");
+  Kernel wrong_arity("wrong_arity");
+  opencl::attach(wrong_arity, add_source, "scale");  // scale takes a buffer and a float
+  // Each case on a buffer of its own: a failed writer's readers are cancelled (tested elsewhere).
+  Buffer<float> x(ctx, 1024), y(ctx, 1024), z(ctx, 1024), w(ctx, 1024);
+  try {
+    ctx.submit(missing_entry, write(x)).wait();
+    FAIL();
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("no_such_kernel"), std::string::npos) << error.what();
+  }
+  try {
+    ctx.submit(wrong_arity, read_write(y)).wait();
+    FAIL();
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("wrong_arity"), std::string::npos) << error.what();
+  }
+  try {
+    ctx.submit(TaskOptions{.device = 1}, make_scale(), read_write(z.slice(3, 100)), value(1.0f)).wait();
+    FAIL() << "a sub-buffer at byte 12 is not aligned";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("align"), std::string::npos) << error.what();
+  }
+  // The device still works afterwards.
+  ctx.submit(TaskOptions{.device = 1}, make_scale(), read_write(w), value(2.0f)).wait();
+}
+
+TEST_F(OpenclTest, GpuDevicesNoneLeavesOnlyTheCpuAndOpenclOnlyKernelsAreRefused) {
+  Context& ctx = open(opencl_settings(2, "none"));
+  EXPECT_EQ(ctx.devices().size(), 1u);
+  Buffer<float> x(ctx, 16), y(ctx, 16), z(ctx, 16);
+  try {
+    ctx.spawn(make_add(), read(x), read(y), write(z));
+    FAIL();
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::invalid_argument);
+  }
+}
+
+}  // namespace
+}  // namespace nerve::testing

@@ -1,0 +1,120 @@
+// Backend plugins end to end: a plugin built in tests/backend/plugins is found on NERVE_PLUGIN_PATH,
+// its devices are selected by gpu.devices and run kernel tasks; a plugin of another ABI version and
+// a library without the entry symbol make context creation fail with a message naming the file.
+#include <cstdlib>
+#include <string>
+
+#include "opencl_support.hpp"
+
+namespace nerve::testing {
+namespace {
+
+Kernel make_increment() {
+  Kernel increment("increment");
+  increment.cpu([](const KernelArgs& args) {
+    for (int& each : args.span<int>(0)) each += args.value<int>(0);
+  });
+  return increment;
+}
+
+// A context with NERVE_PLUGIN_PATH = `directory` while it is created.
+std::unique_ptr<Context> context_with_plugins(const char* directory, const std::string& devices) {
+  ::setenv("NERVE_PLUGIN_PATH", directory, 1);
+  Settings settings = make_settings(2);
+  settings.set("gpu.devices", devices);
+  try {
+    auto context = std::make_unique<Context>(settings);
+    ::unsetenv("NERVE_PLUGIN_PATH");
+    return context;
+  } catch (...) {
+    ::unsetenv("NERVE_PLUGIN_PATH");
+    throw;
+  }
+}
+
+std::string creation_error(const char* directory) {
+  try {
+    (void)context_with_plugins(directory, "all");
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::invalid_config);
+    return error.what();
+  }
+  ADD_FAILURE() << "creating the context should fail";
+  return {};
+}
+
+TEST(BackendPlugin, DevicesOfAPluginRunKernelTasks) {
+  auto context = context_with_plugins(NERVE_TEST_PLUGIN_DIR, "sim");
+  const auto devices = context->devices();
+  ASSERT_EQ(devices.size(), 3u) << "the CPU workers and the plugin's two devices";
+  for (int i = 1; i <= 2; ++i) {
+    EXPECT_EQ(devices[static_cast<std::size_t>(i)].backend, "sim");
+    EXPECT_EQ(devices[static_cast<std::size_t>(i)].name, "sim" + std::to_string(i - 1));
+    EXPECT_EQ(devices[static_cast<std::size_t>(i)].memory_node, i);
+  }
+  {
+    const Kernel increment = make_increment();
+    Buffer<int> data(*context, std::vector<int>(4096, 0));
+    // Every chunk visits the CPU workers and both plugin devices, in order: the data moves each time.
+    for (int round = 0; round < 3; ++round) {
+      for (std::size_t chunk = 0; chunk < 4; ++chunk) {
+        for (int device = 0; device < 3; ++device)
+          context->spawn(TaskOptions{.device = device}, increment, read_write(data.slice(chunk * 1024, 1024)),
+                         value(1));
+      }
+    }
+    context->wait_all();
+    EXPECT_EQ(data.to_vector(), std::vector<int>(4096, 9));
+    EXPECT_GT(context->stats().bytes_transferred, 0u);
+  }
+  context->wait_all();
+  expect_no_leaks(*context);
+}
+
+TEST(BackendPlugin, GpuDevicesSelectsAmongPluginDevicesByIndexAndName) {
+  // Built-in OpenCL devices (if any) come first: sim0 and sim1 are the last two.
+  const std::size_t first = opencl_device_count();
+  auto by_index = context_with_plugins(NERVE_TEST_PLUGIN_DIR, std::to_string(first + 1));
+  ASSERT_EQ(by_index->devices().size(), 2u);
+  EXPECT_EQ(by_index->devices()[1].name, "sim1");
+  auto by_name = context_with_plugins(NERVE_TEST_PLUGIN_DIR, "SIM0");
+  ASSERT_EQ(by_name->devices().size(), 2u);
+  EXPECT_EQ(by_name->devices()[1].name, "sim0");
+  auto none = context_with_plugins(NERVE_TEST_PLUGIN_DIR, "none");
+  EXPECT_EQ(none->devices().size(), 1u);
+  try {
+    (void)context_with_plugins(NERVE_TEST_PLUGIN_DIR, "tpu");
+    FAIL() << "no device is called tpu";
+  } catch (const ConfigError& error) {
+    EXPECT_EQ(error.key(), "gpu.devices");
+    EXPECT_NE(std::string(error.what()).find("sim0"), std::string::npos)
+        << "lists what exists: " << error.what();
+  }
+}
+
+TEST(BackendPlugin, AnotherAbiVersionIsRefusedWithAClearError) {
+  const std::string message = creation_error(NERVE_TEST_PLUGIN_OLD_ABI_DIR);
+  EXPECT_NE(message.find("libnerve-backend-oldabi.so"), std::string::npos) << message;
+  EXPECT_NE(message.find("ABI version 999"), std::string::npos) << message;
+  EXPECT_NE(message.find("rebuild the plugin"), std::string::npos) << message;
+}
+
+TEST(BackendPlugin, ALibraryWithoutTheEntrySymbolIsRefused) {
+  const std::string message = creation_error(NERVE_TEST_PLUGIN_NO_SYMBOL_DIR);
+  EXPECT_NE(message.find("libnerve-backend-nosymbol.so"), std::string::npos) << message;
+  EXPECT_NE(message.find("no entry symbol 'nerve_backend_entry'"), std::string::npos) << message;
+}
+
+TEST(BackendPlugin, AFileThatIsNoLibraryIsRefusedWithTheLoadersMessage) {
+  const std::string message = creation_error(NERVE_TEST_PLUGIN_BROKEN_DIR);
+  EXPECT_NE(message.find("libnerve-backend-broken.so"), std::string::npos) << message;
+  EXPECT_NE(message.find("dlopen failed"), std::string::npos) << message;
+}
+
+TEST(BackendPlugin, MissingDirectoriesOnThePathAreSkipped) {
+  auto context = context_with_plugins("/nonexistent/nerve/plugins::" NERVE_TEST_PLUGIN_DIR, "sim");
+  EXPECT_EQ(context->devices().size(), 3u);
+}
+
+}  // namespace
+}  // namespace nerve::testing

@@ -1,0 +1,138 @@
+// sim_plugin.cpp — a backend plugin for tests: simulated devices with separate (host) memory, an
+// asynchronous copy-and-run thread each, running Kernels' CPU bodies. Built three times:
+//   libnerve-backend-sim.so       the working plugin (two devices, "sim0" and "sim1")
+//   libnerve-backend-oldabi.so    NERVE_SIM_ABI_VERSION set to another ABI version
+//   libnerve-backend-nosymbol.so  NERVE_SIM_NO_ENTRY: no nerve_backend_entry symbol
+// It uses nothing of libnerve but the plugin ABI's headers (backend_plugin.hpp).
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <new>
+#include <thread>
+
+#include "nerve/backend_plugin.hpp"
+
+namespace {
+
+// SimDevice: everything runs in order on one thread, like one stream of a GPU.
+class SimDevice final : public nerve::plugin::Device {
+ public:
+  SimDevice() : thread_([this] { run(); }) {}
+  ~SimDevice() override { drain(); }
+
+  void* allocate(std::size_t bytes) override { return std::malloc(bytes); }
+  void deallocate(void* data, std::size_t /*bytes*/) noexcept override { std::free(data); }
+
+  void copy_to_device(const void* host, void* device, std::size_t bytes,
+                      nerve::plugin::Completion& done) override {
+    post([=, &done] {
+      std::memcpy(device, host, bytes);
+      done.done(true, nullptr);
+    });
+  }
+  void copy_to_host(const void* device, void* host, std::size_t bytes,
+                    nerve::plugin::Completion& done) override {
+    post([=, &done] {
+      std::memcpy(host, device, bytes);
+      done.done(true, nullptr);
+    });
+  }
+  void copy_to_host_sync(const void* device, void* host, std::size_t bytes) override {
+    std::memcpy(host, device, bytes);
+  }
+  void copy_to_device_sync(const void* host, void* device, std::size_t bytes) override {
+    std::memcpy(device, host, bytes);
+  }
+  void launch(const nerve::plugin::Launch& launch, nerve::plugin::Completion& done) override {
+    if (!launch.has_cpu_body) {
+      done.done(false, "the sim device runs CPU bodies only");
+      return;
+    }
+    const nerve::plugin::Launch copy = launch;
+    post([copy, &done] {
+      try {
+        copy.run_cpu(copy.kernel, *copy.call);
+      } catch (const std::exception& error) {
+        done.done(false, error.what());
+        return;
+      }
+      done.done(true, nullptr);
+    });
+  }
+  void drain() noexcept override {
+    {
+      std::lock_guard lock(mutex_);
+      if (stopping_) return;
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  void post(std::function<void()> work) {
+    {
+      std::lock_guard lock(mutex_);
+      work_.push_back(std::move(work));
+    }
+    wake_.notify_one();
+  }
+  void run() {
+    std::unique_lock lock(mutex_);
+    while (true) {
+      wake_.wait(lock, [&] { return stopping_ || !work_.empty(); });
+      if (work_.empty()) return;  // stopping, and everything done
+      auto work = std::move(work_.front());
+      work_.pop_front();
+      lock.unlock();
+      work();
+      lock.lock();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::function<void()>> work_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+class SimBackend final : public nerve::plugin::Backend {
+ public:
+  std::size_t device_count() override { return 2; }
+  nerve::plugin::DeviceDescription describe(std::size_t index) override {
+    nerve::plugin::DeviceDescription description;
+    description.name = "sim" + std::to_string(index);
+    description.kind = nerve::DeviceKind::test;
+    description.runs_cpu_kernels = true;
+    description.host_addressable = true;
+    description.memory_bytes = std::size_t{64} << 20;
+    description.compute_units = 1;
+    return description;
+  }
+  std::unique_ptr<nerve::plugin::Device> open(std::size_t /*index*/,
+                                              const nerve::plugin::OpenOptions& /*options*/) override {
+    return std::make_unique<SimDevice>();
+  }
+};
+
+#ifndef NERVE_SIM_ABI_VERSION
+#define NERVE_SIM_ABI_VERSION nerve::plugin::abi_version
+#endif
+
+nerve::plugin::Backend* create() { return new SimBackend(); }  // lives until exit (the ABI's rule)
+
+}  // namespace
+
+#ifndef NERVE_SIM_NO_ENTRY
+extern "C" __attribute__((visibility("default"))) const nerve::plugin::Entry* nerve_backend_entry() {
+  static const nerve::plugin::Entry entry{NERVE_SIM_ABI_VERSION, "sim", &create};
+  return &entry;
+}
+#else
+extern "C" __attribute__((visibility("default"))) int nerve_backend_something_else() { return 0; }
+#endif
