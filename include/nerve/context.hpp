@@ -158,6 +158,9 @@ class TaskGroup {
   // cancel() cancels the group's tasks that have not started yet (TaskCancelled without a cause).
   void cancel() noexcept { state_.cancel_requested.store(true, std::memory_order_release); }
 
+  detail::ContextImpl* impl() const noexcept { return context_; }
+  detail::GroupState* state() noexcept { return &state_; }
+
  private:
   detail::ContextImpl* context_;
   detail::GroupState state_;

@@ -11,6 +11,7 @@
 #include "nerve/buffer.hpp"
 #include "nerve/config.hpp"
 #include "nerve/context.hpp"
+#include "nerve/coroutine.hpp"
 #include "nerve/device.hpp"
 #include "nerve/error.hpp"
 #include "nerve/kernel.hpp"

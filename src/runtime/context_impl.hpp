@@ -83,7 +83,7 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   void copy_accesses(TaskRecord* task, const AccessSpec* accesses, std::size_t count, bool validate = true);
   // register_dependencies() infers `task`'s predecessors from its accesses and adds the edges.
   void register_dependencies(TaskRecord* task, ThreadState& thread, TaskRecord* const* after,
-                             std::size_t after_count);
+                             std::size_t after_count, bool after_consumes = true);
   int preferred_numa_node(const TaskRecord* task) const noexcept;
 
   // TaskExecutor
@@ -117,6 +117,10 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   void check_placeable(const TaskRecord& task) const;
   void grant_mapping(TaskRecord* task, ThreadState& thread);
   void destroy_closure(TaskRecord* task) noexcept;
+
+  // --- coroutines (coroutines.cpp)
+  // resume_group_continuation() resumes a coroutine that awaited a group that just emptied.
+  void resume_group_continuation(void* coroutine) noexcept;
 
   // --- waiting (waiting.cpp)
   std::int64_t in_flight() const noexcept;

@@ -121,7 +121,7 @@ void ContextImpl::copy_accesses(TaskRecord* task, const AccessSpec* accesses, st
 // same buffers are ordered the same way on all of them (no dependency cycles), then registers each
 // access and adds an edge from each predecessor (deduplicated).
 void ContextImpl::register_dependencies(TaskRecord* task, ThreadState& thread, TaskRecord* const* after,
-                                        std::size_t after_count) {
+                                        std::size_t after_count, bool after_consumes) {
   auto& seen = thread.scratch_predecessors;
   seen.clear();
   auto on_predecessor = [&](Predecessor predecessor) {
@@ -151,7 +151,7 @@ void ContextImpl::register_dependencies(TaskRecord* task, ThreadState& thread, T
     }
     for (BufferState* buffer : buffers) buffer->tracker.lock().unlock();
   }
-  for (std::size_t i = 0; i < after_count; ++i) on_predecessor(Predecessor{after[i], true});
+  for (std::size_t i = 0; i < after_count; ++i) on_predecessor(Predecessor{after[i], after_consumes});
 }
 
 TaskRecord* ContextImpl::commit_task(TaskDraft draft, const SubmitInfo& info) {
@@ -222,7 +222,7 @@ TaskRecord* ContextImpl::commit_task(TaskDraft draft, const SubmitInfo& info) {
   if (info.group != nullptr) info.group->pending.fetch_add(1, std::memory_order_relaxed);
   thread.count_submitted();
   if (task->access_count != 0 || info.after_count != 0) {
-    register_dependencies(task, thread, info.after, info.after_count);
+    register_dependencies(task, thread, info.after, info.after_count, info.after_consumes);
   }
   if (task->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) make_ready(task, thread, true);
   throttle_submission(thread);
@@ -374,8 +374,13 @@ void ContextImpl::finish(TaskRecord* task, ThreadState& thread, std::uint32_t ou
   if (task->pool != nullptr && task->kind == TaskKind::function) task->pool->member_finished(task, thread);
   if (GroupState* group = task->group) {
     const std::int64_t before = group->pending.fetch_sub(1, std::memory_order_acq_rel);
-    if ((before & GroupState::count_mask) == 1 && before >= GroupState::parked_one)
-      scheduler.waiters().wake(group);
+    if ((before & GroupState::count_mask) == 1 && before >= GroupState::parked_one) {
+      void* coroutine = (before & GroupState::coroutine_parked) != 0
+                            ? group->continuation.exchange(nullptr, std::memory_order_acq_rel)
+                            : nullptr;
+      scheduler.waiters().wake(group);  // by address only: the group may be gone already
+      if (coroutine != nullptr) resume_group_continuation(coroutine);
+    }
   }
   if (counted) thread.count_completed();
   // Idle workers wake wait_all() callers; a completion on a device or copy-engine thread (no worker

@@ -60,14 +60,20 @@ struct ClosureOps {
 // Completion counting for a TaskGroup / TaskPool, embedded in the user-visible object so that
 // creating a group allocates nothing.
 struct GroupState {
-  // Bits 0..39: tasks submitted to the group and not finished; bits 40..: threads parked in wait()
-  // (a completer that brings the count to zero wakes them through the waiter registry).
+  // Bits 0..39: tasks submitted to the group and not finished; bits 40..61: threads parked in wait()
+  // (a completer that brings the count to zero wakes them through the waiter registry); bit 62: a
+  // coroutine awaits the group (the completer resumes `continuation`). Only that bit entitles the
+  // completer to touch the group after its decrement: a parked thread may return and destroy it.
   static constexpr std::int64_t count_mask = (std::int64_t{1} << 40) - 1;
   static constexpr std::int64_t parked_one = std::int64_t{1} << 40;
+  static constexpr std::int64_t coroutine_parked = std::int64_t{1} << 62;
   std::atomic<std::int64_t> pending{0};
   std::atomic<bool> has_error{false};
   std::atomic<bool> cancel_requested{false};
   std::exception_ptr first_error;  // written once, by the thread that sets has_error
+  // A coroutine suspended in `co_await group` (its handle's address), resumed as a new task by the
+  // completer that brings the count to zero (see coroutine.hpp). At most one at a time.
+  std::atomic<void*> continuation{nullptr};
 };
 
 struct TaskDraft {
@@ -88,6 +94,9 @@ struct SubmitInfo {
   PoolState* pool;         // add to this (unlaunched) task pool instead of scheduling
   bool compute_intensive;  // TaskOptions::compute_intensive
   int device = -1;         // TaskOptions::device
+  // false: the `after` edges only order (a failed predecessor does not cancel this task); a
+  // coroutine's continuation uses it to resume and observe the failure itself.
+  bool after_consumes = true;
 };
 
 // Task submission: begin_task() reserves a record with closure storage, the template constructs the
@@ -96,6 +105,23 @@ struct SubmitInfo {
 NERVE_API TaskDraft begin_task(ContextImpl* context, std::size_t closure_size, std::size_t closure_align);
 NERVE_API void abandon_task(ContextImpl* context, TaskDraft draft) noexcept;
 NERVE_API TaskRecord* commit_task(ContextImpl* context, TaskDraft draft, const SubmitInfo& info);
+
+// Coroutine tasks (coroutine.hpp, src/runtime/coroutines.cpp).
+// coroutine_task_create() makes the record a launched coroutine's Task stands for: it counts as a
+// submitted task (of `group`, if any) from now until coroutine_task_finish(), which fails it with
+// `error` (or succeeds it when null) and releases the runtime's reference. The caller owns the
+// other reference (the Task handle).
+NERVE_API TaskRecord* coroutine_task_create(ContextImpl* context, const char* name, GroupState* group);
+NERVE_API void coroutine_task_finish(TaskRecord* record, std::exception_ptr error) noexcept;
+// resume_coroutine() resumes the coroutine whose handle address is `coroutine` as a new task, once
+// `after` (if not null) has finished, whatever its outcome.
+NERVE_API void resume_coroutine(ContextImpl* context, void* coroutine, TaskRecord* after);
+// group_suspend() parks the coroutine in `group`: true when it will be resumed once the group is
+// empty, false when the group already is (resume now). Error(invalid_argument) if another coroutine
+// already waits for the group. group_resumed() is called by the coroutine once resumed.
+NERVE_API bool group_suspend(GroupState* group, void* coroutine);
+NERVE_API void group_resumed(GroupState* group) noexcept;
+NERVE_API ContextImpl* task_context(const TaskRecord* record) noexcept;
 
 // Kernel calls: the accesses and values of one call of `kernel` (see kernel.hpp).
 struct KernelValue;

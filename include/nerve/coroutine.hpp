@@ -1,0 +1,199 @@
+// coroutine.hpp — C++20 coroutines as nerve tasks.
+//
+//   nerve::CoTask<> stream(nerve::Context& ctx, nerve::Buffer<float>& data, std::size_t chunk) {
+//     for (std::size_t at = 0; at < data.size(); at += chunk) {
+//       auto part = data.slice(at, std::min(chunk, data.size() - at));
+//       co_await ctx.submit(scale, nerve::read_write(part));  // suspends: no worker is held
+//       co_await ctx.submit(sum, nerve::read(part), nerve::read_write(total));
+//     }
+//   }
+//   nerve::Task task = nerve::launch(ctx, stream(ctx, data, 1 << 20));
+//   task.wait();  // or ctx.wait_all(), or co_await task from another coroutine
+//
+// A launched coroutine runs as tasks on the workers: from its start to its first suspension is one
+// task, and each resumption is another, scheduled like any task when what it awaits is done. While
+// suspended it holds no worker and no thread, so any number of coroutines may wait at once. Its
+// Task (from launch()) finishes when the coroutine returns, or fails with the exception that
+// escaped it — exactly as a task body that throws: Task::wait() rethrows it, and wait_all() reports
+// it when nobody else did.
+//
+// What a coroutine can co_await:
+//   Task             resumes once the task has finished, whatever its outcome; then rethrows its
+//                    failure (or TaskCancelled). A task's data is valid where it ran when it has
+//                    finished, so awaiting a task placed on a device awaits that device's data and
+//                    transfers; awaiting a read-only task on a device brings data there (prefetch).
+//   TaskGroup&       resumes once every task of the group has finished; rethrows the first failure
+//                    (as TaskGroup::wait()). One coroutine at a time may await a given group.
+//   CoTask<T>        runs the child coroutine at once on the same thread and gives its co_return
+//                    value (or rethrows what escaped it); the child's own suspensions suspend both.
+//
+// Lifetime: as with any coroutine, arguments taken by reference must outlive it; the context must
+// outlive every coroutine launched in it (~Context waits for their Tasks like any others).
+#pragma once
+
+#include <coroutine>
+#include <exception>
+#include <optional>
+#include <type_traits>
+#include <utility>
+
+#include "nerve/context.hpp"
+#include "nerve/task.hpp"
+
+namespace nerve {
+
+template <class T = void>
+class CoTask;
+
+namespace detail {
+
+struct CoPromiseBase {
+  std::coroutine_handle<> continuation;  // the coroutine awaiting this one, if any
+  TaskRecord* launched = nullptr;        // the Task record, when started by launch()
+  std::exception_ptr error;
+
+  std::suspend_always initial_suspend() noexcept { return {}; }
+
+  struct FinalAwaiter {
+    bool await_ready() noexcept { return false; }
+    template <class P>
+    std::coroutine_handle<> await_suspend(std::coroutine_handle<P> handle) noexcept {
+      CoPromiseBase& promise = handle.promise();
+      if (promise.continuation) return promise.continuation;  // back to the awaiting parent
+      if (TaskRecord* record = promise.launched) {
+        std::exception_ptr error = std::move(promise.error);
+        handle.destroy();  // before the Task finishes: a waiter may free what the frame refers to
+        coroutine_task_finish(record, std::move(error));
+      }
+      return std::noop_coroutine();
+    }
+    void await_resume() noexcept {}
+  };
+  FinalAwaiter final_suspend() noexcept { return {}; }
+  void unhandled_exception() noexcept { error = std::current_exception(); }
+};
+
+template <class T>
+struct CoPromise : CoPromiseBase {
+  std::optional<T> value;
+  CoTask<T> get_return_object() noexcept;
+  template <class U>
+  requires std::is_convertible_v<U&&, T>
+  void return_value(U&& result) { value.emplace(std::forward<U>(result)); }
+  T take() {
+    if (error) std::rethrow_exception(error);
+    return std::move(*value);
+  }
+};
+
+template <>
+struct CoPromise<void> : CoPromiseBase {
+  CoTask<void> get_return_object() noexcept;
+  void return_void() noexcept {}
+  void take() {
+    if (error) std::rethrow_exception(error);
+  }
+};
+
+struct TaskAwaiter {
+  Task task;
+  bool await_ready() const { return task.done(); }
+  void await_suspend(std::coroutine_handle<> coroutine) {
+    resume_coroutine(task_context(task.record()), coroutine.address(), task.record());
+  }
+  void await_resume() const { task.wait(); }  // done: rethrows its failure, or TaskCancelled
+};
+
+struct GroupAwaiter {
+  TaskGroup& group;
+  bool parked = false;
+  bool await_ready() noexcept {
+    return (group.state()->pending.load(std::memory_order_acquire) & GroupState::count_mask) == 0;
+  }
+  bool await_suspend(std::coroutine_handle<> coroutine) {
+    parked = true;  // set first: once parked, the coroutine may resume on another thread at once
+    if (group_suspend(group.state(), coroutine.address())) return true;
+    parked = false;
+    return false;
+  }
+  void await_resume() {
+    if (parked) group_resumed(group.state());
+    group.wait();  // empty now: rethrows the first failure, if any
+  }
+};
+
+}  // namespace detail
+
+// CoTask<T>: a coroutine that nerve runs as tasks. It starts when launched (launch()) or awaited
+// by another coroutine; destroying a CoTask that never started destroys the coroutine unrun.
+template <class T>
+class [[nodiscard]] CoTask {
+ public:
+  using promise_type = detail::CoPromise<T>;
+
+  CoTask(CoTask&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
+  CoTask& operator=(CoTask other) noexcept {
+    std::swap(handle_, other.handle_);
+    return *this;
+  }
+  ~CoTask() {
+    if (handle_) handle_.destroy();
+  }
+
+  // Awaiting a CoTask runs it on the awaiting coroutine's thread (symmetric transfer).
+  bool await_ready() const noexcept { return false; }
+  std::coroutine_handle<> await_suspend(std::coroutine_handle<> parent) noexcept {
+    handle_.promise().continuation = parent;
+    return handle_;
+  }
+  T await_resume() { return handle_.promise().take(); }
+
+  // release() gives up ownership of the coroutine (launch() uses it).
+  std::coroutine_handle<promise_type> release() noexcept { return std::exchange(handle_, nullptr); }
+
+ private:
+  friend struct detail::CoPromise<T>;
+  explicit CoTask(std::coroutine_handle<promise_type> handle) noexcept : handle_(handle) {}
+  std::coroutine_handle<promise_type> handle_;
+};
+
+namespace detail {
+
+template <class T>
+CoTask<T> CoPromise<T>::get_return_object() noexcept {
+  return CoTask<T>(std::coroutine_handle<CoPromise<T>>::from_promise(*this));
+}
+inline CoTask<void> CoPromise<void>::get_return_object() noexcept {
+  return CoTask<void>(std::coroutine_handle<CoPromise<void>>::from_promise(*this));
+}
+
+inline Task launch_in(ContextImpl* context, GroupState* group, CoTask<> coroutine, const char* name) {
+  TaskRecord* record = coroutine_task_create(context, name, group);
+  auto handle = coroutine.release();
+  handle.promise().launched = record;
+  try {
+    resume_coroutine(context, handle.address(), nullptr);
+  } catch (...) {
+    handle.destroy();
+    coroutine_task_finish(record, std::current_exception());
+    release_handle(record);
+    throw;
+  }
+  return Task::adopt(record);
+}
+
+}  // namespace detail
+
+// launch() starts `coroutine` as a task of `context` (or of `group`: group.wait() then waits for it
+// too) and returns its Task. `name` (a string literal) names it in errors and traces.
+inline Task launch(Context& context, CoTask<> coroutine, const char* name = nullptr) {
+  return detail::launch_in(context.impl(), nullptr, std::move(coroutine), name);
+}
+inline Task launch(TaskGroup& group, CoTask<> coroutine, const char* name = nullptr) {
+  return detail::launch_in(group.impl(), group.state(), std::move(coroutine), name);
+}
+
+// co_await on nerve::Task and nerve::TaskGroup (found by argument-dependent lookup).
+inline detail::TaskAwaiter operator co_await(Task task) { return {std::move(task)}; }
+inline detail::GroupAwaiter operator co_await(TaskGroup& group) { return {group}; }
+}  // namespace nerve

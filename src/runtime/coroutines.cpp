@@ -1,0 +1,95 @@
+// coroutines.cpp — the runtime side of coroutine tasks (include/nerve/coroutine.hpp).
+//
+// A launched coroutine is not one task record that pauses: each stretch it runs between two
+// suspensions is an ordinary task (its continuation), so a suspended coroutine holds no worker and
+// no stack. What the program sees as the coroutine's Task is a separate record that is never
+// scheduled: it is counted as submitted when the coroutine is launched and finished when the
+// coroutine returns or throws, so wait_all(), groups and Task::wait() treat it like any task.
+#include <coroutine>
+#include <exception>
+
+#include "nerve/error.hpp"
+#include "nerve/task.hpp"
+
+#include "runtime/context_impl.hpp"
+#include "util/log.hpp"
+
+namespace nerve::detail {
+namespace {
+
+struct Resume {
+  void* coroutine;
+  void operator()() const { std::coroutine_handle<>::from_address(coroutine).resume(); }
+};
+
+}  // namespace
+
+TaskRecord* coroutine_task_create(ContextImpl* context, const char* name, GroupState* group) {
+  if (context->shut_down)
+    throw Error(ErrorCode::invalid_argument, "coroutine launched in a context being destroyed");
+  ThreadState& thread = context->current_thread();
+  TaskRecord* task = context->allocate_record(thread);
+  task->name = name != nullptr ? name : "coroutine";
+  task->group = group;
+  task->phase.store(status_running, std::memory_order_relaxed);
+  task->status.store(status_running, std::memory_order_relaxed);
+  task->refs.store(2, std::memory_order_relaxed);  // the runtime's (until finished) and the handle's
+  context->add_external_reference();               // the handle's, as for any Task
+  if (group != nullptr) group->pending.fetch_add(1, std::memory_order_relaxed);
+  thread.count_submitted();
+  return task;
+}
+
+void coroutine_task_finish(TaskRecord* record, std::exception_ptr error) noexcept {
+  ContextImpl& context = *record->context;
+  record->error = std::move(error);
+  context.finish(record, context.current_thread(),
+                 record->error != nullptr ? status_failed : status_succeeded);
+}
+
+void resume_coroutine(ContextImpl* context, void* coroutine, TaskRecord* after) {
+  TaskOptions options;
+  options.name = "coroutine";
+  TaskDraft draft = begin_task(context, sizeof(Closure<Resume>), alignof(Closure<Resume>));
+  ::new (draft.closure) Closure<Resume>{Resume{coroutine}};
+  SubmitInfo info{};
+  info.ops = &Closure<Resume>::ops;
+  info.name = "coroutine";
+  info.after = &after;
+  info.after_count = after != nullptr ? 1 : 0;
+  info.after_consumes = false;  // the coroutine resumes and sees the failure itself
+  commit_task(context, draft, info);
+}
+
+void ContextImpl::resume_group_continuation(void* coroutine) noexcept {
+  try {
+    resume_coroutine(this, coroutine, nullptr);
+  } catch (const std::exception& error) {
+    // No record for a continuation task (out of memory, context shutting down): resume here rather
+    // than lose the coroutine; it runs on this thread's stack before the finish completes.
+    log::warn("coroutine resumed inline: {}", error.what());
+    std::coroutine_handle<>::from_address(coroutine).resume();
+  }
+}
+
+bool group_suspend(GroupState* group, void* coroutine) {
+  void* expected = nullptr;
+  if (!group->continuation.compare_exchange_strong(expected, coroutine, std::memory_order_acq_rel)) {
+    throw Error(ErrorCode::invalid_argument, "co_await on a TaskGroup another coroutine already awaits");
+  }
+  const std::int64_t before =
+      group->pending.fetch_add(GroupState::coroutine_parked, std::memory_order_acq_rel);
+  if ((before & GroupState::count_mask) != 0) return true;  // the last task to finish resumes it
+  // Already empty: no completer will look. Take the continuation back unless one just did.
+  if (group->continuation.exchange(nullptr, std::memory_order_acq_rel) == nullptr) return true;
+  group->pending.fetch_sub(GroupState::coroutine_parked, std::memory_order_acq_rel);
+  return false;
+}
+
+void group_resumed(GroupState* group) noexcept {
+  group->pending.fetch_sub(GroupState::coroutine_parked, std::memory_order_acq_rel);
+}
+
+ContextImpl* task_context(const TaskRecord* record) noexcept { return record->context; }
+
+}  // namespace nerve::detail

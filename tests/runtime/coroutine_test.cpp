@@ -1,0 +1,213 @@
+// Coroutine tasks: awaiting tasks, groups and child coroutines; suspension without holding workers;
+// exceptions; many coroutines at once.
+#include "nerve/coroutine.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gmock/gmock.h>
+
+#include "runtime_test.hpp"
+
+namespace nerve::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using CoroutineTest = RuntimeTest;
+
+CoTask<int> add_later(Context& context, int a, int b) {
+  int result = 0;
+  co_await context.submit([&] { result = a + b; });
+  co_return result;
+}
+
+CoTask<> sum_chunks(Context& context, Buffer<int>& data, Buffer<long>& total, std::size_t chunk) {
+  for (std::size_t at = 0; at < data.size(); at += chunk) {
+    auto part = data.slice(at, std::min(chunk, data.size() - at));
+    co_await context.submit(
+        [](std::span<int> values) {
+          for (int& v : values) v *= 2;
+        },
+        read_write(part));
+    co_await context.submit(
+        [](std::span<const int> values, std::span<long> sum) {
+          for (int v : values) sum[0] += v;
+        },
+        read(part), read_write(total));
+  }
+  const int extra = co_await add_later(context, 1, 2);
+  co_await context.submit([extra](std::span<long> sum) { sum[0] += extra; }, read_write(total));
+}
+
+TEST_P(CoroutineTest, StreamsChunksThroughTasksInOrder) {
+  Buffer<int> data(*context, 1000);
+  {
+    auto values = data.map_write();
+    for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<int>(i);
+  }
+  Buffer<long> total(*context, 1);
+  total.map_write()[0] = 0;
+  Task task = launch(*context, sum_chunks(*context, data, total, 64));
+  task.wait();
+  EXPECT_EQ(task.status(), TaskStatus::succeeded);
+  EXPECT_EQ(total.map_read()[0], 2L * (999L * 1000L / 2) + 3);
+  EXPECT_EQ(data.map_read()[10], 20);
+}
+
+CoTask<> wait_for_gate(Task gate, std::atomic<int>& suspended, std::atomic<int>& resumed) {
+  suspended.fetch_add(1);
+  co_await gate;
+  resumed.fetch_add(1);
+}
+
+TEST_P(CoroutineTest, SuspendedCoroutinesHoldNoWorker) {
+  // Far more coroutines than workers suspend on one gate task, which cannot run before the
+  // application thread unmaps a buffer — and it does so only once every coroutine has suspended. If a
+  // suspended coroutine held a worker, the later ones could never start (with one worker: the
+  // second).
+  constexpr int coroutines = 200;
+  std::atomic<int> suspended{0};
+  std::atomic<int> resumed{0};
+  Buffer<int> lock(*context, 1);
+  auto mapped = lock.map_write();
+  Task gate = context->submit([](std::span<const int>) {}, read(lock));
+  std::vector<Task> tasks;
+  for (int i = 0; i < coroutines; ++i)
+    tasks.push_back(launch(*context, wait_for_gate(gate, suspended, resumed)));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (suspended.load() < coroutines && std::chrono::steady_clock::now() < deadline) {
+    (void)tasks.back().wait_for(std::chrono::milliseconds(1));  // lends this thread to the workers
+  }
+  EXPECT_EQ(suspended.load(), coroutines) << "not every coroutine could start and suspend";
+  EXPECT_EQ(resumed.load(), 0) << "a coroutine resumed before its gate finished";
+  mapped.unmap();
+  for (Task& task : tasks) task.wait();
+  EXPECT_EQ(resumed.load(), coroutines);
+}
+
+CoTask<> throws_after_a_task(Context& context) {
+  co_await context.submit([] {});
+  throw std::runtime_error("coroutine failed on purpose");
+}
+
+TEST_P(CoroutineTest, AnEscapingExceptionFailsItsTask) {
+  Task task = launch(*context, throws_after_a_task(*context));
+  try {
+    task.wait();
+    FAIL() << "no exception";
+  } catch (const std::runtime_error& error) {
+    EXPECT_THAT(error.what(), HasSubstr("on purpose"));
+  }
+  EXPECT_EQ(task.status(), TaskStatus::failed);
+  EXPECT_THROW(context->wait_all(), std::runtime_error) << "like a failed task, reported by wait_all() too";
+}
+
+CoTask<> catches_a_failed_task(Context& context, std::string& caught) {
+  try {
+    co_await context.submit([] { throw std::runtime_error("task failed on purpose"); });
+  } catch (const std::runtime_error& error) {
+    caught = error.what();
+  }
+  co_await context.submit([] {});  // still usable after catching
+}
+
+TEST_P(CoroutineTest, AwaitingAFailedTaskThrowsInTheCoroutine) {
+  std::string caught;
+  Task task = launch(*context, catches_a_failed_task(*context, caught));
+  task.wait();
+  EXPECT_EQ(caught, "task failed on purpose");
+  try {
+    context->wait_all();  // the failed task nobody waited for is still reported once
+  } catch (const std::runtime_error&) {
+  }
+}
+
+CoTask<int> child_throws() {
+  throw std::logic_error("child");
+  co_return 0;
+}
+
+CoTask<> parent_catches_child(int& result) {
+  try {
+    result = co_await child_throws();
+  } catch (const std::logic_error&) {
+    result = -1;
+  }
+}
+
+TEST_P(CoroutineTest, ChildCoroutineExceptionsReachTheParent) {
+  int result = 0;
+  launch(*context, parent_catches_child(result)).wait();
+  EXPECT_EQ(result, -1);
+}
+
+CoTask<> fan_out(Context& context, std::atomic<int>& count, bool fail) {
+  TaskGroup group(context);
+  for (int i = 0; i < 50; ++i) {
+    group.spawn([&count] {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+      count.fetch_add(1);
+    });
+  }
+  if (fail) group.spawn([] { throw std::runtime_error("one of the group failed"); });
+  co_await group;
+  EXPECT_EQ(count.load(), 50) << "resumed before the group finished";
+  co_await group;  // an empty group: no suspension
+}
+
+TEST_P(CoroutineTest, AwaitsAGroup) {
+  std::atomic<int> count{0};
+  launch(*context, fan_out(*context, count, false)).wait();
+  EXPECT_EQ(count.load(), 50);
+}
+
+TEST_P(CoroutineTest, AwaitingAGroupRethrowsItsFirstFailure) {
+  std::atomic<int> count{0};
+  Task task = launch(*context, fan_out(*context, count, true));
+  EXPECT_THROW(task.wait(), std::runtime_error);
+  EXPECT_THROW(context->wait_all(), std::runtime_error);
+}
+
+TEST_P(CoroutineTest, LaunchedInAGroupAndCountedByWaitAll) {
+  std::atomic<int> finished{0};
+  {
+    TaskGroup group(*context);
+    for (int i = 0; i < 20; ++i) {
+      launch(group, [](Context& ctx, std::atomic<int>& done) -> CoTask<> {
+        co_await ctx.submit([] { std::this_thread::sleep_for(std::chrono::microseconds(100)); });
+        done.fetch_add(1);
+      }(*context, finished));
+    }
+    group.wait();
+    EXPECT_EQ(finished.load(), 20);
+  }
+  for (int i = 0; i < 20; ++i) {
+    (void)launch(*context, [](Context& ctx, std::atomic<int>& done) -> CoTask<> {
+      co_await ctx.submit([] {});
+      done.fetch_add(1);
+    }(*context, finished));
+  }
+  context->wait_all();
+  EXPECT_EQ(finished.load(), 40);
+}
+
+TEST_P(CoroutineTest, UnlaunchedCoroutineNeverRuns) {
+  bool ran = false;
+  {
+    auto coroutine = [](bool& flag) -> CoTask<> {
+      flag = true;
+      co_return;
+    }(ran);
+  }
+  EXPECT_FALSE(ran);
+}
+
+INSTANTIATE_TEST_SUITE_P(Runtime, CoroutineTest, NERVE_RUNTIME_PARAMS, runtime_param_name);
+
+}  // namespace
+}  // namespace nerve::testing
