@@ -34,6 +34,8 @@ packages=(
   # JSON schema checks of stats, traces and reports
   python3
 )
+# Not installed, on purpose: chromium (~290 MB). The benchmark_chromium test loads openclaw-benchmark's
+# HTML report in it when it is present and is skipped otherwise: `apt-get install chromium` to run it.
 
 check_only=0
 if [[ "${1:-}" == "--check" ]]; then
