@@ -241,7 +241,8 @@ WorkloadResult run_w5_vector_add(const WorkloadOptions& options) {
   if (options.runtimes.empty() ||
       std::find(options.runtimes.begin(), options.runtimes.end(), "nerve") != options.runtimes.end()) {
     WorkloadResult device = run_w5_heterogeneous(options);
-    for (Measurement& measurement : device.measurements) result.measurements.push_back(std::move(measurement));
+    for (Measurement& measurement : device.measurements)
+      result.measurements.push_back(std::move(measurement));
     if (!device.measurements.empty()) result.size += "; device case: " + device.size;
   }
   return result;
