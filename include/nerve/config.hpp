@@ -138,6 +138,18 @@ struct NERVE_API Config {
     NumaPolicy numa_policy;
   } memory;
 
+  // Performance monitoring (see docs/PERF_STATS.md and docs/TRACING.md).
+  struct Perf {
+    // perf.trace: write a Chrome trace-event timeline to this path when the context is destroyed
+    // ("" = off; NERVE_TRACE=path is an alias). Implies record_tasks.
+    std::string trace;
+    bool record_tasks = false;  // perf.record_tasks: keep one record per task for dump_perf_stats
+    std::uint64_t max_task_records = std::uint64_t{1} << 20;  // records kept at most (then counted only)
+    bool enable_counters = false;  // perf.enable_counters: sample perf_event / rusage counters
+    std::chrono::milliseconds counter_interval{100};  // perf.counter_interval_ms
+    bool records_tasks() const noexcept { return record_tasks || !trace.empty(); }
+  } perf;
+
   struct TopologySource {
     std::string synthetic;  // hwloc synthetic description, e.g. "pack:2 numa:2 core:4 pu:1"
     std::string xml;        // path of an hwloc XML export

@@ -133,6 +133,25 @@ std::vector<KeySpec> build_key_table() {
       {"memory.numa_policy", text_type(), "local",
        "where host pool memory goes: local (first touch), interleave or preferred:<node>",
        [](Config& c, const ParsedValue& v) { c.memory.numa_policy = parse_numa_policy(v.string()); }},
+      {"perf.trace", text_type(), "",
+       "write a Chrome trace-event timeline (Perfetto, chrome://tracing) here when the context ends",
+       [](Config& c, const ParsedValue& v) { c.perf.trace = v.string(); }},
+      {"perf.record_tasks", boolean_type(), "false",
+       "keep a record per task (device, times, bytes) for dump_perf_stats",
+       [](Config& c, const ParsedValue& v) { c.perf.record_tasks = v.boolean(); }},
+      {"perf.max_task_records", integer_type(0, std::int64_t{1} << 32), "1048576",
+       "task records kept at most; later tasks are only counted",
+       [](Config& c, const ParsedValue& v) {
+         c.perf.max_task_records = static_cast<std::uint64_t>(v.integer());
+       }},
+      {"perf.enable_counters", boolean_type(), "false",
+       "sample hardware counters (perf_event), else software counters, while the context lives",
+       [](Config& c, const ParsedValue& v) { c.perf.enable_counters = v.boolean(); }},
+      {"perf.counter_interval_ms", integer_type(1, 3'600'000), "100",
+       "milliseconds between two counter samples",
+       [](Config& c, const ParsedValue& v) {
+         c.perf.counter_interval = std::chrono::milliseconds{v.integer()};
+       }},
       {"topology.synthetic", text_type(), "",
        "an hwloc synthetic topology description used instead of the real machine",
        [](Config& c, const ParsedValue& v) { c.topology.synthetic = v.string(); }},
@@ -144,7 +163,6 @@ std::vector<KeySpec> build_key_table() {
 
 std::vector<PlannedKey> build_planned_key_table() {
   constexpr std::string_view gpu = "the GPU backends";
-  constexpr std::string_view perf = "performance monitoring";
   constexpr std::string_view distributed = "the distributed (MPI) runtime";
   return {
       {"scheduler.gpu_stream_priorities", gpu},
@@ -156,8 +174,6 @@ std::vector<PlannedKey> build_planned_key_table() {
       {"gpu.async_prefetch", gpu},
       {"gpu.cache_hints", gpu},
       {"gpu.max_pending_transfers", gpu},
-      {"perf.enable_counters", perf},
-      {"perf.counter_interval_ms", perf},
       {"distributed.nodes", distributed},
       {"distributed.communication_backend", distributed},
       {"distributed.sync_interval", distributed},

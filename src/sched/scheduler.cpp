@@ -209,9 +209,29 @@ bool Scheduler::has_work_for(const WorkerSlot& slot) const noexcept {
   return false;
 }
 
+namespace {
+std::int64_t to_ns(Clock::time_point time) noexcept {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(time.time_since_epoch()).count();
+}
+}  // namespace
+
+Scheduler::ActiveSpan::ActiveSpan(WorkerSlot& s) noexcept
+    : slot(s), outermost(s.stats.active_since.load(std::memory_order_relaxed) == 0) {
+  if (outermost) slot.stats.active_since.store(to_ns(Clock::now()), std::memory_order_relaxed);
+}
+
+Scheduler::ActiveSpan::~ActiveSpan() {
+  if (!outermost) return;
+  const std::int64_t since = slot.stats.active_since.load(std::memory_order_relaxed);
+  WorkerSlot::bump(slot.stats.active_ns, static_cast<std::uint64_t>(to_ns(Clock::now()) - since));
+  slot.stats.active_since.store(0, std::memory_order_relaxed);
+}
+
 void Scheduler::enter_idle(IdleState& idle) noexcept {
   idle.idle = true;
   idle.since = Clock::now();
+  idle.started = idle.since;
+  if (idle.slot != nullptr) idle.slot->stats.idle_since.store(to_ns(idle.started), std::memory_order_relaxed);
   idle.spinning = true;
   spinners_.fetch_add(1, std::memory_order_acq_rel);
   executor_.on_slot_idle();
@@ -219,7 +239,15 @@ void Scheduler::enter_idle(IdleState& idle) noexcept {
 
 void Scheduler::leave_idle(IdleState& idle) noexcept {
   if (idle.spinning) spinners_.fetch_sub(1, std::memory_order_acq_rel);
-  idle = IdleState{};
+  if (idle.idle && idle.slot != nullptr) {
+    WorkerSlot& slot = *idle.slot;
+    WorkerSlot::bump(
+        slot.stats.idle_ns,
+        static_cast<std::uint64_t>(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - idle.started).count()));
+    slot.stats.idle_since.store(0, std::memory_order_relaxed);
+  }
+  idle = IdleState{idle.slot};
 }
 
 bool Scheduler::may_run_on(const WorkerSlot& slot, int numa_node) const noexcept {

@@ -90,9 +90,18 @@ class Scheduler {
 
  private:
   struct IdleState {
+    WorkerSlot* slot = nullptr;  // for time accounting (null: not accounted)
     bool idle = false;
     bool spinning = false;
-    Clock::time_point since{};
+    Clock::time_point since{};    // spinning since (reset after each sleep)
+    Clock::time_point started{};  // idle since
+  };
+  // Accounts the time a slot is run by its outermost run_until (a nested wait adds nothing).
+  struct ActiveSpan {
+    WorkerSlot& slot;
+    const bool outermost;
+    explicit ActiveSpan(WorkerSlot& s) noexcept;
+    ~ActiveSpan();
   };
 
   void worker_main(unsigned index);
@@ -168,7 +177,9 @@ bool Scheduler::wait(ThreadState& thread, Waitable& target, Clock::time_point de
 template <class Waitable>
 bool Scheduler::run_until(ThreadState& thread, Waitable& target, Clock::time_point deadline) {
   WorkerSlot& slot = *thread.slot;
+  const ActiveSpan span(slot);
   IdleState idle;
+  idle.slot = &slot;
   // An expensive done() (wait_all scans every thread's counters) is checked every 64 tasks and
   // whenever no work is found, a cheap one before every task.
   std::uint32_t tasks_since_check = 0;
