@@ -112,6 +112,9 @@ struct NERVE_API Config {
   struct Parallel {
     unsigned thread_pool_size = 0;  // 0 = automatic: the process's allowed CPUs and cgroup quota
     ThreadAffinity thread_affinity = ThreadAffinity::compact;
+    // parallel.deterministic_mode: parallel_reduce (and parallel_for) with grain 0 split ranges
+    // independently of the worker count, so reductions give the same bits on every run and count.
+    bool deterministic_mode = false;
   } parallel;
 
   struct Scheduler {

@@ -81,6 +81,9 @@ std::vector<KeySpec> build_key_table() {
        [](Config& c, const ParsedValue& v) {
          c.parallel.thread_affinity = from_name(thread_affinity_names, v.string());
        }},
+      {"parallel.deterministic_mode", boolean_type(), "false",
+       "automatic grains split ranges the same way for every worker count (bit-identical reductions)",
+       [](Config& c, const ParsedValue& v) { c.parallel.deterministic_mode = v.boolean(); }},
       {"scheduler.policy",
        choice_type(names_of(scheduler_policy_names), {{"heft", "the performance-model work"}}),
        "locality_aware_stealing", "which scheduler places ready tasks on workers and devices",
@@ -166,7 +169,6 @@ std::vector<PlannedKey> build_planned_key_table() {
   constexpr std::string_view distributed = "the distributed (MPI) runtime";
   return {
       {"scheduler.gpu_stream_priorities", gpu},
-      {"parallel.deterministic_mode", "deterministic mode"},
       {"gpu.devices", gpu},
       {"gpu.stream_count", gpu},
       {"gpu.unified_memory", gpu},

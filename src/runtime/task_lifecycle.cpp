@@ -56,6 +56,7 @@ DepNode* allocate_dep_node(TaskRecord* successor) {
 TaskRecord* ContextImpl::allocate_record(ThreadState& thread) {
   TaskRecord* task = records.allocate(thread.records);
   task->context = this;
+  task->priority = 0;
   return task;
 }
 
@@ -166,6 +167,7 @@ TaskRecord* ContextImpl::commit_task(TaskDraft draft, const SubmitInfo& info) {
     task->name = info.name;
     task->group = info.group;
     task->compute_intensive = info.compute_intensive;
+    task->priority = info.priority;
     task->lean = true;
     task->refs.store(1, std::memory_order_relaxed);
     if (info.group != nullptr) info.group->pending.fetch_add(1, std::memory_order_relaxed);
@@ -203,6 +205,7 @@ TaskRecord* ContextImpl::commit_task(TaskDraft draft, const SubmitInfo& info) {
   task->ops = info.ops;
   task->name = info.name;
   task->compute_intensive = info.compute_intensive;
+  task->priority = info.priority;
   task->device_hint = static_cast<std::int16_t>(info.device);
   task->group = info.group;
   if (info.pool != nullptr) {

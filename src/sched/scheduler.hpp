@@ -29,6 +29,7 @@
 #include "nerve/config.hpp"
 #include "nerve/topology.hpp"
 
+#include "sched/priority_queue.hpp"
 #include "sched/ready_queue.hpp"
 #include "sched/thread_state.hpp"
 #include "sched/waiter_registry.hpp"
@@ -148,7 +149,8 @@ class Scheduler {
   std::atomic_flag bind_warned_;  // one warning for all workers that fail to bind
   std::vector<std::unique_ptr<WorkerSlot>> slots_;
   std::vector<std::vector<unsigned>> slots_by_node_;
-  ReadyQueue shared_;  // eager's FIFO
+  ReadyQueue shared_;          // eager's FIFO
+  PriorityQueue prioritized_;  // ready tasks with a priority other than normal
   WaiterRegistry waiters_;
   alignas(cache_line_size) std::atomic<int> sleepers_{0};
   alignas(cache_line_size) std::atomic<int> spinners_{0};

@@ -84,6 +84,7 @@ struct alignas(64) TaskRecord : QueueLink {
   // submission guard, no status exchange, no successor list and no atomic reference count.
   bool lean = false;
   std::uint16_t access_count = 0;
+  std::int32_t priority = 0;  // TaskOptions::priority (0: the deques; else the priority queue)
   const ClosureOps* ops = nullptr;
   GroupState* group = nullptr;
   PoolState* pool = nullptr;  // the pool a pool_gate (or a pool member) belongs to

@@ -293,6 +293,8 @@ TEST_P(CapiTaskTest, TaskArguments) {
   EXPECT_NERVE_ERROR(nerve_task_set_memory_deps(task, 1, null_entry), NERVE_ERROR_INVALID_ARGUMENT, "NULL");
   EXPECT_NERVE_ERROR(nerve_task_set_name(task, nullptr), NERVE_ERROR_INVALID_ARGUMENT, "name");
   EXPECT_NERVE_ERROR(nerve_task_set_compute_intensive(nullptr, true), NERVE_ERROR_INVALID_ARGUMENT, "NULL");
+  EXPECT_NERVE_ERROR(nerve_task_set_priority(nullptr, NERVE_PRIORITY_HIGH), NERVE_ERROR_INVALID_ARGUMENT,
+                     "NULL");
   EXPECT_NERVE_ERROR(nerve_task_submit(nullptr, task, NERVE_DEVICE_ANY), NERVE_ERROR_INVALID_ARGUMENT,
                      "context is NULL");  // consumed
   nerve_task_destroy(nerve_task_create(

@@ -88,6 +88,7 @@ struct SubmitInfo {
   PoolState* pool;         // add to this (unlaunched) task pool instead of scheduling
   bool compute_intensive;  // TaskOptions::compute_intensive
   int device = -1;         // TaskOptions::device
+  int priority = 0;        // TaskOptions::priority
 };
 
 // Task submission: begin_task() reserves a record with closure storage, the template constructs the
@@ -158,7 +159,10 @@ NERVE_API void buffer_unmap(Mapping mapping);
 NERVE_API int running_device() noexcept;
 
 // parallel_for/reduce worker count and the calling thread's worker index (or -1).
+inline constexpr std::size_t deterministic_pieces = 64;
 NERVE_API unsigned context_worker_count(const ContextImpl* context) noexcept;
+// How many pieces a grain-0 loop is split into: 4 per worker, or a fixed count in deterministic mode.
+NERVE_API std::size_t context_auto_pieces(const ContextImpl* context) noexcept;
 
 }  // namespace detail
 }  // namespace nerve
