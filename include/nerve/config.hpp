@@ -150,7 +150,11 @@ struct NERVE_API Config {
     std::uint64_t max_task_records = std::uint64_t{1} << 20;  // records kept at most (then counted only)
     bool enable_counters = false;  // perf.enable_counters: sample perf_event / rusage counters
     std::chrono::milliseconds counter_interval{100};  // perf.counter_interval_ms
+    // perf.models: learn run times per (kernel, device, footprint), kept in model_dir between runs.
+    bool models = false;
+    std::string model_dir;  // perf.model_dir ("" = $XDG_CACHE_HOME or ~/.cache, /nerve/perfmodels)
     bool records_tasks() const noexcept { return record_tasks || !trace.empty(); }
+    bool times_tasks() const noexcept { return records_tasks() || models; }
   } perf;
 
   struct TopologySource {

@@ -76,6 +76,19 @@ struct CounterStats {
   std::vector<CounterSample> samples;
 };
 
+// perf.models: one history model entry (kernel × device × data footprint).
+struct PerfModelStats {
+  std::string kernel;
+  std::string device;           // "cpu" or "device:<index>"
+  std::uint64_t footprint = 0;  // bytes the call accesses
+  std::uint64_t samples = 0;
+  double mean_ns = 0;
+  double stddev_ns = 0;
+  bool calibrating = true;           // fewer samples than the model trusts
+  std::uint64_t outliers = 0;        // samples clamped to mean ± 3σ
+  std::uint64_t recalibrations = 0;  // restarts after the times drifted
+};
+
 struct ContextStats {
   std::int64_t elapsed_ns = 0;  // since the context was created
   std::vector<WorkerStats> workers;
@@ -89,6 +102,9 @@ struct ContextStats {
   std::vector<TaskTimes> task_records;     // finished tasks, in no particular order
   std::uint64_t task_records_dropped = 0;  // beyond perf.max_task_records
   CounterStats counters;
+  bool models_enabled = false;
+  std::string model_directory;
+  std::vector<PerfModelStats> models;
 };
 
 }  // namespace nerve

@@ -147,6 +147,12 @@ std::vector<KeySpec> build_key_table() {
        [](Config& c, const ParsedValue& v) {
          c.perf.max_task_records = static_cast<std::uint64_t>(v.integer());
        }},
+      {"perf.models", boolean_type(), "false",
+       "learn kernels' run times per device and data size, kept in perf.model_dir between runs",
+       [](Config& c, const ParsedValue& v) { c.perf.models = v.boolean(); }},
+      {"perf.model_dir", text_type(), "",
+       "where performance models are kept (empty: ~/.cache/nerve/perfmodels)",
+       [](Config& c, const ParsedValue& v) { c.perf.model_dir = v.string(); }},
       {"perf.enable_counters", boolean_type(), "false",
        "sample hardware counters (perf_event), else software counters, while the context lives",
        [](Config& c, const ParsedValue& v) { c.perf.enable_counters = v.boolean(); }},

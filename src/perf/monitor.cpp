@@ -1,7 +1,11 @@
 #include "perf/monitor.hpp"
 
+#include <fmt/format.h>
+
 #include "perf/counters.hpp"
+#include "perf/history_model.hpp"
 #include "runtime/context_impl.hpp"
+#include "task/kernel_task.hpp"
 
 namespace nerve::detail {
 
@@ -10,9 +14,30 @@ PerfMonitor::PerfMonitor(const Config::Perf& config)
       records_tasks_(config.records_tasks()),
       max_records_(config.max_task_records),
       config_(config),
-      devices_(new DeviceActivity[max_memory_nodes]) {}
+      devices_(new DeviceActivity[max_memory_nodes]) {
+  if (config.models) {
+    models_ =
+        std::make_unique<HistoryModels>(config.model_dir.empty() ? HistoryModels::default_directory()
+                                                                 : std::filesystem::path(config.model_dir));
+    models_->load();
+  }
+}
 
-PerfMonitor::~PerfMonitor() { stop_counters(); }
+PerfMonitor::~PerfMonitor() {
+  if (sampler_ != nullptr) sampler_->stop();
+}
+
+std::uint64_t footprint_of(const TaskRecord& task) noexcept {
+  std::uint64_t footprint = 0;
+  for (std::size_t i = 0; i < task.access_count; ++i) footprint += task.accesses[i].size;
+  return footprint;
+}
+
+void PerfMonitor::model_sample(const TaskRecord& task, int device, std::int64_t ns) {
+  if (models_ == nullptr || task.kernel == nullptr) return;
+  models_->add(task.kernel->name, device == 0 ? std::string("cpu") : fmt::format("device:{}", device),
+               footprint_of(task), static_cast<double>(ns));
+}
 
 void PerfMonitor::task_submitted(TaskRecord* task) noexcept {
   task->trace_id = next_id_.fetch_add(1, std::memory_order_relaxed) + 1;
@@ -38,6 +63,7 @@ void PerfMonitor::device_task(ThreadState& thread, const TaskRecord& task, std::
   DeviceActivity& activity = devices_[task.device];
   activity.tasks.fetch_add(1, std::memory_order_relaxed);
   activity.busy_ns.fetch_add(static_cast<std::uint64_t>(end - start_ns), std::memory_order_relaxed);
+  model_sample(task, task.device, end - start_ns);
   if (!records_tasks_) return;
   TaskEvent event = begin_event(&task, task.device, -1);
   event.start_ns = start_ns;
@@ -74,11 +100,23 @@ TaskEvent PerfMonitor::begin_event(const TaskRecord* task, int device, int worke
 }
 
 void PerfMonitor::record(ThreadState& thread, TaskEvent&& event) {
-  if (taken_.fetch_add(1, std::memory_order_relaxed) >= max_records_) {
-    dropped_.fetch_add(1, std::memory_order_relaxed);
-    return;
-  }
+  constexpr std::uint64_t batch = 256;  // records a thread takes from the bound at a time
   TaskLog& log = log_of(thread);
+  if (log.quota == 0) {
+    // Near the bound, batches shrink (a quarter of what is left), so that a thread holding unused
+    // quota leaves little unrecorded: the bound is "at most", and close to exact.
+    std::uint64_t taken = taken_.load(std::memory_order_relaxed);
+    std::uint64_t grant = 0;
+    do {
+      if (taken >= max_records_) {
+        dropped_.fetch_add(1, std::memory_order_relaxed);
+        return;
+      }
+      grant = std::min(batch, std::max<std::uint64_t>(1, (max_records_ - taken) / 4));
+    } while (!taken_.compare_exchange_weak(taken, taken + grant, std::memory_order_relaxed));
+    log.quota = grant;
+  }
+  --log.quota;
   std::lock_guard lock(log.lock);
   log.tasks.push_back(std::move(event));
 }
@@ -90,12 +128,12 @@ void PerfMonitor::transfer_finished(unsigned from, unsigned to, std::uint64_t by
 }
 
 template <class Event>
-std::vector<Event> PerfMonitor::gather(std::vector<Event> TaskLog::*member) const {
+std::vector<Event> PerfMonitor::gather(std::deque<Event> TaskLog::*member) const {
   std::vector<Event> all;
   std::lock_guard lock(logs_mutex_);
   for (const auto& log : logs_) {
     std::lock_guard log_lock(log->lock);
-    const std::vector<Event>& events = (*log).*member;
+    const std::deque<Event>& events = (*log).*member;
     all.insert(all.end(), events.begin(), events.end());
   }
   return all;
@@ -114,8 +152,9 @@ void PerfMonitor::start_counters() {
     sampler_ = std::make_unique<CounterSampler>(config_.counter_interval);
 }
 
-void PerfMonitor::stop_counters() noexcept {
+void PerfMonitor::finish() noexcept {
   if (sampler_ != nullptr) sampler_->stop();
+  if (models_ != nullptr) models_->save();
 }
 
 CounterStats PerfMonitor::counters() const {
@@ -129,10 +168,26 @@ CounterStats PerfMonitor::counters() const {
 
 void MonitoredExecutor::execute(TaskRecord* task, ThreadState& thread) {
   PerfMonitor& perf = *context_.perf;
+  // Everything read from the record is read before execute(): the record may be recycled after.
+  std::string kernel;
+  std::uint64_t footprint = 0;
+  const bool modelled = perf.models() != nullptr && task->kernel != nullptr;
+  if (modelled) {
+    kernel = task->kernel->name;
+    footprint = footprint_of(*task);
+  }
+  if (!perf.records_tasks()) {  // models only
+    const std::int64_t start = modelled ? monotonic_ns() : 0;
+    context_.execute(task, thread);
+    if (modelled) perf.models()->add(kernel, "cpu", footprint, static_cast<double>(monotonic_ns() - start));
+    return;
+  }
   TaskEvent event =
       perf.begin_event(task, 0, thread.slot != nullptr ? static_cast<int>(thread.slot->index) : -1);
-  context_.execute(task, thread);  // the record may be recycled from here on
+  context_.execute(task, thread);
   event.end_ns = monotonic_ns();
+  if (modelled)
+    perf.models()->add(kernel, "cpu", footprint, static_cast<double>(event.end_ns - event.start_ns));
   perf.record(thread, std::move(event));
 }
 

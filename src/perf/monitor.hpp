@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -29,6 +30,7 @@ namespace nerve::detail {
 
 struct ContextImpl;
 class CounterSampler;
+class HistoryModels;
 
 struct TaskEvent {
   std::uint64_t id;
@@ -53,8 +55,9 @@ struct TransferEvent {
 // One thread's records.
 struct TaskLog {
   SpinLock lock;
-  std::vector<TaskEvent> tasks;
-  std::vector<EdgeEvent> edges;
+  std::deque<TaskEvent> tasks;  // chunked: growing never copies what is recorded
+  std::deque<EdgeEvent> edges;
+  std::uint64_t quota = 0;  // records this thread may still add (taken from the global bound in batches)
 };
 
 // Per device (by index; 0 = CPU workers, unused): tasks run and time spent running them.
@@ -99,15 +102,20 @@ class PerfMonitor final : public TransferObserver {
   std::uint64_t dropped() const noexcept { return dropped_.load(std::memory_order_relaxed); }
   CounterStats counters() const;
 
-  // start_counters()/stop_counters(): the perf.enable_counters sampling thread.
+  // start_counters(): the perf.enable_counters sampling thread. finish(): at shutdown, stop it and
+  // save the performance models.
   void start_counters();
-  void stop_counters() noexcept;
+  void finish() noexcept;
+  // models(): perf.models, else null.
+  HistoryModels* models() const noexcept { return models_.get(); }
+  // model_sample(): `task` ran on `device` for `ns` (kernel calls only).
+  void model_sample(const TaskRecord& task, int device, std::int64_t ns);
 
  private:
   TaskLog& log_of(ThreadState& thread);
   // gather(): every thread's events of one kind, copied under their logs' locks.
   template <class Event>
-  std::vector<Event> gather(std::vector<Event> TaskLog::*member) const;
+  std::vector<Event> gather(std::deque<Event> TaskLog::*member) const;
 
   const std::int64_t epoch_ns_;
   const bool records_tasks_;
@@ -122,7 +130,11 @@ class PerfMonitor final : public TransferObserver {
   mutable std::mutex transfers_mutex_;
   std::vector<TransferEvent> transfers_;
   std::unique_ptr<CounterSampler> sampler_;
+  std::unique_ptr<HistoryModels> models_;
 };
+
+// footprint_of(): the bytes a task accesses (its performance models' size key).
+std::uint64_t footprint_of(const TaskRecord& task) noexcept;
 
 // The scheduler's executor while recording: times each task around ContextImpl::execute.
 class MonitoredExecutor final : public TaskExecutor {

@@ -7,6 +7,7 @@
 
 #include "nerve/error.hpp"
 
+#include "perf/history_model.hpp"
 #include "runtime/context_impl.hpp"
 
 namespace nerve::detail {
@@ -125,6 +126,16 @@ ContextStats collect_stats(const ContextImpl& context) {
     stats.task_records_dropped = perf.dropped();
   }
   stats.counters = perf.counters();
+  if (const HistoryModels* models = perf.models()) {
+    stats.models_enabled = true;
+    stats.model_directory = models->directory().string();
+    for (const ModelRow& row : models->rows()) {
+      stats.models.push_back(PerfModelStats{row.kernel, row.device, row.footprint, row.entry.samples,
+                                            row.entry.mean_ns, row.entry.stddev_ns(),
+                                            row.entry.samples < HistoryModels::calibration_samples,
+                                            row.entry.outliers, row.entry.recalibrations});
+    }
+  }
   return stats;
 }
 
@@ -191,6 +202,23 @@ nlohmann::json stats_to_json(const ContextStats& stats) {
       samples.push_back({{"time_ns", sample.time_ns}, {"values", sample.values}});
     counters["samples"] = std::move(samples);
   }
+  nlohmann::json models = {{"enabled", stats.models_enabled}};
+  if (stats.models_enabled) {
+    models["directory"] = stats.model_directory;
+    nlohmann::json entries = nlohmann::json::array();
+    for (const PerfModelStats& model : stats.models) {
+      entries.push_back({{"kernel", model.kernel},
+                         {"device", model.device},
+                         {"footprint", model.footprint},
+                         {"samples", model.samples},
+                         {"mean_ns", model.mean_ns},
+                         {"stddev_ns", model.stddev_ns},
+                         {"calibrating", model.calibrating},
+                         {"outliers", model.outliers},
+                         {"recalibrations", model.recalibrations}});
+    }
+    models["entries"] = std::move(entries);
+  }
   return {{"schema", "nerve.perf_stats/1"},
           {"elapsed_ns", stats.elapsed_ns},
           {"tasks", std::move(tasks)},
@@ -198,7 +226,8 @@ nlohmann::json stats_to_json(const ContextStats& stats) {
           {"devices", std::move(devices)},
           {"transfers",
            {{"copies", stats.copies}, {"bytes", stats.bytes_transferred}, {"by_node_pair", transfers}}},
-          {"counters", std::move(counters)}};
+          {"counters", std::move(counters)},
+          {"models", std::move(models)}};
 }
 
 void write_perf_stats(const ContextImpl& context, const std::filesystem::path& path) {

@@ -28,7 +28,7 @@ ContextImpl::ContextImpl(const Settings& settings)
       perf(std::make_unique<PerfMonitor>(config.perf)),
       monitored_executor(*this),
       scheduler(config, topology,
-                config.perf.records_tasks() ? static_cast<TaskExecutor&>(monitored_executor) : *this),
+                config.perf.times_tasks() ? static_cast<TaskExecutor&>(monitored_executor) : *this),
       id(new_context_id()) {
   log::debug("context {}: {} worker slots on {}", id, scheduler.slot_count(), topology.description());
   if (config.perf.records_tasks()) recorder = perf.get();
@@ -57,7 +57,7 @@ void ContextImpl::shutdown() noexcept {
   scheduler.stop();
   for (auto& device : devices) device->stop();
   for (auto& device : devices) device->memory().drain();
-  perf->stop_counters();
+  perf->finish();
   if (!config.perf.trace.empty()) write_trace();
   shut_down = true;
 

@@ -122,11 +122,13 @@ TEST(PerfStats, MaxTaskRecordsBoundsTheRecords) {
   context.wait_all();
   const ContextStats stats = context.stats();
   EXPECT_TRUE(stats.tasks_recorded);
-  EXPECT_EQ(stats.task_records.size(), 10u);
-  EXPECT_EQ(stats.task_records_dropped, 40u);
+  // Threads take the bound in batches, so a thread may hold a little unused quota: at most 10.
+  EXPECT_LE(stats.task_records.size(), 10u);
+  EXPECT_GE(stats.task_records.size(), 5u);
+  EXPECT_EQ(stats.task_records.size() + stats.task_records_dropped, 50u);
   std::set<std::uint64_t> ids;
   for (const TaskTimes& task : stats.task_records) ids.insert(task.id);
-  EXPECT_EQ(ids.size(), 10u) << "every record has its own id";
+  EXPECT_EQ(ids.size(), stats.task_records.size()) << "every record has its own id";
 }
 
 }  // namespace
