@@ -112,6 +112,9 @@ struct NERVE_API Config {
   struct Parallel {
     unsigned thread_pool_size = 0;  // 0 = automatic: the process's allowed CPUs and cgroup quota
     ThreadAffinity thread_affinity = ThreadAffinity::compact;
+    // parallel.deterministic_mode: parallel_reduce (and parallel_for) with grain 0 split ranges
+    // independently of the worker count, so reductions give the same bits on every run and count.
+    bool deterministic_mode = false;
   } parallel;
 
   struct Scheduler {
@@ -150,6 +153,22 @@ struct NERVE_API Config {
     unsigned max_pending_transfers = 32;  // copies in flight per device; more wait their turn
     bool peer_access = true;              // device-to-device copies direct when the driver can
   } gpu;
+
+  // Performance monitoring (see docs/PERF_STATS.md and docs/TRACING.md).
+  struct Perf {
+    // perf.trace: write a Chrome trace-event timeline to this path when the context is destroyed
+    // ("" = off; NERVE_TRACE=path is an alias). Implies record_tasks.
+    std::string trace;
+    bool record_tasks = false;  // perf.record_tasks: keep one record per task for dump_perf_stats
+    std::uint64_t max_task_records = std::uint64_t{1} << 20;  // records kept at most (then counted only)
+    bool enable_counters = false;  // perf.enable_counters: sample perf_event / rusage counters
+    std::chrono::milliseconds counter_interval{100};  // perf.counter_interval_ms
+    // perf.models: learn run times per (kernel, device, footprint), kept in model_dir between runs.
+    bool models = false;
+    std::string model_dir;  // perf.model_dir ("" = $XDG_CACHE_HOME or ~/.cache, /nerve/perfmodels)
+    bool records_tasks() const noexcept { return record_tasks || !trace.empty(); }
+    bool times_tasks() const noexcept { return records_tasks() || models; }
+  } perf;
 
   struct TopologySource {
     std::string synthetic;  // hwloc synthetic description, e.g. "pack:2 numa:2 core:4 pu:1"

@@ -256,6 +256,13 @@ NERVE_API nerve_status_t nerve_task_add_access(nerve_task_t* task, nerve_buffer_
 /* nerve_task_set_compute_intensive() marks a long-running task: it is handed round-robin to the
  * workers instead of the submitting worker's own queue, so a burst of them starts everywhere at once. */
 NERVE_API nerve_status_t nerve_task_set_compute_intensive(nerve_task_t* task, bool compute_intensive);
+/* nerve_task_set_priority() sets the order in which ready tasks start (TaskOptions::priority):
+ * higher first; NERVE_PRIORITY_HIGH, NERVE_PRIORITY_NORMAL (the default) and NERVE_PRIORITY_LOW are
+ * the usual levels, any int works. */
+#define NERVE_PRIORITY_LOW (-100)
+#define NERVE_PRIORITY_NORMAL 0
+#define NERVE_PRIORITY_HIGH 100
+NERVE_API nerve_status_t nerve_task_set_priority(nerve_task_t* task, int priority);
 /* nerve_task_set_name() names the task in error messages and statistics (the string is copied). */
 NERVE_API nerve_status_t nerve_task_set_name(nerve_task_t* task, const char* name);
 /* nerve_task_submit() schedules the task on `device` (NERVE_DEVICE_ANY or an existing device index;

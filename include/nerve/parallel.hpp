@@ -10,7 +10,9 @@
 // reduce(... reduce(map(b0, e0), map(b1, e1)) ...) over the same halving tree: the tree depends only
 // on the range and grain, never on timing or the worker count, so for a given grain the result has
 // the same bits on every run and every number of workers. `reduce` must be associative; `identity`
-// is returned for an empty range.
+// is returned for an empty range. With grain 0 the grain depends on the worker count (about four
+// pieces per worker) — unless parallel.deterministic_mode is on, which fixes it (64 pieces), so a
+// floating-point reduction gives the same bits on every run and every worker count.
 #pragma once
 
 #include <cstddef>
@@ -23,7 +25,7 @@ namespace nerve {
 namespace detail {
 
 inline std::size_t auto_grain(const ContextImpl* context, std::size_t count) noexcept {
-  const std::size_t pieces = 4 * static_cast<std::size_t>(context_worker_count(context));
+  const std::size_t pieces = context_auto_pieces(context);
   const std::size_t grain = count / (pieces == 0 ? 1 : pieces);
   return grain == 0 ? 1 : grain;
 }

@@ -1,10 +1,12 @@
-// stats.hpp — what the runtime measured: per worker and per context.
+// stats.hpp — what the runtime measured: per worker, per device, per task and per context.
 //
 // A snapshot: counters are read without stopping the workers, so values taken while tasks run are
-// consistent per counter, not across counters.
+// consistent per counter, not across counters. Times are nanoseconds since the context was created
+// (steady clock). Context::dump_perf_stats() writes the same snapshot as JSON (docs/PERF_STATS.md).
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "nerve/memory.hpp"
@@ -20,6 +22,24 @@ struct WorkerStats {
   std::uint64_t tasks_run = 0;
   std::uint64_t steals = 0;  // tasks taken from another worker's queues
   std::uint64_t sleeps = 0;  // times it parked after spinning scheduler.spin_us in vain
+  // Time the slot was run (slot 0: while the application thread waited inside nerve), split into
+  // busy (running tasks, finding them) and idle (spinning or sleeping without work).
+  std::uint64_t busy_ns = 0;
+  std::uint64_t idle_ns = 0;
+};
+
+// One device of Context::devices(): index 0 is the CPU workers together.
+struct DeviceStats {
+  int index = 0;
+  std::string name;
+  std::string kind;  // "cpu", "test", "opencl", ...
+  int memory_node = 0;
+  std::uint64_t tasks = 0;      // tasks run there (CPU: the workers' tasks_run)
+  std::uint64_t busy_ns = 0;    // CPU: the workers' busy time added up; a device: time running tasks
+  std::uint64_t idle_ns = 0;    // capacity (elapsed × units) minus busy
+  double utilisation = 0;       // busy / capacity, in [0, 1]
+  std::uint64_t bytes_in = 0;   // copied into its memory node
+  std::uint64_t bytes_out = 0;  // copied out of it
 };
 
 // Copies between two memory nodes (0 = host; DeviceInfo::memory_node for devices).
@@ -38,14 +58,64 @@ struct MemoryStats {
   std::size_t staging_bytes_reserved = 0;  // pinned staging buffers, free or in use
 };
 
+// One task, with perf.record_tasks (or perf.trace). A time is 0 when that step did not happen.
+struct TaskTimes {
+  std::uint64_t id = 0;  // numbered in submission order, from 1
+  std::string name;
+  int device = 0;   // where it ran (0 = CPU workers)
+  int worker = -1;  // the worker slot (CPU tasks), -1 on a device
+  std::int64_t submitted_ns = 0;
+  std::int64_t ready_ns = 0;       // its last predecessor finished
+  std::int64_t data_valid_ns = 0;  // its data was valid where it runs (copies done)
+  std::int64_t start_ns = 0;
+  std::int64_t end_ns = 0;
+  std::uint64_t bytes_moved = 0;  // bytes copied between memory nodes for it
+};
+
+// perf.enable_counters: process-wide counters sampled every perf.counter_interval_ms.
+struct CounterSample {
+  std::int64_t time_ns = 0;
+  std::vector<std::uint64_t> values;  // cumulative, one per CounterStats::names entry
+};
+
+struct CounterStats {
+  bool enabled = false;
+  // "perf_event hardware", "perf_event software" or "getrusage" (what this machine exposed)
+  std::string source;
+  std::vector<std::string> names;  // e.g. cycles, instructions, cache_misses or task_clock_ns, ...
+  std::vector<CounterSample> samples;
+};
+
+// perf.models: one history model entry (kernel × device × data footprint).
+struct PerfModelStats {
+  std::string kernel;
+  std::string device;           // "cpu" or "device:<index>"
+  std::uint64_t footprint = 0;  // bytes the call accesses
+  std::uint64_t samples = 0;
+  double mean_ns = 0;
+  double stddev_ns = 0;
+  bool calibrating = true;           // fewer samples than the model trusts
+  std::uint64_t outliers = 0;        // samples clamped to mean ± 3σ
+  std::uint64_t recalibrations = 0;  // restarts after the times drifted
+};
+
 struct ContextStats {
+  std::int64_t elapsed_ns = 0;  // since the context was created
   std::vector<WorkerStats> workers;
+  std::vector<DeviceStats> devices;
   std::uint64_t tasks_submitted = 0;
   std::uint64_t tasks_completed = 0;
   std::vector<TransferStats> transfers;  // node pairs with at least one copy
   std::uint64_t bytes_transferred = 0;   // sum over `transfers`
   std::uint64_t copies = 0;
   MemoryStats memory;
+  bool tasks_recorded = false;             // perf.record_tasks or perf.trace is on
+  std::vector<TaskTimes> task_records;     // finished tasks, in no particular order
+  std::uint64_t task_records_dropped = 0;  // beyond perf.max_task_records
+  CounterStats counters;
+  bool models_enabled = false;
+  std::string model_directory;
+  std::vector<PerfModelStats> models;
 };
 
 }  // namespace nerve

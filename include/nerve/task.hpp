@@ -87,6 +87,15 @@ class Task {
   detail::TaskRecord* record_ = nullptr;
 };
 
+// Task priorities (TaskOptions::priority): the order in which ready tasks that wait at the same time
+// are started. Any integer works — higher first; the model-based policies use the integer — and
+// these are the usual levels.
+struct Priority {
+  static constexpr int low = -100;
+  static constexpr int normal = 0;
+  static constexpr int high = 100;
+};
+
 struct TaskOptions {
   // A name for error messages, traces and statistics; must outlive the task (a string literal).
   const char* name = nullptr;
@@ -99,6 +108,10 @@ struct TaskOptions {
   // Run on this device (Context::devices(): 0 = the CPU workers); -1 lets nerve choose, data
   // locality first. Its data is moved there before it starts.
   int device = -1;
+  // Priority::high tasks start before every normal ready task not yet started, Priority::low ones
+  // only when no other task is ready; among tasks of one priority, first come first served.
+  // Normal (0) tasks take the work-stealing fast path; others wait in one shared priority queue.
+  int priority = Priority::normal;
 };
 
 namespace detail {
@@ -155,6 +168,7 @@ TaskRecord* submit(ContextImpl* context, const TaskOptions* options, GroupState*
     info.name = options->name;
     info.compute_intensive = options->compute_intensive;
     info.device = options->device;
+    info.priority = options->priority;
     const std::size_t count = options->after.size();
     TaskRecord** after = after_small;
     if (count > 8) {

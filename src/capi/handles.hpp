@@ -94,6 +94,7 @@ struct nerve_task {
   std::vector<nerve::capi::TaskAccess> accesses;
   std::string name;
   bool compute_intensive = false;
+  int priority = 0;
 };
 
 struct nerve_task_pool {

@@ -128,6 +128,7 @@ void submit_task(nerve_context& ctx, std::unique_ptr<nerve_task> task, detail::P
   info.name = task->name.empty() ? nullptr : ctx.names.intern(task->name);
   info.pool = pool;
   info.compute_intensive = task->compute_intensive;
+  info.priority = task->priority;
   info.device = device;
 
   detail::ContextImpl* impl = ctx.impl();

@@ -1,4 +1,6 @@
 // task.cpp — nerve_task_*: building a task, submitting it, and failing it from its kernel.
+#include "nerve/task.hpp"
+
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -84,6 +86,13 @@ nerve_status_t nerve_task_add_access(nerve_task_t* task, nerve_buffer_t* buffer,
 nerve_status_t nerve_task_set_compute_intensive(nerve_task_t* task, bool compute_intensive) {
   return guard("nerve_task_set_compute_intensive",
                [&] { checked_task(task).compute_intensive = compute_intensive; });
+}
+
+static_assert(NERVE_PRIORITY_HIGH == nerve::Priority::high && NERVE_PRIORITY_LOW == nerve::Priority::low &&
+              NERVE_PRIORITY_NORMAL == nerve::Priority::normal);
+
+nerve_status_t nerve_task_set_priority(nerve_task_t* task, int priority) {
+  return guard("nerve_task_set_priority", [&] { checked_task(task).priority = priority; });
 }
 
 nerve_status_t nerve_task_set_name(nerve_task_t* task, const char* name) {

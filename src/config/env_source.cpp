@@ -15,8 +15,9 @@ namespace {
 
 // Variables nerve reads for other purposes. None of them starts with a section name today; listing
 // them keeps them safe if a section with a clashing name is ever added.
-constexpr std::array<std::string_view, 5> non_config_variables{
-    "NERVE_CONFIG", "NERVE_LOG_LEVEL", "NERVE_TRACE", "NERVE_PLUGIN_PATH", "NERVE_TEST_TIMEOUT"};
+// NERVE_TRACE is handled separately: an alias of NERVE_PERF_TRACE.
+constexpr std::array<std::string_view, 4> non_config_variables{"NERVE_CONFIG", "NERVE_LOG_LEVEL",
+                                                               "NERVE_PLUGIN_PATH", "NERVE_TEST_TIMEOUT"};
 
 }  // namespace
 
@@ -42,6 +43,11 @@ std::vector<Assignment> read_environment(const std::map<std::string, std::string
       continue;
     }
     const ConfigOrigin origin = environment_origin(variable);
+    if (variable == "NERVE_TRACE") {  // the short alias of NERVE_PERF_TRACE
+      if (!environment.contains("NERVE_PERF_TRACE"))
+        assignments.push_back({"perf.trace", RawValue::scalar(value), origin});
+      continue;
+    }
     if (const auto known = key_of_variable.find(variable); known != key_of_variable.end()) {
       assignments.push_back({known->second, RawValue::scalar(value), origin});
       continue;

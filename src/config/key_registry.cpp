@@ -82,6 +82,9 @@ std::vector<KeySpec> build_key_table() {
        [](Config& c, const ParsedValue& v) {
          c.parallel.thread_affinity = from_name(thread_affinity_names, v.string());
        }},
+      {"parallel.deterministic_mode", boolean_type(), "false",
+       "automatic grains split ranges the same way for every worker count (bit-identical reductions)",
+       [](Config& c, const ParsedValue& v) { c.parallel.deterministic_mode = v.boolean(); }},
       {"scheduler.policy",
        choice_type(names_of(scheduler_policy_names), {{"heft", "the performance-model work"}}),
        "locality_aware_stealing", "which scheduler places ready tasks on workers and devices",
@@ -162,6 +165,31 @@ std::vector<KeySpec> build_key_table() {
       {"gpu.peer_access", boolean_type(), "true",
        "device-to-device copies go direct when both devices share a driver context (else via host)",
        [](Config& c, const ParsedValue& v) { c.gpu.peer_access = v.boolean(); }},
+      {"perf.trace", text_type(), "",
+       "write a Chrome trace-event timeline (Perfetto, chrome://tracing) here when the context ends",
+       [](Config& c, const ParsedValue& v) { c.perf.trace = v.string(); }},
+      {"perf.record_tasks", boolean_type(), "false",
+       "keep a record per task (device, times, bytes) for dump_perf_stats",
+       [](Config& c, const ParsedValue& v) { c.perf.record_tasks = v.boolean(); }},
+      {"perf.max_task_records", integer_type(0, std::int64_t{1} << 32), "1048576",
+       "task records kept at most; later tasks are only counted",
+       [](Config& c, const ParsedValue& v) {
+         c.perf.max_task_records = static_cast<std::uint64_t>(v.integer());
+       }},
+      {"perf.models", boolean_type(), "false",
+       "learn kernels' run times per device and data size, kept in perf.model_dir between runs",
+       [](Config& c, const ParsedValue& v) { c.perf.models = v.boolean(); }},
+      {"perf.model_dir", text_type(), "",
+       "where performance models are kept (empty: ~/.cache/nerve/perfmodels)",
+       [](Config& c, const ParsedValue& v) { c.perf.model_dir = v.string(); }},
+      {"perf.enable_counters", boolean_type(), "false",
+       "sample hardware counters (perf_event), else software counters, while the context lives",
+       [](Config& c, const ParsedValue& v) { c.perf.enable_counters = v.boolean(); }},
+      {"perf.counter_interval_ms", integer_type(1, 3'600'000), "100",
+       "milliseconds between two counter samples",
+       [](Config& c, const ParsedValue& v) {
+         c.perf.counter_interval = std::chrono::milliseconds{v.integer()};
+       }},
       {"topology.synthetic", text_type(), "",
        "an hwloc synthetic topology description used instead of the real machine",
        [](Config& c, const ParsedValue& v) { c.topology.synthetic = v.string(); }},
@@ -173,16 +201,12 @@ std::vector<KeySpec> build_key_table() {
 
 std::vector<PlannedKey> build_planned_key_table() {
   constexpr std::string_view gpu = "the GPU backends";
-  constexpr std::string_view perf = "performance monitoring";
   constexpr std::string_view distributed = "the distributed (MPI) runtime";
   return {
       {"scheduler.gpu_stream_priorities", gpu},
-      {"parallel.deterministic_mode", "deterministic mode"},
       {"gpu.unified_memory", gpu},
       {"gpu.async_prefetch", gpu},
       {"gpu.cache_hints", gpu},
-      {"perf.enable_counters", perf},
-      {"perf.counter_interval_ms", perf},
       {"distributed.nodes", distributed},
       {"distributed.communication_backend", distributed},
       {"distributed.sync_interval", distributed},

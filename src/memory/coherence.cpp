@@ -8,6 +8,7 @@
 
 #include "memory/buffer_state.hpp"
 #include "task/task_record.hpp"
+#include "util/monotonic_clock.hpp"
 
 namespace nerve::detail {
 
@@ -21,6 +22,7 @@ struct PendingCopy final : CopyCompletion {
   std::size_t begin;
   std::size_t end;
   std::uint64_t start_epoch;
+  std::int64_t start_ns = 0;  // with a TransferObserver
   std::vector<TaskRecord*> waiters;
 
   void copy_done(bool ok, const std::string& error) noexcept override {
@@ -237,6 +239,7 @@ void CoherenceEngine::start_copies(std::vector<PendingCopy*>& started) {
       source = copy->buffer->replicas.replicas_[copy->from].data + copy->begin;
       destination = copy->buffer->replicas.replicas_[copy->to].data + copy->begin;
     }
+    if (observer_ != nullptr) copy->start_ns = monotonic_ns();
     try {
       MemoryNode::copy(*nodes_[copy->from], source, *nodes_[copy->to], destination, copy->end - copy->begin,
                        *copy);
@@ -268,6 +271,10 @@ void CoherenceEngine::copy_finished(PendingCopy& copy, bool ok, const std::strin
   TransferCounters& counters = transfers_[copy.from * max_memory_nodes + copy.to];
   counters.copies.fetch_add(1, std::memory_order_relaxed);
   counters.bytes.fetch_add(bytes, std::memory_order_relaxed);
+  if (observer_ != nullptr) {
+    observer_->transfer_finished(copy.from, copy.to, bytes, copy.start_ns);
+    for (TaskRecord* waiter : copy.waiters) waiter->bytes_moved.fetch_add(bytes, std::memory_order_relaxed);
+  }
   for (TaskRecord* waiter : copy.waiters) {
     if (!ok && !waiter->cancel_pending.exchange(true, std::memory_order_acq_rel)) {
       waiter->error = std::make_exception_ptr(

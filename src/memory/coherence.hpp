@@ -62,6 +62,15 @@ class DataListener {
   ~DataListener() = default;
 };
 
+// Told about every copy a task waited for, when it lands (perf recording; any thread).
+class TransferObserver {
+ public:
+  virtual void transfer_finished(unsigned from, unsigned to, std::uint64_t bytes, std::int64_t start_ns) = 0;
+
+ protected:
+  ~TransferObserver() = default;
+};
+
 struct TransferCounters {
   std::atomic<std::uint64_t> copies{0};
   std::atomic<std::uint64_t> bytes{0};
@@ -119,6 +128,9 @@ class CoherenceEngine {
   // forget(): free a dying buffer's device replicas.
   void forget(BufferState& buffer) noexcept;
 
+  // set_transfer_observer(): before any copy; also makes each task count the bytes copied for it.
+  void set_transfer_observer(TransferObserver* observer) noexcept { observer_ = observer; }
+
   // counters(from, to): copies and bytes moved from node `from` to node `to`.
   const TransferCounters& counters(unsigned from, unsigned to) const noexcept {
     return transfers_[from * max_memory_nodes + to];
@@ -152,6 +164,7 @@ class CoherenceEngine {
   std::unique_ptr<NodeResidents[]> residents_;
   std::unique_ptr<TransferCounters[]> transfers_;
   std::atomic<std::uint64_t> clock_{1};
+  TransferObserver* observer_ = nullptr;
 };
 
 }  // namespace nerve::detail

@@ -135,6 +135,13 @@ bool pool_launched(const PoolState* pool) noexcept { return pool->launched; }
 
 unsigned context_worker_count(const ContextImpl* context) noexcept { return context->scheduler.slot_count(); }
 
+// Deterministic mode: a fixed number of pieces (that of 16 workers), so the halving tree — and
+// with it a reduction's rounding — is the same on every machine and worker count.
+std::size_t context_auto_pieces(const ContextImpl* context) noexcept {
+  if (context->config.parallel.deterministic_mode) return deterministic_pieces;
+  return 4 * static_cast<std::size_t>(context->scheduler.slot_count());
+}
+
 }  // namespace detail
 
 // --- Context ---------------------------------------------------------------------------------------

@@ -26,9 +26,14 @@ ContextImpl::ContextImpl(const Settings& settings)
     : config(Config::load(settings)),
       topology(Topology::discover(config)),
       host_memory(config, topology),
-      scheduler(config, topology, *this),
+      perf(std::make_unique<PerfMonitor>(config.perf)),
+      monitored_executor(*this),
+      scheduler(config, topology,
+                config.perf.times_tasks() ? static_cast<TaskExecutor&>(monitored_executor) : *this),
       id(new_context_id()) {
   log::debug("context {}: {} worker slots on {}", id, scheduler.slot_count(), topology.description());
+  if (config.perf.records_tasks()) recorder = perf.get();
+  perf->start_counters();
   scheduler.start();
   for (auto& device : discover_devices(config, topology, 1)) add_device(std::move(device));
 }
@@ -53,6 +58,8 @@ void ContextImpl::shutdown() noexcept {
   scheduler.stop();
   for (auto& device : devices) device->stop();
   for (auto& device : devices) device->memory().drain();
+  perf->finish();
+  if (!config.perf.trace.empty()) write_trace();
   shut_down = true;
 
   // Buffers still alive: report, free their data, and make later use of their handles an error.

@@ -27,6 +27,7 @@
 #include "memory/coherence.hpp"
 #include "memory/host_memory_node.hpp"
 #include "memory/memory_node.hpp"
+#include "perf/monitor.hpp"
 #include "sched/scheduler.hpp"
 #include "task/record_allocator.hpp"
 #include "util/spin_lock.hpp"
@@ -114,6 +115,8 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   void run_on_device(TaskRecord* task, Device& device) override;
   void validate_device_hint(int device, const char* name) const;
   bool can_run_on(const TaskRecord& task, int device) const noexcept;
+  // write_trace(): perf.trace at shutdown (a failure is logged, not thrown).
+  void write_trace() noexcept;
   void check_placeable(const TaskRecord& task) const;
   void grant_mapping(TaskRecord* task, ThreadState& thread);
   void destroy_closure(TaskRecord* task) noexcept;
@@ -144,6 +147,8 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   HostMemoryNode host_memory;
   std::vector<std::unique_ptr<Device>> devices;  // device i + 1
   std::unique_ptr<CoherenceEngine> coherence;    // once there is more than one memory node
+  // perf.record_tasks / perf.trace: the monitor, else null — the one test on the task path.
+  PerfMonitor* recorder = nullptr;
   // Tasks waiting for room on a memory node (MemoryBusy), and a count of frees per node so a task
   // queued just after a free notices it.
   std::mutex memory_waiters_mutex;
@@ -151,6 +156,8 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   std::unique_ptr<std::atomic<std::uint64_t>[]> memory_frees {
     new std::atomic<std::uint64_t>[max_memory_nodes] {}
   };
+  std::unique_ptr<PerfMonitor> perf;     // device activity, records, counters (perf/)
+  MonitoredExecutor monitored_executor;  // the scheduler's executor while recording
   Scheduler scheduler;
   const std::uint64_t id;
   std::atomic<std::int64_t> external_references{1};

@@ -30,6 +30,7 @@ int ContextImpl::add_device(std::unique_ptr<Device> device) {
   std::vector<MemoryNode*> nodes{&host_memory};
   for (auto& each : devices) nodes.push_back(&each->memory());
   coherence = std::make_unique<CoherenceEngine>(std::move(nodes), *this);
+  coherence->set_transfer_observer(recorder);
   return index;
 }
 
@@ -50,6 +51,7 @@ DeviceLaunch ContextImpl::prepare_launch(TaskRecord* task, Device& device) {
   }
   launch.call = kernel->describe(launch.views.data(), device.info().index, nullptr);
   task->phase.store(status_running, std::memory_order_relaxed);
+  task->start_ns = monotonic_ns();
   return launch;
 }
 
@@ -60,7 +62,9 @@ void ContextImpl::complete(TaskRecord* task, Device& /*device*/, std::exception_
     task->error = std::move(error);
     outcome = status_failed;
   }
-  finish(task, current_thread(), outcome);
+  ThreadState& thread = current_thread();
+  perf->device_task(thread, *task, task->start_ns);
+  finish(task, thread, outcome);
 }
 
 std::vector<DeviceInfo> ContextImpl::device_infos() const {
@@ -165,7 +169,10 @@ void ContextImpl::data_ready(TaskRecord* task) { dispatch(task, current_thread()
 void ContextImpl::dispatch(TaskRecord* task, ThreadState& thread, bool submission) {
   if (task->kind == TaskKind::host_access) {
     grant_mapping(task, thread);
-  } else if (task->device == 0) {
+    return;
+  }
+  if (recorder != nullptr) task->data_valid_ns = monotonic_ns();
+  if (task->device == 0) {
     scheduler.enqueue(task, thread, submission, preferred_numa_node(task));
   } else {
     devices[static_cast<std::size_t>(task->device) - 1]->submit(task);
@@ -184,7 +191,9 @@ void ContextImpl::run_on_device(TaskRecord* task, Device& device) {
       views[i] = AccessView{coherence->replica(*access.buffer, device.memory().index()) + access.offset,
                             access.size};
     }
+    const std::int64_t start = monotonic_ns();
     outcome = invoke_closure(task, thread, views.data());
+    perf->device_task(thread, *task, start);
   }
   destroy_closure(task);
   finish(task, thread, outcome);

@@ -86,6 +86,7 @@ TaskRecord* submit_kernel(ContextImpl* context, const TaskOptions* options, Grou
   if (options != nullptr) {
     info.compute_intensive = options->compute_intensive;
     info.device = options->device;
+    info.priority = options->priority;
     const std::size_t count = options->after.size();
     TaskRecord** after = after_small;
     if (count > 8) {

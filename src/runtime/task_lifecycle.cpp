@@ -56,6 +56,7 @@ DepNode* allocate_dep_node(TaskRecord* successor) {
 TaskRecord* ContextImpl::allocate_record(ThreadState& thread) {
   TaskRecord* task = records.allocate(thread.records);
   task->context = this;
+  task->priority = 0;
   return task;
 }
 
@@ -131,6 +132,8 @@ void ContextImpl::register_dependencies(TaskRecord* task, ThreadState& thread, T
     }
     if (seen.size() < 64) seen.push_back(predecessor.task);  // beyond that, duplicates are harmless
     add_edge(predecessor.task, task, predecessor.consumes);
+    if (recorder != nullptr) [[unlikely]]
+      recorder->edge(thread, predecessor.task, task);
   };
   const std::size_t count = task->access_count;
   if (count == 1) {
@@ -164,6 +167,7 @@ TaskRecord* ContextImpl::commit_task(TaskDraft draft, const SubmitInfo& info) {
     task->name = info.name;
     task->group = info.group;
     task->compute_intensive = info.compute_intensive;
+    task->priority = info.priority;
     task->lean = true;
     task->refs.store(1, std::memory_order_relaxed);
     if (info.group != nullptr) info.group->pending.fetch_add(1, std::memory_order_relaxed);
@@ -201,9 +205,12 @@ TaskRecord* ContextImpl::commit_task(TaskDraft draft, const SubmitInfo& info) {
   task->ops = info.ops;
   task->name = info.name;
   task->compute_intensive = info.compute_intensive;
+  task->priority = info.priority;
   task->device_hint = static_cast<std::int16_t>(info.device);
   task->group = info.group;
   if (info.pool != nullptr) {
+    if (recorder != nullptr) [[unlikely]]
+      recorder->task_submitted(task);
     task->refs.store(1, std::memory_order_relaxed);
     info.pool->add(task);
     return nullptr;
@@ -218,6 +225,8 @@ TaskRecord* ContextImpl::commit_task(TaskDraft draft, const SubmitInfo& info) {
     throttle_submission(thread);
     return nullptr;
   }
+  if (recorder != nullptr) [[unlikely]]
+    recorder->task_submitted(task);
   task->pending.store(1, std::memory_order_relaxed);  // the submission guard
   if (info.group != nullptr) info.group->pending.fetch_add(1, std::memory_order_relaxed);
   thread.count_submitted();
@@ -248,6 +257,8 @@ void ContextImpl::make_ready(TaskRecord* task, ThreadState& thread, bool submiss
   switch (task->kind) {
     case TaskKind::function:
       task->phase.store(status_ready, std::memory_order_relaxed);
+      if (recorder != nullptr) [[unlikely]]
+        recorder->task_ready(task, submission);
       if (coherence != nullptr) {
         place_with_data(task, thread, submission);
       } else {

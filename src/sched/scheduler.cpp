@@ -169,15 +169,22 @@ void Scheduler::requeue(TaskRecord* task, WorkerSlot& slot) {
 }
 
 TaskRecord* Scheduler::find_work(ThreadState& thread, WorkerSlot& slot, IdleState& idle) {
+  const bool prioritized = prioritized_.maybe_nonempty();
+  if (prioritized) [[unlikely]] {
+    if (TaskRecord* task = prioritized_.pop(1)) return task;
+  }
   if (TaskRecord* task = slot.deque.pop()) return task;
   if (QueueLink* link = slot.inbox.try_pop()) return as_task(link);
   if (policy_ == SchedulerPolicy::eager) {
     if (QueueLink* link = shared_.try_pop()) return as_task(link);
   }
   if (steal_threshold_.count() > 0) {
-    if (!idle.idle || Clock::now() - idle.since < steal_threshold_) return nullptr;
+    if (!idle.idle || Clock::now() - idle.since < steal_threshold_)
+      return prioritized ? prioritized_.pop(INT32_MIN) : nullptr;
   }
-  return steal(thread, slot);
+  if (TaskRecord* task = steal(thread, slot)) return task;
+  // Low priorities last: only when nothing else could be found.
+  return prioritized ? prioritized_.pop(INT32_MIN) : nullptr;
 }
 
 TaskRecord* Scheduler::steal(ThreadState& thread, WorkerSlot& slot) {
@@ -202,6 +209,7 @@ TaskRecord* Scheduler::steal(ThreadState& thread, WorkerSlot& slot) {
 
 bool Scheduler::has_work_for(const WorkerSlot& slot) const noexcept {
   if (!slot.deque.empty() || slot.inbox.maybe_nonempty()) return true;
+  if (prioritized_.maybe_nonempty()) return true;
   if (policy_ == SchedulerPolicy::eager && shared_.maybe_nonempty()) return true;
   for (unsigned victim : slot.victims) {
     if (!slots_[victim]->deque.empty() || slots_[victim]->inbox.maybe_nonempty()) return true;
@@ -209,9 +217,29 @@ bool Scheduler::has_work_for(const WorkerSlot& slot) const noexcept {
   return false;
 }
 
+namespace {
+std::int64_t to_ns(Clock::time_point time) noexcept {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(time.time_since_epoch()).count();
+}
+}  // namespace
+
+Scheduler::ActiveSpan::ActiveSpan(WorkerSlot& s) noexcept
+    : slot(s), outermost(s.stats.active_since.load(std::memory_order_relaxed) == 0) {
+  if (outermost) slot.stats.active_since.store(to_ns(Clock::now()), std::memory_order_relaxed);
+}
+
+Scheduler::ActiveSpan::~ActiveSpan() {
+  if (!outermost) return;
+  const std::int64_t since = slot.stats.active_since.load(std::memory_order_relaxed);
+  WorkerSlot::bump(slot.stats.active_ns, static_cast<std::uint64_t>(to_ns(Clock::now()) - since));
+  slot.stats.active_since.store(0, std::memory_order_relaxed);
+}
+
 void Scheduler::enter_idle(IdleState& idle) noexcept {
   idle.idle = true;
   idle.since = Clock::now();
+  idle.started = idle.since;
+  if (idle.slot != nullptr) idle.slot->stats.idle_since.store(to_ns(idle.started), std::memory_order_relaxed);
   idle.spinning = true;
   spinners_.fetch_add(1, std::memory_order_acq_rel);
   executor_.on_slot_idle();
@@ -219,7 +247,15 @@ void Scheduler::enter_idle(IdleState& idle) noexcept {
 
 void Scheduler::leave_idle(IdleState& idle) noexcept {
   if (idle.spinning) spinners_.fetch_sub(1, std::memory_order_acq_rel);
-  idle = IdleState{};
+  if (idle.idle && idle.slot != nullptr) {
+    WorkerSlot& slot = *idle.slot;
+    WorkerSlot::bump(
+        slot.stats.idle_ns,
+        static_cast<std::uint64_t>(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - idle.started).count()));
+    slot.stats.idle_since.store(0, std::memory_order_relaxed);
+  }
+  idle = IdleState{idle.slot};
 }
 
 bool Scheduler::may_run_on(const WorkerSlot& slot, int numa_node) const noexcept {
@@ -228,6 +264,11 @@ bool Scheduler::may_run_on(const WorkerSlot& slot, int numa_node) const noexcept
 }
 
 void Scheduler::enqueue(TaskRecord* task, ThreadState& thread, bool submission, int numa_node) {
+  if (task->priority != 0) [[unlikely]] {
+    prioritized_.push(task);
+    notify_work(thread.slot, -1);
+    return;
+  }
   WorkerSlot* own = thread.slot;
   const bool bound_elsewhere =
       numa_node >= 0 && numa_placement_ && (own == nullptr || own->numa_node != numa_node);

@@ -29,6 +29,7 @@
 #include "nerve/config.hpp"
 #include "nerve/topology.hpp"
 
+#include "sched/priority_queue.hpp"
 #include "sched/ready_queue.hpp"
 #include "sched/thread_state.hpp"
 #include "sched/waiter_registry.hpp"
@@ -90,9 +91,18 @@ class Scheduler {
 
  private:
   struct IdleState {
+    WorkerSlot* slot = nullptr;  // for time accounting (null: not accounted)
     bool idle = false;
     bool spinning = false;
-    Clock::time_point since{};
+    Clock::time_point since{};    // spinning since (reset after each sleep)
+    Clock::time_point started{};  // idle since
+  };
+  // Accounts the time a slot is run by its outermost run_until (a nested wait adds nothing).
+  struct ActiveSpan {
+    WorkerSlot& slot;
+    const bool outermost;
+    explicit ActiveSpan(WorkerSlot& s) noexcept;
+    ~ActiveSpan();
   };
 
   void worker_main(unsigned index);
@@ -139,7 +149,8 @@ class Scheduler {
   std::atomic_flag bind_warned_;  // one warning for all workers that fail to bind
   std::vector<std::unique_ptr<WorkerSlot>> slots_;
   std::vector<std::vector<unsigned>> slots_by_node_;
-  ReadyQueue shared_;  // eager's FIFO
+  ReadyQueue shared_;          // eager's FIFO
+  PriorityQueue prioritized_;  // ready tasks with a priority other than normal
   WaiterRegistry waiters_;
   alignas(cache_line_size) std::atomic<int> sleepers_{0};
   alignas(cache_line_size) std::atomic<int> spinners_{0};
@@ -168,7 +179,9 @@ bool Scheduler::wait(ThreadState& thread, Waitable& target, Clock::time_point de
 template <class Waitable>
 bool Scheduler::run_until(ThreadState& thread, Waitable& target, Clock::time_point deadline) {
   WorkerSlot& slot = *thread.slot;
+  const ActiveSpan span(slot);
   IdleState idle;
+  idle.slot = &slot;
   // An expensive done() (wait_all scans every thread's counters) is checked every 64 tasks and
   // whenever no work is found, a cheap one before every task.
   std::uint32_t tasks_since_check = 0;

@@ -22,6 +22,7 @@ namespace nerve::detail {
 struct ContextImpl;
 struct WorkerSlot;
 struct BufferState;
+struct TaskLog;
 
 struct alignas(cache_line_size) ThreadState {
   ContextImpl* context = nullptr;
@@ -39,6 +40,7 @@ struct alignas(cache_line_size) ThreadState {
   std::uint64_t random_state = 0x9E3779B97F4A7C15ull;
   std::vector<TaskRecord*> scratch_predecessors;
   std::vector<BufferState*> scratch_buffers;
+  TaskLog* perf_log = nullptr;  // perf recording: this thread's records (owned by the PerfMonitor)
 
   void count_submitted() noexcept {
     submitted.store(submitted.load(std::memory_order_relaxed) + 1, std::memory_order_release);

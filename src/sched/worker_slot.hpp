@@ -24,6 +24,13 @@ struct SlotCounters {
   std::atomic<std::uint64_t> tasks_run{0};
   std::atomic<std::uint64_t> steals{0};
   std::atomic<std::uint64_t> sleeps{0};
+  // Time accounting (monotonic_ns), written by the occupant at idle transitions and at the start
+  // and end of its outermost wait: run = active_ns (+ now − active_since while running), of which
+  // idle = idle_ns (+ now − idle_since while idle).
+  std::atomic<std::uint64_t> active_ns{0};
+  std::atomic<std::int64_t> active_since{0};
+  std::atomic<std::uint64_t> idle_ns{0};
+  std::atomic<std::int64_t> idle_since{0};
 };
 
 struct alignas(cache_line_size) WorkerSlot {
@@ -43,8 +50,8 @@ struct alignas(cache_line_size) WorkerSlot {
   std::thread thread;
 
   // Owner-only relaxed counter bump.
-  static void bump(std::atomic<std::uint64_t>& counter) noexcept {
-    counter.store(counter.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  static void bump(std::atomic<std::uint64_t>& counter, std::uint64_t by = 1) noexcept {
+    counter.store(counter.load(std::memory_order_relaxed) + by, std::memory_order_relaxed);
   }
 };
 

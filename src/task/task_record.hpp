@@ -84,6 +84,7 @@ struct alignas(64) TaskRecord : QueueLink {
   // submission guard, no status exchange, no successor list and no atomic reference count.
   bool lean = false;
   std::uint16_t access_count = 0;
+  std::int32_t priority = 0;  // TaskOptions::priority (0: the deques; else the priority queue)
   const ClosureOps* ops = nullptr;
   GroupState* group = nullptr;
   PoolState* pool = nullptr;  // the pool a pool_gate (or a pool member) belongs to
@@ -101,6 +102,13 @@ struct alignas(64) TaskRecord : QueueLink {
   std::int16_t device_hint = -1;         // TaskOptions::device
   std::atomic<std::int32_t> fetches{0};  // copies its data still waits for (coherence)
   std::exception_ptr error;              // the task's own failure, or the cause of its cancellation
+  // Recording (perf.record_tasks / perf.trace) only; stale otherwise.
+  std::uint64_t trace_id = 0;                 // numbered at submission
+  std::int64_t submitted_ns = 0;              // monotonic_ns()
+  std::int64_t ready_ns = 0;                  // last predecessor finished
+  std::int64_t data_valid_ns = 0;             // copies done (= ready_ns without devices)
+  std::int64_t start_ns = 0;                  // a device began it (asynchronous backends)
+  std::atomic<std::uint64_t> bytes_moved{0};  // copied for it (with a TransferObserver)
   DepNode deps[inline_dep_count];
   AccessRecord inline_accesses[inline_access_count];
 

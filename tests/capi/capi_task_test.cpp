@@ -296,6 +296,8 @@ TEST_P(CapiTaskTest, TaskArguments) {
   EXPECT_NERVE_ERROR(nerve_task_set_memory_deps(task, 1, null_entry), NERVE_ERROR_INVALID_ARGUMENT, "NULL");
   EXPECT_NERVE_ERROR(nerve_task_set_name(task, nullptr), NERVE_ERROR_INVALID_ARGUMENT, "name");
   EXPECT_NERVE_ERROR(nerve_task_set_compute_intensive(nullptr, true), NERVE_ERROR_INVALID_ARGUMENT, "NULL");
+  EXPECT_NERVE_ERROR(nerve_task_set_priority(nullptr, NERVE_PRIORITY_HIGH), NERVE_ERROR_INVALID_ARGUMENT,
+                     "NULL");
   EXPECT_NERVE_ERROR(nerve_task_submit(nullptr, task, NERVE_DEVICE_ANY), NERVE_ERROR_INVALID_ARGUMENT,
                      "context is NULL");  // consumed
   nerve_task_destroy(nerve_task_create(
@@ -426,6 +428,27 @@ TEST(CapiTask, ComputeIntensiveTasksAreSpreadOverWorkers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Capi, CapiTaskTest, NERVE_CAPI_PARAMS, capi_param_name);
+
+// nerve_task_set_priority(): on one worker, the tasks waiting when the application thread starts
+// running them start by priority, FIFO within a level.
+TEST(CapiPriority, OneWorkerStartsTasksByPriority) {
+  ContextPtr ctx = make_context(1);
+  ASSERT_NE(ctx, nullptr) << nerve_last_error();
+  static std::vector<int> order;
+  order.clear();
+  const int priorities[] = {NERVE_PRIORITY_LOW, NERVE_PRIORITY_NORMAL, NERVE_PRIORITY_HIGH, 7,
+                            NERVE_PRIORITY_HIGH + 1};
+  for (const int& priority : priorities) {
+    nerve_task_t* task = nerve_task_create(
+        +[](void* desc, nerve_device_t, nerve_stream_t) { order.push_back(*static_cast<const int*>(desc)); },
+        const_cast<int*>(&priority));
+    ASSERT_EQ(nerve_task_set_priority(task, priority), NERVE_OK);
+    ASSERT_EQ(nerve_task_submit(ctx.get(), task, NERVE_DEVICE_ANY), NERVE_OK);
+  }
+  ASSERT_EQ(nerve_wait_all(ctx.get()), NERVE_OK);
+  EXPECT_EQ(order, (std::vector<int>{NERVE_PRIORITY_HIGH + 1, NERVE_PRIORITY_HIGH, 7, NERVE_PRIORITY_NORMAL,
+                                     NERVE_PRIORITY_LOW}));
+}
 
 }  // namespace
 }  // namespace nerve::testing

@@ -279,13 +279,22 @@ TEST(ConfigHermetic, UseEnvironmentFalseIgnoresEveryVariable) {
 
 TEST(ConfigEnvironment, UnrelatedNerveVariablesAreIgnored) {
   const Config config = Config::load(Settings(), {{"NERVE_LOG_LEVEL", "trace"},
-                                                  {"NERVE_TRACE", "trace.json"},
                                                   {"NERVE_PLUGIN_PATH", "/opt/nerve"},
                                                   {"NERVE_TEST_TIMEOUT", "60"},
                                                   {"NERVE_SOMETHING_ELSE", "x"},
                                                   {"NERVE_TASK_FOO", "x"},
                                                   {"PATH", "/bin"}});
   for (const auto& e : config.entries) EXPECT_EQ(e.origin.source, ConfigSource::default_value) << e.key;
+}
+
+TEST(ConfigEnvironment, TraceVariableIsAnAliasOfPerfTrace) {
+  const Config config = Config::load(Settings(), {{"NERVE_TRACE", "trace.json"}});
+  EXPECT_EQ(config.perf.trace, "trace.json");
+  EXPECT_TRUE(config.perf.records_tasks());
+  EXPECT_EQ(config.origin("perf.trace").describe(), "env NERVE_TRACE");
+  const Config both =
+      Config::load(Settings(), {{"NERVE_TRACE", "short.json"}, {"NERVE_PERF_TRACE", "long.json"}});
+  EXPECT_EQ(both.perf.trace, "long.json");
 }
 
 TEST(ConfigEnvironment, ProcessEnvironmentIsReadByDefault) {

@@ -97,6 +97,7 @@ struct SubmitInfo {
   // false: the `after` edges only order (a failed predecessor does not cancel this task); a
   // coroutine's continuation uses it to resume and observe the failure itself.
   bool after_consumes = true;
+  int priority = 0;  // TaskOptions::priority
 };
 
 // Task submission: begin_task() reserves a record with closure storage, the template constructs the
@@ -184,7 +185,10 @@ NERVE_API void buffer_unmap(Mapping mapping);
 NERVE_API int running_device() noexcept;
 
 // parallel_for/reduce worker count and the calling thread's worker index (or -1).
+inline constexpr std::size_t deterministic_pieces = 64;
 NERVE_API unsigned context_worker_count(const ContextImpl* context) noexcept;
+// How many pieces a grain-0 loop is split into: 4 per worker, or a fixed count in deterministic mode.
+NERVE_API std::size_t context_auto_pieces(const ContextImpl* context) noexcept;
 
 }  // namespace detail
 }  // namespace nerve

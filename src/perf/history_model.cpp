@@ -1,0 +1,176 @@
+#include "perf/history_model.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "util/log.hpp"
+
+namespace nerve::detail {
+namespace {
+
+constexpr double recent_weight = 0.1;   // EWMA weight of a new sample
+constexpr double outlier_sigmas = 3.0;  // clamp beyond mean ± 3σ once calibrated
+constexpr double min_sigma_share = 0.05;
+constexpr double drift_share = 0.5;  // |recent − mean| > 50 % of the mean: recalibrate
+
+// A kernel name as a file name: letters, digits, '-', '_', '.' kept, the rest '_'.
+std::string file_stem(const std::string& kernel) {
+  std::string stem;
+  for (char c : kernel) {
+    const bool keep = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                      c == '-' || c == '_' || c == '.';
+    stem += keep ? c : '_';
+  }
+  return stem.empty() || stem[0] == '.' ? "_" + stem : stem;
+}
+
+}  // namespace
+
+double ModelEntry::stddev_ns() const noexcept {
+  return samples > 1 ? std::sqrt(m2 / static_cast<double>(samples - 1)) : 0.0;
+}
+
+HistoryModels::HistoryModels(std::filesystem::path directory) : directory_(std::move(directory)) {}
+
+std::filesystem::path HistoryModels::default_directory() {
+  if (const char* cache = std::getenv("XDG_CACHE_HOME"); cache != nullptr && cache[0] != '\0')
+    return std::filesystem::path(cache) / "nerve" / "perfmodels";
+  if (const char* home = std::getenv("HOME"); home != nullptr && home[0] != '\0')
+    return std::filesystem::path(home) / ".cache" / "nerve" / "perfmodels";
+  return std::filesystem::temp_directory_path() / "nerve-perfmodels";
+}
+
+void HistoryModels::add(const std::string& kernel, const std::string& device, std::uint64_t footprint,
+                        double ns) {
+  std::lock_guard lock(mutex_);
+  ModelEntry& entry = entries_[Key{kernel, device, footprint}];
+  if (entry.samples >= calibration_samples) {
+    const double sigma = std::max(entry.stddev_ns(), min_sigma_share * entry.mean_ns);
+    const double low = entry.mean_ns - outlier_sigmas * sigma;
+    const double high = entry.mean_ns + outlier_sigmas * sigma;
+    if (ns < low || ns > high) {
+      ++entry.outliers;
+      ns = std::clamp(ns, low, high);
+    }
+  }
+  entry.recent_ns = entry.samples == 0 ? ns : (1 - recent_weight) * entry.recent_ns + recent_weight * ns;
+  ++entry.samples;
+  const double delta = ns - entry.mean_ns;
+  entry.mean_ns += delta / static_cast<double>(entry.samples);
+  entry.m2 += delta * (ns - entry.mean_ns);
+  if (entry.samples >= calibration_samples &&
+      std::abs(entry.recent_ns - entry.mean_ns) > drift_share * entry.mean_ns) {
+    const std::uint64_t recalibrations = entry.recalibrations + 1;
+    const double recent = entry.recent_ns;
+    entry = ModelEntry{};
+    entry.samples = 1;
+    entry.mean_ns = recent;
+    entry.recent_ns = recent;
+    entry.recalibrations = recalibrations;
+  }
+}
+
+std::optional<ModelEstimate> HistoryModels::estimate(const std::string& kernel, const std::string& device,
+                                                     std::uint64_t footprint) const {
+  std::lock_guard lock(mutex_);
+  if (const auto it = entries_.find(Key{kernel, device, footprint}); it != entries_.end()) {
+    const ModelEntry& entry = it->second;
+    return ModelEstimate{entry.mean_ns, entry.stddev_ns(), entry.samples, entry.samples < calibration_samples,
+                         false};
+  }
+  // Least squares over the calibrated footprints of this kernel on this device: time = a + b × bytes.
+  double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (auto it = entries_.lower_bound(Key{kernel, device, 0}); it != entries_.end(); ++it) {
+    const auto& [k, d, f] = it->first;
+    if (k != kernel || d != device) break;
+    if (it->second.samples < calibration_samples) continue;
+    const double x = static_cast<double>(f);
+    n += 1;
+    sx += x;
+    sy += it->second.mean_ns;
+    sxx += x * x;
+    sxy += x * it->second.mean_ns;
+  }
+  if (n < 2 || n * sxx - sx * sx == 0) return std::nullopt;
+  const double slope = (n * sxy - sx * sy) / (n * sxx - sx * sx);
+  const double intercept = (sy - slope * sx) / n;
+  const double mean = std::max(0.0, intercept + slope * static_cast<double>(footprint));
+  return ModelEstimate{mean, 0.0, 0, false, true};
+}
+
+std::vector<ModelRow> HistoryModels::rows() const {
+  std::lock_guard lock(mutex_);
+  std::vector<ModelRow> rows;
+  for (const auto& [key, entry] : entries_) {
+    rows.push_back(ModelRow{std::get<0>(key), std::get<1>(key), std::get<2>(key), entry});
+  }
+  return rows;
+}
+
+void HistoryModels::load() {
+  if (directory_.empty()) return;
+  std::error_code error;
+  if (!std::filesystem::is_directory(directory_, error)) return;
+  std::lock_guard lock(mutex_);
+  for (const auto& file : std::filesystem::directory_iterator(directory_, error)) {
+    if (file.path().extension() != ".json") continue;
+    try {
+      std::ifstream in(file.path());
+      const nlohmann::json json = nlohmann::json::parse(in);
+      if (json.value("schema", "") != "nerve.perfmodel/1") continue;
+      const std::string kernel = json.at("kernel");
+      for (const auto& row : json.at("entries")) {
+        ModelEntry entry;
+        entry.samples = row.at("samples");
+        entry.mean_ns = row.at("mean_ns");
+        entry.m2 = row.at("m2");
+        entry.recent_ns = row.value("recent_ns", entry.mean_ns);
+        entry.outliers = row.value("outliers", std::uint64_t{0});
+        entry.recalibrations = row.value("recalibrations", std::uint64_t{0});
+        entries_[Key{kernel, row.at("device").get<std::string>(), row.at("footprint").get<std::uint64_t>()}] =
+            entry;
+      }
+    } catch (const std::exception& failure) {
+      log::warn("performance model {} skipped: {}", file.path().string(), failure.what());
+    }
+  }
+}
+
+void HistoryModels::save() const noexcept {
+  if (directory_.empty()) return;
+  try {
+    std::map<std::string, nlohmann::json> by_kernel;
+    for (const ModelRow& row : rows()) {
+      by_kernel[row.kernel].push_back({{"device", row.device},
+                                       {"footprint", row.footprint},
+                                       {"samples", row.entry.samples},
+                                       {"mean_ns", row.entry.mean_ns},
+                                       {"m2", row.entry.m2},
+                                       {"recent_ns", row.entry.recent_ns},
+                                       {"outliers", row.entry.outliers},
+                                       {"recalibrations", row.entry.recalibrations}});
+    }
+    if (by_kernel.empty()) return;
+    std::filesystem::create_directories(directory_);
+    for (const auto& [kernel, entries] : by_kernel) {
+      const auto path = directory_ / (file_stem(kernel) + ".json");
+      const auto temporary = std::filesystem::path(path.string() + ".tmp");
+      {
+        std::ofstream out(temporary);
+        out << nlohmann::json{{"schema", "nerve.perfmodel/1"}, {"kernel", kernel}, {"entries", entries}}.dump(
+                   2)
+            << '\n';
+        if (!out) throw std::runtime_error("cannot write " + temporary.string());
+      }
+      std::filesystem::rename(temporary, path);
+    }
+  } catch (const std::exception& failure) {
+    log::warn("performance models not saved to {}: {}", directory_.string(), failure.what());
+  }
+}
+
+}  // namespace nerve::detail

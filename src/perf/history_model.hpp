@@ -1,0 +1,83 @@
+// history_model.hpp — HistoryModels: measured run times per (kernel, device, data footprint).
+//
+// Each entry keeps the count, mean and variance of its samples (Welford). Robust to outliers: once
+// calibrated, a sample beyond mean ± 3σ (σ at least 5 % of the mean) is clamped to that bound and
+// counted as an outlier, so a few slow runs move the mean by little (StarPU's failure mode: one
+// slow run sends every task elsewhere). Drift: a recent-average (EWMA of the clamped samples) that
+// leaves the mean by more than half of it means the device or the kernel changed; the entry
+// restarts (calibrating again) from the recent average and counts a recalibration.
+// An entry with fewer than `calibration_samples` samples is *calibrating*: its estimate is marked
+// so, and placement must not trust it alone. For a footprint not yet seen, estimate() fits a
+// least-squares line through the known footprints' means of that kernel and device.
+//
+// Persistence: load()/save() read and write one JSON file per kernel, `<dir>/<kernel>.json`
+// (schema "nerve.perfmodel/1"), written to a temporary file and renamed.
+//
+// Thread safety: every member may be called from any thread (one mutex).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace nerve::detail {
+
+struct ModelEntry {
+  std::uint64_t samples = 0;
+  double mean_ns = 0;
+  double m2 = 0;         // sum of squared deviations (Welford)
+  double recent_ns = 0;  // EWMA of the clamped samples
+  std::uint64_t outliers = 0;
+  std::uint64_t recalibrations = 0;
+  double stddev_ns() const noexcept;
+};
+
+struct ModelEstimate {
+  double mean_ns = 0;
+  double stddev_ns = 0;
+  std::uint64_t samples = 0;
+  bool calibrating = true;
+  bool interpolated = false;  // from the regression over other footprints
+};
+
+struct ModelRow {
+  std::string kernel;
+  std::string device;
+  std::uint64_t footprint = 0;
+  ModelEntry entry;
+};
+
+class HistoryModels {
+ public:
+  static constexpr std::uint64_t calibration_samples = 10;
+
+  // `directory` empty: not persisted.
+  explicit HistoryModels(std::filesystem::path directory);
+
+  void add(const std::string& kernel, const std::string& device, std::uint64_t footprint, double ns);
+  std::optional<ModelEstimate> estimate(const std::string& kernel, const std::string& device,
+                                        std::uint64_t footprint) const;
+  std::vector<ModelRow> rows() const;
+  const std::filesystem::path& directory() const noexcept { return directory_; }
+
+  // load(): every `<dir>/*.json` model file (unreadable or foreign files are skipped, logged).
+  void load();
+  // save(): the kernels with entries; a failure is logged, never thrown.
+  void save() const noexcept;
+
+  // default_directory(): $XDG_CACHE_HOME/nerve/perfmodels, else $HOME/.cache/nerve/perfmodels.
+  static std::filesystem::path default_directory();
+
+ private:
+  using Key = std::tuple<std::string, std::string, std::uint64_t>;  // kernel, device, footprint
+  mutable std::mutex mutex_;
+  std::map<Key, ModelEntry> entries_;
+  std::filesystem::path directory_;
+};
+
+}  // namespace nerve::detail

@@ -1,0 +1,200 @@
+#include "perf/monitor.hpp"
+
+#include <fmt/format.h>
+
+#include "perf/counters.hpp"
+#include "perf/history_model.hpp"
+#include "runtime/context_impl.hpp"
+#include "task/kernel_task.hpp"
+
+namespace nerve::detail {
+
+PerfMonitor::PerfMonitor(const Config::Perf& config)
+    : epoch_ns_(monotonic_ns()),
+      records_tasks_(config.records_tasks()),
+      max_records_(config.max_task_records),
+      config_(config),
+      devices_(new DeviceActivity[max_memory_nodes]) {
+  if (config.models) {
+    models_ =
+        std::make_unique<HistoryModels>(config.model_dir.empty() ? HistoryModels::default_directory()
+                                                                 : std::filesystem::path(config.model_dir));
+    models_->load();
+  }
+}
+
+PerfMonitor::~PerfMonitor() {
+  if (sampler_ != nullptr) sampler_->stop();
+}
+
+std::uint64_t footprint_of(const TaskRecord& task) noexcept {
+  std::uint64_t footprint = 0;
+  for (std::size_t i = 0; i < task.access_count; ++i) footprint += task.accesses[i].size;
+  return footprint;
+}
+
+void PerfMonitor::model_sample(const TaskRecord& task, int device, std::int64_t ns) {
+  if (models_ == nullptr || task.kernel == nullptr) return;
+  models_->add(task.kernel->name, device == 0 ? std::string("cpu") : fmt::format("device:{}", device),
+               footprint_of(task), static_cast<double>(ns));
+}
+
+void PerfMonitor::task_submitted(TaskRecord* task) noexcept {
+  task->trace_id = next_id_.fetch_add(1, std::memory_order_relaxed) + 1;
+  task->submitted_ns = monotonic_ns();
+  task->start_ns = 0;
+  task->bytes_moved.store(0, std::memory_order_relaxed);
+}
+
+void PerfMonitor::task_ready(TaskRecord* task, bool submission) noexcept {
+  const std::int64_t now = monotonic_ns();
+  if (submission && task->lean) {  // lean tasks skip task_submitted: they are ready at once
+    task->trace_id = next_id_.fetch_add(1, std::memory_order_relaxed) + 1;
+    task->submitted_ns = now;
+    task->start_ns = 0;
+    task->bytes_moved.store(0, std::memory_order_relaxed);
+  }
+  task->ready_ns = now;
+  task->data_valid_ns = now;  // dispatch() moves it later when copies were needed
+}
+
+void PerfMonitor::device_task(ThreadState& thread, const TaskRecord& task, std::int64_t start_ns) {
+  const std::int64_t end = monotonic_ns();
+  DeviceActivity& activity = devices_[task.device];
+  activity.tasks.fetch_add(1, std::memory_order_relaxed);
+  activity.busy_ns.fetch_add(static_cast<std::uint64_t>(end - start_ns), std::memory_order_relaxed);
+  model_sample(task, task.device, end - start_ns);
+  if (!records_tasks_) return;
+  TaskEvent event = begin_event(&task, task.device, -1);
+  event.start_ns = start_ns;
+  event.end_ns = end;
+  record(thread, std::move(event));
+}
+
+TaskLog& PerfMonitor::log_of(ThreadState& thread) {
+  if (thread.perf_log == nullptr) {
+    std::lock_guard lock(logs_mutex_);
+    logs_.push_back(std::make_unique<TaskLog>());
+    thread.perf_log = logs_.back().get();
+  }
+  return *thread.perf_log;
+}
+
+void PerfMonitor::edge(ThreadState& thread, const TaskRecord* from, const TaskRecord* to) {
+  TaskLog& log = log_of(thread);
+  std::lock_guard lock(log.lock);
+  log.edges.push_back(EdgeEvent{from->trace_id, to->trace_id});
+}
+
+TaskEvent PerfMonitor::begin_event(const TaskRecord* task, int device, int worker) const {
+  return TaskEvent{task->trace_id,
+                   task->name != nullptr ? std::string(task->name) : std::string(),
+                   device,
+                   worker,
+                   task->submitted_ns,
+                   task->ready_ns,
+                   task->data_valid_ns,
+                   monotonic_ns(),
+                   0,
+                   task->bytes_moved.load(std::memory_order_relaxed)};
+}
+
+void PerfMonitor::record(ThreadState& thread, TaskEvent&& event) {
+  constexpr std::uint64_t batch = 256;  // records a thread takes from the bound at a time
+  TaskLog& log = log_of(thread);
+  if (log.quota == 0) {
+    // Near the bound, batches shrink (a quarter of what is left), so that a thread holding unused
+    // quota leaves little unrecorded: the bound is "at most", and close to exact.
+    std::uint64_t taken = taken_.load(std::memory_order_relaxed);
+    std::uint64_t grant = 0;
+    do {
+      if (taken >= max_records_) {
+        dropped_.fetch_add(1, std::memory_order_relaxed);
+        return;
+      }
+      grant = std::min(batch, std::max<std::uint64_t>(1, (max_records_ - taken) / 4));
+    } while (!taken_.compare_exchange_weak(taken, taken + grant, std::memory_order_relaxed));
+    log.quota = grant;
+  }
+  --log.quota;
+  std::lock_guard lock(log.lock);
+  log.tasks.push_back(std::move(event));
+}
+
+void PerfMonitor::transfer_finished(unsigned from, unsigned to, std::uint64_t bytes, std::int64_t start_ns) {
+  const std::int64_t end = monotonic_ns();
+  std::lock_guard lock(transfers_mutex_);
+  transfers_.push_back(TransferEvent{from, to, bytes, start_ns, end});
+}
+
+template <class Event>
+std::vector<Event> PerfMonitor::gather(std::deque<Event> TaskLog::*member) const {
+  std::vector<Event> all;
+  std::lock_guard lock(logs_mutex_);
+  for (const auto& log : logs_) {
+    std::lock_guard log_lock(log->lock);
+    const std::deque<Event>& events = (*log).*member;
+    all.insert(all.end(), events.begin(), events.end());
+  }
+  return all;
+}
+
+std::vector<TaskEvent> PerfMonitor::tasks() const { return gather(&TaskLog::tasks); }
+std::vector<EdgeEvent> PerfMonitor::edges() const { return gather(&TaskLog::edges); }
+
+std::vector<TransferEvent> PerfMonitor::transfers() const {
+  std::lock_guard lock(transfers_mutex_);
+  return transfers_;
+}
+
+void PerfMonitor::start_counters() {
+  if (config_.enable_counters && sampler_ == nullptr)
+    sampler_ = std::make_unique<CounterSampler>(config_.counter_interval);
+}
+
+void PerfMonitor::finish() noexcept {
+  if (sampler_ != nullptr) sampler_->stop();
+  if (models_ != nullptr) models_->save();
+}
+
+CounterStats PerfMonitor::counters() const {
+  if (sampler_ == nullptr) return {};
+  CounterStats stats = sampler_->snapshot();
+  for (CounterSample& sample : stats.samples) sample.time_ns -= epoch_ns_;
+  return stats;
+}
+
+// --- MonitoredExecutor
+
+void MonitoredExecutor::execute(TaskRecord* task, ThreadState& thread) {
+  PerfMonitor& perf = *context_.perf;
+  // Everything read from the record is read before execute(): the record may be recycled after.
+  std::string kernel;
+  std::uint64_t footprint = 0;
+  const bool modelled = perf.models() != nullptr && task->kernel != nullptr;
+  if (modelled) {
+    kernel = task->kernel->name;
+    footprint = footprint_of(*task);
+  }
+  if (!perf.records_tasks()) {  // models only
+    const std::int64_t start = modelled ? monotonic_ns() : 0;
+    context_.execute(task, thread);
+    if (modelled) perf.models()->add(kernel, "cpu", footprint, static_cast<double>(monotonic_ns() - start));
+    return;
+  }
+  TaskEvent event =
+      perf.begin_event(task, 0, thread.slot != nullptr ? static_cast<int>(thread.slot->index) : -1);
+  context_.execute(task, thread);
+  event.end_ns = monotonic_ns();
+  if (modelled)
+    perf.models()->add(kernel, "cpu", footprint, static_cast<double>(event.end_ns - event.start_ns));
+  perf.record(thread, std::move(event));
+}
+
+ThreadState& MonitoredExecutor::create_worker_state(unsigned slot) {
+  return context_.create_worker_state(slot);
+}
+
+void MonitoredExecutor::on_slot_idle() noexcept { context_.on_slot_idle(); }
+
+}  // namespace nerve::detail

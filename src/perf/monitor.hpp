@@ -1,0 +1,151 @@
+// monitor.hpp — what the runtime records about its own work: device activity (always), and with
+// perf.record_tasks / perf.trace one record per task, per copy and per dependency edge.
+//
+// Zero cost when off: ContextImpl::recorder is null and the task path tests it once (make_ready);
+// execution times come from MonitoredExecutor, which the scheduler is given *instead of* the
+// context only when recording, so executing a task carries no test at all.
+//
+// Threads: each thread appends to its own TaskLog under the log's spin lock (uncontended except
+// while a snapshot copies it); copies and device activity may be reported from any thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "nerve/config.hpp"
+#include "nerve/stats.hpp"
+
+#include "memory/coherence.hpp"
+#include "sched/scheduler.hpp"
+#include "util/monotonic_clock.hpp"
+#include "util/spin_lock.hpp"
+
+namespace nerve::detail {
+
+struct ContextImpl;
+class CounterSampler;
+class HistoryModels;
+
+struct TaskEvent {
+  std::uint64_t id;
+  std::string name;
+  int device;
+  int worker;
+  std::int64_t submitted_ns, ready_ns, data_valid_ns, start_ns, end_ns;  // absolute monotonic_ns
+  std::uint64_t bytes_moved;
+};
+
+struct EdgeEvent {
+  std::uint64_t from;  // predecessor's id
+  std::uint64_t to;
+};
+
+struct TransferEvent {
+  unsigned from_node, to_node;
+  std::uint64_t bytes;
+  std::int64_t start_ns, end_ns;
+};
+
+// One thread's records.
+struct TaskLog {
+  SpinLock lock;
+  std::deque<TaskEvent> tasks;  // chunked: growing never copies what is recorded
+  std::deque<EdgeEvent> edges;
+  std::uint64_t quota = 0;  // records this thread may still add (taken from the global bound in batches)
+};
+
+// Per device (by index; 0 = CPU workers, unused): tasks run and time spent running them.
+struct DeviceActivity {
+  std::atomic<std::uint64_t> tasks{0};
+  std::atomic<std::uint64_t> busy_ns{0};
+};
+
+class PerfMonitor final : public TransferObserver {
+ public:
+  explicit PerfMonitor(const Config::Perf& config);
+  ~PerfMonitor();
+  PerfMonitor(const PerfMonitor&) = delete;
+  PerfMonitor& operator=(const PerfMonitor&) = delete;
+
+  std::int64_t epoch_ns() const noexcept { return epoch_ns_; }
+  bool records_tasks() const noexcept { return records_tasks_; }
+  DeviceActivity& device(int index) noexcept { return devices_[index]; }
+  const DeviceActivity& device(int index) const noexcept { return devices_[index]; }
+
+  // device_task(): `task` ran on its device from start_ns until now (always; records it when
+  // recording). Called before the task finishes, from the device's thread.
+  void device_task(ThreadState& thread, const TaskRecord& task, std::int64_t start_ns);
+
+  // --- recording (only called when records_tasks())
+  // task_submitted(): numbers a task that may have predecessors (before its edges are added).
+  void task_submitted(TaskRecord* task) noexcept;
+  // task_ready(): its last predecessor finished (or it had none); numbers lean tasks.
+  void task_ready(TaskRecord* task, bool submission) noexcept;
+  void edge(ThreadState& thread, const TaskRecord* from, const TaskRecord* to);
+  // record(): append a finished task's event to `thread`'s log (unless max_task_records is reached).
+  void record(ThreadState& thread, TaskEvent&& event);
+  TaskEvent begin_event(const TaskRecord* task, int device, int worker) const;
+
+  // TransferObserver (from copy engines' threads)
+  void transfer_finished(unsigned from, unsigned to, std::uint64_t bytes, std::int64_t start_ns) override;
+
+  // --- reading (any thread, any time)
+  std::vector<TaskEvent> tasks() const;
+  std::vector<EdgeEvent> edges() const;
+  std::vector<TransferEvent> transfers() const;
+  std::uint64_t dropped() const noexcept { return dropped_.load(std::memory_order_relaxed); }
+  CounterStats counters() const;
+
+  // start_counters(): the perf.enable_counters sampling thread. finish(): at shutdown, stop it and
+  // save the performance models.
+  void start_counters();
+  void finish() noexcept;
+  // models(): perf.models, else null.
+  HistoryModels* models() const noexcept { return models_.get(); }
+  // model_sample(): `task` ran on `device` for `ns` (kernel calls only).
+  void model_sample(const TaskRecord& task, int device, std::int64_t ns);
+
+ private:
+  TaskLog& log_of(ThreadState& thread);
+  // gather(): every thread's events of one kind, copied under their logs' locks.
+  template <class Event>
+  std::vector<Event> gather(std::deque<Event> TaskLog::*member) const;
+
+  const std::int64_t epoch_ns_;
+  const bool records_tasks_;
+  const std::uint64_t max_records_;
+  const Config::Perf config_;
+  std::unique_ptr<DeviceActivity[]> devices_;
+  std::atomic<std::uint64_t> next_id_{0};
+  std::atomic<std::uint64_t> taken_{0};
+  std::atomic<std::uint64_t> dropped_{0};
+  mutable std::mutex logs_mutex_;
+  std::vector<std::unique_ptr<TaskLog>> logs_;
+  mutable std::mutex transfers_mutex_;
+  std::vector<TransferEvent> transfers_;
+  std::unique_ptr<CounterSampler> sampler_;
+  std::unique_ptr<HistoryModels> models_;
+};
+
+// footprint_of(): the bytes a task accesses (its performance models' size key).
+std::uint64_t footprint_of(const TaskRecord& task) noexcept;
+
+// The scheduler's executor while recording: times each task around ContextImpl::execute.
+class MonitoredExecutor final : public TaskExecutor {
+ public:
+  explicit MonitoredExecutor(ContextImpl& context) : context_(context) {}
+  void execute(TaskRecord* task, ThreadState& thread) override;
+  ThreadState& create_worker_state(unsigned slot) override;
+  void on_slot_idle() noexcept override;
+
+ private:
+  ContextImpl& context_;
+};
+
+}  // namespace nerve::detail

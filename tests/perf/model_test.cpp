@@ -1,0 +1,141 @@
+// perf.models: history models per (kernel, device, footprint) — learning, calibration marker,
+// robustness to outliers, drift, regression over sizes, persistence between contexts.
+#include "perf/history_model.hpp"
+#include "perf/perf_test.hpp"
+
+namespace nerve::testing {
+namespace {
+
+using detail::HistoryModels;
+
+std::filesystem::path fresh_directory(const std::string& stem) {
+  const auto directory = std::filesystem::temp_directory_path() / (stem + "." + std::to_string(getpid()));
+  std::filesystem::remove_all(directory);
+  return directory;
+}
+
+TEST(HistoryModel, MeanVarianceAndCalibratingMarker) {
+  HistoryModels models({});
+  for (int i = 0; i < 9; ++i) models.add("k", "cpu", 100, i % 2 == 0 ? 900.0 : 1100.0);
+  auto estimate = models.estimate("k", "cpu", 100);
+  ASSERT_TRUE(estimate.has_value());
+  EXPECT_TRUE(estimate->calibrating) << "9 samples: still calibrating";
+  models.add("k", "cpu", 100, 1100.0);
+  estimate = models.estimate("k", "cpu", 100);
+  EXPECT_FALSE(estimate->calibrating);
+  EXPECT_EQ(estimate->samples, 10u);
+  EXPECT_DOUBLE_EQ(estimate->mean_ns, 1000.0);
+  EXPECT_NEAR(estimate->stddev_ns, 105.4, 0.1);
+  EXPECT_FALSE(models.estimate("k", "device:1", 100).has_value()) << "per device";
+}
+
+TEST(HistoryModel, AFewSlowRunsBarelyMoveTheEstimate) {
+  HistoryModels models({});
+  for (int i = 0; i < 50; ++i) models.add("k", "cpu", 8, 1000.0 + (i % 3));
+  for (int i = 0; i < 3; ++i) models.add("k", "cpu", 8, 1'000'000.0);  // three runs 1000× slower
+  const auto estimate = models.estimate("k", "cpu", 8);
+  EXPECT_LT(estimate->mean_ns, 1020.0) << "outliers are clamped to mean + 3 sigma (unclamped: 57,000)";
+  EXPECT_EQ(models.rows().at(0).entry.outliers, 3u);
+  EXPECT_EQ(models.rows().at(0).entry.recalibrations, 0u);
+}
+
+TEST(HistoryModel, DriftRecalibrates) {
+  HistoryModels models({});
+  for (int i = 0; i < 20; ++i) models.add("k", "cpu", 8, 1000.0);
+  // The device got 5x slower for good: the clamped samples still pull the recent average away.
+  for (int i = 0; i < 40; ++i) models.add("k", "cpu", 8, 5000.0);
+  const auto rows = models.rows();
+  EXPECT_GE(rows.at(0).entry.recalibrations, 1u);
+  for (int i = 0; i < 20; ++i) models.add("k", "cpu", 8, 5000.0);
+  EXPECT_NEAR(models.estimate("k", "cpu", 8)->mean_ns, 5000.0, 500.0) << "it learnt the new time";
+}
+
+TEST(HistoryModel, RegressionForFootprintsNotSeen) {
+  HistoryModels models({});
+  for (int i = 0; i < 10; ++i) {
+    models.add("k", "cpu", 1000, 2000.0);  // 1000 ns + 1 ns per byte
+    models.add("k", "cpu", 3000, 4000.0);
+  }
+  const auto estimate = models.estimate("k", "cpu", 2000);
+  ASSERT_TRUE(estimate.has_value());
+  EXPECT_TRUE(estimate->interpolated);
+  EXPECT_NEAR(estimate->mean_ns, 3000.0, 1e-6);
+  EXPECT_FALSE(models.estimate("other", "cpu", 2000).has_value());
+}
+
+TEST(HistoryModel, SavedAndLoaded) {
+  const auto directory = fresh_directory("nerve-models-unit");
+  {
+    HistoryModels models(directory);
+    for (int i = 0; i < 12; ++i) models.add("gemm/tile", "device:1", 4096, 500.0 + i);
+    models.save();
+  }
+  EXPECT_TRUE(std::filesystem::exists(directory / "gemm_tile.json"));
+  HistoryModels loaded(directory);
+  loaded.load();
+  const auto estimate = loaded.estimate("gemm/tile", "device:1", 4096);
+  ASSERT_TRUE(estimate.has_value());
+  EXPECT_EQ(estimate->samples, 12u);
+  EXPECT_DOUBLE_EQ(estimate->mean_ns, 505.5);
+  std::filesystem::remove_all(directory);
+}
+
+TEST(PerfModels, ContextLearnsKernelTimesAndKeepsThemBetweenRuns) {
+  const auto directory = fresh_directory("nerve-models-context");
+  auto settings = [&] {
+    Settings s = make_settings(2);
+    s.set("perf.models", "true");
+    s.set("perf.model_dir", directory.string());
+    return s;
+  };
+  Kernel scale("scale");
+  scale.cpu([](const KernelArgs& args) {
+    for (float& v : args.span<float>(0)) v *= 1.5f;
+  });
+  {
+    Context context(settings());
+    context.impl()->add_test_device({});
+    Buffer<float> data(context, std::vector<float>(256, 1.0f));
+    for (int i = 0; i < 12; ++i) context.spawn(TaskOptions{.device = i % 2}, scale, read_write(data));
+    context.wait_all();
+    const ContextStats stats = context.stats();
+    EXPECT_TRUE(stats.models_enabled);
+    ASSERT_EQ(stats.models.size(), 2u);  // cpu and device:1
+    for (const PerfModelStats& model : stats.models) {
+      EXPECT_EQ(model.kernel, "scale");
+      EXPECT_EQ(model.footprint, 1024u);
+      EXPECT_EQ(model.samples, 6u);
+      EXPECT_TRUE(model.calibrating);
+      EXPECT_GT(model.mean_ns, 0.0);
+    }
+    const nlohmann::json json = dump_stats(context);
+    EXPECT_EQ(json["models"]["enabled"], true);
+    EXPECT_EQ(json["models"]["entries"].size(), 2u);
+    EXPECT_EQ(json["models"]["entries"][0]["calibrating"], true);
+  }
+  ASSERT_TRUE(std::filesystem::exists(directory / "scale.json")) << "saved when the context ends";
+  {
+    Context context(settings());
+    const ContextStats stats = context.stats();
+    ASSERT_EQ(stats.models.size(), 2u) << "loaded at start";
+    Buffer<float> data(context, std::vector<float>(256, 1.0f));
+    for (int i = 0; i < 6; ++i) context.spawn(scale, read_write(data));
+    context.wait_all();
+    for (const PerfModelStats& model : context.stats().models) {
+      if (model.device == "cpu") {
+        EXPECT_EQ(model.samples, 12u) << "the second run refines the first run's model";
+        EXPECT_FALSE(model.calibrating);
+      }
+    }
+  }
+  std::filesystem::remove_all(directory);
+}
+
+TEST(PerfModels, OffByDefaultAndNothingWritten) {
+  Context context(make_settings(1));
+  EXPECT_FALSE(context.stats().models_enabled);
+  EXPECT_EQ(context.impl()->perf->models(), nullptr);
+}
+
+}  // namespace
+}  // namespace nerve::testing

@@ -1,0 +1,135 @@
+// Monitoring: dump_perf_stats() JSON (schema nerve.perf_stats/1, docs/PERF_STATS.md) — workers,
+// devices, transfers, per-task records — loaded by a JSON parser and checked field by field.
+#include <set>
+
+#include "perf/perf_test.hpp"
+
+namespace nerve::testing {
+namespace {
+
+TEST(PerfStats, SchemaHasWorkersDevicesAndTransfers) {
+  Context context(make_settings(2));
+  std::atomic<int> sum{0};
+  for (int i = 0; i < 100; ++i) context.spawn([&] { sum.fetch_add(1); });
+  context.wait_all();
+  const nlohmann::json json = dump_stats(context);
+  EXPECT_EQ(json["schema"], "nerve.perf_stats/1");
+  EXPECT_GT(json["elapsed_ns"].get<std::int64_t>(), 0);
+  EXPECT_EQ(json["tasks"]["submitted"], 100);
+  EXPECT_EQ(json["tasks"]["completed"], 100);
+  EXPECT_EQ(json["tasks"]["recorded"], false) << "records are off by default";
+  EXPECT_FALSE(json["tasks"].contains("records"));
+  ASSERT_EQ(json["workers"].size(), 2u);
+  std::uint64_t run = 0;
+  for (const auto& worker : json["workers"]) {
+    for (const char* field : {"index", "core", "numa_node", "bound", "application_thread", "tasks_run",
+                              "steals", "sleeps", "busy_ns", "idle_ns"}) {
+      EXPECT_TRUE(worker.contains(field)) << field;
+    }
+    run += worker["tasks_run"].get<std::uint64_t>();
+  }
+  EXPECT_EQ(run, 100u);
+  ASSERT_EQ(json["devices"].size(), 1u);
+  const auto& cpu = json["devices"][0];
+  EXPECT_EQ(cpu["index"], 0);
+  EXPECT_EQ(cpu["kind"], "cpu");
+  EXPECT_EQ(cpu["tasks"], 100);
+  const double utilisation = cpu["utilisation"].get<double>();
+  EXPECT_GE(utilisation, 0.0);
+  EXPECT_LE(utilisation, 1.0);
+  EXPECT_EQ(cpu["busy_ns"].get<std::uint64_t>() + cpu["idle_ns"].get<std::uint64_t>() > 0, true);
+  EXPECT_EQ(json["transfers"]["bytes"], 0);
+  EXPECT_EQ(json["counters"]["enabled"], false);
+}
+
+TEST(PerfStats, WorkerTimeSplitsIntoBusyAndIdle) {
+  Context context(make_settings(2));
+  // The application thread runs slot 0 while it waits: a task that sleeps keeps some slot busy.
+  context.spawn([] { std::this_thread::sleep_for(std::chrono::milliseconds(20)); });
+  context.wait_all();
+  const ContextStats stats = context.stats();
+  std::uint64_t busy = 0;
+  for (const WorkerStats& worker : stats.workers) busy += worker.busy_ns;
+  EXPECT_GE(busy, 20'000'000u) << "the sleeping task's time counts as busy";
+  EXPECT_EQ(stats.devices.at(0).busy_ns, busy);
+}
+
+TEST(PerfStats, RecordTasksGivesTimesDeviceAndBytesPerTask) {
+  Settings settings = make_settings(2);
+  settings.set("perf.record_tasks", "true");
+  Context context(settings);
+  context.impl()->add_test_device({});
+  Buffer<float> data(context, std::vector<float>(1024, 1.0f));
+  Kernel twice("twice");
+  twice.cpu([](const KernelArgs& args) {
+    auto values = args.span<float>(0);
+    for (float& v : values) v *= 2;
+  });
+  context.submit(TaskOptions{.name = "on-device", .device = 1}, twice, read_write(data));
+  context.submit(TaskOptions{.name = "on-cpu", .device = 0}, twice, read_write(data));
+  context.spawn(TaskOptions{.name = "lean"}, [] {});
+  context.wait_all();
+  EXPECT_EQ(data.to_vector(), std::vector<float>(1024, 4.0f));
+
+  const nlohmann::json json = dump_stats(context);
+  EXPECT_EQ(json["tasks"]["recorded"], true);
+  EXPECT_EQ(json["tasks"]["records_dropped"], 0);
+  const auto& records = json["tasks"]["records"];
+  ASSERT_EQ(records.size(), 3u);
+  std::map<std::string, nlohmann::json> by_name;
+  for (const auto& record : records) by_name[record["name"]] = record;
+  const auto& device_task = by_name.at("on-device");
+  const auto& cpu_task = by_name.at("on-cpu");
+  EXPECT_EQ(device_task["device"], 1);
+  EXPECT_EQ(device_task["worker"], -1);
+  EXPECT_EQ(cpu_task["device"], 0);
+  EXPECT_GE(cpu_task["worker"].get<int>(), 0);
+  for (const auto& record : {device_task, cpu_task, by_name.at("lean")}) {
+    const auto submitted = record["submitted_ns"].get<std::int64_t>();
+    const auto ready = record["ready_ns"].get<std::int64_t>();
+    const auto valid = record["data_valid_ns"].get<std::int64_t>();
+    const auto start = record["start_ns"].get<std::int64_t>();
+    const auto end = record["end_ns"].get<std::int64_t>();
+    EXPECT_GT(submitted, 0) << record;
+    EXPECT_LE(submitted, ready) << record;
+    EXPECT_LE(ready, valid) << record;
+    EXPECT_LE(valid, start) << record;
+    EXPECT_LE(start, end) << record;
+  }
+  EXPECT_LT(device_task["id"], cpu_task["id"]) << "ids follow submission order";
+  EXPECT_EQ(device_task["bytes_moved"], 4096) << "the buffer was copied to the device";
+  EXPECT_EQ(cpu_task["bytes_moved"], 4096) << "and back to the host";
+  EXPECT_LE(device_task["end_ns"].get<std::int64_t>(), cpu_task["start_ns"].get<std::int64_t>());
+
+  ASSERT_EQ(json["devices"].size(), 2u);
+  const auto& test_device = json["devices"][1];
+  EXPECT_EQ(test_device["index"], 1);
+  EXPECT_EQ(test_device["kind"], "test");
+  EXPECT_EQ(test_device["tasks"], 1);
+  EXPECT_GT(test_device["busy_ns"].get<std::uint64_t>(), 0u);
+  EXPECT_EQ(test_device["bytes_in"], 4096);
+  EXPECT_EQ(test_device["bytes_out"], 4096);
+  EXPECT_EQ(json["devices"][0]["bytes_in"], 4096);
+  EXPECT_EQ(json["transfers"]["bytes"], 8192);
+}
+
+TEST(PerfStats, MaxTaskRecordsBoundsTheRecords) {
+  Settings settings = make_settings(2);
+  settings.set("perf.record_tasks", "true");
+  settings.set("perf.max_task_records", "10");
+  Context context(settings);
+  for (int i = 0; i < 50; ++i) context.spawn([] {});
+  context.wait_all();
+  const ContextStats stats = context.stats();
+  EXPECT_TRUE(stats.tasks_recorded);
+  // Threads take the bound in batches, so a thread may hold a little unused quota: at most 10.
+  EXPECT_LE(stats.task_records.size(), 10u);
+  EXPECT_GE(stats.task_records.size(), 5u);
+  EXPECT_EQ(stats.task_records.size() + stats.task_records_dropped, 50u);
+  std::set<std::uint64_t> ids;
+  for (const TaskTimes& task : stats.task_records) ids.insert(task.id);
+  EXPECT_EQ(ids.size(), stats.task_records.size()) << "every record has its own id";
+}
+
+}  // namespace
+}  // namespace nerve::testing

@@ -1,0 +1,36 @@
+// perf_test.hpp — helpers of the monitoring tests: settings with perf keys, JSON loading.
+#pragma once
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "support/runtime_fixture.hpp"
+
+namespace nerve::testing {
+
+inline std::filesystem::path temp_file(const std::string& stem) {
+  return std::filesystem::temp_directory_path() / (stem + "." + std::to_string(getpid()) + ".json");
+}
+
+// load_json() parses the file with a real JSON parser (throws, failing the test, if it is not JSON).
+inline nlohmann::json load_json(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  EXPECT_TRUE(in.good()) << path;
+  return nlohmann::json::parse(in);
+}
+
+inline nlohmann::json dump_stats(const Context& context) {
+  const auto path = temp_file("nerve-perf-stats");
+  context.dump_perf_stats(path);
+  nlohmann::json json = load_json(path);
+  std::filesystem::remove(path);
+  return json;
+}
+
+}  // namespace nerve::testing

@@ -1,0 +1,136 @@
+// Timeline trace (perf.trace / NERVE_TRACE): Chrome trace-event JSON written when the context is
+// destroyed, loaded by a JSON parser; tracks per worker, device queue and transfer engine, flow
+// arrows along dependencies, utilisation counters.
+#include <map>
+#include <set>
+
+#include "perf/perf_test.hpp"
+
+namespace nerve::testing {
+namespace {
+
+struct TraceSummary {
+  std::map<std::string, int> phases;          // ph -> count
+  std::set<std::string> track_names;          // thread_name metadata
+  std::map<std::string, int> slices_by_name;  // X events
+  std::set<std::string> counter_names;
+};
+
+TraceSummary summarise(const nlohmann::json& trace) {
+  TraceSummary summary;
+  for (const auto& event : trace.at("traceEvents")) {
+    const std::string ph = event.at("ph");
+    ++summary.phases[ph];
+    if (ph == "M" && event.at("name") == "thread_name") summary.track_names.insert(event["args"]["name"]);
+    if (ph == "X") {
+      EXPECT_GE(event.at("dur").get<double>(), 0.0);
+      EXPECT_GE(event.at("ts").get<double>(), 0.0);
+      ++summary.slices_by_name[event.at("name")];
+    }
+    if (ph == "C") summary.counter_names.insert(event.at("name"));
+  }
+  return summary;
+}
+
+TEST(Trace, WrittenAtShutdownWithTracksFlowsAndCounters) {
+  const auto path = temp_file("nerve-trace");
+  std::filesystem::remove(path);
+  {
+    Settings settings = make_settings(2);
+    settings.set("perf.trace", path.string());
+    Context context(settings);
+    context.impl()->add_test_device({});
+    Buffer<int> data(context, std::vector<int>(256, 1));
+    Kernel bump("bump");
+    bump.cpu([](const KernelArgs& args) {
+      for (int& v : args.span<int>(0)) ++v;
+    });
+    // A chain host -> device -> host: two copies, two dependency edges ("first" is held until the
+    // chain is submitted: an edge exists only to a predecessor that has not finished).
+    std::atomic<bool> go{false};
+    context.spawn(
+        TaskOptions{.name = "first"},
+        [&go](std::span<int> d) {
+          while (!go.load()) std::this_thread::yield();
+          d[0] += 1;
+        },
+        read_write(data));
+    context.submit(TaskOptions{.name = "on-device", .device = 1}, bump, read_write(data));
+    context.submit(TaskOptions{.name = "last", .device = 0}, bump, read_write(data));
+    go = true;
+    for (int i = 0; i < 20; ++i) context.spawn(TaskOptions{.name = "lean"}, [] {});
+    context.wait_all();
+    EXPECT_FALSE(std::filesystem::exists(path)) << "written when the context ends";
+  }
+  const nlohmann::json trace = load_json(path);
+  std::filesystem::remove(path);
+  EXPECT_EQ(trace["otherData"]["schema"], "nerve.trace/1");
+  const TraceSummary summary = summarise(trace);
+  EXPECT_TRUE(summary.track_names.contains("worker 0 (application thread)"));
+  EXPECT_TRUE(summary.track_names.contains("worker 1"));
+  bool device_track = false;
+  for (const auto& name : summary.track_names) device_track |= name.starts_with("device 1 queue");
+  EXPECT_TRUE(device_track);
+  EXPECT_TRUE(summary.track_names.contains("transfers node 0 -> node 1"));
+  EXPECT_TRUE(summary.track_names.contains("transfers node 1 -> node 0"));
+  EXPECT_EQ(summary.slices_by_name.at("first"), 1);
+  EXPECT_EQ(summary.slices_by_name.at("on-device"), 1);
+  EXPECT_EQ(summary.slices_by_name.at("last"), 1);
+  EXPECT_EQ(summary.slices_by_name.at("lean"), 20);
+  EXPECT_EQ(summary.phases.at("s"), 2) << "one flow per dependency edge";
+  EXPECT_EQ(summary.phases.at("f"), 2);
+  EXPECT_TRUE(summary.counter_names.contains("utilisation device 0"));
+  EXPECT_TRUE(summary.counter_names.contains("utilisation device 1"));
+}
+
+TEST(Trace, FlowArrowsJoinTheTasksOfAnEdge) {
+  const auto path = temp_file("nerve-trace-flow");
+  {
+    Settings settings = make_settings(1);
+    settings.set("perf.trace", path.string());
+    Context context(settings);
+    Buffer<int> data(context, std::vector<int>(4, 0));
+    // One worker: the application thread runs both only when it waits, so the edge always exists.
+    context.spawn(
+        TaskOptions{.name = "writer"}, [](std::span<int> d) { d[0] = 1; }, write(data));
+    context.spawn(
+        TaskOptions{.name = "reader"}, [](std::span<const int>) {}, read(data));
+    context.wait_all();
+  }
+  const nlohmann::json trace = load_json(path);
+  std::filesystem::remove(path);
+  std::map<std::string, double> start_of;
+  for (const auto& event : trace["traceEvents"]) {
+    if (event["ph"] == "X") start_of[event["name"]] = event["ts"].get<double>();
+  }
+  int flows = 0;
+  for (const auto& event : trace["traceEvents"]) {
+    if (event["ph"] == "s") {
+      EXPECT_EQ(event["ts"].get<double>(), start_of.at("writer"));
+      ++flows;
+    }
+    if (event["ph"] == "f") EXPECT_EQ(event["ts"].get<double>(), start_of.at("reader"));
+  }
+  EXPECT_EQ(flows, 1);
+}
+
+TEST(Trace, OffByDefault) {
+  Context context(make_settings(2));
+  EXPECT_EQ(context.impl()->recorder, nullptr) << "no recording without perf.trace / perf.record_tasks";
+  context.spawn([] {});
+  context.wait_all();
+  EXPECT_FALSE(context.stats().tasks_recorded);
+}
+
+TEST(Trace, UnwritablePathIsReportedNotThrown) {
+  Settings settings = make_settings(1);
+  settings.set("perf.trace", "/nonexistent-dir/trace.json");
+  EXPECT_NO_THROW({
+    Context context(settings);
+    context.spawn([] {});
+    context.wait_all();
+  });
+}
+
+}  // namespace
+}  // namespace nerve::testing

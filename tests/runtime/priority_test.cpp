@@ -1,0 +1,164 @@
+// Task priorities (TaskOptions::priority): order under contention, on every policy and worker count,
+// plus the queue's own exactly-once invariant.
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "runtime/runtime_test.hpp"
+#include "sched/priority_queue.hpp"
+
+namespace nerve::testing {
+namespace {
+
+using PriorityTest = RuntimeTest;
+
+// Occupies every dedicated worker with a task that waits for `release`, so that what is submitted
+// next queues up (contention) instead of starting at once.
+struct Blockers {
+  std::atomic<int> started{0};
+  std::atomic<bool> release{false};
+  void occupy(Context& context, unsigned workers) {
+    for (unsigned i = 1; i < workers; ++i) {
+      context.spawn(TaskOptions{.compute_intensive = true}, [this] {
+        started.fetch_add(1);
+        while (!release.load()) std::this_thread::yield();
+      });
+    }
+    while (started.load() != static_cast<int>(workers) - 1) std::this_thread::yield();
+  }
+};
+
+TEST_P(PriorityTest, HighBeforeNormalBeforeLowUnderContention) {
+  Blockers blockers;
+  blockers.occupy(*context, workers());
+  std::mutex mutex;
+  std::vector<int> order;  // the priority of each task, in the order they started
+  auto task = [&](int priority) {
+    return [&, priority] {
+      std::lock_guard lock(mutex);
+      order.push_back(priority);
+    };
+  };
+  constexpr std::size_t per_level = 20;
+  for (std::size_t i = 0; i < per_level; ++i) {
+    context->spawn(TaskOptions{.priority = Priority::low}, task(Priority::low));
+    context->spawn(task(Priority::normal));
+    context->spawn(TaskOptions{.priority = Priority::high}, task(Priority::high));
+  }
+  blockers.release = true;
+  context->wait_all();
+  ASSERT_EQ(order.size(), 3u * per_level);
+  const auto mean_position = [&](int level) {
+    double sum = 0;
+    for (std::size_t i = 0; i < order.size(); ++i) {
+      if (order[i] == level) sum += static_cast<double>(i);
+    }
+    return sum / static_cast<double>(per_level);
+  };
+  if (workers() == 1) {
+    // One worker takes and runs them one by one: the exact order of the levels.
+    for (std::size_t i = 0; i < order.size(); ++i) {
+      const int expected = i < per_level       ? Priority::high
+                           : i < 2 * per_level ? Priority::normal
+                                               : Priority::low;
+      EXPECT_EQ(order[i], expected) << "position " << i;
+    }
+  } else {
+    // Several workers take tasks in priority order, but a worker preempted (more workers than
+    // cores) between taking a task and running it lets a few start out of order: compare the
+    // levels' mean positions, which a few such swaps cannot reverse.
+    EXPECT_LT(mean_position(Priority::high), mean_position(Priority::normal));
+    EXPECT_LT(mean_position(Priority::normal), mean_position(Priority::low));
+  }
+}
+
+TEST_P(PriorityTest, IntegerPrioritiesOrderTheQueue) {
+  Blockers blockers;
+  blockers.occupy(*context, workers());
+  std::mutex mutex;
+  std::vector<int> order;
+  const std::vector<int> priorities{5, 300, -7, 42, 1000, -200, 7};
+  for (int priority : priorities) {
+    context->spawn(TaskOptions{.priority = priority}, [&, priority] {
+      std::lock_guard lock(mutex);
+      order.push_back(priority);
+    });
+  }
+  blockers.release = true;
+  context->wait_all();
+  ASSERT_EQ(order.size(), priorities.size());
+  if (workers() == 1) {
+    EXPECT_EQ(order, (std::vector<int>{1000, 300, 42, 7, 5, -7, -200}));
+  }
+}
+
+TEST_P(PriorityTest, PrioritisedTasksWithDependenciesRunInDependencyOrder) {
+  Buffer<int> value(*context, std::vector<int>{0});
+  for (int i = 0; i < 50; ++i) {
+    const int priority = i % 3 == 0 ? Priority::high : i % 3 == 1 ? Priority::low : Priority::normal;
+    context->spawn(
+        TaskOptions{.priority = priority},
+        [i](std::span<int> v) {
+          EXPECT_EQ(v[0], i);
+          v[0] = i + 1;
+        },
+        read_write(value));
+  }
+  context->wait_all();
+  EXPECT_EQ(value.to_vector()[0], 50);
+}
+
+INSTANTIATE_TEST_SUITE_P(Runtime, PriorityTest, NERVE_RUNTIME_PARAMS, runtime_param_name);
+
+TEST(PriorityQueue, EveryTaskPoppedExactlyOnceInPriorityOrder) {
+  constexpr int producers = 4;
+  constexpr int per_producer = 500;
+  std::vector<detail::TaskRecord> records(producers * per_producer);
+  detail::PriorityQueue queue;
+  std::vector<std::thread> threads;
+  for (int p = 0; p < producers; ++p) {
+    threads.emplace_back([&, p] {
+      for (int i = 0; i < per_producer; ++i) {
+        detail::TaskRecord& record = records[static_cast<std::size_t>(p * per_producer + i)];
+        record.priority = (i % 5) - 2;
+        queue.push(&record);
+      }
+    });
+  }
+  std::atomic<int> popped{0};
+  std::vector<std::atomic<int>> seen(records.size());
+  std::vector<std::thread> consumers;
+  for (int c = 0; c < 2; ++c) {
+    consumers.emplace_back([&] {
+      while (popped.load() < static_cast<int>(records.size())) {
+        if (detail::TaskRecord* record = queue.pop(INT32_MIN)) {
+          seen[static_cast<std::size_t>(record - records.data())].fetch_add(1);
+          popped.fetch_add(1);
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& t : consumers) t.join();
+  for (const auto& count : seen) EXPECT_EQ(count.load(), 1);
+  EXPECT_FALSE(queue.maybe_nonempty());
+
+  // Single-threaded: strict order, FIFO among equals, and the minimum is honoured.
+  for (auto& record : records) queue.push(&record);
+  EXPECT_EQ(queue.pop(3), nullptr) << "no priority reaches 3";
+  int last = INT32_MAX;
+  std::ptrdiff_t last_index = -1;
+  while (detail::TaskRecord* record = queue.pop(INT32_MIN)) {
+    EXPECT_LE(record->priority, last);
+    if (record->priority == last) {
+      EXPECT_GT(record - records.data(), last_index) << "FIFO among equal priorities";
+    }
+    last = record->priority;
+    last_index = record - records.data();
+  }
+}
+
+}  // namespace
+}  // namespace nerve::testing
