@@ -29,7 +29,16 @@ ContextImpl::ContextImpl(const Settings& settings)
       id(new_context_id()) {
   log::debug("context {}: {} worker slots on {}", id, scheduler.slot_count(), topology.description());
   scheduler.start();
-  for (auto& device : discover_devices(config, topology, 1)) add_device(std::move(device));
+  try {
+    for (auto& device : discover_devices(config, topology, 1)) add_device(std::move(device));
+  } catch (...) {
+    // A device that cannot be opened (or a gpu.devices that selects nothing) fails the context: the
+    // workers already running must stop before the members they use are destroyed.
+    scheduler.stop();
+    for (auto& device : devices) device->stop();
+    for (auto& device : devices) device->memory().drain();
+    throw;
+  }
 }
 
 ContextImpl::~ContextImpl() {
