@@ -70,7 +70,7 @@ struct Operation {
   // callback thread by the C++ memory model alone, not only through the driver's own (unspecified,
   // uninstrumented) synchronisation; ThreadSanitizer sees the edge too.
   std::atomic<std::uint32_t> handoff{0};
-  Operation* next = nullptr;        // free list / completion list link
+  Operation* next = nullptr;  // free list / completion list link
 };
 
 class Engine {
