@@ -35,7 +35,16 @@ ContextImpl::ContextImpl(const Settings& settings)
   if (config.perf.records_tasks()) recorder = perf.get();
   perf->start_counters();
   scheduler.start();
-  for (auto& device : discover_devices(config, topology, 1)) add_device(std::move(device));
+  try {
+    for (auto& device : discover_devices(config, topology, 1)) add_device(std::move(device));
+  } catch (...) {
+    // A device that cannot be opened (or a gpu.devices that selects nothing) fails the context: the
+    // workers already running must stop before the members they use are destroyed.
+    scheduler.stop();
+    for (auto& device : devices) device->stop();
+    for (auto& device : devices) device->memory().drain();
+    throw;
+  }
 }
 
 ContextImpl::~ContextImpl() {

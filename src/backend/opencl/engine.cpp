@@ -91,7 +91,11 @@ void Engine::recycle(Operation* op) noexcept {
 
 void Engine::watch(Operation* op) noexcept {
   counters_.events_created.fetch_add(1, std::memory_order_relaxed);
-  const cl_int status = clSetEventCallback(op->event, CL_COMPLETE, &Engine::on_event, op);
+  // Everything read from `op` is read before the release: the callback may run (and the operation be
+  // finished and recycled) before clSetEventCallback returns.
+  cl_event event = op->event;
+  op->handoff.fetch_add(1, std::memory_order_release);
+  const cl_int status = clSetEventCallback(event, CL_COMPLETE, &Engine::on_event, op);
   if (status != CL_SUCCESS) {
     op->status = status;
     op->error = fmt::format("clSetEventCallback: {}", error_name(status));
@@ -107,6 +111,7 @@ void Engine::fail(Operation* op, std::string error) noexcept {
 
 void CL_CALLBACK Engine::on_event(cl_event /*event*/, cl_int status, void* user) noexcept {
   auto* op = static_cast<Operation*>(user);
+  (void)op->handoff.load(std::memory_order_acquire);  // pairs with watch()'s release
   op->status = status;
   op->home->completed(op);
 }

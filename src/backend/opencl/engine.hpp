@@ -66,7 +66,11 @@ struct Operation {
   Engine* peer = nullptr;           // the other device of a device-to-device copy
   bool counts_as_transfer = false;  // holds a place under max_pending_transfers
   std::string error;                // why it failed, when not from `status`
-  Operation* next = nullptr;        // free list / completion list link
+  // watch() releases, the driver's callback acquires: what the enqueuing thread wrote is visible to the
+  // callback thread by the C++ memory model alone, not only through the driver's own (unspecified,
+  // uninstrumented) synchronisation; ThreadSanitizer sees the edge too.
+  std::atomic<std::uint32_t> handoff{0};
+  Operation* next = nullptr;  // free list / completion list link
 };
 
 class Engine {
