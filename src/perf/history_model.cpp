@@ -62,7 +62,9 @@ void HistoryModels::add(const std::string& kernel, const std::string& device, st
   const double delta = ns - entry.mean_ns;
   entry.mean_ns += delta / static_cast<double>(entry.samples);
   entry.m2 += delta * (ns - entry.mean_ns);
-  if (entry.samples >= calibration_samples &&
+  // Drift is judged only well after calibration: early samples (cold caches, first-touch page
+  // faults) would otherwise make the recent average look like a change.
+  if (entry.samples >= 2 * calibration_samples &&
       std::abs(entry.recent_ns - entry.mean_ns) > drift_share * entry.mean_ns) {
     const std::uint64_t recalibrations = entry.recalibrations + 1;
     const double recent = entry.recent_ns;

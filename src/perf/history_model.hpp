@@ -4,8 +4,9 @@
 // calibrated, a sample beyond mean ± 3σ (σ at least 5 % of the mean) is clamped to that bound and
 // counted as an outlier, so a few slow runs move the mean by little (StarPU's failure mode: one
 // slow run sends every task elsewhere). Drift: a recent-average (EWMA of the clamped samples) that
-// leaves the mean by more than half of it means the device or the kernel changed; the entry
-// restarts (calibrating again) from the recent average and counts a recalibration.
+// leaves the mean by more than half of it (judged from 2 × calibration_samples on) means the device
+// or the kernel changed; the entry restarts (calibrating again) from the recent average and counts
+// a recalibration.
 // An entry with fewer than `calibration_samples` samples is *calibrating*: its estimate is marked
 // so, and placement must not trust it alone. For a footprint not yet seen, estimate() fits a
 // least-squares line through the known footprints' means of that kernel and device.
