@@ -300,14 +300,38 @@ void ContextImpl::fill_views(const TaskRecord* task, const ThreadState& thread, 
 
 namespace {
 constinit thread_local int running_device_index __attribute__((tls_model("initial-exec"))) = -1;
+constinit thread_local TaskRecord* running_task __attribute__((tls_model("initial-exec"))) = nullptr;
 }  // namespace
 
 int running_device() noexcept { return running_device_index; }
+
+TaskRecord* defer_current_task() {
+  TaskRecord* task = running_task;
+  if (task == nullptr || task->kind != TaskKind::function || task->device > 0) {
+    throw Error(ErrorCode::invalid_argument, "defer_current_task() outside a task running on a CPU worker");
+  }
+  task->deferred = true;
+  return task;
+}
+
+// complete_deferred() ends a task whose body deferred its completion, on the calling thread (often a
+// communication thread with no worker slot: finish() then wakes parked wait_all() callers itself).
+void complete_deferred(TaskRecord* task, std::exception_ptr error) noexcept {
+  ContextImpl& context = *task->context;
+  context.destroy_closure(task);
+  std::uint32_t outcome = status_succeeded;
+  if (error != nullptr) {
+    task->error = std::move(error);
+    outcome = status_failed;
+  }
+  context.finish(task, context.current_thread(), outcome);
+}
 
 std::uint32_t ContextImpl::invoke_closure(TaskRecord* task, ThreadState& thread,
                                           const AccessView* views) noexcept {
   std::uint32_t outcome = status_succeeded;
   const int outer_device = std::exchange(running_device_index, task->device < 0 ? 0 : task->device);
+  TaskRecord* const outer_task = std::exchange(running_task, task);
   ++thread.nesting;
   try {
     task->ops->invoke(task->closure_storage(), views);
@@ -316,7 +340,9 @@ std::uint32_t ContextImpl::invoke_closure(TaskRecord* task, ThreadState& thread,
     outcome = status_failed;
   }
   --thread.nesting;
+  running_task = outer_task;
   running_device_index = outer_device;
+  if (outcome == status_failed) task->deferred = false;  // a body that threw is not deferred
   return outcome;
 }
 
@@ -336,6 +362,7 @@ void ContextImpl::execute(TaskRecord* task, ThreadState& thread) {
       fill_views(task, thread, views.data());
       outcome = invoke_closure(task, thread, views.data());
     }
+    if (task->deferred) return;  // complete_deferred() finishes it
   }
   destroy_closure(task);
   finish(task, thread, outcome);
