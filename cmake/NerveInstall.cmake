@@ -71,7 +71,7 @@ install(FILES ${PROJECT_BINARY_DIR}/pkgconfig/nerve.pc DESTINATION ${CMAKE_INSTA
 
 # Tools, when this build has them. Installed tools find libnerve.so beside them via a relative RPATH.
 file(RELATIVE_PATH nerve_bin_to_lib "/${CMAKE_INSTALL_BINDIR}" "/${CMAKE_INSTALL_LIBDIR}")
-foreach(tool nerve-info openclaw-benchmark)
+foreach(tool nerve-info nerve-run openclaw-benchmark)
   if(TARGET ${tool})
     set_target_properties(${tool} PROPERTIES INSTALL_RPATH "\$ORIGIN/${nerve_bin_to_lib}")
     install(TARGETS ${tool} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
