@@ -312,14 +312,18 @@ class MpiTransport final : public Transport {
         idle_rounds = 0;
         continue;
       }
-      // Back off: spin (yield) a little while requests are in flight, then sleep in short steps so that
-      // a waiting rank does not take a core from the workers. Queued work wakes the sleep at once.
+      // Back off: spin (yield) a little while requests are in flight, then sleep, doubling the sleep
+      // from 16 us, so that a waiting rank does not take a core from the workers. Queued work wakes the
+      // sleep at once; only arrivals from other ranks wait for the next poll. The ceilings: 128 us
+      // while MPI requests are in flight (large messages progress only while we poll), 1 ms while
+      // receives wait for data, 2 ms with nothing to do (a failure message from a peer).
       ++idle_rounds;
       if (idle_rounds < 64 && !active_.empty()) {
         std::this_thread::yield();
         continue;
       }
-      auto pause = std::chrono::microseconds(active_.empty() && posted_.empty() ? 2000 : 50);
+      const int ceiling = !active_.empty() ? 128 : !posted_.empty() ? 1024 : 2048;
+      auto pause = std::chrono::microseconds(std::min(ceiling, 16 << std::min(idle_rounds / 8, 7u)));
       if (const auto due = next_batch_due()) {
         pause = std::min(pause, std::chrono::duration_cast<std::chrono::microseconds>(*due - Clock::now()));
       }

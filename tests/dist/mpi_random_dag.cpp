@@ -13,6 +13,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <random>
 #include <set>
 #include <string>
@@ -148,22 +150,23 @@ int main(int argc, char** argv) {
   // Gather every rank's bytes on rank 0, through the runtime itself (after reading the stats).
   std::vector<dist::DistributedBuffer<std::uint64_t>> counters;
   for (int r = 0; r < ranks; ++r) {
-    counters.push_back(world.buffer<std::uint64_t>(4, r));
+    counters.push_back(world.buffer<std::uint64_t>(5, r));
     world.submit(
         [&stats](std::span<std::uint64_t> out) {
           out[0] = stats.bytes_sent;
           out[1] = stats.payloads_sent;
           out[2] = stats.messages_sent;
           out[3] = stats.compressed_payloads;
+          out[4] = stats.batch_flushes_by_interval;
         },
         dist::write(counters.back()));
   }
-  std::uint64_t totals[4] = {0, 0, 0, 0};
+  std::uint64_t totals[5] = {0, 0, 0, 0, 0};
   for (int r = 0; r < ranks; ++r) {
     world.submit(
         dist::TaskOptions{.rank = 0},
         [&totals](std::span<const std::uint64_t> in) {
-          for (int k = 0; k < 4; ++k) totals[k] += in[static_cast<std::size_t>(k)];
+          for (int k = 0; k < 5; ++k) totals[k] += in[static_cast<std::size_t>(k)];
         },
         dist::read(counters[static_cast<std::size_t>(r)]));
   }
@@ -190,6 +193,22 @@ int main(int argc, char** argv) {
     std::printf("FAIL: compression expected compressed payloads\n");
     ok = false;
   }
+  if (const char* expect = std::getenv("EXPECT_INTERVAL_FLUSHES"); expect != nullptr && totals[4] == 0) {
+    std::printf("FAIL: batches were expected to leave because distributed.sync_interval passed\n");
+    ok = false;
+  }
+  // The merged timeline has a track group (process) per rank, with that rank's tasks in it.
+  std::ifstream trace_file("mpi_random_dag.trace.json");
+  const std::string trace((std::istreambuf_iterator<char>(trace_file)), std::istreambuf_iterator<char>());
+  for (int r = 0; r < ranks; ++r) {
+    const std::string track = "\"args\":{\"name\":\"rank " + std::to_string(r) + "\"}";
+    const std::string event = "\"ph\":\"X\",\"pid\":" + std::to_string(r) + ",";
+    if (trace.find(track) == std::string::npos || trace.find(event) == std::string::npos) {
+      std::printf("FAIL: the merged trace has no track with events for rank %d\n", r);
+      ok = false;
+    }
+  }
+  std::printf("batches flushed by sync_interval: %llu\n", static_cast<unsigned long long>(totals[4]));
   std::printf("%s\n", ok ? "PASS" : "FAIL");
   return ok ? 0 : 1;
 }

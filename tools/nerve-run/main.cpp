@@ -15,8 +15,6 @@
 // variable set here is forwarded to the ranks. nerve binds its own workers (parallel.thread_affinity),
 // so mpirun must not bind ranks to one core each. --dry-run prints the hostfile and the command.
 // The mpirun used is $NERVE_MPIRUN, else the one found at build time.
-#include <unistd.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -24,6 +22,8 @@
 #include <fstream>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include "nerve/config.hpp"
 #include "nerve/error.hpp"
@@ -33,8 +33,10 @@ extern char** environ;
 namespace {
 
 [[noreturn]] void usage(const char* message) {
-  std::fprintf(stderr, "nerve-run: %s\nusage: nerve-run [--config FILE] [-np N] [--hostfile PATH] [--dry-run] [--] "
-               "PROGRAM [ARGS...]\n", message);
+  std::fprintf(stderr,
+               "nerve-run: %s\nusage: nerve-run [--config FILE] [-np N] [--hostfile PATH] [--dry-run] [--] "
+               "PROGRAM [ARGS...]\n",
+               message);
   std::exit(2);
 }
 
@@ -86,7 +88,8 @@ int main(int argc, char** argv) {
   }
   if (ranks == 0) ranks = slots > 0 ? slots : 1;
 
-  std::vector<std::string> command{std::getenv("NERVE_MPIRUN") != nullptr ? std::getenv("NERVE_MPIRUN") : NERVE_MPIRUN};
+  std::vector<std::string> command{std::getenv("NERVE_MPIRUN") != nullptr ? std::getenv("NERVE_MPIRUN")
+                                                                          : NERVE_MPIRUN};
   if (slots > 0) {
     if (hostfile.empty()) {
       char path[] = "/tmp/nerve-run-hosts.XXXXXX";
@@ -106,8 +109,8 @@ int main(int argc, char** argv) {
   for (char** variable = environ; *variable != nullptr; ++variable) {
     const std::string entry = *variable;
     const std::string name = entry.substr(0, entry.find('='));
-    if (name.starts_with("NERVE_") && name != "NERVE_DISTRIBUTED_COMMUNICATION_BACKEND" && name != "NERVE_CONFIG" &&
-        name != "NERVE_MPIRUN") {
+    if (name.starts_with("NERVE_") && name != "NERVE_DISTRIBUTED_COMMUNICATION_BACKEND" &&
+        name != "NERVE_CONFIG" && name != "NERVE_MPIRUN") {
       command.insert(command.end(), {"-x", name});
     }
   }
