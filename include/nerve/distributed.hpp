@@ -27,10 +27,13 @@
 // MPI_Finalize. A rank that dies ends the job through mpirun.
 //
 // Thread safety: one thread per rank submits (the sequential flow is an order); stats() may be called
-// from any thread. Task bodies run on the context's workers as usual.
+// from any thread. Task bodies run on the context's workers as usual. What blocks: the constructor,
+// barrier(), dump_trace() (collectives) and wait_all(); submit() never waits for other ranks.
+// Lifetimes: a DistributedBuffer must not be used after its Runtime is destroyed, and the Context must
+// outlive the Runtime.
 //
-// Messages are the distributed.* configuration keys: batch_size, sync_interval, compression
-// (docs/CONFIG.md, docs/DISTRIBUTED.md).
+// Tuning: the distributed.* configuration keys — batch_size, sync_interval, compression
+// (docs/CONFIG.md); the model, measurements and limits: docs/DISTRIBUTED.md.
 #pragma once
 
 #include <cstddef>

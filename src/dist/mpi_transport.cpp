@@ -174,8 +174,16 @@ class MpiTransport final : public Transport {
     });
   }
 
+  // barrier() is non-blocking underneath (MPI_Ibarrier, tested by the loop), so that a failure reported
+  // by a rank that will never arrive ends the barrier with that failure instead of a hang.
   void barrier() override {
-    call([this] { check(MPI_Barrier(comm_), "MPI_Barrier"); });
+    std::promise<void> done;
+    std::future<void> arrived = done.get_future();
+    call([&] {
+      check(MPI_Ibarrier(comm_, &barrier_request_), "MPI_Ibarrier");
+      barrier_done_ = &done;
+    });
+    arrived.get();
   }
 
   std::vector<std::string> gather(const std::string& mine, int root) override {
@@ -267,7 +275,7 @@ class MpiTransport final : public Transport {
   std::exception_ptr failure_error() const {
     std::lock_guard lock(mutex_);
     return std::make_exception_ptr(
-        Error(ErrorCode::task_failed, failure_.value_or("distributed run failed")));
+        Error(ErrorCode::task_failed, "distributed run failed: " + failure_.value_or("(no message)")));
   }
   bool failed() const {
     std::lock_guard lock(mutex_);
@@ -300,6 +308,7 @@ class MpiTransport final : public Transport {
       for (auto& task : calls) task();
       progress |= poll_incoming();
       progress |= poll_active();
+      progress |= poll_barrier();
       progress |= flush_aged_batches();
       if (stop && active_.empty()) {
         bool batched = false;
@@ -318,11 +327,12 @@ class MpiTransport final : public Transport {
       // while MPI requests are in flight (large messages progress only while we poll), 1 ms while
       // receives wait for data, 2 ms with nothing to do (a failure message from a peer).
       ++idle_rounds;
-      if (idle_rounds < 64 && !active_.empty()) {
+      const bool in_flight = !active_.empty() || barrier_done_ != nullptr;
+      if (idle_rounds < 64 && in_flight) {
         std::this_thread::yield();
         continue;
       }
-      const int ceiling = !active_.empty() ? 128 : !posted_.empty() ? 1024 : 2048;
+      const int ceiling = in_flight ? 128 : !posted_.empty() ? 1024 : 2048;
       auto pause = std::chrono::microseconds(std::min(ceiling, 16 << std::min(idle_rounds / 8, 7u)));
       if (const auto due = next_batch_due()) {
         pause = std::min(pause, std::chrono::duration_cast<std::chrono::microseconds>(*due - Clock::now()));
@@ -524,6 +534,22 @@ class MpiTransport final : public Transport {
     return any;
   }
 
+  bool poll_barrier() {
+    if (barrier_done_ == nullptr) return false;
+    int flag = 0;
+    MPI_Test(&barrier_request_, &flag, MPI_STATUS_IGNORE);
+    if (flag != 0) {
+      std::exchange(barrier_done_, nullptr)->set_value();
+      return true;
+    }
+    if (failed()) {
+      // The request stays posted: the job is ending (the runtime aborts after a failure).
+      std::exchange(barrier_done_, nullptr)->set_exception(failure_error());
+      return true;
+    }
+    return false;
+  }
+
   bool poll_active() {
     bool any = false;
     for (std::size_t i = 0; i < active_.size();) {
@@ -644,6 +670,8 @@ class MpiTransport final : public Transport {
   std::map<Key, std::vector<std::byte>> unexpected_;
   std::vector<Active> active_;
   std::vector<Batch> batches_;
+  MPI_Request barrier_request_ = MPI_REQUEST_NULL;
+  std::promise<void>* barrier_done_ = nullptr;  // a barrier() in progress
 
   std::atomic<std::uint64_t> payloads_sent_{0}, payloads_received_{0}, bytes_sent_{0}, bytes_received_{0},
       wire_bytes_sent_{0}, messages_sent_{0}, batches_sent_{0}, flushes_by_interval_{0},

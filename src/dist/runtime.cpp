@@ -4,6 +4,7 @@
 #include <exception>
 #include <fstream>
 #include <string_view>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -100,6 +101,8 @@ void runtime_destroy(RuntimeImpl* runtime) noexcept {
       std::fprintf(stderr, "nerve: rank %d: distributed run failed: %s; ending every rank (MPI_Abort)\n",
                    runtime->rank, failure->c_str());
       std::fflush(stderr);
+      // A moment for the other ranks to receive the failure and report it themselves.
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
       runtime->transport->abort(1);
     }
     runtime->transport->shutdown();
