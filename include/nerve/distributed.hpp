@@ -142,7 +142,7 @@ NERVE_API void start_receive(RuntimeImpl* runtime, int from, std::uint64_t seque
 // task_started()/task_failed()/task_finished() wrap a task body: trace events, failure broadcast.
 NERVE_API std::uint64_t task_started(RuntimeImpl* runtime) noexcept;
 NERVE_API void task_finished(RuntimeImpl* runtime, const char* name, std::uint64_t started) noexcept;
-NERVE_API void task_failed(RuntimeImpl* runtime, const char* name, std::exception_ptr error) noexcept;
+NERVE_API void task_failed(RuntimeImpl* runtime, const char* name, const std::exception_ptr& error) noexcept;
 NERVE_API void runtime_wait_all(RuntimeImpl* runtime);
 NERVE_API void runtime_barrier(RuntimeImpl* runtime);
 NERVE_API DistributedStats runtime_stats(const RuntimeImpl* runtime);

@@ -43,7 +43,7 @@ using nerve::detail::complete_deferred;
 using nerve::detail::TaskRecord;
 
 // Payloads up to this size (after compression) are batched when distributed.batch_size > 1.
-constexpr std::size_t batch_item_limit = 64 * 1024;
+constexpr std::size_t batch_item_limit = std::size_t{64} * 1024;
 
 struct OutgoingSend {
   int to;

@@ -66,8 +66,8 @@ std::string what_of(const std::exception_ptr& error) {
 
 }  // namespace
 
-RuntimeImpl::RuntimeImpl(Context& context_, std::unique_ptr<Transport> transport_)
-    : context(context_), transport(std::move(transport_)) {
+RuntimeImpl::RuntimeImpl(Context& owner, std::unique_ptr<Transport> link)
+    : context(owner), transport(std::move(link)) {
   if (transport) {
     rank = transport->rank();
     size = transport->size();
@@ -209,7 +209,7 @@ void task_finished(RuntimeImpl* runtime, const char* name, std::uint64_t started
   }
 }
 
-void task_failed(RuntimeImpl* runtime, const char* name, std::exception_ptr error) noexcept {
+void task_failed(RuntimeImpl* runtime, const char* name, const std::exception_ptr& error) noexcept {
   if (!runtime->transport) return;
   try {
     runtime->transport->report_failure(

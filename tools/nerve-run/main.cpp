@@ -123,6 +123,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   std::vector<char*> args;
+  args.reserve(command.size() + 1);
   for (std::string& word : command) args.push_back(word.data());
   args.push_back(nullptr);
   execvp(args[0], args.data());
