@@ -2,6 +2,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -178,6 +179,19 @@ TEST(DeferredTasks, CompleteFromAnotherThread) {
   context.wait_all();
   EXPECT_EQ(seen, 7);
   EXPECT_THROW(detail::defer_current_task(), Error);
+}
+
+TEST(DeferredTasks, AnErrorCancelsTheReaders) {
+  Context context(with({}));
+  Buffer<int> data(context, 4);
+  std::atomic<detail::TaskRecord*> deferred{nullptr};
+  Task writer = context.submit([&](std::span<int>) { deferred = detail::defer_current_task(); }, write(data));
+  Task reader = context.submit([](std::span<const int>) {}, read(data));
+  while (deferred.load() == nullptr) std::this_thread::yield();
+  detail::complete_deferred(deferred.load(), std::make_exception_ptr(Error(ErrorCode::task_failed, "lost")));
+  EXPECT_THROW(writer.wait(), Error);
+  EXPECT_THROW(reader.wait(), TaskCancelled);
+  EXPECT_THROW(context.wait_all(), Error);
 }
 
 }  // namespace
