@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -92,10 +93,13 @@ Totals gather_totals(dist::Runtime& world, std::uint64_t cpu_us) {
         dist::write(counters.back()));
   }
   Totals totals;
+  std::mutex totals_mutex;
   for (const auto& counter : counters) {
     world.submit(
         dist::TaskOptions{.rank = 0},
-        [&totals](std::span<const std::uint64_t> in) {
+        [&totals, &totals_mutex](std::span<const std::uint64_t> in) {
+          // These tasks read different buffers, so they may run at once: the sum needs a lock.
+          std::lock_guard lock(totals_mutex);
           totals.bytes += in[0];
           totals.payloads += in[1];
           totals.messages += in[2];

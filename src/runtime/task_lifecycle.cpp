@@ -301,6 +301,12 @@ void ContextImpl::fill_views(const TaskRecord* task, const ThreadState& thread, 
 namespace {
 constinit thread_local int running_device_index __attribute__((tls_model("initial-exec"))) = -1;
 constinit thread_local TaskRecord* running_task __attribute__((tls_model("initial-exec"))) = nullptr;
+// Set by defer_current_task() for the running body. A flag of the thread, not of the record: once
+// deferred, the record belongs to whoever completes it and may be finished and recycled before the
+// body has even returned, so the worker must not look at it again.
+constinit thread_local bool running_task_deferred __attribute__((tls_model("initial-exec"))) = false;
+// invoke_closure()'s outcome for a body that deferred its completion.
+constexpr std::uint32_t outcome_deferred = 0xff;
 }  // namespace
 
 int running_device() noexcept { return running_device_index; }
@@ -310,7 +316,7 @@ TaskRecord* defer_current_task() {
   if (task == nullptr || task->kind != TaskKind::function || task->device > 0) {
     throw Error(ErrorCode::invalid_argument, "defer_current_task() outside a task running on a CPU worker");
   }
-  task->deferred = true;
+  running_task_deferred = true;
   return task;
 }
 
@@ -332,6 +338,7 @@ std::uint32_t ContextImpl::invoke_closure(TaskRecord* task, ThreadState& thread,
   std::uint32_t outcome = status_succeeded;
   const int outer_device = std::exchange(running_device_index, task->device < 0 ? 0 : task->device);
   TaskRecord* const outer_task = std::exchange(running_task, task);
+  const bool outer_deferred = std::exchange(running_task_deferred, false);
   ++thread.nesting;
   try {
     task->ops->invoke(task->closure_storage(), views);
@@ -342,7 +349,9 @@ std::uint32_t ContextImpl::invoke_closure(TaskRecord* task, ThreadState& thread,
   --thread.nesting;
   running_task = outer_task;
   running_device_index = outer_device;
-  if (outcome == status_failed) task->deferred = false;  // a body that threw is not deferred
+  // A body that threw is not deferred (the contract: nothing may throw after deferring).
+  if (std::exchange(running_task_deferred, outer_deferred) && outcome == status_succeeded)
+    return outcome_deferred;
   return outcome;
 }
 
@@ -362,7 +371,7 @@ void ContextImpl::execute(TaskRecord* task, ThreadState& thread) {
       fill_views(task, thread, views.data());
       outcome = invoke_closure(task, thread, views.data());
     }
-    if (task->deferred) return;  // complete_deferred() finishes it
+    if (outcome == outcome_deferred) return;  // complete_deferred() finishes it; `task` is not ours now
   }
   destroy_closure(task);
   finish(task, thread, outcome);

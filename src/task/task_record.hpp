@@ -101,7 +101,6 @@ struct alignas(64) TaskRecord : QueueLink {
   std::int16_t device_hint = -1;         // TaskOptions::device
   std::atomic<std::int32_t> fetches{0};  // copies its data still waits for (coherence)
   std::exception_ptr error;              // the task's own failure, or the cause of its cancellation
-  bool deferred = false;                 // its body called defer_current_task(): complete_deferred() ends it
   DepNode deps[inline_dep_count];
   AccessRecord inline_accesses[inline_access_count];
 

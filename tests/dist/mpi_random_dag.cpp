@@ -15,6 +15,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <mutex>
 #include <random>
 #include <set>
 #include <string>
@@ -162,10 +163,13 @@ int main(int argc, char** argv) {
         dist::write(counters.back()));
   }
   std::uint64_t totals[5] = {0, 0, 0, 0, 0};
+  std::mutex totals_mutex;
   for (int r = 0; r < ranks; ++r) {
     world.submit(
         dist::TaskOptions{.rank = 0},
-        [&totals](std::span<const std::uint64_t> in) {
+        [&totals, &totals_mutex](std::span<const std::uint64_t> in) {
+          // These tasks read different buffers, so they may run at once: the sum needs a lock.
+          std::lock_guard lock(totals_mutex);
           for (int k = 0; k < 5; ++k) totals[k] += in[static_cast<std::size_t>(k)];
         },
         dist::read(counters[static_cast<std::size_t>(r)]));
