@@ -56,8 +56,17 @@ if(NERVE_HAVE_OPENCL)
 else()
   set(nerve_pc_extra_libs "")
 endif()
+# The distributed runtime's optional libraries (cmake/NerveDependencies.cmake).
+set(nerve_pc_requires_extra "")
+if(NERVE_MPI_PC_MODULE)
+  string(APPEND nerve_pc_requires_extra " ${NERVE_MPI_PC_MODULE}")
+endif()
+if(NERVE_ZSTD_ENABLED)
+  string(APPEND nerve_pc_requires_extra " libzstd")
+endif()
 install(CODE "
   set(NERVE_PC_EXTRA_LIBS \"${nerve_pc_extra_libs}\")
+  set(NERVE_PC_REQUIRES_EXTRA \"${nerve_pc_requires_extra}\")
   set(NERVE_PC_PREFIX \"\${CMAKE_INSTALL_PREFIX}\")
   set(NERVE_PC_LIBDIR [[${nerve_pc_libdir}]])
   set(NERVE_PC_INCLUDEDIR [[${nerve_pc_includedir}]])
@@ -69,7 +78,7 @@ install(FILES ${PROJECT_BINARY_DIR}/pkgconfig/nerve.pc DESTINATION ${CMAKE_INSTA
 
 # Tools, when this build has them. Installed tools find libnerve.so beside them via a relative RPATH.
 file(RELATIVE_PATH nerve_bin_to_lib "/${CMAKE_INSTALL_BINDIR}" "/${CMAKE_INSTALL_LIBDIR}")
-foreach(tool nerve-info openclaw-benchmark)
+foreach(tool nerve-info nerve-run openclaw-benchmark)
   if(TARGET ${tool})
     set_target_properties(${tool} PROPERTIES INSTALL_RPATH "\$ORIGIN/${nerve_bin_to_lib}")
     install(TARGETS ${tool} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})

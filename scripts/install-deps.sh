@@ -27,8 +27,8 @@ packages=(
   libopenblas-dev liblapacke-dev
   # OpenCL: ICD loader, headers, PoCL as the CPU platform the tests run on, clinfo to inspect it
   ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo
-  # Compression of distributed transfers
-  libzstd-dev
+  # Distributed execution: Open MPI (library, headers, mpirun) and compression of its transfers
+  libopenmpi-dev openmpi-bin libzstd-dev
   # Optional allocators (jemalloc, tcmalloc)
   libjemalloc-dev libgoogle-perftools-dev
   # JSON schema checks of stats, traces and reports

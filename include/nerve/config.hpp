@@ -69,6 +69,26 @@ struct NumaPolicy {
   friend bool operator==(const NumaPolicy&, const NumaPolicy&) = default;
 };
 
+// How ranks of a distributed run talk (distributed.communication_backend).
+enum class CommunicationBackend {
+  none,  // one process: a distributed::Runtime is a world of one rank
+  mpi,   // MPI (Open MPI), launched by mpirun or nerve-run; only in builds with NERVE_WITH_MPI
+};
+
+// Compression of distributed payloads (distributed.compression).
+enum class Compression {
+  none,
+  zstd,  // Zstandard level 1, for payloads of at least Distributed::compression_threshold bytes
+};
+
+// One host of a distributed run (distributed.nodes): what nerve-run writes into the MPI hostfile.
+struct DistributedNode {
+  std::string host;
+  unsigned slots = 1;  // ranks it may run
+
+  friend bool operator==(const DistributedNode&, const DistributedNode&) = default;
+};
+
 enum class ConfigSource { default_value, file, environment, api };
 
 // Where a configuration value came from, for nerve-info and error messages.
@@ -169,6 +189,16 @@ struct NERVE_API Config {
     bool records_tasks() const noexcept { return record_tasks || !trace.empty(); }
     bool times_tasks() const noexcept { return records_tasks() || models; }
   } perf;
+
+  struct Distributed {
+    CommunicationBackend communication_backend = CommunicationBackend::none;
+    std::vector<DistributedNode> nodes;  // empty: mpirun's own default (the local host)
+    // The longest an outgoing message waits in a batch (distributed.batch_size) before it is sent.
+    std::chrono::microseconds sync_interval{1000};
+    std::uint32_t batch_size = 1;  // small messages to one rank sent as one (1 = no batching)
+    Compression compression = Compression::none;
+    std::size_t compression_threshold = 4096;  // bytes; smaller payloads travel uncompressed
+  } distributed;
 
   struct TopologySource {
     std::string synthetic;  // hwloc synthetic description, e.g. "pack:2 numa:2 core:4 pu:1"

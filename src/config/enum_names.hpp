@@ -43,6 +43,11 @@ inline constexpr std::array<EnumName<QueueType>, 2> queue_type_names{{
     {"mutex", QueueType::mutex},
 }};
 
+inline constexpr std::array<EnumName<CommunicationBackend>, 2> communication_backend_names{{
+    {"none", CommunicationBackend::none},
+    {"mpi", CommunicationBackend::mpi},
+}};
+
 // names_of() lists a table's words in order, for choice_type().
 template <class Enum, std::size_t N>
 std::vector<std::string_view> names_of(const std::array<EnumName<Enum>, N>& table) {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <limits>
 #include <system_error>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -67,6 +68,90 @@ NumaPolicy parse_numa_policy(std::string_view text) {
                                 "node number 0..4095){}",
                                 quote(text), hint),
                     "memory.numa_policy");
+}
+
+// parse_compression() reads distributed.compression: none, zstd or zstd:<threshold bytes>.
+std::pair<Compression, std::size_t> parse_compression(std::string_view text) {
+  constexpr std::string_view blanks = " \t\r\n";
+  const auto first = text.find_first_not_of(blanks);
+  text = first == std::string_view::npos ? std::string_view{}
+                                         : text.substr(first, text.find_last_not_of(blanks) - first + 1);
+  constexpr std::size_t default_threshold = 4096;
+  if (text == "none") return {Compression::none, default_threshold};
+  if (text == "zstd") return {Compression::zstd, default_threshold};
+  constexpr std::string_view prefix = "zstd:";
+  if (text.starts_with(prefix)) {
+    const std::string_view digits = text.substr(prefix.size());
+    std::uint64_t threshold = 0;
+    const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), threshold);
+    if (!digits.empty() && error == std::errc{} && end == digits.data() + digits.size() &&
+        threshold <= (std::uint64_t{1} << 30)) {
+      return {Compression::zstd, static_cast<std::size_t>(threshold)};
+    }
+  }
+  const std::vector<std::string> words{"none", "zstd"};
+  throw ConfigError(fmt::format("distributed.compression: {} is not none, zstd or zstd:<threshold bytes> "
+                                "(0..1073741824){}",
+                                quote(text), did_you_mean(text, words)),
+                    "distributed.compression");
+}
+
+// parse_nodes() reads distributed.nodes: hosts separated by commas or blanks, each `host` or
+// `host:slots` (slots 1..4096), e.g. "node1:4, node2:4". A text value: configuration values are
+// scalars (value_type.hpp), and one line is also what an environment variable can hold.
+std::vector<DistributedNode> parse_nodes(std::string_view text) {
+  std::vector<DistributedNode> nodes;
+  std::size_t position = 0;
+  while (position < text.size()) {
+    const std::size_t start = text.find_first_not_of(" \t\r\n,", position);
+    if (start == std::string_view::npos) break;
+    std::size_t end = text.find_first_of(" \t\r\n,", start);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view item = text.substr(start, end - start);
+    position = end;
+    DistributedNode node;
+    const std::size_t colon = item.find(':');
+    node.host = std::string(item.substr(0, colon));
+    bool valid =
+        !node.host.empty() &&
+        node.host.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_") ==
+            std::string::npos;
+    if (valid && colon != std::string_view::npos) {
+      const std::string_view digits = item.substr(colon + 1);
+      unsigned slots = 0;
+      const auto [last, error] = std::from_chars(digits.data(), digits.data() + digits.size(), slots);
+      valid = !digits.empty() && error == std::errc{} && last == digits.data() + digits.size() &&
+              slots >= 1 && slots <= 4096;
+      node.slots = slots;
+    }
+    if (!valid) {
+      throw ConfigError(fmt::format("distributed.nodes: {} is not host or host:slots (a host name or "
+                                    "address, slots 1..4096)",
+                                    quote(item)),
+                        "distributed.nodes");
+    }
+    nodes.push_back(std::move(node));
+  }
+  return nodes;
+}
+
+// The backends that exist in the specification but not in this build.
+std::vector<PlannedChoice> planned_backends() {
+  std::vector<PlannedChoice> planned;
+#if !NERVE_WITH_MPI
+  planned.push_back({"mpi", "a build with MPI (install libopenmpi-dev, reconfigure with NERVE_WITH_MPI=ON)"});
+#endif
+  planned.push_back({"grpc", "a gRPC transport (not built: only mpi exists)"});
+  planned.push_back({"nccl", "an NCCL-style transport (not built: only mpi exists)"});
+  return planned;
+}
+
+std::vector<std::string_view> built_backends() {
+  std::vector<std::string_view> names{"none"};
+#if NERVE_WITH_MPI
+  names.push_back("mpi");
+#endif
+  return names;
 }
 
 std::vector<KeySpec> build_key_table() {
@@ -190,6 +275,31 @@ std::vector<KeySpec> build_key_table() {
        [](Config& c, const ParsedValue& v) {
          c.perf.counter_interval = std::chrono::milliseconds{v.integer()};
        }},
+      {"distributed.communication_backend", choice_type(built_backends(), planned_backends()), "none",
+       "how the ranks of a distributed run communicate: none (one process) or mpi",
+       [](Config& c, const ParsedValue& v) {
+         c.distributed.communication_backend = from_name(communication_backend_names, v.string());
+       }},
+      {"distributed.nodes", text_type(), "",
+       "hosts of a distributed run for nerve-run's MPI hostfile: host[:slots], comma-separated",
+       [](Config& c, const ParsedValue& v) { c.distributed.nodes = parse_nodes(v.string()); }},
+      {"distributed.sync_interval", duration_type(0ns, 10s, 1us), "1ms",
+       "longest time an outgoing message waits in a batch before it is sent",
+       [](Config& c, const ParsedValue& v) {
+         c.distributed.sync_interval = std::chrono::duration_cast<std::chrono::microseconds>(v.duration());
+       }},
+      {"distributed.batch_size", integer_type(1, 4096), "1",
+       "small messages to one rank aggregated into one MPI message (1 = no batching)",
+       [](Config& c, const ParsedValue& v) {
+         c.distributed.batch_size = static_cast<std::uint32_t>(v.integer());
+       }},
+      {"distributed.compression", text_type(), "none",
+       "payload compression: none, zstd or zstd:<threshold bytes> (default threshold 4096)",
+       [](Config& c, const ParsedValue& v) {
+         const auto [compression, threshold] = parse_compression(v.string());
+         c.distributed.compression = compression;
+         c.distributed.compression_threshold = threshold;
+       }},
       {"topology.synthetic", text_type(), "",
        "an hwloc synthetic topology description used instead of the real machine",
        [](Config& c, const ParsedValue& v) { c.topology.synthetic = v.string(); }},
@@ -201,17 +311,11 @@ std::vector<KeySpec> build_key_table() {
 
 std::vector<PlannedKey> build_planned_key_table() {
   constexpr std::string_view gpu = "the GPU backends";
-  constexpr std::string_view distributed = "the distributed (MPI) runtime";
   return {
       {"scheduler.gpu_stream_priorities", gpu},
       {"gpu.unified_memory", gpu},
       {"gpu.async_prefetch", gpu},
       {"gpu.cache_hints", gpu},
-      {"distributed.nodes", distributed},
-      {"distributed.communication_backend", distributed},
-      {"distributed.sync_interval", distributed},
-      {"distributed.batch_size", distributed},
-      {"distributed.compression", distributed},
   };
 }
 

@@ -311,14 +311,45 @@ void ContextImpl::fill_views(const TaskRecord* task, const ThreadState& thread, 
 
 namespace {
 constinit thread_local int running_device_index __attribute__((tls_model("initial-exec"))) = -1;
+constinit thread_local TaskRecord* running_task __attribute__((tls_model("initial-exec"))) = nullptr;
+// Set by defer_current_task() for the running body. A flag of the thread, not of the record: once
+// deferred, the record belongs to whoever completes it and may be finished and recycled before the
+// body has even returned, so the worker must not look at it again.
+constinit thread_local bool running_task_deferred __attribute__((tls_model("initial-exec"))) = false;
+// invoke_closure()'s outcome for a body that deferred its completion.
+constexpr std::uint32_t outcome_deferred = 0xff;
 }  // namespace
 
 int running_device() noexcept { return running_device_index; }
+
+TaskRecord* defer_current_task() {
+  TaskRecord* task = running_task;
+  if (task == nullptr || task->kind != TaskKind::function || task->device > 0) {
+    throw Error(ErrorCode::invalid_argument, "defer_current_task() outside a task running on a CPU worker");
+  }
+  running_task_deferred = true;
+  return task;
+}
+
+// complete_deferred() ends a task whose body deferred its completion, on the calling thread (often a
+// communication thread with no worker slot: finish() then wakes parked wait_all() callers itself).
+void complete_deferred(TaskRecord* task, std::exception_ptr error) noexcept {
+  ContextImpl& context = *task->context;
+  context.destroy_closure(task);
+  std::uint32_t outcome = status_succeeded;
+  if (error != nullptr) {
+    task->error = std::move(error);
+    outcome = status_failed;
+  }
+  context.finish(task, context.current_thread(), outcome);
+}
 
 std::uint32_t ContextImpl::invoke_closure(TaskRecord* task, ThreadState& thread,
                                           const AccessView* views) noexcept {
   std::uint32_t outcome = status_succeeded;
   const int outer_device = std::exchange(running_device_index, task->device < 0 ? 0 : task->device);
+  TaskRecord* const outer_task = std::exchange(running_task, task);
+  const bool outer_deferred = std::exchange(running_task_deferred, false);
   ++thread.nesting;
   try {
     task->ops->invoke(task->closure_storage(), views);
@@ -327,7 +358,11 @@ std::uint32_t ContextImpl::invoke_closure(TaskRecord* task, ThreadState& thread,
     outcome = status_failed;
   }
   --thread.nesting;
+  running_task = outer_task;
   running_device_index = outer_device;
+  // A body that threw is not deferred (the contract: nothing may throw after deferring).
+  if (std::exchange(running_task_deferred, outer_deferred) && outcome == status_succeeded)
+    return outcome_deferred;
   return outcome;
 }
 
@@ -347,6 +382,7 @@ void ContextImpl::execute(TaskRecord* task, ThreadState& thread) {
       fill_views(task, thread, views.data());
       outcome = invoke_closure(task, thread, views.data());
     }
+    if (outcome == outcome_deferred) return;  // complete_deferred() finishes it; `task` is not ours now
   }
   destroy_closure(task);
   finish(task, thread, outcome);

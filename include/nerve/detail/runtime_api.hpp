@@ -184,6 +184,14 @@ NERVE_API void buffer_unmap(Mapping mapping);
 // or -1 outside tasks.
 NERVE_API int running_device() noexcept;
 
+// Deferred completion, for communication tasks (the distributed runtime's sends and receives): a
+// task body running on a CPU worker calls defer_current_task() just before it returns; the task then
+// stays running — its accesses held, its successors waiting — until some thread calls
+// complete_deferred() on it, exactly once (a null `error` = success). The body must not throw after
+// deferring. Throws Error(invalid_argument) outside a task or in a task on a device.
+NERVE_API TaskRecord* defer_current_task();
+NERVE_API void complete_deferred(TaskRecord* task, std::exception_ptr error) noexcept;
+
 // parallel_for/reduce worker count and the calling thread's worker index (or -1).
 inline constexpr std::size_t deterministic_pieces = 64;
 NERVE_API unsigned context_worker_count(const ContextImpl* context) noexcept;

@@ -1,0 +1,353 @@
+// distributed.hpp — one task graph over many processes (MPI ranks): owner-computes, cached remote data.
+//
+//   nerve::Context context(settings);                       // distributed.communication_backend: mpi
+//   nerve::distributed::Runtime world(context);             // MPI_Init_thread if MPI is not initialised
+//   nerve::distributed::Grid grid = nerve::distributed::Grid::for_ranks(world.size());
+//   auto a = world.buffer<double>(n, grid.owner(i, j));     // every rank creates every buffer
+//   world.submit(body, nerve::distributed::read(a), nerve::distributed::read_write(b));
+//   world.wait_all();
+//
+// The model is StarPU-MPI's sequential task flow: every rank runs the same program and creates the same
+// buffers and submits the same tasks in the same order. Each distributed buffer has an owner rank. A task
+// runs on the rank that owns the buffers it writes (all of them must have that owner), or, if it writes
+// nothing, on TaskOptions::rank, else on the owner of its first buffer. For every buffer it reads that
+// the executing rank does not own, the owner sends the current version asynchronously (a send task
+// ordered after the last writer) and the executing rank receives it into a cached replica (a receive
+// task the reading task depends on); the replica stays valid until the owner writes the buffer again,
+// so a version crosses the network at most once per reader rank. Ranks that neither run the task nor
+// send for it only update their bookkeeping: they do not wait. No user code sends or receives.
+//
+// Data reaches a rank that does not own it only as a task input: to collect results on rank 0, submit
+// a task with TaskOptions::rank = 0 that reads them. On its owner, DistributedBuffer::local() is an
+// ordinary nerve::Buffer (map it after wait_all()).
+//
+// Failures: an exception in a task on any rank is sent to every rank; from then on wait_all() and
+// submit() on every rank throw Error(task_failed) naming the rank, the task and the message. Destroying
+// a Runtime after a failure ends the whole job (MPI_Abort) rather than risking a hang in
+// MPI_Finalize. A rank that dies ends the job through mpirun.
+//
+// Thread safety: one thread per rank submits (the sequential flow is an order); stats() may be called
+// from any thread. Task bodies run on the context's workers as usual. What blocks: the constructor,
+// barrier(), dump_trace() (collectives) and wait_all(); submit() never waits for other ranks.
+// Lifetimes: a DistributedBuffer must not be used after its Runtime is destroyed, and the Context must
+// outlive the Runtime.
+//
+// Tuning: the distributed.* configuration keys — batch_size, sync_interval, compression
+// (docs/CONFIG.md); the model, measurements and limits: docs/DISTRIBUTED.md.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "nerve/buffer.hpp"
+#include "nerve/context.hpp"
+#include "nerve/error.hpp"
+#include "nerve/export.hpp"
+#include "nerve/task.hpp"
+
+namespace nerve::distributed {
+
+// block_cyclic() is the owner of block `index` in a 1D block-cyclic distribution over `ranks`.
+constexpr int block_cyclic(std::size_t index, int ranks) noexcept {
+  return static_cast<int>(index % static_cast<std::size_t>(ranks));
+}
+
+// Grid: a 2D block-cyclic distribution (ScaLAPACK's), rows × cols ranks; rank = (i % rows) * cols + j % cols.
+struct Grid {
+  int rows = 1;
+  int cols = 1;
+  constexpr int owner(std::size_t i, std::size_t j) const noexcept {
+    return static_cast<int>((i % static_cast<std::size_t>(rows)) * static_cast<std::size_t>(cols) +
+                            j % static_cast<std::size_t>(cols));
+  }
+  // for_ranks() is the most square grid of exactly `ranks` ranks (rows <= cols).
+  static constexpr Grid for_ranks(int ranks) noexcept {
+    int rows = 1;
+    for (int r = 1; r * r <= ranks; ++r) {
+      if (ranks % r == 0) rows = r;
+    }
+    return Grid{rows, ranks / rows};
+  }
+};
+
+// What one rank moved and ran. Payloads are buffer versions; messages are MPI messages (a batch
+// carries several payloads; a compressed payload is smaller on the wire).
+struct DistributedStats {
+  int rank = 0;
+  int size = 1;
+  std::uint64_t tasks_run = 0;      // distributed tasks this rank executed
+  std::uint64_t tasks_skipped = 0;  // submitted here but run elsewhere
+  std::uint64_t payloads_sent = 0;
+  std::uint64_t payloads_received = 0;
+  std::uint64_t bytes_sent = 0;       // payload bytes before compression
+  std::uint64_t bytes_received = 0;   // payload bytes after decompression
+  std::uint64_t wire_bytes_sent = 0;  // what went to MPI: after compression, batch headers included
+  std::uint64_t messages_sent = 0;
+  std::uint64_t batches_sent = 0;               // messages that carried more than one payload
+  std::uint64_t batch_flushes_by_interval = 0;  // batches sent because distributed.sync_interval passed
+  std::uint64_t compressed_payloads = 0;
+};
+
+struct TaskOptions {
+  const char* name = nullptr;  // for errors and traces; must outlive the task
+  int rank = -1;               // where a task that writes nothing runs (-1: the owner of its first buffer)
+  bool compute_intensive = false;
+};
+
+class Runtime;
+
+namespace detail {
+struct RuntimeImpl;
+struct BufferEntry;
+
+// The plan of one task, the same on every rank: where it runs and which transfers it needs.
+struct Transfer {
+  std::size_t access;  // index of the access it feeds
+  int from;
+  int to;
+  std::uint64_t sequence;  // the n-th payload from `from` to `to`
+};
+struct TaskPlan {
+  int rank = 0;  // where it runs
+  std::vector<Transfer> transfers;
+};
+struct AccessDescription {
+  BufferEntry* buffer;
+  Access mode;
+};
+
+NERVE_API RuntimeImpl* runtime_create(Context& context);
+NERVE_API void runtime_destroy(RuntimeImpl* runtime) noexcept;
+NERVE_API int runtime_rank(const RuntimeImpl* runtime) noexcept;
+NERVE_API int runtime_size(const RuntimeImpl* runtime) noexcept;
+NERVE_API BufferEntry* register_buffer(RuntimeImpl* runtime, int owner, std::size_t bytes);
+NERVE_API int buffer_owner(const BufferEntry* entry) noexcept;
+NERVE_API std::uint64_t buffer_number(const BufferEntry* entry) noexcept;
+// plan_task() checks the task (throws Error on every rank alike) and updates the bookkeeping.
+NERVE_API TaskPlan plan_task(RuntimeImpl* runtime, const AccessDescription* accesses, std::size_t count,
+                             const TaskOptions& options);
+// start_send()/start_receive() run inside the send/receive tasks: they defer the task's completion
+// to the communication thread. receive's `data` is the replica, `bytes` its size.
+NERVE_API void start_send(RuntimeImpl* runtime, int to, std::uint64_t sequence, const void* data,
+                          std::size_t bytes);
+NERVE_API void start_receive(RuntimeImpl* runtime, int from, std::uint64_t sequence, void* data,
+                             std::size_t bytes);
+// task_started()/task_failed()/task_finished() wrap a task body: trace events, failure broadcast.
+NERVE_API std::uint64_t task_started(RuntimeImpl* runtime) noexcept;
+NERVE_API void task_finished(RuntimeImpl* runtime, const char* name, std::uint64_t started) noexcept;
+NERVE_API void task_failed(RuntimeImpl* runtime, const char* name, const std::exception_ptr& error) noexcept;
+NERVE_API void runtime_wait_all(RuntimeImpl* runtime);
+NERVE_API void runtime_barrier(RuntimeImpl* runtime);
+NERVE_API DistributedStats runtime_stats(const RuntimeImpl* runtime);
+NERVE_API void runtime_dump_perf_stats(RuntimeImpl* runtime, const std::filesystem::path& path);
+NERVE_API void runtime_dump_trace(RuntimeImpl* runtime, const std::filesystem::path& path);
+NERVE_API Context& runtime_context(RuntimeImpl* runtime) noexcept;
+
+// Shared by the copies of one DistributedBuffer handle: the local data, made on first use.
+template <class T>
+struct BufferData {
+  BufferEntry* entry = nullptr;
+  std::size_t count = 0;
+  std::string name;
+  Buffer<T> local;
+};
+}  // namespace detail
+
+// DistributedBuffer<T>: `size()` elements with an owner rank. Copies share the same data.
+template <class T>
+class DistributedBuffer {
+ public:
+  DistributedBuffer() = default;
+  int owner() const noexcept { return detail::buffer_owner(data_->entry); }
+  std::size_t size() const noexcept { return data_->count; }
+  std::size_t size_bytes() const noexcept { return data_->count * sizeof(T); }
+  // number() is the buffer's creation index, the same on every rank.
+  std::uint64_t number() const noexcept { return detail::buffer_number(data_->entry); }
+  explicit operator bool() const noexcept { return data_ != nullptr; }
+  // local() is this rank's copy: the data itself on the owner, the cached replica elsewhere (an empty
+  // handle until one was received).
+  const Buffer<T>& local() const noexcept { return data_->local; }
+  detail::BufferData<T>& data() const noexcept { return *data_; }
+
+ private:
+  friend class Runtime;
+  explicit DistributedBuffer(std::shared_ptr<detail::BufferData<T>> data) : data_(std::move(data)) {}
+  std::shared_ptr<detail::BufferData<T>> data_;
+};
+
+template <class T, Access Mode>
+struct DistributedAccess {
+  const DistributedBuffer<T>* buffer;
+};
+template <class T>
+DistributedAccess<T, Access::read> read(const DistributedBuffer<T>& buffer) noexcept {
+  return {&buffer};
+}
+template <class T>
+DistributedAccess<T, Access::write> write(const DistributedBuffer<T>& buffer) noexcept {
+  return {&buffer};
+}
+template <class T>
+DistributedAccess<T, Access::read_write> read_write(const DistributedBuffer<T>& buffer) noexcept {
+  return {&buffer};
+}
+
+namespace detail {
+template <class A>
+struct is_distributed_access : std::false_type {};
+template <class T, Access M>
+struct is_distributed_access<DistributedAccess<T, M>> : std::true_type {};
+
+// TaskBody wraps the user's body: trace events and failure broadcast around the call.
+template <class F>
+struct TaskBody {
+  F fn;
+  RuntimeImpl* runtime;
+  const char* name;
+  template <class... V>
+  void operator()(V... views) {
+    const std::uint64_t started = task_started(runtime);
+    try {
+      if constexpr (std::is_invocable_v<F&, V...>) {
+        std::invoke(fn, views...);
+      } else {
+        std::invoke(fn);
+      }
+    } catch (...) {
+      task_failed(runtime, name, std::current_exception());
+      throw;
+    }
+    task_finished(runtime, name, started);
+  }
+};
+}  // namespace detail
+
+template <class A>
+concept DistributedAccessor = detail::is_distributed_access<std::remove_cvref_t<A>>::value;
+
+class Runtime {
+ public:
+  // Runtime() joins the distributed run described by context.config().distributed. With
+  // communication_backend `none` it is a world of one rank (no MPI); with `mpi` it initialises MPI
+  // (MPI_THREAD_SERIALIZED: only nerve's communication thread calls MPI) unless the program did.
+  // Collective: every rank constructs its Runtime. Throws Error(not_supported) for a backend this
+  // build lacks, Error(invalid_config) for `none` under an mpirun of several ranks.
+  explicit Runtime(Context& context) : impl_(detail::runtime_create(context)) {}
+  // ~Runtime() waits for this rank's tasks and transfers, then finalises MPI if it initialised it;
+  // after a failure on any rank it ends the job instead (MPI_Abort).
+  ~Runtime() { detail::runtime_destroy(impl_); }
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  int rank() const noexcept { return detail::runtime_rank(impl_); }
+  int size() const noexcept { return detail::runtime_size(impl_); }
+  Context& context() const noexcept { return detail::runtime_context(impl_); }
+
+  // buffer() creates a distributed buffer owned by `owner` (0..size()-1). Every rank must create the
+  // same buffers in the same order. Only the owner allocates the data now; other ranks allocate a
+  // replica when a task there first reads it.
+  template <class T>
+  DistributedBuffer<T> buffer(std::size_t count, int owner, std::string name = {}) {
+    auto data = std::make_shared<detail::BufferData<T>>();
+    data->entry = detail::register_buffer(impl_, owner, count * sizeof(T));
+    data->count = count;
+    data->name = std::move(name);
+    if (owner == rank()) data->local = Buffer<T>(context(), count, BufferOptions{.name = data->name});
+    return DistributedBuffer<T>(std::move(data));
+  }
+
+  // submit() adds a task to the distributed graph (see the top of this file for where it runs). The
+  // body gets one std::span per access, as Context::submit's does. Throws Error(invalid_argument),
+  // on every rank alike, if the written buffers have different owners or options.rank disagrees.
+  template <class F, class... A>
+  requires(DistributedAccessor<A>&&...) void submit(F&& fn, const A&... accesses) {
+    submit(TaskOptions{}, std::forward<F>(fn), accesses...);
+  }
+  template <class F, class... A>
+  requires(DistributedAccessor<A>&&...) void submit(const TaskOptions& options, F&& fn,
+                                                    const A&... accesses) {
+    const detail::AccessDescription descriptions[sizeof...(A) + 1] = {
+        detail::AccessDescription{accesses.buffer->data().entry, access_mode(accesses)}..., {}};
+    const detail::TaskPlan plan = detail::plan_task(impl_, descriptions, sizeof...(A), options);
+    const int me = rank();
+    std::size_t index = 0;
+    (move_data(plan, index++, *accesses.buffer, me), ...);
+    if (plan.rank != me) return;
+    nerve::TaskOptions local;
+    local.name = options.name;
+    local.compute_intensive = options.compute_intensive;
+    context().spawn(local, detail::TaskBody<std::decay_t<F>>{std::forward<F>(fn), impl_, options.name},
+                    local_access(accesses)...);
+  }
+
+  // wait_all() waits for this rank's tasks and transfers; throws Error(task_failed) if a task failed
+  // on any rank (a local task's own exception is rethrown as is).
+  void wait_all() { detail::runtime_wait_all(impl_); }
+  // barrier() is wait_all() on every rank, then an MPI barrier. Collective.
+  void barrier() { detail::runtime_barrier(impl_); }
+
+  DistributedStats stats() const { return detail::runtime_stats(impl_); }
+  // dump_perf_stats() writes this rank's statistics (context and distributed) as JSON; "{rank}" in
+  // the path is replaced by the rank. dump_trace() writes one Chrome trace-event timeline of every
+  // rank to `path` on rank 0 (a process track per rank). Collective; call after wait_all().
+  void dump_perf_stats(const std::filesystem::path& path) { detail::runtime_dump_perf_stats(impl_, path); }
+  void dump_trace(const std::filesystem::path& path) { detail::runtime_dump_trace(impl_, path); }
+
+ private:
+  template <class T, Access M>
+  static constexpr Access access_mode(const DistributedAccess<T, M>&) noexcept {
+    return M;
+  }
+
+  // move_data() submits this rank's side of the transfers feeding access `index`.
+  template <class T>
+  void move_data(const detail::TaskPlan& plan, std::size_t index, const DistributedBuffer<T>& buffer,
+                 int me) {
+    for (const detail::Transfer& transfer : plan.transfers) {
+      if (transfer.access != index) continue;
+      detail::BufferData<T>& data = buffer.data();
+      if (transfer.from == me) {
+        detail::RuntimeImpl* impl = impl_;
+        const int to = transfer.to;
+        const std::uint64_t sequence = transfer.sequence;
+        nerve::TaskOptions options;
+        options.name = "nerve.send";
+        context().spawn(
+            options,
+            [impl, to, sequence](std::span<const T> view) {
+              detail::start_send(impl, to, sequence, view.data(), view.size_bytes());
+            },
+            nerve::read(data.local));
+      } else if (transfer.to == me) {
+        if (!data.local) data.local = Buffer<T>(context(), data.count, BufferOptions{.name = data.name});
+        detail::RuntimeImpl* impl = impl_;
+        const int from = transfer.from;
+        const std::uint64_t sequence = transfer.sequence;
+        nerve::TaskOptions options;
+        options.name = "nerve.receive";
+        context().spawn(
+            options,
+            [impl, from, sequence](std::span<T> view) {
+              detail::start_receive(impl, from, sequence, view.data(), view.size_bytes());
+            },
+            nerve::write(data.local));
+      }
+    }
+  }
+
+  template <class T, Access M>
+  static BufferAccess<T, M> local_access(const DistributedAccess<T, M>& access) noexcept {
+    return BufferAccess<T, M>{&access.buffer->data().local};
+  }
+
+  detail::RuntimeImpl* impl_;
+};
+
+}  // namespace nerve::distributed

@@ -1,0 +1,88 @@
+// report.cpp — per-rank statistics as JSON, and the merged timeline of every rank.
+#include <fstream>
+#include <string>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "nerve/error.hpp"
+
+#include "dist/runtime_impl.hpp"
+
+namespace nerve::distributed::detail {
+namespace {
+
+void write_file(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out) throw Error(ErrorCode::invalid_argument, fmt::format("cannot write '{}'", path.string()));
+}
+
+}  // namespace
+
+std::string trace_json(RuntimeImpl& runtime) {
+  std::vector<TraceEvent> events;
+  {
+    std::lock_guard lock(runtime.trace_mutex);
+    events = runtime.trace;
+  }
+  std::string out = fmt::format(
+      R"({{"name":"process_name","ph":"M","pid":{0},"args":{{"name":"rank {0}"}}}})", runtime.rank);
+  for (const TraceEvent& event : events) {
+    out += fmt::format(R"(,{{"name":{},"ph":"X","pid":{},"tid":{},"ts":{:.3f},"dur":{:.3f}}})",
+                       nlohmann::json(event.name != nullptr ? event.name : "task").dump(), runtime.rank,
+                       event.thread, static_cast<double>(event.start_ns) / 1e3,
+                       static_cast<double>(event.end_ns - event.start_ns) / 1e3);
+  }
+  return out;
+}
+
+void runtime_dump_trace(RuntimeImpl* runtime, const std::filesystem::path& path) {
+  const std::string mine = trace_json(*runtime);
+  std::vector<std::string> all;
+  if (runtime->transport) {
+    all = runtime->transport->gather(mine, 0);
+  } else {
+    all.push_back(mine);
+  }
+  if (runtime->rank != 0) return;
+  std::string text = R"({"displayTimeUnit":"ms","traceEvents":[)";
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    if (i != 0) text += ',';
+    text += all[i];
+  }
+  text += "]}\n";
+  write_file(path, text);
+}
+
+void runtime_dump_perf_stats(RuntimeImpl* runtime, const std::filesystem::path& path) {
+  const DistributedStats stats = runtime_stats(runtime);
+  const ContextStats context = runtime->context.stats();
+  nlohmann::json json;
+  json["rank"] = stats.rank;
+  json["size"] = stats.size;
+  json["distributed"] = {
+      {"tasks_run", stats.tasks_run},
+      {"tasks_skipped", stats.tasks_skipped},
+      {"payloads_sent", stats.payloads_sent},
+      {"payloads_received", stats.payloads_received},
+      {"bytes_sent", stats.bytes_sent},
+      {"bytes_received", stats.bytes_received},
+      {"wire_bytes_sent", stats.wire_bytes_sent},
+      {"messages_sent", stats.messages_sent},
+      {"batches_sent", stats.batches_sent},
+      {"batch_flushes_by_interval", stats.batch_flushes_by_interval},
+      {"compressed_payloads", stats.compressed_payloads},
+  };
+  json["context"] = {{"tasks_submitted", context.tasks_submitted},
+                     {"tasks_completed", context.tasks_completed},
+                     {"workers", context.workers.size()}};
+  std::string name = path.string();
+  for (std::size_t at = name.find("{rank}"); at != std::string::npos; at = name.find("{rank}")) {
+    name.replace(at, 6, std::to_string(stats.rank));
+  }
+  write_file(name, json.dump(2) + "\n");
+}
+
+}  // namespace nerve::distributed::detail

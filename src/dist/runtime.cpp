@@ -1,0 +1,250 @@
+// runtime.cpp — the distributed runtime: buffers, task plans, waiting and failure (see runtime_impl.hpp).
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <fstream>
+#include <string_view>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "nerve/error.hpp"
+
+#include "dist/runtime_impl.hpp"
+#include "dist/wire.hpp"
+
+namespace nerve::distributed::detail {
+namespace {
+
+// ranks_started_by_mpirun() is the world size an MPI launcher announced to this process (0: none).
+int ranks_started_by_mpirun() {
+  for (const char* variable : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"}) {
+    if (const char* value = std::getenv(variable)) return std::atoi(value);
+  }
+  return 0;
+}
+
+std::unique_ptr<Transport> make_transport(const Config::Distributed& config) {
+  if (config.compression == Compression::zstd && !zstd_available()) {
+    throw Error(ErrorCode::not_supported,
+                "distributed.compression: zstd is not built in (install libzstd-dev and reconfigure)");
+  }
+  switch (config.communication_backend) {
+    case CommunicationBackend::none:
+      if (const int ranks = ranks_started_by_mpirun(); ranks > 1) {
+        throw Error(
+            ErrorCode::invalid_config,
+            fmt::format("distributed.communication_backend is 'none', but mpirun started this process as "
+                        "one of {} ranks: set distributed.communication_backend: mpi "
+                        "(NERVE_DISTRIBUTED_COMMUNICATION_BACKEND=mpi), or run one process",
+                        ranks));
+      }
+      return nullptr;
+    case CommunicationBackend::mpi:
+#if NERVE_WITH_MPI
+      return make_mpi_transport(config);
+#else
+      throw Error(ErrorCode::not_supported,
+                  "distributed.communication_backend: mpi is not built in (install libopenmpi-dev and "
+                  "reconfigure with NERVE_WITH_MPI=ON)");
+#endif
+  }
+  return nullptr;
+}
+
+const char* display(const char* name) noexcept { return name != nullptr ? name : "(unnamed)"; }
+
+std::string what_of(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "a non-standard exception";
+  }
+}
+
+}  // namespace
+
+RuntimeImpl::RuntimeImpl(Context& owner, std::unique_ptr<Transport> link)
+    : context(owner), transport(std::move(link)) {
+  if (transport) {
+    rank = transport->rank();
+    size = transport->size();
+    transport->barrier();
+  }
+  next_sequence.assign(static_cast<std::size_t>(size) * static_cast<std::size_t>(size), 0);
+  epoch = std::chrono::steady_clock::now();
+}
+
+void RuntimeImpl::throw_if_failed() const {
+  if (!transport) return;
+  if (auto failure = transport->failure()) {
+    throw Error(ErrorCode::task_failed, fmt::format("distributed run failed: {}", *failure));
+  }
+}
+
+RuntimeImpl* runtime_create(Context& context) {
+  return new RuntimeImpl(context, make_transport(context.config().distributed));
+}
+
+void runtime_destroy(RuntimeImpl* runtime) noexcept {
+  try {
+    runtime->context.wait_all();
+    if (runtime->transport) runtime->transport->flush();
+  } catch (...) {
+  }
+  if (runtime->transport) {
+    if (auto failure = runtime->transport->failure()) {
+      // MPI cannot be finalised safely with transfers cut off mid-flight, and a peer may still wait for
+      // this rank: end the job, every rank, now.
+      std::fprintf(stderr, "nerve: rank %d: distributed run failed: %s; ending every rank (MPI_Abort)\n",
+                   runtime->rank, failure->c_str());
+      std::fflush(stderr);
+      // A moment for the other ranks to receive the failure and report it themselves.
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      runtime->transport->abort(1);
+    }
+    runtime->transport->shutdown();
+  }
+  delete runtime;
+}
+
+int runtime_rank(const RuntimeImpl* runtime) noexcept { return runtime->rank; }
+int runtime_size(const RuntimeImpl* runtime) noexcept { return runtime->size; }
+Context& runtime_context(RuntimeImpl* runtime) noexcept { return runtime->context; }
+
+BufferEntry* register_buffer(RuntimeImpl* runtime, int owner, std::size_t bytes) {
+  if (owner < 0 || owner >= runtime->size) {
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("distributed buffer {} is given owner rank {}, but the run has ranks 0..{}",
+                            runtime->buffers.size(), owner, runtime->size - 1));
+  }
+  BufferEntry& entry = runtime->buffers.emplace_back();
+  entry.number = runtime->buffers.size() - 1;
+  entry.owner = owner;
+  entry.bytes = bytes;
+  entry.held.assign(static_cast<std::size_t>(runtime->size), no_version);
+  entry.held[static_cast<std::size_t>(owner)] = 0;
+  return &entry;
+}
+
+int buffer_owner(const BufferEntry* entry) noexcept { return entry->owner; }
+std::uint64_t buffer_number(const BufferEntry* entry) noexcept { return entry->number; }
+
+TaskPlan plan_task(RuntimeImpl* runtime, const AccessDescription* accesses, std::size_t count,
+                   const TaskOptions& options) {
+  runtime->throw_if_failed();
+  TaskPlan plan;
+  int rank = -1;
+  for (std::size_t i = 0; i < count; ++i) {
+    if (accesses[i].mode == Access::read) continue;
+    const int owner = accesses[i].buffer->owner;
+    if (rank != -1 && rank != owner) {
+      throw Error(
+          ErrorCode::invalid_argument,
+          fmt::format("distributed task '{}' writes buffers owned by ranks {} and {}: a task runs on the "
+                      "rank that owns what it writes, so all of it must have one owner",
+                      display(options.name), rank, owner));
+    }
+    rank = owner;
+  }
+  if (options.rank >= 0) {
+    if (options.rank >= runtime->size || (rank != -1 && rank != options.rank)) {
+      throw Error(
+          ErrorCode::invalid_argument,
+          fmt::format("distributed task '{}' asks for rank {}, but {}", display(options.name), options.rank,
+                      options.rank >= runtime->size
+                          ? fmt::format("the run has ranks 0..{}", runtime->size - 1)
+                          : fmt::format("it writes buffers owned by rank {}", rank)));
+    }
+    rank = options.rank;
+  }
+  if (rank == -1) rank = count > 0 ? accesses[0].buffer->owner : 0;
+  plan.rank = rank;
+  const auto destination = static_cast<std::size_t>(rank);
+  for (std::size_t i = 0; i < count; ++i) {
+    BufferEntry& entry = *accesses[i].buffer;
+    if (accesses[i].mode == Access::write || entry.held[destination] == entry.version) continue;
+    const auto from = static_cast<std::size_t>(entry.owner);
+    const std::uint64_t sequence =
+        runtime->next_sequence[from * static_cast<std::size_t>(runtime->size) + destination]++;
+    plan.transfers.push_back(Transfer{i, entry.owner, rank, sequence});
+    entry.held[destination] = entry.version;
+  }
+  for (std::size_t i = 0; i < count; ++i) {
+    BufferEntry& entry = *accesses[i].buffer;
+    if (accesses[i].mode == Access::read) continue;
+    // A buffer written twice by one task still gets one new version per access: harmless.
+    ++entry.version;
+    entry.held[static_cast<std::size_t>(entry.owner)] = entry.version;
+  }
+  (rank == runtime->rank ? runtime->tasks_run : runtime->tasks_skipped)
+      .fetch_add(1, std::memory_order_relaxed);
+  return plan;
+}
+
+void start_send(RuntimeImpl* runtime, int to, std::uint64_t sequence, const void* data, std::size_t bytes) {
+  nerve::detail::TaskRecord* task = nerve::detail::defer_current_task();
+  runtime->transport->send(to, sequence, data, bytes, task);
+}
+
+void start_receive(RuntimeImpl* runtime, int from, std::uint64_t sequence, void* data, std::size_t bytes) {
+  nerve::detail::TaskRecord* task = nerve::detail::defer_current_task();
+  runtime->transport->receive(from, sequence, data, bytes, task);
+}
+
+std::uint64_t task_started(RuntimeImpl* runtime) noexcept {
+  return static_cast<std::uint64_t>(runtime->now_ns());
+}
+
+void task_finished(RuntimeImpl* runtime, const char* name, std::uint64_t started) noexcept {
+  static std::atomic<unsigned> next_thread{0};
+  thread_local const unsigned thread = next_thread.fetch_add(1, std::memory_order_relaxed);
+  const std::int64_t end = runtime->now_ns();
+  try {
+    std::lock_guard lock(runtime->trace_mutex);
+    runtime->trace.push_back(TraceEvent{name, static_cast<std::int64_t>(started), end, thread});
+  } catch (...) {
+  }
+}
+
+void task_failed(RuntimeImpl* runtime, const char* name, const std::exception_ptr& error) noexcept {
+  if (!runtime->transport) return;
+  try {
+    runtime->transport->report_failure(
+        fmt::format("task '{}' failed on rank {}: {}", display(name), runtime->rank, what_of(error)));
+  } catch (...) {
+  }
+}
+
+void runtime_wait_all(RuntimeImpl* runtime) {
+  std::exception_ptr local;
+  try {
+    runtime->context.wait_all();
+  } catch (...) {
+    local = std::current_exception();
+  }
+  if (runtime->transport) runtime->transport->flush();
+  // A remote failure explains a local cancellation better than the cancellation does.
+  runtime->throw_if_failed();
+  if (local) std::rethrow_exception(local);
+}
+
+void runtime_barrier(RuntimeImpl* runtime) {
+  runtime_wait_all(runtime);
+  if (runtime->transport) runtime->transport->barrier();
+  runtime->throw_if_failed();
+}
+
+DistributedStats runtime_stats(const RuntimeImpl* runtime) {
+  DistributedStats stats;
+  if (runtime->transport) runtime->transport->add_stats(stats);
+  stats.rank = runtime->rank;
+  stats.size = runtime->size;
+  stats.tasks_run = runtime->tasks_run.load(std::memory_order_relaxed);
+  stats.tasks_skipped = runtime->tasks_skipped.load(std::memory_order_relaxed);
+  return stats;
+}
+
+}  // namespace nerve::distributed::detail

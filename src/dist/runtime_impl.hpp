@@ -1,0 +1,75 @@
+// runtime_impl.hpp — the state behind nerve::distributed::Runtime.
+//
+// Every rank keeps the same bookkeeping for every distributed buffer, because every rank sees the same
+// sequence of buffers and tasks: its owner, its version (writes so far) and which version each rank
+// holds. plan_task() turns one task into "runs on rank r" plus the transfers it needs, identically on
+// all ranks; each rank then submits only its own side (a send, a receive, the task), or nothing.
+//
+// Thread safety: plan_task(), register_buffer(), wait_all() and the collectives belong to the one
+// submitting thread of the rank; the task hooks (task_started/finished/failed) run on workers and
+// only touch the trace (under its mutex) and the transport.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "nerve/distributed.hpp"
+
+#include "dist/transport.hpp"
+
+namespace nerve::distributed::detail {
+
+inline constexpr std::uint64_t no_version = ~std::uint64_t{0};
+
+struct BufferEntry {
+  std::uint64_t number = 0;
+  int owner = 0;
+  std::size_t bytes = 0;
+  std::uint64_t version = 0;        // writes so far
+  std::vector<std::uint64_t> held;  // per rank: the version it has a valid copy of, or no_version
+};
+
+struct TraceEvent {
+  const char* name;
+  std::int64_t start_ns;  // since the run's common epoch
+  std::int64_t end_ns;
+  unsigned thread;
+};
+
+struct RuntimeImpl {
+  RuntimeImpl(Context& context, std::unique_ptr<Transport> transport);
+
+  Context& context;
+  std::unique_ptr<Transport> transport;  // null for communication_backend: none
+  int rank = 0;
+  int size = 1;
+  std::deque<BufferEntry> buffers;           // stable addresses: handles point at their entry
+  std::vector<std::uint64_t> next_sequence;  // [from * size + to]: payloads planned so far
+  std::atomic<std::uint64_t> tasks_run{0};
+  std::atomic<std::uint64_t> tasks_skipped{0};
+  bool failure_reported = false;
+
+  // The trace: each rank's clock starts at a barrier at construction, so tracks line up to within
+  // the barrier's skew (microseconds on one host, tens of microseconds across a network).
+  std::chrono::steady_clock::time_point epoch;
+  std::mutex trace_mutex;
+  std::vector<TraceEvent> trace;
+
+  std::int64_t now_ns() const noexcept {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - epoch)
+        .count();
+  }
+  void throw_if_failed() const;
+};
+
+// trace_json() is this rank's events as Chrome trace-event objects ("X" events, pid = rank),
+// comma-separated, without the enclosing array.
+std::string trace_json(RuntimeImpl& runtime);
+
+}  // namespace nerve::distributed::detail

@@ -1,0 +1,61 @@
+// transport.hpp — how the ranks of a distributed run exchange payloads (one implementation per
+// distributed.communication_backend that moves data: MPI today).
+//
+// A payload is one version of one buffer going from one rank to another; both sides name it by
+// (peer, sequence), the sequence being the n-th payload between the two ranks in submission order,
+// which every rank computes alike (the sequential task flow). send() and receive() are called from
+// inside the runtime's send/receive tasks, which have deferred their completion: the transport ends
+// them with detail::complete_deferred() once the data left or landed (or the run failed).
+//
+// Thread safety: send(), receive(), report_failure(), failure() and stats() may be called from any
+// thread; flush(), barrier(), gather() and shutdown() from the rank's submitting thread only.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "nerve/config.hpp"
+#include "nerve/detail/runtime_api.hpp"
+#include "nerve/distributed.hpp"
+
+namespace nerve::distributed::detail {
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual int rank() const noexcept = 0;
+  virtual int size() const noexcept = 0;
+
+  // send() transmits `bytes` at `data`, which stays valid and unchanged until `task` completes.
+  virtual void send(int to, std::uint64_t sequence, const void* data, std::size_t bytes,
+                    nerve::detail::TaskRecord* task) = 0;
+  // receive() fills `bytes` at `data` with the payload (from, sequence), then completes `task`.
+  virtual void receive(int from, std::uint64_t sequence, void* data, std::size_t bytes,
+                       nerve::detail::TaskRecord* task) = 0;
+  // report_failure() tells every other rank that this one failed (once; later calls do nothing) and
+  // fails this rank's pending transfers.
+  virtual void report_failure(const std::string& message) = 0;
+  // failure() is the first failure reported by any rank, once this rank knows of it.
+  virtual std::optional<std::string> failure() const = 0;
+  // flush() sends batched payloads now.
+  virtual void flush() = 0;
+  // barrier() and gather() are collective over every rank.
+  virtual void barrier() = 0;
+  virtual std::vector<std::string> gather(const std::string& mine, int root) = 0;
+  // shutdown() stops the communication thread and finalises MPI if this transport initialised it;
+  // abort() ends every rank's process now.
+  virtual void shutdown() noexcept = 0;
+  [[noreturn]] virtual void abort(int code) noexcept = 0;
+  // stats() fills the communication fields of `stats`.
+  virtual void add_stats(DistributedStats& stats) const = 0;
+};
+
+// make_mpi_transport() joins MPI_COMM_WORLD (initialising MPI if needed) with the configured batch,
+// flush interval and compression. Throws Error(not_supported) in builds without MPI.
+std::unique_ptr<Transport> make_mpi_transport(const Config::Distributed& config);
+
+}  // namespace nerve::distributed::detail

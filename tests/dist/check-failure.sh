@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# check-failure.sh <mpirun> <ranks> <program> <throw|die|barrier> — a failure on rank 1 must end all ranks within
+# 10 s with a non-zero status; `throw` must also print the failing task and rank.
+set -uo pipefail
+mpirun=$1 ranks=$2 program=$3 mode=$4
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export NERVE_DISTRIBUTED_COMMUNICATION_BACKEND=mpi NERVE_PARALLEL_THREAD_POOL_SIZE=2
+start=$(date +%s%N)
+output=$(timeout -s KILL 30 "$mpirun" -np "$ranks" --oversubscribe --bind-to none "$program" "$mode" 2>&1)
+status=$?
+elapsed_ms=$((($(date +%s%N) - start) / 1000000))
+echo "$output" | tail -n 30
+echo "check-failure: exit status $status after ${elapsed_ms} ms"
+if [[ $status -eq 0 ]]; then echo "FAIL: the job succeeded"; exit 1; fi
+# (A rank killed by a signal makes mpirun exit 128 + signal too; a hang is told apart by the time.)
+if ((elapsed_ms > 10000)); then echo "FAIL: the job took over 10 s to end (or hung until the 30 s timeout)"; exit 1; fi
+if [[ $mode == throw ]] && ! grep -q "task 'boom' failed on rank 1: injected failure" <<<"$output"; then
+  echo "FAIL: no clear error naming the task and rank"; exit 1
+fi
+if [[ $mode == barrier ]] && ! grep -q "rank 0: barrier: distributed run failed: task 'boom' failed on rank 1" <<<"$output"; then
+  echo "FAIL: rank 0 did not leave its barrier with the failure"; exit 1
+fi
+if [[ $mode == die ]] && ! grep -q "rank 1" <<<"$output"; then
+  echo "FAIL: no error naming the rank that died"; exit 1
+fi
+echo PASS

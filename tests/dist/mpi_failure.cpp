@@ -1,0 +1,80 @@
+// mpi_failure.cpp — a failure on one rank must end every rank, with a clear error, in bounded time.
+//
+//   mpirun -np N mpi_failure throw   rank 1's task throws: every rank's wait_all() reports it, and the
+//                                     Runtime ends the job
+//   mpirun -np N mpi_failure die     rank 1's process dies in a task (as if killed): mpirun ends the job
+//   mpirun -np N mpi_failure barrier rank 1's task throws while the other ranks, which do not depend on
+//                                     it, already wait in barrier(): they must leave it with the error
+//
+// Before the failure, the ranks exchange data in a ring so that some of them are blocked waiting for
+// rank 1's output when it fails. check-failure.sh runs it and checks the exit status, the message and
+// the time taken.
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "nerve/distributed.hpp"
+#include "nerve/nerve.hpp"
+
+namespace dist = nerve::distributed;
+
+int main(int argc, char** argv) {
+  const bool die = argc > 1 && std::strcmp(argv[1], "die") == 0;
+  const bool barrier = argc > 1 && std::strcmp(argv[1], "barrier") == 0;
+  nerve::Context context;
+  dist::Runtime world(context);
+  const int ranks = world.size();
+  if (barrier) {
+    auto mine = world.buffer<int>(16, 1);
+    world.submit(
+        dist::TaskOptions{.name = "boom"},
+        [](std::span<int>) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(500));
+          throw std::runtime_error("injected failure");
+        },
+        dist::write(mine));
+    try {
+      world.barrier();
+    } catch (const std::exception& error) {
+      std::printf("rank %d: barrier: %s\n", world.rank(), error.what());
+      std::fflush(stdout);
+      return 3;
+    }
+    std::printf("rank %d: finished without seeing the failure\n", world.rank());
+    return 0;
+  }
+  std::vector<dist::DistributedBuffer<int>> ring;
+  for (int r = 0; r < ranks; ++r) ring.push_back(world.buffer<int>(1024, r));
+  for (int round = 0; round < 20; ++round) {
+    for (int r = 0; r < ranks; ++r) {
+      const auto& mine = ring[static_cast<std::size_t>(r)];
+      const auto& previous = ring[static_cast<std::size_t>((r + ranks - 1) % ranks)];
+      const bool fail_here = round == 5 && r == 1;
+      world.submit(
+          dist::TaskOptions{.name = fail_here ? "boom" : "ring"},
+          [fail_here, die](std::span<int> out, std::span<const int> in) {
+            if (fail_here) {
+              std::this_thread::sleep_for(std::chrono::milliseconds(200));
+              if (die) std::raise(SIGKILL);
+              throw std::runtime_error("injected failure");
+            }
+            for (std::size_t i = 0; i < out.size(); ++i) out[i] = out[i] + in[i] + 1;
+          },
+          dist::read_write(mine), dist::read(previous));
+    }
+  }
+  try {
+    world.wait_all();
+  } catch (const std::exception& error) {
+    std::printf("rank %d: wait_all: %s\n", world.rank(), error.what());
+    std::fflush(stdout);
+    return 3;  // ~Runtime ends the job
+  }
+  std::printf("rank %d: finished without seeing the failure\n", world.rank());
+  return 0;
+}

@@ -1,0 +1,198 @@
+// The distributed runtime in one process (communication_backend: none) and the distributed.* keys.
+#include <atomic>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "nerve/distributed.hpp"
+#include "nerve/nerve.hpp"
+
+namespace nerve::testing {
+namespace {
+
+namespace dist = nerve::distributed;
+
+Settings with(std::initializer_list<std::pair<const char*, const char*>> values) {
+  Settings settings;
+  settings.use_environment(false);
+  settings.set("parallel.thread_pool_size", "2");
+  for (const auto& [key, value] : values) settings.set(key, value);
+  return settings;
+}
+
+std::string config_error(const Settings& settings) {
+  try {
+    Config::load(settings);
+  } catch (const ConfigError& error) {
+    return error.what();
+  }
+  return "";
+}
+
+TEST(DistributedConfig, Defaults) {
+  const Config config = Config::load(with({}));
+  EXPECT_EQ(config.distributed.communication_backend, CommunicationBackend::none);
+  EXPECT_TRUE(config.distributed.nodes.empty());
+  EXPECT_EQ(config.distributed.batch_size, 1u);
+  EXPECT_EQ(config.distributed.sync_interval, std::chrono::milliseconds(1));
+  EXPECT_EQ(config.distributed.compression, Compression::none);
+}
+
+TEST(DistributedConfig, BackendChoicesSayWhatIsNotBuilt) {
+#if NERVE_TEST_WITH_MPI
+  EXPECT_EQ(
+      Config::load(with({{"distributed.communication_backend", "mpi"}})).distributed.communication_backend,
+      CommunicationBackend::mpi);
+#else
+  EXPECT_NE(
+      config_error(with({{"distributed.communication_backend", "mpi"}})).find("not available in this build"),
+      std::string::npos);
+#endif
+  const std::string grpc = config_error(with({{"distributed.communication_backend", "grpc"}}));
+  EXPECT_NE(grpc.find("not available in this build"), std::string::npos) << grpc;
+  EXPECT_NE(config_error(with({{"distributed.communication_backend", "tcp"}}))
+                .find("distributed.communication_backend"),
+            std::string::npos);
+}
+
+TEST(DistributedConfig, NodesParseIntoHostsAndSlots) {
+  const Config config = Config::load(with({{"distributed.nodes", "node1:4, node2 10.0.0.3:2"}}));
+  ASSERT_EQ(config.distributed.nodes.size(), 3u);
+  EXPECT_EQ(config.distributed.nodes[0], (DistributedNode{"node1", 4}));
+  EXPECT_EQ(config.distributed.nodes[1], (DistributedNode{"node2", 1}));
+  EXPECT_EQ(config.distributed.nodes[2], (DistributedNode{"10.0.0.3", 2}));
+  for (const char* bad : {"node1:0", "node1:x", ":3", "no/de"}) {
+    EXPECT_NE(config_error(with({{"distributed.nodes", bad}})).find("distributed.nodes"), std::string::npos)
+        << bad;
+  }
+}
+
+TEST(DistributedConfig, CompressionTakesAThreshold) {
+  Config config = Config::load(with({{"distributed.compression", "zstd"}}));
+  EXPECT_EQ(config.distributed.compression, Compression::zstd);
+  EXPECT_EQ(config.distributed.compression_threshold, 4096u);
+  config = Config::load(with({{"distributed.compression", "zstd:100"}}));
+  EXPECT_EQ(config.distributed.compression_threshold, 100u);
+  EXPECT_NE(config_error(with({{"distributed.compression", "lz4"}})).find("none, zstd or zstd:"),
+            std::string::npos);
+  EXPECT_NE(config_error(with({{"distributed.compression", "zstd:-1"}})).find("distributed.compression"),
+            std::string::npos);
+}
+
+TEST(DistributedConfig, BatchSizeAndSyncIntervalAreChecked) {
+  const Config config =
+      Config::load(with({{"distributed.batch_size", "16"}, {"distributed.sync_interval", "250us"}}));
+  EXPECT_EQ(config.distributed.batch_size, 16u);
+  EXPECT_EQ(config.distributed.sync_interval, std::chrono::microseconds(250));
+  EXPECT_FALSE(config_error(with({{"distributed.batch_size", "0"}})).empty());
+  EXPECT_FALSE(config_error(with({{"distributed.sync_interval", "1h"}})).empty());
+}
+
+TEST(DistributedLocal, OneRankRunsEveryTaskWithoutTransfers) {
+  Context context(with({}));
+  dist::Runtime world(context);
+  EXPECT_EQ(world.rank(), 0);
+  EXPECT_EQ(world.size(), 1);
+  auto a = world.buffer<int>(100, 0);
+  auto b = world.buffer<int>(100, 0);
+  world.submit([](std::span<int> out) { std::fill(out.begin(), out.end(), 2); }, dist::write(a));
+  world.submit(
+      [](std::span<int> out, std::span<const int> in) {
+        for (std::size_t i = 0; i < out.size(); ++i) out[i] = in[i] * 3;
+      },
+      dist::write(b), dist::read(a));
+  int sum = 0;
+  world.submit(
+      dist::TaskOptions{.rank = 0},
+      [&sum](std::span<const int> in) {
+        for (int v : in) sum += v;
+      },
+      dist::read(b));
+  world.wait_all();
+  EXPECT_EQ(sum, 600);
+  const auto stats = world.stats();
+  EXPECT_EQ(stats.tasks_run, 3u);
+  EXPECT_EQ(stats.payloads_sent, 0u);
+  EXPECT_EQ(b.local().to_vector(), std::vector<int>(100, 6));
+}
+
+TEST(DistributedLocal, OwnersOutsideTheWorldAreErrors) {
+  Context context(with({}));
+  dist::Runtime world(context);
+  EXPECT_THROW(world.buffer<int>(10, 1), Error);
+  auto a = world.buffer<int>(10, 0);
+  EXPECT_THROW(world.submit(
+                   dist::TaskOptions{.rank = 3}, [](std::span<int>) {}, dist::write(a)),
+               Error);
+}
+
+TEST(DistributedLocal, LocalFailuresReachWaitAll) {
+  Context context(with({}));
+  dist::Runtime world(context);
+  auto a = world.buffer<int>(10, 0);
+  world.submit([](std::span<int>) { throw std::runtime_error("boom"); }, dist::write(a));
+  EXPECT_THROW(world.wait_all(), std::runtime_error);
+}
+
+TEST(DistributedLocal, BackendNoneUnderAnMpirunOfSeveralRanksIsAnError) {
+  ::setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
+  Context context(with({}));
+  try {
+    dist::Runtime world(context);
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("communication_backend"), std::string::npos);
+  }
+  ::unsetenv("OMPI_COMM_WORLD_SIZE");
+}
+
+TEST(DistributedGrid, BlockCyclicOwners) {
+  EXPECT_EQ(dist::block_cyclic(5, 4), 1);
+  constexpr dist::Grid grid = dist::Grid::for_ranks(6);
+  static_assert(grid.rows == 2 && grid.cols == 3);
+  EXPECT_EQ(grid.owner(0, 0), 0);
+  EXPECT_EQ(grid.owner(1, 2), 5);
+  EXPECT_EQ(grid.owner(2, 4), 1);
+  EXPECT_EQ(dist::Grid::for_ranks(4).rows, 2);
+  EXPECT_EQ(dist::Grid::for_ranks(7).rows, 1);
+}
+
+TEST(DeferredTasks, CompleteFromAnotherThread) {
+  Context context(with({}));
+  Buffer<int> data(context, 4);
+  std::atomic<detail::TaskRecord*> deferred{nullptr};
+  context.spawn(
+      [&](std::span<int> out) {
+        out[0] = 7;
+        deferred = detail::defer_current_task();
+      },
+      write(data));
+  int seen = 0;
+  context.spawn([&](std::span<const int> in) { seen = in[0]; }, read(data));
+  while (deferred.load() == nullptr) std::this_thread::yield();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(seen, 0) << "the reader ran before the deferred writer completed";
+  std::thread([&] { detail::complete_deferred(deferred.load(), nullptr); }).join();
+  context.wait_all();
+  EXPECT_EQ(seen, 7);
+  EXPECT_THROW(detail::defer_current_task(), Error);
+}
+
+TEST(DeferredTasks, AnErrorCancelsTheReaders) {
+  Context context(with({}));
+  Buffer<int> data(context, 4);
+  std::atomic<detail::TaskRecord*> deferred{nullptr};
+  Task writer = context.submit([&](std::span<int>) { deferred = detail::defer_current_task(); }, write(data));
+  Task reader = context.submit([](std::span<const int>) {}, read(data));
+  while (deferred.load() == nullptr) std::this_thread::yield();
+  detail::complete_deferred(deferred.load(), std::make_exception_ptr(Error(ErrorCode::task_failed, "lost")));
+  EXPECT_THROW(writer.wait(), Error);
+  EXPECT_THROW(reader.wait(), TaskCancelled);
+  EXPECT_THROW(context.wait_all(), Error);
+}
+
+}  // namespace
+}  // namespace nerve::testing

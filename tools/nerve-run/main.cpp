@@ -1,0 +1,132 @@
+// nerve-run — starts a distributed nerve program under mpirun with the right flags.
+//
+//   nerve-run [--config FILE] [-np N] [--hostfile PATH] [--dry-run] [--] PROGRAM [ARGS...]
+//
+// It loads the configuration as a Context would (defaults, FILE or NERVE_CONFIG, NERVE_* variables),
+// writes distributed.nodes to an MPI hostfile (`host slots=N` per line; PATH, or a temporary file),
+// and runs
+//
+//   mpirun [--hostfile F] -np N [--oversubscribe] [--allow-run-as-root] --bind-to none
+//          -x NERVE_DISTRIBUTED_COMMUNICATION_BACKEND=mpi [-x NERVE_CONFIG=FILE] [-x NERVE_*...]
+//          PROGRAM ARGS...
+//
+// N defaults to the total slots of distributed.nodes (1 without nodes). --oversubscribe is added when
+// N exceeds the slots (or no nodes are given), --allow-run-as-root when run as root. Every NERVE_*
+// variable set here is forwarded to the ranks. nerve binds its own workers (parallel.thread_affinity),
+// so mpirun must not bind ranks to one core each. --dry-run prints the hostfile and the command.
+// The mpirun used is $NERVE_MPIRUN, else the one found at build time.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "nerve/config.hpp"
+#include "nerve/error.hpp"
+
+extern char** environ;
+
+namespace {
+
+[[noreturn]] void usage(const char* message) {
+  std::fprintf(stderr,
+               "nerve-run: %s\nusage: nerve-run [--config FILE] [-np N] [--hostfile PATH] [--dry-run] [--] "
+               "PROGRAM [ARGS...]\n",
+               message);
+  std::exit(2);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string config_file;
+  std::string hostfile;
+  long ranks = 0;
+  bool dry_run = false;
+  int first = 1;
+  for (; first < argc; ++first) {
+    const std::string arg = argv[first];
+    if (arg == "--config" && first + 1 < argc) {
+      config_file = std::filesystem::absolute(argv[++first]).string();
+    } else if ((arg == "-np" || arg == "-n") && first + 1 < argc) {
+      ranks = std::strtol(argv[++first], nullptr, 10);
+      if (ranks < 1) usage("-np needs a positive number");
+    } else if (arg == "--hostfile" && first + 1 < argc) {
+      hostfile = argv[++first];
+    } else if (arg == "--dry-run") {
+      dry_run = true;
+    } else if (arg == "--") {
+      ++first;
+      break;
+    } else if (arg.starts_with("-")) {
+      usage(("unknown option " + arg).c_str());
+    } else {
+      break;
+    }
+  }
+  if (first >= argc) usage("no program given");
+
+  nerve::Settings settings;
+  if (!config_file.empty()) settings.config_file(config_file);
+  nerve::Config config;
+  try {
+    config = nerve::Config::load(settings);
+  } catch (const nerve::Error& error) {
+    std::fprintf(stderr, "nerve-run: %s\n", error.what());
+    return 2;
+  }
+
+  long slots = 0;
+  std::string hosts;
+  for (const nerve::DistributedNode& node : config.distributed.nodes) {
+    slots += node.slots;
+    hosts += node.host + " slots=" + std::to_string(node.slots) + "\n";
+  }
+  if (ranks == 0) ranks = slots > 0 ? slots : 1;
+
+  std::vector<std::string> command{std::getenv("NERVE_MPIRUN") != nullptr ? std::getenv("NERVE_MPIRUN")
+                                                                          : NERVE_MPIRUN};
+  if (slots > 0) {
+    if (hostfile.empty()) {
+      char path[] = "/tmp/nerve-run-hosts.XXXXXX";
+      const int fd = mkstemp(path);
+      if (fd < 0) usage("cannot create a temporary hostfile");
+      close(fd);
+      hostfile = path;
+    }
+    std::ofstream(hostfile) << hosts;
+    command.insert(command.end(), {"--hostfile", hostfile});
+  }
+  command.insert(command.end(), {"-np", std::to_string(ranks)});
+  if (slots == 0 || ranks > slots) command.emplace_back("--oversubscribe");
+  if (geteuid() == 0) command.emplace_back("--allow-run-as-root");
+  command.insert(command.end(), {"--bind-to", "none", "-x", "NERVE_DISTRIBUTED_COMMUNICATION_BACKEND=mpi"});
+  if (!config_file.empty()) command.insert(command.end(), {"-x", "NERVE_CONFIG=" + config_file});
+  for (char** variable = environ; *variable != nullptr; ++variable) {
+    const std::string entry = *variable;
+    const std::string name = entry.substr(0, entry.find('='));
+    if (name.starts_with("NERVE_") && name != "NERVE_DISTRIBUTED_COMMUNICATION_BACKEND" &&
+        name != "NERVE_CONFIG" && name != "NERVE_MPIRUN") {
+      command.insert(command.end(), {"-x", name});
+    }
+  }
+  for (int i = first; i < argc; ++i) command.emplace_back(argv[i]);
+
+  if (dry_run) {
+    if (!hosts.empty()) std::printf("# hostfile %s\n%s", hostfile.c_str(), hosts.c_str());
+    for (const std::string& word : command) std::printf("%s ", word.c_str());
+    std::printf("\n");
+    return 0;
+  }
+  std::vector<char*> args;
+  args.reserve(command.size() + 1);
+  for (std::string& word : command) args.push_back(word.data());
+  args.push_back(nullptr);
+  execvp(args[0], args.data());
+  std::fprintf(stderr, "nerve-run: cannot run %s: %s\n", args[0], std::strerror(errno));
+  return 127;
+}
