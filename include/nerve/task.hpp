@@ -142,6 +142,32 @@ struct Closure {
   }
 };
 
+// AfterRecords::apply() copies a task's options into `info`; the `after` records it points at live
+// here (inline up to 8) until commit_task() has read them.
+class AfterRecords {
+ public:
+  void apply(const TaskOptions* options, SubmitInfo& info) {
+    if (options == nullptr) return;
+    info.name = options->name;
+    info.compute_intensive = options->compute_intensive;
+    info.device = options->device;
+    info.priority = options->priority;
+    const std::size_t count = options->after.size();
+    TaskRecord** after = small_;
+    if (count > std::size(small_)) {
+      large_.resize(count);
+      after = large_.data();
+    }
+    for (std::size_t i = 0; i < count; ++i) after[i] = options->after[i].record();
+    info.after = after;
+    info.after_count = count;
+  }
+
+ private:
+  TaskRecord* small_[8];
+  std::vector<TaskRecord*> large_;
+};
+
 // submit() is the common path of Context::submit/spawn, TaskGroup::submit/spawn.
 template <class F, class... A>
 TaskRecord* submit(ContextImpl* context, const TaskOptions* options, GroupState* group, PoolState* pool,
@@ -162,23 +188,8 @@ TaskRecord* submit(ContextImpl* context, const TaskOptions* options, GroupState*
   info.group = group;
   info.keep_handle = keep_handle;
   info.pool = pool;
-  TaskRecord* after_small[8];
-  std::vector<TaskRecord*> after_large;
-  if (options != nullptr) {
-    info.name = options->name;
-    info.compute_intensive = options->compute_intensive;
-    info.device = options->device;
-    info.priority = options->priority;
-    const std::size_t count = options->after.size();
-    TaskRecord** after = after_small;
-    if (count > 8) {
-      after_large.resize(count);
-      after = after_large.data();
-    }
-    for (std::size_t i = 0; i < count; ++i) after[i] = options->after[i].record();
-    info.after = after;
-    info.after_count = count;
-  }
+  AfterRecords after;
+  after.apply(options, info);
   return commit_task(context, draft, info);
 }
 

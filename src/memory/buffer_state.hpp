@@ -44,7 +44,6 @@ class HostStorage {
   HostStorage& operator=(const HostStorage&) = delete;
 
   std::byte* data() const noexcept { return block_.data; }
-  int pool() const noexcept { return block_.pool; }  // the NUMA node whose pool holds the bytes
   void release() noexcept {
     node_.free_buffer(block_, bytes_);
     block_.data = nullptr;

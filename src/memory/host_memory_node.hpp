@@ -61,7 +61,6 @@ class HostMemoryNode final : public MemoryNode {
   // gives the bytes returned.
   std::size_t compact();
   HostMemoryStats memory_stats() const;
-  std::size_t pool_count() const noexcept { return pools_.size(); }
 
  protected:
   std::byte* allocate_storage(std::size_t bytes) override;

@@ -48,8 +48,6 @@ void coroutine_task_finish(TaskRecord* record, std::exception_ptr error) noexcep
 }
 
 void resume_coroutine(ContextImpl* context, void* coroutine, TaskRecord* after) {
-  TaskOptions options;
-  options.name = "coroutine";
   TaskDraft draft = begin_task(context, sizeof(Closure<Resume>), alignof(Closure<Resume>));
   ::new (draft.closure) Closure<Resume>{Resume{coroutine}};
   SubmitInfo info{};

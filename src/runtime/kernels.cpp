@@ -77,26 +77,12 @@ TaskRecord* submit_kernel(ContextImpl* context, const TaskOptions* options, Grou
   info.ops = &KernelTask::ops;
   info.accesses = call.accesses;
   info.access_count = call.access_count;
-  info.name = options != nullptr && options->name != nullptr ? options->name : task->kernel->name.c_str();
   info.group = group;
   info.keep_handle = keep_handle;
   info.pool = pool;
-  TaskRecord* after_small[8];
-  std::vector<TaskRecord*> after_large;
-  if (options != nullptr) {
-    info.compute_intensive = options->compute_intensive;
-    info.device = options->device;
-    info.priority = options->priority;
-    const std::size_t count = options->after.size();
-    TaskRecord** after = after_small;
-    if (count > 8) {
-      after_large.resize(count);
-      after = after_large.data();
-    }
-    for (std::size_t i = 0; i < count; ++i) after[i] = options->after[i].record();
-    info.after = after;
-    info.after_count = count;
-  }
+  AfterRecords after;
+  after.apply(options, info);
+  if (info.name == nullptr) info.name = task->kernel->name.c_str();
   return context->commit_task(draft, info);
 }
 
