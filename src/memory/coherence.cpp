@@ -127,7 +127,9 @@ bool CoherenceEngine::acquire(TaskRecord* task, unsigned node) {
   // that a task that must wait for memory leaves nothing behind.
   std::size_t pinned = 0;
   try {
-    for (; pinned < task->access_count; ++pinned) pin_replica(*task->accesses[pinned].buffer, node, *task);
+    if (node != 0) {
+      for (; pinned < task->access_count; ++pinned) pin_replica(*task->accesses[pinned].buffer, node, *task);
+    }
   } catch (...) {
     // Silently: these pins were this task's own, so releasing them frees nothing another waiting
     // task could use that it could not have evicted already (notifying would only make waiting
@@ -145,14 +147,22 @@ bool CoherenceEngine::acquire(TaskRecord* task, unsigned node) {
   for (std::size_t i = 0; i < task->access_count; ++i) {
     const AccessRecord& access = task->accesses[i];
     BufferState& buffer = *access.buffer;
+    if (node == 0 && buffer.replicas.host_only_.load(std::memory_order_acquire)) continue;
     std::lock_guard lock(buffer.replicas.mutex_);
-    buffer.replicas.replicas_[node].last_use = tick();
+    if (node != 0) buffer.replicas.replicas_[node].last_use = tick();
     if (reads(access.mode))
       fetch_range(buffer, node, access.offset, access.offset + access.size, task, started);
     if (writes(access.mode)) claim_for_write(buffer, node, access.offset, access.offset + access.size);
   }
   start_copies(started);
   return task->fetches.fetch_sub(1, std::memory_order_acq_rel) == 1;
+}
+
+bool CoherenceEngine::host_holds_all(const TaskRecord& task) noexcept {
+  for (std::size_t i = 0; i < task.access_count; ++i) {
+    if (!task.accesses[i].buffer->replicas.host_only_.load(std::memory_order_acquire)) return false;
+  }
+  return true;
 }
 
 void CoherenceEngine::fetch_range(BufferState& buffer, unsigned node, std::size_t begin, std::size_t end,
@@ -291,6 +301,7 @@ void CoherenceEngine::copy_finished(PendingCopy& copy, bool ok, const std::strin
 }
 
 void CoherenceEngine::release(TaskRecord* task, unsigned node) noexcept {
+  if (node == 0) return;  // nothing is pinned on the host, and HOST_CACHED concerns devices' writes
   std::vector<PendingCopy*> started;
   for (std::size_t i = 0; i < task->access_count; ++i) {
     const AccessRecord& access = task->accesses[i];
@@ -324,7 +335,8 @@ void CoherenceEngine::pin_replica(BufferState& buffer, unsigned node, const Task
     std::lock_guard lock(buffer.replicas.mutex_);
     auto& replicas = buffer.replicas.replicas_;
     if (replicas.size() < nodes_.size()) replicas.resize(nodes_.size());
-    if (node == 0 || replicas[node].data != nullptr) {
+    buffer.replicas.host_only_.store(false, std::memory_order_release);
+    if (replicas[node].data != nullptr) {
       ++replicas[node].pins;
       return;
     }

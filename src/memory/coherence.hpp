@@ -12,6 +12,8 @@
 //    same node for the same version,
 //  - for each range the task writes: makes the node the only valid one (others become invalid;
 //    their storage stays until evicted or the buffer dies).
+// On the host (node 0) nothing is pinned: the host copy is never evicted. Buffers that never had a
+// replica elsewhere cost a host task no lock at all.
 // The task is runnable when every copy it waits for has landed: acquire() returns true when that is
 // already the case, otherwise DataListener::data_ready(task) is called once, from the copy engine's
 // thread. A task therefore never starts before its data is valid where it runs, and never holds a
@@ -106,6 +108,11 @@ class BufferReplicas {
   std::vector<Replica> replicas_;     // per memory node, sized on first use; [0] is the host data
   std::vector<PendingCopy*> copies_;  // copies in flight into some node
   std::uint64_t epoch_ = 0;           // incremented by every write claim
+  // No replica off the host has ever existed: the host holds every byte, valid, and host tasks
+  // skip the lock. Cleared (for good) before the first replica on another node is made; a host task
+  // that conflicts with that replica's users is ordered after them by its dependencies, so it sees
+  // the flag cleared.
+  std::atomic<bool> host_only_{true};
 };
 
 class CoherenceEngine {
@@ -120,6 +127,8 @@ class CoherenceEngine {
   // acquire() throws MemoryBusy when the node is full of replicas other tasks still need (retry
   // after memory_freed), and OutOfMemory when the task's data can never fit there.
   bool acquire(TaskRecord* task, unsigned node);
+  // host_holds_all(): no buffer the task touches has ever had a replica off the host.
+  static bool host_holds_all(const TaskRecord& task) noexcept;
   void release(TaskRecord* task, unsigned node) noexcept;
   // replica(): where `buffer`'s bytes are on `node` (valid after acquire; nullptr if none).
   std::byte* replica(BufferState& buffer, unsigned node) noexcept;

@@ -108,6 +108,12 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   int choose_device(TaskRecord* task);
   // place_with_data(): pick the task's device, make its data valid there, then run it there.
   void place_with_data(TaskRecord* task, ThreadState& thread, bool submission);
+  // host_bound_in_place(): the task can only run on the CPU workers and its data has never left the
+  // host, so placement has nothing to choose and coherence nothing to move.
+  bool host_bound_in_place(const TaskRecord& task) const noexcept {
+    return task.device_hint <= 0 && task.kernel == nullptr && closure_devices == 0 &&
+           CoherenceEngine::host_holds_all(task);
+  }
   void dispatch(TaskRecord* task, ThreadState& thread, bool submission);
   void data_ready(TaskRecord* task) override;
   void memory_freed(unsigned node) noexcept override;
@@ -147,6 +153,7 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   HostMemoryNode host_memory;
   std::vector<std::unique_ptr<Device>> devices;  // device i + 1
   std::unique_ptr<CoherenceEngine> coherence;    // once there is more than one memory node
+  unsigned closure_devices = 0;                  // devices that run plain closures (test devices)
   // perf.record_tasks / perf.trace: the monitor, else null — the one test on the task path.
   PerfMonitor* recorder = nullptr;
   // Tasks waiting for room on a memory node (MemoryBusy), and a count of frees per node so a task

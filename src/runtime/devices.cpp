@@ -25,6 +25,8 @@ int ContextImpl::add_device(std::unique_ptr<Device> device) {
                 fmt::format("device '{}' is numbered {} (memory node {}), expected {}", device->info().name,
                             device->info().index, device->memory().index(), index));
   }
+  const TaskRecord closure_probe{};
+  if (device->can_run(closure_probe)) ++closure_devices;
   devices.push_back(std::move(device));
   devices.back()->start(*this);
   std::vector<MemoryNode*> nodes{&host_memory};
@@ -92,6 +94,16 @@ void ContextImpl::validate_device_hint(int device, const char* name) const {
 // (or when no device can run it). An explicit TaskOptions::device wins.
 int ContextImpl::choose_device(TaskRecord* task) {
   if (task->device_hint >= 0) return task->device_hint;
+  // Most tasks have one choice (closures on CPU-only kernels): no need to weigh their data.
+  int only = -1;
+  unsigned choices = 0;
+  for (int device = 0; device < static_cast<int>(device_count()) && choices < 2; ++device) {
+    if (can_run_on(*task, device)) {
+      only = device;
+      ++choices;
+    }
+  }
+  if (choices == 1) return only;
   int best = -1;
   std::size_t best_bytes = 0;
   if (can_run_on(*task, 0)) {

@@ -13,6 +13,7 @@
 #include "runtime/context_impl.hpp"
 #include "runtime/pool_state.hpp"
 #include "task/task_graph.hpp"
+#include "util/monotonic_clock.hpp"
 
 namespace nerve::detail {
 namespace {
@@ -172,7 +173,12 @@ TaskRecord* ContextImpl::commit_task(TaskDraft draft, const SubmitInfo& info) {
     task->refs.store(1, std::memory_order_relaxed);
     if (info.group != nullptr) info.group->pending.fetch_add(1, std::memory_order_relaxed);
     thread.count_submitted();
-    make_ready(task, thread, true);
+    // make_ready() without its questions: a closure without data runs on the CPU workers.
+    task->phase.store(status_ready, std::memory_order_relaxed);
+    if (recorder != nullptr) [[unlikely]]
+      recorder->task_ready(task, true);
+    if (coherence != nullptr) task->device = 0;
+    scheduler.enqueue(task, thread, true, -1);
     throttle_submission(thread);
     return nullptr;
   }
@@ -259,9 +265,14 @@ void ContextImpl::make_ready(TaskRecord* task, ThreadState& thread, bool submiss
       task->phase.store(status_ready, std::memory_order_relaxed);
       if (recorder != nullptr) [[unlikely]]
         recorder->task_ready(task, submission);
-      if (coherence != nullptr) {
+      if (coherence != nullptr && !host_bound_in_place(*task)) {
         place_with_data(task, thread, submission);
       } else {
+        if (coherence != nullptr) {
+          task->device = 0;  // what placement would have chosen
+          if (recorder != nullptr) [[unlikely]]
+            task->data_valid_ns = monotonic_ns();
+        }
         scheduler.enqueue(task, thread, submission, preferred_numa_node(task));
       }
       return;
@@ -389,10 +400,9 @@ void ContextImpl::execute(TaskRecord* task, ThreadState& thread) {
 }
 
 void ContextImpl::finish(TaskRecord* task, ThreadState& thread, std::uint32_t outcome) {
-  if (task->device >= 0 && coherence != nullptr) {
-    const unsigned node =
-        task->device == 0 ? 0 : devices[static_cast<std::size_t>(task->device) - 1]->memory().index();
-    coherence->release(task, node);
+  // Nothing is held on the host (CoherenceEngine::release).
+  if (task->device > 0 && coherence != nullptr) {
+    coherence->release(task, devices[static_cast<std::size_t>(task->device) - 1]->memory().index());
   }
   for (std::size_t i = 0; i < task->access_count; ++i) release(task->accesses[i].buffer);
   const bool counted = task->kind != TaskKind::host_access;

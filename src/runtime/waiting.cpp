@@ -45,10 +45,12 @@ void ContextImpl::on_slot_idle() noexcept {
   if (root_parked.load(std::memory_order_seq_cst) > 0) scheduler.waiters().wake(&root_parked);
 }
 
-// Every 32 submissions a thread checks the number of tasks in flight; above task_queue.max_in_flight
-// it runs tasks itself (if it can) or waits until the count drops.
+// Every 32 submissions a thread checks the master deque's depth and the number of tasks in flight;
+// above task_queue.per_device_queue_depth / task_queue.max_in_flight it runs tasks itself (if it
+// can) or waits until the count drops.
 void ContextImpl::throttle_slow(ThreadState& thread) {
   thread.submissions_until_check = 31;
+  scheduler.relieve_master(thread);
   const auto limit = static_cast<std::int64_t>(config.task_queue.max_in_flight);
   while (in_flight() >= limit) {
     if (!scheduler.help_once(thread)) std::this_thread::sleep_for(std::chrono::microseconds(20));

@@ -156,6 +156,20 @@ bool Scheduler::help_once(ThreadState& thread) {
   return task != nullptr;
 }
 
+void Scheduler::relieve_master(ThreadState& thread) {
+  if (thread.slot != nullptr) return;
+  WorkerSlot& master = *slots_[0];
+  const std::size_t depth = master.inbox.capacity();
+  if (master.deque.size() < depth || stopping_.load(std::memory_order_acquire)) return;
+  if (!try_claim_master(thread)) return;  // the thread waiting in it runs them already
+  while (master.deque.size() > depth / 2) {
+    TaskRecord* task = master.deque.pop();
+    if (task == nullptr) break;
+    while (task != nullptr) task = run(task, thread, master);
+  }
+  release_master(thread);
+}
+
 TaskRecord* Scheduler::run(TaskRecord* task, ThreadState& thread, WorkerSlot& slot) {
   WorkerSlot::bump(slot.stats.tasks_run);
   thread.bypass_enabled = true;

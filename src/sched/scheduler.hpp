@@ -86,6 +86,12 @@ class Scheduler {
   // help_once() runs one task if the thread runs (or can claim) a slot; false if it found none.
   bool help_once(ThreadState& thread);
 
+  // relieve_master() bounds what an application thread leaves in the master slot's deque: once it
+  // holds task_queue.per_device_queue_depth tasks, the submitter runs the newest ones itself until
+  // half remain (the back-pressure that key promises; the tasks it runs are cache-hot and need no
+  // steal). Threads that run a slot are not affected: their own deques are bounded by their waits.
+  void relieve_master(ThreadState& thread);
+
   // Worker statistics for tests and nerve-info.
   std::uint64_t total_steals() const noexcept;
 

@@ -2,11 +2,14 @@
 // the program cache and errors. Every test skips when the machine has no OpenCL device.
 #include "nerve/opencl.hpp"
 
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
+#include <span>
 #include <string>
+#include <thread>
 
 #include "backend/opencl/programs.hpp"
 #include "opencl_support.hpp"
@@ -188,11 +191,20 @@ TEST_F(OpenclTest, MaxPendingTransfersBoundsCopiesInFlight) {
     settings.set("gpu.max_pending_transfers", std::to_string(bound));
     run_in(settings, [&](Context& ctx) {
       const Kernel scale = make_scale();
-      constexpr std::size_t parts = 32, part_floats = 64 * 1024;
+      constexpr std::size_t parts = 32, part_floats = 256 * 1024;  // 1 MiB copies: slow enough to overlap
       Buffer<float> x(ctx, std::vector<float>(parts * part_floats, 1.0f));
+      // A host task holds every part until all the device tasks are queued behind it: they then
+      // become ready together and ask for their 32 copies at once, however loaded the machine is.
+      std::atomic<bool> all_submitted{false};
+      ctx.spawn(
+          [&all_submitted](std::span<float>) {
+            while (!all_submitted.load(std::memory_order_acquire)) std::this_thread::yield();
+          },
+          read_write(x));
       for (std::size_t part = 0; part < parts; ++part)
         ctx.spawn(TaskOptions{.device = 1}, scale, read_write(x.slice(part * part_floats, part_floats)),
                   value(3.0f));
+      all_submitted.store(true, std::memory_order_release);
       ctx.wait_all();
       EXPECT_EQ(x.to_vector(), std::vector<float>(parts * part_floats, 3.0f));
       const detail::DeviceCounters counters = counters_of(ctx, 1);
