@@ -195,6 +195,17 @@ TEST(ConfigBehaviour, PerDeviceQueueDepthBackPressuresTheSubmitter) {
   EXPECT_GE(
       ran_during_submission({{"scheduler.policy", "eager"}, {"task_queue.per_device_queue_depth", "4"}}), 190)
       << "a full queue makes the submitter run tasks instead of queueing more";
+  // Under the stealing policies an application thread queues into the master slot's deque: the
+  // same bound holds there (checked every 32 submissions, then run down to half the depth).
+  for (const char* policy : {"locality_aware_stealing", "eager"}) {
+    EXPECT_EQ(
+        ran_during_submission({{"scheduler.policy", policy}, {"task_queue.per_device_queue_depth", "1024"}}),
+        0)
+        << policy;
+  }
+  EXPECT_GE(ran_during_submission({{"scheduler.policy", "locality_aware_stealing"},
+                                   {"task_queue.per_device_queue_depth", "16"}}),
+            200 - 16 - 32);
 }
 
 TEST(ConfigBehaviour, MaxInFlightBoundsSubmittedWork) {
