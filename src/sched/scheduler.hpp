@@ -170,7 +170,23 @@ class Scheduler {
 template <class Waitable>
 bool Scheduler::wait(ThreadState& thread, Waitable& target, Clock::time_point deadline) {
   if (target.done()) return true;
-  if (thread.slot != nullptr) return run_until(thread, target, deadline);
+  if (thread.slot != nullptr) {
+    // Fork-join fast path: what a task waits for is usually on top of its own deque (it just
+    // spawned it), so pop and run that before setting up the general loop — unless tasks with a
+    // priority are waiting, which the general loop serves first.
+    if constexpr (!Waitable::expensive) {
+      WorkerSlot& slot = *thread.slot;
+      while (!prioritized_.maybe_nonempty()) {
+        TaskRecord* task = slot.deque.pop();
+        if (task == nullptr) break;
+        do {
+          task = run(task, thread, slot);
+        } while (task != nullptr);
+        if (target.done()) return true;
+      }
+    }
+    return run_until(thread, target, deadline);
+  }
   if (try_claim_master(thread)) {
     struct Release {
       Scheduler& scheduler;
