@@ -216,6 +216,40 @@ TEST_F(OpenclTest, MaxPendingTransfersBoundsCopiesInFlight) {
   }
 }
 
+// Two devices of one platform (PoCL: POCL_DEVICES="pthread pthread", set by the test_opencl_two_devices
+// CTest entry): with gpu.peer_access a buffer written on one device reaches the other by a
+// device-to-device copy; without it, through host staging memory. Either way the data is right.
+TEST_F(OpenclTest, TwoDevicesPeerAccessCopiesDirectlyOrStages) {
+  if (opencl_device_count() < 2)
+    GTEST_SKIP() << "one OpenCL device (PoCL: set POCL_DEVICES=\"pthread pthread\")";
+  for (const bool peer : {true, false}) {
+    Settings settings = opencl_settings(2);
+    settings.set("gpu.peer_access", peer ? "true" : "false");
+    run_in(settings, [&](Context& ctx) {
+      const Kernel scale = make_scale();
+      Buffer<float> x(ctx, std::vector<float>(64 * 1024, 1.0f));
+      ctx.spawn(TaskOptions{.device = 1}, scale, read_write(x), value(2.0f));
+      ctx.spawn(TaskOptions{.device = 2}, scale, read_write(x), value(3.0f));
+      ctx.spawn(TaskOptions{.device = 1}, scale, read_write(x), value(5.0f));
+      ctx.wait_all();
+      EXPECT_EQ(x.to_vector(), std::vector<float>(64 * 1024, 30.0f)) << "peer_access " << peer;
+      std::uint64_t direct = 0, staged = 0;
+      for (const int device : {1, 2}) {
+        const detail::DeviceCounters counters = counters_of(ctx, device);
+        direct += counters.peer_copies;
+        staged += counters.staged_copies;
+      }
+      if (peer) {
+        EXPECT_EQ(direct, 2u) << "device 1 -> 2 and back, each one clEnqueueCopyBuffer";
+        EXPECT_EQ(staged, 0u);
+      } else {
+        EXPECT_EQ(direct, 0u);
+        EXPECT_GE(staged, 2u) << "both device-to-device moves go through host staging";
+      }
+    });
+  }
+}
+
 TEST_F(OpenclTest, ProgramsAreCachedInMemoryAndOnDisk) {
   auto& counters = detail::opencl::program_cache_counters();
   const Kernel add = make_add();
