@@ -5,6 +5,7 @@
 #include "nerve/error.hpp"
 
 #include "memory/buffer_state.hpp"
+#include "perf/history_model.hpp"
 #include "runtime/context_impl.hpp"
 #include "task/kernel_task.hpp"
 
@@ -31,6 +32,10 @@ int ContextImpl::add_device(std::unique_ptr<Device> device) {
   for (auto& each : devices) nodes.push_back(&each->memory());
   coherence = std::make_unique<CoherenceEngine>(std::move(nodes), *this);
   coherence->set_transfer_observer(recorder);
+  if (config.scheduler.policy == SchedulerPolicy::heft) {
+    heft = std::make_unique<HeftPlacer>(device_count());
+    if (bus == nullptr) bus = std::make_unique<BusModel>(perf->models()->directory());
+  }
   return index;
 }
 
@@ -64,6 +69,7 @@ void ContextImpl::complete(TaskRecord* task, Device& /*device*/, std::exception_
   }
   ThreadState& thread = current_thread();
   perf->device_task(thread, *task, task->start_ns);
+  if (heft != nullptr) heft_finished(task);
   finish(task, thread, outcome);
 }
 
@@ -115,6 +121,8 @@ int ContextImpl::choose_device(TaskRecord* task) {
       best_bytes = bytes;
     }
   }
+  if (heft != nullptr && task->kernel != nullptr) [[unlikely]]
+    return place_heft(task, best);
   return best;
 }
 
@@ -144,6 +152,7 @@ void ContextImpl::acquire_and_dispatch(TaskRecord* task, ThreadState& thread, bo
     return;
   } catch (...) {
     // The task's data can never fit there: it fails with that error (dependents cancelled).
+    if (heft != nullptr) heft_finished(task);
     task->error = std::current_exception();
     task->device = -1;
     finish(task, thread, status_failed);
@@ -195,6 +204,7 @@ void ContextImpl::run_on_device(TaskRecord* task, Device& device) {
     outcome = invoke_closure(task, thread, views.data());
     perf->device_task(thread, *task, start);
   }
+  if (heft != nullptr) heft_finished(task);
   destroy_closure(task);
   finish(task, thread, outcome);
 }
