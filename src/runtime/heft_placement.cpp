@@ -30,6 +30,7 @@ nlohmann::json explain(const TaskRecord& task, std::uint64_t footprint, const He
                     {"samples", candidate.samples},
                     {"modelled", candidate.modelled},
                     {"calibrating", candidate.calibrating},
+                    {"dominated", candidate.dominated},
                     {"finish_ns", candidate.finish_ns}});
   }
   return {{"schema", "nerve.decision/1"},

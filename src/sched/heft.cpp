@@ -22,21 +22,39 @@ HeftPlacer::HeftPlacer(unsigned device_count) : loads_(device_count) {}
 HeftDecision HeftPlacer::decide(const TaskRecord* task, std::vector<HeftCandidate>& candidates,
                                 std::size_t locality) {
   std::lock_guard lock(mutex_);
-  bool all_calibrated = true;
+  constexpr double infinity = std::numeric_limits<double>::infinity();
+  double best_calibrated = infinity;
   for (HeftCandidate& candidate : candidates) {
     const Load& load = loads_[static_cast<std::size_t>(candidate.device)];
     candidate.ready_ns = load.outstanding_ns / std::max(1u, candidate.units);
     candidate.finish_ns = std::max(candidate.ready_ns, candidate.transfer_ns) + candidate.run_ns;
-    all_calibrated &= candidate.modelled && !candidate.calibrating;
+    if (candidate.modelled && !candidate.calibrating)
+      best_calibrated = std::min(best_calibrated, candidate.finish_ns);
+  }
+  // A calibrating model that would still finish later than a calibrated candidate if the device ran
+  // twice as fast as measured so far cannot win: more samples would not change the decision, and
+  // calibrating it (a device 50x slower, say) would cost more than the models ever save.
+  bool open = false;  // an uncalibrated candidate that might still win
+  for (HeftCandidate& candidate : candidates) {
+    if (candidate.modelled && !candidate.calibrating) continue;
+    candidate.dominated =
+        candidate.modelled && candidate.samples > 0 &&
+        std::max(candidate.ready_ns, candidate.transfer_ns) + candidate.run_ns * 0.5 > best_calibrated;
+    open |= !candidate.dominated;
   }
   HeftDecision decision;
   if (candidates.size() == 1) {
     decision = {0, HeftMode::only};
-  } else if (all_calibrated) {
-    // Earliest finish; on a tie the device already holding more of the input (fewer copies later).
-    std::size_t best = 0;
-    for (std::size_t i = 1; i < candidates.size(); ++i) {
+  } else if (!open) {
+    // Earliest finish among the calibrated; on a tie the device already holding more of the input.
+    std::size_t best = candidates.size();
+    for (std::size_t i = 0; i < candidates.size(); ++i) {
       const HeftCandidate& a = candidates[i];
+      if (a.dominated) continue;
+      if (best == candidates.size()) {
+        best = i;
+        continue;
+      }
       const HeftCandidate& b = candidates[best];
       if (a.finish_ns < b.finish_ns || (a.finish_ns == b.finish_ns && a.local_bytes > b.local_bytes))
         best = i;
@@ -46,9 +64,9 @@ HeftDecision HeftPlacer::decide(const TaskRecord* task, std::vector<HeftCandidat
     std::size_t best = candidates.size();
     for (std::size_t i = 0; i < candidates.size(); ++i) {
       const HeftCandidate& candidate = candidates[i];
-      const bool uncalibrated = !candidate.modelled || candidate.calibrating;
+      const bool learning = (!candidate.modelled || candidate.calibrating) && !candidate.dominated;
       const bool free = loads_[static_cast<std::size_t>(candidate.device)].in_flight < candidate.units;
-      if (uncalibrated && free && (best == candidates.size() || candidate.samples < candidates[best].samples))
+      if (learning && free && (best == candidates.size() || candidate.samples < candidates[best].samples))
         best = i;
     }
     decision = best < candidates.size() ? HeftDecision{best, HeftMode::calibrating}

@@ -11,7 +11,10 @@
 // (max, not sum: the coherence layer starts the copies when the task is placed, so they overlap the
 // device's queue). While a candidate's model is still calibrating (fewer than 10 samples) the
 // prediction cannot be trusted: the call goes to an uncalibrated candidate that has a free unit, so
-// that every device's model learns, else to the locality-aware choice (most valid input bytes).
+// that every device's model learns, else to the locality-aware choice (most valid input bytes) —
+// unless the calibrating candidate is *dominated*: even at twice the speed measured so far it would
+// finish after a calibrated candidate. Then more samples cannot change the decision (a device 50x
+// slower for a kernel is not sent ten calls to prove it), and the calibrated candidates decide.
 //
 // Bookkeeping: decide() charges the prediction to the chosen device and remembers it per record;
 // take() (when the task starts, or fails before) removes that entry and done() credits it back.
@@ -42,8 +45,9 @@ struct HeftCandidate {
   std::uint64_t transfer_bytes = 0;  // bytes it lacks
   std::uint64_t local_bytes = 0;     // input bytes already valid there
   // Filled by decide():
-  double ready_ns = 0;   // predicted wait until the device frees up
-  double finish_ns = 0;  // predicted finish, from now
+  double ready_ns = 0;     // predicted wait until the device frees up
+  double finish_ns = 0;    // predicted finish, from now
+  bool dominated = false;  // calibrating, but later than a calibrated candidate even at 2x its speed
 };
 
 enum class HeftMode {

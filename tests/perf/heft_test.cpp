@@ -3,6 +3,7 @@
 // unbalanced mixed graph where heft must beat eager and locality_aware_stealing on makespan and
 // bytes moved. Models are trained first with device hints (hinted calls are modelled but not placed
 // by heft), each test in a fresh perf.model_dir. Plus perf.decision_log and trace annotations.
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -266,6 +267,24 @@ TEST(Heft, TraceSlicesCarryThePlacement) {
   EXPECT_EQ(annotated, 3);
   std::filesystem::remove_all(models);
   std::filesystem::remove(trace);
+}
+
+TEST(Heft, IntegerPrioritiesOrderReadyTasks) {
+  const auto models = fresh_directory("nerve-heft-priority");
+  Settings settings = policy_settings("heft", models);
+  settings.set("parallel.thread_pool_size", "1");  // only the application thread runs tasks: no race
+  Context context(settings);
+  context.impl()->add_test_device({});
+  std::vector<int> order;
+  constexpr int count = 24;
+  for (int i = 0; i < count; ++i) {
+    const int priority = 1 + (i * 7) % count;  // 1..24, shuffled
+    context.spawn(TaskOptions{.priority = priority}, [&order, priority] { order.push_back(priority); });
+  }
+  context.wait_all();
+  ASSERT_EQ(order.size(), static_cast<std::size_t>(count));
+  EXPECT_TRUE(std::is_sorted(order.rbegin(), order.rend())) << "highest integer priority first";
+  std::filesystem::remove_all(models);
 }
 
 TEST(Heft, DecisionLogOnlyUnderHeftAndHeftRunsWithoutDevices) {
