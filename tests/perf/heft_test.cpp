@@ -3,6 +3,8 @@
 // unbalanced mixed graph where heft must beat eager and locality_aware_stealing on makespan and
 // bytes moved. Models are trained first with device hints (hinted calls are modelled but not placed
 // by heft), each test in a fresh perf.model_dir. Plus perf.decision_log and trace annotations.
+#include "sched/heft.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <thread>
@@ -61,6 +63,60 @@ std::vector<nlohmann::json> read_lines(const std::filesystem::path& path) {
   std::ifstream in(path);
   for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
   return lines;
+}
+
+// The placer alone, on made-up candidates: finish = max(free, data) + run; calibration rules.
+TEST(HeftPlacer, EarliestFinishCalibrationAndDominance) {
+  detail::HeftPlacer placer(3);
+  const auto candidate = [](int device, unsigned units, double run, std::uint64_t samples,
+                            double transfer = 0) {
+    detail::HeftCandidate c;
+    c.device = device;
+    c.units = units;
+    c.modelled = samples > 0;
+    c.calibrating = samples < 10;
+    c.run_ns = run;
+    c.samples = samples;
+    c.transfer_ns = transfer;
+    return c;
+  };
+  int tasks[8];  // distinct addresses stand for task records
+  const auto record = [&](int i) { return reinterpret_cast<const detail::TaskRecord*>(&tasks[i]); };
+  // Calibrated: the transfer counts, overlapped with the queue.
+  std::vector<detail::HeftCandidate> c = {candidate(0, 2, 1000, 20, 5000), candidate(1, 1, 3000, 20)};
+  detail::HeftDecision d = placer.decide(record(0), c, 0);
+  EXPECT_EQ(d.mode, detail::HeftMode::earliest);
+  EXPECT_EQ(c[d.chosen].device, 1) << "6000 ns on the CPU (data 5000 + run 1000) vs 3000 on device 1";
+  EXPECT_DOUBLE_EQ(placer.outstanding_ns(1), 3000.0);
+  // Device 1 is now busy for 3000 ns: the next call would finish there at 6000.
+  c = {candidate(0, 2, 1000, 20, 4000), candidate(1, 1, 3000, 20)};
+  d = placer.decide(record(1), c, 0);
+  EXPECT_EQ(c[d.chosen].device, 0) << "5000 on the CPU vs 3000 + 3000 on the busy device";
+  EXPECT_DOUBLE_EQ(c[1].ready_ns, 3000.0);
+  placer.done(placer.take(record(0)));
+  placer.done(placer.take(record(1)));
+  EXPECT_DOUBLE_EQ(placer.outstanding_ns(1), 0.0);
+  // A calibrating device 50x slower is dominated: the calibrated CPU decides, no calibration call.
+  c = {candidate(0, 2, 1000, 20), candidate(1, 1, 50000, 2)};
+  d = placer.decide(record(2), c, 1);
+  EXPECT_EQ(d.mode, detail::HeftMode::earliest);
+  EXPECT_EQ(c[d.chosen].device, 0);
+  EXPECT_TRUE(c[1].dominated);
+  placer.done(placer.take(record(2)));
+  // A calibrating device that might win (3x faster so far) still learns while it is free...
+  c = {candidate(0, 2, 5000, 20), candidate(1, 1, 1500, 2)};
+  d = placer.decide(record(3), c, 0);
+  EXPECT_EQ(d.mode, detail::HeftMode::calibrating);
+  EXPECT_EQ(c[d.chosen].device, 1);
+  // ...and while it is busy (but could still win), the call falls back to the locality-aware choice.
+  c = {candidate(0, 2, 5000, 20), candidate(1, 1, 1500, 2)};
+  d = placer.decide(record(4), c, 0);
+  EXPECT_EQ(d.mode, detail::HeftMode::locality);
+  EXPECT_EQ(c[d.chosen].device, 0);
+  EXPECT_FALSE(detail::HeftPlacer::reason(d, c).empty());
+  placer.done(placer.take(record(3)));
+  placer.done(placer.take(record(4)));
+  EXPECT_EQ(placer.take(record(5)).device, -1) << "never placed";
 }
 
 TEST(Heft, EachKernelGoesToTheDeviceThatFinishesItFirst) {
