@@ -10,8 +10,9 @@
 // matrix measured with other devices present still serves the pairs it has. ensure_calibrated()
 // loads it and measures only when a pair of the current nodes is missing (then saves).
 //
-// Thread safety: every member may be called from any thread (one mutex); calibrate() blocks the
-// caller until its copies have landed — it must not run on a node's copy thread.
+// Thread safety: every member may be called from any thread (one mutex); calibrate() and a measuring
+// ensure_calibrated() block the caller until their copies have landed — they must not run on a
+// node's copy or completion thread (the context measures when it starts, from the creating thread).
 #pragma once
 
 #include <cstddef>

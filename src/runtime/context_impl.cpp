@@ -49,6 +49,15 @@ ContextImpl::ContextImpl(const Settings& settings)
   scheduler.start();
   try {
     for (auto& device : discover_devices(config, topology, 1)) add_device(std::move(device));
+    // heft's bus model, measured (or loaded) now rather than at the first placement: that may happen
+    // on a device's completion thread, which calibration copies would then wait for.
+    if (bus != nullptr) {
+      try {
+        bus->ensure_calibrated(memory_nodes());
+      } catch (const std::exception& error) {
+        log::warn("bus calibration failed ({}); heft predicts transfers as free", error.what());
+      }
+    }
   } catch (...) {
     // A device that cannot be opened (or a gpu.devices that selects nothing) fails the context: the
     // workers already running must stop before the members they use are destroyed.

@@ -54,7 +54,8 @@ std::vector<MemoryNode*> ContextImpl::memory_nodes() {
 }
 
 int ContextImpl::place_heft(TaskRecord* task, int locality) {
-  // The bus is measured on first use (or loaded from perf.model_dir): a few copies per node pair.
+  // The bus is measured when the context starts (or loaded from perf.model_dir); devices added later
+  // (test devices) are measured here, on first use: a few copies per node pair.
   try {
     bus->ensure_calibrated(memory_nodes());
   } catch (const std::exception& error) {

@@ -82,6 +82,23 @@ TEST(BusModel, HeftMeasuresOnFirstUseAndTheNextContextReloads) {
   std::filesystem::remove_all(directory);
 }
 
+// With devices from the backends, a heft context measures (or loads) the bus when it starts.
+TEST(BusModel, HeftContextWithOpenclMeasuresAtStart) {
+  NERVE_SKIP_WITHOUT_OPENCL();
+  const auto directory = fresh_directory("nerve-bus-opencl");
+  for (unsigned run = 0; run < 2; ++run) {
+    Settings settings = opencl_settings(2);
+    settings.set("scheduler.policy", "heft");
+    settings.set("perf.model_dir", directory.string());
+    Context context(settings);
+    ASSERT_NE(context.impl()->bus, nullptr);
+    EXPECT_EQ(context.impl()->bus->measurements(), run == 0 ? 1u : 0u) << "run " << run;
+    EXPECT_TRUE(context.impl()->bus->link(0, 1).measured());
+    EXPECT_TRUE(context.impl()->bus->link(1, 0).measured());
+  }
+  std::filesystem::remove_all(directory);
+}
+
 // Every pair among the host, the test device, the sim plugin's devices and OpenCL (PoCL) devices.
 TEST(BusModel, CalibratesEveryPairOfEveryBackendsNodes) {
   ::setenv("NERVE_PLUGIN_PATH", NERVE_TEST_PLUGIN_DIR, 1);
