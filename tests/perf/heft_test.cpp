@@ -9,6 +9,9 @@
 #include <chrono>
 #include <thread>
 
+#include "nerve/opencl.hpp"
+
+#include "backend/opencl_support.hpp"
 #include "backend/test_device.hpp"
 #include "perf/perf_test.hpp"
 
@@ -323,6 +326,41 @@ TEST(Heft, TraceSlicesCarryThePlacement) {
   EXPECT_EQ(annotated, 3);
   std::filesystem::remove_all(models);
   std::filesystem::remove(trace);
+}
+
+// Only devices implementing the kernel are candidates: an OpenCL-only kernel never goes to the CPU
+// workers, a CPU-only kernel never to the OpenCL device.
+TEST(Heft, OnlyDevicesImplementingTheKernelAreCandidates) {
+  NERVE_SKIP_WITHOUT_OPENCL();
+  const auto models = fresh_directory("nerve-heft-kinds");
+  const auto log = temp_file("nerve-heft-kinds-log");
+  {
+    Settings settings = opencl_settings(2);
+    settings.set("scheduler.policy", "heft");
+    settings.set("perf.model_dir", models.string());
+    settings.set("perf.decision_log", log.string());
+    Context context(settings);
+    Kernel device_only("heft_opencl_only");
+    opencl::attach(device_only, "__kernel void fill(__global float* x, float v) { x[get_global_id(0)] = v; }",
+                   "fill");
+    const Kernel cpu_only = synthetic("heft_cpu_only_kind", 10us, 10us);
+    Buffer<float> data(context, std::vector<float>(tile_floats, 1.0f)), out(context, tile_floats);
+    for (int i = 0; i < 3; ++i) {
+      context.spawn(device_only, write(data), value(2.0f));
+      context.spawn(cpu_only, read(data), write(out));
+    }
+    context.wait_all();
+    EXPECT_EQ(data.map_read()[0], 2.0f);
+  }
+  const auto lines = read_lines(log);
+  ASSERT_EQ(lines.size(), 6u);
+  for (const auto& line : lines) {
+    EXPECT_EQ(line["mode"], "only") << line.dump();
+    ASSERT_EQ(line["candidates"].size(), 1u);
+    EXPECT_EQ(line["chosen"], line["kernel"] == "heft_opencl_only" ? 1 : 0) << line.dump();
+  }
+  std::filesystem::remove_all(models);
+  std::filesystem::remove(log);
 }
 
 TEST(Heft, IntegerPrioritiesOrderReadyTasks) {
