@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstdio>
 #include <exception>
+#include <memory>
 #include <span>
 #include <string>
 #include <thread>
@@ -41,34 +42,50 @@ constexpr std::size_t check_size = 1024;  // WORKLOADS.md: the full residual is 
 // ~0.1 s); the next variant would share the cores with them.
 constexpr auto blas_settle = std::chrono::milliseconds(150);
 
-void factor_nerve(nerve::Context& context, const TileLayout& layout, const nerve::Buffer<double>& matrix) {
+// rank_priority(): under scheduler.policy heft, tile tasks carry HEFT's upward rank as their integer
+// priority — the ranking half of HEFT, which an online runtime cannot compute (it never sees the
+// rest of the graph), so the application gives it, as StarPU's Cholesky does: 2·nt − 2k for
+// POTRF(k), minus the row for TRSM(m, k) and row + column for SYRK/GEMM(m, n, k); offset so every
+// priority is ≥ 1 (0 is "normal": the work-stealing path, unordered).
+int rank_priority(bool ranked, std::size_t nt, std::size_t k, std::size_t m = 0, std::size_t n = 0) {
+  if (!ranked) return nerve::Priority::normal;
+  return static_cast<int>(4 * nt - 2 * k - m - n) + 1;
+}
+
+void factor_nerve(nerve::Context& context, const TileLayout& layout, const nerve::Buffer<double>& matrix,
+                  bool ranked = false) {
   const int nb = static_cast<int>(layout.nb);
+  const std::size_t nt = layout.nt;
   auto tile = [&](std::size_t i, std::size_t j) {
     return matrix.slice(layout.offset(i, j), layout.tile_elements());
   };
-  static const nerve::TaskOptions potrf = named("POTRF"), trsm = named("TRSM"), syrk = named("SYRK"),
-                                  gemm = named("GEMM");
-  for (std::size_t k = 0; k < layout.nt; ++k) {
+  auto options = [ranked](const char* name, int priority) {
+    nerve::TaskOptions task = named(name);
+    task.priority = ranked ? priority : nerve::Priority::normal;
+    return task;
+  };
+  for (std::size_t k = 0; k < nt; ++k) {
     context.spawn(
-        potrf, [nb](std::span<double> akk) { tile::potrf(nb, akk.data()); }, nerve::read_write(tile(k, k)));
-    for (std::size_t i = k + 1; i < layout.nt; ++i) {
+        options("POTRF", rank_priority(ranked, nt, k)),
+        [nb](std::span<double> akk) { tile::potrf(nb, akk.data()); }, nerve::read_write(tile(k, k)));
+    for (std::size_t i = k + 1; i < nt; ++i) {
       context.spawn(
-          trsm,
+          options("TRSM", rank_priority(ranked, nt, k, i)),
           [nb](std::span<const double> lkk, std::span<double> aik) {
             tile::trsm(nb, lkk.data(), aik.data());
           },
           nerve::read(tile(k, k)), nerve::read_write(tile(i, k)));
     }
-    for (std::size_t i = k + 1; i < layout.nt; ++i) {
+    for (std::size_t i = k + 1; i < nt; ++i) {
       context.spawn(
-          syrk,
+          options("SYRK", rank_priority(ranked, nt, k, i, i)),
           [nb](std::span<const double> aik, std::span<double> aii) {
             tile::syrk(nb, aik.data(), aii.data());
           },
           nerve::read(tile(i, k)), nerve::read_write(tile(i, i)));
       for (std::size_t j = k + 1; j < i; ++j) {
         context.spawn(
-            gemm,
+            options("GEMM", rank_priority(ranked, nt, k, i, j)),
             [nb](std::span<const double> aik, std::span<const double> ajk, std::span<double> aij) {
               tile::gemm_nt(nb, aik.data(), ajk.data(), aij.data());
             },
@@ -166,6 +183,41 @@ struct Problem {
 
 double gflops(std::size_t n, double ns) { return static_cast<double>(n) * n * n / 3.0 / ns; }
 
+const char* policy_name(nerve::SchedulerPolicy policy) {
+  switch (policy) {
+    case nerve::SchedulerPolicy::eager: return "eager";
+    case nerve::SchedulerPolicy::locality_aware_stealing: return "locality_aware_stealing";
+    case nerve::SchedulerPolicy::heft: return "heft";
+  }
+  return "?";
+}
+
+// other_policies(): the scheduler policies other than the one `context` (the "nerve" variant) runs.
+std::vector<nerve::SchedulerPolicy> other_policies(const nerve::Context& context) {
+  std::vector<nerve::SchedulerPolicy> policies;
+  for (const auto policy : {nerve::SchedulerPolicy::eager, nerve::SchedulerPolicy::locality_aware_stealing,
+                            nerve::SchedulerPolicy::heft}) {
+    if (policy != context.config().scheduler.policy) policies.push_back(policy);
+  }
+  return policies;
+}
+
+// A context with another scheduler policy and its own tiled matrix (the per-policy variants).
+struct PolicyRun {
+  nerve::Context context;
+  nerve::Buffer<double> tiles;
+  bool ranked;  // heft: tile tasks carry their upward rank as priority
+  PolicyRun(const WorkloadOptions& options, nerve::SchedulerPolicy policy, std::size_t n)
+      : context(policy_settings(options, policy)),
+        tiles(context, n * n),
+        ranked(policy == nerve::SchedulerPolicy::heft) {}
+  static nerve::Settings policy_settings(const WorkloadOptions& options, nerve::SchedulerPolicy policy) {
+    nerve::Settings settings = nerve_settings(options);
+    settings.set("scheduler.policy", policy_name(policy));
+    return settings;
+  }
+};
+
 // Runs one tiled variant at n = 1024 and returns its full-residual check.
 std::string residual_check(nerve::Context& context, std::size_t nb, unsigned threads, bool use_nerve) {
   Problem small(context, check_size, nb);
@@ -192,30 +244,35 @@ void add_case(std::vector<Measurement>& out, nerve::Context& context, std::size_
   const std::string name = "n=" + std::to_string(n) + " nb=" + std::to_string(nb);
   bool nerve_checked = false, omp_checked = false, lapack_checked = false;
   std::vector<Variant> variants;
-  variants.push_back(
-      {name,
-       "nerve",
-       "nerve tile tasks",
-       "GFLOP/s",
-       false,
-       0,
-       [&] { problem.reset_nerve(); },
-       [&]() -> Trial {
-         if (!std::exchange(nerve_checked, true)) {
-           if (auto failure = residual_check(context, nb, threads, true); !failure.empty())
-             return {0, "n=1024 check: " + failure};
-         }
-         Stopwatch watch;
-         try {
-           factor_nerve(context, problem.layout, problem.nerve_tiles);
-         } catch (const std::exception& error) {
-           return {0, error.what()};
-         }
-         const double ns = watch.elapsed_ns();
-         auto mapped = problem.nerve_tiles.map_read();
-         return {gflops(n, ns), problem.check_tiles(mapped.span(), options.inject_fault, false)};
-       },
-       {}});
+  // The context's own policy (scheduler.policy as configured: locality_aware_stealing by default).
+  const bool configured_heft = context.config().scheduler.policy == nerve::SchedulerPolicy::heft;
+  variants.push_back({name,
+                      "nerve",
+                      "nerve tile tasks",
+                      "GFLOP/s",
+                      false,
+                      0,
+                      [&] { problem.reset_nerve(); },
+                      [&]() -> Trial {
+                        if (!std::exchange(nerve_checked, true)) {
+                          if (auto failure = residual_check(context, nb, threads, true); !failure.empty())
+                            return {0, "n=1024 check: " + failure};
+                        }
+                        const std::uint64_t before = context.stats().bytes_transferred;
+                        Stopwatch watch;
+                        try {
+                          factor_nerve(context, problem.layout, problem.nerve_tiles, configured_heft);
+                        } catch (const std::exception& error) {
+                          return {0, error.what()};
+                        }
+                        const double ns = watch.elapsed_ns();
+                        const auto bytes = static_cast<double>(context.stats().bytes_transferred - before);
+                        auto mapped = problem.nerve_tiles.map_read();
+                        return {gflops(n, ns),
+                                problem.check_tiles(mapped.span(), options.inject_fault, false),
+                                {{"bytes moved", bytes}}};
+                      },
+                      {}});
 #if NERVE_HAVE_OPENMP
   variants.push_back(
       {name,
@@ -269,6 +326,41 @@ void add_case(std::vector<Measurement>& out, nerve::Context& context, std::size_
                         return {gflops(n, ns), failure};
                       },
                       {}});
+  // One variant per other scheduler policy, each in its own context over its own copy of the matrix,
+  // in the same interleaved rounds as the others (heft with HEFT's rank priorities, above).
+  std::vector<std::unique_ptr<PolicyRun>> policy_runs;
+  for (const nerve::SchedulerPolicy policy : other_policies(context)) {
+    policy_runs.push_back(std::make_unique<PolicyRun>(options, policy, n));
+    PolicyRun& run = *policy_runs.back();
+    const std::string label = "nerve tile tasks (" + std::string(policy_name(policy)) + ")";
+    variants.push_back({name,
+                        "nerve",
+                        label,
+                        "GFLOP/s",
+                        false,
+                        0,
+                        [&run, &problem] {
+                          auto mapped = run.tiles.map_write();
+                          std::copy(problem.input_tiles.begin(), problem.input_tiles.end(), mapped.begin());
+                        },
+                        [&run, &problem, &options, n]() -> Trial {
+                          const std::uint64_t before = run.context.stats().bytes_transferred;
+                          Stopwatch watch;
+                          try {
+                            factor_nerve(run.context, problem.layout, run.tiles, run.ranked);
+                          } catch (const std::exception& error) {
+                            return {0, error.what()};
+                          }
+                          const double ns = watch.elapsed_ns();
+                          const auto bytes =
+                              static_cast<double>(run.context.stats().bytes_transferred - before);
+                          auto mapped = run.tiles.map_read();
+                          return {gflops(n, ns),
+                                  problem.check_tiles(mapped.span(), options.inject_fault, false),
+                                  {{"bytes moved", bytes}}};
+                        },
+                        {}});
+  }
   auto measured = measure_interleaved(variants, options);
   out.insert(out.end(), measured.begin(), measured.end());
 }
@@ -289,6 +381,13 @@ WorkloadResult run_w6_cholesky(const WorkloadOptions& options) {
     add_case(result.measurements, context, n, nb, options);
   }
   result.size += " (double; GFLOP/s = n^3/3 per s)";
+  // With an OpenCL device: the same graph over CPU workers + device, and a mixed graph, per policy.
+  if (options.runtimes.empty() ||
+      std::find(options.runtimes.begin(), options.runtimes.end(), "nerve") != options.runtimes.end()) {
+    std::vector<Measurement> devices = run_w6_devices(options);
+    if (!devices.empty()) result.size += "; device cases: CPU workers + OpenCL, per scheduler policy";
+    for (Measurement& measurement : devices) result.measurements.push_back(std::move(measurement));
+  }
   return result;
 }
 

@@ -124,6 +124,10 @@ WorkloadResult run_w11_inference(const WorkloadOptions& options);
 // The device workloads (device_workload.hpp): an OpenCL device must be there (needs_opencl_device()).
 // run_w5_heterogeneous() is W5's CPU workers + OpenCL case, empty without a device.
 WorkloadResult run_w5_heterogeneous(const WorkloadOptions& options);
+// run_w6_devices(): W6's CPU workers + OpenCL cases (tiled Cholesky on Kernels with both
+// implementations, and an unbalanced mixed graph), one variant per scheduler policy; empty without
+// a device. run_w6_cholesky() appends them.
+std::vector<Measurement> run_w6_devices(const WorkloadOptions& options);
 WorkloadResult run_w12_streaming(const WorkloadOptions& options);
 std::string needs_opencl_device();
 

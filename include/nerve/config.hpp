@@ -30,6 +30,9 @@ namespace nerve {
 enum class SchedulerPolicy {
   eager,                    // one shared ready queue; idle workers take the oldest ready task
   locality_aware_stealing,  // tasks placed near their data; thieves try victims by topology distance
+  heft,  // each ready kernel call goes to the device with the earliest expected finish time
+         // (device free + missing data over the measured bus + modelled run time); CPU workers
+         // then schedule as under locality_aware_stealing
 };
 
 enum class ThreadAffinity {
@@ -186,6 +189,8 @@ struct NERVE_API Config {
     // perf.models: learn run times per (kernel, device, footprint), kept in model_dir between runs.
     bool models = false;
     std::string model_dir;  // perf.model_dir ("" = $XDG_CACHE_HOME or ~/.cache, /nerve/perfmodels)
+    // perf.decision_log: JSON lines, one per placement decision of scheduler.policy heft ("" = off).
+    std::string decision_log;
     bool records_tasks() const noexcept { return record_tasks || !trace.empty(); }
     bool times_tasks() const noexcept { return records_tasks() || models; }
   } perf;

@@ -21,9 +21,10 @@ struct EnumName {
   Enum value;
 };
 
-inline constexpr std::array<EnumName<SchedulerPolicy>, 2> scheduler_policy_names{{
+inline constexpr std::array<EnumName<SchedulerPolicy>, 3> scheduler_policy_names{{
     {"eager", SchedulerPolicy::eager},
     {"locality_aware_stealing", SchedulerPolicy::locality_aware_stealing},
+    {"heft", SchedulerPolicy::heft},
 }};
 
 inline constexpr std::array<EnumName<ThreadAffinity>, 3> thread_affinity_names{{

@@ -170,9 +170,8 @@ std::vector<KeySpec> build_key_table() {
       {"parallel.deterministic_mode", boolean_type(), "false",
        "automatic grains split ranges the same way for every worker count (bit-identical reductions)",
        [](Config& c, const ParsedValue& v) { c.parallel.deterministic_mode = v.boolean(); }},
-      {"scheduler.policy",
-       choice_type(names_of(scheduler_policy_names), {{"heft", "the performance-model work"}}),
-       "locality_aware_stealing", "which scheduler places ready tasks on workers and devices",
+      {"scheduler.policy", choice_type(names_of(scheduler_policy_names)), "locality_aware_stealing",
+       "which scheduler places ready tasks on workers and devices",
        [](Config& c, const ParsedValue& v) {
          c.scheduler.policy = from_name(scheduler_policy_names, v.string());
        }},
@@ -267,6 +266,9 @@ std::vector<KeySpec> build_key_table() {
       {"perf.model_dir", text_type(), "",
        "where performance models are kept (empty: ~/.cache/nerve/perfmodels)",
        [](Config& c, const ParsedValue& v) { c.perf.model_dir = v.string(); }},
+      {"perf.decision_log", text_type(), "",
+       "write each heft placement decision (candidates, predicted finish times, why) here as JSON lines",
+       [](Config& c, const ParsedValue& v) { c.perf.decision_log = v.string(); }},
       {"perf.enable_counters", boolean_type(), "false",
        "sample hardware counters (perf_event), else software counters, while the context lives",
        [](Config& c, const ParsedValue& v) { c.perf.enable_counters = v.boolean(); }},

@@ -168,6 +168,15 @@ CounterStats PerfMonitor::counters() const {
 
 void MonitoredExecutor::execute(TaskRecord* task, ThreadState& thread) {
   PerfMonitor& perf = *context_.perf;
+  // scheduler.policy heft: the CPU workers free up by the task's prediction once it has run.
+  struct HeftCredit {
+    HeftPlacer* placer;
+    HeftAssignment assignment;
+    ~HeftCredit() {
+      if (assignment.device >= 0) placer->done(assignment);
+    }
+  } heft{context_.heft.get(), {}};
+  if (heft.placer != nullptr && task->kernel != nullptr) heft.assignment = heft.placer->take(task);
   // Everything read from the record is read before execute(): the record may be recycled after.
   std::string kernel;
   std::uint64_t footprint = 0;

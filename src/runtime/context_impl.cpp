@@ -18,6 +18,13 @@ std::uint64_t new_context_id() noexcept {
   return last.fetch_add(1, std::memory_order_relaxed) + 1;
 }
 
+// The monitor's settings: heft predicts run times from the history models, so it turns them on.
+Config::Perf effective_perf(const Config& config) {
+  Config::Perf perf = config.perf;
+  if (config.scheduler.policy == SchedulerPolicy::heft) perf.models = true;
+  return perf;
+}
+
 }  // namespace
 
 constinit thread_local ThreadCacheEntry thread_cache __attribute__((tls_model("initial-exec")));
@@ -26,17 +33,31 @@ ContextImpl::ContextImpl(const Settings& settings)
     : config(Config::load(settings)),
       topology(Topology::discover(config)),
       host_memory(config, topology),
-      perf(std::make_unique<PerfMonitor>(config.perf)),
+      perf(std::make_unique<PerfMonitor>(effective_perf(config))),
       monitored_executor(*this),
-      scheduler(config, topology,
-                config.perf.times_tasks() ? static_cast<TaskExecutor&>(monitored_executor) : *this),
+      scheduler(
+          config, topology,
+          effective_perf(config).times_tasks() ? static_cast<TaskExecutor&>(monitored_executor) : *this),
       id(new_context_id()) {
   log::debug("context {}: {} worker slots on {}", id, scheduler.slot_count(), topology.description());
   if (config.perf.records_tasks()) recorder = perf.get();
+  if (config.scheduler.policy == SchedulerPolicy::heft &&
+      (!config.perf.decision_log.empty() || config.perf.records_tasks())) {
+    decisions = std::make_unique<DecisionLog>(config.perf.decision_log, config.perf.records_tasks());
+  }
   perf->start_counters();
   scheduler.start();
   try {
     for (auto& device : discover_devices(config, topology, 1)) add_device(std::move(device));
+    // heft's bus model, measured (or loaded) now rather than at the first placement: that may happen
+    // on a device's completion thread, which calibration copies would then wait for.
+    if (bus != nullptr) {
+      try {
+        bus->ensure_calibrated(memory_nodes());
+      } catch (const std::exception& error) {
+        log::warn("bus calibration failed ({}); heft predicts transfers as free", error.what());
+      }
+    }
   } catch (...) {
     // A device that cannot be opened (or a gpu.devices that selects nothing) fails the context: the
     // workers already running must stop before the members they use are destroyed.
@@ -68,6 +89,7 @@ void ContextImpl::shutdown() noexcept {
   for (auto& device : devices) device->stop();
   for (auto& device : devices) device->memory().drain();
   perf->finish();
+  if (decisions != nullptr) decisions->flush();
   if (!config.perf.trace.empty()) write_trace();
   shut_down = true;
 

@@ -27,7 +27,10 @@
 #include "memory/coherence.hpp"
 #include "memory/host_memory_node.hpp"
 #include "memory/memory_node.hpp"
+#include "perf/bus_model.hpp"
+#include "perf/decision_log.hpp"
 #include "perf/monitor.hpp"
+#include "sched/heft.hpp"
 #include "sched/scheduler.hpp"
 #include "task/record_allocator.hpp"
 #include "util/spin_lock.hpp"
@@ -106,6 +109,13 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   std::vector<DeviceInfo> device_infos() const;
   bool has_devices() const noexcept { return !devices.empty(); }
   int choose_device(TaskRecord* task);
+  // place_heft(): scheduler.policy heft's choice for a kernel call (heft_placement.cpp);
+  // `locality` is the locality-aware choice, its fallback while models calibrate.
+  int place_heft(TaskRecord* task, int locality);
+  // heft_finished(): a task placed by heft finished (or failed before running): its device frees up.
+  void heft_finished(const TaskRecord* task) noexcept;
+  // memory_nodes(): every memory node, by index (host first).
+  std::vector<MemoryNode*> memory_nodes();
   // place_with_data(): pick the task's device, make its data valid there, then run it there.
   void place_with_data(TaskRecord* task, ThreadState& thread, bool submission);
   // host_bound_in_place(): the task can only run on the CPU workers and its data has never left the
@@ -154,6 +164,11 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   std::vector<std::unique_ptr<Device>> devices;  // device i + 1
   std::unique_ptr<CoherenceEngine> coherence;    // once there is more than one memory node
   unsigned closure_devices = 0;                  // devices that run plain closures (test devices)
+  // scheduler.policy heft with devices: the placer and the bus model it reads (else null);
+  // perf.decision_log or perf.trace under heft: the explanations (else null).
+  std::unique_ptr<HeftPlacer> heft;
+  std::unique_ptr<BusModel> bus;
+  std::unique_ptr<DecisionLog> decisions;
   // perf.record_tasks / perf.trace: the monitor, else null — the one test on the task path.
   PerfMonitor* recorder = nullptr;
   // Tasks waiting for room on a memory node (MemoryBusy), and a count of frees per node so a task

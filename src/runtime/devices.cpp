@@ -5,6 +5,7 @@
 #include "nerve/error.hpp"
 
 #include "memory/buffer_state.hpp"
+#include "perf/history_model.hpp"
 #include "runtime/context_impl.hpp"
 #include "task/kernel_task.hpp"
 
@@ -33,6 +34,10 @@ int ContextImpl::add_device(std::unique_ptr<Device> device) {
   for (auto& each : devices) nodes.push_back(&each->memory());
   coherence = std::make_unique<CoherenceEngine>(std::move(nodes), *this);
   coherence->set_transfer_observer(recorder);
+  if (config.scheduler.policy == SchedulerPolicy::heft) {
+    heft = std::make_unique<HeftPlacer>(device_count());
+    if (bus == nullptr) bus = std::make_unique<BusModel>(perf->models()->directory());
+  }
   return index;
 }
 
@@ -66,6 +71,7 @@ void ContextImpl::complete(TaskRecord* task, Device& /*device*/, std::exception_
   }
   ThreadState& thread = current_thread();
   perf->device_task(thread, *task, task->start_ns);
+  if (heft != nullptr) heft_finished(task);
   finish(task, thread, outcome);
 }
 
@@ -94,16 +100,19 @@ void ContextImpl::validate_device_hint(int device, const char* name) const {
 // (or when no device can run it). An explicit TaskOptions::device wins.
 int ContextImpl::choose_device(TaskRecord* task) {
   if (task->device_hint >= 0) return task->device_hint;
-  // Most tasks have one choice (closures on CPU-only kernels): no need to weigh their data.
-  int only = -1;
-  unsigned choices = 0;
-  for (int device = 0; device < static_cast<int>(device_count()) && choices < 2; ++device) {
-    if (can_run_on(*task, device)) {
-      only = device;
-      ++choices;
+  // Most tasks have one choice (closures, single-kind kernels): no need to weigh their data — unless
+  // heft explains each kernel call's placement, even a forced one, in its decision log.
+  if (heft == nullptr || task->kernel == nullptr) {
+    int only = -1;
+    unsigned choices = 0;
+    for (int device = 0; device < static_cast<int>(device_count()) && choices < 2; ++device) {
+      if (can_run_on(*task, device)) {
+        only = device;
+        ++choices;
+      }
     }
+    if (choices == 1) return only;
   }
-  if (choices == 1) return only;
   int best = -1;
   std::size_t best_bytes = 0;
   if (can_run_on(*task, 0)) {
@@ -127,6 +136,8 @@ int ContextImpl::choose_device(TaskRecord* task) {
       best_bytes = bytes;
     }
   }
+  if (heft != nullptr && task->kernel != nullptr) [[unlikely]]
+    return place_heft(task, best);
   return best;
 }
 
@@ -156,6 +167,7 @@ void ContextImpl::acquire_and_dispatch(TaskRecord* task, ThreadState& thread, bo
     return;
   } catch (...) {
     // The task's data can never fit there: it fails with that error (dependents cancelled).
+    if (heft != nullptr) heft_finished(task);
     task->error = std::current_exception();
     task->device = -1;
     finish(task, thread, status_failed);
@@ -207,6 +219,7 @@ void ContextImpl::run_on_device(TaskRecord* task, Device& device) {
     outcome = invoke_closure(task, thread, views.data());
     perf->device_task(thread, *task, start);
   }
+  if (heft != nullptr) heft_finished(task);
   destroy_closure(task);
   finish(task, thread, outcome);
 }

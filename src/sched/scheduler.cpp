@@ -65,7 +65,7 @@ Scheduler::~Scheduler() { stop(); }
 // ties rotated by the thief's index so that equidistant thieves do not all start at one victim.
 // Otherwise a per-slot random permutation (the thief also starts at a random point each round).
 void Scheduler::compute_victims() {
-  const bool by_distance = policy_ == SchedulerPolicy::locality_aware_stealing && topology_awareness_;
+  const bool by_distance = policy_ != SchedulerPolicy::eager && topology_awareness_;  // heft too
   std::mt19937 random(12345);
   for (auto& slot : slots_) {
     std::vector<unsigned> victims;
@@ -205,7 +205,7 @@ TaskRecord* Scheduler::steal(ThreadState& thread, WorkerSlot& slot) {
   const auto& victims = slot.victims;
   const std::size_t count = victims.size();
   if (count == 0) return nullptr;
-  const bool by_distance = policy_ == SchedulerPolicy::locality_aware_stealing && topology_awareness_;
+  const bool by_distance = policy_ != SchedulerPolicy::eager && topology_awareness_;  // heft too
   const std::size_t start = by_distance ? 0 : static_cast<std::size_t>(thread.next_random() % count);
   for (std::size_t k = 0; k < count; ++k) {
     WorkerSlot& victim = *slots_[victims[(start + k) % count]];

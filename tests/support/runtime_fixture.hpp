@@ -8,6 +8,7 @@
 #pragma once
 
 #include <chrono>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -25,8 +26,14 @@ inline Settings make_settings(unsigned workers,
   Settings settings;
   settings.use_environment(false);
   settings.set("parallel.thread_pool_size", std::to_string(workers));
-  settings.set("scheduler.policy", policy == SchedulerPolicy::eager ? "eager" : "locality_aware_stealing");
+  settings.set("scheduler.policy", policy == SchedulerPolicy::eager  ? "eager"
+                                   : policy == SchedulerPolicy::heft ? "heft"
+                                                                     : "locality_aware_stealing");
   settings.set("gpu.devices", "none");
+  // heft keeps performance models: in a directory of the test run's, never the user's cache.
+  if (policy == SchedulerPolicy::heft)
+    settings.set("perf.model_dir",
+                 (std::filesystem::temp_directory_path() / "nerve-test-perfmodels").string());
   return settings;
 }
 
@@ -52,12 +59,16 @@ using RuntimeParam = std::tuple<unsigned, SchedulerPolicy>;
 
 inline std::string runtime_param_name(const ::testing::TestParamInfo<RuntimeParam>& info) {
   const auto [workers, policy] = info.param;
-  return std::to_string(workers) + "_workers_" + (policy == SchedulerPolicy::eager ? "eager" : "locality");
+  return std::to_string(workers) + "_workers_" +
+         (policy == SchedulerPolicy::eager  ? "eager"
+          : policy == SchedulerPolicy::heft ? "heft"
+                                            : "locality");
 }
 
-#define NERVE_RUNTIME_PARAMS             \
-  ::testing::Combine(                    \
-      ::testing::Values(1u, 2u, 4u, 8u), \
-      ::testing::Values(nerve::SchedulerPolicy::eager, nerve::SchedulerPolicy::locality_aware_stealing))
+#define NERVE_RUNTIME_PARAMS                                                                            \
+  ::testing::Combine(                                                                                   \
+      ::testing::Values(1u, 2u, 4u, 8u),                                                                \
+      ::testing::Values(nerve::SchedulerPolicy::eager, nerve::SchedulerPolicy::locality_aware_stealing, \
+                        nerve::SchedulerPolicy::heft))
 
 }  // namespace nerve::testing

@@ -209,6 +209,23 @@ def case_usage(binary):
     run(binary, "--no-such-option", expect_status=2)
 
 
+def case_calibrate(binary):
+    # --calibrate measures the bus between every pair of memory nodes (the OpenCL device's, where one
+    # exists) and saves it where heft reads it; --json prints the saved links.
+    with tempfile.TemporaryDirectory() as directory:
+        result = run(binary, "--calibrate", "--set", f"perf.model_dir={directory}")
+        check("Bus calibration" in result.stdout, f"--calibrate printed:\n{result.stdout}")
+        saved = os.path.join(directory, "bus.json")
+        document = json.loads(run(binary, "--calibrate", "--json", "--set", f"perf.model_dir={directory}").stdout)
+        check(document["schema"] == "nerve.busmodel/1", f"schema: {document}")
+        for link in document["links"]:
+            check(link["latency_ns"] > 0 and link["bytes_per_second"] > 1e6, f"implausible link {link}")
+        if document["links"]:
+            check(os.path.exists(saved), "bus.json not saved")
+            with open(saved) as file:
+                check(json.load(file)["schema"] == "nerve.busmodel/1", "bus.json schema")
+
+
 CASES = {name[len("case_"):]: function for name, function in globals().items() if name.startswith("case_")}
 
 

@@ -30,6 +30,7 @@ struct Options {
   std::vector<std::string> settings;  // "key=value"
   std::string synthetic;
   bool no_environment = false;
+  bool calibrate = false;
 };
 
 // make_settings() turns the options into nerve::Settings. --synthetic comes first so that an explicit
@@ -75,10 +76,19 @@ int main(int argc, char** argv) {
                  "use an hwloc synthetic topology, e.g. \"pack:2 numa:2 core:4 pu:1\" "
                  "(shorthand for --set topology.synthetic=...)");
   app.add_flag("--no-env", options.no_environment, "ignore the NERVE_* environment (NERVE_CONFIG included)");
+  app.add_flag("--calibrate", options.calibrate,
+               "measure the bus (latency, bandwidth) between every pair of memory nodes again, save it to "
+               "perf.model_dir/bus.json for scheduler.policy heft, and print the matrix");
   app.set_version_flag("--version", std::string("nerve-info ") + NERVE_VERSION_STRING);
 
   try {
     app.parse(argc, argv);
+    if (options.calibrate) {
+      const std::string out = nerve::info::calibrate_bus(make_settings(options), options.json);
+      std::fwrite(out.data(), 1, out.size(), stdout);
+      std::fflush(stdout);
+      return std::ferror(stdout) ? exit_failure : 0;
+    }
     const nerve::info::Report report = nerve::info::inspect(make_settings(options), NERVE_VERSION_STRING);
     if (options.json) {
       std::cout << nerve::info::report_to_json(report).dump(2) << '\n';

@@ -1,0 +1,354 @@
+// w6_heterogeneous.cpp — W6's device cases, one variant per scheduler policy (eager,
+// locality_aware_stealing, heft), each in a context with the CPU workers and the OpenCL device:
+//   tiled Cholesky   the W6 tile graph over Kernels with two implementations each: the BLAS tile
+//                    calls (CPU workers) and plain OpenCL C (the device); the policy places them
+//   mixed graph      an unbalanced mix of independent calls of two kernels that prefer different
+//                    devices: a BLAS GEMM tile (much faster on the CPU workers than naive OpenCL C)
+//                    and an element-wise transcendental map (the OpenCL device runs it on every core,
+//                    vectorised; the CPU body is one scalar loop)
+// Figures: GFLOP/s (Cholesky, n³/3) or calls per second (mixed graph), with bytes moved and the calls
+// the device ran as secondary figures. heft's tasks carry HEFT's upward rank as priority (Cholesky) and
+// its models learn during a calibration run before the first sample (not timed). Every sample is
+// verified: the Cholesky probe, and the mixed graph's outputs against values computed on the host.
+// run_w6_cholesky() appends these when an OpenCL device is there.
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "nerve/nerve.hpp"
+#include "nerve/opencl.hpp"
+
+#include "blas_support.hpp"
+#include "device_workload.hpp"
+#include "measure.hpp"
+#include "runtimes.hpp"
+#include "tile_kernels.hpp"
+#include "workload.hpp"
+
+namespace nerve::bench {
+namespace {
+
+// The tile operations in OpenCL C on nb × nb column-major tiles (element (r, c) at c·nb + r), the
+// same as tests/backend/cholesky_test.cpp; only their lower triangles matter.
+constexpr const char* tile_source = R"(
+  #pragma OPENCL EXTENSION cl_khr_fp64 : enable
+  __kernel void potrf(__global double* a, int nb) {
+    for (int j = 0; j < nb; ++j) {
+      double d = a[j * nb + j];
+      for (int k = 0; k < j; ++k) d -= a[k * nb + j] * a[k * nb + j];
+      d = sqrt(d);
+      a[j * nb + j] = d;
+      for (int i = j + 1; i < nb; ++i) {
+        double s = a[j * nb + i];
+        for (int k = 0; k < j; ++k) s -= a[k * nb + i] * a[k * nb + j];
+        a[j * nb + i] = s / d;
+      }
+    }
+  }
+  __kernel void trsm(__global const double* l, __global double* b, int nb) {
+    const int r = get_global_id(0);
+    for (int j = 0; j < nb; ++j) {
+      double s = b[j * nb + r];
+      for (int k = 0; k < j; ++k) s -= b[k * nb + r] * l[k * nb + j];
+      b[j * nb + r] = s / l[j * nb + j];
+    }
+  }
+  __kernel void syrk(__global const double* a, __global double* c, int nb) {
+    const int i = get_global_id(0) % nb, j = get_global_id(0) / nb;
+    double s = 0.0;
+    for (int k = 0; k < nb; ++k) s += a[k * nb + i] * a[k * nb + j];
+    c[j * nb + i] -= s;
+  }
+  __kernel void gemm(__global const double* a, __global const double* b, __global double* c, int nb) {
+    const int i = get_global_id(0) % nb, j = get_global_id(0) / nb;
+    double s = 0.0;
+    for (int k = 0; k < nb; ++k) s += a[k * nb + i] * b[k * nb + j];
+    c[j * nb + i] -= s;
+  }
+  __kernel void wave(__global const float* x, __global float* y) {
+    const size_t i = get_global_id(0);
+    float v = x[i];
+    for (int r = 0; r < 16; ++r) v = sin(v) * exp(-v * v) + 0.5f;
+    y[i] = v;
+  })";
+
+float wave_of(float v) {
+  for (int r = 0; r < 16; ++r) v = std::sin(v) * std::exp(-v * v) + 0.5f;
+  return v;
+}
+
+nerve::opencl::Options sized(std::function<std::size_t(const nerve::KernelArgs&)> global_size) {
+  nerve::opencl::Options options;
+  options.global_size = std::move(global_size);
+  return options;
+}
+
+struct TileKernels {
+  nerve::Kernel potrf{"w6.potrf"}, trsm{"w6.trsm"}, syrk{"w6.syrk"}, gemm{"w6.gemm"}, wave{"w6.wave"};
+  explicit TileKernels(std::size_t nb) {
+    const auto elements = [nb](const nerve::KernelArgs&) { return nb * nb; };
+    potrf.cpu(
+        [](const nerve::KernelArgs& args) { tile::potrf(args.value<int>(0), args.span<double>(0).data()); });
+    trsm.cpu([](const nerve::KernelArgs& args) {
+      tile::trsm(args.value<int>(0), args.span<const double>(0).data(), args.span<double>(1).data());
+    });
+    syrk.cpu([](const nerve::KernelArgs& args) {
+      tile::syrk(args.value<int>(0), args.span<const double>(0).data(), args.span<double>(1).data());
+    });
+    gemm.cpu([](const nerve::KernelArgs& args) {
+      tile::gemm_nt(args.value<int>(0), args.span<const double>(0).data(), args.span<const double>(1).data(),
+                    args.span<double>(2).data());
+    });
+    wave.cpu([](const nerve::KernelArgs& args) {
+      const auto x = args.span<const float>(0);
+      const auto y = args.span<float>(1);
+      for (std::size_t i = 0; i < x.size(); ++i) y[i] = wave_of(x[i]);
+    });
+    nerve::opencl::attach(potrf, tile_source, "potrf",
+                          sized([](const nerve::KernelArgs&) { return std::size_t{1}; }));
+    nerve::opencl::attach(trsm, tile_source, "trsm", sized([nb](const nerve::KernelArgs&) { return nb; }));
+    nerve::opencl::attach(syrk, tile_source, "syrk", sized(elements));
+    nerve::opencl::attach(gemm, tile_source, "gemm", sized(elements));
+    nerve::opencl::attach(wave, tile_source, "wave");
+  }
+};
+
+const char* policy_name(nerve::SchedulerPolicy policy) {
+  switch (policy) {
+    case nerve::SchedulerPolicy::eager: return "eager";
+    case nerve::SchedulerPolicy::locality_aware_stealing: return "locality_aware_stealing";
+    case nerve::SchedulerPolicy::heft: return "heft";
+  }
+  return "?";
+}
+
+constexpr nerve::SchedulerPolicy all_policies[] = {nerve::SchedulerPolicy::eager,
+                                                   nerve::SchedulerPolicy::locality_aware_stealing,
+                                                   nerve::SchedulerPolicy::heft};
+
+// One policy's context (CPU workers + the OpenCL device) and its data.
+struct DeviceRun {
+  std::unique_ptr<nerve::Context> context;
+  bool heft = false;
+  bool calibrated = false;
+  std::uint64_t bytes_before = 0, device_tasks_before = 0;
+
+  void begin() {
+    const nerve::ContextStats stats = context->stats();
+    bytes_before = stats.bytes_transferred;
+    device_tasks_before = stats.devices.at(1).tasks;
+  }
+  std::vector<std::pair<std::string, double>> end() const {
+    const nerve::ContextStats stats = context->stats();
+    return {{"bytes moved", static_cast<double>(stats.bytes_transferred - bytes_before)},
+            {"calls on device", static_cast<double>(stats.devices.at(1).tasks - device_tasks_before)}};
+  }
+};
+
+std::unique_ptr<DeviceRun> open_run(const WorkloadOptions& options, nerve::SchedulerPolicy policy) {
+  WorkloadOptions with_policy = options;
+  with_policy.settings.set("scheduler.policy", policy_name(policy));
+  std::string why;
+  auto run = std::make_unique<DeviceRun>();
+  run->context = open_device_context(with_policy, why);
+  if (run->context == nullptr) return nullptr;
+  run->heft = policy == nerve::SchedulerPolicy::heft;
+  return run;
+}
+
+int rank(bool ranked, std::size_t nt, std::size_t k, std::size_t m = 0, std::size_t n = 0) {
+  return ranked ? static_cast<int>(4 * nt - 2 * k - m - n) + 1 : nerve::Priority::normal;
+}
+
+void factor(nerve::Context& context, const TileKernels& kernels, const TileLayout& layout,
+            const nerve::Buffer<double>& matrix, bool ranked) {
+  const int nb = static_cast<int>(layout.nb);
+  const std::size_t nt = layout.nt;
+  auto tile = [&](std::size_t i, std::size_t j) {
+    return matrix.slice(layout.offset(i, j), layout.tile_elements());
+  };
+  auto options = [](const char* name, int priority) {
+    nerve::TaskOptions task = named(name);
+    task.priority = priority;
+    return task;
+  };
+  for (std::size_t k = 0; k < nt; ++k) {
+    context.spawn(options("POTRF", rank(ranked, nt, k)), kernels.potrf, nerve::read_write(tile(k, k)),
+                  nerve::value(nb));
+    for (std::size_t i = k + 1; i < nt; ++i)
+      context.spawn(options("TRSM", rank(ranked, nt, k, i)), kernels.trsm, nerve::read(tile(k, k)),
+                    nerve::read_write(tile(i, k)), nerve::value(nb));
+    for (std::size_t i = k + 1; i < nt; ++i) {
+      context.spawn(options("SYRK", rank(ranked, nt, k, i, i)), kernels.syrk, nerve::read(tile(i, k)),
+                    nerve::read_write(tile(i, i)), nerve::value(nb));
+      for (std::size_t j = k + 1; j < i; ++j)
+        context.spawn(options("GEMM", rank(ranked, nt, k, i, j)), kernels.gemm, nerve::read(tile(i, k)),
+                      nerve::read(tile(j, k)), nerve::read_write(tile(i, j)), nerve::value(nb));
+    }
+  }
+  context.wait_all();
+}
+
+double gflops(std::size_t n, double ns) { return static_cast<double>(n) * n * n / 3.0 / ns; }
+
+void add_cholesky(std::vector<Measurement>& out, const WorkloadOptions& options, std::size_t n,
+                  std::size_t nb) {
+  const TileLayout layout(n, nb);
+  const std::vector<double> input = spd_matrix(n, 6);
+  std::vector<double> input_tiles(n * n), work(n * n);
+  to_tiles(layout, input, input_tiles);
+  const TileKernels kernels(nb);
+  const std::string name = "n=" + std::to_string(n) + " nb=" + std::to_string(nb) + ", CPU workers + OpenCL";
+  std::vector<std::unique_ptr<DeviceRun>> runs;
+  std::vector<std::unique_ptr<nerve::Buffer<double>>> matrices;
+  std::vector<Variant> variants;
+  for (const nerve::SchedulerPolicy policy : all_policies) {
+    auto run = open_run(options, policy);
+    if (run == nullptr) return;
+    matrices.push_back(std::make_unique<nerve::Buffer<double>>(*run->context, n * n));
+    // Pointers, not references, into the lambdas: the loop's locals end with each iteration.
+    DeviceRun* const device = run.get();
+    nerve::Buffer<double>* const matrix = matrices.back().get();
+    runs.push_back(std::move(run));
+    auto reset = [matrix, &input_tiles] {
+      auto mapped = matrix->map_write();
+      std::copy(input_tiles.begin(), input_tiles.end(), mapped.begin());
+    };
+    variants.push_back({name,
+                        "nerve",
+                        std::string("nerve tile kernels (") + policy_name(policy) + ")",
+                        "GFLOP/s",
+                        false,
+                        0,
+                        reset,
+                        [&, device, matrix, reset]() -> Trial {
+                          if (device->heft && !std::exchange(device->calibrated, true)) {
+                            // heft's models learn here (each tile kernel ≥ 10 calls on each device), untimed.
+                            for (int i = 0; i < 3; ++i) {
+                              factor(*device->context, kernels, layout, *matrix, true);
+                              reset();
+                            }
+                          }
+                          device->begin();
+                          Stopwatch watch;
+                          try {
+                            factor(*device->context, kernels, layout, *matrix, device->heft);
+                          } catch (const std::exception& error) {
+                            return {0, error.what()};
+                          }
+                          const double ns = watch.elapsed_ns();
+                          auto extra = device->end();
+                          auto mapped = matrix->map_read();
+                          from_tiles(layout, mapped.span(), work);
+                          const double error = cholesky_probe_error(n, input, work);
+                          std::string failure = error < 1e-12 ? "" : "probe error " + std::to_string(error);
+                          if (options.inject_fault) failure = "injected fault";
+                          return {gflops(n, ns), failure, extra};
+                        },
+                        {}});
+  }
+  auto measured = measure_interleaved(variants, options);
+  out.insert(out.end(), measured.begin(), measured.end());
+}
+
+void add_mixed_graph(std::vector<Measurement>& out, const WorkloadOptions& options, std::size_t nb,
+                     std::size_t calls) {
+  const TileKernels kernels(nb);
+  const std::size_t wave_elements = std::size_t{1} << 16;
+  std::vector<float> wave_input(wave_elements), wave_expected(wave_elements);
+  for (std::size_t i = 0; i < wave_elements; ++i) {
+    wave_input[i] = static_cast<float>(i % 1000) / 1000.0f;
+    wave_expected[i] = wave_of(wave_input[i]);
+  }
+  const std::string name = "mixed graph: " + std::to_string(calls) + " GEMM nb=" + std::to_string(nb) +
+                           " + " + std::to_string(calls) + " wave 2^16, CPU workers + OpenCL";
+  struct Data {
+    std::vector<nerve::Buffer<double>> a, b, c;
+    std::vector<nerve::Buffer<float>> x, y;
+  };
+  std::vector<std::unique_ptr<DeviceRun>> runs;
+  std::vector<std::unique_ptr<Data>> data;
+  std::vector<Variant> variants;
+  const std::vector<double> ones(nb * nb, 1.0 / static_cast<double>(nb));
+  for (const nerve::SchedulerPolicy policy : all_policies) {
+    auto run = open_run(options, policy);
+    if (run == nullptr) return;
+    data.push_back(std::make_unique<Data>());
+    Data* const d = data.back().get();
+    for (std::size_t i = 0; i < calls; ++i) {
+      d->a.emplace_back(*run->context, ones);
+      d->b.emplace_back(*run->context, ones);
+      d->c.emplace_back(*run->context, nb * nb);
+      d->x.emplace_back(*run->context, wave_input);
+      d->y.emplace_back(*run->context, wave_elements);
+    }
+    DeviceRun* const device = run.get();
+    runs.push_back(std::move(run));
+    auto reset = [d] {
+      for (auto& c : d->c) {
+        auto mapped = c.map_write();
+        std::fill(mapped.begin(), mapped.end(), 0.0);
+      }
+    };
+    auto graph = [d, device, &kernels, calls, nb] {
+      for (std::size_t i = 0; i < calls; ++i) {
+        device->context->spawn(kernels.gemm, nerve::read(d->a[i]), nerve::read(d->b[i]),
+                               nerve::read_write(d->c[i]), nerve::value(static_cast<int>(nb)));
+        device->context->spawn(kernels.wave, nerve::read(d->x[i]), nerve::write(d->y[i]));
+      }
+      device->context->wait_all();
+    };
+    variants.push_back({name,
+                        "nerve",
+                        std::string("nerve mixed graph (") + policy_name(policy) + ")",
+                        "calls/s",
+                        false,
+                        2 * calls,
+                        reset,
+                        [&, d, device, graph, reset]() -> Trial {
+                          if (device->heft && !std::exchange(device->calibrated, true)) {
+                            for (int i = 0; i < 3; ++i) {  // heft's models learn (untimed)
+                              graph();
+                              reset();
+                            }
+                          }
+                          device->begin();
+                          Stopwatch watch;
+                          graph();
+                          const double seconds = watch.elapsed_ns() / 1e9;
+                          auto extra = device->end();
+                          std::string failure;
+                          for (std::size_t i = 0; i < calls && failure.empty(); ++i) {
+                            // c = -a bᵀ = -(1/nb) everywhere; y = wave(x) up to float rounding.
+                            const auto c = d->c[i].map_read();
+                            if (std::abs(c[0] + 1.0 / static_cast<double>(nb)) > 1e-12)
+                              failure = "GEMM result wrong";
+                            const auto y = d->y[i].map_read();
+                            for (std::size_t e = 0; e < wave_elements; e += 997) {
+                              if (std::abs(y[e] - wave_expected[e]) > 1e-4f) failure = "wave result wrong";
+                            }
+                          }
+                          if (options.inject_fault) failure = "injected fault";
+                          return {static_cast<double>(2 * calls) / seconds, failure, extra};
+                        },
+                        {}});
+  }
+  auto measured = measure_interleaved(variants, options);
+  out.insert(out.end(), measured.begin(), measured.end());
+}
+
+}  // namespace
+
+std::vector<Measurement> run_w6_devices(const WorkloadOptions& options) {
+  std::vector<Measurement> out;
+  if (!needs_opencl_device().empty()) return out;
+  BlasThreads single(1);
+  add_cholesky(out, options, options.quick ? 512 : 1024, 128);
+  add_mixed_graph(out, options, 128, options.quick ? 8 : 16);
+  return out;
+}
+
+}  // namespace nerve::bench

@@ -1,0 +1,243 @@
+#include "perf/bus_model.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <fstream>
+#include <memory>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "nerve/error.hpp"
+
+#include "memory/memory_node.hpp"
+#include "util/log.hpp"
+#include "util/monotonic_clock.hpp"
+
+namespace nerve::detail {
+namespace {
+
+// One copy's completion, waited for by the calibrating thread.
+struct CopyWaiter final : CopyCompletion {
+  std::mutex mutex;
+  std::condition_variable landed;
+  bool done = false;
+  bool ok = false;
+  std::string error;
+  void copy_done(bool success, const std::string& text) noexcept override {
+    std::lock_guard lock(mutex);
+    done = true;
+    ok = success;
+    error = text;
+    landed.notify_one();
+  }
+};
+
+// Storage for calibration copies on one node: host memory for node 0, the node's own otherwise.
+class Scratch {
+ public:
+  Scratch(MemoryNode& node, std::size_t bytes) : node_(node), bytes_(bytes) {
+    if (node.is_host()) {
+      host_ = std::make_unique<std::byte[]>(bytes);
+      std::fill_n(host_.get(), bytes, std::byte{0x5a});
+      data_ = host_.get();
+    } else {
+      data_ = node.try_allocate(bytes);
+      if (data_ == nullptr) {
+        throw Error(
+            ErrorCode::out_of_memory,
+            fmt::format("bus calibration: memory node '{}' has no room for {} bytes", node.name(), bytes));
+      }
+    }
+  }
+  ~Scratch() {
+    if (!node_.is_host()) node_.deallocate(data_, bytes_);
+  }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  std::byte* data() const noexcept { return data_; }
+
+ private:
+  MemoryNode& node_;
+  std::size_t bytes_;
+  std::unique_ptr<std::byte[]> host_;
+  std::byte* data_ = nullptr;
+};
+
+// time_copy(): one asynchronous copy from start to its completion, in ns.
+double time_copy(MemoryNode& from, const std::byte* source, MemoryNode& to, std::byte* destination,
+                 std::size_t bytes) {
+  CopyWaiter waiter;
+  const std::int64_t start = monotonic_ns();
+  MemoryNode::copy(from, source, to, destination, bytes, waiter);
+  std::unique_lock lock(waiter.mutex);
+  waiter.landed.wait(lock, [&] { return waiter.done; });
+  const std::int64_t end = monotonic_ns();
+  if (!waiter.ok) {
+    throw Error(ErrorCode::internal,
+                fmt::format("bus calibration: copying {} bytes from '{}' to '{}' failed: {}", bytes,
+                            from.name(), to.name(), waiter.error));
+  }
+  return static_cast<double>(end - start);
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+}  // namespace
+
+BusModel::BusModel(std::filesystem::path directory) : directory_(std::move(directory)) {}
+
+std::filesystem::path BusModel::file() const {
+  return directory_.empty() ? directory_ : directory_ / "bus.json";
+}
+
+bool BusModel::ensure_calibrated(const std::vector<MemoryNode*>& nodes, const BusCalibrationSizes& sizes) {
+  std::lock_guard lock(mutex_);
+  if (names_.size() == nodes.size()) return false;  // already measured or loaded for these nodes
+  if (load_locked(nodes)) return false;
+  measure_locked(nodes, sizes);
+  save_locked();
+  return true;
+}
+
+void BusModel::calibrate(const std::vector<MemoryNode*>& nodes, const BusCalibrationSizes& sizes) {
+  std::lock_guard lock(mutex_);
+  measure_locked(nodes, sizes);
+  save_locked();
+}
+
+void BusModel::measure_locked(const std::vector<MemoryNode*>& nodes, const BusCalibrationSizes& sizes) {
+  const std::size_t n = nodes.size();
+  std::vector<BusLink> links(n * n);
+  std::vector<std::unique_ptr<Scratch>> scratch;
+  for (MemoryNode* node : nodes) scratch.push_back(std::make_unique<Scratch>(*node, sizes.large_bytes));
+  for (std::size_t from = 0; from < n; ++from) {
+    for (std::size_t to = 0; to < n; ++to) {
+      if (from == to || (nodes[from]->is_host() && nodes[to]->is_host())) continue;
+      MemoryNode& source = *nodes[from];
+      MemoryNode& destination = *nodes[to];
+      // One untimed copy first: the first use of a path may set up queues, staging or pages.
+      time_copy(source, scratch[from]->data(), destination, scratch[to]->data(), sizes.small_bytes);
+      std::vector<double> small, large;
+      for (int i = 0; i < sizes.small_copies; ++i)
+        small.push_back(
+            time_copy(source, scratch[from]->data(), destination, scratch[to]->data(), sizes.small_bytes));
+      for (int i = 0; i < sizes.large_copies; ++i)
+        large.push_back(
+            time_copy(source, scratch[from]->data(), destination, scratch[to]->data(), sizes.large_bytes));
+      BusLink& link = links[from * n + to];
+      link.latency_ns = median(small);
+      // A large copy that was barely slower than a small one (noise): bandwidth from its whole time.
+      const double streaming = median(large) - link.latency_ns;
+      link.bytes_per_ns = static_cast<double>(sizes.large_bytes) / std::max(streaming, median(large) * 0.05);
+    }
+  }
+  names_.clear();
+  for (MemoryNode* node : nodes) names_.push_back(node->name());
+  links_ = std::move(links);
+  ++measurements_;
+  log::debug("bus calibrated over {} memory nodes", n);
+}
+
+bool BusModel::load_locked(const std::vector<MemoryNode*>& nodes) {
+  const auto path = file();
+  std::error_code error;
+  if (path.empty() || !std::filesystem::exists(path, error)) return false;
+  try {
+    std::ifstream in(path);
+    const nlohmann::json json = nlohmann::json::parse(in);
+    if (json.value("schema", "") != "nerve.busmodel/1") return false;
+    const std::size_t n = nodes.size();
+    std::vector<BusLink> links(n * n);
+    std::size_t found = 0, wanted = 0;
+    for (std::size_t from = 0; from < n; ++from) {
+      for (std::size_t to = 0; to < n; ++to) {
+        if (from == to || (nodes[from]->is_host() && nodes[to]->is_host())) continue;
+        ++wanted;
+        for (const auto& row : json.at("links")) {
+          if (row.at("from") == nodes[from]->name() && row.at("to") == nodes[to]->name()) {
+            links[from * n + to] =
+                BusLink{row.at("latency_ns").get<double>(), row.at("bytes_per_second").get<double>() / 1e9};
+            ++found;
+            break;
+          }
+        }
+      }
+    }
+    if (found != wanted) return false;
+    names_.clear();
+    for (MemoryNode* node : nodes) names_.push_back(node->name());
+    links_ = std::move(links);
+    return true;
+  } catch (const std::exception& failure) {
+    log::warn("bus model {} ignored: {}", path.string(), failure.what());
+    return false;
+  }
+}
+
+void BusModel::save_locked() const noexcept {
+  if (directory_.empty()) return;
+  try {
+    // Keep links of nodes absent now (another device set may come back), replace the measured ones.
+    nlohmann::json rows = nlohmann::json::array();
+    const std::size_t n = names_.size();
+    std::error_code error;
+    if (std::filesystem::exists(file(), error)) {
+      try {
+        std::ifstream in(file());
+        const nlohmann::json old = nlohmann::json::parse(in);
+        for (const auto& row : old.at("links")) {
+          const bool current = std::find(names_.begin(), names_.end(), row.at("from")) != names_.end() &&
+                               std::find(names_.begin(), names_.end(), row.at("to")) != names_.end();
+          if (!current) rows.push_back(row);
+        }
+      } catch (const std::exception&) {  // an unreadable old file is replaced
+      }
+    }
+    for (std::size_t from = 0; from < n; ++from) {
+      for (std::size_t to = 0; to < n; ++to) {
+        const BusLink& link = links_[from * n + to];
+        if (!link.measured()) continue;
+        rows.push_back({{"from", names_[from]},
+                        {"to", names_[to]},
+                        {"latency_ns", link.latency_ns},
+                        {"bytes_per_second", link.bytes_per_ns * 1e9}});
+      }
+    }
+    std::filesystem::create_directories(directory_);
+    const auto temporary = std::filesystem::path(file().string() + ".tmp");
+    {
+      std::ofstream out(temporary);
+      out << nlohmann::json{{"schema", "nerve.busmodel/1"}, {"links", rows}}.dump(2) << '\n';
+      if (!out) throw std::runtime_error("cannot write " + temporary.string());
+    }
+    std::filesystem::rename(temporary, file());
+  } catch (const std::exception& failure) {
+    log::warn("bus model not saved to {}: {}", directory_.string(), failure.what());
+  }
+}
+
+BusLink BusModel::link(unsigned from, unsigned to) const {
+  std::lock_guard lock(mutex_);
+  const std::size_t n = names_.size();
+  if (from >= n || to >= n) return {};
+  return links_[from * n + to];
+}
+
+double BusModel::transfer_ns(unsigned from, unsigned to, std::size_t bytes) const {
+  if (bytes == 0 || from == to) return 0;
+  const BusLink bus = link(from, to);
+  if (!bus.measured()) return 0;
+  return bus.latency_ns + static_cast<double>(bytes) / bus.bytes_per_ns;
+}
+
+std::vector<std::string> BusModel::node_names() const {
+  std::lock_guard lock(mutex_);
+  return names_;
+}
+
+}  // namespace nerve::detail

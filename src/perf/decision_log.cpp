@@ -1,0 +1,37 @@
+#include "perf/decision_log.hpp"
+
+#include <fmt/format.h>
+
+#include "nerve/error.hpp"
+
+namespace nerve::detail {
+
+DecisionLog::DecisionLog(const std::filesystem::path& path, bool annotate) : annotate_(annotate) {
+  if (path.empty()) return;
+  file_.open(path, std::ios::out | std::ios::trunc);
+  if (!file_) {
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("perf.decision_log: cannot create '{}'", path.string()));
+  }
+}
+
+void DecisionLog::record(std::uint64_t task_id, nlohmann::json&& decision) {
+  std::lock_guard lock(mutex_);
+  decision["decision"] = ++decisions_;
+  if (file_.is_open()) file_ << decision.dump() << '\n';
+  if (annotate_ && task_id != 0) annotations_.insert_or_assign(task_id, std::move(decision));
+}
+
+std::optional<nlohmann::json> DecisionLog::annotation(std::uint64_t task_id) const {
+  std::lock_guard lock(mutex_);
+  const auto it = annotations_.find(task_id);
+  if (it == annotations_.end()) return std::nullopt;
+  return it->second;
+}
+
+void DecisionLog::flush() {
+  std::lock_guard lock(mutex_);
+  if (file_.is_open()) file_.flush();
+}
+
+}  // namespace nerve::detail

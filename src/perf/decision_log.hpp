@@ -1,0 +1,42 @@
+// decision_log.hpp — DecisionLog: why scheduler.policy heft put each task where it did.
+//
+// With perf.decision_log set, each placement decision is one JSON line in that file (schema
+// "nerve.decision/1", docs/PERF_STATS.md), written as it is made. With tracing on (perf.trace),
+// the same object is kept per task id and added to the task's trace slice (`args.placement`).
+// Neither is built when both are off: the placer asks explains() first.
+//
+// Thread safety: every member may be called from any thread (one mutex).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <optional>
+#include <unordered_map>
+
+#include <nlohmann/json.hpp>
+
+namespace nerve::detail {
+
+class DecisionLog {
+ public:
+  // `path` empty: no file. `annotate`: keep each decision for the trace. Throws Error when the file
+  // cannot be created.
+  DecisionLog(const std::filesystem::path& path, bool annotate);
+
+  bool explains() const noexcept { return file_.is_open() || annotate_; }
+  // record(): one decision; `task_id` is the task's trace id (0 when tasks are not recorded).
+  void record(std::uint64_t task_id, nlohmann::json&& decision);
+  std::optional<nlohmann::json> annotation(std::uint64_t task_id) const;
+  void flush();
+
+ private:
+  mutable std::mutex mutex_;
+  std::ofstream file_;
+  const bool annotate_;
+  std::uint64_t decisions_ = 0;
+  std::unordered_map<std::uint64_t, nlohmann::json> annotations_;
+};
+
+}  // namespace nerve::detail

@@ -1,0 +1,135 @@
+#include "sched/heft.hpp"
+
+#include <algorithm>
+#include <limits>
+
+#include <fmt/format.h>
+
+namespace nerve::detail {
+
+const char* name(HeftMode mode) noexcept {
+  switch (mode) {
+    case HeftMode::only: return "only";
+    case HeftMode::earliest: return "earliest_finish";
+    case HeftMode::calibrating: return "calibrating";
+    case HeftMode::locality: return "locality";
+  }
+  return "?";
+}
+
+HeftPlacer::HeftPlacer(unsigned device_count) : loads_(device_count) {}
+
+HeftDecision HeftPlacer::decide(const TaskRecord* task, std::vector<HeftCandidate>& candidates,
+                                std::size_t locality) {
+  std::lock_guard lock(mutex_);
+  constexpr double infinity = std::numeric_limits<double>::infinity();
+  double best_calibrated = infinity;
+  for (HeftCandidate& candidate : candidates) {
+    const Load& load = loads_[static_cast<std::size_t>(candidate.device)];
+    candidate.ready_ns = load.outstanding_ns / std::max(1u, candidate.units);
+    candidate.finish_ns = std::max(candidate.ready_ns, candidate.transfer_ns) + candidate.run_ns;
+    if (candidate.modelled && !candidate.calibrating)
+      best_calibrated = std::min(best_calibrated, candidate.finish_ns);
+  }
+  // A calibrating model that would still finish later than a calibrated candidate if the device ran
+  // twice as fast as measured so far cannot win: more samples would not change the decision, and
+  // calibrating it (a device 50x slower, say) would cost more than the models ever save.
+  bool open = false;  // an uncalibrated candidate that might still win
+  for (HeftCandidate& candidate : candidates) {
+    if (candidate.modelled && !candidate.calibrating) continue;
+    candidate.dominated =
+        candidate.modelled && candidate.samples > 0 &&
+        std::max(candidate.ready_ns, candidate.transfer_ns) + candidate.run_ns * 0.5 > best_calibrated;
+    open |= !candidate.dominated;
+  }
+  HeftDecision decision;
+  if (candidates.size() == 1) {
+    decision = {0, HeftMode::only};
+  } else if (!open) {
+    // Earliest finish among the calibrated; on a tie the device already holding more of the input.
+    std::size_t best = candidates.size();
+    for (std::size_t i = 0; i < candidates.size(); ++i) {
+      const HeftCandidate& a = candidates[i];
+      if (a.dominated) continue;
+      if (best == candidates.size()) {
+        best = i;
+        continue;
+      }
+      const HeftCandidate& b = candidates[best];
+      if (a.finish_ns < b.finish_ns || (a.finish_ns == b.finish_ns && a.local_bytes > b.local_bytes))
+        best = i;
+    }
+    decision = {best, HeftMode::earliest};
+  } else {
+    std::size_t best = candidates.size();
+    for (std::size_t i = 0; i < candidates.size(); ++i) {
+      const HeftCandidate& candidate = candidates[i];
+      const bool learning = (!candidate.modelled || candidate.calibrating) && !candidate.dominated;
+      const bool free = loads_[static_cast<std::size_t>(candidate.device)].in_flight < candidate.units;
+      if (learning && free && (best == candidates.size() || candidate.samples < candidates[best].samples))
+        best = i;
+    }
+    decision = best < candidates.size() ? HeftDecision{best, HeftMode::calibrating}
+                                        : HeftDecision{locality, HeftMode::locality};
+  }
+  const HeftCandidate& chosen = candidates[decision.chosen];
+  Load& load = loads_[static_cast<std::size_t>(chosen.device)];
+  load.outstanding_ns += chosen.run_ns;
+  ++load.in_flight;
+  assigned_[task] = HeftAssignment{chosen.device, chosen.run_ns};
+  return decision;
+}
+
+HeftAssignment HeftPlacer::take(const TaskRecord* task) {
+  std::lock_guard lock(mutex_);
+  const auto it = assigned_.find(task);
+  if (it == assigned_.end()) return {};
+  const HeftAssignment assignment = it->second;
+  assigned_.erase(it);
+  return assignment;
+}
+
+void HeftPlacer::done(const HeftAssignment& assignment) {
+  if (assignment.device < 0) return;
+  std::lock_guard lock(mutex_);
+  Load& load = loads_[static_cast<std::size_t>(assignment.device)];
+  load.outstanding_ns = std::max(0.0, load.outstanding_ns - assignment.predicted_ns);
+  if (load.in_flight > 0) --load.in_flight;
+  if (load.in_flight == 0) load.outstanding_ns = 0;  // no rounding residue left behind
+}
+
+double HeftPlacer::outstanding_ns(int device) const {
+  std::lock_guard lock(mutex_);
+  return loads_[static_cast<std::size_t>(device)].outstanding_ns;
+}
+
+std::string HeftPlacer::reason(const HeftDecision& decision, const std::vector<HeftCandidate>& candidates) {
+  const HeftCandidate& chosen = candidates[decision.chosen];
+  switch (decision.mode) {
+    case HeftMode::only: return fmt::format("only device {} implements the kernel", chosen.device);
+    case HeftMode::earliest: {
+      const HeftCandidate* runner_up = nullptr;
+      for (const HeftCandidate& candidate : candidates) {
+        if (&candidate != &chosen && (runner_up == nullptr || candidate.finish_ns < runner_up->finish_ns))
+          runner_up = &candidate;
+      }
+      return fmt::format(
+          "earliest predicted finish: device {} at {:.0f} ns (free in {:.0f}, data in {:.0f}, run {:.0f}); "
+          "next best device {} at {:.0f} ns",
+          chosen.device, chosen.finish_ns, chosen.ready_ns, chosen.transfer_ns, chosen.run_ns,
+          runner_up->device, runner_up->finish_ns);
+    }
+    case HeftMode::calibrating:
+      return fmt::format("calibrating: device {}'s model has {} of 10 samples and it has a free unit",
+                         chosen.device, chosen.samples);
+    case HeftMode::locality:
+      return fmt::format(
+          "models still calibrating and no uncalibrated device is free: locality-aware fallback, device {} "
+          "holds "
+          "the most input ({} bytes)",
+          chosen.device, chosen.local_bytes);
+  }
+  return {};
+}
+
+}  // namespace nerve::detail

@@ -1,0 +1,98 @@
+// heft.hpp — HeftPlacer: the device choice of scheduler.policy heft (Topcuoglu et al., "Performance-
+// effective and low-complexity task scheduling for heterogeneous computing", IEEE TPDS 2002, applied
+// online to ready tasks as StarPU's dmda does).
+//
+// For a ready kernel call the runtime lists every device implementing it (the CPU workers count as
+// one device with `units` parallel slots) with its predicted transfer time (the bytes it lacks over
+// the measured bus) and run time (the history model). The placer adds when each device frees up —
+// the predicted run time of the calls already placed there and not finished, over its units — and
+// picks the earliest expected finish:
+//     finish = max(device free, data there) + run
+// (max, not sum: the coherence layer starts the copies when the task is placed, so they overlap the
+// device's queue). While a candidate's model is still calibrating (fewer than 10 samples) the
+// prediction cannot be trusted: the call goes to an uncalibrated candidate that has a free unit, so
+// that every device's model learns, else to the locality-aware choice (most valid input bytes) —
+// unless the calibrating candidate is *dominated*: even at twice the speed measured so far it would
+// finish after a calibrated candidate. Then more samples cannot change the decision (a device 50x
+// slower for a kernel is not sent ten calls to prove it), and the calibrated candidates decide.
+//
+// Bookkeeping: decide() charges the prediction to the chosen device and remembers it per record;
+// take() (when the task starts, or fails before) removes that entry and done() credits it back.
+//
+// Thread safety: every member may be called from any thread (one mutex; heft only, never on the
+// path of other policies).
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace nerve::detail {
+
+struct TaskRecord;
+
+struct HeftCandidate {
+  int device = 0;  // 0 = the CPU workers
+  unsigned units = 1;
+  // The history model for this kernel, device and footprint: absent, or its mean and samples.
+  bool modelled = false;
+  bool calibrating = true;
+  double run_ns = 0;
+  std::uint64_t samples = 0;
+  double transfer_ns = 0;            // predicted time to bring the bytes it lacks
+  std::uint64_t transfer_bytes = 0;  // bytes it lacks
+  std::uint64_t local_bytes = 0;     // input bytes already valid there
+  // Filled by decide():
+  double ready_ns = 0;     // predicted wait until the device frees up
+  double finish_ns = 0;    // predicted finish, from now
+  bool dominated = false;  // calibrating, but later than a calibrated candidate even at 2x its speed
+};
+
+enum class HeftMode {
+  only,         // a single device implements the kernel
+  earliest,     // every model calibrated: earliest expected finish
+  calibrating,  // an uncalibrated device with a free unit gets it, so that its model learns
+  locality,     // models still calibrating, no uncalibrated device free: locality-aware fallback
+};
+const char* name(HeftMode mode) noexcept;
+
+struct HeftDecision {
+  std::size_t chosen = 0;  // index into the candidates
+  HeftMode mode = HeftMode::only;
+};
+
+struct HeftAssignment {
+  int device = -1;  // -1: none (the task was not placed by heft)
+  double predicted_ns = 0;
+};
+
+class HeftPlacer {
+ public:
+  explicit HeftPlacer(unsigned device_count);
+
+  // decide(): chooses among `candidates` (non-empty; `locality` indexes the locality-aware choice),
+  // filling their ready_ns and finish_ns, and charges the chosen device with the task's prediction.
+  HeftDecision decide(const TaskRecord* task, std::vector<HeftCandidate>& candidates, std::size_t locality);
+  // take(): the task's assignment, removed (device -1 if it has none).
+  HeftAssignment take(const TaskRecord* task);
+  // done(): the task of `assignment` finished: its device frees up by the prediction.
+  void done(const HeftAssignment& assignment);
+  // reason(): why decision chose what it did, in words (decision logs and traces).
+  static std::string reason(const HeftDecision& decision, const std::vector<HeftCandidate>& candidates);
+
+  // Predicted work (ns) placed on `device` and not finished; tests.
+  double outstanding_ns(int device) const;
+
+ private:
+  struct Load {
+    double outstanding_ns = 0;
+    unsigned in_flight = 0;
+  };
+  mutable std::mutex mutex_;
+  std::vector<Load> loads_;  // per device
+  std::unordered_map<const TaskRecord*, HeftAssignment> assigned_;
+};
+
+}  // namespace nerve::detail

@@ -1,0 +1,129 @@
+// Bus calibration: latency and bandwidth between every pair of memory nodes, measured through the
+// nodes' asynchronous copies, persisted in perf.model_dir and reloaded without measuring again.
+#include "perf/bus_model.hpp"
+
+#include <chrono>
+#include <cstdlib>
+
+#include "backend/opencl_support.hpp"
+#include "backend/test_device.hpp"
+#include "perf/perf_test.hpp"
+
+namespace nerve::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::filesystem::path fresh_directory(const std::string& stem) {
+  const auto directory = std::filesystem::temp_directory_path() / (stem + "." + std::to_string(getpid()));
+  std::filesystem::remove_all(directory);
+  return directory;
+}
+
+constexpr detail::BusCalibrationSizes quick_sizes{64, std::size_t{1} << 20, 3, 2};
+
+TEST(BusModel, MeasuresASimulatedLinkPersistsAndReloads) {
+  const auto directory = fresh_directory("nerve-bus-test");
+  Context context(make_settings(2));
+  // 200 µs per copy and 2 GB/s: the calibration must find both.
+  context.impl()->add_test_device(
+      detail::TestDeviceOptions{.copy_latency = 200us, .copy_bytes_per_second = 2e9});
+  const auto nodes = context.impl()->memory_nodes();
+  {
+    detail::BusModel bus(directory);
+    EXPECT_TRUE(bus.ensure_calibrated(nodes, quick_sizes)) << "nothing saved yet: it measures";
+    EXPECT_EQ(bus.measurements(), 1u);
+    for (auto [from, to] : {std::pair{0u, 1u}, std::pair{1u, 0u}}) {
+      const detail::BusLink link = bus.link(from, to);
+      EXPECT_GT(link.latency_ns, 150e3) << from << "->" << to;
+      EXPECT_LT(link.latency_ns, 20e6);
+      // 2 GB/s simulated; a loaded machine oversleeps, which only makes the copies look slower.
+      EXPECT_GT(link.bytes_per_ns, 0.1) << "2 GB/s simulated";
+      EXPECT_LT(link.bytes_per_ns, 2.5);
+    }
+    EXPECT_EQ(bus.transfer_ns(0, 0, 1 << 20), 0.0) << "host to host costs nothing";
+    EXPECT_NEAR(bus.transfer_ns(0, 1, 1 << 20),
+                bus.link(0, 1).latency_ns + (1 << 20) / bus.link(0, 1).bytes_per_ns, 1.0);
+  }
+  ASSERT_TRUE(std::filesystem::exists(directory / "bus.json"));
+  const nlohmann::json saved = load_json(directory / "bus.json");
+  EXPECT_EQ(saved["schema"], "nerve.busmodel/1");
+  EXPECT_EQ(saved["links"].size(), 2u);
+  {
+    detail::BusModel bus(directory);
+    EXPECT_FALSE(bus.ensure_calibrated(nodes, quick_sizes)) << "loaded, not measured again";
+    EXPECT_EQ(bus.measurements(), 0u);
+    EXPECT_GT(bus.link(0, 1).latency_ns, 150e3);
+    bus.calibrate(nodes, quick_sizes);  // nerve-info --calibrate: measures on request
+    EXPECT_EQ(bus.measurements(), 1u);
+  }
+  context.wait_all();
+  std::filesystem::remove_all(directory);
+}
+
+TEST(BusModel, HeftMeasuresOnFirstUseAndTheNextContextReloads) {
+  const auto directory = fresh_directory("nerve-bus-heft");
+  auto settings = [&] {
+    Settings s = make_settings(2);
+    s.set("scheduler.policy", "heft");
+    s.set("perf.model_dir", directory.string());
+    return s;
+  };
+  Kernel touch("bus_touch");
+  touch.cpu([](const KernelArgs& args) { args.span<float>(0)[0] += 1.0f; });
+  for (unsigned run = 0; run < 2; ++run) {
+    Context context(settings());
+    context.impl()->add_test_device({});
+    Buffer<float> data(context, 1024);
+    context.submit(touch, read_write(data)).wait();
+    EXPECT_EQ(context.impl()->bus->measurements(), run == 0 ? 1u : 0u) << "run " << run;
+    EXPECT_GT(context.impl()->bus->link(0, 1).bytes_per_ns, 0.0);
+  }
+  std::filesystem::remove_all(directory);
+}
+
+// With devices from the backends, a heft context measures (or loads) the bus when it starts.
+TEST(BusModel, HeftContextWithOpenclMeasuresAtStart) {
+  NERVE_SKIP_WITHOUT_OPENCL();
+  const auto directory = fresh_directory("nerve-bus-opencl");
+  for (unsigned run = 0; run < 2; ++run) {
+    Settings settings = opencl_settings(2);
+    settings.set("scheduler.policy", "heft");
+    settings.set("perf.model_dir", directory.string());
+    Context context(settings);
+    ASSERT_NE(context.impl()->bus, nullptr);
+    EXPECT_EQ(context.impl()->bus->measurements(), run == 0 ? 1u : 0u) << "run " << run;
+    EXPECT_TRUE(context.impl()->bus->link(0, 1).measured());
+    EXPECT_TRUE(context.impl()->bus->link(1, 0).measured());
+  }
+  std::filesystem::remove_all(directory);
+}
+
+// Every pair among the host, the test device, the sim plugin's devices and OpenCL (PoCL) devices.
+TEST(BusModel, CalibratesEveryPairOfEveryBackendsNodes) {
+  ::setenv("NERVE_PLUGIN_PATH", NERVE_TEST_PLUGIN_DIR, 1);
+  Settings settings = make_settings(2);
+  settings.set("gpu.devices", opencl_device_count() > 0 ? "sim0,opencl" : "sim0");
+  Context context(settings);
+  ::unsetenv("NERVE_PLUGIN_PATH");
+  context.impl()->add_test_device({});
+  const auto nodes = context.impl()->memory_nodes();
+  ASSERT_GE(nodes.size(), 3u);
+  detail::BusModel bus({});
+  bus.calibrate(nodes, quick_sizes);
+  for (unsigned from = 0; from < nodes.size(); ++from) {
+    for (unsigned to = 0; to < nodes.size(); ++to) {
+      if (from == to) continue;
+      const detail::BusLink link = bus.link(from, to);
+      ASSERT_TRUE(link.measured()) << nodes[from]->name() << " -> " << nodes[to]->name();
+      EXPECT_GT(link.latency_ns, 0.0);
+      EXPECT_LT(link.latency_ns, 1e9);
+      EXPECT_GT(link.bytes_per_ns, 1e-3) << "more than 1 MB/s";
+      EXPECT_LT(link.bytes_per_ns, 1e3) << "less than 1 TB/s";
+    }
+  }
+  context.wait_all();
+}
+
+}  // namespace
+}  // namespace nerve::testing

@@ -1,0 +1,63 @@
+// calibrate.cpp — `nerve-info --calibrate`: measure the bus between every pair of memory nodes again
+// (latency and bandwidth, through the backends' asynchronous copies), save it where heft reads it
+// (perf.model_dir/bus.json) and print the matrix.
+#include <cstdio>
+#include <string>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "nerve/nerve.hpp"
+
+#include "perf/bus_model.hpp"
+#include "perf/history_model.hpp"
+#include "report.hpp"
+#include "runtime/context_impl.hpp"
+
+namespace nerve::info {
+
+std::string calibrate_bus(const Settings& settings, bool json) {
+  const Context context(settings);
+  detail::ContextImpl& impl = *context.impl();
+  const auto nodes = impl.memory_nodes();
+  const std::filesystem::path directory = impl.config.perf.model_dir.empty()
+                                              ? detail::HistoryModels::default_directory()
+                                              : std::filesystem::path(impl.config.perf.model_dir);
+  detail::BusModel bus(directory);
+  bus.calibrate(nodes);
+  if (json) {
+    nlohmann::json links = nlohmann::json::array();
+    for (unsigned from = 0; from < nodes.size(); ++from) {
+      for (unsigned to = 0; to < nodes.size(); ++to) {
+        const detail::BusLink link = bus.link(from, to);
+        if (!link.measured()) continue;
+        links.push_back({{"from", nodes[from]->name()},
+                         {"to", nodes[to]->name()},
+                         {"latency_ns", link.latency_ns},
+                         {"bytes_per_second", link.bytes_per_ns * 1e9}});
+      }
+    }
+    return nlohmann::json{{"schema", "nerve.busmodel/1"}, {"file", bus.file().string()}, {"links", links}}
+               .dump(2) +
+           "\n";
+  }
+  std::string out =
+      fmt::format("Bus calibration ({} memory nodes; saved to {})\n", nodes.size(), bus.file().string());
+  if (nodes.size() < 2) return out + "  only host memory: nothing to measure (no devices)\n";
+  out += "  latency (us) / bandwidth (GB/s), from row to column\n";
+  out += fmt::format("  {:<16}", "");
+  for (const auto* node : nodes) out += fmt::format(" {:>18}", node->name().substr(0, 18));
+  out += '\n';
+  for (unsigned from = 0; from < nodes.size(); ++from) {
+    out += fmt::format("  {:<16}", nodes[from]->name().substr(0, 16));
+    for (unsigned to = 0; to < nodes.size(); ++to) {
+      const detail::BusLink link = bus.link(from, to);
+      out += link.measured() ? fmt::format(" {:>9.1f} / {:>6.2f}", link.latency_ns / 1e3, link.bytes_per_ns)
+                             : fmt::format(" {:>18}", "-");
+    }
+    out += '\n';
+  }
+  return out;
+}
+
+}  // namespace nerve::info
