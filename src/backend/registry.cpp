@@ -16,6 +16,9 @@
 #if NERVE_HAVE_OPENCL
 #include "backend/opencl/backend.hpp"
 #endif
+#if NERVE_HAVE_CUDA
+#include "backend/cuda/backend.hpp"
+#endif
 
 namespace nerve::detail {
 namespace {
@@ -30,6 +33,9 @@ const std::vector<std::shared_ptr<Backend>>& built_in() {
   static const auto* list = new std::vector<std::shared_ptr<Backend>> {
 #if NERVE_HAVE_OPENCL
     opencl::make_backend(),
+#endif
+#if NERVE_HAVE_CUDA
+        cuda::make_backend(cuda::make_cudart_driver()),
 #endif
   };
   return *list;
