@@ -47,8 +47,12 @@ if(NOT NERVE_WITH_CUDA STREQUAL "OFF")
       check_language(CUDA)
       if(CMAKE_CUDA_COMPILER)
         enable_language(CUDA)
-        set(CMAKE_CUDA_STANDARD 20)
-        set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+        # nerve's targets require C++20 (cxx_std_20), which CMake turns into CUDA20 for .cu files of
+        # programs linking them; CMake 3.25 predates nvcc's C++20 support and knows no flag for it.
+        if(NOT DEFINED CMAKE_CUDA20_STANDARD_COMPILE_OPTION)
+          set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+          set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+        endif()
         # One libcudart per process: the library loads the shared one, so programs link it too.
         set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
         set(NERVE_HAVE_CUDA_COMPILER ON)

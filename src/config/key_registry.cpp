@@ -301,7 +301,8 @@ std::vector<KeySpec> build_key_table() {
        "with gpu.unified_memory, prefetch each access to the device ahead of its task (cudaMemPrefetchAsync)",
        [](Config& c, const ParsedValue& v) { c.gpu.async_prefetch = v.boolean(); }},
       {"gpu.cache_hints", boolean_type(), "true",
-       "with gpu.unified_memory, advise the driver per access (cudaMemAdvise: read-mostly, preferred location)",
+       "with gpu.unified_memory, advise the driver per access (cudaMemAdvise: read-mostly, preferred "
+       "location)",
        [](Config& c, const ParsedValue& v) { c.gpu.cache_hints = v.boolean(); }},
       {"perf.trace", text_type(), "",
        "write a Chrome trace-event timeline (Perfetto, chrome://tracing) here when the context ends",

@@ -61,10 +61,10 @@ inline std::string cuda_device_reason() {
 #endif
 }
 
-#define NERVE_SKIP_WITHOUT_CUDA_DEVICE()                                                        \
-  do {                                                                                          \
-    if (const std::string why = ::nerve::testing::cuda_device_reason(); !why.empty())           \
-      GTEST_SKIP() << "no CUDA device, skipped: " << why;                                       \
+#define NERVE_SKIP_WITHOUT_CUDA_DEVICE()                                              \
+  do {                                                                                \
+    if (const std::string why = ::nerve::testing::cuda_device_reason(); !why.empty()) \
+      GTEST_SKIP() << "no CUDA device, skipped: " << why;                             \
   } while (false)
 
 }  // namespace nerve::testing

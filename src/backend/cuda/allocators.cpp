@@ -9,9 +9,7 @@ namespace nerve::detail::cuda {
 void* CudaBlockAllocator::allocate_block(std::size_t bytes, std::size_t /*alignment*/) {
   void* block = nullptr;
   switch (kind_) {
-    case BlockKind::device:
-      block = driver_.malloc_device(device_, bytes);
-      break;
+    case BlockKind::device: block = driver_.malloc_device(device_, bytes); break;
     case BlockKind::managed: {
       std::size_t free = 0, total = 0;
       driver_.memory_info(device_, free, total);
@@ -24,9 +22,7 @@ void* CudaBlockAllocator::allocate_block(std::size_t bytes, std::size_t /*alignm
       block = driver_.malloc_managed(device_, bytes);
       break;
     }
-    case BlockKind::pinned:
-      block = driver_.host_alloc(bytes);
-      break;
+    case BlockKind::pinned: block = driver_.host_alloc(bytes); break;
   }
   blocks_.fetch_add(1, std::memory_order_relaxed);
   bytes_.fetch_add(bytes, std::memory_order_relaxed);
@@ -35,15 +31,9 @@ void* CudaBlockAllocator::allocate_block(std::size_t bytes, std::size_t /*alignm
 
 void CudaBlockAllocator::free_block(void* block, std::size_t bytes) noexcept {
   switch (kind_) {
-    case BlockKind::device:
-      driver_.free_device(device_, block);
-      break;
-    case BlockKind::managed:
-      driver_.free_managed(device_, block);
-      break;
-    case BlockKind::pinned:
-      driver_.host_free(block);
-      break;
+    case BlockKind::device: driver_.free_device(device_, block); break;
+    case BlockKind::managed: driver_.free_managed(device_, block); break;
+    case BlockKind::pinned: driver_.host_free(block); break;
   }
   blocks_.fetch_sub(1, std::memory_order_relaxed);
   bytes_.fetch_sub(bytes, std::memory_order_relaxed);

@@ -15,7 +15,8 @@ namespace {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(std::shared_ptr<Driver> driver, std::string name) : driver_(std::move(driver)), name_(std::move(name)) {}
+  CudaBackend(std::shared_ptr<Driver> driver, std::string name)
+      : driver_(std::move(driver)), name_(std::move(name)) {}
 
   std::string name() const override { return name_; }
 
@@ -48,9 +49,10 @@ class CudaBackend final : public Backend {
       cuda.cache_hints = config.gpu.cache_hints;
     }
     if (cuda.unified_memory && !driver_->properties(ordinal).managed_memory) {
-      log::warn("gpu.unified_memory: CUDA device {} ('{}') has no managed memory; its buffers stay in device "
-                "memory",
-                ordinal, info.name);
+      log::warn(
+          "gpu.unified_memory: CUDA device {} ('{}') has no managed memory; its buffers stay in device "
+          "memory",
+          ordinal, info.name);
       cuda.unified_memory = false;
     }
     cuda.completion = completion_mode_from_environment();

@@ -13,17 +13,16 @@
 // a kernel; where the device refuses stream memory operations, a host function writes the flag.
 // Pinned memory is allocated mapped and portable; with unified addressing (every 64-bit platform CUDA
 // supports) its host address is its device address.
-#include <dlfcn.h>
-
-#include <cuda.h>
-#include <cuda_runtime_api.h>
-
 #include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <set>
 
+#include <dlfcn.h>
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
 #include "nerve/error.hpp"
@@ -40,15 +39,18 @@ namespace {
 
 #define NERVE_CUDART_FUNCTIONS(X)                                                                           \
   X(cudaGetDeviceCount)                                                                                     \
-  X(cudaGetErrorString) X(cudaGetErrorName) X(cudaGetLastError) X(cudaGetDeviceProperties) X(cudaSetDevice) \
-  X(cudaRuntimeGetVersion) X(cudaDriverGetVersion) X(cudaMemGetInfo) X(cudaMalloc) X(cudaFree)             \
-  X(cudaMallocAsync) X(cudaFreeAsync) X(cudaDeviceGetDefaultMemPool) X(cudaMemPoolSetAttribute)             \
-  X(cudaMallocManaged) X(cudaHostAlloc) X(cudaFreeHost) X(cudaHostGetDevicePointer)                         \
-  X(cudaDeviceGetStreamPriorityRange) X(cudaStreamCreateWithPriority) X(cudaStreamDestroy)                  \
-  X(cudaStreamSynchronize) X(cudaEventCreateWithFlags) X(cudaEventDestroy) X(cudaEventRecord)               \
-  X(cudaEventQuery) X(cudaEventSynchronize) X(cudaStreamWaitEvent) X(cudaMemcpyAsync)                       \
-  X(cudaMemcpyPeerAsync) X(cudaDeviceCanAccessPeer) X(cudaDeviceEnablePeerAccess) X(cudaMemAdvise)          \
-  X(cudaMemPrefetchAsync) X(cudaLaunchHostFunc) X(cudaGetDriverEntryPointByVersion)
+  X(cudaGetErrorString)                                                                                     \
+  X(cudaGetErrorName) X(cudaGetLastError) X(cudaGetDeviceProperties) X(cudaSetDevice)                       \
+      X(cudaRuntimeGetVersion) X(cudaDriverGetVersion) X(cudaMemGetInfo) X(cudaMalloc) X(cudaFree)          \
+          X(cudaMallocAsync) X(cudaFreeAsync) X(cudaDeviceGetDefaultMemPool) X(cudaMemPoolSetAttribute)     \
+              X(cudaMallocManaged) X(cudaHostAlloc) X(cudaFreeHost) X(cudaHostGetDevicePointer)             \
+                  X(cudaDeviceGetStreamPriorityRange) X(cudaStreamCreateWithPriority) X(cudaStreamDestroy)  \
+                      X(cudaStreamSynchronize) X(cudaEventCreateWithFlags) X(cudaEventDestroy)              \
+                          X(cudaEventRecord) X(cudaEventQuery) X(cudaEventSynchronize)                      \
+                              X(cudaStreamWaitEvent) X(cudaMemcpyAsync) X(cudaMemcpyPeerAsync)              \
+                                  X(cudaDeviceCanAccessPeer) X(cudaDeviceEnablePeerAccess) X(cudaMemAdvise) \
+                                      X(cudaMemPrefetchAsync) X(cudaLaunchHostFunc)                         \
+                                          X(cudaGetDriverEntryPointByVersion)
 
 using WriteValue32 = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
 
@@ -61,10 +63,10 @@ class CudartDriver final : public Driver {
       load_error_ = fmt::format("cannot load {}: {}", NERVE_CUDART_SONAME, error != nullptr ? error : "?");
       return;
     }
-#define NERVE_LOAD(name)                                                             \
-  name##_ = reinterpret_cast<decltype(&::name)>(::dlsym(library_, #name));           \
-  if (name##_ == nullptr && load_error_.empty()) {                                   \
-    load_error_ = fmt::format("{} has no symbol {}", NERVE_CUDART_SONAME, #name);    \
+#define NERVE_LOAD(name)                                                          \
+  name##_ = reinterpret_cast<decltype(&::name)>(::dlsym(library_, #name));        \
+  if (name##_ == nullptr && load_error_.empty()) {                                \
+    load_error_ = fmt::format("{} has no symbol {}", NERVE_CUDART_SONAME, #name); \
   }
     NERVE_CUDART_FUNCTIONS(NERVE_LOAD)
 #undef NERVE_LOAD
@@ -76,8 +78,9 @@ class CudartDriver final : public Driver {
     int runtime = 0, driver = 0;
     cudaRuntimeGetVersion_(&runtime);
     cudaDriverGetVersion_(&driver);
-    return fmt::format("cudart {}.{} (driver {})", runtime / 1000, runtime % 1000 / 10,
-                       driver == 0 ? std::string("none") : fmt::format("{}.{}", driver / 1000, driver % 1000 / 10));
+    return fmt::format(
+        "cudart {}.{} (driver {})", runtime / 1000, runtime % 1000 / 10,
+        driver == 0 ? std::string("none") : fmt::format("{}.{}", driver / 1000, driver % 1000 / 10));
   }
 
   int device_count(std::string& why_none) noexcept override {
@@ -88,7 +91,8 @@ class CudartDriver final : public Driver {
     int count = 0;
     const cudaError_t status = cudaGetDeviceCount_(&count);
     if (status != cudaSuccess) {
-      why_none = fmt::format("cudaGetDeviceCount: {} ({})", cudaGetErrorString_(status), cudaGetErrorName_(status));
+      why_none =
+          fmt::format("cudaGetDeviceCount: {} ({})", cudaGetErrorString_(status), cudaGetErrorName_(status));
       cudaGetLastError_();
       return 0;
     }
@@ -169,7 +173,8 @@ class CudartDriver final : public Driver {
   Stream create_stream(int device, int priority) override {
     make_current(device);
     cudaStream_t stream = nullptr;
-    check(cudaStreamCreateWithPriority_(&stream, cudaStreamNonBlocking, priority), "cudaStreamCreateWithPriority");
+    check(cudaStreamCreateWithPriority_(&stream, cudaStreamNonBlocking, priority),
+          "cudaStreamCreateWithPriority");
     return stream;
   }
   void destroy_stream(int device, Stream stream) noexcept override {
@@ -188,7 +193,8 @@ class CudartDriver final : public Driver {
   }
   void destroy_event(Event event) noexcept override { cudaEventDestroy_(static_cast<cudaEvent_t>(event)); }
   void record_event(Event event, Stream stream) override {
-    check(cudaEventRecord_(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream)), "cudaEventRecord");
+    check(cudaEventRecord_(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream)),
+          "cudaEventRecord");
   }
   EventState query_event(Event event) noexcept override {
     const cudaError_t status = cudaEventQuery_(static_cast<cudaEvent_t>(event));
@@ -255,7 +261,8 @@ class CudartDriver final : public Driver {
 
   void write_flag_async(std::uint32_t* flag, std::uint32_t value, Stream stream) override {
     if (WriteValue32 write = write_value()) {
-      const CUresult status = write(static_cast<CUstream>(stream), reinterpret_cast<CUdeviceptr>(flag), value, 0);
+      const CUresult status =
+          write(static_cast<CUstream>(stream), reinterpret_cast<CUdeviceptr>(flag), value, 0);
       if (status == CUDA_SUCCESS) return;
       write_value_failed_.store(true, std::memory_order_relaxed);  // e.g. stream memory operations disabled
     }
@@ -294,15 +301,16 @@ class CudartDriver final : public Driver {
     cudaMemPool_t pool = nullptr;
     check(cudaDeviceGetDefaultMemPool_(&pool, device), "cudaDeviceGetDefaultMemPool");
     std::uint64_t threshold = UINT64_MAX;
-    check(cudaMemPoolSetAttribute_(pool, cudaMemPoolAttrReleaseThreshold, &threshold), "cudaMemPoolSetAttribute");
+    check(cudaMemPoolSetAttribute_(pool, cudaMemPoolAttrReleaseThreshold, &threshold),
+          "cudaMemPoolSetAttribute");
   }
 
   WriteValue32 write_value() {
     std::call_once(write_value_once_, [this] {
       void* function = nullptr;
       cudaDriverEntryPointQueryResult found{};
-      if (cudaGetDriverEntryPointByVersion_("cuStreamWriteValue32", &function, 12000, cudaEnableDefault, &found) ==
-              cudaSuccess &&
+      if (cudaGetDriverEntryPointByVersion_("cuStreamWriteValue32", &function, 12000, cudaEnableDefault,
+                                            &found) == cudaSuccess &&
           found == cudaDriverEntryPointSuccess) {
         write_value_ = reinterpret_cast<WriteValue32>(function);
       } else {

@@ -23,8 +23,8 @@ std::unique_ptr<CudaMemoryNode> make_node(const std::shared_ptr<Driver>& driver,
   memory.pool = cuda.pool;
   // A little of the device stays free for the CUDA context, cuBLAS workspaces and user launchers.
   memory.limit_bytes = static_cast<std::size_t>(static_cast<double>(info.memory_bytes) * 0.9);
-  return std::make_unique<CudaMemoryNode>(static_cast<unsigned>(options.index), fmt::format("cuda{}", options.index),
-                                          std::move(engine), memory);
+  return std::make_unique<CudaMemoryNode>(static_cast<unsigned>(options.index),
+                                          fmt::format("cuda{}", options.index), std::move(engine), memory);
 }
 
 bool cancelled(const TaskRecord& task) noexcept {
@@ -46,7 +46,8 @@ CudaDevice::CudaDevice(std::shared_ptr<Driver> driver, int ordinal, DeviceInfo i
 CudaDevice::~CudaDevice() { stop(); }
 
 bool CudaDevice::can_run(const TaskRecord& task) const noexcept {
-  return task.kind == TaskKind::function && task.kernel != nullptr && task.kernel->implements(DeviceKind::cuda);
+  return task.kind == TaskKind::function && task.kernel != nullptr &&
+         task.kernel->implements(DeviceKind::cuda);
 }
 
 void CudaDevice::start(DeviceHost& host) {
@@ -131,8 +132,9 @@ void CudaDevice::launch(TaskRecord* task) {
     DeviceLaunch launch = host_->prepare_launch(task, *this);
     const auto* implementation = dynamic_cast<const CudaLauncher*>(launch.implementation);
     if (implementation == nullptr) {
-      throw Error(ErrorCode::internal, fmt::format("kernel '{}' reached CUDA device '{}' without a CUDA launcher",
-                                                   launch.call.kernel_name, info().name));
+      throw Error(ErrorCode::internal,
+                  fmt::format("kernel '{}' reached CUDA device '{}' without a CUDA launcher",
+                              launch.call.kernel_name, info().name));
     }
     const std::size_t index = engine_->streams().pick_for_task(task->priority);
     Stream stream = engine_->streams().stream(index);
@@ -158,9 +160,9 @@ bool CudaDevice::finish_launch(Engine& /*engine*/, Operation& op) {
   TaskRecord* task = op.task;
   std::exception_ptr error;
   if (op.failed) {
-    error = std::make_exception_ptr(Error(ErrorCode::task_failed,
-                                          fmt::format("kernel '{}' failed on CUDA device '{}': {}",
-                                                      task->kernel->name, device.info().name, op.error)));
+    error = std::make_exception_ptr(
+        Error(ErrorCode::task_failed, fmt::format("kernel '{}' failed on CUDA device '{}': {}",
+                                                  task->kernel->name, device.info().name, op.error)));
   }
   device.host_->complete(task, device, error);
   return true;

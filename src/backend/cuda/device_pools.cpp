@@ -154,8 +154,8 @@ MemoryPoolStats DeviceArena::stats() const {
   return s;
 }
 
-StreamOrderedPool::StreamOrderedPool(Driver& driver, int device, std::unique_ptr<memory::NodeAllocator> describe,
-                                     std::size_t limit_bytes)
+StreamOrderedPool::StreamOrderedPool(Driver& driver, int device,
+                                     std::unique_ptr<memory::NodeAllocator> describe, std::size_t limit_bytes)
     : driver_(driver), device_(device), describe_(std::move(describe)), limit_(limit_bytes) {
   int least = 0, greatest = 0;
   driver_.priority_range(device_, least, greatest);

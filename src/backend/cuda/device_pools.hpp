@@ -55,7 +55,9 @@ class DeviceArena final : public memory::NodePool {
     std::size_t bytes = 0;
     std::size_t used = 0;
   };
-  static std::size_t rounded(std::size_t bytes) noexcept { return (bytes + alignment - 1) / alignment * alignment; }
+  static std::size_t rounded(std::size_t bytes) noexcept {
+    return (bytes + alignment - 1) / alignment * alignment;
+  }
   void* take(std::size_t bytes);  // best fit from the free ranges; nullptr when none fits
   void add_free(std::uintptr_t start, std::size_t bytes);
   void remove_free(std::map<std::uintptr_t, std::size_t>::iterator range);
@@ -66,8 +68,8 @@ class DeviceArena final : public memory::NodePool {
   memory::NodeBudget budget_;
   const std::size_t chunk_bytes_;
   mutable std::mutex mutex_;
-  std::map<std::uintptr_t, Chunk> chunks_;            // by start address
-  std::map<std::uintptr_t, std::size_t> free_;         // free ranges by start address
+  std::map<std::uintptr_t, Chunk> chunks_;              // by start address
+  std::map<std::uintptr_t, std::size_t> free_;          // free ranges by start address
   std::multimap<std::size_t, std::uintptr_t> by_size_;  // the same ranges by size (best fit)
   std::size_t in_use_ = 0;
   std::uint64_t allocations_ = 0, from_node_ = 0;

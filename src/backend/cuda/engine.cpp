@@ -13,8 +13,9 @@ CompletionMode completion_mode_from_environment() {
   return CompletionMode::flag;
 }
 
-Engine::Engine(std::shared_ptr<Driver> driver, int ordinal, unsigned stream_count, unsigned reserved_high_streams,
-               unsigned max_pending_transfers, CompletionMode mode, std::chrono::microseconds spin)
+Engine::Engine(std::shared_ptr<Driver> driver, int ordinal, unsigned stream_count,
+               unsigned reserved_high_streams, unsigned max_pending_transfers, CompletionMode mode,
+               std::chrono::microseconds spin)
     : driver_owner_(std::move(driver)),
       driver_(*driver_owner_),
       ordinal_(ordinal),
@@ -177,11 +178,8 @@ bool Engine::poll(Operation& op, bool query_events) noexcept {
     if (!query_events) return false;
   }
   switch (driver_.query_event(op.event)) {
-    case EventState::pending:
-      return false;
-    case EventState::complete:
-      event_completions_.fetch_add(1, std::memory_order_relaxed);
-      return true;
+    case EventState::pending: return false;
+    case EventState::complete: event_completions_.fetch_add(1, std::memory_order_relaxed); return true;
     case EventState::failed:
       op.failed = true;
       op.error = "the device reported an error while running it (cudaEventQuery)";

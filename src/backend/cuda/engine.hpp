@@ -69,11 +69,11 @@ struct Operation {
   const std::byte* source = nullptr;
   std::byte* destination = nullptr;
   std::size_t bytes = 0;
-  int step = 0;                      // staged copies: which half
+  int step = 0;                           // staged copies: which half
   std::byte* host_destination = nullptr;  // device -> pageable host through staging: copied at the end
-  memory::StagingBuffer staging;     // pinned, from the memory node's staging pool
-  Event handoff = nullptr;           // staged device-to-device: the source half's event
-  Engine* peer = nullptr;            // the other engine of a device-to-device copy
+  memory::StagingBuffer staging;          // pinned, from the memory node's staging pool
+  Event handoff = nullptr;                // staged device-to-device: the source half's event
+  Engine* peer = nullptr;                 // the other engine of a device-to-device copy
   void* peer_node = nullptr;
   bool counts_as_transfer = false;
   Operation* next = nullptr;  // free list link
@@ -119,7 +119,9 @@ class Engine {
   void count_peer_copy() noexcept { peer_copies_.fetch_add(1, std::memory_order_relaxed); }
   void count_staged_copy() noexcept { staged_copies_.fetch_add(1, std::memory_order_relaxed); }
   DeviceCounters snapshot() const;
-  std::uint64_t flag_completions() const noexcept { return flag_completions_.load(std::memory_order_relaxed); }
+  std::uint64_t flag_completions() const noexcept {
+    return flag_completions_.load(std::memory_order_relaxed);
+  }
   std::uint64_t event_completions() const noexcept {
     return event_completions_.load(std::memory_order_relaxed);
   }
@@ -157,7 +159,8 @@ class Engine {
   std::deque<Operation*> waiting_;
   std::function<void(Operation*)> start_transfer_;
 
-  std::atomic<std::uint64_t> launches_{0}, copies_{0}, copies_deferred_{0}, peer_copies_{0}, staged_copies_{0};
+  std::atomic<std::uint64_t> launches_{0}, copies_{0}, copies_deferred_{0}, peer_copies_{0},
+      staged_copies_{0};
   std::atomic<std::uint64_t> flag_completions_{0}, event_completions_{0};
   std::vector<std::atomic<std::uint64_t>> per_stream_;
   std::thread thread_;

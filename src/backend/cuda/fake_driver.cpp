@@ -88,16 +88,18 @@ void FakeDriver::set_free_bytes(int device, std::size_t bytes) {
 void* FakeDriver::allocate(int device, std::size_t bytes, const char* what) {
   if (device >= 0) {
     const auto d = static_cast<std::size_t>(device);
-    const std::size_t free = free_override_[d] != no_override ? free_override_[d] : options_.memory_bytes - used_[d];
+    const std::size_t free =
+        free_override_[d] != no_override ? free_override_[d] : options_.memory_bytes - used_[d];
     if (bytes > free) {
-      throw Error(ErrorCode::out_of_memory,
-                  fmt::format("fake CUDA {}: {} bytes asked, {} free on device {}", what, bytes, free, device));
+      throw Error(ErrorCode::out_of_memory, fmt::format("fake CUDA {}: {} bytes asked, {} free on device {}",
+                                                        what, bytes, free, device));
     }
     used_[d] += bytes;
     if (free_override_[d] != no_override) free_override_[d] -= bytes;
   }
   void* pointer = std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);
-  if (pointer == nullptr) throw Error(ErrorCode::out_of_memory, fmt::format("fake CUDA {}: host malloc", what));
+  if (pointer == nullptr)
+    throw Error(ErrorCode::out_of_memory, fmt::format("fake CUDA {}: host malloc", what));
   blocks_[pointer] = {device, bytes};
   record({what, pointer, bytes, device, nullptr, 0});
   return pointer;

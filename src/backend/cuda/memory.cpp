@@ -14,16 +14,16 @@ namespace {
 
 enum Kind : int { host_to_device, device_to_host, device_to_device, peer_to_device, staged_peer_to_device };
 
-std::unique_ptr<memory::NodePool> make_pool(Driver& driver, int ordinal, unsigned index, const std::string& name,
-                                            const CudaMemoryOptions& options) {
+std::unique_ptr<memory::NodePool> make_pool(Driver& driver, int ordinal, unsigned index,
+                                            const std::string& name, const CudaMemoryOptions& options) {
   if (options.unified_memory) {
     return std::make_unique<DeviceArena>(
         std::make_unique<CudaBlockAllocator>(driver, BlockKind::managed, ordinal, static_cast<int>(index),
                                              fmt::format("managed memory of {}", name)),
         options.limit_bytes);
   }
-  auto blocks = std::make_unique<CudaBlockAllocator>(driver, BlockKind::device, ordinal, static_cast<int>(index),
-                                                     fmt::format("device memory of {}", name));
+  auto blocks = std::make_unique<CudaBlockAllocator>(
+      driver, BlockKind::device, ordinal, static_cast<int>(index), fmt::format("device memory of {}", name));
   if (options.pool == PoolKind::stream_ordered) {
     return std::make_unique<StreamOrderedPool>(driver, ordinal, std::move(blocks), options.limit_bytes);
   }
@@ -38,8 +38,8 @@ CudaMemoryNode::CudaMemoryNode(unsigned index, std::string name, std::shared_ptr
       engine_(std::move(engine)),
       options_(options),
       pool_(make_pool(engine_->driver(), engine_->ordinal(), index, name, options)),
-      staging_(std::make_unique<CudaBlockAllocator>(engine_->driver(), BlockKind::pinned, engine_->ordinal(), 0,
-                                                    fmt::format("pinned staging memory of {}", name)),
+      staging_(std::make_unique<CudaBlockAllocator>(engine_->driver(), BlockKind::pinned, engine_->ordinal(),
+                                                    0, fmt::format("pinned staging memory of {}", name)),
                staging_limit_bytes) {
   engine_->set_transfer_starter([this](Operation* op) { start(op); });
 }
@@ -59,10 +59,12 @@ std::byte* CudaMemoryNode::allocate_storage(std::size_t bytes) {
   return static_cast<std::byte*>(pool_->try_allocate(bytes));  // nullptr: the runtime evicts and retries
 }
 
-void CudaMemoryNode::free_storage(std::byte* data, std::size_t bytes) noexcept { pool_->deallocate(data, bytes); }
+void CudaMemoryNode::free_storage(std::byte* data, std::size_t bytes) noexcept {
+  pool_->deallocate(data, bytes);
+}
 
-void CudaMemoryNode::start_copy(MemoryNode& from, const std::byte* source, MemoryNode& to, std::byte* destination,
-                                std::size_t bytes, CopyCompletion& completion) {
+void CudaMemoryNode::start_copy(MemoryNode& from, const std::byte* source, MemoryNode& to,
+                                std::byte* destination, std::size_t bytes, CopyCompletion& completion) {
   MemoryNode& other = &from == this ? to : from;
   auto* peer = dynamic_cast<CudaMemoryNode*>(&other);
   int kind = 0;
@@ -126,9 +128,7 @@ void CudaMemoryNode::enqueue(Operation& op) {
         driver.copy_async(op.destination, op.source, op.bytes, stream);
       }
       break;
-    case device_to_device:
-      driver.copy_async(op.destination, op.source, op.bytes, stream);
-      break;
+    case device_to_device: driver.copy_async(op.destination, op.source, op.bytes, stream); break;
     case peer_to_device: {
       auto& peer = *static_cast<CudaMemoryNode*>(op.peer_node);
       driver.enable_peer_access(engine_->ordinal(), peer.engine_->ordinal());
@@ -165,14 +165,15 @@ void CudaMemoryNode::start(Operation* op) noexcept {
 }
 
 bool CudaMemoryNode::finish_copy(Engine& /*engine*/, Operation& op) {
-  if (!op.failed && op.host_destination != nullptr) std::memcpy(op.host_destination, op.staging.data(), op.bytes);
+  if (!op.failed && op.host_destination != nullptr)
+    std::memcpy(op.host_destination, op.staging.data(), op.bytes);
   op.staging.release();
   op.completion->copy_done(!op.failed, op.error);
   return true;
 }
 
-void CudaMemoryNode::copy_sync(MemoryNode& from, const std::byte* source, MemoryNode& to, std::byte* destination,
-                               std::size_t bytes) {
+void CudaMemoryNode::copy_sync(MemoryNode& from, const std::byte* source, MemoryNode& to,
+                               std::byte* destination, std::size_t bytes) {
   MemoryNode& other = &from == this ? to : from;
   auto* peer = dynamic_cast<CudaMemoryNode*>(&other);
   if (&other != this && !other.host_addressable() && (peer == nullptr || !direct_peer(*peer))) {

@@ -40,7 +40,7 @@ inline constexpr std::size_t staging_copy_bytes = std::size_t{64} << 20;
 inline constexpr std::size_t staging_limit_bytes = std::size_t{256} << 20;
 
 struct CudaMemoryOptions {
-  bool peer_access = true;     // gpu.peer_access
+  bool peer_access = true;      // gpu.peer_access
   bool unified_memory = false;  // gpu.unified_memory
   PoolKind pool = PoolKind::arena;
   std::size_t limit_bytes = 0;  // the node's capacity
