@@ -70,8 +70,9 @@ void Engine::recycle(Operation* op) noexcept {
   op->bytes = 0;
   op->step = 0;
   op->staging.release();
-  events_.release(op->handoff);
+  if (op->handoff != nullptr) op->handoff_pool->release(op->handoff);
   op->handoff = nullptr;
+  op->handoff_pool = nullptr;
   op->peer = nullptr;
   op->peer_node = nullptr;
   op->counts_as_transfer = false;

@@ -72,7 +72,8 @@ struct Operation {
   int step = 0;                           // staged copies: which half
   std::byte* host_destination = nullptr;  // device -> pageable host through staging: copied at the end
   memory::StagingBuffer staging;          // pinned, from the memory node's staging pool
-  Event handoff = nullptr;                // staged device-to-device: the source half's event
+  Event handoff = nullptr;                // staged device-to-device: the source half's event, recorded on
+  EventPool* handoff_pool = nullptr;      // the source's stream, so from the source device's pool
   Engine* peer = nullptr;                 // the other engine of a device-to-device copy
   void* peer_node = nullptr;
   bool counts_as_transfer = false;

@@ -144,7 +144,9 @@ void CudaMemoryNode::enqueue(Operation& op) {
       op.staging = staging_.acquire(op.bytes == 0 ? 1 : op.bytes);
       Stream source_stream = peer.engine_->streams().stream(peer.engine_->streams().pick_for_copy());
       driver.copy_async(op.staging.data(), op.source, op.bytes, source_stream);
-      op.handoff = engine_->events().acquire();
+      // CUDA records an event only on a stream of the event's own device.
+      op.handoff_pool = &peer.engine_->events();
+      op.handoff = op.handoff_pool->acquire();
       driver.record_event(op.handoff, source_stream);
       driver.stream_wait_event(stream, op.handoff);
       driver.copy_async(op.destination, op.staging.data(), op.bytes, stream);

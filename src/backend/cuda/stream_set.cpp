@@ -25,16 +25,16 @@ StreamSet::~StreamSet() {
   if (sync_ != nullptr) driver_.destroy_stream(device_, sync_);
 }
 
-std::size_t StreamSet::next_ordinary() noexcept {
+std::size_t StreamSet::next_ordinary(std::atomic<std::size_t>& counter) noexcept {
   const std::size_t ordinary = streams_.size() - reserved_;
-  return reserved_ + next_.fetch_add(1, std::memory_order_relaxed) % ordinary;
+  return reserved_ + counter.fetch_add(1, std::memory_order_relaxed) % ordinary;
 }
 
 std::size_t StreamSet::pick_for_task(std::int32_t priority) noexcept {
   if (priority > 0 && reserved_ > 0) return next_high_.fetch_add(1, std::memory_order_relaxed) % reserved_;
-  return next_ordinary();
+  return next_ordinary(next_);
 }
 
-std::size_t StreamSet::pick_for_copy() noexcept { return next_ordinary(); }
+std::size_t StreamSet::pick_for_copy() noexcept { return next_ordinary(next_copy_); }
 
 }  // namespace nerve::detail::cuda

@@ -42,14 +42,14 @@ class StreamSet {
   Stream sync_stream() const noexcept { return sync_; }
 
  private:
-  std::size_t next_ordinary() noexcept;
+  std::size_t next_ordinary(std::atomic<std::size_t>& counter) noexcept;
 
   Driver& driver_;
   const int device_;
   unsigned reserved_ = 0;
   std::vector<Stream> streams_;  // [0, reserved_): high priority
   Stream sync_ = nullptr;
-  std::atomic<std::size_t> next_{0}, next_high_{0};
+  std::atomic<std::size_t> next_{0}, next_copy_{0}, next_high_{0};  // tasks and copies rotate apart
 };
 
 }  // namespace nerve::detail::cuda
