@@ -37,20 +37,46 @@
 namespace nerve::detail::cuda {
 namespace {
 
-#define NERVE_CUDART_FUNCTIONS(X)                                                                           \
-  X(cudaGetDeviceCount)                                                                                     \
-  X(cudaGetErrorString)                                                                                     \
-  X(cudaGetErrorName) X(cudaGetLastError) X(cudaGetDeviceProperties) X(cudaSetDevice)                       \
-      X(cudaRuntimeGetVersion) X(cudaDriverGetVersion) X(cudaMemGetInfo) X(cudaMalloc) X(cudaFree)          \
-          X(cudaMallocAsync) X(cudaFreeAsync) X(cudaDeviceGetDefaultMemPool) X(cudaMemPoolSetAttribute)     \
-              X(cudaMallocManaged) X(cudaHostAlloc) X(cudaFreeHost) X(cudaHostGetDevicePointer)             \
-                  X(cudaDeviceGetStreamPriorityRange) X(cudaStreamCreateWithPriority) X(cudaStreamDestroy)  \
-                      X(cudaStreamSynchronize) X(cudaEventCreateWithFlags) X(cudaEventDestroy)              \
-                          X(cudaEventRecord) X(cudaEventQuery) X(cudaEventSynchronize)                      \
-                              X(cudaStreamWaitEvent) X(cudaMemcpyAsync) X(cudaMemcpyPeerAsync)              \
-                                  X(cudaDeviceCanAccessPeer) X(cudaDeviceEnablePeerAccess) X(cudaMemAdvise) \
-                                      X(cudaMemPrefetchAsync) X(cudaLaunchHostFunc)                         \
-                                          X(cudaGetDriverEntryPointByVersion)
+// clang-format off: one function per line (clang-format does not settle on a layout for this macro)
+#define NERVE_CUDART_FUNCTIONS(X)     \
+  X(cudaGetDeviceCount)               \
+  X(cudaGetErrorString)               \
+  X(cudaGetErrorName)                 \
+  X(cudaGetLastError)                 \
+  X(cudaGetDeviceProperties)          \
+  X(cudaSetDevice)                    \
+  X(cudaRuntimeGetVersion)            \
+  X(cudaDriverGetVersion)             \
+  X(cudaMemGetInfo)                   \
+  X(cudaMalloc)                       \
+  X(cudaFree)                         \
+  X(cudaMallocAsync)                  \
+  X(cudaFreeAsync)                    \
+  X(cudaDeviceGetDefaultMemPool)      \
+  X(cudaMemPoolSetAttribute)          \
+  X(cudaMallocManaged)                \
+  X(cudaHostAlloc)                    \
+  X(cudaFreeHost)                     \
+  X(cudaHostGetDevicePointer)         \
+  X(cudaDeviceGetStreamPriorityRange) \
+  X(cudaStreamCreateWithPriority)     \
+  X(cudaStreamDestroy)                \
+  X(cudaStreamSynchronize)            \
+  X(cudaEventCreateWithFlags)         \
+  X(cudaEventDestroy)                 \
+  X(cudaEventRecord)                  \
+  X(cudaEventQuery)                   \
+  X(cudaEventSynchronize)             \
+  X(cudaStreamWaitEvent)              \
+  X(cudaMemcpyAsync)                  \
+  X(cudaMemcpyPeerAsync)              \
+  X(cudaDeviceCanAccessPeer)          \
+  X(cudaDeviceEnablePeerAccess)       \
+  X(cudaMemAdvise)                    \
+  X(cudaMemPrefetchAsync)             \
+  X(cudaLaunchHostFunc)               \
+  X(cudaGetDriverEntryPointByVersion)
+// clang-format on
 
 using WriteValue32 = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
 
