@@ -452,6 +452,42 @@ TEST(CudaFakeContext, NoDeviceMeansNoCudaDeviceAndAReason) {
       << cuda.backend->unavailable_reason();
 }
 
+// A GPU that another backend lists too (NVIDIA's OpenCL driver) at the same PCI address.
+class TwinBackend final : public detail::Backend {
+ public:
+  std::string name() const override { return "twin"; }
+  std::vector<DeviceInfo> enumerate(const Topology&) override {
+    DeviceInfo info;
+    info.kind = DeviceKind::opencl;
+    info.name = "the same GPU through OpenCL";
+    info.pci_bus_id = "0000:65:00.0";
+    return {info};
+  }
+  std::unique_ptr<detail::Device> open(std::size_t, const detail::DeviceOpenOptions&) override {
+    throw Error(ErrorCode::internal, "the OpenCL twin was opened");
+  }
+};
+
+TEST(CudaFakeContext, AGpuListedByTwoBackendsIsOpenedThroughCudaOnly) {
+  FakeCuda cuda(FakeOptions{.devices = 1, .pci_bus_id = "0000:65:00.0"});
+  struct Registered {
+    std::shared_ptr<TwinBackend> twin = std::make_shared<TwinBackend>();
+    Registered() { detail::register_backend(twin); }
+    ~Registered() { detail::unregister_backend(twin.get()); }
+  } registered;
+  {
+    Context context(FakeCuda::settings(1).set("gpu.devices", "all"));
+    int fake = 0;
+    for (const DeviceInfo& device : context.devices()) {
+      EXPECT_NE(device.backend, "twin");
+      fake += device.backend == "cuda-fake" ? 1 : 0;
+    }
+    EXPECT_EQ(fake, 1);
+  }
+  // Asked for by name, the OpenCL view of it is opened (and this one refuses).
+  EXPECT_THROW(Context(FakeCuda::settings(1).set("gpu.devices", "twin")), Error);
+}
+
 TEST(CudaRuntime, ReportsDevicesOrWhyNot) {
   const std::string why = cuda_device_reason();
   if (!why.empty()) {

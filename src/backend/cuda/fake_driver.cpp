@@ -59,7 +59,7 @@ DeviceProperties FakeDriver::properties(int device) {
   p.total_memory = options_.memory_bytes;
   p.multiprocessors = 4;
   p.major = 9;
-  p.pci_bus_id = "";  // no PCI address: locality stays unknown
+  p.pci_bus_id = device == 0 ? options_.pci_bus_id : "";  // none: locality stays unknown
   p.managed_memory = options_.managed_memory;
   p.concurrent_managed_access = options_.managed_memory;
   return p;

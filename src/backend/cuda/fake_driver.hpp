@@ -32,6 +32,7 @@ struct FakeOptions {
   bool hold_work = false;  // streams keep their work until run_pending()
   int least_priority = 0, greatest_priority = -5;
   std::string why_none = "no CUDA-capable device is detected (fake)";  // when devices == 0
+  std::string pci_bus_id;  // device 0's PCI address ("": none, locality unknown)
 };
 
 struct FakeRecord {
