@@ -290,7 +290,9 @@ class CudartDriver final : public Driver {
       const CUresult status =
           write(static_cast<CUstream>(stream), reinterpret_cast<CUdeviceptr>(flag), value, 0);
       if (status == CUDA_SUCCESS) return;
-      write_value_failed_.store(true, std::memory_order_relaxed);  // e.g. stream memory operations disabled
+      // Stream memory operations unsupported on this device (CUDA_ERROR_NOT_SUPPORTED): stop trying;
+      // any other error: a host function this time.
+      if (status == CUDA_ERROR_NOT_SUPPORTED) write_value_failed_.store(true, std::memory_order_relaxed);
     }
     auto context = std::make_unique<FlagWrite>(FlagWrite{flag, value});
     check(cudaLaunchHostFunc_(static_cast<cudaStream_t>(stream), &FlagWrite::run, context.get()),

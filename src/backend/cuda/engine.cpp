@@ -86,6 +86,9 @@ void Engine::recycle(Operation* op) noexcept {
 }
 
 void Engine::arm(Operation* op, Stream stream) {
+  // Driver-level stream operations (the flag write) act in the calling thread's current context: make
+  // it this device's (copies are armed from whatever runtime thread started them).
+  driver_.make_current(ordinal_);
   if (op->event == nullptr) op->event = events_.acquire();
   if (mode_ == CompletionMode::flag && op->flag != nullptr) {
     {
