@@ -258,6 +258,39 @@ TEST(CudaFakeContext, KernelsRunAndDataComesBackThroughPinnedStaging) {
   EXPECT_EQ(cuda.driver->live_events(), 0u);
 }
 
+// The device runs its streams' work later, on another thread (as a GPU does): copies beyond
+// gpu.max_pending_transfers wait for a place, and everything still completes through the flags.
+TEST(CudaFakeContext, HeldWorkCompletesAndCopiesRespectMaxPendingTransfers) {
+  FakeCuda cuda(FakeOptions{.devices = 1, .hold_work = true});
+  std::atomic<bool> done{false};
+  std::thread device([&] {
+    while (!done.load()) {
+      cuda.driver->run_pending();
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  });
+  {
+    Settings settings = FakeCuda::settings(2);
+    settings.set("gpu.max_pending_transfers", "1");
+    Context context(settings);
+    {
+      const Kernel scale = make_scale();
+      std::vector<Buffer<float>> buffers;
+      for (int i = 0; i < 8; ++i) buffers.emplace_back(context, std::vector<float>(1024, 1.0f));
+      for (auto& buffer : buffers)
+        context.spawn(TaskOptions{.device = 1}, scale, read_write(buffer), value(2.0f));
+      context.wait_all();
+      for (auto& buffer : buffers) EXPECT_EQ(buffer.to_vector(), std::vector<float>(1024, 2.0f));
+      const auto counters = context.impl()->devices[0]->counters();
+      EXPECT_EQ(counters.peak_copies_in_flight, 1u);
+      EXPECT_GT(counters.copies_deferred, 0u) << "eight buffers went to the device at once";
+    }
+    expect_no_leaks(context);
+  }
+  done = true;
+  device.join();
+}
+
 TEST(CudaFakeContext, EventsComeFromAPoolNotOnePerTask) {
   FakeCuda cuda;
   Context context(FakeCuda::settings(2));
