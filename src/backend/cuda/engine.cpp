@@ -194,6 +194,12 @@ bool Engine::poll(Operation& op, bool query_events) noexcept {
 
 void Engine::finish(Operation* op) noexcept {
   const bool counted = op->counts_as_transfer;
+  // The operation's work is done: its events go back before the runtime hears of it, so that whoever
+  // the completion wakes sees no event still in use (a next step acquires one again).
+  events_.release(op->event);
+  op->event = nullptr;
+  if (op->handoff != nullptr) op->handoff_pool->release(op->handoff);
+  op->handoff = nullptr;
   bool over = true;
   try {
     over = op->finish(*this, *op);
