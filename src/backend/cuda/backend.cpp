@@ -48,7 +48,17 @@ class CudaBackend final : public Backend {
       cuda.async_prefetch = config.gpu.async_prefetch;
       cuda.cache_hints = config.gpu.cache_hints;
     }
-    if (cuda.unified_memory && !driver_->properties(ordinal).managed_memory) {
+    const DeviceProperties properties = driver_->properties(ordinal);
+    if (cuda.unified_memory && properties.managed_memory && !properties.concurrent_managed_access &&
+        (cuda.async_prefetch || cuda.cache_hints)) {
+      // Without concurrent managed access (Windows, pre-Pascal) the driver refuses prefetches and advice.
+      log::info(
+          "CUDA device {} ('{}'): no concurrent managed access; gpu.async_prefetch and gpu.cache_hints "
+          "do nothing there",
+          ordinal, info.name);
+      cuda.async_prefetch = cuda.cache_hints = false;
+    }
+    if (cuda.unified_memory && !properties.managed_memory) {
       log::warn(
           "gpu.unified_memory: CUDA device {} ('{}') has no managed memory; its buffers stay in device "
           "memory",
