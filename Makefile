@@ -21,9 +21,11 @@ ASAN_DIR   := build-asan
 SHELL := /bin/bash
 
 SANITIZER_SUPPRESSIONS := $(CURDIR)/tests/sanitizers
-# Sanitizer builds are lean: no benchmarks, no examples; tests labelled `nosan` do not run under them,
+# Sanitizer builds are lean: no benchmarks, no examples, no CUDA runtime (libcudart is not instrumented;
+# the CUDA backend's host logic is still built and its fake-driver tests run: docs/BACKENDS.md);
+# tests labelled `nosan` do not run under them,
 # `noasan` not under AddressSanitizer (tests/dist/CMakeLists.txt says why).
-SANITIZER_CMAKE_ARGS := -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNERVE_BUILD_BENCH=OFF -DNERVE_BUILD_EXAMPLES=OFF
+SANITIZER_CMAKE_ARGS := -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNERVE_BUILD_BENCH=OFF -DNERVE_BUILD_EXAMPLES=OFF -DNERVE_WITH_CUDA=OFF
 # Sanitized runs are 5-20x slower: the random-DAG stress test uses 20,000 tasks per seed there (the
 # full 100,000 run in the plain build).
 SANITIZER_STRESS := NERVE_STRESS_TASKS=20000

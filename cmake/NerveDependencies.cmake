@@ -20,6 +20,51 @@ if(NERVE_ENABLE_OPENCL)
   endif()
 endif()
 
+# CUDA (src/backend/cuda/): AUTO builds the CUDA backend when the toolkit is found (FindCUDAToolkit:
+# /usr/local/cuda, or CUDAToolkit_ROOT), ON requires it, OFF leaves it out. The library does not link
+# CUDA: it needs the toolkit's headers at build time and loads libcudart at run time (cudart_driver.cpp),
+# so it builds and runs everywhere, GPU or not. The examples and GPU benchmarks with .cu files need
+# nvcc (enable_language(CUDA)); CMAKE_CUDA_ARCHITECTURES defaults to 90 (Hopper) — CI compiles .cu
+# files for one architecture only, to keep its time.
+set(NERVE_WITH_CUDA AUTO CACHE STRING "Build the CUDA backend: AUTO (when the toolkit is found), ON or OFF")
+set_property(CACHE NERVE_WITH_CUDA PROPERTY STRINGS AUTO ON OFF)
+set(NERVE_HAVE_CUDA OFF)
+set(NERVE_HAVE_CUDA_COMPILER OFF)
+if(NOT NERVE_WITH_CUDA STREQUAL "OFF")
+  find_package(CUDAToolkit QUIET)
+  if(CUDAToolkit_FOUND)
+    set(NERVE_HAVE_CUDA ON)
+    set(NERVE_CUDART_SONAME "libcudart.so.${CUDAToolkit_VERSION_MAJOR}")
+    message(STATUS "nerve: CUDA toolkit ${CUDAToolkit_VERSION} found: building the CUDA backend (loads ${NERVE_CUDART_SONAME})")
+    if(NERVE_BUILD_EXAMPLES OR NERVE_BUILD_BENCH)
+      if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+        set(CMAKE_CUDA_ARCHITECTURES 90)
+      endif()
+      if(NOT CMAKE_CUDA_COMPILER AND EXISTS "${CUDAToolkit_BIN_DIR}/nvcc")
+        set(CMAKE_CUDA_COMPILER "${CUDAToolkit_BIN_DIR}/nvcc")
+      endif()
+      include(CheckLanguage)
+      check_language(CUDA)
+      if(CMAKE_CUDA_COMPILER)
+        enable_language(CUDA)
+        # nerve's targets require C++20 (cxx_std_20), which CMake turns into CUDA20 for .cu files of
+        # programs linking them; CMake 3.25 predates nvcc's C++20 support and knows no flag for it.
+        if(NOT DEFINED CMAKE_CUDA20_STANDARD_COMPILE_OPTION)
+          set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+          set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+        endif()
+        # One libcudart per process: the library loads the shared one, so programs link it too.
+        set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
+        set(NERVE_HAVE_CUDA_COMPILER ON)
+      endif()
+    endif()
+  elseif(NERVE_WITH_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "NERVE_WITH_CUDA=ON but no CUDA toolkit was found (set CUDAToolkit_ROOT)")
+  else()
+    message(STATUS "nerve: CUDA toolkit not found: no CUDA backend")
+  endif()
+endif()
+
 # Distributed execution (src/dist/) over MPI: AUTO builds it when MPI is found (Debian: libopenmpi-dev),
 # ON requires it, OFF leaves it out. Without it distributed.communication_backend accepts only `none`.
 # zstd (libzstd-dev) adds distributed.compression: zstd.

@@ -147,6 +147,22 @@ struct NERVE_API Config {
     std::chrono::microseconds work_stealing_threshold{0};
     bool topology_awareness = true;  // victims ordered by topology distance (else random)
     NumaAffinity numa_affinity = NumaAffinity::preferred;
+    // scheduler.gpu_stream_priorities: high-priority streams reserved per CUDA device for tasks with
+    // TaskOptions::priority > 0. An entry with device -1 applies to every device without its own.
+    struct GpuStreamPriority {
+      int device = -1;  // the CUDA device ordinal (cudaSetDevice numbering); -1: every device
+      unsigned high_priority_streams = 0;
+    };
+    std::vector<GpuStreamPriority> gpu_stream_priorities;
+    // high_priority_streams_for(): the reservation for CUDA device `ordinal` (0 when none).
+    unsigned high_priority_streams_for(int ordinal) const noexcept {
+      unsigned all = 0;
+      for (const GpuStreamPriority& each : gpu_stream_priorities) {
+        if (each.device == ordinal) return each.high_priority_streams;
+        if (each.device == -1) all = each.high_priority_streams;
+      }
+      return all;
+    }
   } scheduler;
 
   struct TaskQueue {
@@ -175,6 +191,9 @@ struct NERVE_API Config {
     unsigned stream_count = 4;            // queues (streams) per device
     unsigned max_pending_transfers = 32;  // copies in flight per device; more wait their turn
     bool peer_access = true;              // device-to-device copies direct when the driver can
+    bool unified_memory = false;          // CUDA buffers in managed memory (cudaMallocManaged)
+    bool async_prefetch = true;           // managed buffers prefetched to the device ahead of each task
+    bool cache_hints = true;              // managed buffers given cudaMemAdvise hints per access mode
   } gpu;
 
   // Performance monitoring (see docs/PERF_STATS.md and docs/TRACING.md).

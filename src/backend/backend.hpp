@@ -45,6 +45,9 @@ class Backend {
   virtual std::vector<DeviceInfo> enumerate(const Topology& topology) = 0;
   // open(): a device of enumerate()'s list, numbered options.index.
   virtual std::unique_ptr<Device> open(std::size_t which, const DeviceOpenOptions& options) = 0;
+  // unavailable_reason(): after an enumerate() that found nothing, why ("no CUDA driver: ..."), for
+  // nerve-info; empty when the backend found devices or has nothing to say.
+  virtual std::string unavailable_reason() const { return {}; }
 };
 
 }  // namespace nerve::detail

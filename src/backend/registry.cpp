@@ -16,6 +16,9 @@
 #if NERVE_HAVE_OPENCL
 #include "backend/opencl/backend.hpp"
 #endif
+#if NERVE_HAVE_CUDA
+#include "backend/cuda/backend.hpp"
+#endif
 
 namespace nerve::detail {
 namespace {
@@ -30,6 +33,9 @@ const std::vector<std::shared_ptr<Backend>>& built_in() {
   static const auto* list = new std::vector<std::shared_ptr<Backend>> {
 #if NERVE_HAVE_OPENCL
     opencl::make_backend(),
+#endif
+#if NERVE_HAVE_CUDA
+        cuda::make_backend(cuda::make_cudart_driver()),
 #endif
   };
   return *list;
@@ -83,8 +89,23 @@ std::vector<std::unique_ptr<Device>> discover_devices(const Config& config, cons
   const std::vector<FoundDevice> found = find_devices(topology);
   std::vector<DeviceInfo> infos;
   for (const FoundDevice& device : found) infos.push_back(device.info);
-  const std::vector<std::size_t> selected =
-      select_devices(infos, config.gpu.devices, config.origin("gpu.devices"));
+  std::vector<std::size_t> selected = select_devices(infos, config.gpu.devices, config.origin("gpu.devices"));
+  // One GPU seen through two backends (NVIDIA's OpenCL driver and CUDA both list it, with the same PCI
+  // address) would become two memory nodes that split its memory without knowing of each other: when
+  // both are selected, the CUDA one stays.
+  const std::vector<std::size_t> chosen = selected;
+  std::erase_if(selected, [&](std::size_t position) {
+    const DeviceInfo& info = infos[position];
+    if (info.kind == DeviceKind::cuda || info.pci_bus_id.empty()) return false;
+    for (std::size_t other : chosen) {
+      if (infos[other].kind == DeviceKind::cuda && infos[other].pci_bus_id == info.pci_bus_id) {
+        log::info("device {} ('{}', {}) is CUDA device {} too: it is used through CUDA only", info.index,
+                  info.name, info.backend, infos[other].index);
+        return true;
+      }
+    }
+    return false;
+  });
   if (selected.size() + static_cast<std::size_t>(first_index) > max_memory_nodes) {
     throw Error(ErrorCode::not_supported,
                 fmt::format("gpu.devices selects {} devices; nerve supports at most {} memory nodes (host "

@@ -41,7 +41,14 @@ void assign(Config& result, const Assignment& assignment) {
   const config::KeySpec& spec = config::resolve_key(assignment.key, assignment.origin);
   const config::ParsedValue value =
       config::parse_value(spec.name, spec.type, assignment.value, assignment.origin);
-  spec.apply(result, value);
+  try {
+    spec.apply(result, value);
+  } catch (const ConfigError& error) {
+    // A key's own parser (memory.numa_policy, scheduler.gpu_stream_priorities, ...) knows the key but
+    // not where the value came from: add the file and line (or variable) as for every other error.
+    if (!error.file().empty() || error.line() != 0) throw;
+    config::throw_config_error(assignment.origin, spec.name, error.what());
+  }
   const auto entry = std::find_if(result.entries.begin(), result.entries.end(),
                                   [&](const Config::Entry& e) { return e.key == spec.name; });
   entry->value = value.text;

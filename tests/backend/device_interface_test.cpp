@@ -1,10 +1,14 @@
 // One behavioural suite over every available backend: the OpenCL backend (when the machine has an
-// OpenCL device), the test plugin's simulated devices (loaded from NERVE_PLUGIN_PATH) and the runtime's
-// own test device. Each runs the same kernels on device 1 and must give the same results and errors.
+// OpenCL device), the test plugin's simulated devices (loaded from NERVE_PLUGIN_PATH), the CUDA backend
+// over its fake driver (its launchers compute on the host: the fake's device memory is host memory)
+// and the runtime's own test device. Each runs the same kernels on device 1 and must give the same results
+// and errors.
 #include <cstdlib>
 
+#include "nerve/cuda.hpp"
 #include "nerve/opencl.hpp"
 
+#include "cuda_support.hpp"
 #include "opencl_support.hpp"
 
 namespace nerve::testing {
@@ -20,18 +24,22 @@ constexpr const char* broken_source = "__kernel void fails(__global float* x) { 
 
 Kernel make_affine() {
   Kernel affine("affine");
-  affine.cpu([](const KernelArgs& args) {
+  const CpuKernel body = [](const KernelArgs& args) {
     for (float& each : args.span<float>(0)) each = args.value<float>(0) * each + args.value<float>(1);
-  });
+  };
+  affine.cpu(body);
+  cuda::attach(affine, cpu_launcher(body));
   opencl::attach(affine, source, "affine");
   return affine;
 }
 
 Kernel make_fill() {
   Kernel fill("fill");
-  fill.cpu([](const KernelArgs& args) {
+  const CpuKernel body = [](const KernelArgs& args) {
     for (float& each : args.span<float>(0)) each = args.value<float>(0);
-  });
+  };
+  fill.cpu(body);
+  cuda::attach(fill, cpu_launcher(body));
   opencl::attach(fill, source, "fill");
   return fill;
 }
@@ -39,6 +47,7 @@ Kernel make_fill() {
 Kernel make_failing() {
   Kernel failing("fails");
   failing.cpu([](const KernelArgs&) { throw std::runtime_error("not_declared"); });
+  cuda::attach(failing, [](const KernelArgs&, int, void*) { throw std::runtime_error("not_declared"); });
   opencl::attach(failing, broken_source, "fails");
   return failing;
 }
@@ -56,6 +65,9 @@ class DeviceInterface : public ::testing::TestWithParam<std::string> {
       settings.set("gpu.devices", "sim0");
       context = std::make_unique<Context>(settings);
       ::unsetenv("NERVE_PLUGIN_PATH");
+    } else if (backend == "cuda_fake") {
+      fake_cuda = std::make_unique<FakeCuda>();
+      context = std::make_unique<Context>(FakeCuda::settings(2));
     } else {
       context = std::make_unique<Context>(make_settings(2));
       context->impl()->add_test_device({});
@@ -70,6 +82,7 @@ class DeviceInterface : public ::testing::TestWithParam<std::string> {
     }
     expect_no_leaks(*context);
   }
+  std::unique_ptr<FakeCuda> fake_cuda;  // outlives the context
   std::unique_ptr<Context> context;
 };
 
@@ -108,7 +121,7 @@ TEST_P(DeviceInterface, AFailingKernelFailsItsTaskAndCancelsItsReaders) {
   EXPECT_EQ(x.to_vector(), std::vector<float>(1024, 5.0f));
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, DeviceInterface, ::testing::Values("opencl", "sim", "test"),
+INSTANTIATE_TEST_SUITE_P(Backends, DeviceInterface, ::testing::Values("opencl", "sim", "cuda_fake", "test"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

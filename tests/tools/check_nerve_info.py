@@ -114,6 +114,10 @@ def case_json(binary):
     check(not document["worker_pool"]["automatic"], "worker_pool.automatic with a configured size")
     automatic = run_json(binary)
     check(automatic["worker_pool"]["automatic"], "worker_pool.automatic is false by default")
+    # Backends that found no device say why (the CUDA backend on a machine without a GPU, e.g.).
+    notes = automatic.get("backend_notes")
+    check(isinstance(notes, list) and all(isinstance(note, str) and ": " in note for note in notes),
+          f"backend_notes is not a list of 'backend: reason': {notes}")
     check(config_entry(automatic, "parallel.thread_pool_size")["origin"]["source"] == "default",
           "thread_pool_size not from default")
     if not automatic["topology"]["synthetic"]:

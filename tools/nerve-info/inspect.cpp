@@ -14,6 +14,7 @@
 
 #include "nerve/context.hpp"
 
+#include "backend/registry.hpp"
 #include "report.hpp"
 #include "runtime/context_impl.hpp"
 #include "topology/affinity.hpp"
@@ -127,6 +128,15 @@ Report inspect(const Settings& settings, std::string version) {
   // Join the worker threads: each sets its `bound` flag itself, and only after the join are all the
   // flags final and safe to read.
   std::vector<DeviceInfo> accelerators = describe_accelerators(context);
+  // The backends asked for devices while the context was built (not with gpu.devices = none) keep
+  // why they found none: say so, instead of a silently empty list.
+  std::vector<std::string> backend_notes;
+  if (!context.config().gpu.devices.empty()) {
+    for (const auto& backend : detail::backends()) {
+      if (std::string why = backend->unavailable_reason(); !why.empty())
+        backend_notes.push_back(fmt::format("{}: {}", backend->name(), why));
+    }
+  }
   context.impl()->shutdown();
 
   Report report;
@@ -155,6 +165,7 @@ Report inspect(const Settings& settings, std::string version) {
     report.workers.push_back(std::move(worker));
   }
   report.accelerators = std::move(accelerators);
+  report.backend_notes = std::move(backend_notes);
   report.devices = list_devices(report);
   return report;
 }

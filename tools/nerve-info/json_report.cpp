@@ -95,6 +95,7 @@ nlohmann::ordered_json report_to_json(const Report& report) {
       {"workers", workers},
       {"config", config_json(report.config)},
       {"devices", devices},
+      {"backend_notes", report.backend_notes},
   };
 }
 

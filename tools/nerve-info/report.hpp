@@ -69,6 +69,8 @@ struct Report {
   std::vector<WorkerInfo> workers;
   std::vector<DeviceInfo> accelerators;  // what the context opened (inspect())
   std::vector<DeviceInfo> devices;
+  // Backends that found no device, and why ("cuda: cudart 13.0 (driver none): no device (...)").
+  std::vector<std::string> backend_notes;
 };
 
 // inspect() creates a nerve::Context from `settings`, probes its workers and shuts it down again.

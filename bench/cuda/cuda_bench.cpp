@@ -1,0 +1,371 @@
+// nerve-bench-cuda — the GPU measurements of scripts/gpu-check.sh, each next to the hardware or CUDA
+// baseline it is judged against, in the same run (docs/BACKENDS.md, issue #5):
+//
+//   copy bandwidth    device-to-device (cudaMemcpyAsync, 1 GiB), host->device and device->host from
+//                     pinned memory, and both directions at once
+//   W5                vector add on one GPU: one raw kernel launch, and nerve tasks over slices,
+//                     as memory traffic (12 bytes per element) against the device-to-device copy's
+//   W12               host -> device -> kernel -> host streaming in chunks: a raw 4-stream pipeline
+//                     from pinned memory, and nerve (a CPU task produces each chunk, a GPU task
+//                     transforms it, a CPU task consumes the result), against the copy bandwidths
+//   completion        round-trip latency of an empty kernel observed by cudaStreamSynchronize,
+//                     cudaEventSynchronize, and a host-mapped flag the GPU writes (cuStreamWriteValue32);
+//                     and of a nerve task with NERVE_CUDA_COMPLETION = flag and = event
+//   device pools      allocate/free pairs through nerve's DeviceArena and the stream-ordered pool
+//
+// Prints one line per measurement and, with --json PATH, writes them all. Without a CUDA device it
+// prints "no CUDA device" and exits 0. --quick shrinks every size 16x (a smoke run).
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <nlohmann/json.hpp>
+
+#include "nerve/cuda.hpp"
+#include "nerve/nerve.hpp"
+
+#include "backend/cuda/allocators.hpp"
+#include "backend/cuda/backend.hpp"
+#include "backend/cuda/device_pools.hpp"
+#include "kernels.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  std::string json;
+  std::size_t scale = 1;  // sizes are divided by it (--quick: 16)
+};
+
+nlohmann::json results = nlohmann::json::array();
+
+void report(const std::string& name, double value, const std::string& unit, const std::string& note = {}) {
+  std::printf("  %-44s %12.3f %-8s %s\n", name.c_str(), value, unit.c_str(), note.c_str());
+  std::fflush(stdout);
+  results.push_back({{"name", name}, {"value", value}, {"unit", unit}, {"note", note}});
+}
+
+void check(cudaError_t status, const char* what) {
+  if (status == cudaSuccess) return;
+  std::fprintf(stderr, "nerve-bench-cuda: %s: %s\n", what, cudaGetErrorString(status));
+  std::exit(1);
+}
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// best_of(): the fastest of `runs` timed calls (after one untimed warm-up).
+double best_of(int runs, const std::function<void()>& run) {
+  run();
+  double best = 1e300;
+  for (int r = 0; r < runs; ++r) {
+    const auto start = Clock::now();
+    run();
+    best = std::min(best, seconds_since(start));
+  }
+  return best;
+}
+
+double median(std::vector<double> samples) {
+  std::sort(samples.begin(), samples.end());
+  return samples[samples.size() / 2];
+}
+
+struct Bandwidths {
+  double d2d = 0, h2d = 0, d2h = 0, both = 0;  // GB/s of traffic (d2d: read + write)
+};
+
+Bandwidths copy_bandwidths(std::size_t bytes) {
+  Bandwidths out;
+  cudaStream_t s1 = nullptr, s2 = nullptr;
+  check(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking), "cudaStreamCreate");
+  check(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking), "cudaStreamCreate");
+  void *d1 = nullptr, *d2 = nullptr, *h1 = nullptr, *h2 = nullptr;
+  check(cudaMalloc(&d1, bytes), "cudaMalloc");
+  check(cudaMalloc(&d2, bytes), "cudaMalloc");
+  check(cudaHostAlloc(&h1, bytes, cudaHostAllocDefault), "cudaHostAlloc");
+  check(cudaHostAlloc(&h2, bytes, cudaHostAllocDefault), "cudaHostAlloc");
+  std::memset(h1, 1, bytes);
+  const auto timed = [&](const std::function<void()>& enqueue) {
+    return best_of(5, [&] {
+      enqueue();
+      check(cudaStreamSynchronize(s1), "sync");
+      check(cudaStreamSynchronize(s2), "sync");
+    });
+  };
+  const double gb = static_cast<double>(bytes) / 1e9;
+  out.d2d =
+      2 * gb / timed([&] { check(cudaMemcpyAsync(d2, d1, bytes, cudaMemcpyDeviceToDevice, s1), "d2d"); });
+  out.h2d = gb / timed([&] { check(cudaMemcpyAsync(d1, h1, bytes, cudaMemcpyHostToDevice, s1), "h2d"); });
+  out.d2h = gb / timed([&] { check(cudaMemcpyAsync(h2, d2, bytes, cudaMemcpyDeviceToHost, s1), "d2h"); });
+  out.both = 2 * gb / timed([&] {
+               check(cudaMemcpyAsync(d1, h1, bytes, cudaMemcpyHostToDevice, s1), "h2d");
+               check(cudaMemcpyAsync(h2, d2, bytes, cudaMemcpyDeviceToHost, s2), "d2h");
+             });
+  cudaFree(d1);
+  cudaFree(d2);
+  cudaFreeHost(h1);
+  cudaFreeHost(h2);
+  cudaStreamDestroy(s1);
+  cudaStreamDestroy(s2);
+  return out;
+}
+
+nerve::Settings cuda_settings() {
+  nerve::Settings settings;
+  settings.set("gpu.devices", "cuda");
+  return settings;
+}
+
+void w5(std::size_t n, const Bandwidths& copies) {
+  const double gb = 12.0 * static_cast<double>(n) / 1e9;
+  {  // raw: one launch over device arrays
+    float *a = nullptr, *b = nullptr, *c = nullptr;
+    check(cudaMalloc(&a, n * sizeof(float)), "cudaMalloc");
+    check(cudaMalloc(&b, n * sizeof(float)), "cudaMalloc");
+    check(cudaMalloc(&c, n * sizeof(float)), "cudaMalloc");
+    check(cudaMemset(a, 0, n * sizeof(float)), "memset");
+    check(cudaMemset(b, 0, n * sizeof(float)), "memset");
+    const double t = best_of(5, [&] {
+      bench_cuda::launch_vector_add(a, b, c, n, nullptr);
+      check(cudaDeviceSynchronize(), "sync");
+    });
+    report("W5 raw kernel, one GPU", gb / t, "GB/s",
+           "vs d2d copy " + std::to_string(static_cast<int>(100 * gb / t / copies.d2d)) + "%");
+    cudaFree(a);
+    cudaFree(b);
+    cudaFree(c);
+  }
+  nerve::Context context(cuda_settings());
+  nerve::Kernel add("vector_add");
+  nerve::cuda::attach(add, [](const nerve::KernelArgs& args, int, void* stream) {
+    bench_cuda::launch_vector_add(static_cast<const float*>(args.data(0)),
+                                  static_cast<const float*>(args.data(1)), static_cast<float*>(args.data(2)),
+                                  args.size_bytes(2) / sizeof(float), stream);
+  });
+  std::vector<float> host(n, 1.0f);
+  nerve::Buffer<float> a(context, std::span<const float>(host)), b(context, std::span<const float>(host));
+  nerve::Buffer<float> c(context, n);
+  for (std::size_t chunk : {n / 4, n / 16}) {
+    const auto run = [&] {
+      for (std::size_t start = 0; start < n; start += chunk) {
+        context.spawn(nerve::TaskOptions{.device = 1}, add, nerve::read(a.slice(start, chunk)),
+                      nerve::read(b.slice(start, chunk)), nerve::write(c.slice(start, chunk)));
+      }
+      context.wait_all();
+    };
+    const double t = best_of(5, run);  // the warm-up moves a and b to the GPU once
+    report("W5 nerve, one GPU, " + std::to_string(n / chunk) + " tasks", gb / t, "GB/s",
+           "vs d2d copy " + std::to_string(static_cast<int>(100 * gb / t / copies.d2d)) + "% (goal >= 90%)");
+  }
+  const auto result = c.to_vector();
+  if (result[n / 2] != 2.0f) std::printf("  W5 nerve: WRONG result %f\n", result[n / 2]);
+}
+
+void w12(std::size_t n, std::size_t chunk, const Bandwidths& copies) {
+  const double in_gb = 4.0 * static_cast<double>(n) / 1e9;
+  // The bound: in and out overlap when the link is full duplex.
+  const double ideal = std::max(in_gb / copies.h2d, in_gb / copies.d2h);
+  {  // raw: pinned host memory, 4 streams, copy in / kernel / copy out per chunk
+    float *hx = nullptr, *hy = nullptr, *dx = nullptr, *dy = nullptr;
+    check(cudaHostAlloc(reinterpret_cast<void**>(&hx), n * sizeof(float), cudaHostAllocDefault),
+          "cudaHostAlloc");
+    check(cudaHostAlloc(reinterpret_cast<void**>(&hy), n * sizeof(float), cudaHostAllocDefault),
+          "cudaHostAlloc");
+    check(cudaMalloc(&dx, n * sizeof(float)), "cudaMalloc");
+    check(cudaMalloc(&dy, n * sizeof(float)), "cudaMalloc");
+    std::vector<cudaStream_t> streams(4);
+    for (auto& s : streams) check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+    const double t = best_of(3, [&] {
+      std::size_t k = 0;
+      for (std::size_t start = 0; start < n; start += chunk, ++k) {
+        cudaStream_t s = streams[k % streams.size()];
+        const std::size_t bytes = chunk * sizeof(float);
+        check(cudaMemcpyAsync(dx + start, hx + start, bytes, cudaMemcpyHostToDevice, s), "h2d");
+        bench_cuda::launch_transform(dx + start, dy + start, chunk, s);
+        check(cudaMemcpyAsync(hy + start, dy + start, bytes, cudaMemcpyDeviceToHost, s), "d2h");
+      }
+      check(cudaDeviceSynchronize(), "sync");
+    });
+    report("W12 raw 4-stream pipeline (pinned)", ideal / t * 100, "%", "of the copy-bandwidth bound");
+    for (auto& s : streams) cudaStreamDestroy(s);
+    cudaFreeHost(hx);
+    cudaFreeHost(hy);
+    cudaFree(dx);
+    cudaFree(dy);
+  }
+  nerve::Context context(cuda_settings());
+  nerve::Kernel transform("transform");
+  nerve::cuda::attach(transform, [](const nerve::KernelArgs& args, int, void* stream) {
+    bench_cuda::launch_transform(static_cast<const float*>(args.data(0)), static_cast<float*>(args.data(1)),
+                                 args.size_bytes(1) / sizeof(float), stream);
+  });
+  nerve::Buffer<float> x(context, n), y(context, n);
+  std::atomic<double> checksum{0};
+  const auto run = [&] {
+    for (std::size_t start = 0; start < n; start += chunk) {
+      auto xs = x.slice(start, chunk), ys = y.slice(start, chunk);
+      context.spawn(
+          nerve::TaskOptions{.device = 0}, [](std::span<float> v) { std::fill(v.begin(), v.end(), 1.0f); },
+          nerve::write(xs));
+      context.spawn(nerve::TaskOptions{.device = 1}, transform, nerve::read(xs), nerve::write(ys));
+      context.spawn(
+          nerve::TaskOptions{.device = 0},
+          [&checksum](std::span<const float> v) { checksum.store(checksum.load() + v.front() + v.back()); },
+          nerve::read(ys));
+    }
+    context.wait_all();
+  };
+  const double t = best_of(3, run);
+  report("W12 nerve (CPU produce, GPU, CPU consume)", ideal / t * 100, "%",
+         "of the copy-bandwidth bound (goal >= 85%), " + std::to_string(2 * in_gb / t) + " GB/s");
+}
+
+void latency(int iterations) {
+  cudaStream_t s = nullptr;
+  check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+  cudaEvent_t e = nullptr;
+  check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+  const auto measure = [&](const std::function<void(int)>& once) {
+    std::vector<double> samples;
+    for (int i = 0; i < iterations; ++i) {
+      const auto start = Clock::now();
+      once(i + 1);
+      samples.push_back(seconds_since(start) * 1e6);
+    }
+    return median(samples);
+  };
+  report("completion: cudaStreamSynchronize", measure([&](int) {
+           bench_cuda::launch_empty(s);
+           check(cudaStreamSynchronize(s), "sync");
+         }),
+         "us", "empty kernel round trip, median");
+  report("completion: cudaEventSynchronize", measure([&](int) {
+           bench_cuda::launch_empty(s);
+           check(cudaEventRecord(e, s), "record");
+           check(cudaEventSynchronize(e), "sync");
+         }),
+         "us", "empty kernel round trip, median");
+  using WriteValue32 = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+  void* function = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  if (cudaGetDriverEntryPointByVersion("cuStreamWriteValue32", &function, 12000, cudaEnableDefault, &found) ==
+          cudaSuccess &&
+      found == cudaDriverEntryPointSuccess) {
+    auto write = reinterpret_cast<WriteValue32>(function);
+    std::uint32_t* flag = nullptr;
+    check(cudaHostAlloc(reinterpret_cast<void**>(&flag), 64, cudaHostAllocMapped | cudaHostAllocPortable),
+          "cudaHostAlloc");
+    *flag = 0;
+    bool ok = true;
+    const double us = measure([&](int i) {
+      bench_cuda::launch_empty(s);
+      if (write(s, reinterpret_cast<CUdeviceptr>(flag), static_cast<cuuint32_t>(i), 0) != CUDA_SUCCESS)
+        ok = false;
+      while (ok && std::atomic_ref<std::uint32_t>(*flag).load(std::memory_order_acquire) !=
+                       static_cast<std::uint32_t>(i)) {
+      }
+    });
+    report("completion: host-mapped flag (GPU writes)", ok ? us : -1, "us",
+           ok ? "empty kernel round trip, median" : "cuStreamWriteValue32 refused");
+    cudaFreeHost(flag);
+  } else {
+    report("completion: host-mapped flag (GPU writes)", -1, "us", "cuStreamWriteValue32 not found");
+  }
+  cudaEventDestroy(e);
+  cudaStreamDestroy(s);
+  for (const char* mode : {"flag", "event"}) {
+    ::setenv("NERVE_CUDA_COMPLETION", mode, 1);  // read when the context opens its devices
+    nerve::Context context(cuda_settings());
+    nerve::Kernel nothing("empty");
+    nerve::cuda::attach(
+        nothing, [](const nerve::KernelArgs&, int, void* stream) { bench_cuda::launch_empty(stream); });
+    nerve::Buffer<float> token(context, 1);
+    report(std::string("completion: nerve task, ") + mode, measure([&](int) {
+             context.submit(nerve::TaskOptions{.device = 1}, nothing, nerve::read_write(token)).wait();
+           }),
+           "us", "submit to wait() returning, median");
+  }
+  ::unsetenv("NERVE_CUDA_COMPLETION");
+}
+
+void pools(int pairs) {
+  using namespace nerve::detail::cuda;
+  auto driver = make_cudart_driver();
+  const std::size_t sizes[] = {4096, 65536, 1 << 20, 16 << 20, 64 << 20};
+  const auto run = [&](nerve::memory::NodePool& pool) {
+    std::vector<std::pair<void*, std::size_t>> live;
+    const auto start = Clock::now();
+    for (int i = 0; i < pairs; ++i) {
+      const std::size_t bytes = sizes[i % 5];
+      live.emplace_back(pool.allocate(bytes), bytes);
+      if (live.size() > 32) {
+        pool.deallocate(live.front().first, live.front().second);
+        live.erase(live.begin());
+      }
+    }
+    for (auto& [pointer, bytes] : live) pool.deallocate(pointer, bytes);
+    return seconds_since(start) * 1e9 / pairs;
+  };
+  DeviceArena arena(std::make_unique<CudaBlockAllocator>(*driver, BlockKind::device, 0, 1, "GPU 0"), 0);
+  run(arena);  // warm: the chunks exist
+  report("device pool: arena (nerve's sub-allocator)", run(arena), "ns", "per allocate+free");
+  StreamOrderedPool stream_ordered(
+      *driver, 0, std::make_unique<CudaBlockAllocator>(*driver, BlockKind::device, 0, 1, "GPU 0"), 0);
+  run(stream_ordered);
+  report("device pool: stream-ordered (cudaMallocAsync)", run(stream_ordered), "ns", "per allocate+free");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options options;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--json" && i + 1 < argc) {
+      options.json = argv[++i];
+    } else if (arg == "--quick") {
+      options.scale = 16;
+    } else {
+      std::fprintf(stderr, "usage: nerve-bench-cuda [--json PATH] [--quick]\n");
+      return 2;
+    }
+  }
+  int count = 0;
+  if (const cudaError_t status = cudaGetDeviceCount(&count); status != cudaSuccess || count == 0) {
+    std::printf("nerve-bench-cuda: no CUDA device (%s)\n",
+                status != cudaSuccess ? cudaGetErrorString(status) : "the CUDA runtime reports none");
+    return 0;
+  }
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  std::printf("nerve-bench-cuda: %d device(s); GPU 0: %s, %.1f GiB\n", count, prop.name,
+              static_cast<double>(prop.totalGlobalMem) / (1 << 30));
+  const std::size_t s = options.scale;
+  const Bandwidths copies = copy_bandwidths((std::size_t{1} << 30) / s);
+  report("copy device->device (read+write)", copies.d2d, "GB/s");
+  report("copy host->device (pinned)", copies.h2d, "GB/s");
+  report("copy device->host (pinned)", copies.d2h, "GB/s");
+  report("copy both directions at once", copies.both, "GB/s");
+  w5((std::size_t{1} << 28) / s, copies);
+  w12((std::size_t{1} << 28) / s, (std::size_t{1} << 22) / s, copies);
+  latency(s == 1 ? 2000 : 200);
+  pools(s == 1 ? 20000 : 2000);
+  if (!options.json.empty()) {
+    std::ofstream(options.json) << nlohmann::json{{"device", prop.name}, {"results", results}}.dump(2)
+                                << "\n";
+  }
+  return 0;
+}

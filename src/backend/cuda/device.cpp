@@ -1,0 +1,171 @@
+#include "backend/cuda/device.hpp"
+
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "backend/cuda_launcher.hpp"
+#include "memory/buffer_state.hpp"
+#include "task/kernel_task.hpp"
+#include "task/task_record.hpp"
+
+namespace nerve::detail::cuda {
+namespace {
+
+std::unique_ptr<CudaMemoryNode> make_node(const std::shared_ptr<Driver>& driver, int ordinal,
+                                          const DeviceInfo& info, const DeviceOpenOptions& options,
+                                          const CudaDeviceOptions& cuda) {
+  auto engine = std::make_shared<Engine>(driver, ordinal, options.stream_count, cuda.reserved_high_streams,
+                                         options.max_pending_transfers, cuda.completion);
+  CudaMemoryOptions memory;
+  memory.peer_access = options.peer_access;
+  memory.unified_memory = cuda.unified_memory;
+  memory.pool = cuda.pool;
+  // A little of the device stays free for the CUDA context, cuBLAS workspaces and user launchers.
+  memory.limit_bytes = static_cast<std::size_t>(static_cast<double>(info.memory_bytes) * 0.9);
+  return std::make_unique<CudaMemoryNode>(static_cast<unsigned>(options.index),
+                                          fmt::format("cuda{}", options.index), std::move(engine), memory);
+}
+
+bool cancelled(const TaskRecord& task) noexcept {
+  return task.cancel_pending.load(std::memory_order_acquire) ||
+         (task.group != nullptr && task.group->cancel_requested.load(std::memory_order_acquire));
+}
+
+}  // namespace
+
+CudaDevice::CudaDevice(std::shared_ptr<Driver> driver, int ordinal, DeviceInfo info,
+                       const DeviceOpenOptions& options, const CudaDeviceOptions& cuda)
+    : Device(info, make_node(driver, ordinal, info, options, cuda)),
+      driver_(std::move(driver)),
+      ordinal_(ordinal),
+      options_(cuda),
+      engine_(static_cast<CudaMemoryNode&>(memory()).shared_engine()),
+      node_(&static_cast<CudaMemoryNode&>(memory())) {}
+
+CudaDevice::~CudaDevice() { stop(); }
+
+bool CudaDevice::can_run(const TaskRecord& task) const noexcept {
+  return task.kind == TaskKind::function && task.kernel != nullptr &&
+         task.kernel->implements(DeviceKind::cuda);
+}
+
+void CudaDevice::start(DeviceHost& host) {
+  host_ = &host;
+  if (!launcher_.joinable()) launcher_ = std::thread([this] { run(); });
+}
+
+void CudaDevice::submit(TaskRecord* task) {
+  {
+    std::lock_guard lock(mutex_);
+    tasks_.push_back(task);
+  }
+  ready_.notify_one();
+}
+
+void CudaDevice::stop() noexcept {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  ready_.notify_one();
+  if (launcher_.joinable()) launcher_.join();
+}
+
+void CudaDevice::run() {
+  bool current = false;
+  std::unique_lock lock(mutex_);
+  while (true) {
+    ready_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
+    if (tasks_.empty()) return;
+    TaskRecord* task = tasks_.front();
+    tasks_.pop_front();
+    lock.unlock();
+    if (!current) {
+      try {
+        driver_->make_current(ordinal_);
+        current = true;
+      } catch (...) {  // reported by the launch that needs it
+      }
+    }
+    launch(task);
+    lock.lock();
+  }
+}
+
+DeviceCapabilities CudaDevice::capabilities() const noexcept {
+  return DeviceCapabilities{false, info().unified_memory, static_cast<unsigned>(engine_->streams().size()),
+                            engine_->max_pending_transfers()};
+}
+
+bool CudaDevice::can_access_peer(const Device& other) const noexcept {
+  const auto* peer = dynamic_cast<const CudaDevice*>(&other);
+  return peer != nullptr && peer != this && node_->direct_peer(*peer->node_);
+}
+
+void CudaDevice::hint_and_prefetch(const DeviceLaunch& launch, Stream stream) {
+  const KernelCall& call = launch.call;
+  for (std::size_t i = 0; i < call.access_count; ++i) {
+    const AccessView& view = call.views[i];
+    if (view.size == 0) continue;
+    if (options_.cache_hints) {
+      // Read-only data may be duplicated on every device that reads it; written data should live here.
+      const Advice advice = call.modes[i] == Access::read ? Advice::read_mostly : Advice::preferred_location;
+      if (advised_.size() > 4096) advised_.clear();  // bounded; advice given again is harmless
+      if (advised_.emplace(view.data, view.size, static_cast<int>(advice)).second) {
+        driver_->advise(view.data, view.size, advice, ordinal_);
+      }
+    }
+    // Stream-ordered, before the launch: the pages migrate while earlier work on the stream runs,
+    // instead of faulting in one by one under the kernel.
+    if (options_.async_prefetch) driver_->prefetch_async(view.data, view.size, ordinal_, stream);
+  }
+}
+
+void CudaDevice::launch(TaskRecord* task) {
+  if (cancelled(*task)) {
+    host_->run_on_device(task, *this);  // it sees the cancellation and finishes the task as cancelled
+    return;
+  }
+  Operation* op = nullptr;
+  try {
+    DeviceLaunch launch = host_->prepare_launch(task, *this);
+    const auto* implementation = dynamic_cast<const CudaLauncher*>(launch.implementation);
+    if (implementation == nullptr) {
+      throw Error(ErrorCode::internal,
+                  fmt::format("kernel '{}' reached CUDA device '{}' without a CUDA launcher",
+                              launch.call.kernel_name, info().name));
+    }
+    const std::size_t index = engine_->streams().pick_for_task(task->priority);
+    Stream stream = engine_->streams().stream(index);
+    launch.call.queue = stream;
+    if (node_->unified_memory()) hint_and_prefetch(launch, stream);
+    implementation->launcher(KernelArgs(launch.call), ordinal_, stream);
+    driver_->check_launch(ordinal_);
+    op = engine_->acquire();
+    op->owner = this;
+    op->task = task;
+    op->finish = &CudaDevice::finish_launch;
+    engine_->arm(op, stream);
+    engine_->count_launch(index);
+    engine_->watch(std::exchange(op, nullptr));
+  } catch (...) {
+    if (op != nullptr) engine_->recycle(op);
+    host_->complete(task, *this, std::current_exception());
+  }
+}
+
+bool CudaDevice::finish_launch(Engine& /*engine*/, Operation& op) {
+  auto& device = *static_cast<CudaDevice*>(op.owner);
+  TaskRecord* task = op.task;
+  std::exception_ptr error;
+  if (op.failed) {
+    error = std::make_exception_ptr(
+        Error(ErrorCode::task_failed, fmt::format("kernel '{}' failed on CUDA device '{}': {}",
+                                                  task->kernel->name, device.info().name, op.error)));
+  }
+  device.host_->complete(task, device, error);
+  return true;
+}
+
+}  // namespace nerve::detail::cuda

@@ -1,0 +1,85 @@
+// device.hpp — a CUDA device running nerve kernel tasks.
+//
+// A task placed here arrives with its data valid in the device's memory node. submit() hands it to
+// the device's launcher thread (submit never blocks; a CUDA launch can, when a stream's queue is
+// full). The launcher thread makes the device current, picks the task's stream (stream_set.hpp:
+// high-priority tasks on the streams scheduler.gpu_stream_priorities reserves), with
+// gpu.unified_memory sends gpu.cache_hints advice and gpu.async_prefetch prefetches for each access on
+// that stream, calls the kernel's launcher (nerve/cuda.hpp), checks the launch, and arms the
+// operation (completion flag and event, engine.hpp); the engine's completion thread reports the
+// outcome to the runtime (DeviceHost::complete).
+//
+// Errors are the task's: a launcher that throws, a launch error, a kernel failing while it runs.
+//
+// Thread safety: submit(), can_run() and the queries may be called from any thread.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <tuple>
+
+#include "backend/backend.hpp"
+#include "backend/cuda/driver.hpp"
+#include "backend/cuda/engine.hpp"
+#include "backend/cuda/memory.hpp"
+#include "backend/device.hpp"
+
+namespace nerve::detail::cuda {
+
+struct CudaDeviceOptions {
+  unsigned reserved_high_streams = 0;  // scheduler.gpu_stream_priorities, for this device
+  bool unified_memory = false;         // gpu.unified_memory
+  bool async_prefetch = true;          // gpu.async_prefetch
+  bool cache_hints = true;             // gpu.cache_hints
+  CompletionMode completion = CompletionMode::flag;
+  PoolKind pool = PoolKind::arena;
+};
+
+class CudaDevice final : public Device {
+ public:
+  CudaDevice(std::shared_ptr<Driver> driver, int ordinal, DeviceInfo info, const DeviceOpenOptions& options,
+             const CudaDeviceOptions& cuda);
+  ~CudaDevice() override;
+
+  bool can_run(const TaskRecord& task) const noexcept override;
+  void submit(TaskRecord* task) override;
+  void start(DeviceHost& host) override;
+  void stop() noexcept override;
+
+  DeviceCapabilities capabilities() const noexcept override;
+  bool can_access_peer(const Device& other) const noexcept override;
+  DeviceCounters counters() const override { return engine_->snapshot(); }
+
+  int ordinal() const noexcept { return ordinal_; }
+  Engine& engine() noexcept { return *engine_; }
+  CudaMemoryNode& node() noexcept { return *node_; }
+
+ private:
+  void run();
+  void launch(TaskRecord* task);
+  void hint_and_prefetch(const DeviceLaunch& launch, Stream stream);
+  static bool finish_launch(Engine& engine, Operation& op);
+
+  std::shared_ptr<Driver> driver_;  // outlives the engine and the node
+  const int ordinal_;
+  const CudaDeviceOptions options_;
+  std::shared_ptr<Engine> engine_;
+  CudaMemoryNode* node_;
+  DeviceHost* host_ = nullptr;
+  // Advice already given (pointer, bytes, advice): the launcher thread's; advice is per range, not
+  // per task, so it is sent once.
+  std::set<std::tuple<const void*, std::size_t, int>> advised_;
+
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<TaskRecord*> tasks_;
+  bool stopping_ = false;
+  std::thread launcher_;
+};
+
+}  // namespace nerve::detail::cuda

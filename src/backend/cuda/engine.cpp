@@ -1,0 +1,268 @@
+#include "backend/cuda/engine.hpp"
+
+#include <cstdlib>
+#include <string_view>
+
+#include "util/log.hpp"
+
+namespace nerve::detail::cuda {
+
+CompletionMode completion_mode_from_environment() {
+  const char* value = std::getenv("NERVE_CUDA_COMPLETION");
+  if (value != nullptr && std::string_view(value) == "event") return CompletionMode::event;
+  return CompletionMode::flag;
+}
+
+Engine::Engine(std::shared_ptr<Driver> driver, int ordinal, unsigned stream_count,
+               unsigned reserved_high_streams, unsigned max_pending_transfers, CompletionMode mode,
+               std::chrono::microseconds spin)
+    : driver_owner_(std::move(driver)),
+      driver_(*driver_owner_),
+      ordinal_(ordinal),
+      streams_(driver_, ordinal, stream_count, reserved_high_streams),
+      events_(driver_, ordinal),
+      max_transfers_(max_pending_transfers == 0 ? 1 : max_pending_transfers),
+      mode_(mode),
+      spin_(spin),
+      per_stream_(streams_.size()) {
+  if (mode_ == CompletionMode::flag) {
+    flags_ = static_cast<std::uint32_t*>(driver_.host_alloc(flag_slots * sizeof(std::uint32_t)));
+    for (std::size_t i = 0; i < flag_slots; ++i) std::atomic_ref<std::uint32_t>(flags_[i]).store(0);
+  }
+  thread_ = std::thread([this] { run(); });
+}
+
+Engine::~Engine() {
+  drain();
+  if (flags_ != nullptr) driver_.host_free(flags_);
+}
+
+Operation* Engine::acquire() {
+  {
+    std::lock_guard lock(mutex_);
+    ++in_flight_;
+  }
+  std::lock_guard lock(pool_mutex_);
+  if (free_ != nullptr) {
+    Operation* op = free_;
+    free_ = op->next;
+    op->next = nullptr;
+    return op;
+  }
+  auto record = std::make_unique<Operation>();
+  if (flags_ != nullptr && records_.size() < flag_slots) record->flag = flags_ + records_.size();
+  records_.push_back(std::move(record));
+  return records_.back().get();
+}
+
+void Engine::recycle(Operation* op) noexcept {
+  events_.release(op->event);  // back to the pool: idle, the device holds no event in use
+  op->event = nullptr;
+  op->finish = nullptr;
+  op->failed = false;
+  op->error.clear();
+  op->owner = nullptr;
+  op->task = nullptr;
+  op->completion = nullptr;
+  op->source = nullptr;
+  op->destination = nullptr;
+  op->host_destination = nullptr;
+  op->bytes = 0;
+  op->step = 0;
+  op->staging.release();
+  if (op->handoff != nullptr) op->handoff_pool->release(op->handoff);
+  op->handoff = nullptr;
+  op->handoff_pool = nullptr;
+  op->peer = nullptr;
+  op->peer_node = nullptr;
+  op->counts_as_transfer = false;
+  {
+    std::lock_guard lock(pool_mutex_);
+    op->next = free_;
+    free_ = op;
+  }
+  std::lock_guard lock(mutex_);
+  if (--in_flight_ == 0) idle_.notify_all();
+}
+
+void Engine::arm(Operation* op, Stream stream) {
+  // Driver-level stream operations (the flag write) act in the calling thread's current context: make
+  // it this device's (copies are armed from whatever runtime thread started them).
+  driver_.make_current(ordinal_);
+  if (op->event == nullptr) op->event = events_.acquire();
+  if (mode_ == CompletionMode::flag && op->flag != nullptr) {
+    {
+      std::lock_guard lock(pool_mutex_);
+      op->flag_value = ++next_flag_value_ == 0 ? ++next_flag_value_ : next_flag_value_;
+    }
+    // The flag is written before the event is recorded: a complete event implies a written flag.
+    driver_.write_flag_async(op->flag, op->flag_value, stream);
+  }
+  driver_.record_event(op->event, stream);
+}
+
+void Engine::watch(Operation* op) {
+  {
+    std::lock_guard lock(mutex_);
+    incoming_.push_back(op);
+  }
+  wake_.notify_one();
+}
+
+void Engine::fail(Operation* op, std::string error) noexcept {
+  op->failed = true;
+  op->error = std::move(error);
+  try {
+    watch(op);
+  } catch (...) {  // no memory to queue it: finish it here (the caller holds no engine lock)
+    finish(op);
+  }
+}
+
+bool Engine::begin_transfer(Operation* op) {
+  op->counts_as_transfer = true;
+  copies_.fetch_add(1, std::memory_order_relaxed);
+  std::lock_guard lock(mutex_);
+  if (transfers_ >= max_transfers_) {
+    waiting_.push_back(op);
+    copies_deferred_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  ++transfers_;
+  if (transfers_ > peak_transfers_) peak_transfers_ = transfers_;
+  return true;
+}
+
+void Engine::end_transfer() {
+  Operation* next = nullptr;
+  {
+    std::lock_guard lock(mutex_);
+    if (waiting_.empty()) {
+      --transfers_;
+      return;
+    }
+    next = waiting_.front();  // it takes over the place
+    waiting_.pop_front();
+  }
+  start_transfer_(next);
+}
+
+void Engine::count_launch(std::size_t stream) noexcept {
+  launches_.fetch_add(1, std::memory_order_relaxed);
+  if (stream < per_stream_.size()) per_stream_[stream].fetch_add(1, std::memory_order_relaxed);
+}
+
+DeviceCounters Engine::snapshot() const {
+  DeviceCounters c;
+  c.launches = launches_.load(std::memory_order_relaxed);
+  for (const auto& each : per_stream_) c.launches_per_queue.push_back(each.load(std::memory_order_relaxed));
+  c.copies = copies_.load(std::memory_order_relaxed);
+  c.copies_deferred = copies_deferred_.load(std::memory_order_relaxed);
+  c.peer_copies = peer_copies_.load(std::memory_order_relaxed);
+  c.staged_copies = staged_copies_.load(std::memory_order_relaxed);
+  {
+    std::lock_guard lock(mutex_);
+    c.peak_copies_in_flight = peak_transfers_;
+  }
+  c.events_live = events_.in_use();
+  {
+    std::lock_guard lock(pool_mutex_);
+    c.operation_records = records_.size();
+  }
+  return c;
+}
+
+bool Engine::poll(Operation& op, bool query_events) noexcept {
+  if (op.failed) return true;
+  if (mode_ == CompletionMode::flag && op.flag != nullptr) {
+    if (std::atomic_ref<std::uint32_t>(*op.flag).load(std::memory_order_acquire) == op.flag_value) {
+      flag_completions_.fetch_add(1, std::memory_order_relaxed);
+      return true;
+    }
+    if (!query_events) return false;
+  }
+  switch (driver_.query_event(op.event)) {
+    case EventState::pending: return false;
+    case EventState::complete: event_completions_.fetch_add(1, std::memory_order_relaxed); return true;
+    case EventState::failed:
+      op.failed = true;
+      op.error = "the device reported an error while running it (cudaEventQuery)";
+      return true;
+  }
+  return false;
+}
+
+void Engine::finish(Operation* op) noexcept {
+  const bool counted = op->counts_as_transfer;
+  // The operation's work is done: its events go back before the runtime hears of it, so that whoever
+  // the completion wakes sees no event still in use (a next step acquires one again).
+  events_.release(op->event);
+  op->event = nullptr;
+  if (op->handoff != nullptr) op->handoff_pool->release(op->handoff);
+  op->handoff = nullptr;
+  bool over = true;
+  try {
+    over = op->finish(*this, *op);
+  } catch (const std::exception& error) {
+    log::error("CUDA device {}: completing an operation failed: {}", ordinal_, error.what());
+  }
+  if (!over) return;  // it armed and watched its next step
+  recycle(op);
+  if (counted) end_transfer();
+}
+
+void Engine::run() {
+  std::vector<Operation*> active;
+  auto last_progress = std::chrono::steady_clock::now();
+  auto last_event_query = last_progress;
+  while (true) {
+    {
+      std::unique_lock lock(mutex_);
+      if (active.empty()) {
+        wake_.wait(lock, [&] { return !incoming_.empty() || (stopping_ && in_flight_ == 0); });
+        if (incoming_.empty()) return;
+      }
+      active.insert(active.end(), incoming_.begin(), incoming_.end());
+      incoming_.clear();
+    }
+    const auto now = std::chrono::steady_clock::now();
+    const bool query_events =
+        mode_ == CompletionMode::event || now - last_event_query >= std::chrono::milliseconds{1};
+    if (query_events) last_event_query = now;
+    bool progress = false;
+    for (std::size_t i = 0; i < active.size();) {
+      Operation* op = active[i];
+      if (!poll(*op, query_events)) {
+        ++i;
+        continue;
+      }
+      active[i] = active.back();
+      active.pop_back();
+      finish(op);
+      progress = true;
+    }
+    if (progress) {
+      last_progress = std::chrono::steady_clock::now();
+    } else if (!active.empty()) {
+      // Spin for low latency while the device is busy, then back off to a light poll.
+      if (std::chrono::steady_clock::now() - last_progress < spin_) {
+        std::this_thread::yield();
+      } else {
+        std::unique_lock lock(mutex_);
+        wake_.wait_for(lock, std::chrono::microseconds{20}, [&] { return !incoming_.empty(); });
+      }
+    }
+  }
+}
+
+void Engine::drain() noexcept {
+  {
+    std::unique_lock lock(mutex_);
+    idle_.wait(lock, [&] { return in_flight_ == 0 && waiting_.empty(); });
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace nerve::detail::cuda

@@ -1,0 +1,170 @@
+// engine.hpp — one CUDA device's streams, operations in flight, and the thread that completes them.
+//
+// Every asynchronous thing the device does — a copy, a step of a staged copy, a kernel launch — is an
+// Operation: a record from a pool (recycled, never allocated per task) that arm() ends with an event
+// from the EventPool and, in CompletionMode::flag, with a write of a fresh sequence number into the
+// operation's slot of a completion-flag array in pinned, host-mapped memory (seeds/000 §3.3: the GPU
+// signals, the runtime polls a memory word; no driver call on the fast path). The engine's completion
+// thread polls the operations in flight — the flag word (flag mode; the event is queried too, every
+// millisecond, to learn of failures) or the event (event mode) — and runs each finished one's
+// `finish` step, which calls back into the runtime. Idle, the thread sleeps on a condition variable;
+// with work in flight it spins for `spin` and then polls every 20 µs.
+//
+// Copies pass a gate: at most `max_pending_transfers` are in flight; later ones wait in FIFO order and
+// start (on the completion thread) as earlier ones finish.
+//
+// Which completion mode: NERVE_CUDA_COMPLETION = flag (default) | event; scripts/gpu-check.sh
+// measures both next to cudaStreamSynchronize and cudaEventSynchronize.
+//
+// Thread safety: every member may be called from any thread, except where stated. Memory ordering:
+// watch() publishes an operation under the engine's mutex; the completion thread takes it under the
+// same mutex; a flag is read with acquire, and written by the device after the stream's prior work.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backend/cuda/driver.hpp"
+#include "backend/cuda/event_pool.hpp"
+#include "backend/cuda/stream_set.hpp"
+#include "backend/device.hpp"
+#include "memory/pool/staging_pool.hpp"
+
+namespace nerve::detail {
+struct TaskRecord;
+class CopyCompletion;
+}  // namespace nerve::detail
+
+namespace nerve::detail::cuda {
+
+enum class CompletionMode { flag, event };
+// completion_mode_from_environment(): NERVE_CUDA_COMPLETION, default flag.
+CompletionMode completion_mode_from_environment();
+
+class Engine;
+
+struct Operation {
+  // finish(): on the completion thread, once the operation's work completed (`failed`: the driver
+  // reported an error, in `error`). True: the operation is over; false: it armed a next step.
+  bool (*finish)(Engine& engine, Operation& op) = nullptr;
+  Event event = nullptr;
+  std::uint32_t* flag = nullptr;  // this record's completion-flag slot (nullptr: none left)
+  std::uint32_t flag_value = 0;   // the value the device writes when done
+  bool failed = false;
+  std::string error;
+  void* owner = nullptr;                 // the memory node or device that started it
+  TaskRecord* task = nullptr;            // a launch's task
+  CopyCompletion* completion = nullptr;  // a copy's completion
+  // A copy's description (kept while it waits for the gate).
+  const std::byte* source = nullptr;
+  std::byte* destination = nullptr;
+  std::size_t bytes = 0;
+  int step = 0;                           // staged copies: which half
+  std::byte* host_destination = nullptr;  // device -> pageable host through staging: copied at the end
+  memory::StagingBuffer staging;          // pinned, from the memory node's staging pool
+  Event handoff = nullptr;                // staged device-to-device: the source half's event, recorded on
+  EventPool* handoff_pool = nullptr;      // the source's stream, so from the source device's pool
+  Engine* peer = nullptr;                 // the other engine of a device-to-device copy
+  void* peer_node = nullptr;
+  bool counts_as_transfer = false;
+  Operation* next = nullptr;  // free list link
+};
+
+class Engine {
+ public:
+  Engine(std::shared_ptr<Driver> driver, int ordinal, unsigned stream_count, unsigned reserved_high_streams,
+         unsigned max_pending_transfers, CompletionMode mode,
+         std::chrono::microseconds spin = std::chrono::microseconds{200});
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  Driver& driver() noexcept { return driver_; }
+  int ordinal() const noexcept { return ordinal_; }
+  StreamSet& streams() noexcept { return streams_; }
+  EventPool& events() noexcept { return events_; }
+  CompletionMode mode() const noexcept { return mode_; }
+  unsigned max_pending_transfers() const noexcept { return max_transfers_; }
+
+  Operation* acquire();
+  void recycle(Operation* op) noexcept;  // an operation never watched
+
+  // arm(): end `op` in `stream` with its event (and its flag write in flag mode). Throws what the
+  // driver throws (the operation is then not watched).
+  void arm(Operation* op, Stream stream);
+  // watch(): complete `op` (armed) on the completion thread.
+  void watch(Operation* op);
+  // fail(): complete `op` (not armed) with `error`, on the completion thread like any other.
+  void fail(Operation* op, std::string error) noexcept;
+
+  // Copies under the gate: begin_transfer() returns false when the copy must wait (it is queued and
+  // later handed to the starter, on the completion thread); end_transfer() frees its place.
+  void set_transfer_starter(std::function<void(Operation*)> start) { start_transfer_ = std::move(start); }
+  bool begin_transfer(Operation* op);
+  void end_transfer();
+
+  // drain(): wait until no operation is in flight or waiting, then stop the completion thread.
+  void drain() noexcept;
+
+  void count_launch(std::size_t stream) noexcept;
+  void count_peer_copy() noexcept { peer_copies_.fetch_add(1, std::memory_order_relaxed); }
+  void count_staged_copy() noexcept { staged_copies_.fetch_add(1, std::memory_order_relaxed); }
+  DeviceCounters snapshot() const;
+  std::uint64_t flag_completions() const noexcept {
+    return flag_completions_.load(std::memory_order_relaxed);
+  }
+  std::uint64_t event_completions() const noexcept {
+    return event_completions_.load(std::memory_order_relaxed);
+  }
+
+ private:
+  void run();  // the completion thread
+  bool poll(Operation& op, bool query_events) noexcept;
+  void finish(Operation* op) noexcept;
+
+  const std::shared_ptr<Driver> driver_owner_;  // the driver outlives everything made with it
+  Driver& driver_;
+  const int ordinal_;
+  StreamSet streams_;
+  EventPool events_;
+  const unsigned max_transfers_;
+  const CompletionMode mode_;
+  const std::chrono::microseconds spin_;
+
+  // Completion flags: one pinned, host-mapped array; slot i belongs to operation record i.
+  static constexpr std::size_t flag_slots = 1024;
+  std::uint32_t* flags_ = nullptr;
+  std::uint32_t next_flag_value_ = 0;  // under pool_mutex_
+
+  mutable std::mutex pool_mutex_;
+  Operation* free_ = nullptr;
+  std::vector<std::unique_ptr<Operation>> records_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable wake_, idle_;
+  std::vector<Operation*> incoming_;  // watched, not yet taken by the completion thread
+  std::size_t in_flight_ = 0;         // acquired and not yet back in the pool
+  bool stopping_ = false;
+  unsigned transfers_ = 0;
+  std::uint64_t peak_transfers_ = 0;
+  std::deque<Operation*> waiting_;
+  std::function<void(Operation*)> start_transfer_;
+
+  std::atomic<std::uint64_t> launches_{0}, copies_{0}, copies_deferred_{0}, peer_copies_{0},
+      staged_copies_{0};
+  std::atomic<std::uint64_t> flag_completions_{0}, event_completions_{0};
+  std::vector<std::atomic<std::uint64_t>> per_stream_;
+  std::thread thread_;
+};
+
+}  // namespace nerve::detail::cuda

@@ -1,0 +1,394 @@
+#include "backend/cuda/fake_driver.hpp"
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "nerve/error.hpp"
+
+namespace nerve::detail::cuda {
+
+struct FakeDriver::FakeStream {
+  int device = 0;
+  int priority = 0;
+  std::deque<Work> work;
+};
+
+struct FakeDriver::FakeEvent {
+  int device = 0;
+  bool complete = true;  // an event never recorded counts as complete, as in CUDA
+};
+
+namespace {
+constexpr std::size_t no_override = std::numeric_limits<std::size_t>::max();
+}
+
+FakeDriver::FakeDriver(FakeOptions options)
+    : options_(std::move(options)),
+      used_(static_cast<std::size_t>(options_.devices), 0),
+      free_override_(static_cast<std::size_t>(options_.devices), no_override) {}
+
+FakeDriver::~FakeDriver() {
+  for (auto& [pointer, owner] : blocks_) std::free(pointer);
+}
+
+void FakeDriver::count(const std::string& name) { ++calls_[name]; }
+void FakeDriver::record(FakeRecord entry) { records_.push_back(std::move(entry)); }
+
+void FakeDriver::check_device(int device) const {
+  if (device < 0 || device >= options_.devices) {
+    throw Error(ErrorCode::invalid_argument, fmt::format("fake CUDA: device {} does not exist", device));
+  }
+}
+
+int FakeDriver::device_count(std::string& why_none) noexcept {
+  std::lock_guard lock(mutex_);
+  count("device_count");
+  if (options_.devices == 0) why_none = options_.why_none;
+  return options_.devices;
+}
+
+DeviceProperties FakeDriver::properties(int device) {
+  std::lock_guard lock(mutex_);
+  check_device(device);
+  DeviceProperties p;
+  p.name = fmt::format("Fake CUDA GPU {}", device);
+  p.total_memory = options_.memory_bytes;
+  p.multiprocessors = 4;
+  p.major = 9;
+  p.pci_bus_id = device == 0 ? options_.pci_bus_id : "";  // none: locality stays unknown
+  p.managed_memory = options_.managed_memory;
+  p.concurrent_managed_access = options_.managed_memory;
+  return p;
+}
+
+void FakeDriver::make_current(int device) {
+  std::lock_guard lock(mutex_);
+  check_device(device);
+  count("make_current");
+}
+
+void FakeDriver::memory_info(int device, std::size_t& free, std::size_t& total) {
+  std::lock_guard lock(mutex_);
+  check_device(device);
+  count("memory_info");
+  total = options_.memory_bytes;
+  const auto d = static_cast<std::size_t>(device);
+  free = free_override_[d] != no_override ? free_override_[d] : total - used_[d];
+}
+
+void FakeDriver::set_free_bytes(int device, std::size_t bytes) {
+  std::lock_guard lock(mutex_);
+  free_override_.at(static_cast<std::size_t>(device)) = bytes;
+}
+
+void* FakeDriver::allocate(int device, std::size_t bytes, const char* what) {
+  if (device >= 0) {
+    const auto d = static_cast<std::size_t>(device);
+    const std::size_t free =
+        free_override_[d] != no_override ? free_override_[d] : options_.memory_bytes - used_[d];
+    if (bytes > free) {
+      throw Error(ErrorCode::out_of_memory, fmt::format("fake CUDA {}: {} bytes asked, {} free on device {}",
+                                                        what, bytes, free, device));
+    }
+    used_[d] += bytes;
+    if (free_override_[d] != no_override) free_override_[d] -= bytes;
+  }
+  void* pointer = std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);
+  if (pointer == nullptr)
+    throw Error(ErrorCode::out_of_memory, fmt::format("fake CUDA {}: host malloc", what));
+  blocks_[pointer] = {device, bytes};
+  record({what, pointer, bytes, device, nullptr, 0});
+  return pointer;
+}
+
+void FakeDriver::release(void* pointer) noexcept {
+  const auto found = blocks_.find(pointer);
+  if (found == blocks_.end()) return;
+  if (found->second.first >= 0) used_[static_cast<std::size_t>(found->second.first)] -= found->second.second;
+  blocks_.erase(found);
+  std::free(pointer);
+}
+
+void* FakeDriver::malloc_device(int device, std::size_t bytes) {
+  std::lock_guard lock(mutex_);
+  check_device(device);
+  count("malloc");
+  return allocate(device, bytes, "malloc");
+}
+
+void FakeDriver::free_device(int /*device*/, void* pointer) noexcept {
+  std::lock_guard lock(mutex_);
+  count("free");
+  release(pointer);
+}
+
+void* FakeDriver::malloc_async(int device, std::size_t bytes, Stream /*stream*/) {
+  std::lock_guard lock(mutex_);
+  check_device(device);
+  count("malloc_async");
+  return allocate(device, bytes, "malloc_async");
+}
+
+void FakeDriver::free_async(int /*device*/, void* pointer, Stream /*stream*/) noexcept {
+  std::lock_guard lock(mutex_);
+  count("free_async");
+  release(pointer);
+}
+
+void* FakeDriver::malloc_managed(int device, std::size_t bytes) {
+  std::lock_guard lock(mutex_);
+  check_device(device);
+  count("malloc_managed");
+  if (!options_.managed_memory) throw Error(ErrorCode::not_supported, "fake CUDA: no managed memory");
+  return allocate(device, bytes, "malloc_managed");
+}
+
+void FakeDriver::free_managed(int /*device*/, void* pointer) noexcept {
+  std::lock_guard lock(mutex_);
+  count("free_managed");
+  release(pointer);
+}
+
+void* FakeDriver::host_alloc(std::size_t bytes) {
+  std::lock_guard lock(mutex_);
+  count("host_alloc");
+  return allocate(-1, bytes, "host_alloc");
+}
+
+void FakeDriver::host_free(void* pointer) noexcept {
+  std::lock_guard lock(mutex_);
+  count("host_free");
+  release(pointer);
+}
+
+void FakeDriver::priority_range(int device, int& least, int& greatest) {
+  std::lock_guard lock(mutex_);
+  check_device(device);
+  least = options_.least_priority;
+  greatest = options_.greatest_priority;
+}
+
+Stream FakeDriver::create_stream(int device, int priority) {
+  std::lock_guard lock(mutex_);
+  check_device(device);
+  count("create_stream");
+  auto stream = std::make_unique<FakeStream>();
+  stream->device = device;
+  stream->priority = priority;
+  FakeStream* handle = stream.get();
+  streams_[handle] = std::move(stream);
+  record({"create_stream", nullptr, 0, device, handle, priority});
+  return handle;
+}
+
+void FakeDriver::destroy_stream(int /*device*/, Stream stream) noexcept {
+  std::lock_guard lock(mutex_);
+  count("destroy_stream");
+  run_pending_locked();  // CUDA lets queued work finish before a destroyed stream goes away
+  streams_.erase(static_cast<FakeStream*>(stream));
+}
+
+void FakeDriver::enqueue(Stream stream, Work work) {
+  const auto found = streams_.find(static_cast<FakeStream*>(stream));
+  if (found == streams_.end()) throw Error(ErrorCode::internal, "fake CUDA: unknown stream");
+  FakeStream& s = *found->second;
+  // Without hold_work a stream runs its work at once, unless earlier work still waits.
+  if (!options_.hold_work && s.work.empty() && work()) return;
+  s.work.push_back(std::move(work));
+}
+
+std::size_t FakeDriver::run_pending_locked() {
+  std::size_t ran = 0;
+  bool progress = true;
+  while (progress) {
+    progress = false;
+    for (auto& [handle, stream] : streams_) {
+      while (!stream->work.empty() && stream->work.front()()) {
+        stream->work.pop_front();
+        ++ran;
+        progress = true;
+      }
+    }
+  }
+  return ran;
+}
+
+std::size_t FakeDriver::run_pending() {
+  std::lock_guard lock(mutex_);
+  return run_pending_locked();
+}
+
+void FakeDriver::synchronize_stream(Stream stream) {
+  std::lock_guard lock(mutex_);
+  count("synchronize_stream");
+  run_pending_locked();
+  if (!streams_.at(static_cast<FakeStream*>(stream))->work.empty()) {
+    throw Error(ErrorCode::internal, "fake CUDA: stream waits for an event never recorded");
+  }
+}
+
+Event FakeDriver::create_event(int device) {
+  std::lock_guard lock(mutex_);
+  check_device(device);
+  count("create_event");
+  auto event = std::make_unique<FakeEvent>();
+  event->device = device;
+  FakeEvent* handle = event.get();
+  events_[handle] = std::move(event);
+  return handle;
+}
+
+void FakeDriver::destroy_event(Event event) noexcept {
+  std::lock_guard lock(mutex_);
+  count("destroy_event");
+  events_.erase(static_cast<FakeEvent*>(event));
+}
+
+void FakeDriver::record_event(Event event, Stream stream) {
+  std::lock_guard lock(mutex_);
+  count("record_event");
+  FakeEvent* e = events_.at(static_cast<FakeEvent*>(event)).get();
+  e->complete = false;
+  enqueue(stream, [e] {
+    e->complete = true;
+    return true;
+  });
+}
+
+EventState FakeDriver::query_event(Event event) noexcept {
+  std::lock_guard lock(mutex_);
+  count("query_event");
+  const auto found = events_.find(static_cast<FakeEvent*>(event));
+  if (found == events_.end()) return EventState::failed;
+  return found->second->complete ? EventState::complete : EventState::pending;
+}
+
+void FakeDriver::synchronize_event(Event event) {
+  std::lock_guard lock(mutex_);
+  count("synchronize_event");
+  run_pending_locked();
+  if (!events_.at(static_cast<FakeEvent*>(event))->complete) {
+    throw Error(ErrorCode::internal, "fake CUDA: event cannot complete");
+  }
+}
+
+void FakeDriver::stream_wait_event(Stream stream, Event event) {
+  std::lock_guard lock(mutex_);
+  count("stream_wait_event");
+  FakeEvent* e = events_.at(static_cast<FakeEvent*>(event)).get();
+  enqueue(stream, [e] { return e->complete; });
+}
+
+void FakeDriver::copy_async(void* destination, const void* source, std::size_t bytes, Stream stream) {
+  std::lock_guard lock(mutex_);
+  count("copy");
+  record({"copy", destination, bytes, -1, stream, 0});
+  enqueue(stream, [=] {
+    if (bytes != 0) std::memcpy(destination, source, bytes);
+    return true;
+  });
+}
+
+void FakeDriver::copy_peer_async(void* destination, int destination_device, const void* source,
+                                 int source_device, std::size_t bytes, Stream stream) {
+  std::lock_guard lock(mutex_);
+  check_device(destination_device);
+  check_device(source_device);
+  count("copy_peer");
+  record({"copy_peer", destination, bytes, destination_device, stream, source_device});
+  enqueue(stream, [=] {
+    if (bytes != 0) std::memcpy(destination, source, bytes);
+    return true;
+  });
+}
+
+bool FakeDriver::can_access_peer(int device, int peer) noexcept {
+  std::lock_guard lock(mutex_);
+  count("can_access_peer");
+  return options_.peer_access && device != peer && device >= 0 && peer >= 0 && device < options_.devices &&
+         peer < options_.devices;
+}
+
+void FakeDriver::enable_peer_access(int device, int peer) {
+  std::lock_guard lock(mutex_);
+  check_device(device);
+  check_device(peer);
+  count("enable_peer_access");
+  record({"enable_peer_access", nullptr, 0, device, nullptr, peer});
+}
+
+void FakeDriver::advise(const void* pointer, std::size_t bytes, Advice advice, int device) {
+  std::lock_guard lock(mutex_);
+  count("advise");
+  record({"advise", pointer, bytes, device, nullptr, static_cast<int>(advice)});
+}
+
+void FakeDriver::prefetch_async(const void* pointer, std::size_t bytes, int device, Stream stream) {
+  std::lock_guard lock(mutex_);
+  count("prefetch");
+  record({"prefetch", pointer, bytes, device, stream, 0});
+  enqueue(stream, [] { return true; });
+}
+
+void FakeDriver::write_flag_async(std::uint32_t* flag, std::uint32_t value, Stream stream) {
+  std::lock_guard lock(mutex_);
+  count("write_flag");
+  enqueue(stream, [flag, value] {
+    std::atomic_ref<std::uint32_t>(*flag).store(value, std::memory_order_release);
+    return true;
+  });
+}
+
+void FakeDriver::check_launch(int /*device*/) {
+  std::lock_guard lock(mutex_);
+  count("check_launch");
+  if (fail_next_launch_) {
+    fail_next_launch_ = false;
+    throw Error(ErrorCode::task_failed, "fake CUDA: launch failed (cudaErrorLaunchFailure)");
+  }
+}
+
+void FakeDriver::fail_next_launch() {
+  std::lock_guard lock(mutex_);
+  fail_next_launch_ = true;
+}
+
+std::uint64_t FakeDriver::calls(const std::string& name) const {
+  std::lock_guard lock(mutex_);
+  const auto found = calls_.find(name);
+  return found == calls_.end() ? 0 : found->second;
+}
+
+std::vector<FakeRecord> FakeDriver::records() const {
+  std::lock_guard lock(mutex_);
+  return records_;
+}
+
+std::vector<FakeRecord> FakeDriver::records(const std::string& call) const {
+  std::lock_guard lock(mutex_);
+  std::vector<FakeRecord> matching;
+  for (const FakeRecord& each : records_)
+    if (each.call == call) matching.push_back(each);
+  return matching;
+}
+
+std::size_t FakeDriver::live_device_allocations() const {
+  std::lock_guard lock(mutex_);
+  return blocks_.size();
+}
+
+std::size_t FakeDriver::live_streams() const {
+  std::lock_guard lock(mutex_);
+  return streams_.size();
+}
+
+std::size_t FakeDriver::live_events() const {
+  std::lock_guard lock(mutex_);
+  return events_.size();
+}
+
+}  // namespace nerve::detail::cuda

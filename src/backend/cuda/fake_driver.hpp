@@ -1,0 +1,126 @@
+// fake_driver.hpp — a CUDA driver simulated in host memory, for tests on machines without a GPU.
+//
+// Devices are numbered 0..device_count-1; their "device memory" is ordinary host memory (so copies
+// and user launchers really move and compute bytes), with a capacity per device. Streams run their
+// work at once (the default) or hold it until run_pending() (hold_work = true), which lets a test see
+// operations in flight, completion flags still unset and events still pending. Every call is counted
+// (calls("create_event")), and the calls whose arguments matter — advise, prefetch, copies, stream
+// creation — are recorded in order (records()).
+//
+// Thread safety: every member may be called from any thread (one mutex).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/driver.hpp"
+
+namespace nerve::detail::cuda {
+
+struct FakeOptions {
+  int devices = 2;
+  std::size_t memory_bytes = std::size_t{256} << 20;  // per device
+  bool peer_access = true;                            // every pair of devices can access each other
+  bool managed_memory = true;
+  bool hold_work = false;  // streams keep their work until run_pending()
+  int least_priority = 0, greatest_priority = -5;
+  std::string why_none = "no CUDA-capable device is detected (fake)";  // when devices == 0
+  std::string pci_bus_id;  // device 0's PCI address ("": none, locality unknown)
+};
+
+struct FakeRecord {
+  std::string call;  // "advise", "prefetch", "copy", "copy_peer", "create_stream", "malloc", ...
+  const void* pointer = nullptr;
+  std::size_t bytes = 0;
+  int device = -1;
+  Stream stream = nullptr;
+  int detail = 0;  // advise: the Advice; create_stream: the priority; copy_peer: the source device
+};
+
+class FakeDriver final : public Driver {
+ public:
+  explicit FakeDriver(FakeOptions options = {});
+  ~FakeDriver() override;
+
+  std::string describe() const override { return "fake CUDA driver"; }
+  int device_count(std::string& why_none) noexcept override;
+  DeviceProperties properties(int device) override;
+  void make_current(int device) override;
+  void memory_info(int device, std::size_t& free, std::size_t& total) override;
+  void* malloc_device(int device, std::size_t bytes) override;
+  void free_device(int device, void* pointer) noexcept override;
+  void* malloc_async(int device, std::size_t bytes, Stream stream) override;
+  void free_async(int device, void* pointer, Stream stream) noexcept override;
+  void* malloc_managed(int device, std::size_t bytes) override;
+  void free_managed(int device, void* pointer) noexcept override;
+  void* host_alloc(std::size_t bytes) override;
+  void host_free(void* pointer) noexcept override;
+  void* device_pointer_of(void* host_pointer) override { return host_pointer; }
+  void priority_range(int device, int& least, int& greatest) override;
+  Stream create_stream(int device, int priority) override;
+  void destroy_stream(int device, Stream stream) noexcept override;
+  void synchronize_stream(Stream stream) override;
+  Event create_event(int device) override;
+  void destroy_event(Event event) noexcept override;
+  void record_event(Event event, Stream stream) override;
+  EventState query_event(Event event) noexcept override;
+  void synchronize_event(Event event) override;
+  void stream_wait_event(Stream stream, Event event) override;
+  void copy_async(void* destination, const void* source, std::size_t bytes, Stream stream) override;
+  void copy_peer_async(void* destination, int destination_device, const void* source, int source_device,
+                       std::size_t bytes, Stream stream) override;
+  bool can_access_peer(int device, int peer) noexcept override;
+  void enable_peer_access(int device, int peer) override;
+  void advise(const void* pointer, std::size_t bytes, Advice advice, int device) override;
+  void prefetch_async(const void* pointer, std::size_t bytes, int device, Stream stream) override;
+  void write_flag_async(std::uint32_t* flag, std::uint32_t value, Stream stream) override;
+  void check_launch(int device) override;
+
+  // run_pending(): with hold_work, run every stream's held work (in stream order; a stream waiting
+  // for an event not yet complete waits for the others). Returns the operations run.
+  std::size_t run_pending();
+  // set_free_bytes(): pretend only this much of `device`'s memory is free (managed memory tests).
+  void set_free_bytes(int device, std::size_t bytes);
+  // fail_next_launch(): the next check_launch() reports a launch error.
+  void fail_next_launch();
+
+  std::uint64_t calls(const std::string& name) const;
+  std::vector<FakeRecord> records() const;
+  std::vector<FakeRecord> records(const std::string& call) const;
+  std::size_t live_device_allocations() const;  // device, managed and pinned blocks not freed
+  std::size_t live_streams() const;
+  std::size_t live_events() const;
+
+ private:
+  struct FakeStream;
+  struct FakeEvent;
+  using Work = std::function<bool()>;  // false: cannot run yet (waits for an event)
+
+  void count(const std::string& name);
+  void record(FakeRecord entry);
+  void enqueue(Stream stream, Work work);  // with mutex_ held
+  void check_device(int device) const;
+  void* allocate(int device, std::size_t bytes, const char* what);
+  void release(void* pointer) noexcept;
+  std::size_t run_pending_locked();
+
+  const FakeOptions options_;
+  mutable std::mutex mutex_;
+  std::map<std::string, std::uint64_t> calls_;
+  std::vector<FakeRecord> records_;
+  std::map<void*, std::pair<int, std::size_t>> blocks_;  // pointer -> device (-1: host), bytes
+  std::vector<std::size_t> used_;
+  std::vector<std::size_t> free_override_;  // SIZE_MAX: none
+  std::map<FakeStream*, std::unique_ptr<FakeStream>> streams_;
+  std::map<FakeEvent*, std::unique_ptr<FakeEvent>> events_;
+  bool fail_next_launch_ = false;
+};
+
+}  // namespace nerve::detail::cuda

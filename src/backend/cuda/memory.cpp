@@ -1,0 +1,197 @@
+#include "backend/cuda/memory.hpp"
+
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "nerve/error.hpp"
+
+#include "backend/cuda/allocators.hpp"
+#include "backend/host_bounce.hpp"
+
+namespace nerve::detail::cuda {
+namespace {
+
+enum Kind : int { host_to_device, device_to_host, device_to_device, peer_to_device, staged_peer_to_device };
+
+std::unique_ptr<memory::NodePool> make_pool(Driver& driver, int ordinal, unsigned index,
+                                            const std::string& name, const CudaMemoryOptions& options) {
+  if (options.unified_memory) {
+    return std::make_unique<DeviceArena>(
+        std::make_unique<CudaBlockAllocator>(driver, BlockKind::managed, ordinal, static_cast<int>(index),
+                                             fmt::format("managed memory of {}", name)),
+        options.limit_bytes);
+  }
+  auto blocks = std::make_unique<CudaBlockAllocator>(
+      driver, BlockKind::device, ordinal, static_cast<int>(index), fmt::format("device memory of {}", name));
+  if (options.pool == PoolKind::stream_ordered) {
+    return std::make_unique<StreamOrderedPool>(driver, ordinal, std::move(blocks), options.limit_bytes);
+  }
+  return std::make_unique<DeviceArena>(std::move(blocks), options.limit_bytes);
+}
+
+}  // namespace
+
+CudaMemoryNode::CudaMemoryNode(unsigned index, std::string name, std::shared_ptr<Engine> engine,
+                               CudaMemoryOptions options)
+    : MemoryNode(index, name, options.limit_bytes, false),
+      engine_(std::move(engine)),
+      options_(options),
+      pool_(make_pool(engine_->driver(), engine_->ordinal(), index, name, options)),
+      staging_(std::make_unique<CudaBlockAllocator>(engine_->driver(), BlockKind::pinned, engine_->ordinal(),
+                                                    0, fmt::format("pinned staging memory of {}", name)),
+               staging_limit_bytes) {
+  engine_->set_transfer_starter([this](Operation* op) { start(op); });
+}
+
+CudaMemoryNode::~CudaMemoryNode() { drain(); }
+
+void CudaMemoryNode::drain() noexcept { engine_->drain(); }
+
+bool CudaMemoryNode::direct_peer(const CudaMemoryNode& other) const noexcept {
+  Driver& driver = engine_->driver();
+  return options_.peer_access && &other != this &&
+         driver.can_access_peer(engine_->ordinal(), other.engine_->ordinal()) &&
+         driver.can_access_peer(other.engine_->ordinal(), engine_->ordinal());
+}
+
+std::byte* CudaMemoryNode::allocate_storage(std::size_t bytes) {
+  return static_cast<std::byte*>(pool_->try_allocate(bytes));  // nullptr: the runtime evicts and retries
+}
+
+void CudaMemoryNode::free_storage(std::byte* data, std::size_t bytes) noexcept {
+  pool_->deallocate(data, bytes);
+}
+
+void CudaMemoryNode::start_copy(MemoryNode& from, const std::byte* source, MemoryNode& to,
+                                std::byte* destination, std::size_t bytes, CopyCompletion& completion) {
+  MemoryNode& other = &from == this ? to : from;
+  auto* peer = dynamic_cast<CudaMemoryNode*>(&other);
+  int kind = 0;
+  if (&other == this) {
+    kind = device_to_device;
+  } else if (other.host_addressable()) {
+    kind = &to == this ? host_to_device : device_to_host;
+  } else if (peer != nullptr && &to == this) {
+    kind = direct_peer(*peer) ? peer_to_device : staged_peer_to_device;
+  } else {
+    // Another kind of device (or this node as the source of a peer copy the peer drives): through the
+    // host, synchronously.
+    try {
+      copy_through_host(from, source, to, destination, bytes);
+      completion.copy_done(true, {});
+    } catch (const std::exception& error) {
+      completion.copy_done(false, error.what());
+    }
+    return;
+  }
+  Operation* op = engine_->acquire();
+  op->owner = this;
+  op->completion = &completion;
+  op->finish = &CudaMemoryNode::finish_copy;
+  op->source = source;
+  op->destination = destination;
+  op->bytes = bytes;
+  op->step = kind;
+  op->peer_node = peer;
+  if (engine_->begin_transfer(op)) start(op);
+}
+
+bool CudaMemoryNode::take_staging(Operation& op) {
+  if (op.bytes == 0 || op.bytes > staging_copy_bytes) return false;
+  try {
+    op.staging = staging_.acquire(op.bytes);
+    return true;
+  } catch (const Error& error) {
+    if (error.code() != ErrorCode::out_of_memory) throw;
+    return false;  // the pool is exhausted: copy directly rather than wait
+  }
+}
+
+void CudaMemoryNode::enqueue(Operation& op) {
+  Driver& driver = engine_->driver();
+  Stream stream = engine_->streams().stream(engine_->streams().pick_for_copy());
+  switch (op.step) {
+    case host_to_device:
+      if (take_staging(op)) {
+        std::memcpy(op.staging.data(), op.source, op.bytes);
+        driver.copy_async(op.destination, op.staging.data(), op.bytes, stream);
+      } else {
+        driver.copy_async(op.destination, op.source, op.bytes, stream);
+      }
+      break;
+    case device_to_host:
+      if (take_staging(op)) {
+        op.host_destination = op.destination;  // copied out of staging when the DMA is done
+        driver.copy_async(op.staging.data(), op.source, op.bytes, stream);
+      } else {
+        driver.copy_async(op.destination, op.source, op.bytes, stream);
+      }
+      break;
+    case device_to_device: driver.copy_async(op.destination, op.source, op.bytes, stream); break;
+    case peer_to_device: {
+      auto& peer = *static_cast<CudaMemoryNode*>(op.peer_node);
+      driver.enable_peer_access(engine_->ordinal(), peer.engine_->ordinal());
+      driver.copy_peer_async(op.destination, engine_->ordinal(), op.source, peer.engine_->ordinal(), op.bytes,
+                             stream);
+      engine_->count_peer_copy();
+      break;
+    }
+    case staged_peer_to_device: {
+      // Out of the source on its own stream, then in on ours once the source's event fired: the
+      // host's only part is enqueueing both halves.
+      auto& peer = *static_cast<CudaMemoryNode*>(op.peer_node);
+      op.staging = staging_.acquire(op.bytes == 0 ? 1 : op.bytes);
+      Stream source_stream = peer.engine_->streams().stream(peer.engine_->streams().pick_for_copy());
+      driver.copy_async(op.staging.data(), op.source, op.bytes, source_stream);
+      // CUDA records an event only on a stream of the event's own device.
+      op.handoff_pool = &peer.engine_->events();
+      op.handoff = op.handoff_pool->acquire();
+      driver.record_event(op.handoff, source_stream);
+      driver.stream_wait_event(stream, op.handoff);
+      driver.copy_async(op.destination, op.staging.data(), op.bytes, stream);
+      engine_->count_staged_copy();
+      break;
+    }
+  }
+  engine_->arm(&op, stream);
+}
+
+void CudaMemoryNode::start(Operation* op) noexcept {
+  try {
+    enqueue(*op);
+    engine_->watch(op);
+  } catch (const std::exception& error) {
+    engine_->fail(op, fmt::format("{}: copying {} bytes: {}", name(), op->bytes, error.what()));
+  }
+}
+
+bool CudaMemoryNode::finish_copy(Engine& /*engine*/, Operation& op) {
+  if (!op.failed && op.host_destination != nullptr)
+    std::memcpy(op.host_destination, op.staging.data(), op.bytes);
+  op.staging.release();
+  op.completion->copy_done(!op.failed, op.error);
+  return true;
+}
+
+void CudaMemoryNode::copy_sync(MemoryNode& from, const std::byte* source, MemoryNode& to,
+                               std::byte* destination, std::size_t bytes) {
+  MemoryNode& other = &from == this ? to : from;
+  auto* peer = dynamic_cast<CudaMemoryNode*>(&other);
+  if (&other != this && !other.host_addressable() && (peer == nullptr || !direct_peer(*peer))) {
+    copy_through_host(from, source, to, destination, bytes);
+    return;
+  }
+  Driver& driver = engine_->driver();
+  Stream stream = engine_->streams().sync_stream();
+  if (peer != nullptr && &other != this) {
+    const int destination_device = &to == this ? engine_->ordinal() : peer->engine_->ordinal();
+    const int source_device = &to == this ? peer->engine_->ordinal() : engine_->ordinal();
+    driver.copy_peer_async(destination, destination_device, source, source_device, bytes, stream);
+  } else {
+    driver.copy_async(destination, source, bytes, stream);
+  }
+  driver.synchronize_stream(stream);
+}
+
+}  // namespace nerve::detail::cuda

@@ -1,0 +1,85 @@
+// memory.hpp — a CUDA device's memory node: replicas in device (or managed) memory, asynchronous copies.
+//
+// Replica storage comes from a NodePool over the device (device_pools.hpp): DeviceArena over big
+// cudaMalloc chunks by default, or the stream-ordered pool; with gpu.unified_memory, an arena over
+// managed blocks (allocators.hpp: never more than the device has free). host_addressable() is false
+// either way: the runtime moves data explicitly, and managed pages are only given hints and prefetches.
+//
+// Copies (start_copy) are cudaMemcpyAsync calls on the device's ordinary streams, round robin, each
+// armed and watched by the engine (engine.hpp), whose completion thread calls CopyCompletion::copy_done.
+//
+//   host -> device     the bytes are copied into pinned staging memory (the memory layer's StagingPool
+//                      over cudaHostAlloc, up to staging_copy_bytes per copy), then DMA'd from there;
+//                      larger copies, or when the pool is exhausted, go straight from pageable memory
+//   device -> host     into pinned staging, then copied out on the completion thread (same limits)
+//   device -> device   gpu.peer_access and the driver says the pair can access each other:
+//                      cudaMemcpyPeerAsync, direct; otherwise staged through pinned host memory:
+//                      a copy out of the source on the source's stream, an event, the destination's
+//                      stream waiting for it, a copy in — no host thread waits
+//   other nodes        bounced through host memory synchronously (host_bounce.hpp)
+//
+// copy_sync() uses the engine's own sync stream and waits for it (eviction write-backs call it with a
+// buffer's lock held, which must not depend on the completion thread).
+//
+// Thread safety: every member may be called from any thread.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "backend/cuda/device_pools.hpp"
+#include "backend/cuda/engine.hpp"
+#include "memory/memory_node.hpp"
+#include "memory/pool/pool.hpp"
+#include "memory/pool/staging_pool.hpp"
+
+namespace nerve::detail::cuda {
+
+inline constexpr std::size_t staging_copy_bytes = std::size_t{64} << 20;
+inline constexpr std::size_t staging_limit_bytes = std::size_t{256} << 20;
+
+struct CudaMemoryOptions {
+  bool peer_access = true;      // gpu.peer_access
+  bool unified_memory = false;  // gpu.unified_memory
+  PoolKind pool = PoolKind::arena;
+  std::size_t limit_bytes = 0;  // the node's capacity
+};
+
+class CudaMemoryNode final : public MemoryNode {
+ public:
+  CudaMemoryNode(unsigned index, std::string name, std::shared_ptr<Engine> engine, CudaMemoryOptions options);
+  ~CudaMemoryNode() override;
+
+  void drain() noexcept override;
+  void copy_sync(MemoryNode& from, const std::byte* source, MemoryNode& to, std::byte* destination,
+                 std::size_t bytes) override;
+
+  Engine& engine() noexcept { return *engine_; }
+  const std::shared_ptr<Engine>& shared_engine() const noexcept { return engine_; }
+  bool unified_memory() const noexcept { return options_.unified_memory; }
+  memory::NodePool& pool() noexcept { return *pool_; }
+  memory::StagingPool& staging() noexcept { return staging_; }
+  // direct_peer(): copies from `other` go device to device (gpu.peer_access and the driver agree);
+  // peer access is enabled both ways the first time it is asked.
+  bool direct_peer(const CudaMemoryNode& other) const noexcept;
+
+ protected:
+  std::byte* allocate_storage(std::size_t bytes) override;
+  void free_storage(std::byte* data, std::size_t bytes) noexcept override;
+  void start_copy(MemoryNode& from, const std::byte* source, MemoryNode& to, std::byte* destination,
+                  std::size_t bytes, CopyCompletion& completion) override;
+
+ private:
+  void start(Operation* op) noexcept;  // once the gate let the copy through
+  void enqueue(Operation& op);
+  static bool finish_copy(Engine& engine, Operation& op);
+  bool take_staging(Operation& op);
+
+  std::shared_ptr<Engine> engine_;
+  const CudaMemoryOptions options_;
+  std::unique_ptr<memory::NodePool> pool_;
+  memory::StagingPool staging_;
+};
+
+}  // namespace nerve::detail::cuda

@@ -1,0 +1,544 @@
+// The CUDA backend's host-side logic on a fake driver (no GPU needed): pools, streams and their
+// priorities, the event pool, completion flags, peer and staged copies, managed memory with hints and
+// prefetches, launch errors, and whole contexts running kernels on simulated CUDA devices.
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "nerve/cuda.hpp"
+
+#include "backend/cuda/allocators.hpp"
+#include "backend/cuda/device.hpp"
+#include "backend/cuda/device_pools.hpp"
+#include "backend/cuda/engine.hpp"
+#include "backend/cuda/event_pool.hpp"
+#include "backend/cuda/stream_set.hpp"
+#include "cuda_support.hpp"
+
+namespace nerve::testing {
+namespace {
+
+using detail::cuda::Advice;
+using detail::cuda::BlockKind;
+using detail::cuda::CompletionMode;
+using detail::cuda::CudaBlockAllocator;
+using detail::cuda::DeviceArena;
+using detail::cuda::Engine;
+using detail::cuda::EventPool;
+using detail::cuda::FakeDriver;
+using detail::cuda::FakeOptions;
+using detail::cuda::Operation;
+using detail::cuda::StreamOrderedPool;
+using detail::cuda::StreamSet;
+
+// --- parts
+
+TEST(CudaEventPool, ReusesEventsInsteadOfCreatingOnePerOperation) {
+  FakeDriver driver;
+  {
+    EventPool pool(driver, 0);
+    for (int i = 0; i < 1000; ++i) pool.release(pool.acquire());
+    EXPECT_EQ(driver.calls("create_event"), 1u);
+    std::vector<void*> held;
+    for (int i = 0; i < 8; ++i) held.push_back(pool.acquire());
+    EXPECT_EQ(pool.created(), 8u);
+    EXPECT_EQ(pool.in_use(), 8u);
+    for (void* event : held) pool.release(event);
+    EXPECT_EQ(pool.in_use(), 0u);
+  }
+  EXPECT_EQ(driver.live_events(), 0u) << "the pool destroys its events";
+}
+
+TEST(CudaStreamSet, ReservesHighPriorityStreamsForHighPriorityTasks) {
+  FakeDriver driver;
+  StreamSet streams(driver, 0, 4, 2);
+  ASSERT_EQ(streams.size(), 4u);
+  std::map<void*, int> priority;
+  for (const auto& record : driver.records("create_stream")) priority[record.stream] = record.detail;
+  EXPECT_EQ(priority[streams.stream(0)], -5);
+  EXPECT_EQ(priority[streams.stream(1)], -5);
+  EXPECT_EQ(priority[streams.stream(2)], 0);
+  for (int i = 0; i < 16; ++i) {
+    EXPECT_TRUE(streams.is_high_priority(streams.pick_for_task(100)));
+    EXPECT_FALSE(streams.is_high_priority(streams.pick_for_task(0)));
+    EXPECT_FALSE(streams.is_high_priority(streams.pick_for_task(-100)));
+    EXPECT_FALSE(streams.is_high_priority(streams.pick_for_copy()));
+  }
+  // Reserving every stream keeps one ordinary; without a reservation high-priority tasks share.
+  StreamSet all(driver, 0, 2, 16);
+  EXPECT_EQ(all.reserved_high(), 1u);
+  StreamSet none(driver, 0, 2, 0);
+  EXPECT_FALSE(none.is_high_priority(none.pick_for_task(100)));
+}
+
+TEST(CudaDeviceArena, SubAllocatesBigBlocksAndCoalescesFreedRanges) {
+  FakeDriver driver;
+  {
+    DeviceArena arena(std::make_unique<CudaBlockAllocator>(driver, BlockKind::device, 0, 1, "fake device"), 0,
+                      std::size_t{1} << 20);
+    std::vector<void*> pieces;
+    for (int i = 0; i < 64; ++i) {
+      void* piece = arena.allocate(1000 + static_cast<std::size_t>(i));
+      EXPECT_EQ(reinterpret_cast<std::uintptr_t>(piece) % DeviceArena::alignment, 0u);
+      pieces.push_back(piece);
+    }
+    EXPECT_EQ(driver.calls("malloc"), 1u) << "64 small allocations come from one driver block";
+    for (std::size_t i = 0; i < pieces.size(); i += 2) arena.deallocate(pieces[i], 1000 + i);
+    for (std::size_t i = 1; i < pieces.size(); i += 2) arena.deallocate(pieces[i], 1000 + i);
+    // Everything coalesced back into one range: the whole chunk fits again without a new block.
+    void* whole = arena.allocate(std::size_t{1} << 20);
+    EXPECT_EQ(driver.calls("malloc"), 1u);
+    arena.deallocate(whole, std::size_t{1} << 20);
+    // A request larger than a chunk gets a chunk of its own; compact() returns the empty ones.
+    void* big = arena.allocate(std::size_t{3} << 20);
+    EXPECT_EQ(driver.calls("malloc"), 2u);
+    arena.deallocate(big, std::size_t{3} << 20);
+    EXPECT_EQ(arena.stats().bytes_in_use, 0u);
+    EXPECT_GT(arena.compact(), 0u);
+    EXPECT_EQ(arena.chunks(), 0u);
+  }
+  EXPECT_EQ(driver.live_device_allocations(), 0u);
+}
+
+TEST(CudaDeviceArena, AFullDeviceIsOutOfMemoryNotACrash) {
+  FakeDriver driver(FakeOptions{.devices = 1, .memory_bytes = std::size_t{8} << 20});
+  DeviceArena arena(std::make_unique<CudaBlockAllocator>(driver, BlockKind::device, 0, 1, "fake device"), 0,
+                    std::size_t{4} << 20);
+  void* first = arena.allocate(std::size_t{3} << 20);
+  void* second = arena.allocate(std::size_t{3} << 20);
+  try {
+    (void)arena.allocate(std::size_t{3} << 20);
+    FAIL() << "the device is full";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::out_of_memory);
+    EXPECT_NE(std::string(error.what()).find("fake device"), std::string::npos) << error.what();
+  }
+  EXPECT_EQ(arena.try_allocate(std::size_t{3} << 20), nullptr);
+  arena.deallocate(first, std::size_t{3} << 20);
+  arena.deallocate(second, std::size_t{3} << 20);
+  // Empty chunks are given back when a request needs the room.
+  void* large = arena.allocate(std::size_t{7} << 20);
+  arena.deallocate(large, std::size_t{7} << 20);
+}
+
+TEST(CudaStreamOrderedPool, AllocatesThroughTheDriversPool) {
+  FakeDriver driver;
+  {
+    StreamOrderedPool pool(driver, 0,
+                           std::make_unique<CudaBlockAllocator>(driver, BlockKind::device, 0, 1, "d"),
+                           std::size_t{1} << 20);
+    void* a = pool.allocate(4096);
+    EXPECT_EQ(driver.calls("malloc_async"), 1u);
+    EXPECT_EQ(driver.calls("malloc"), 0u);
+    EXPECT_THROW((void)pool.allocate(std::size_t{1} << 20), Error) << "over the limit";
+    pool.deallocate(a, 4096);
+    EXPECT_EQ(driver.calls("free_async"), 1u);
+    EXPECT_EQ(pool.stats().bytes_in_use, 0u);
+  }
+  EXPECT_EQ(driver.live_streams(), 0u);
+}
+
+TEST(CudaManagedMemory, NeverAsksForMoreThanIsFree) {
+  FakeDriver driver;
+  CudaBlockAllocator managed(driver, BlockKind::managed, 0, 1, "managed memory of fake");
+  driver.set_free_bytes(0, std::size_t{1} << 20);
+  try {
+    (void)managed.allocate_block(std::size_t{2} << 20, 0);
+    FAIL() << "more than is free";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::out_of_memory);
+    EXPECT_NE(std::string(error.what()).find("only 1048576 bytes free"), std::string::npos) << error.what();
+  }
+  EXPECT_EQ(driver.calls("malloc_managed"), 0u) << "the driver was never asked";
+  void* block = managed.allocate_block(std::size_t{512} << 10, 0);
+  EXPECT_EQ(driver.calls("malloc_managed"), 1u);
+  managed.free_block(block, std::size_t{512} << 10);
+}
+
+struct Done {
+  std::atomic<int> count{0};
+  static bool finish(Engine&, Operation& op) {
+    static_cast<Done*>(op.owner)->count.fetch_add(1);
+    return true;
+  }
+};
+
+void wait_for(const std::atomic<int>& count, int expected) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (count.load() < expected && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+}
+
+TEST(CudaEngine, CompletesThroughTheFlagTheDeviceWrites) {
+  auto driver = std::make_shared<FakeDriver>(FakeOptions{.hold_work = true});
+  Done done;
+  {
+    Engine engine(driver, 0, 2, 0, 8, CompletionMode::flag);
+    for (int i = 0; i < 3; ++i) {
+      Operation* op = engine.acquire();
+      op->owner = &done;
+      op->finish = &Done::finish;
+      engine.arm(op, engine.streams().stream(0));
+      engine.watch(op);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_EQ(done.count.load(), 0) << "the device has not run the work: no flag is written";
+    driver->run_pending();
+    wait_for(done.count, 3);
+    EXPECT_EQ(done.count.load(), 3);
+    EXPECT_EQ(engine.flag_completions(), 3u);
+    EXPECT_EQ(driver->calls("write_flag"), 3u);
+  }
+  EXPECT_EQ(driver->live_events(), 0u);
+  EXPECT_EQ(driver->live_device_allocations(), 0u) << "the flag array is freed";
+}
+
+TEST(CudaEngine, EventModeQueriesEvents) {
+  auto driver = std::make_shared<FakeDriver>(FakeOptions{.hold_work = true});
+  Done done;
+  Engine engine(driver, 0, 1, 0, 8, CompletionMode::event);
+  Operation* op = engine.acquire();
+  op->owner = &done;
+  op->finish = &Done::finish;
+  engine.arm(op, engine.streams().stream(0));
+  engine.watch(op);
+  driver->run_pending();
+  wait_for(done.count, 1);
+  EXPECT_EQ(done.count.load(), 1);
+  EXPECT_EQ(engine.event_completions(), 1u);
+  EXPECT_EQ(driver->calls("write_flag"), 0u);
+}
+
+// --- whole contexts on fake CUDA devices
+
+Kernel make_scale() {
+  Kernel scale("scale");
+  const CpuKernel body = [](const KernelArgs& args) {
+    for (float& each : args.span<float>(0)) each *= args.value<float>(0);
+  };
+  scale.cpu(body);
+  cuda::attach(scale, cpu_launcher(body));
+  return scale;
+}
+
+Kernel make_sum() {  // y += x
+  Kernel sum("sum");
+  const CpuKernel body = [](const KernelArgs& args) {
+    const auto x = args.span<const float>(0);
+    const auto y = args.span<float>(1);
+    for (std::size_t i = 0; i < y.size(); ++i) y[i] += x[i];
+  };
+  sum.cpu(body);
+  cuda::attach(sum, cpu_launcher(body));
+  return sum;
+}
+
+TEST(CudaFakeContext, KernelsRunAndDataComesBackThroughPinnedStaging) {
+  FakeCuda cuda;
+  {
+    Context context(FakeCuda::settings(2));
+    {
+      ASSERT_EQ(context.devices().size(), 3u) << "the CPU workers and two fake CUDA devices";
+      EXPECT_EQ(context.devices()[1].kind, DeviceKind::cuda);
+      const Kernel scale = make_scale();
+      Buffer<float> x(context, std::vector<float>(4096, 1.0f));
+      context.submit(TaskOptions{.device = 1}, scale, read_write(x), value(3.0f)).wait();
+      EXPECT_EQ(x.to_vector(), std::vector<float>(4096, 3.0f));
+      EXPECT_GE(cuda.driver->calls("host_alloc"), 1u) << "pinned staging and completion flags";
+      EXPECT_GE(cuda.driver->records("copy").size(), 2u);
+      const auto counters = context.impl()->devices[0]->counters();
+      EXPECT_EQ(counters.launches, 1u);
+    }  // buffers and kernels go before the leak check
+    expect_no_leaks(context);
+  }
+  EXPECT_EQ(cuda.driver->live_device_allocations(), 0u) << "every block, pinned or device, was freed";
+  EXPECT_EQ(cuda.driver->live_streams(), 0u);
+  EXPECT_EQ(cuda.driver->live_events(), 0u);
+}
+
+// The device runs its streams' work later, on another thread (as a GPU does): copies beyond
+// gpu.max_pending_transfers wait for a place, and everything still completes through the flags.
+TEST(CudaFakeContext, HeldWorkCompletesAndCopiesRespectMaxPendingTransfers) {
+  FakeCuda cuda(FakeOptions{.devices = 1, .hold_work = true});
+  std::atomic<bool> done{false};
+  std::thread device([&] {
+    while (!done.load()) {
+      cuda.driver->run_pending();
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  });
+  {
+    Settings settings = FakeCuda::settings(2);
+    settings.set("gpu.max_pending_transfers", "1");
+    Context context(settings);
+    {
+      const Kernel scale = make_scale();
+      std::vector<Buffer<float>> buffers;
+      for (int i = 0; i < 8; ++i) buffers.emplace_back(context, std::vector<float>(1024, 1.0f));
+      for (auto& buffer : buffers)
+        context.spawn(TaskOptions{.device = 1}, scale, read_write(buffer), value(2.0f));
+      context.wait_all();
+      for (auto& buffer : buffers) EXPECT_EQ(buffer.to_vector(), std::vector<float>(1024, 2.0f));
+      const auto counters = context.impl()->devices[0]->counters();
+      EXPECT_EQ(counters.peak_copies_in_flight, 1u);
+      EXPECT_GT(counters.copies_deferred, 0u) << "eight buffers went to the device at once";
+    }
+    expect_no_leaks(context);
+  }
+  done = true;
+  device.join();
+}
+
+TEST(CudaFakeContext, EventsComeFromAPoolNotOnePerTask) {
+  FakeCuda cuda;
+  Context context(FakeCuda::settings(2));
+  {
+    const Kernel scale = make_scale();
+    Buffer<float> x(context, std::vector<float>(256, 1.0f));
+    constexpr int tasks = 300;
+    for (int i = 0; i < tasks; ++i)
+      context.spawn(TaskOptions{.device = 1}, scale, read_write(x), value(1.0f));
+    context.wait_all();
+    EXPECT_LT(cuda.driver->calls("create_event"), 40u) << "at most one per operation in flight";
+    EXPECT_EQ(context.impl()->devices[0]->counters().events_live, 0u);
+  }  // buffers and kernels go before the leak check
+  expect_no_leaks(context);
+}
+
+TEST(CudaFakeContext, HighPriorityTasksGoToTheReservedStreams) {
+  FakeCuda cuda(FakeOptions{.devices = 1});
+  Settings settings = FakeCuda::settings(2);
+  settings.set("gpu.stream_count", "4").set("scheduler.gpu_stream_priorities", "0:1");
+  Context context(settings);
+  {
+    std::mutex mutex;
+    std::vector<std::pair<int, void*>> launches;  // (task priority, stream)
+    Kernel note("note");
+    cuda::attach(note, [&](const KernelArgs& args, int, void* stream) {
+      std::lock_guard lock(mutex);
+      launches.emplace_back(args.value<int>(0), stream);
+    });
+    Buffer<float> a(context, 64), b(context, 64);
+    for (int i = 0; i < 20; ++i) {
+      const int priority = i % 2 == 0 ? Priority::high : Priority::normal;
+      context.spawn(TaskOptions{.device = 1, .priority = priority}, note, read(i % 2 == 0 ? a : b),
+                    value(priority));
+    }
+    context.wait_all();
+    std::map<void*, int> stream_priority;
+    for (const auto& record : cuda.driver->records("create_stream"))
+      stream_priority[record.stream] = record.detail;
+    ASSERT_EQ(launches.size(), 20u);
+    std::set<void*> high_streams, normal_streams;
+    for (const auto& [priority, stream] : launches) {
+      if (priority == Priority::high) {
+        EXPECT_EQ(stream_priority.at(stream), -5) << "a high-priority task on an ordinary stream";
+        high_streams.insert(stream);
+      } else {
+        EXPECT_EQ(stream_priority.at(stream), 0) << "an ordinary task on the reserved stream";
+        normal_streams.insert(stream);
+      }
+    }
+    EXPECT_EQ(high_streams.size(), 1u);
+    EXPECT_EQ(normal_streams.size(), 3u) << "ordinary tasks round robin over the other three";
+  }  // buffers and kernels go before the leak check
+  expect_no_leaks(context);
+}
+
+class CudaPeerAccess : public ::testing::TestWithParam<bool> {};
+
+TEST_P(CudaPeerAccess, DeviceToDeviceCopiesGoDirectOrThroughPinnedHost) {
+  const bool peer_access = GetParam();
+  FakeCuda cuda;
+  Settings settings = FakeCuda::settings(2);
+  settings.set("gpu.peer_access", peer_access ? "true" : "false");
+  Context context(settings);
+  {
+    const Kernel scale = make_scale(), sum = make_sum();
+    Buffer<float> x(context, std::vector<float>(1024, 2.0f)), y(context, std::vector<float>(1024, 1.0f));
+    context.submit(TaskOptions{.device = 1}, scale, read_write(x), value(2.0f));   // x valid only on device 1
+    context.submit(TaskOptions{.device = 2}, sum, read(x), read_write(y)).wait();  // x: device 1 -> 2
+    EXPECT_EQ(y.to_vector(), std::vector<float>(1024, 5.0f));
+    const auto destination = context.impl()->devices[1]->counters();
+    if (peer_access) {
+      EXPECT_GE(destination.peer_copies, 1u);
+      EXPECT_EQ(destination.staged_copies, 0u);
+      EXPECT_GE(cuda.driver->records("copy_peer").size(), 1u);
+      EXPECT_GE(cuda.driver->calls("enable_peer_access"), 1u);
+      EXPECT_TRUE(context.impl()->devices[1]->can_access_peer(*context.impl()->devices[0]));
+    } else {
+      EXPECT_EQ(destination.peer_copies, 0u);
+      EXPECT_GE(destination.staged_copies, 1u);
+      EXPECT_TRUE(cuda.driver->records("copy_peer").empty());
+      EXPECT_GE(cuda.driver->calls("stream_wait_event"), 1u)
+          << "the destination waits on the device, not the host";
+      EXPECT_FALSE(context.impl()->devices[1]->can_access_peer(*context.impl()->devices[0]));
+    }
+  }  // buffers and kernels go before the leak check
+  expect_no_leaks(context);
+}
+
+TEST(CudaPeerAccessFake, DevicesThatCannotReachEachOtherStage) {
+  FakeCuda cuda(FakeOptions{.peer_access = false});
+  Context context(FakeCuda::settings(2));  // gpu.peer_access = true, but the driver says no
+  const Kernel scale = make_scale(), sum = make_sum();
+  Buffer<float> x(context, std::vector<float>(512, 1.0f)), y(context, std::vector<float>(512, 0.0f));
+  context.submit(TaskOptions{.device = 1}, scale, read_write(x), value(4.0f));
+  context.submit(TaskOptions{.device = 2}, sum, read(x), read_write(y)).wait();
+  EXPECT_EQ(y.to_vector(), std::vector<float>(512, 4.0f));
+  EXPECT_TRUE(cuda.driver->records("copy_peer").empty());
+  EXPECT_GE(context.impl()->devices[1]->counters().staged_copies, 1u);
+}
+
+INSTANTIATE_TEST_SUITE_P(PeerAccess, CudaPeerAccess, ::testing::Values(true, false),
+                         [](const auto& info) { return info.param ? "enabled" : "disabled"; });
+
+struct UnifiedCase {
+  const char* name;
+  bool unified, prefetch, hints;
+};
+
+class CudaUnifiedMemory : public ::testing::TestWithParam<UnifiedCase> {};
+
+TEST_P(CudaUnifiedMemory, ManagedBuffersGetPrefetchesAndHintsAsConfigured) {
+  const UnifiedCase& c = GetParam();
+  FakeCuda cuda(FakeOptions{.devices = 1});
+  Settings settings = FakeCuda::settings(2);
+  settings.set("gpu.unified_memory", c.unified ? "true" : "false")
+      .set("gpu.async_prefetch", c.prefetch ? "true" : "false")
+      .set("gpu.cache_hints", c.hints ? "true" : "false");
+  Context context(settings);
+  {
+    std::mutex mutex;
+    std::vector<void*> launch_streams;
+    Kernel sum("sum");
+    cuda::attach(sum, [&](const KernelArgs& args, int, void* stream) {
+      {
+        std::lock_guard lock(mutex);
+        launch_streams.push_back(stream);
+      }
+      const auto x = args.span<const float>(0);
+      const auto y = args.span<float>(1);
+      for (std::size_t i = 0; i < y.size(); ++i) y[i] += x[i];
+    });
+    Buffer<float> x(context, std::vector<float>(1024, 1.0f)), y(context, std::vector<float>(1024, 1.0f));
+    context.submit(TaskOptions{.device = 1}, sum, read(x), read_write(y)).wait();
+    context.submit(TaskOptions{.device = 1}, sum, read(x), read_write(y)).wait();
+    EXPECT_EQ(y.to_vector(), std::vector<float>(1024, 3.0f));
+    EXPECT_EQ(cuda.driver->calls("malloc_managed") > 0, c.unified);
+    EXPECT_EQ(cuda.driver->calls("malloc") > 0, !c.unified);
+    const auto prefetches = cuda.driver->records("prefetch");
+    const auto advice = cuda.driver->records("advise");
+    if (c.unified && c.prefetch) {
+      ASSERT_EQ(prefetches.size(), 4u) << "two accesses, two tasks";
+      for (const auto& each : prefetches) {
+        EXPECT_EQ(each.device, 0);
+        EXPECT_EQ(each.bytes, 4096u);
+        EXPECT_TRUE(std::find(launch_streams.begin(), launch_streams.end(), each.stream) !=
+                    launch_streams.end())
+            << "prefetched on the task's own stream, ahead of its launch";
+      }
+    } else {
+      EXPECT_TRUE(prefetches.empty());
+    }
+    if (c.unified && c.hints) {
+      ASSERT_EQ(advice.size(), 2u) << "each range is advised once, not per task";
+      EXPECT_EQ(advice[0].detail, static_cast<int>(Advice::read_mostly));
+      EXPECT_EQ(advice[1].detail, static_cast<int>(Advice::preferred_location));
+    } else {
+      EXPECT_TRUE(advice.empty());
+    }
+  }  // buffers and kernels go before the leak check
+  expect_no_leaks(context);
+}
+
+INSTANTIATE_TEST_SUITE_P(Keys, CudaUnifiedMemory,
+                         ::testing::Values(UnifiedCase{"device_memory", false, true, true},
+                                           UnifiedCase{"managed", true, true, true},
+                                           UnifiedCase{"managed_no_prefetch", true, false, true},
+                                           UnifiedCase{"managed_no_hints", true, true, false}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST(CudaFakeContext, ALaunchErrorFailsTheTask) {
+  FakeCuda cuda(FakeOptions{.devices = 1});
+  Context context(FakeCuda::settings(2));
+  const Kernel scale = make_scale();
+  Buffer<float> x(context, std::vector<float>(64, 1.0f));
+  cuda.driver->fail_next_launch();
+  Task failed = context.submit(TaskOptions{.device = 1}, scale, read_write(x), value(2.0f));
+  try {
+    failed.wait();
+    FAIL() << "the launch failed";
+  } catch (const std::exception& error) {
+    EXPECT_NE(std::string(error.what()).find("cudaErrorLaunchFailure"), std::string::npos) << error.what();
+  }
+  context.submit(TaskOptions{.device = 1}, scale, write(x), value(0.0f)).wait();  // recovers
+}
+
+TEST(CudaFakeContext, NoDeviceMeansNoCudaDeviceAndAReason) {
+  FakeCuda cuda(FakeOptions{.devices = 0});
+  Context context(FakeCuda::settings(1).set("gpu.devices", "all"));
+  for (const DeviceInfo& device : context.devices()) EXPECT_NE(device.backend, "cuda-fake");
+  EXPECT_NE(cuda.backend->unavailable_reason().find("no CUDA-capable device"), std::string::npos)
+      << cuda.backend->unavailable_reason();
+}
+
+// A GPU that another backend lists too (NVIDIA's OpenCL driver) at the same PCI address.
+class TwinBackend final : public detail::Backend {
+ public:
+  std::string name() const override { return "twin"; }
+  std::vector<DeviceInfo> enumerate(const Topology&) override {
+    DeviceInfo info;
+    info.kind = DeviceKind::opencl;
+    info.name = "the same GPU through OpenCL";
+    info.pci_bus_id = "0000:65:00.0";
+    return {info};
+  }
+  std::unique_ptr<detail::Device> open(std::size_t, const detail::DeviceOpenOptions&) override {
+    throw Error(ErrorCode::internal, "the OpenCL twin was opened");
+  }
+};
+
+TEST(CudaFakeContext, AGpuListedByTwoBackendsIsOpenedThroughCudaOnly) {
+  FakeCuda cuda(FakeOptions{.devices = 1, .pci_bus_id = "0000:65:00.0"});
+  struct Registered {
+    std::shared_ptr<TwinBackend> twin = std::make_shared<TwinBackend>();
+    Registered() { detail::register_backend(twin); }
+    ~Registered() { detail::unregister_backend(twin.get()); }
+  } registered;
+  {
+    Context context(FakeCuda::settings(1).set("gpu.devices", "all"));
+    int fake = 0;
+    for (const DeviceInfo& device : context.devices()) {
+      EXPECT_NE(device.backend, "twin");
+      fake += device.backend == "cuda-fake" ? 1 : 0;
+    }
+    EXPECT_EQ(fake, 1);
+  }
+  // Asked for by name, the OpenCL view of it is opened (and this one refuses).
+  EXPECT_THROW(Context(FakeCuda::settings(1).set("gpu.devices", "twin")), Error);
+}
+
+TEST(CudaRuntime, ReportsDevicesOrWhyNot) {
+  const std::string why = cuda_device_reason();
+  if (!why.empty()) {
+    std::cout << "[ INFO     ] no CUDA device: " << why << "\n";
+    EXPECT_FALSE(why.empty());
+  }
+  // A context with every device never fails because CUDA has none.
+  Settings settings = make_settings(1);
+  settings.set("gpu.devices", "all");
+  EXPECT_NO_THROW(Context{settings});
+}
+
+TEST(CudaAttach, RejectsAnEmptyLauncher) {
+  Kernel kernel("k");
+  EXPECT_THROW(cuda::attach(kernel, cuda::Launcher{}), Error);
+  cuda::attach(kernel, [](const KernelArgs&, int, void*) {});
+  EXPECT_TRUE(kernel.implements(DeviceKind::cuda));
+}
+
+}  // namespace
+}  // namespace nerve::testing
