@@ -21,6 +21,15 @@ nerve::Settings nerve_settings(const WorkloadOptions& options) {
   return settings;
 }
 
+const char* policy_name(nerve::SchedulerPolicy policy) {
+  switch (policy) {
+    case nerve::SchedulerPolicy::eager: return "eager";
+    case nerve::SchedulerPolicy::locality_aware_stealing: return "locality_aware_stealing";
+    case nerve::SchedulerPolicy::heft: return "heft";
+  }
+  return "?";
+}
+
 #if NERVE_HAVE_TBB
 struct TbbLimit::Impl {
   explicit Impl(unsigned threads) : control(tbb::global_control::max_allowed_parallelism, threads) {}

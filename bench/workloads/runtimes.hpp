@@ -18,6 +18,9 @@ namespace nerve::bench {
 // NERVE_* environment honoured (so a user can try e.g. NERVE_SCHEDULER_SPIN_US on every workload).
 nerve::Settings nerve_settings(const WorkloadOptions& options);
 
+// policy_name(): the scheduler.policy value that selects `policy`.
+const char* policy_name(nerve::SchedulerPolicy policy);
+
 // TbbLimit caps oneTBB's parallelism at `threads` while it lives (tbb::global_control); it does
 // nothing in a build without oneTBB.
 class TbbLimit {

@@ -183,15 +183,6 @@ struct Problem {
 
 double gflops(std::size_t n, double ns) { return static_cast<double>(n) * n * n / 3.0 / ns; }
 
-const char* policy_name(nerve::SchedulerPolicy policy) {
-  switch (policy) {
-    case nerve::SchedulerPolicy::eager: return "eager";
-    case nerve::SchedulerPolicy::locality_aware_stealing: return "locality_aware_stealing";
-    case nerve::SchedulerPolicy::heft: return "heft";
-  }
-  return "?";
-}
-
 // other_policies(): the scheduler policies other than the one `context` (the "nerve" variant) runs.
 std::vector<nerve::SchedulerPolicy> other_policies(const nerve::Context& context) {
   std::vector<nerve::SchedulerPolicy> policies;

@@ -116,15 +116,6 @@ struct TileKernels {
   }
 };
 
-const char* policy_name(nerve::SchedulerPolicy policy) {
-  switch (policy) {
-    case nerve::SchedulerPolicy::eager: return "eager";
-    case nerve::SchedulerPolicy::locality_aware_stealing: return "locality_aware_stealing";
-    case nerve::SchedulerPolicy::heft: return "heft";
-  }
-  return "?";
-}
-
 constexpr nerve::SchedulerPolicy all_policies[] = {nerve::SchedulerPolicy::eager,
                                                    nerve::SchedulerPolicy::locality_aware_stealing,
                                                    nerve::SchedulerPolicy::heft};

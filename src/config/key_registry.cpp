@@ -96,19 +96,27 @@ std::pair<Compression, std::size_t> parse_compression(std::string_view text) {
                     "distributed.compression");
 }
 
-// parse_nodes() reads distributed.nodes: hosts separated by commas or blanks, each `host` or
-// `host:slots` (slots 1..4096), e.g. "node1:4, node2:4". A text value: configuration values are
-// scalars (value_type.hpp), and one line is also what an environment variable can hold.
-std::vector<DistributedNode> parse_nodes(std::string_view text) {
-  std::vector<DistributedNode> nodes;
+// for_each_item() calls `fn` with each item of a list value: items separated by commas or blanks
+// (list keys are one scalar, so that one line of YAML or one environment variable holds them).
+template <class Fn>
+void for_each_item(std::string_view text, Fn&& fn) {
   std::size_t position = 0;
   while (position < text.size()) {
     const std::size_t start = text.find_first_not_of(" \t\r\n,", position);
     if (start == std::string_view::npos) break;
     std::size_t end = text.find_first_of(" \t\r\n,", start);
     if (end == std::string_view::npos) end = text.size();
-    const std::string_view item = text.substr(start, end - start);
+    fn(text.substr(start, end - start));
     position = end;
+  }
+}
+
+// parse_nodes() reads distributed.nodes: hosts separated by commas or blanks, each `host` or
+// `host:slots` (slots 1..4096), e.g. "node1:4, node2:4". A text value: configuration values are
+// scalars (value_type.hpp), and one line is also what an environment variable can hold.
+std::vector<DistributedNode> parse_nodes(std::string_view text) {
+  std::vector<DistributedNode> nodes;
+  for_each_item(text, [&](std::string_view item) {
     DistributedNode node;
     const std::size_t colon = item.find(':');
     node.host = std::string(item.substr(0, colon));
@@ -131,7 +139,7 @@ std::vector<DistributedNode> parse_nodes(std::string_view text) {
                         "distributed.nodes");
     }
     nodes.push_back(std::move(node));
-  }
+  });
   return nodes;
 }
 
@@ -144,14 +152,7 @@ std::vector<Config::Scheduler::GpuStreamPriority> parse_gpu_stream_priorities(st
     const auto [last, error] = std::from_chars(digits.data(), digits.data() + digits.size(), out);
     return !digits.empty() && error == std::errc{} && last == digits.data() + digits.size() && out <= limit;
   };
-  std::size_t position = 0;
-  while (position < text.size()) {
-    const std::size_t start = text.find_first_not_of(" \t\r\n,", position);
-    if (start == std::string_view::npos) break;
-    std::size_t end = text.find_first_of(" \t\r\n,", start);
-    if (end == std::string_view::npos) end = text.size();
-    const std::string_view item = text.substr(start, end - start);
-    position = end;
+  for_each_item(text, [&](std::string_view item) {
     Config::Scheduler::GpuStreamPriority entry;
     const std::size_t colon = item.find(':');
     bool valid = true;
@@ -169,7 +170,7 @@ std::vector<Config::Scheduler::GpuStreamPriority> parse_gpu_stream_priorities(st
                         "scheduler.gpu_stream_priorities");
     }
     entries.push_back(entry);
-  }
+  });
   return entries;
 }
 

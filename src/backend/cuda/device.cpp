@@ -52,46 +52,12 @@ bool CudaDevice::can_run(const TaskRecord& task) const noexcept {
 
 void CudaDevice::start(DeviceHost& host) {
   host_ = &host;
-  if (!launcher_.joinable()) launcher_ = std::thread([this] { run(); });
+  launcher_.start([this](TaskRecord* task) { launch(task); });
 }
 
-void CudaDevice::submit(TaskRecord* task) {
-  {
-    std::lock_guard lock(mutex_);
-    tasks_.push_back(task);
-  }
-  ready_.notify_one();
-}
+void CudaDevice::submit(TaskRecord* task) { launcher_.submit(task); }
 
-void CudaDevice::stop() noexcept {
-  {
-    std::lock_guard lock(mutex_);
-    stopping_ = true;
-  }
-  ready_.notify_one();
-  if (launcher_.joinable()) launcher_.join();
-}
-
-void CudaDevice::run() {
-  bool current = false;
-  std::unique_lock lock(mutex_);
-  while (true) {
-    ready_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
-    if (tasks_.empty()) return;
-    TaskRecord* task = tasks_.front();
-    tasks_.pop_front();
-    lock.unlock();
-    if (!current) {
-      try {
-        driver_->make_current(ordinal_);
-        current = true;
-      } catch (...) {  // reported by the launch that needs it
-      }
-    }
-    launch(task);
-    lock.lock();
-  }
-}
+void CudaDevice::stop() noexcept { launcher_.stop(); }
 
 DeviceCapabilities CudaDevice::capabilities() const noexcept {
   return DeviceCapabilities{false, info().unified_memory, static_cast<unsigned>(engine_->streams().size()),
@@ -123,6 +89,13 @@ void CudaDevice::hint_and_prefetch(const DeviceLaunch& launch, Stream stream) {
 }
 
 void CudaDevice::launch(TaskRecord* task) {
+  if (!current_) {  // once, on the launcher thread, before its first launch
+    try {
+      driver_->make_current(ordinal_);
+      current_ = true;
+    } catch (...) {  // reported by the launch that needs it
+    }
+  }
   if (cancelled(*task)) {
     host_->run_on_device(task, *this);  // it sees the cancellation and finishes the task as cancelled
     return;

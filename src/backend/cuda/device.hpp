@@ -28,6 +28,7 @@
 #include "backend/cuda/engine.hpp"
 #include "backend/cuda/memory.hpp"
 #include "backend/device.hpp"
+#include "backend/launcher_thread.hpp"
 
 namespace nerve::detail::cuda {
 
@@ -60,7 +61,6 @@ class CudaDevice final : public Device {
   CudaMemoryNode& node() noexcept { return *node_; }
 
  private:
-  void run();
   void launch(TaskRecord* task);
   void hint_and_prefetch(const DeviceLaunch& launch, Stream stream);
   static bool finish_launch(Engine& engine, Operation& op);
@@ -74,12 +74,9 @@ class CudaDevice final : public Device {
   // Advice already given (pointer, bytes, advice): the launcher thread's; advice is per range, not
   // per task, so it is sent once.
   std::set<std::tuple<const void*, std::size_t, int>> advised_;
+  bool current_ = false;  // the launcher thread has made this device current
 
-  std::mutex mutex_;
-  std::condition_variable ready_;
-  std::deque<TaskRecord*> tasks_;
-  bool stopping_ = false;
-  std::thread launcher_;
+  LauncherThread launcher_;  // last: stopped (joined) before the members its thread uses go
 };
 
 }  // namespace nerve::detail::cuda

@@ -40,38 +40,12 @@ bool OpenclDevice::can_run(const TaskRecord& task) const noexcept {
 
 void OpenclDevice::start(DeviceHost& host) {
   host_ = &host;
-  if (!launcher_.joinable()) launcher_ = std::thread([this] { run(); });
+  launcher_.start([this](TaskRecord* task) { launch(task); });
 }
 
-void OpenclDevice::submit(TaskRecord* task) {
-  {
-    std::lock_guard lock(mutex_);
-    tasks_.push_back(task);
-  }
-  ready_.notify_one();
-}
+void OpenclDevice::submit(TaskRecord* task) { launcher_.submit(task); }
 
-void OpenclDevice::stop() noexcept {
-  {
-    std::lock_guard lock(mutex_);
-    stopping_ = true;
-  }
-  ready_.notify_one();
-  if (launcher_.joinable()) launcher_.join();
-}
-
-void OpenclDevice::run() {
-  std::unique_lock lock(mutex_);
-  while (true) {
-    ready_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
-    if (tasks_.empty()) return;
-    TaskRecord* task = tasks_.front();
-    tasks_.pop_front();
-    lock.unlock();
-    launch(task);
-    lock.lock();
-  }
-}
+void OpenclDevice::stop() noexcept { launcher_.stop(); }
 
 DeviceCapabilities OpenclDevice::capabilities() const noexcept {
   return DeviceCapabilities{false, info().unified_memory, engine_->queue_count(),

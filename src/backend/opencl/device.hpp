@@ -24,6 +24,7 @@
 
 #include "backend/backend.hpp"
 #include "backend/device.hpp"
+#include "backend/launcher_thread.hpp"
 #include "backend/opencl/engine.hpp"
 #include "backend/opencl/memory.hpp"
 #include "backend/opencl/programs.hpp"
@@ -45,7 +46,6 @@ class OpenclDevice final : public Device {
   DeviceCounters counters() const override { return engine_->snapshot(); }
 
  private:
-  void run();
   void launch(TaskRecord* task);
   void bind_arguments(cl_kernel kernel, const DeviceLaunch& launch, Operation& op) const;
   std::size_t global_size(const OpenclProgram& program, const DeviceLaunch& launch,
@@ -57,11 +57,7 @@ class OpenclDevice final : public Device {
   ProgramCache programs_;  // the launcher thread's
   DeviceHost* host_ = nullptr;
 
-  std::mutex mutex_;
-  std::condition_variable ready_;
-  std::deque<TaskRecord*> tasks_;
-  bool stopping_ = false;
-  std::thread launcher_;
+  LauncherThread launcher_;  // last: stopped (joined) before the members its thread uses go
 };
 
 }  // namespace nerve::detail::opencl
