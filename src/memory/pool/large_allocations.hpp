@@ -67,6 +67,7 @@ class LargeAllocations {
   const std::size_t max_cached_blocks_;
   mutable std::mutex mutex_;
   std::unordered_map<void*, std::size_t> live_;  // block -> its real size
+  unsigned next_color_ = 0;                      // guarded by mutex_
   std::vector<CachedBlock> cache_;               // most recently freed last
   std::size_t cached_bytes_ = 0;
   std::size_t live_bytes_ = 0;
