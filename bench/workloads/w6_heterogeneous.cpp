@@ -24,6 +24,7 @@
 #include "blas_support.hpp"
 #include "device_workload.hpp"
 #include "measure.hpp"
+#include "opencl_cholesky_tiles.hpp"
 #include "runtimes.hpp"
 #include "tile_kernels.hpp"
 #include "workload.hpp"
@@ -31,43 +32,9 @@
 namespace nerve::bench {
 namespace {
 
-// The tile operations in OpenCL C on nb × nb column-major tiles (element (r, c) at c·nb + r), the
-// same as tests/backend/cholesky_test.cpp; only their lower triangles matter.
-constexpr const char* tile_source = R"(
-  #pragma OPENCL EXTENSION cl_khr_fp64 : enable
-  __kernel void potrf(__global double* a, int nb) {
-    for (int j = 0; j < nb; ++j) {
-      double d = a[j * nb + j];
-      for (int k = 0; k < j; ++k) d -= a[k * nb + j] * a[k * nb + j];
-      d = sqrt(d);
-      a[j * nb + j] = d;
-      for (int i = j + 1; i < nb; ++i) {
-        double s = a[j * nb + i];
-        for (int k = 0; k < j; ++k) s -= a[k * nb + i] * a[k * nb + j];
-        a[j * nb + i] = s / d;
-      }
-    }
-  }
-  __kernel void trsm(__global const double* l, __global double* b, int nb) {
-    const int r = get_global_id(0);
-    for (int j = 0; j < nb; ++j) {
-      double s = b[j * nb + r];
-      for (int k = 0; k < j; ++k) s -= b[k * nb + r] * l[k * nb + j];
-      b[j * nb + r] = s / l[j * nb + j];
-    }
-  }
-  __kernel void syrk(__global const double* a, __global double* c, int nb) {
-    const int i = get_global_id(0) % nb, j = get_global_id(0) / nb;
-    double s = 0.0;
-    for (int k = 0; k < nb; ++k) s += a[k * nb + i] * a[k * nb + j];
-    c[j * nb + i] -= s;
-  }
-  __kernel void gemm(__global const double* a, __global const double* b, __global double* c, int nb) {
-    const int i = get_global_id(0) % nb, j = get_global_id(0) / nb;
-    double s = 0.0;
-    for (int k = 0; k < nb; ++k) s += a[k * nb + i] * b[k * nb + j];
-    c[j * nb + i] -= s;
-  }
+// The tile operations in OpenCL C (examples/common/opencl_cholesky_tiles.hpp, shared with
+// tests/backend/cholesky_test.cpp), plus the mixed graph's elementwise map.
+const std::string tile_source = std::string(nerve::examples::opencl_cholesky_tiles) + R"(
   __kernel void wave(__global const float* x, __global float* y) {
     const size_t i = get_global_id(0);
     float v = x[i];

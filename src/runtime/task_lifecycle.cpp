@@ -173,12 +173,7 @@ TaskRecord* ContextImpl::commit_task(TaskDraft draft, const SubmitInfo& info) {
     task->refs.store(1, std::memory_order_relaxed);
     if (info.group != nullptr) info.group->pending.fetch_add(1, std::memory_order_relaxed);
     thread.count_submitted();
-    // make_ready() without its questions: a closure without data runs on the CPU workers.
-    task->phase.store(status_ready, std::memory_order_relaxed);
-    if (recorder != nullptr) [[unlikely]]
-      recorder->task_ready(task, true);
-    if (coherence != nullptr) task->device = 0;
-    scheduler.enqueue(task, thread, true, -1);
+    make_ready(task, thread, true);
     throttle_submission(thread);
     return nullptr;
   }

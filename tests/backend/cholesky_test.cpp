@@ -6,48 +6,15 @@
 
 #include "nerve/opencl.hpp"
 
+#include "opencl_cholesky_tiles.hpp"
 #include "opencl_support.hpp"
 
 namespace nerve::testing {
 namespace {
 
-// Tiles are nb x nb, column-major: element (row r, column c) at c * nb + r.
-constexpr const char* tile_source = R"(
-  #pragma OPENCL EXTENSION cl_khr_fp64 : enable
-  __kernel void potrf(__global double* a, int nb) {  // one work item: a = L, lower
-    for (int j = 0; j < nb; ++j) {
-      double d = a[j * nb + j];
-      for (int k = 0; k < j; ++k) d -= a[k * nb + j] * a[k * nb + j];
-      d = sqrt(d);
-      a[j * nb + j] = d;
-      for (int i = j + 1; i < nb; ++i) {
-        double s = a[j * nb + i];
-        for (int k = 0; k < j; ++k) s -= a[k * nb + i] * a[k * nb + j];
-        a[j * nb + i] = s / d;
-      }
-      for (int i = 0; i < j; ++i) a[j * nb + i] = 0.0;
-    }
-  }
-  __kernel void trsm(__global const double* l, __global double* b, int nb) {  // b = b L^-T, row per item
-    const int r = get_global_id(0);
-    for (int j = 0; j < nb; ++j) {
-      double s = b[j * nb + r];
-      for (int k = 0; k < j; ++k) s -= b[k * nb + r] * l[k * nb + j];
-      b[j * nb + r] = s / l[j * nb + j];
-    }
-  }
-  __kernel void syrk(__global const double* a, __global double* c, int nb) {  // c -= a a^T
-    const int i = get_global_id(0) % nb, j = get_global_id(0) / nb;
-    double s = 0.0;
-    for (int k = 0; k < nb; ++k) s += a[k * nb + i] * a[k * nb + j];
-    c[j * nb + i] -= s;
-  }
-  __kernel void gemm(__global const double* a, __global const double* b, __global double* c, int nb) {
-    const int i = get_global_id(0) % nb, j = get_global_id(0) / nb;  // c -= a b^T
-    double s = 0.0;
-    for (int k = 0; k < nb; ++k) s += a[k * nb + i] * b[k * nb + j];
-    c[j * nb + i] -= s;
-  })";
+// Tiles are nb x nb, column-major: element (row r, column c) at c * nb + r. The OpenCL bodies are
+// examples/common/opencl_cholesky_tiles.hpp; the CPU ones below are their plain reference.
+const char* const tile_source = nerve::examples::opencl_cholesky_tiles;
 
 void potrf(double* a, int nb) {
   for (int j = 0; j < nb; ++j) {
