@@ -31,6 +31,9 @@ struct DeviceInfo {
   std::string backend;          // "opencl", a plugin's name, "test"; empty for the CPU workers
   std::string pci_bus_id;       // "0000:65:00.0" when the device sits on PCI and the driver says where
   bool unified_memory = false;  // it shares physical memory with the host (integrated GPU, PoCL)
+  // It computes on the host's CPU cores (an OpenCL CPU device such as PoCL's): its kernels compete
+  // with the CPU workers for the same cores, and scheduler.policy heft counts them as CPU time.
+  bool shares_host_cores = false;
 };
 
 }  // namespace nerve

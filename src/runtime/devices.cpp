@@ -35,7 +35,7 @@ int ContextImpl::add_device(std::unique_ptr<Device> device) {
   coherence = std::make_unique<CoherenceEngine>(std::move(nodes), *this);
   coherence->set_transfer_observer(recorder);
   if (config.scheduler.policy == SchedulerPolicy::heft) {
-    heft = std::make_unique<HeftPlacer>(device_count());
+    heft = std::make_unique<HeftPlacer>(device_count(), scheduler.slot_count());
     if (bus == nullptr) bus = std::make_unique<BusModel>(perf->models()->directory());
   }
   return index;

@@ -1,6 +1,8 @@
 // heft_placement.cpp — scheduler.policy heft: what each device implementing a kernel call would cost
 // (history model, coherence state, bus model), the HeftPlacer's choice, and its explanation.
 // Only reached under heft with devices: ContextImpl::heft is null otherwise.
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "memory/buffer_state.hpp"
@@ -26,6 +28,7 @@ nlohmann::json explain(const TaskRecord& task, std::uint64_t footprint, const He
                     {"transfer_ns", candidate.transfer_ns},
                     {"transfer_bytes", candidate.transfer_bytes},
                     {"local_bytes", candidate.local_bytes},
+                    {"host_cores", candidate.host_cores},
                     {"run_ns", candidate.run_ns},
                     {"samples", candidate.samples},
                     {"modelled", candidate.modelled},
@@ -71,6 +74,11 @@ int ContextImpl::place_heft(TaskRecord* task, int locality) {
     candidate.device = device;
     // A device runs one kernel at a time in its queue order; the CPU workers run one per slot.
     candidate.units = device == 0 ? scheduler.slot_count() : 1;
+    if (device != 0) {
+      const DeviceInfo& info = devices[static_cast<std::size_t>(device) - 1]->info();
+      if (info.shares_host_cores)
+        candidate.host_cores = std::clamp(info.compute_units, 1u, scheduler.slot_count());
+    }
     const std::string key = device == 0 ? std::string("cpu") : fmt::format("device:{}", device);
     if (const auto estimate = models.estimate(task->kernel->name, key, footprint)) {
       candidate.modelled = true;

@@ -17,17 +17,34 @@ const char* name(HeftMode mode) noexcept {
   return "?";
 }
 
-HeftPlacer::HeftPlacer(unsigned device_count) : loads_(device_count) {}
+HeftPlacer::HeftPlacer(unsigned device_count, unsigned host_units)
+    : host_units_(std::max(1u, host_units)), loads_(device_count) {}
+
+double HeftPlacer::host_backlog_ns() const {
+  double backlog = loads_.empty() ? 0.0 : loads_[0].outstanding_ns;
+  for (std::size_t device = 1; device < loads_.size(); ++device)
+    backlog += loads_[device].outstanding_ns * loads_[device].host_cores;
+  return backlog;
+}
+
+double HeftPlacer::finish(const HeftCandidate& candidate, double run_ns, double backlog_ns) const {
+  const double own = std::max(candidate.ready_ns, candidate.transfer_ns) + run_ns;
+  if (candidate.device == 0 || candidate.host_cores == 0) return own;
+  return std::max(own, (backlog_ns + run_ns * candidate.host_cores) / host_units_);
+}
 
 HeftDecision HeftPlacer::decide(const TaskRecord* task, std::vector<HeftCandidate>& candidates,
                                 std::size_t locality) {
   std::lock_guard lock(mutex_);
   constexpr double infinity = std::numeric_limits<double>::infinity();
   double best_calibrated = infinity;
+  const double backlog = host_backlog_ns();
   for (HeftCandidate& candidate : candidates) {
     const Load& load = loads_[static_cast<std::size_t>(candidate.device)];
-    candidate.ready_ns = load.outstanding_ns / std::max(1u, candidate.units);
-    candidate.finish_ns = std::max(candidate.ready_ns, candidate.transfer_ns) + candidate.run_ns;
+    // The CPU workers wait for the host's whole backlog, devices time-sharing their cores included.
+    candidate.ready_ns =
+        (candidate.device == 0 ? backlog : load.outstanding_ns) / std::max(1u, candidate.units);
+    candidate.finish_ns = finish(candidate, candidate.run_ns, backlog);
     if (candidate.modelled && !candidate.calibrating)
       best_calibrated = std::min(best_calibrated, candidate.finish_ns);
   }
@@ -37,9 +54,8 @@ HeftDecision HeftPlacer::decide(const TaskRecord* task, std::vector<HeftCandidat
   bool open = false;  // an uncalibrated candidate that might still win
   for (HeftCandidate& candidate : candidates) {
     if (candidate.modelled && !candidate.calibrating) continue;
-    candidate.dominated =
-        candidate.modelled && candidate.samples > 0 &&
-        std::max(candidate.ready_ns, candidate.transfer_ns) + candidate.run_ns * 0.5 > best_calibrated;
+    candidate.dominated = candidate.modelled && candidate.samples > 0 &&
+                          finish(candidate, candidate.run_ns * 0.5, backlog) > best_calibrated;
     open |= !candidate.dominated;
   }
   HeftDecision decision;
@@ -75,6 +91,7 @@ HeftDecision HeftPlacer::decide(const TaskRecord* task, std::vector<HeftCandidat
   const HeftCandidate& chosen = candidates[decision.chosen];
   Load& load = loads_[static_cast<std::size_t>(chosen.device)];
   load.outstanding_ns += chosen.run_ns;
+  load.host_cores = chosen.host_cores;
   ++load.in_flight;
   assigned_[task] = HeftAssignment{chosen.device, chosen.run_ns};
   return decision;
@@ -114,9 +131,10 @@ std::string HeftPlacer::reason(const HeftDecision& decision, const std::vector<H
           runner_up = &candidate;
       }
       return fmt::format(
-          "earliest predicted finish: device {} at {:.0f} ns (free in {:.0f}, data in {:.0f}, run {:.0f}); "
+          "earliest predicted finish: device {} at {:.0f} ns (free in {:.0f}, data in {:.0f}, run {:.0f}{}); "
           "next best device {} at {:.0f} ns",
           chosen.device, chosen.finish_ns, chosen.ready_ns, chosen.transfer_ns, chosen.run_ns,
+          chosen.host_cores > 0 ? fmt::format(", on {} of the host's busy cores", chosen.host_cores) : "",
           runner_up->device, runner_up->finish_ns);
     }
     case HeftMode::calibrating:

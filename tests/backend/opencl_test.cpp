@@ -2,6 +2,7 @@
 // the program cache and errors. Every test skips when the machine has no OpenCL device.
 #include "nerve/opencl.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
@@ -11,6 +12,7 @@
 #include <string>
 #include <thread>
 
+#include "backend/opencl/platform.hpp"
 #include "backend/opencl/programs.hpp"
 #include "opencl_support.hpp"
 
@@ -98,6 +100,14 @@ TEST_F(OpenclTest, DevicesAreListedWithTheirMemoryNodes) {
     EXPECT_GT(devices[i].memory_bytes, 0u);
     EXPECT_GT(devices[i].compute_units, 0u);
     EXPECT_FALSE(devices[i].name.empty());
+    // An OpenCL CPU device (PoCL's, here) computes on the workers' cores; heft counts it as CPU time.
+    cl_device_type type = 0;
+    const auto& found = detail::opencl::Platforms::instance().devices();
+    const auto same =
+        std::find_if(found.begin(), found.end(), [&](const auto& d) { return d.name == devices[i].name; });
+    ASSERT_NE(same, found.end());
+    ASSERT_EQ(clGetDeviceInfo(same->device, CL_DEVICE_TYPE, sizeof type, &type, nullptr), CL_SUCCESS);
+    EXPECT_EQ(devices[i].shares_host_cores, (type & CL_DEVICE_TYPE_CPU) != 0) << devices[i].name;
   }
 }
 

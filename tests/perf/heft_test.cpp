@@ -7,8 +7,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <memory>
 #include <chrono>
+#include <memory>
 #include <thread>
 
 #include "nerve/opencl.hpp"
@@ -125,6 +125,55 @@ TEST(HeftPlacer, EarliestFinishCalibrationAndDominance) {
   placer.done(placer.take(record(3)));
   placer.done(placer.take(record(4)));
   EXPECT_EQ(placer.take(record(5)).device, -1) << "never placed";
+}
+
+// A device computing on the host's two cores (PoCL's CPU device) is no extra capacity: while the
+// CPU workers have a backlog, its calls wait for the same cores, and its work delays theirs.
+TEST(HeftPlacer, ADeviceOnTheHostsCoresCompetesWithTheWorkers) {
+  const auto candidate = [](int device, unsigned units, double run, unsigned host_cores = 0) {
+    detail::HeftCandidate c;
+    c.device = device;
+    c.units = units;
+    c.modelled = true;
+    c.calibrating = false;
+    c.run_ns = run;
+    c.samples = 20;
+    c.host_cores = host_cores;
+    return c;
+  };
+  int tasks[8];
+  const auto record = [&](int i) { return reinterpret_cast<const detail::TaskRecord*>(&tasks[i]); };
+  for (const bool shared : {false, true}) {
+    detail::HeftPlacer placer(2, 2);
+    // Four 40 us calls only the CPU workers run: an 80 us backlog on each of the two cores.
+    for (int i = 0; i < 4; ++i) {
+      std::vector<detail::HeftCandidate> cpu_only = {candidate(0, 2, 40000)};
+      placer.decide(record(i), cpu_only, 0);
+    }
+    // A call taking 30 us on the device (both cores), 40 us on one worker.
+    std::vector<detail::HeftCandidate> c = {candidate(0, 2, 40000), candidate(1, 1, 30000, shared ? 2 : 0)};
+    const detail::HeftDecision d = placer.decide(record(4), c, 0);
+    EXPECT_DOUBLE_EQ(c[0].finish_ns, 120000.0);
+    if (!shared) {
+      EXPECT_EQ(c[d.chosen].device, 1) << "a separate device is free: done at 30 us";
+      EXPECT_DOUBLE_EQ(c[1].finish_ns, 30000.0);
+      continue;
+    }
+    // The cores must work through 160 us of backlog and the call's 60 us of core time: 110 us.
+    EXPECT_DOUBLE_EQ(c[1].finish_ns, 110000.0);
+    EXPECT_EQ(c[d.chosen].device, 1);
+    // It is now 60 us of core time more for the workers: the next call finishes at 150 us there.
+    std::vector<detail::HeftCandidate> next = {candidate(0, 2, 40000), candidate(1, 1, 30000, 2)};
+    const detail::HeftDecision e = placer.decide(record(5), next, 0);
+    EXPECT_DOUBLE_EQ(next[0].ready_ns, 110000.0);
+    EXPECT_DOUBLE_EQ(next[0].finish_ns, 150000.0);
+    EXPECT_DOUBLE_EQ(next[1].finish_ns, 140000.0) << "(160 + 60 + 60) / 2";
+    EXPECT_EQ(next[e.chosen].device, 1);
+    // A device that is not faster per call than a worker loses once its core time shows.
+    std::vector<detail::HeftCandidate> slow = {candidate(0, 2, 40000), candidate(1, 1, 45000, 2)};
+    const detail::HeftDecision f = placer.decide(record(6), slow, 0);
+    EXPECT_EQ(slow[f.chosen].device, 0) << slow[0].finish_ns << " vs " << slow[1].finish_ns;
+  }
 }
 
 TEST(Heft, EachKernelGoesToTheDeviceThatFinishesItFirst) {
@@ -263,8 +312,8 @@ TEST(Heft, BeatsEagerAndLocalityOnAnUnbalancedMixedGraph) {
   const GraphRun locality = run_mixed_graph("locality_aware_stealing", models);
   RecordProperty("heft_ms", std::to_string(heft.makespan_ms));
   for (const auto& [name, run] : {std::pair{"heft", heft}, {"eager", eager}, {"locality", locality}})
-    std::printf("mixed graph, %s: modelled %.1f ms, wall %.1f ms, %llu B, %llu calls on the device\n",
-                name, run.modelled_ms, run.makespan_ms, static_cast<unsigned long long>(run.bytes),
+    std::printf("mixed graph, %s: modelled %.1f ms, wall %.1f ms, %llu B, %llu calls on the device\n", name,
+                run.modelled_ms, run.makespan_ms, static_cast<unsigned long long>(run.bytes),
                 static_cast<unsigned long long>(run.device_tasks));
   // Locality-first keeps the calls on the device (25.6 ms there); heft splits them (1.6 ms).
   EXPECT_LT(heft.modelled_ms, 0.5 * eager.modelled_ms);

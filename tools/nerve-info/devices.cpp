@@ -33,6 +33,8 @@ std::string print_devices(const std::vector<DeviceInfo>& devices) {
     out += fmt::format("    locality: {}, {}; {} memory; {} queues, at most {} transfers in flight\n", numa,
                        pci, device.unified_memory ? "unified (shared with the host)" : "separate",
                        device.queues, device.max_pending_transfers);
+    if (device.shares_host_cores)
+      out += "    computes on the host's CPU cores (shared with the CPU workers)\n";
   }
   return out;
 }

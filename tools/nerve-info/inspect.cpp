@@ -113,6 +113,7 @@ std::vector<DeviceInfo> describe_accelerators(const Context& context) {
     out.numa_node = info.numa_node;
     out.pci_bus_id = info.pci_bus_id;
     out.unified_memory = capabilities.unified_memory;
+    out.shares_host_cores = info.shares_host_cores;
     out.queues = capabilities.queues;
     out.max_pending_transfers = capabilities.max_pending_transfers;
     found.push_back(std::move(out));

@@ -82,6 +82,7 @@ nlohmann::ordered_json report_to_json(const Report& report) {
       entry["numa_node"] = device.numa_node;
       entry["pci_bus_id"] = device.pci_bus_id;
       entry["unified_memory"] = device.unified_memory;
+      entry["shares_host_cores"] = device.shares_host_cores;
       entry["queues"] = device.queues;
       entry["max_pending_transfers"] = device.max_pending_transfers;
     }

@@ -57,7 +57,8 @@ struct DeviceInfo {
   int numa_node = -1;      // the host NUMA node it hangs on (hwloc), -1 when unknown
   std::string pci_bus_id;  // where on PCI, when the driver says
   bool unified_memory = false;
-  unsigned queues = 0;  // gpu.stream_count as opened
+  bool shares_host_cores = false;  // it computes on the CPU workers' cores (an OpenCL CPU device)
+  unsigned queues = 0;             // gpu.stream_count as opened
   unsigned max_pending_transfers = 0;
 };
 

@@ -41,6 +41,7 @@ class OpenclBackend final : public Backend {
     info.backend = "opencl";
     info.pci_bus_id = device.pci_bus_id;
     info.unified_memory = device.unified_memory;
+    info.shares_host_cores = device.cpu_device;
     return info;
   }
 };

@@ -58,6 +58,7 @@ PlatformDevice describe(cl_platform_id platform, cl_device_id device, std::size_
   if (d.base_alignment == 0) d.base_alignment = 1;
   d.max_work_group = device_value<std::size_t>(device, CL_DEVICE_MAX_WORK_GROUP_SIZE);
   d.unified_memory = device_value<cl_bool>(device, CL_DEVICE_HOST_UNIFIED_MEMORY) == CL_TRUE;
+  d.cpu_device = (device_value<cl_device_type>(device, CL_DEVICE_TYPE) & CL_DEVICE_TYPE_CPU) != 0;
   d.pci_bus_id = pci_bus_id(device);
   return d;
 }

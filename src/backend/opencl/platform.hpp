@@ -36,6 +36,7 @@ struct PlatformDevice {
   std::size_t base_alignment = 0;  // CL_DEVICE_MEM_BASE_ADDR_ALIGN in bytes: sub-buffer origins
   std::size_t max_work_group = 0;
   bool unified_memory = false;  // CL_DEVICE_HOST_UNIFIED_MEMORY
+  bool cpu_device = false;      // CL_DEVICE_TYPE includes CL_DEVICE_TYPE_CPU: it runs on the host's cores
   std::string pci_bus_id;       // from cl_khr_pci_bus_info or the AMD/NVIDIA extensions; "" unknown
 };
 
