@@ -11,7 +11,8 @@
 // Writing through a read mapping is a bug (the runtime assumes the data did not change).
 //
 // Errors (nerve::Error with ErrorCode::buffer_misuse): a slice outside the buffer, any use of a
-// buffer whose context has been destroyed or that was freed, unmap of a mapping already unmapped.
+// buffer whose context has been destroyed or that was freed, unmap of a mapping already unmapped, a
+// map that conflicts with a mapping the calling thread still holds (it would wait for itself).
 #pragma once
 
 #include <algorithm>
@@ -101,8 +102,9 @@ class Buffer {
   using value_type = T;
 
   Buffer() noexcept = default;
+  // Throws Error(invalid_argument) when count elements do not fit in the address space.
   Buffer(Context& context, std::size_t count, const BufferOptions& options = {})
-      : state_(detail::buffer_create(detail::context_impl(context), count * sizeof(T), sizeof(T), options)),
+      : state_(detail::buffer_create(detail::context_impl(context), bytes_of(count), sizeof(T), options)),
         count_(count) {}
   Buffer(Context& context, std::span<const T> initial, const BufferOptions& options = {})
       : Buffer(context, initial.size(), options) {
@@ -164,6 +166,15 @@ class Buffer {
   detail::BufferState* state() const noexcept { return state_; }
 
  private:
+  static std::size_t bytes_of(std::size_t count) {
+    if (count > SIZE_MAX / sizeof(T)) {
+      throw Error(ErrorCode::invalid_argument, "a buffer of " + std::to_string(count) + " elements of " +
+                                                   std::to_string(sizeof(T)) +
+                                                   " bytes is larger than the address space");
+    }
+    return count * sizeof(T);
+  }
+
   template <class U>
   Mapped<U> map_as(Access mode, bool wait) const {
     if (state_ == nullptr) throw Error(ErrorCode::buffer_misuse, "map of an empty buffer handle");

@@ -79,7 +79,8 @@ class NERVE_API Context {
   }
 
   // wait_all() waits for every task submitted so far, then rethrows the first failure among tasks
-  // submitted outside groups and pools since the last wait_all(). Inside a task it throws
+  // submitted outside groups and pools since the last wait_all() that Task::wait() has not already
+  // rethrown (each failure is reported once). Inside a task it throws
   // Error(invalid_argument): it would wait for that very task (use a TaskGroup there).
   void wait_all();
 
@@ -88,8 +89,10 @@ class NERVE_API Context {
   std::vector<DeviceInfo> devices() const;
   // current_worker() is the calling thread's worker slot in this context, or -1.
   int current_worker() const noexcept;
-  const Config& config() const noexcept;
-  const Topology& topology() const noexcept;
+  // A moved-from Context has no runtime: every member then throws Error(invalid_argument), except
+  // worker_count() (0) and current_worker() (-1), which cannot throw.
+  const Config& config() const;
+  const Topology& topology() const;
 
   // stats() is a snapshot of the runtime's counters; dump_perf_stats() writes it as JSON
   // (docs/PERF_STATS.md). Throws Error(invalid_argument) if the file cannot be written.
@@ -150,6 +153,8 @@ class TaskGroup {
 
   // wait() waits for the group's tasks; rethrows the first failure (once).
   void wait() { detail::group_wait(context_, &state_); }
+  // wait_for(): false if the group is not done within `timeout`; like Task::wait_for(), it runs no
+  // other task meanwhile unless the context has a single worker slot.
   template <class Rep, class Period>
   bool wait_for(std::chrono::duration<Rep, Period> timeout) {
     return detail::group_wait_for(context_, &state_,

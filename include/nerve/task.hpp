@@ -61,9 +61,11 @@ class Task {
   bool done() const { return status() >= TaskStatus::succeeded; }
 
   // wait() blocks until the task is done (a worker thread runs other tasks meanwhile), then rethrows
-  // its failure, or throws TaskCancelled.
+  // its failure (which Context::wait_all() then does not report again), or throws TaskCancelled.
   void wait() const { detail::task_wait(checked(), -1); }
-  // wait_for() returns false if the task is not done within `timeout`.
+  // wait_for() returns false if the task is not done within `timeout`. It runs no other task
+  // meanwhile (one could outlast the timeout) — except in a context with a single worker slot,
+  // where nobody else would run them: there it helps, and may return late by the task it ran.
   template <class Rep, class Period>
   bool wait_for(std::chrono::duration<Rep, Period> timeout) const {
     return detail::task_wait(checked(),

@@ -24,8 +24,12 @@ Clock::time_point deadline_after(std::int64_t timeout_ns) {
 
 ContextImpl* context_impl(Context& context) noexcept { return context.impl(); }
 
+void throw_moved_from_context() {
+  throw Error(ErrorCode::invalid_argument, "use of a moved-from nerve::Context (it has no runtime any more)");
+}
+
 TaskDraft begin_task(ContextImpl* context, std::size_t closure_size, std::size_t closure_align) {
-  return context->begin_task(closure_size, closure_align);
+  return live(context).begin_task(closure_size, closure_align);
 }
 void abandon_task(ContextImpl* context, TaskDraft draft) noexcept { context->abandon_task(draft); }
 TaskRecord* commit_task(ContextImpl* context, TaskDraft draft, const SubmitInfo& info) {
@@ -57,7 +61,9 @@ bool task_wait(TaskRecord* record, std::int64_t timeout_ns) {
   TaskDone target{record};
   if (!context.scheduler.wait(context.current_thread(), target, deadline_after(timeout_ns))) return false;
   switch (record->load_status()) {
-    case status_failed: std::rethrow_exception(record->error);
+    case status_failed:
+      context.forget_root_error(record->error);  // reported here: wait_all() does not report it again
+      std::rethrow_exception(record->error);
     case status_cancelled: std::rethrow_exception(cancellation_error(record));
     default: return true;
   }
@@ -95,7 +101,7 @@ bool group_wait_for(ContextImpl* context, GroupState* group, std::int64_t timeou
 }
 
 PoolState* pool_create(ContextImpl* context, std::size_t expected_tasks) {
-  auto* pool = new PoolState(*context);
+  auto* pool = new PoolState(live(context));
   pool->members.reserve(expected_tasks);
   return pool;
 }
@@ -133,11 +139,14 @@ void pool_destroy(PoolState* pool) noexcept {
 std::size_t pool_size(const PoolState* pool) noexcept { return pool->members.size(); }
 bool pool_launched(const PoolState* pool) noexcept { return pool->launched; }
 
-unsigned context_worker_count(const ContextImpl* context) noexcept { return context->scheduler.slot_count(); }
+unsigned context_worker_count(const ContextImpl* context) noexcept {
+  return context != nullptr ? context->scheduler.slot_count() : 1;
+}
 
 // Deterministic mode: a fixed number of pieces (that of 16 workers), so the halving tree — and
 // with it a reduction's rounding — is the same on every machine and worker count.
 std::size_t context_auto_pieces(const ContextImpl* context) noexcept {
+  if (context == nullptr) return 1;  // a moved-from Context: submitting the pieces throws
   if (context->config.parallel.deterministic_mode) return deterministic_pieces;
   return 4 * static_cast<std::size_t>(context->scheduler.slot_count());
 }
@@ -169,9 +178,11 @@ Context& Context::operator=(Context&& other) noexcept {
   return *this;
 }
 
-void Context::wait_all() { impl_->wait_all(); }
-unsigned Context::worker_count() const noexcept { return impl_->scheduler.slot_count(); }
-std::vector<DeviceInfo> Context::devices() const { return impl_->device_infos(); }
+void Context::wait_all() { detail::live(impl_).wait_all(); }
+unsigned Context::worker_count() const noexcept {
+  return impl_ != nullptr ? impl_->scheduler.slot_count() : 0;
+}
+std::vector<DeviceInfo> Context::devices() const { return detail::live(impl_).device_infos(); }
 
 const char* name(DeviceKind kind) noexcept {
   switch (kind) {
@@ -184,6 +195,7 @@ const char* name(DeviceKind kind) noexcept {
 }
 
 int Context::current_worker() const noexcept {
+  if (impl_ == nullptr) return -1;
   try {
     const detail::ThreadState& thread = impl_->current_thread();
     return thread.slot != nullptr ? static_cast<int>(thread.slot->index) : -1;
@@ -192,17 +204,17 @@ int Context::current_worker() const noexcept {
   }
 }
 
-const Config& Context::config() const noexcept { return impl_->config; }
-const Topology& Context::topology() const noexcept { return impl_->topology; }
+const Config& Context::config() const { return detail::live(impl_).config; }
+const Topology& Context::topology() const { return detail::live(impl_).topology; }
 
 }  // namespace nerve
 
 namespace nerve {
 
-ContextStats Context::stats() const { return detail::collect_stats(*impl_); }
-std::size_t Context::memory_compact() { return impl_->host_memory.compact(); }
+ContextStats Context::stats() const { return detail::collect_stats(detail::live(impl_)); }
+std::size_t Context::memory_compact() { return detail::live(impl_).host_memory.compact(); }
 void Context::dump_perf_stats(const std::filesystem::path& path) const {
-  detail::write_perf_stats(*impl_, path);
+  detail::write_perf_stats(detail::live(impl_), path);
 }
 
 }  // namespace nerve

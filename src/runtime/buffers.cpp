@@ -1,4 +1,8 @@
 // buffers.cpp — buffer creation, reference counting, mapping and explicit free.
+#include <cstring>
+#include <thread>
+#include <type_traits>
+
 #include <fmt/format.h>
 
 #include "nerve/error.hpp"
@@ -22,7 +26,7 @@ void ContextImpl::unregister_buffer(BufferState* buffer) noexcept {
 
 BufferState* buffer_create(ContextImpl* context, std::size_t bytes, std::size_t element_size,
                            const BufferOptions& options) {
-  if (context->shut_down)
+  if (live(context).shut_down)
     throw Error(ErrorCode::invalid_argument, "buffer created in a context being destroyed");
   const auto nodes = static_cast<int>(context->topology.numa_nodes().size());
   if (options.numa_node < -1 || options.numa_node >= nodes) {
@@ -80,6 +84,34 @@ void buffer_free(BufferState* buffer) {
   release(buffer);
 }
 
+namespace {
+
+// A host mapping has no closure: its closure bytes hold the id of the thread that mapped it, so that
+// a second, conflicting map on that thread is an error instead of a wait for itself.
+void set_mapping_thread(TaskRecord* task) noexcept {
+  const std::thread::id self = std::this_thread::get_id();
+  static_assert(sizeof self <= inline_closure_bytes && std::is_trivially_copyable_v<std::thread::id>);
+  std::memcpy(task->closure, &self, sizeof self);
+}
+
+const char* mode_name(Access mode) noexcept {
+  switch (mode) {
+    case Access::read: return "a read";
+    case Access::write: return "a write";
+    case Access::read_write: return "a read-write";
+  }
+  return "an";
+}
+
+bool mapped_by_this_thread(const TaskRecord* task) noexcept {
+  if (task->kind != TaskKind::host_access) return false;
+  std::thread::id owner;
+  std::memcpy(&owner, task->closure, sizeof owner);
+  return owner == std::this_thread::get_id();
+}
+
+}  // namespace
+
 Mapping buffer_map(BufferState* buffer, std::size_t offset, std::size_t size, Access mode, bool wait) {
   buffer_check_range(buffer, offset, size);
   ContextImpl& context = *buffer->context;
@@ -87,18 +119,33 @@ Mapping buffer_map(BufferState* buffer, std::size_t offset, std::size_t size, Ac
   TaskRecord* task = context.allocate_record(thread);
   task->kind = TaskKind::host_access;
   task->name = "host mapping";
+  set_mapping_thread(task);
   task->refs.store(2, std::memory_order_relaxed);  // the runtime (until unmap) and the Mapping
   task->pending.store(1, std::memory_order_relaxed);
   const AccessSpec spec{buffer, offset, size, mode};
   context.copy_accesses(task, &spec, 1);
   {
     std::lock_guard lock(buffer->tracker.lock());
-    if (!wait && buffer->tracker.would_wait(offset, size, mode)) {
+    const auto discard = [&] {
       release(buffer);
       task->access_count = 0;
       task->refs.store(1, std::memory_order_relaxed);
       context.release_task(task);
+    };
+    if (!wait && buffer->tracker.would_wait(offset, size, mode)) {
+      discard();
       return {nullptr, nullptr};
+    }
+    if (wait) {
+      if (const TaskRecord* own = buffer->tracker.first_blocker(offset, size, mode, mapped_by_this_thread)) {
+        const AccessRecord& held = own->accesses[0];
+        discard();
+        throw Error(ErrorCode::buffer_misuse,
+                    fmt::format("{} map of bytes [{}, {}) of {} conflicts with {} mapping of bytes [{}, {}) "
+                                "this thread still holds; waiting for it would wait forever (unmap it first)",
+                                mode_name(mode), offset, offset + size, buffer->describe(),
+                                mode_name(held.mode), held.offset, held.offset + held.size));
+      }
     }
     buffer->tracker.register_access(task, offset, size, mode, [&](Predecessor predecessor) {
       if (predecessor.task != task) add_edge(predecessor.task, task, predecessor.consumes);

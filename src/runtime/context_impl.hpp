@@ -130,6 +130,9 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   void acquire_and_dispatch(TaskRecord* task, ThreadState& thread, bool submission);
   void run_on_device(TaskRecord* task, Device& device) override;
   void validate_device_hint(int device, const char* name) const;
+  // check_closure_device(): a plain function (no Kernel) may be forced onto `device` only if that
+  // device runs CPU code (the CPU workers, test devices); else Error(invalid_argument) at submit.
+  void check_closure_device(int device, const char* name) const;
   bool can_run_on(const TaskRecord& task, int device) const noexcept;
   // write_trace(): perf.trace at shutdown (a failure is logged, not thrown).
   void write_trace() noexcept;
@@ -151,6 +154,8 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   }
   void throttle_slow(ThreadState& thread);
   void record_root_error(const std::exception_ptr& error) noexcept;
+  // forget_root_error(): Task::wait() reported this failure; wait_all() does not report it again.
+  void forget_root_error(const std::exception_ptr& error) noexcept;
 
   // --- buffers (buffers.cpp)
   void register_buffer(BufferState* buffer);
@@ -197,12 +202,25 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   std::unordered_set<BufferState*> buffers;
   std::atomic<std::uint64_t> buffer_ids{0};
 
+  // Failures of tasks outside groups and pools that nobody has reported yet (wait_all() rethrows the
+  // first), oldest first; at most max_root_errors are kept, later ones counted in root_errors_dropped.
+  static constexpr std::size_t max_root_errors = 256;
   SpinLock root_error_lock;
-  std::exception_ptr root_error;
+  std::vector<std::exception_ptr> root_errors;
+  std::uint64_t root_errors_dropped = 0;
   alignas(64) std::atomic<int> root_parked{0};  // threads parked in wait_all()
 };
 
 // The exception a cancelled task reports: TaskCancelled carrying the original cause (if any).
 std::exception_ptr cancellation_error(const TaskRecord* task);
+
+// live(): the context behind a public handle; a moved-from nerve::Context has none, and using one
+// is Error(invalid_argument), not a crash.
+[[noreturn]] void throw_moved_from_context();
+inline ContextImpl& live(ContextImpl* context) {
+  if (context == nullptr) [[unlikely]]
+    throw_moved_from_context();
+  return *context;
+}
 
 }  // namespace nerve::detail

@@ -25,7 +25,7 @@ struct Resume {
 }  // namespace
 
 TaskRecord* coroutine_task_create(ContextImpl* context, const char* name, GroupState* group) {
-  if (context->shut_down)
+  if (live(context).shut_down)
     throw Error(ErrorCode::invalid_argument, "coroutine launched in a context being destroyed");
   ThreadState& thread = context->current_thread();
   TaskRecord* task = context->allocate_record(thread);

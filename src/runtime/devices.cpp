@@ -96,6 +96,20 @@ void ContextImpl::validate_device_hint(int device, const char* name) const {
   }
 }
 
+void ContextImpl::check_closure_device(int device, const char* name) const {
+  validate_device_hint(device, name);
+  if (device <= 0) return;
+  const TaskRecord closure_probe{};
+  const Device& target = *devices[static_cast<std::size_t>(device) - 1];
+  if (!target.can_run(closure_probe)) {
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("task '{}' asks for device {} ({} '{}'), which cannot run a plain function: only "
+                            "Kernel calls with an implementation for that kind of device run there",
+                            name != nullptr ? name : "(unnamed)", device, nerve::name(target.info().kind),
+                            target.info().name));
+  }
+}
+
 // Data locality first: the device holding the most bytes the task reads, the CPU workers on a tie
 // (or when no device can run it). An explicit TaskOptions::device wins.
 int ContextImpl::choose_device(TaskRecord* task) {

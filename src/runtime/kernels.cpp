@@ -39,7 +39,7 @@ void ContextImpl::check_placeable(const TaskRecord& task) const {
 TaskRecord* submit_kernel(ContextImpl* context, const TaskOptions* options, GroupState* group,
                           PoolState* pool, bool keep_handle, const KernelSubmission& call) {
   const Kernel& kernel = *call.kernel;
-  TaskDraft draft = context->begin_task(sizeof(KernelTask), alignof(KernelTask));
+  TaskDraft draft = live(context).begin_task(sizeof(KernelTask), alignof(KernelTask));
   TaskRecord* task = draft.record;
   try {
     auto* closure = ::new (draft.closure) KernelTask{kernel.shared_state(), {}, {}, {}};

@@ -181,7 +181,13 @@ TaskRecord* ContextImpl::commit_task(TaskDraft draft, const SubmitInfo& info) {
     if (info.after_count != 0 && info.pool != nullptr) {
       throw Error(ErrorCode::invalid_argument, "tasks in a task pool cannot have `after` edges");
     }
-    if (info.device != -1) validate_device_hint(info.device, info.name);
+    if (info.device != -1) {
+      if (task->kernel == nullptr) {
+        check_closure_device(info.device, info.name);
+      } else {
+        validate_device_hint(info.device, info.name);
+      }
+    }
     if (info.pool != nullptr && info.pool->launched) {
       throw Error(ErrorCode::invalid_argument, "task added to a task pool after launch()");
     }

@@ -1,6 +1,9 @@
 // waiting.cpp — counting tasks in flight, wait_all(), submission throttling, root errors.
+#include <algorithm>
 #include <thread>
 #include <utility>
+
+#include <fmt/format.h>
 
 #include "nerve/error.hpp"
 
@@ -34,11 +37,20 @@ void ContextImpl::wait_all() {
   AllDone all{this};
   scheduler.wait(thread, all);
   std::exception_ptr error;
+  std::uint64_t dropped = 0;
   {
     std::lock_guard lock(root_error_lock);
-    error = std::exchange(root_error, nullptr);
+    if (!root_errors.empty()) error = root_errors.front();
+    root_errors.clear();
+    dropped = std::exchange(root_errors_dropped, 0);
   }
   if (error != nullptr) std::rethrow_exception(error);
+  if (dropped > 0) {
+    throw Error(ErrorCode::task_failed,
+                fmt::format("{} tasks failed and nobody waited for them (their errors were not kept: more "
+                            "than {} failures were pending)",
+                            dropped, max_root_errors));
+  }
 }
 
 void ContextImpl::on_slot_idle() noexcept {
@@ -59,7 +71,20 @@ void ContextImpl::throttle_slow(ThreadState& thread) {
 
 void ContextImpl::record_root_error(const std::exception_ptr& error) noexcept {
   std::lock_guard lock(root_error_lock);
-  if (root_error == nullptr) root_error = error;
+  if (root_errors.size() < max_root_errors) {
+    try {
+      root_errors.push_back(error);
+      return;
+    } catch (...) {  // out of memory: counted like one over the cap
+    }
+  }
+  ++root_errors_dropped;
+}
+
+void ContextImpl::forget_root_error(const std::exception_ptr& error) noexcept {
+  std::lock_guard lock(root_error_lock);
+  const auto it = std::find(root_errors.begin(), root_errors.end(), error);
+  if (it != root_errors.end()) root_errors.erase(it);
 }
 
 }  // namespace nerve::detail

@@ -115,7 +115,7 @@ class Scheduler {
   template <class Waitable>
   bool run_until(ThreadState& thread, Waitable& target, Clock::time_point deadline);
   template <class Waitable>
-  bool park_until(ThreadState& thread, Waitable& target, Clock::time_point deadline);
+  bool park_until(ThreadState& thread, Waitable& target, Clock::time_point deadline, bool help = true);
   template <class Waitable>
   void sleep_slot(ThreadState& thread, WorkerSlot& slot, Waitable& target, Clock::time_point deadline);
 
@@ -170,6 +170,11 @@ class Scheduler {
 template <class Waitable>
 bool Scheduler::wait(ThreadState& thread, Waitable& target, Clock::time_point deadline) {
   if (target.done()) return true;
+  // A timed wait does not run tasks while other workers can: a task it took could run past the
+  // deadline, and wait_for() would answer long after its timeout. With a single slot nobody else
+  // would run them, so there it helps (and may overrun by the task it runs).
+  if (deadline != Clock::time_point::max() && slot_count() > 1)
+    return park_until(thread, target, deadline, false);
   if (thread.slot != nullptr) {
     // Fork-join fast path: what a task waits for is usually on top of its own deque (it just
     // spawned it), so pop and run that before setting up the general loop — unless tasks with a
@@ -274,7 +279,7 @@ void Scheduler::sleep_slot(ThreadState& thread, WorkerSlot& slot, Waitable& targ
 }
 
 template <class Waitable>
-bool Scheduler::park_until(ThreadState& thread, Waitable& target, Clock::time_point deadline) {
+bool Scheduler::park_until(ThreadState& thread, Waitable& target, Clock::time_point deadline, bool help) {
   while (!target.done()) {
     if (Clock::now() >= deadline) return false;
     waiters_.add(target.address(), &thread.parker);
@@ -287,7 +292,7 @@ bool Scheduler::park_until(ThreadState& thread, Waitable& target, Clock::time_po
     }
     target.after_park();
     waiters_.remove(target.address(), &thread.parker);
-    if (!target.done() && try_claim_master(thread)) {
+    if (help && !target.done() && try_claim_master(thread)) {
       const bool finished = run_until(thread, target, deadline);
       release_master(thread);
       return finished;

@@ -71,18 +71,4 @@ void DependencyTracker::prune_finished(std::vector<TaskRecord*>& readers) noexce
   readers.erase(keep, readers.end());
 }
 
-bool DependencyTracker::would_wait(std::size_t offset, std::size_t size, Access mode) const {
-  const std::size_t end = offset + size;
-  for (const Segment& segment : segments_) {
-    if (segment.end <= offset || segment.begin >= end) continue;
-    if (segment.writer != nullptr && !segment.writer->finished()) return true;
-    if (writes(mode)) {
-      for (const TaskRecord* reader : segment.readers) {
-        if (!reader->finished()) return true;
-      }
-    }
-  }
-  return false;
-}
-
 }  // namespace nerve::detail

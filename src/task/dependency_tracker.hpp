@@ -50,7 +50,12 @@ class DependencyTracker {
                        OnPredecessor&& on_predecessor);
 
   // would_wait() is true if an access would depend on a task that has not finished.
-  bool would_wait(std::size_t offset, std::size_t size, Access mode) const;
+  bool would_wait(std::size_t offset, std::size_t size, Access mode) const {
+    return first_blocker(offset, size, mode, [](const TaskRecord*) { return true; }) != nullptr;
+  }
+  // first_blocker(): an unfinished task the access would wait for that satisfies `which`, or nullptr.
+  template <class Which>
+  const TaskRecord* first_blocker(std::size_t offset, std::size_t size, Access mode, Which&& which) const;
 
   // clear() forgets every access (buffer destruction).
   void clear() noexcept;
@@ -87,6 +92,23 @@ class DependencyTracker {
   std::size_t bytes_;
   std::vector<Segment> segments_;  // sorted, disjoint, covering [0, bytes_)
 };
+
+template <class Which>
+const TaskRecord* DependencyTracker::first_blocker(std::size_t offset, std::size_t size, Access mode,
+                                                   Which&& which) const {
+  const std::size_t end = offset + size;
+  for (const Segment& segment : segments_) {
+    if (segment.end <= offset || segment.begin >= end) continue;
+    if (segment.writer != nullptr && unfinished(segment.writer) && which(segment.writer))
+      return segment.writer;
+    if (writes(mode)) {
+      for (const TaskRecord* reader : segment.readers) {
+        if (unfinished(reader) && which(reader)) return reader;
+      }
+    }
+  }
+  return nullptr;
+}
 
 template <class OnPredecessor>
 void DependencyTracker::register_access(TaskRecord* task, std::size_t offset, std::size_t size, Access mode,

@@ -111,6 +111,25 @@ TEST_F(OpenclTest, DevicesAreListedWithTheirMemoryNodes) {
   }
 }
 
+// The OpenCL device runs only Kernel calls with an OpenCL implementation: forcing a plain function
+// onto it is refused at submit, naming the device, and nothing is left half-submitted.
+TEST_F(OpenclTest, APlainFunctionForcedOntoTheDeviceIsRefusedAtSubmit) {
+  Context& ctx = open(opencl_settings(2));
+  Buffer<int> data(ctx, 4);
+  try {
+    ctx.spawn(
+        TaskOptions{.device = 1}, [](std::span<int> x) { x[0] = 1; }, write(data));
+    FAIL() << "a plain function was accepted for the OpenCL device";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::invalid_argument);
+    EXPECT_NE(std::string(error.what()).find("cannot run a plain function"), std::string::npos)
+        << error.what();
+  }
+  ctx.spawn([](std::span<int> x) { x[0] = 7; }, write(data));
+  EXPECT_EQ(data.to_vector()[0], 7) << "the buffer took no dependency on the refused task";
+  EXPECT_NO_THROW(ctx.wait_all());
+}
+
 TEST_F(OpenclTest, VectorAddRunsOnTheDeviceAndMovesData) {
   Context& ctx = open(opencl_settings(2));
   const Kernel add = make_add();  // OpenCL only: it must run on the device

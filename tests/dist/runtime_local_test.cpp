@@ -191,7 +191,7 @@ TEST(DeferredTasks, AnErrorCancelsTheReaders) {
   detail::complete_deferred(deferred.load(), std::make_exception_ptr(Error(ErrorCode::task_failed, "lost")));
   EXPECT_THROW(writer.wait(), Error);
   EXPECT_THROW(reader.wait(), TaskCancelled);
-  EXPECT_THROW(context.wait_all(), Error);
+  EXPECT_NO_THROW(context.wait_all()) << "writer.wait() reported the failure (once)";
 }
 
 }  // namespace

@@ -197,7 +197,7 @@ TEST(Coherence, OutOfMemoryFailsTheTaskWithAClearError) {
     EXPECT_NE(message.find("limit 1000"), std::string::npos) << message;
   }
   EXPECT_THROW(after.wait(), TaskCancelled) << "the reader of the failed write is cancelled";
-  EXPECT_THROW(context->wait_all(), Error);
+  EXPECT_NO_THROW(context->wait_all()) << "task.wait() reported the failure (once)";
   // The context is still usable.
   Buffer<int> small_buffer(*context, 10);
   context

@@ -1,5 +1,7 @@
 // Buffers: mapping, try_map, misuse errors, slices.
 #include <atomic>
+#include <cstdint>
+#include <thread>
 
 #include "runtime_test.hpp"
 
@@ -82,6 +84,61 @@ TEST_P(BuffersTest, MisuseIsAnErrorNamingWhatHappened) {
   Context other(make_settings(1));
   Buffer<int> foreign(other, 1);
   EXPECT_THROW(context->spawn([](std::span<int>) {}, write(foreign)), Error) << "buffer of another context";
+}
+
+// A count whose size in bytes wraps around would make a tiny buffer with a huge size(): refused.
+TEST_P(BuffersTest, ASizeBeyondTheAddressSpaceIsRefused) {
+  const std::size_t wraps = (std::size_t{1} << 61) + 1;  // * 8 bytes = 8 (mod 2^64)
+  try {
+    Buffer<double> huge(*context, wraps);
+    FAIL() << "created a buffer of " << huge.size() << " doubles in " << huge.size_bytes() << " bytes";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::invalid_argument);
+    EXPECT_NE(std::string(error.what()).find("address space"), std::string::npos) << error.what();
+  }
+  EXPECT_THROW(Buffer<double>(*context, SIZE_MAX / 4), Error);
+}
+
+// A map that conflicts with a mapping the same thread holds would wait for itself forever: an error.
+// Mappings that do not conflict (two reads, disjoint slices) are fine; another thread waits.
+TEST_P(BuffersTest, AMapConflictingWithThisThreadsOwnMappingIsAnError) {
+  Buffer<int> buffer(*context, 100, BufferOptions{.name = "grid"});
+  {
+    auto reading = buffer.map_read();
+    try {
+      (void)buffer.map_write();
+      FAIL() << "a write map under this thread's own read mapping returned";
+    } catch (const Error& error) {
+      EXPECT_EQ(error.code(), ErrorCode::buffer_misuse);
+      const std::string what = error.what();
+      EXPECT_NE(what.find("grid"), std::string::npos) << what;
+      EXPECT_NE(what.find("this thread still holds"), std::string::npos) << what;
+    }
+    auto again = buffer.map_read();  // read + read: no conflict
+    EXPECT_EQ(again.size(), 100u);
+  }
+  {
+    auto low = buffer.slice(0, 50).map_write();
+    auto high = buffer.slice(50, 50).map_write();  // disjoint: no conflict
+    EXPECT_THROW((void)buffer.slice(40, 20).map_read_write(), Error);
+    EXPECT_THROW((void)buffer.to_vector(), Error);
+    low[0] = 1;
+    high[0] = 2;
+    // Another thread's map of the same bytes waits for this thread's unmap (no error there).
+    std::atomic<bool> mapped{false};
+    std::thread other([&] {
+      auto view = buffer.map_read();
+      mapped = true;
+      EXPECT_EQ(view[0] + view[50], 3);
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_FALSE(mapped.load());
+    low.unmap();
+    high.unmap();
+    other.join();
+    EXPECT_TRUE(mapped.load());
+  }
+  EXPECT_EQ(buffer.to_vector()[50], 2) << "the buffer is usable after the refused maps";
 }
 
 TEST_P(BuffersTest, BufferLivesUntilItsLastTaskFinishes) {

@@ -104,7 +104,7 @@ TEST_P(CoroutineTest, AnEscapingExceptionFailsItsTask) {
     EXPECT_THAT(error.what(), HasSubstr("on purpose"));
   }
   EXPECT_EQ(task.status(), TaskStatus::failed);
-  EXPECT_THROW(context->wait_all(), std::runtime_error) << "like a failed task, reported by wait_all() too";
+  EXPECT_NO_THROW(context->wait_all()) << "like a failed task's: task.wait() reported it, once";
 }
 
 CoTask<> catches_a_failed_task(Context& context, std::string& caught) {
@@ -170,7 +170,7 @@ TEST_P(CoroutineTest, AwaitingAGroupRethrowsItsFirstFailure) {
   std::atomic<int> count{0};
   Task task = launch(*context, fan_out(*context, count, true));
   EXPECT_THROW(task.wait(), std::runtime_error);
-  EXPECT_THROW(context->wait_all(), std::runtime_error);
+  EXPECT_NO_THROW(context->wait_all()) << "task.wait() reported the failure, once";
 }
 
 TEST_P(CoroutineTest, LaunchedInAGroupAndCountedByWaitAll) {

@@ -51,7 +51,7 @@ TEST_P(KernelTest, ArgumentMisuseFailsTheTaskWithAClearMessage) {
     EXPECT_NE(std::string(error.what()).find("value 0 has 4 bytes, not 8"), std::string::npos)
         << error.what();
   }
-  EXPECT_THROW(context->wait_all(), Error);
+  EXPECT_NO_THROW(context->wait_all()) << "both failures were reported by their wait()";
 }
 
 TEST_P(KernelTest, KernelWithoutAnImplementationForAnyDeviceIsAnErrorAtSubmit) {
