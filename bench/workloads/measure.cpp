@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <stdexcept>
 #include <thread>
 
 namespace nerve::bench {
@@ -37,6 +38,11 @@ std::vector<Measurement> measure_interleaved(const std::vector<Variant>& all_var
                                              const WorkloadOptions& options) {
   std::vector<Variant> variants;
   for (const Variant& variant : all_variants) {
+    const auto& known = runtime_names();
+    if (std::find(known.begin(), known.end(), variant.runtime) == known.end()) {
+      throw std::logic_error("variant '" + variant.variant + "' belongs to runtime '" + variant.runtime +
+                             "', which runtime_names() (bench/workloads/workload.cpp) does not list");
+    }
     if (options.runtimes.empty() || std::find(options.runtimes.begin(), options.runtimes.end(),
                                               variant.runtime) != options.runtimes.end())
       variants.push_back(variant);

@@ -69,6 +69,12 @@ WorkloadResult run_w10_glm(const WorkloadOptions& o) { return not_built(o); }
 WorkloadResult run_w11_inference(const WorkloadOptions& o) { return not_built(o); }
 #endif
 
+const std::vector<std::string>& runtime_names() {
+  static const std::vector<std::string> names{"nerve",  "oneTBB",       "OpenMP",   "naive",   "BLAS",
+                                              "STREAM", "glibc malloc", "jemalloc", "tcmalloc"};
+  return names;
+}
+
 const std::vector<WorkloadEntry>& workload_registry() {
   static const std::vector<WorkloadEntry> entries = [] {
     std::vector<WorkloadEntry> all = {

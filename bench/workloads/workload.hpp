@@ -42,7 +42,7 @@ struct WorkloadOptions {
   int settle_ms = 20;
   // nerve's settings; run_wN() adds parallel.thread_pool_size = threads on top.
   nerve::Settings settings;
-  // Run only the variants of these runtimes ("nerve", "oneTBB", "OpenMP"); empty: all. For profiling
+  // Run only the variants of these runtimes (names from runtime_names()); empty: all. For profiling
   // one runtime alone (perf record nerve-bench-core --runtimes nerve).
   std::vector<std::string> runtimes;
   // Called after every sample; may be empty. openclaw-benchmark draws its progress bar with it.
@@ -62,7 +62,7 @@ struct WorkloadOptions {
 // One variant's figures: the median of `samples` and their spread.
 struct Measurement {
   std::string case_name;  // the sub-case within the workload, e.g. "fib(30)" or "fib(30), cutoff n<20"
-  std::string runtime;    // "nerve", "oneTBB" or "OpenMP"
+  std::string runtime;    // one of runtime_names(): "nerve", "oneTBB", "OpenMP", ...
   std::string variant;    // unique label within the workload, e.g. "OpenMP parallel for"
   double value = 0;       // median of samples
   std::string unit;       // e.g. "ns/task", "ms", "us/fork-join"
@@ -156,6 +156,12 @@ struct WorkloadEntry {
 // (cmake/NerveWorkloads.cmake): those of backends that are built, e.g. W12 in the OpenCL backend.
 // Generated at configure time; empty when no built part registers one.
 std::vector<WorkloadEntry> registered_workloads();
+// runtime_names() is every runtime a variant may belong to (Measurement::runtime; what --runtimes
+// selects): nerve, oneTBB, OpenMP, naive (plain threads), BLAS, STREAM, and W8's allocators (glibc
+// malloc, jemalloc, tcmalloc). measure_interleaved() refuses a variant of any other runtime, so this
+// list stays complete.
+const std::vector<std::string>& runtime_names();
+
 // workload_registry() is every workload of this build — this library's and the registered ones —
 // in id order (W1, W2, ..., W10, W11, W12).
 const std::vector<WorkloadEntry>& workload_registry();

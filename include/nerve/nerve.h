@@ -104,9 +104,9 @@ typedef struct nerve_context nerve_context_t;
  *
  * Precedence (docs/CONFIG.md): defaults < YAML file < NERVE_* environment < API settings. The
  * convenience fields and `settings` are API settings; `settings` is applied after the fields, so it
- * wins when both name the same key. Fields whose key belongs to a feature this build lacks yet (see
- * docs/CONFIG.md, "Planned keys") make nerve_init_with_config() fail with NERVE_ERROR_INVALID_CONFIG
- * and a message saying so, rather than being ignored. */
+ * wins when both name the same key. Every field's key is implemented (docs/CONFIG.md); a value the
+ * key does not accept (e.g. max_pending_transfers = 0) makes nerve_init_with_config() return NULL,
+ * with NERVE_ERROR_INVALID_CONFIG and a message naming the key, rather than being ignored. */
 typedef struct nerve_context_config {
   const char* config_file;     /* YAML file, or NULL for the one NERVE_CONFIG names (if any) */
   const char* const* settings; /* "key=value" strings, e.g. "scheduler.policy=eager" */
@@ -172,10 +172,10 @@ typedef struct nerve_buffer nerve_buffer_t;
 #define MEM_FLAG_READ 0x1u
 #define MEM_FLAG_WRITE 0x2u
 #define MEM_FLAG_READ_WRITE 0x3u
-/* Placement properties (nerve_buffer_alloc): hints honoured by the memory layer — STICKY keeps the
- * data resident near the preferred device, HOST_CACHED keeps a host copy for occasional CPU access.
- * This build has no memory layer yet: it rejects them with NERVE_ERROR_NOT_SUPPORTED rather than
- * accept a hint it would ignore. */
+/* Placement properties (nerve_buffer_alloc), honoured by the memory layer (docs/MEMORY.md): STICKY
+ * buffers' device replicas are evicted last under memory pressure (nerve::BufferOptions::sticky);
+ * HOST_CACHED buffers get what a device wrote copied back to the host at once, asynchronously, so
+ * host reads need no transfer (nerve::BufferOptions::host_cached). */
 #define MEM_PROPERTY_STICKY 0x100u
 #define MEM_PROPERTY_HOST_CACHED 0x200u
 

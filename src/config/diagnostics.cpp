@@ -1,5 +1,7 @@
 #include "config/diagnostics.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "nerve/error.hpp"
@@ -10,6 +12,18 @@ void throw_config_error(const ConfigOrigin& origin, std::string_view key, std::s
   const bool from_file = origin.source == ConfigSource::file;
   throw ConfigError(fmt::format("{}: {}", origin.describe(), message), std::string(key),
                     from_file ? origin.file : std::string(), from_file ? origin.line : 0);
+}
+
+void rethrow_with_origin(const Config& config, const ConfigError& error) {
+  if (!error.file().empty() || error.line() != 0) throw error;
+  const auto entry = std::find_if(config.entries.begin(), config.entries.end(),
+                                  [&](const Config::Entry& e) { return e.key == error.key(); });
+  if (entry == config.entries.end()) throw error;
+  // "<key>: <message>", as a key's own parser words it; add the key when the message lacks it.
+  const std::string_view message = error.what();
+  const std::string prefix = error.key() + ": ";
+  throw_config_error(entry->origin, error.key(),
+                     message.starts_with(prefix) ? std::string(message) : prefix + std::string(message));
 }
 
 ConfigOrigin file_origin(std::string file, int line) {

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "nerve/config.hpp"
+#include "nerve/error.hpp"
 
 namespace nerve::config {
 
@@ -16,6 +17,14 @@ namespace nerve::config {
 // from `key` and `origin`.
 [[noreturn]] void throw_config_error(const ConfigOrigin& origin, std::string_view key,
                                      std::string_view message);
+
+// rethrow_with_origin() is for the modules that use a loaded Config (topology: the hwloc synthetic
+// description or XML file; the host allocator: a jemalloc/tcmalloc that does not load) and find a
+// value unusable only then: their ConfigError names the key but not where its value came from. It
+// rethrows `error` as throw_config_error() would have, with the origin `config` records for the key
+// ("synbad.yaml:4: topology.synthetic: ...", file() and line() set); an error that already has a
+// file or line, or names no key `config` knows, is rethrown as it is.
+[[noreturn]] void rethrow_with_origin(const Config& config, const ConfigError& error);
 
 // Origins of each kind. (Named constructors rather than designated initializers: GCC 12 warns about
 // every member a designated initializer leaves out.)

@@ -129,6 +129,61 @@ class FileReader {
   std::map<std::string, int> first_line_;
 };
 
+// check_quotes() finds quoted scalars that are never closed. yaml-cpp accepts a double- or
+// single-quoted scalar that runs to the end of the file (`policy: "eager` on the last line reads as
+// `eager`; with lines after it, the quote swallows them and the error shows up as a bad value), so
+// each scalar whose source text starts with a quote is scanned from there, by YAML's rules, for its
+// closing quote: `\x` escapes in "...", '' in '...'. A quoted scalar may span lines; it may not end
+// the file unclosed. The error points at the line where the quote opened.
+class QuoteChecker {
+ public:
+  QuoteChecker(const std::string& text, std::string file) : text_(text), file_(std::move(file)) {}
+
+  void check(const YAML::Node& node, int depth = 0) const {
+    if (depth > 64) return;  // configuration files are a few levels deep; this bounds aliases
+    switch (node.Type()) {
+      case YAML::NodeType::Scalar: check_scalar(node); break;
+      case YAML::NodeType::Sequence:
+        for (const YAML::Node& item : node) check(item, depth + 1);
+        break;
+      case YAML::NodeType::Map:
+        for (auto it = node.begin(); it != node.end(); ++it) {
+          check(it->first, depth + 1);
+          check(it->second, depth + 1);
+        }
+        break;
+      default: break;
+    }
+  }
+
+ private:
+  void check_scalar(const YAML::Node& node) const {
+    const YAML::Mark mark = node.Mark();
+    if (mark.is_null() || mark.pos < 0 || static_cast<std::size_t>(mark.pos) >= text_.size()) return;
+    const auto open = static_cast<std::size_t>(mark.pos);
+    const char quote = text_[open];
+    if (quote != '"' && quote != '\'') return;
+    for (std::size_t i = open + 1; i < text_.size(); ++i) {
+      if (quote == '"' && text_[i] == '\\') {
+        ++i;  // an escape: the next character is never the closing quote
+      } else if (text_[i] == quote) {
+        if (quote == '\'' && i + 1 < text_.size() && text_[i + 1] == '\'') {
+          ++i;  // '' is a quote inside a single-quoted scalar
+        } else {
+          return;
+        }
+      }
+    }
+    throw_config_error(file_origin(file_, mark.line + 1), "",
+                       fmt::format("YAML syntax error: the {}-quoted scalar that opens here (at column {}) "
+                                   "has no closing {} before the end of the file",
+                                   quote == '"' ? "double" : "single", mark.column + 1, quote));
+  }
+
+  const std::string& text_;
+  std::string file_;
+};
+
 }  // namespace
 
 std::vector<Assignment> read_config_file(const std::filesystem::path& path, std::string_view named_by) {
@@ -140,6 +195,7 @@ std::vector<Assignment> read_config_file(const std::filesystem::path& path, std:
     throw_config_error(file_origin(path.string(), error.mark.line + 1), "",
                        fmt::format("YAML syntax error: {}", error.msg));
   }
+  QuoteChecker(text, path.string()).check(document);
   return FileReader(path.string()).read(document);
 }
 

@@ -12,6 +12,7 @@
 #include "nerve/error.hpp"
 #include "nerve/topology.hpp"
 
+#include "config/diagnostics.hpp"
 #include "topology/hwloc_reader.hpp"
 
 namespace nerve {
@@ -94,7 +95,15 @@ LoadedTopology load_hwloc_topology(const Config::TopologySource& source) {
 }  // namespace topology
 
 Topology Topology::discover(const Config& config) {
-  topology::LoadedTopology loaded = topology::load_hwloc_topology(config.topology);
+  topology::LoadedTopology loaded = [&config] {
+    try {
+      return topology::load_hwloc_topology(config.topology);
+    } catch (const ConfigError& error) {
+      // topology.synthetic / topology.xml that hwloc rejects: say where the value came from, as
+      // every other configuration error does (docs/CONFIG.md).
+      config::rethrow_with_origin(config, error);
+    }
+  }();
   Builder builder;
   builder.synthetic = loaded.synthetic;
   builder.description = std::move(loaded.description);

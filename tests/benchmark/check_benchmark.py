@@ -8,6 +8,8 @@ Usage: check_benchmark.py <openclaw-benchmark> <case> [argument]; each case is o
   config_error    a bad --config fails with exit 2 and names the key
   param           --param sets W11's batching (recorded in the JSON, used by the run); a bad name
                   is a usage error, a value out of range fails the run
+  runtimes        an unknown --runtimes name is a usage error (exit 2) naming it and listing the valid
+                  ones; a known name in other case runs only that runtime's variants
   html            the --html page: every chart's SVG present, self-contained, timeline only with --trace
   chromium        the page loads in headless Chromium, every chart in its DOM, no console error
                   (exit 77, a CTest skip, when chromium is not installed)
@@ -145,6 +147,21 @@ def case_config_error(binary, directory):
         f.write("scheduler:\n  spin_usec: 5\n")
     result = run(binary, *QUICK, "--only", "W1", "--config", config, expect=2)
     check("spin_usec" in result.stderr, f"the error does not name the key: {result.stderr}")
+
+
+def case_runtimes(binary, directory):
+    for runtimes in ("bogus", "nerve,bogus"):
+        bad = run(binary, *QUICK, "--only", "W1", "--runtimes", runtimes, expect=2)
+        check("'bogus'" in bad.stderr, f"--runtimes {runtimes}: the error does not name 'bogus': {bad.stderr}")
+        for valid in ("nerve", "oneTBB", "OpenMP", "naive", "BLAS", "STREAM"):
+            check(valid in bad.stderr, f"--runtimes {runtimes}: the error does not list {valid}: {bad.stderr}")
+        check("figures" not in bad.stdout, f"--runtimes {runtimes}: something ran: {bad.stdout}")
+    out = os.path.join(directory, "run.json")
+    run(binary, *QUICK, "--only", "W1", "--runtimes", "NERVE", "--json", out)
+    with open(out) as f:
+        doc = json.load(f)
+    runtimes = {m["runtime"] for w in doc["workloads"] for m in w["measurements"]}
+    check(runtimes == {"nerve"}, f"--runtimes NERVE ran {runtimes}")
 
 
 def case_param(binary, directory):
@@ -315,7 +332,8 @@ def case_fault(binary, directory, workload):
     run(binary, *QUICK, "--only", workload, "--runtimes", "nerve")  # and the same run without the fault passes
 
 
-CASES = {"json": case_json, "config_error": case_config_error, "param": case_param, "html": case_html,
+CASES = {"json": case_json, "config_error": case_config_error, "runtimes": case_runtimes, "param": case_param,
+         "html": case_html,
          "chromium": case_chromium, "compare": case_compare}
 
 

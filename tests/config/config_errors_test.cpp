@@ -6,6 +6,7 @@
 
 #include "nerve/config.hpp"
 #include "nerve/error.hpp"
+#include "nerve/topology.hpp"
 
 #include "config_test_support.hpp"
 
@@ -22,6 +23,9 @@ struct BadInput {
   std::string key;                     // the expected ConfigError::key()
   int line = 0;                        // expected ConfigError::line(), when from config.yaml
   std::vector<std::string> fragments;  // the message must contain each
+  // The value is valid as text and found unusable only when used: Config::load() succeeds and
+  // Topology::discover() (as a Context does) must throw the error.
+  bool when_discovering_topology = false;
 };
 
 std::vector<BadInput> bad_inputs() {
@@ -194,6 +198,27 @@ std::vector<BadInput> bad_inputs() {
        "",
        4,
        {"YAML syntax error"}},
+      {"YAML unterminated double quote at the end of the file",
+       "scheduler:\n  policy: \"eager\n",
+       {},
+       {},
+       "",
+       2,
+       {"YAML syntax error", "double-quoted scalar", "no closing"}},
+      {"YAML unterminated double quote swallowing the next lines",
+       "scheduler:\n  policy: \"eager\nparallel:\n  thread_pool_size: 1\n",
+       {},
+       {},
+       "",
+       2,
+       {"YAML syntax error", "double-quoted scalar", "no closing"}},
+      {"YAML unterminated single quote",
+       "parallel:\n  thread_pool_size: 2\nscheduler:\n  policy: 'eager\n",
+       {},
+       {},
+       "",
+       4,
+       {"YAML syntax error", "single-quoted scalar"}},
       {"YAML bad indentation",
        "scheduler:\n  policy: eager\n    spin_us: 3\n",
        {},
@@ -321,6 +346,46 @@ std::vector<BadInput> bad_inputs() {
        "scheduler.policy",
        2,
        {"'eagr' is not one of"}},
+      {"invalid synthetic topology from the file",
+       "parallel:\n  thread_pool_size: 2\ntopology:\n  synthetic: garbage\n",
+       {},
+       {},
+       "topology.synthetic",
+       4,
+       {"topology.synthetic: 'garbage' is not a valid hwloc synthetic topology", "example"},
+       true},
+      {"invalid synthetic topology from the environment",
+       "",
+       {{"NERVE_TOPOLOGY_SYNTHETIC", "garbage"}},
+       {},
+       "topology.synthetic",
+       0,
+       {"env NERVE_TOPOLOGY_SYNTHETIC: topology.synthetic: 'garbage' is not a valid hwloc synthetic"},
+       true},
+      {"invalid synthetic topology from the api",
+       "",
+       {},
+       {{"topology.synthetic", "garbage"}},
+       "topology.synthetic",
+       0,
+       {"api: topology.synthetic: 'garbage' is not a valid hwloc synthetic"},
+       true},
+      {"topology xml file that is not hwloc XML",
+       "topology:\n  xml: /etc/passwd\n",
+       {},
+       {},
+       "topology.xml",
+       2,
+       {"topology.xml: cannot read '/etc/passwd' as an hwloc XML topology"},
+       true},
+      {"topology xml from the environment",
+       "",
+       {{"NERVE_TOPOLOGY_XML", "/etc/passwd"}},
+       {},
+       "topology.xml",
+       0,
+       {"env NERVE_TOPOLOGY_XML: topology.xml: cannot read '/etc/passwd' as an hwloc XML topology"},
+       true},
   };
 }
 
@@ -337,7 +402,8 @@ TEST_P(ConfigBadInput, IsOneClearConfigError) {
   }
   for (const auto& [key, value] : input.api) settings.set(key, value);
   try {
-    Config::load(settings, input.env);
+    const Config config = Config::load(settings, input.env);
+    if (input.when_discovering_topology) (void)Topology::discover(config);
     FAIL() << "no ConfigError for: " << input.name;
   } catch (const ConfigError& error) {
     const std::string message = error.what();

@@ -14,6 +14,7 @@ struct TraceSummary {
   std::set<std::string> track_names;          // thread_name metadata
   std::map<std::string, int> slices_by_name;  // X events
   std::set<std::string> counter_names;
+  std::map<std::string, nlohmann::json> task_args;  // args of the last task slice of each name
 };
 
 TraceSummary summarise(const nlohmann::json& trace) {
@@ -26,6 +27,7 @@ TraceSummary summarise(const nlohmann::json& trace) {
       EXPECT_GE(event.at("dur").get<double>(), 0.0);
       EXPECT_GE(event.at("ts").get<double>(), 0.0);
       ++summary.slices_by_name[event.at("name")];
+      if (event.value("cat", "") == "task") summary.task_args[event.at("name")] = event.at("args");
     }
     if (ph == "C") summary.counter_names.insert(event.at("name"));
   }
@@ -77,6 +79,15 @@ TEST(Trace, WrittenAtShutdownWithTracksFlowsAndCounters) {
   EXPECT_EQ(summary.slices_by_name.at("on-device"), 1);
   EXPECT_EQ(summary.slices_by_name.at("last"), 1);
   EXPECT_EQ(summary.slices_by_name.at("lean"), 20);
+  // docs/TRACING.md: every task slice carries these args; bytes_moved 0 included (a CPU task on host
+  // data).
+  for (const char* name : {"first", "lean"}) {
+    const nlohmann::json& args = summary.task_args.at(name);
+    for (const char* key : {"submitted_us", "ready_us", "data_valid_us", "bytes_moved"})
+      ASSERT_TRUE(args.contains(key)) << name << " has no " << key << ": " << args.dump();
+    EXPECT_EQ(args["bytes_moved"], 0) << name;
+  }
+  EXPECT_EQ(summary.task_args.at("last").value("bytes_moved", 0), 256 * sizeof(int)) << "copied back";
   EXPECT_EQ(summary.phases.at("s"), 2) << "one flow per dependency edge";
   EXPECT_EQ(summary.phases.at("f"), 2);
   EXPECT_TRUE(summary.counter_names.contains("utilisation device 0"));

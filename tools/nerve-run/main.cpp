@@ -3,7 +3,8 @@
 //   nerve-run [--config FILE] [-np N] [--hostfile PATH] [--dry-run] [--] PROGRAM [ARGS...]
 //
 // It loads the configuration as a Context would (defaults, FILE or NERVE_CONFIG, NERVE_* variables),
-// writes distributed.nodes to an MPI hostfile (`host slots=N` per line; PATH, or a temporary file),
+// writes distributed.nodes to an MPI hostfile (`host slots=N` per line; PATH, or a temporary file
+// nerve-run-hosts.XXXXXX in $TMPDIR, else /tmp, removed when mpirun exits, whatever its outcome),
 // and runs
 //
 //   mpirun [--hostfile F] -np N [--oversubscribe] [--allow-run-as-root] --bind-to none
@@ -13,8 +14,16 @@
 // N defaults to the total slots of distributed.nodes (1 without nodes). --oversubscribe is added when
 // N exceeds the slots (or no nodes are given), --allow-run-as-root when run as root. Every NERVE_*
 // variable set here is forwarded to the ranks. nerve binds its own workers (parallel.thread_affinity),
-// so mpirun must not bind ranks to one core each. --dry-run prints the hostfile and the command.
-// The mpirun used is $NERVE_MPIRUN, else the one found at build time.
+// so mpirun must not bind ranks to one core each. --dry-run prints the hostfile and the command (it
+// writes the hostfile only to a --hostfile PATH, never a temporary one). The mpirun used is $NERVE_MPIRUN,
+// else the one found at build time.
+//
+// mpirun runs as a child (fork + exec, then wait) so that the temporary hostfile can be removed after
+// it; nerve-run exits with mpirun's status (127 if it could not be started; killed by a signal: the
+// same signal). SIGTERM and SIGHUP sent to nerve-run are passed on to mpirun; SIGINT and SIGQUIT
+// (which a terminal sends to mpirun too) only wait for it.
+#include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -23,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "nerve/config.hpp"
@@ -38,6 +48,45 @@ namespace {
                "PROGRAM [ARGS...]\n",
                message);
   std::exit(2);
+}
+
+volatile sig_atomic_t child_pid = 0;
+
+// In nerve-run while mpirun runs: pass termination requests on to it; the wait then ends as it does.
+void forward_signal(int signal_number) {
+  if (signal_number == SIGTERM || signal_number == SIGHUP) {
+    if (child_pid > 0) kill(static_cast<pid_t>(child_pid), signal_number);
+  }
+}
+
+// run() runs `args` (null-terminated) as a child, waits for it and returns the wait status; -1 when
+// it could not fork. A child that cannot exec says so and exits 127.
+int run(std::vector<char*>& args) {
+  // Installed before the fork so that no signal can end nerve-run before it has cleaned up; exec
+  // resets handled signals to their defaults in the child.
+  struct sigaction action {};
+  action.sa_handler = forward_signal;
+  sigemptyset(&action.sa_mask);
+  for (const int signal_number : {SIGINT, SIGQUIT, SIGTERM, SIGHUP})
+    sigaction(signal_number, &action, nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    execvp(args[0], args.data());
+    std::fprintf(stderr, "nerve-run: cannot run %s: %s\n", args[0], std::strerror(errno));
+    _exit(127);
+  }
+  child_pid = pid;
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return -1;
+  }
+  return status;
+}
+
+std::string temporary_directory() {
+  const char* directory = std::getenv("TMPDIR");
+  return directory != nullptr && *directory != '\0' ? directory : "/tmp";
 }
 
 }  // namespace
@@ -90,15 +139,25 @@ int main(int argc, char** argv) {
 
   std::vector<std::string> command{std::getenv("NERVE_MPIRUN") != nullptr ? std::getenv("NERVE_MPIRUN")
                                                                           : NERVE_MPIRUN};
+  bool temporary_hostfile = false;       // created here: removed after the run
+  bool temporary_hostfile_name = false;  // no --hostfile: with --dry-run, a name only
   if (slots > 0) {
     if (hostfile.empty()) {
-      char path[] = "/tmp/nerve-run-hosts.XXXXXX";
-      const int fd = mkstemp(path);
-      if (fd < 0) usage("cannot create a temporary hostfile");
-      close(fd);
+      temporary_hostfile_name = true;
+      std::string path = temporary_directory() + "/nerve-run-hosts.XXXXXX";
+      if (!dry_run) {
+        const int fd = mkstemp(path.data());
+        if (fd < 0) {
+          std::fprintf(stderr, "nerve-run: cannot create a temporary hostfile %s: %s\n", path.c_str(),
+                       std::strerror(errno));
+          return 2;
+        }
+        close(fd);
+        temporary_hostfile = true;
+      }
       hostfile = path;
     }
-    std::ofstream(hostfile) << hosts;
+    if (!dry_run || !temporary_hostfile_name) std::ofstream(hostfile) << hosts;
     command.insert(command.end(), {"--hostfile", hostfile});
   }
   command.insert(command.end(), {"-np", std::to_string(ranks)});
@@ -126,7 +185,16 @@ int main(int argc, char** argv) {
   args.reserve(command.size() + 1);
   for (std::string& word : command) args.push_back(word.data());
   args.push_back(nullptr);
-  execvp(args[0], args.data());
-  std::fprintf(stderr, "nerve-run: cannot run %s: %s\n", args[0], std::strerror(errno));
-  return 127;
+  const int status = run(args);
+  if (temporary_hostfile) std::remove(hostfile.c_str());
+  if (status < 0) {
+    std::fprintf(stderr, "nerve-run: cannot run %s: %s\n", args[0], std::strerror(errno));
+    return 127;
+  }
+  if (WIFSIGNALED(status)) {
+    std::signal(WTERMSIG(status), SIG_DFL);
+    std::raise(WTERMSIG(status));
+    return 128 + WTERMSIG(status);
+  }
+  return WEXITSTATUS(status);
 }

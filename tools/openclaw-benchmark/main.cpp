@@ -37,6 +37,7 @@ struct CommandLine {
   std::string only, runtimes, config, json, html, trace, compare, from_json, scaling = "default",
                                                                              inject_fault;
   double fail_over = -1;
+  std::vector<std::string> runtime_list;  // --runtimes, checked and spelled as runtime_names() does
 };
 
 std::vector<std::string> split(const std::string& text, bool upper) {
@@ -67,6 +68,30 @@ int list_workloads() {
     std::printf("\n");
   }
   return 0;
+}
+
+// parse_runtimes() checks --runtimes "nerve,openmp" against the runtimes of the workloads
+// (nerve::bench::runtime_names()), ignoring case and spaces, and fills `out` with their exact names;
+// "" or the error, which names the bad name and lists the valid ones.
+std::string parse_runtimes(const std::string& text, std::vector<std::string>& out) {
+  const auto normal = [](std::string name) {
+    std::string result;
+    for (const unsigned char c : name)
+      if (!std::isspace(c)) result += static_cast<char>(std::tolower(c));
+    return result;
+  };
+  const auto& known = nerve::bench::runtime_names();
+  for (const std::string& name : split(text, false)) {
+    const auto match = std::find_if(known.begin(), known.end(),
+                                    [&](const std::string& k) { return normal(k) == normal(name); });
+    if (match == known.end()) {
+      std::string valid;
+      for (const std::string& k : known) valid += (valid.empty() ? "" : ", ") + k;
+      return "--runtimes: no runtime '" + name + "' (valid: " + valid + ")";
+    }
+    if (!contains(out, *match)) out.push_back(*match);
+  }
+  return {};
 }
 
 // parse_parameters() turns --param "W11.max_batch=16,W11.rate=8000" into a map, checking that each
@@ -107,7 +132,7 @@ void run_suite(const CommandLine& line, const std::vector<std::string>& only, co
   options.warmup = line.warmup;
   options.settle_ms = line.settle_ms;
   options.settings = settings;
-  options.runtimes = split(line.runtimes, false);
+  options.runtimes = line.runtime_list;
   options.parameters = report.parameters;
 
   std::vector<const nerve::bench::WorkloadEntry*> selected;
@@ -177,7 +202,8 @@ int main(int argc, char** argv) {
   app.add_option("--settle-ms", line.settle_ms, "pause between variants (default 20)")
       ->check(CLI::Range(0, 10000));
   app.add_option("--runtimes", line.runtimes,
-                 "run only these runtimes' variants (nerve, oneTBB, OpenMP, naive, BLAS, STREAM)");
+                 "run only these runtimes' variants (nerve, oneTBB, OpenMP, naive, BLAS, STREAM, 'glibc "
+                 "malloc', jemalloc, tcmalloc)");
   app.add_option("--param", line.parameters,
                  "a workload parameter, e.g. W11.max_batch=16,W11.max_wait_us=500 (--list names them)");
   app.add_option("--config", line.config, "nerve configuration file (YAML); NERVE_* variables apply too");
@@ -215,6 +241,11 @@ int main(int argc, char** argv) {
                    id.c_str());
       return 2;
     }
+  }
+
+  if (const std::string error = parse_runtimes(line.runtimes, line.runtime_list); !error.empty()) {
+    std::fprintf(stderr, "openclaw-benchmark: %s\n", error.c_str());
+    return 2;
   }
 
   nb::RunReport report;
