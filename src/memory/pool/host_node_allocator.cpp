@@ -10,13 +10,22 @@
 
 #include "nerve/error.hpp"
 
+#include "config/diagnostics.hpp"
 #include "util/log.hpp"
 
 namespace nerve::memory {
 namespace {
 
-const MallocLibrary* library_for(MemoryAllocator kind) {
-  return kind == MemoryAllocator::system ? nullptr : &malloc_library(kind);
+// library_for(): the chosen jemalloc/tcmalloc; one that does not load is a ConfigError naming where
+// memory.allocator was set (file and line, variable or API).
+const MallocLibrary* library_for(const Config& config) {
+  const MemoryAllocator kind = config.memory.allocator;
+  if (kind == MemoryAllocator::system) return nullptr;
+  try {
+    return &malloc_library(kind);
+  } catch (const ConfigError& error) {
+    config::rethrow_with_origin(config, error);
+  }
 }
 
 // map_aligned() maps `bytes` aligned to `alignment` by mapping alignment - page more and unmapping
@@ -43,7 +52,7 @@ std::size_t page_size() noexcept {
 
 HostNodeAllocator::HostNodeAllocator(const Config& config, const Topology& topology, int numa_node)
     : kind_(config.memory.allocator),
-      library_(library_for(kind_)),
+      library_(library_for(config)),
       numa_node_(numa_node),
       binder_(topology, config.memory.numa_policy, numa_node, kind_ != MemoryAllocator::system) {
   description_ =
