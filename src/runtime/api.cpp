@@ -1,6 +1,8 @@
 // api.cpp — the exported entry points behind the public C++ headers.
 #include <chrono>
 
+#include <fmt/format.h>
+
 #include "nerve/context.hpp"
 #include "nerve/error.hpp"
 
@@ -59,6 +61,17 @@ int task_status(const TaskRecord* record) noexcept {
 bool task_wait(TaskRecord* record, std::int64_t timeout_ns) {
   ContextImpl& context = *record->context;
   TaskDone target{record};
+  if (timeout_ns < 0 && !target.done()) {
+    if (const TaskRecord* mapping = context.own_mapping_blocking({record})) {
+      const AccessRecord& held = mapping->accesses[0];
+      throw Error(
+          ErrorCode::buffer_misuse,
+          fmt::format("wait() for task '{}', which waits for a mapping of bytes [{}, {}) of {} that this "
+                      "thread still holds, would wait forever (unmap it first)",
+                      record->name != nullptr ? record->name : "(unnamed)", held.offset,
+                      held.offset + held.size, held.buffer->describe()));
+    }
+  }
   if (!context.scheduler.wait(context.current_thread(), target, deadline_after(timeout_ns))) return false;
   switch (record->load_status()) {
     case status_failed:
@@ -178,7 +191,11 @@ Context& Context::operator=(Context&& other) noexcept {
   return *this;
 }
 
-void Context::wait_all() { detail::live(impl_).wait_all(); }
+void Context::wait_all() {
+  detail::ContextImpl& context = detail::live(impl_);
+  context.refuse_wait_on_own_mapping("wait_all()");
+  context.wait_all();
+}
 unsigned Context::worker_count() const noexcept {
   return impl_ != nullptr ? impl_->scheduler.slot_count() : 0;
 }

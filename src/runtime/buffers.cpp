@@ -1,7 +1,10 @@
 // buffers.cpp — buffer creation, reference counting, mapping and explicit free.
+#include <algorithm>
 #include <cstring>
 #include <thread>
 #include <type_traits>
+#include <unordered_set>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -110,7 +113,60 @@ bool mapped_by_this_thread(const TaskRecord* task) noexcept {
   return owner == std::this_thread::get_id();
 }
 
+// successors_of(): the tasks waiting for `task` (unfinished: its successor stack is open).
+template <class Visit>
+void for_each_successor(const TaskRecord* task, Visit&& visit) {
+  const std::uintptr_t head = task->successors.load(std::memory_order_acquire);
+  if (head == closed_successors) return;
+  for (const DepNode* node = reinterpret_cast<const DepNode*>(head); node != nullptr; node = node->next)
+    visit(node->successor);
+}
+
 }  // namespace
+
+// Everything reachable from an unfinished mapping through successor edges waits for it, so is
+// unfinished and alive while the mapping is held: the walk reads only live records. It is bounded
+// (a deadlock through a longer chain is not detected, only waited for).
+const TaskRecord* ContextImpl::own_mapping_blocking(const std::vector<const TaskRecord*>& blockers) {
+  if (held_mapping_count.load(std::memory_order_acquire) == 0) return nullptr;  // nothing mapped
+  std::vector<const TaskRecord*> own;
+  {
+    std::lock_guard lock(mappings_mutex);
+    for (const TaskRecord* mapping : held_mappings)
+      if (mapped_by_this_thread(mapping)) own.push_back(mapping);
+  }
+  constexpr std::size_t max_visits = 1 << 16;
+  for (const TaskRecord* mapping : own) {
+    std::vector<const TaskRecord*> frontier{mapping};
+    std::unordered_set<const TaskRecord*> seen{mapping};
+    while (!frontier.empty() && seen.size() < max_visits) {
+      const TaskRecord* task = frontier.back();
+      frontier.pop_back();
+      if (std::find(blockers.begin(), blockers.end(), task) != blockers.end()) return mapping;
+      for_each_successor(task, [&](const TaskRecord* successor) {
+        if (seen.insert(successor).second) frontier.push_back(successor);
+      });
+    }
+  }
+  return nullptr;
+}
+
+void ContextImpl::refuse_wait_on_own_mapping(const char* what) {
+  if (held_mapping_count.load(std::memory_order_acquire) == 0) return;
+  std::lock_guard lock(mappings_mutex);
+  for (const TaskRecord* mapping : held_mappings) {
+    if (!mapped_by_this_thread(mapping)) continue;
+    bool awaited = false;
+    for_each_successor(mapping, [&](const TaskRecord*) { awaited = true; });
+    if (!awaited) continue;
+    const AccessRecord& held = mapping->accesses[0];
+    throw Error(
+        ErrorCode::buffer_misuse,
+        fmt::format("{} while this thread holds a mapping of bytes [{}, {}) of {} that submitted tasks "
+                    "wait for would wait forever (unmap it first)",
+                    what, held.offset, held.offset + held.size, held.buffer->describe()));
+  }
+}
 
 Mapping buffer_map(BufferState* buffer, std::size_t offset, std::size_t size, Access mode, bool wait) {
   buffer_check_range(buffer, offset, size);
@@ -137,14 +193,28 @@ Mapping buffer_map(BufferState* buffer, std::size_t offset, std::size_t size, Ac
       return {nullptr, nullptr};
     }
     if (wait) {
-      if (const TaskRecord* own = buffer->tracker.first_blocker(offset, size, mode, mapped_by_this_thread)) {
+      // The map would wait for a mapping this thread holds, or for a task that waits for one.
+      const TaskRecord* own = buffer->tracker.first_blocker(offset, size, mode, mapped_by_this_thread);
+      const char* how = "conflicts with";
+      if (own == nullptr && buffer->tracker.would_wait(offset, size, mode)) {
+        std::vector<const TaskRecord*> blockers;
+        (void)buffer->tracker.first_blocker(offset, size, mode, [&](const TaskRecord* blocker) {
+          blockers.push_back(blocker);
+          return false;
+        });
+        own = context.own_mapping_blocking(blockers);
+        how = "waits for a task that waits for";
+      }
+      if (own != nullptr) {
         const AccessRecord& held = own->accesses[0];
+        const std::string held_buffer = held.buffer->describe();
         discard();
-        throw Error(ErrorCode::buffer_misuse,
-                    fmt::format("{} map of bytes [{}, {}) of {} conflicts with {} mapping of bytes [{}, {}) "
-                                "this thread still holds; waiting for it would wait forever (unmap it first)",
-                                mode_name(mode), offset, offset + size, buffer->describe(),
-                                mode_name(held.mode), held.offset, held.offset + held.size));
+        throw Error(
+            ErrorCode::buffer_misuse,
+            fmt::format("{} map of bytes [{}, {}) of {} {} {} mapping of bytes [{}, {}) of {} that this "
+                        "thread still holds; waiting for it would wait forever (unmap it first)",
+                        mode_name(mode), offset, offset + size, buffer->describe(), how, mode_name(held.mode),
+                        held.offset, held.offset + held.size, held_buffer));
       }
     }
     buffer->tracker.register_access(task, offset, size, mode, [&](Predecessor predecessor) {
@@ -159,12 +229,23 @@ Mapping buffer_map(BufferState* buffer, std::size_t offset, std::size_t size, Ac
     context.release_task(task);  // the Mapping's reference; the runtime's went with the cancellation
     std::rethrow_exception(error);
   }
+  {
+    std::lock_guard lock(context.mappings_mutex);
+    context.held_mappings.push_back(task);
+    context.held_mapping_count.store(context.held_mappings.size(), std::memory_order_release);
+  }
   return {task, buffer->host + offset};
 }
 
 void buffer_unmap(Mapping mapping) {
   TaskRecord* task = mapping.record;
   ContextImpl& context = *task->context;
+  {
+    std::lock_guard lock(context.mappings_mutex);
+    const auto it = std::find(context.held_mappings.begin(), context.held_mappings.end(), task);
+    if (it != context.held_mappings.end()) context.held_mappings.erase(it);
+    context.held_mapping_count.store(context.held_mappings.size(), std::memory_order_release);
+  }
   context.finish(task, context.current_thread(), status_succeeded);
   context.release_task(task);
 }

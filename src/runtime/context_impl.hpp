@@ -202,6 +202,19 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   std::unordered_set<BufferState*> buffers;
   std::atomic<std::uint64_t> buffer_ids{0};
 
+  // Host mappings granted and not unmapped yet, of every thread (few: map() and wait_all() look
+  // for waits on the calling thread's own mappings, which would never end).
+  std::mutex mappings_mutex;
+  std::vector<TaskRecord*> held_mappings;
+  std::atomic<std::size_t> held_mapping_count{0};  // held_mappings.size(), read without the mutex
+  // own_mapping_blocking(): the calling thread's mapping that one of `blockers` (unfinished tasks)
+  // waits for, directly or through other tasks; nullptr if none.
+  const TaskRecord* own_mapping_blocking(const std::vector<const TaskRecord*>& blockers);
+  // refuse_wait_on_own_mapping(): Error(buffer_misuse) if the calling thread holds a mapping that a
+  // submitted task waits for: a wait for every task (`what`: wait_all()) would never end. Not
+  // checked at context destruction, which cannot report it.
+  void refuse_wait_on_own_mapping(const char* what);
+
   // Failures of tasks outside groups and pools that nobody has reported yet (wait_all() rethrows the
   // first), oldest first; at most max_root_errors are kept, later ones counted in root_errors_dropped.
   static constexpr std::size_t max_root_errors = 256;

@@ -160,7 +160,9 @@ void Scheduler::relieve_master(ThreadState& thread) {
   if (thread.slot != nullptr) return;
   WorkerSlot& master = *slots_[0];
   const std::size_t depth = master.inbox.capacity();
-  if (master.deque.size() < depth || stopping_.load(std::memory_order_acquire)) return;
+  // Only a queue past its depth is full: a task just submitted to an empty queue (depth 1) must not
+  // run on its submitter, which may be about to do what that task waits for.
+  if (master.deque.size() <= depth || stopping_.load(std::memory_order_acquire)) return;
   if (!try_claim_master(thread)) return;  // the thread waiting in it runs them already
   while (master.deque.size() > depth / 2) {
     TaskRecord* task = master.deque.pop();
@@ -193,7 +195,9 @@ TaskRecord* Scheduler::find_work(ThreadState& thread, WorkerSlot& slot, IdleStat
     if (QueueLink* link = shared_.try_pop()) return as_task(link);
   }
   if (steal_threshold_.count() > 0) {
-    if (!idle.idle || Clock::now() - idle.since < steal_threshold_)
+    // Measured from when the slot went idle, not from its last sleep: a worker that the stealable
+    // work keeps from sleeping (has_work_for) would otherwise restart the clock forever.
+    if (!idle.idle || Clock::now() - idle.started < steal_threshold_)
       return prioritized ? prioritized_.pop(INT32_MIN) : nullptr;
   }
   if (TaskRecord* task = steal(thread, slot)) return task;

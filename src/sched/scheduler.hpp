@@ -87,7 +87,7 @@ class Scheduler {
   bool help_once(ThreadState& thread);
 
   // relieve_master() bounds what an application thread leaves in the master slot's deque: once it
-  // holds task_queue.per_device_queue_depth tasks, the submitter runs the newest ones itself until
+  // holds more than task_queue.per_device_queue_depth tasks, the submitter runs the newest ones itself until
   // half remain (the back-pressure that key promises; the tasks it runs are cache-hot and need no
   // steal). Threads that run a slot are not affected: their own deques are bounded by their waits.
   void relieve_master(ThreadState& thread);

@@ -97,6 +97,19 @@ TEST_P(BuffersTest, ASizeBeyondTheAddressSpaceIsRefused) {
     EXPECT_NE(std::string(error.what()).find("address space"), std::string::npos) << error.what();
   }
   EXPECT_THROW(Buffer<double>(*context, SIZE_MAX / 4), Error);
+  // Sizes that fit size_t but no machine: out_of_memory, never a small block (page rounding and
+  // colour padding used to wrap around to a few pages).
+  for (std::size_t k = 0; k < 40; ++k) {
+    const std::size_t bytes = SIZE_MAX - k * 1000;
+    try {
+      Buffer<char> huge(*context, bytes);
+      auto part = huge.slice(1 << 20, 16);
+      context->submit([](std::span<char> s) { s[0] = 'x'; }, write(part)).wait();
+      FAIL() << "a buffer of " << bytes << " bytes was created and written";
+    } catch (const Error& error) {
+      EXPECT_EQ(error.code(), ErrorCode::out_of_memory) << bytes << ": " << error.what();
+    }
+  }
 }
 
 // A map that conflicts with a mapping the same thread holds would wait for itself forever: an error.
@@ -139,6 +152,38 @@ TEST_P(BuffersTest, AMapConflictingWithThisThreadsOwnMappingIsAnError) {
     EXPECT_TRUE(mapped.load());
   }
   EXPECT_EQ(buffer.to_vector()[50], 2) << "the buffer is usable after the refused maps";
+}
+
+// The same through a task: this thread's mapping holds back a writer; mapping again, waiting for
+// that task, or wait_all() would wait for the mapping itself. A task that does not wait for the
+// mapping is waited for normally.
+TEST_P(BuffersTest, WaitingForATaskThatWaitsForThisThreadsMappingIsAnError) {
+  Buffer<int> buffer(*context, 64, BufferOptions{.name = "held"});
+  Buffer<int> other(*context, 1);
+  {
+    auto reading = buffer.map_read();
+    Task writer = context->submit([](std::span<int> x) { x[0] = 1; }, write(buffer.slice(0, 8)));
+    Buffer<int> sink(*context, 1);
+    Task chained = context->submit([](std::span<const int>, std::span<int>) {}, read(buffer), write(sink));
+    try {
+      (void)buffer.slice(0, 8).map_read();
+      FAIL() << "the map would wait for the writer, which waits for this thread's mapping";
+    } catch (const Error& error) {
+      EXPECT_EQ(error.code(), ErrorCode::buffer_misuse);
+      EXPECT_NE(std::string(error.what()).find("waits for a task that waits for"), std::string::npos)
+          << error.what();
+    }
+    EXPECT_THROW((void)sink.map_read(), Error) << "sink <- chained <- writer <- the mapping";
+    EXPECT_THROW(writer.wait(), Error);
+    EXPECT_THROW(context->wait_all(), Error);
+    context->submit([](std::span<int> x) { x[0] = 5; }, write(other)).wait();  // unrelated: fine
+    EXPECT_FALSE(writer.done());
+    reading.unmap();
+    writer.wait();
+    chained.wait();
+  }
+  EXPECT_EQ(buffer.to_vector()[0], 1);
+  EXPECT_EQ(other.to_vector()[0], 5);
 }
 
 TEST_P(BuffersTest, BufferLivesUntilItsLastTaskFinishes) {

@@ -107,6 +107,53 @@ TEST(ConfigBehaviour, WorkStealingThresholdDelaysStealing) {
   EXPECT_EQ(steals("10s"), 0u) << "within the threshold an idle worker does not steal";
 }
 
+// A threshold longer than the spin: the idle worker, kept awake by the stealable work, still steals
+// once its own queues have been empty that long (it restarted the clock at every sleep attempt).
+TEST(ConfigBehaviour, WorkStealingThresholdLongerThanTheSpinStillSteals) {
+  Context context(with({{"parallel.thread_pool_size", "2"},
+                        {"scheduler.work_stealing_threshold", "10ms"},
+                        {"scheduler.spin_us", "50"}}));
+  context
+      .submit([&] {
+        TaskGroup inner(context);  // 50 tasks of 2 ms on the first worker's own deque
+        for (int i = 0; i < 50; ++i) {
+          inner.spawn([] {
+            const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(2);
+            while (std::chrono::steady_clock::now() < end) {
+            }
+          });
+        }
+        inner.wait();
+      })
+      .wait();
+  std::uint64_t steals = 0;
+  for (const auto& worker : context.stats().workers) steals += worker.steals;
+  EXPECT_GT(steals, 1u) << "the other worker never stole the 100 ms of queued work";
+}
+
+// Depth 1: one task in an empty queue is not "full"; the submitter must not run it itself (here the
+// task waits for what the submitter does right after spawn()).
+TEST(ConfigBehaviour, ATaskInAnEmptyQueueOfDepthOneIsNotRunByItsSubmitter) {
+  for (const char* policy : {"eager", "locality_aware_stealing", "heft"}) {
+    Context context(with({{"parallel.thread_pool_size", "2"},
+                          {"task_queue.per_device_queue_depth", "1"},
+                          {"scheduler.policy", policy}}));
+    std::thread submitter([&] {
+      std::atomic<bool> flag{false};
+      std::atomic<bool> saw_flag{false};
+      context.spawn([&] {
+        const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+        while (!flag.load() && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
+        saw_flag = flag.load();
+      });
+      flag = true;  // not reached until spawn() returns
+      context.wait_all();
+      EXPECT_TRUE(saw_flag.load()) << policy << ": spawn() ran the task on its submitter";
+    });
+    submitter.join();
+  }
+}
+
 TEST(ConfigBehaviour, TopologyAwarenessOrdersVictimsByDistance) {
   auto victims = [](const char* aware) {
     Context context(

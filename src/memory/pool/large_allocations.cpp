@@ -6,6 +6,7 @@ namespace nerve::memory {
 
 std::size_t LargeAllocations::rounded_size(std::size_t bytes) noexcept {
   const std::size_t page = page_size();
+  if (bytes > SIZE_MAX - page) return SIZE_MAX / page * page;  // saturate: such a request fails anyway
   return (bytes + page - 1) / page * page;
 }
 
@@ -21,6 +22,9 @@ constexpr std::size_t colour_threshold = std::size_t{1} << 20;
 }  // namespace
 
 void* LargeAllocations::try_allocate(std::size_t bytes, bool* from_cache) {
+  *from_cache = false;
+  // Rounding and colour padding below must not wrap a request no node can hold.
+  if (bytes > NodeBudget::max_block_bytes) return nullptr;
   const std::size_t wanted = rounded_size(bytes);
   {
     std::lock_guard lock(mutex_);

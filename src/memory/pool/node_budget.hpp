@@ -24,7 +24,12 @@ class NodeBudget {
   // limit_bytes = 0: no limit.
   NodeBudget(NodeAllocator& node, std::size_t limit_bytes) : node_(node), limit_(limit_bytes) {}
 
+  // No node holds a quarter of the address space: larger requests (a size that wrapped, or a wild
+  // one) are "over the limit" before any arithmetic on them can wrap.
+  static constexpr std::size_t max_block_bytes = SIZE_MAX / 4;
+
   void* try_acquire(std::size_t bytes, std::size_t alignment) {
+    if (bytes > max_block_bytes || (limit_ != 0 && bytes > limit_)) return nullptr;
     const std::size_t after = reserved_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
     if (limit_ != 0 && after > limit_) {
       reserved_.fetch_sub(bytes, std::memory_order_relaxed);
