@@ -1,9 +1,17 @@
 // context.hpp — the runtime instance: workers, configuration, topology, and task submission.
 //
-// A Context owns `worker_count()` CPU worker slots. Slot 0 belongs to the application thread that
-// first submits or waits (the "master", as in OpenMP and oneTBB): it runs tasks whenever it waits
-// inside nerve; slots 1.. have dedicated threads bound per parallel.thread_affinity. Other
-// application threads may submit and wait too; they block instead of running tasks.
+// A Context owns `worker_count()` CPU worker slots. Slots 1.. have dedicated threads bound per
+// parallel.thread_affinity. Slot 0 (the "master", as in OpenMP and oneTBB) has no thread of its own
+// and belongs to no application thread: any application thread borrows it, if no other thread holds
+// it at that moment, while it waits inside nerve (Task::wait, TaskGroup::wait, wait_all, ...) or is
+// back-pressured by submit() (task_queue.max_in_flight, full queues), and runs ready tasks there
+// (current_worker() returns 0 inside them); it gives slot 0 back when the wait ends (a
+// back-pressured submitter: after each task it ran). Under locality_aware_stealing and heft a
+// submission also takes it for an instant, to push the task into slot 0's deque. An application
+// thread that waits while another holds slot 0 blocks instead of running tasks, retrying slot 0
+// about every millisecond, so it takes over once the holder leaves; a back-pressured one sleeps
+// briefly and retries. A timed wait (wait_for) takes slot 0 only in a context with a single slot.
+// Outside such a wait, current_worker() is -1 on an application thread.
 //
 // Thread safety: every member may be called from any thread, including from inside tasks (nested
 // submission is how fork-join works). Waiting inside a task runs other ready tasks until the target

@@ -110,9 +110,22 @@ struct TaskOptions {
   // Run on this device (Context::devices(): 0 = the CPU workers); -1 lets nerve choose, data
   // locality first. Its data is moved there before it starts.
   int device = -1;
-  // Priority::high tasks start before every normal ready task not yet started, Priority::low ones
-  // only when no other task is ready; among tasks of one priority, first come first served.
-  // Normal (0) tasks take the work-stealing fast path; others wait in one shared priority queue.
+  // The order in which CPU workers start ready tasks (every scheduler.policy):
+  // - A non-zero priority puts the task in one shared priority queue: higher first, and among equal
+  //   priorities the one that became ready first (FIFO). A worker takes positive priorities before
+  //   any normal task it would take from a queue, negative ones only when it found no normal task in its own
+  //   queues, the shared queue (eager) or, by stealing, other workers' (with
+  //   scheduler.work_stealing_threshold, also while it has not yet waited long enough to steal).
+  // - Normal (0) tasks keep the lock-free path, and are NOT globally first come first served:
+  //   - locality_aware_stealing and heft: a task submitted or released on a worker (an application
+  //     thread's submissions: slot 0's) goes to that worker's deque, whose owner runs the newest
+  //     first while thieves take the oldest; a successor released by a finishing task may run next
+  //     on that thread, ahead of everything queued. The others (compute_intensive submissions,
+  //     NUMA-placed tasks, submissions while slot 0 is taken, releases off the workers) go
+  //     round-robin to per-worker inboxes, each FIFO.
+  //   - eager: tasks submitted from outside a task and tasks released by dependencies wait in one
+  //     shared FIFO queue (first come first served); tasks submitted inside a task go to that
+  //     worker's deque (newest first for it, oldest first for thieves), NUMA-placed ones to inboxes.
   int priority = Priority::normal;
 };
 

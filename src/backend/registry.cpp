@@ -82,13 +82,8 @@ std::vector<FoundDevice> find_devices(const Topology& topology) {
   return found;
 }
 
-std::vector<std::unique_ptr<Device>> discover_devices(const Config& config, const Topology& topology,
-                                                      int first_index) {
-  std::vector<std::unique_ptr<Device>> devices;
-  if (config.gpu.devices.empty()) return devices;  // gpu.devices = none: no driver is even loaded
-  const std::vector<FoundDevice> found = find_devices(topology);
-  std::vector<DeviceInfo> infos;
-  for (const FoundDevice& device : found) infos.push_back(device.info);
+std::vector<std::size_t> selected_devices(const Config& config, const std::vector<DeviceInfo>& infos) {
+  if (config.gpu.devices.empty()) return {};
   std::vector<std::size_t> selected = select_devices(infos, config.gpu.devices, config.origin("gpu.devices"));
   // One GPU seen through two backends (NVIDIA's OpenCL driver and CUDA both list it, with the same PCI
   // address) would become two memory nodes that split its memory without knowing of each other: when
@@ -106,6 +101,17 @@ std::vector<std::unique_ptr<Device>> discover_devices(const Config& config, cons
     }
     return false;
   });
+  return selected;
+}
+
+std::vector<std::unique_ptr<Device>> discover_devices(const Config& config, const Topology& topology,
+                                                      int first_index) {
+  std::vector<std::unique_ptr<Device>> devices;
+  if (config.gpu.devices.empty()) return devices;  // gpu.devices = none: no driver is even loaded
+  const std::vector<FoundDevice> found = find_devices(topology);
+  std::vector<DeviceInfo> infos;
+  for (const FoundDevice& device : found) infos.push_back(device.info);
+  const std::vector<std::size_t> selected = selected_devices(config, infos);
   if (selected.size() + static_cast<std::size_t>(first_index) > max_memory_nodes) {
     throw Error(ErrorCode::not_supported,
                 fmt::format("gpu.devices selects {} devices; nerve supports at most {} memory nodes (host "

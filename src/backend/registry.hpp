@@ -37,6 +37,11 @@ struct FoundDevice {
 // find_devices(): every device of every backend.
 std::vector<FoundDevice> find_devices(const Topology& topology);
 
+// selected_devices(): the positions in `found` (the infos of find_devices(), i.e. gpu.devices
+// indices) of the devices discover_devices() opens for `config`, in the order it opens them: context
+// device k (TaskOptions::device) is found[result[k - 1]]. Empty with gpu.devices = none.
+std::vector<std::size_t> selected_devices(const Config& config, const std::vector<DeviceInfo>& found);
+
 std::vector<std::unique_ptr<Device>> discover_devices(const Config& config, const Topology& topology,
                                                       int first_index);
 

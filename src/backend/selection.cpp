@@ -36,7 +36,10 @@ std::vector<std::size_t> select_devices(const std::vector<DeviceInfo>& found,
   constexpr std::string_view key = "gpu.devices";
   auto fail = [&](const std::string& why) {
     config::throw_config_error(
-        origin, key, fmt::format("{}: {}; the devices found are: {}", key, why, describe_found(found)));
+        origin, key,
+        fmt::format("{}: {}; the accelerators found are (numbered for gpu.devices from 0, the CPU workers "
+                    "are not among them): {}",
+                    key, why, describe_found(found)));
   };
   std::vector<bool> chosen(found.size(), false);
   for (const std::string& word : words) {
@@ -48,7 +51,7 @@ std::vector<std::size_t> select_devices(const std::vector<DeviceInfo>& found,
     }
     if (all_digits(wanted)) {
       const std::size_t index = wanted.size() > 6 ? found.size() : std::stoul(wanted);
-      if (index >= found.size()) fail(fmt::format("there is no device {}", word));
+      if (index >= found.size()) fail(fmt::format("there is no accelerator {}", word));
       chosen[index] = true;
       continue;
     }
@@ -59,7 +62,7 @@ std::vector<std::size_t> select_devices(const std::vector<DeviceInfo>& found,
         matched = true;
       }
     }
-    if (!matched) fail(fmt::format("no device or backend is named like '{}'", word));
+    if (!matched) fail(fmt::format("no accelerator or backend is named like '{}'", word));
   }
   std::vector<std::size_t> selected;
   for (std::size_t i = 0; i < found.size(); ++i) {

@@ -1,7 +1,9 @@
 // selection.hpp — which of the devices the backends found a context uses (gpu.devices).
 //
-// Devices are numbered 0.. in the order the backends list them (built-in OpenCL first, then
-// plugins). gpu.devices is `all`, `none`, or a list whose items are such numbers, backend names
+// Accelerators are numbered 0.. in the order the backends list them (built-in OpenCL and CUDA
+// first, then in-process and plugin backends); the CPU workers are not among them, so these are not
+// context device numbers (TaskOptions::device, where 0 is the CPU workers). gpu.devices is `all`, `none`, or
+// a list whose items are such numbers, backend names
 // ("opencl", a plugin's name: all its devices) or fragments of device names ("pthread", "A100"),
 // compared without regard to case. The selection keeps the found order and each device once.
 //

@@ -42,10 +42,15 @@ int device_count(nerve_context& context) { return static_cast<int>(context.runti
 
 void check_device(nerve_context& context, nerve_device_t device, const char* what) {
   if (device == NERVE_DEVICE_ANY || (device >= 0 && device < device_count(context))) return;
+  // Name every device of the context, so the message says which numbers exist.
+  std::string devices = "0 = the CPU workers";
+  const std::vector<DeviceInfo> infos = context.runtime->devices();
+  for (std::size_t i = 1; i < infos.size(); ++i)
+    devices += fmt::format(", {} = '{}' ({})", i, infos[i].name, infos[i].backend);
   throw Error(ErrorCode::invalid_argument,
-              fmt::format("{} {} is not a device of this context (devices: 0 = the CPU workers; "
-                          "NERVE_DEVICE_ANY = -1 lets nerve choose)",
-                          what, device));
+              fmt::format("{} {} is not a device of this context (devices: {}; NERVE_DEVICE_ANY = -1 lets "
+                          "nerve choose)",
+                          what, device, devices));
 }
 
 }  // namespace nerve::capi

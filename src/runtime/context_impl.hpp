@@ -7,6 +7,7 @@
 // that outlives its Context fails cleanly instead of touching freed memory.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <exception>
@@ -147,12 +148,21 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   // --- waiting (waiting.cpp)
   std::int64_t in_flight() const noexcept;
   void wait_all();
-  // throttle_submission() checks the in-flight bound every 32 submissions of a thread.
+  // throttle_submission() checks the in-flight bound and the master deque's depth every
+  // throttle_interval() + 1 submissions of a thread (a decrement and a branch on the fast path).
   void throttle_submission(ThreadState& thread) {
     if (thread.submissions_until_check-- == 0) [[unlikely]]
       throttle_slow(thread);
   }
   void throttle_slow(ThreadState& thread);
+  // throttle_interval(): submissions between two checks, min(max_in_flight, per_device_queue_depth)/8
+  // capped at 31, so a small bound is honoured to within an eighth (at most 31 tasks) instead of
+  // being rounded up to the next 32, while large bounds keep checking only every 32 submissions.
+  std::uint32_t throttle_interval() const noexcept {
+    const std::uint32_t bound =
+        std::min(config.task_queue.max_in_flight, config.task_queue.per_device_queue_depth);
+    return std::min<std::uint32_t>(bound / 8, 31);
+  }
   void record_root_error(const std::exception_ptr& error) noexcept;
   // forget_root_error(): Task::wait() reported this failure; wait_all() does not report it again.
   void forget_root_error(const std::exception_ptr& error) noexcept;

@@ -57,11 +57,11 @@ void ContextImpl::on_slot_idle() noexcept {
   if (root_parked.load(std::memory_order_seq_cst) > 0) scheduler.waiters().wake(&root_parked);
 }
 
-// Every 32 submissions a thread checks the master deque's depth and the number of tasks in flight;
-// above task_queue.per_device_queue_depth / task_queue.max_in_flight it runs tasks itself (if it
-// can) or waits until the count drops.
+// Every throttle_interval() + 1 submissions (32 at most) a thread checks the master deque's depth and
+// the number of tasks in flight; above task_queue.per_device_queue_depth / task_queue.max_in_flight
+// it runs tasks itself (if it can) or waits until the count drops.
 void ContextImpl::throttle_slow(ThreadState& thread) {
-  thread.submissions_until_check = 31;
+  thread.submissions_until_check = throttle_interval();
   scheduler.relieve_master(thread);
   const auto limit = static_cast<std::int64_t>(config.task_queue.max_in_flight);
   while (in_flight() >= limit) {

@@ -2,6 +2,7 @@
 // compute-intensive placement, devices, and argument errors.
 #include <numeric>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "capi_test.hpp"
@@ -251,6 +252,34 @@ TEST(CapiTask, KernelOnADeviceSeesTheDeviceReplica) {
   EXPECT_EQ(nerve_task_submit(ctx, nerve_task_create(fill_on_device, &probe), 2),
             NERVE_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(nerve_buffer_free(buffer), NERVE_OK);
+  nerve_shutdown(ctx);
+}
+
+// A device number the context lacks is an error that lists every device it has, accelerators too.
+TEST(CapiTask, AnUnknownDeviceNumberListsEveryDeviceOfTheContext) {
+  const char* settings[] = {"gpu.devices=none"};  // the test devices alone, whatever OpenCL finds
+  nerve_context_config_t config = NERVE_CONTEXT_CONFIG_DEFAULT;
+  config.use_environment = 0;
+  config.settings = settings;
+  config.setting_count = 1;
+  nerve_context_t* ctx = nerve_init_with_config(&config);
+  ASSERT_NE(ctx, nullptr) << nerve_last_error();
+  ctx->impl()->add_test_device({});
+  ctx->impl()->add_test_device({});
+  ASSERT_EQ(nerve_context_get_device_count(ctx), 3);
+  const std::vector<DeviceInfo> devices = ctx->impl()->device_infos();
+  nerve_clear_last_error();
+  EXPECT_EQ(nerve_buffer_alloc(ctx, 64, 5, 0), nullptr);
+  EXPECT_EQ(nerve_last_status(), NERVE_ERROR_INVALID_ARGUMENT);
+  const std::string message = nerve_last_error();
+  EXPECT_NE(message.find("preferred_device 5"), std::string::npos) << message;
+  EXPECT_NE(message.find("0 = the CPU workers"), std::string::npos) << message;
+  for (std::size_t i = 1; i < devices.size(); ++i) {
+    const std::string entry = fmt::format("{} = '{}' ({})", i, devices[i].name, devices[i].backend);
+    EXPECT_NE(message.find(entry), std::string::npos) << "lacks '" << entry << "': " << message;
+  }
+  EXPECT_NERVE_ERROR(nerve_task_submit(ctx, nerve_task_create(fill_on_device, nullptr), 3),
+                     NERVE_ERROR_INVALID_ARGUMENT, "2 = '");
   nerve_shutdown(ctx);
 }
 

@@ -243,7 +243,8 @@ TEST(ConfigBehaviour, PerDeviceQueueDepthBackPressuresTheSubmitter) {
       ran_during_submission({{"scheduler.policy", "eager"}, {"task_queue.per_device_queue_depth", "4"}}), 190)
       << "a full queue makes the submitter run tasks instead of queueing more";
   // Under the stealing policies an application thread queues into the master slot's deque: the
-  // same bound holds there (checked every 32 submissions, then run down to half the depth).
+  // same bound holds there (checked every depth / 8 + 1 submissions, at most 32, then run down to
+  // half the depth).
   for (const char* policy : {"locality_aware_stealing", "eager"}) {
     EXPECT_EQ(
         ran_during_submission({{"scheduler.policy", policy}, {"task_queue.per_device_queue_depth", "1024"}}),
@@ -252,13 +253,59 @@ TEST(ConfigBehaviour, PerDeviceQueueDepthBackPressuresTheSubmitter) {
   }
   EXPECT_GE(ran_during_submission({{"scheduler.policy", "locality_aware_stealing"},
                                    {"task_queue.per_device_queue_depth", "16"}}),
-            200 - 16 - 32);
+            200 - 16 - 2);
 }
 
 TEST(ConfigBehaviour, MaxInFlightBoundsSubmittedWork) {
   EXPECT_EQ(ran_during_submission({{"task_queue.max_in_flight", "1048576"}}), 0);
-  EXPECT_GE(ran_during_submission({{"task_queue.max_in_flight", "16"}}), 200 - 16 - 32)
-      << "above the bound the submitter runs tasks (checked every 32 submissions)";
+  EXPECT_GE(ran_during_submission({{"task_queue.max_in_flight", "16"}}), 200 - 16 - 2)
+      << "above the bound the submitter runs tasks (checked every 16 / 8 + 1 submissions)";
+}
+
+// A second thread submits tasks that cannot finish until a gate opens. Once `limit` of them are in
+// flight, submit() must stop returning (it blocks, or runs one of them, which waits on the gate):
+// the bound may be overshot only by the check interval (limit / 8), not rounded up to 32. The
+// assertion is an upper bound on submissions that returned, so a slow machine cannot break it.
+int submissions_returned_before_blocking(const char* policy, const char* limit) {
+  Context context(with({{"parallel.thread_pool_size", "2"},
+                        {"scheduler.policy", policy},
+                        {"task_queue.max_in_flight", limit}}));
+  constexpr int total = 500;
+  std::atomic<bool> open{false};
+  std::atomic<int> returned{0};
+  std::atomic<int> finished{0};
+  std::thread producer([&] {
+    for (int i = 0; i < total; ++i) {
+      context.spawn([&] {
+        while (!open.load(std::memory_order_acquire))
+          std::this_thread::sleep_for(std::chrono::microseconds(100));
+        finished.fetch_add(1);
+      });
+      returned.fetch_add(1);
+    }
+  });
+  // Wait until the count has stopped growing for 300 ms (or every submission returned: no bound).
+  int last = -1;
+  int unchanged = 0;
+  while (unchanged < 6 && returned.load() < total) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const int now = returned.load();
+    unchanged = now == last ? unchanged + 1 : 0;
+    last = now;
+  }
+  const int blocked_at = returned.load();
+  open.store(true, std::memory_order_release);
+  producer.join();
+  context.wait_all();
+  EXPECT_EQ(finished.load(), total);
+  return blocked_at;
+}
+
+TEST(ConfigBehaviour, MaxInFlightBlocksTheSubmitterWithinASmallSlack) {
+  for (const char* policy : {"locality_aware_stealing", "eager", "heft"}) {
+    EXPECT_LE(submissions_returned_before_blocking(policy, "16"), 20) << policy;
+    EXPECT_LE(submissions_returned_before_blocking(policy, "100"), 100 + 100 / 8 + 1) << policy;
+  }
 }
 
 }  // namespace

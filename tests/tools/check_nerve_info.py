@@ -93,6 +93,12 @@ def check_schema(document):
             check(origin["variable"].startswith("NERVE_"), f"{entry['key']}: env origin without variable")
     check(document["devices"][0]["kind"] == "cpu", "the first device is not the CPU workers")
     check(document["devices"][0]["count"] == len(workers), "CPU device count != workers")
+    for position, device in enumerate(document["devices"][1:], start=1):
+        check(device["index"] == position, f"accelerator {device['name']}: index {device['index']}, "
+              f"listed at {position}")
+        check(device["gpu_devices_index"] is None or
+              (isinstance(device["gpu_devices_index"], int) and device["gpu_devices_index"] >= 0),
+              f"accelerator {device['name']}: gpu_devices_index {device.get('gpu_devices_index')}")
 
 
 def case_plain(binary):
@@ -202,6 +208,24 @@ def case_bad_key(binary):
     result = run(binary, "--json", env={"NERVE_SCHEDULER_SPIN_US": "-1"}, expect_status=2)
     check("NERVE_SCHEDULER_SPIN_US" in result.stderr, f"stderr: {result.stderr}")
     run(binary, "--synthetic", "nonsense:3", expect_status=2)
+
+
+def case_devices(binary):
+    # Two numbers per accelerator: the context's (device 0 = the CPU workers) and gpu.devices' (0 = the
+    # first accelerator found). Selecting one accelerator by its gpu.devices number opens it as device 1.
+    result = run(binary, "--set", "gpu.devices=999", expect_status=2)
+    check("gpu.devices: there is no accelerator 999" in result.stderr, f"stderr: {result.stderr}")
+    accelerators = run_json(binary)["devices"][1:]
+    if not accelerators:
+        return  # no OpenCL platform or plugin here: nothing more to number
+    last = accelerators[-1]
+    check(last["gpu_devices_index"] is not None, f"no gpu.devices number for {last}")
+    number = last["gpu_devices_index"]
+    chosen = run_json(binary, "--set", f"gpu.devices={number}")["devices"][1:]
+    check(len(chosen) == 1 and chosen[0]["name"] == last["name"] and chosen[0]["index"] == 1 and
+          chosen[0]["gpu_devices_index"] == number, f"gpu.devices={number} opened {chosen}")
+    text = run(binary, "--set", f"gpu.devices={number}").stdout
+    check(f"device 1 (gpu.devices {number}): " in text, f"no 'device 1 (gpu.devices {number})' line in:\n{text}")
 
 
 def case_usage(binary):

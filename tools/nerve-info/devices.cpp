@@ -18,14 +18,18 @@ std::vector<DeviceInfo> list_devices(const Report& report) {
 }
 
 std::string print_devices(const std::vector<DeviceInfo>& devices) {
+  // "device N" is the context's number (TaskOptions::device; 0 = the CPU workers), "gpu.devices M"
+  // the accelerator's number among those the backends found (what gpu.devices selects by).
   std::string out = "Devices\n";
   for (const DeviceInfo& device : devices) {
     if (device.kind == "cpu") {
       out += fmt::format("  {} ({}), memory node 0 (host memory)\n", device.name, device.count);
       continue;
     }
-    out += fmt::format("  device {}: {} '{}' ({}), memory node {}, {} memory, {} compute units\n",
-                       device.index, device.kind, device.name, device.backend, device.memory_node,
+    const std::string selection =
+        device.gpu_devices_index >= 0 ? fmt::format(" (gpu.devices {})", device.gpu_devices_index) : "";
+    out += fmt::format("  device {}{}: {} '{}' ({}), memory node {}, {} memory, {} compute units\n",
+                       device.index, selection, device.kind, device.name, device.backend, device.memory_node,
                        format_bytes(device.memory_bytes), device.compute_units);
     const std::string numa =
         device.numa_node >= 0 ? fmt::format("NUMA node {}", device.numa_node) : "NUMA node unknown";

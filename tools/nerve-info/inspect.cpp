@@ -118,6 +118,20 @@ std::vector<DeviceInfo> describe_accelerators(const Context& context) {
     out.max_pending_transfers = capabilities.max_pending_transfers;
     found.push_back(std::move(out));
   }
+  // Their gpu.devices numbers: the backends' enumeration again, selected as the context did (its
+  // k-th accelerator is the k-th selected). Left unknown should the two disagree.
+  if (!found.empty()) {
+    std::vector<nerve::DeviceInfo> infos;
+    for (const detail::FoundDevice& device : detail::find_devices(context.topology()))
+      infos.push_back(device.info);
+    const std::vector<std::size_t> selected = detail::selected_devices(context.config(), infos);
+    if (selected.size() == found.size()) {
+      for (std::size_t k = 0; k < found.size(); ++k) {
+        if (infos[selected[k]].name == found[k].name)
+          found[k].gpu_devices_index = static_cast<int>(selected[k]);
+      }
+    }
+  }
   return found;
 }
 

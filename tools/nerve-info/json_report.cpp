@@ -75,6 +75,8 @@ nlohmann::ordered_json report_to_json(const Report& report) {
     Json entry = {{"kind", device.kind}, {"name", device.name}, {"count", device.count}};
     if (device.kind != "cpu") {
       entry["index"] = device.index;
+      entry["gpu_devices_index"] =
+          device.gpu_devices_index >= 0 ? Json(device.gpu_devices_index) : Json(nullptr);
       entry["backend"] = device.backend;
       entry["memory_node"] = device.memory_node;
       entry["memory_bytes"] = device.memory_bytes;

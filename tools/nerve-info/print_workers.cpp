@@ -33,7 +33,7 @@ std::string print_workers(const Report& report) {
   out += fmt::format("  Affinity: parallel.thread_affinity = {} ({})\n", affinity_name(pool.affinity),
                      report.config.origin("parallel.thread_affinity").describe());
   out +=
-      "  Slot 0 is run by the application thread while it waits inside nerve; the others have their "
+      "  Slot 0 is run by any application thread while it waits inside nerve; the others have their "
       "own threads.\n";
   if (report.topology.synthetic()) {
     out +=

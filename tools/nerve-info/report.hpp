@@ -49,7 +49,10 @@ struct DeviceInfo {
   std::string name;    // what the text output shows, e.g. "CPU workers", "pthread-haswell"
   unsigned count = 0;  // CPU workers: how many; an accelerator: 1
   // Accelerators only (index 0, memory node 0 for the CPU workers):
-  int index = 0;        // the device's number in the context (TaskOptions::device)
+  int index = 0;  // the device's number in the context (TaskOptions::device)
+  // Its number among the accelerators the backends found, the one gpu.devices takes (0 = the first
+  // accelerator); -1 when unknown.
+  int gpu_devices_index = -1;
   std::string backend;  // "opencl", a plugin's name
   int memory_node = 0;  // the memory node its replicas live in
   std::uint64_t memory_bytes = 0;
