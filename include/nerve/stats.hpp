@@ -18,11 +18,11 @@ struct WorkerStats {
   int core = 0;  // logical core of the topology the worker is placed on
   int numa_node = 0;
   bool bound = false;               // its thread is pinned to the core's hardware threads
-  bool application_thread = false;  // slot 0: run by the application thread while it waits
+  bool application_thread = false;  // slot 0: run by whichever application thread waits in it
   std::uint64_t tasks_run = 0;
   std::uint64_t steals = 0;  // tasks taken from another worker's queues
   std::uint64_t sleeps = 0;  // times it parked after spinning scheduler.spin_us in vain
-  // Time the slot was run (slot 0: while the application thread waited inside nerve), split into
+  // Time the slot was run (slot 0: while application threads waited inside nerve), split into
   // busy (running tasks, finding them) and idle (spinning or sleeping without work).
   std::uint64_t busy_ns = 0;
   std::uint64_t idle_ns = 0;
