@@ -136,9 +136,9 @@ class Buffer {
   // slice() views elements [offset, offset + count) of this view. Throws on a range outside it.
   Buffer slice(std::size_t offset, std::size_t count) const {
     if (offset > count_ || count > count_ - offset) {
-      throw Error(ErrorCode::buffer_misuse,
-                  "slice [" + std::to_string(offset) + ", " + std::to_string(offset + count) +
-                      ") is outside the buffer view of " + std::to_string(count_) + " elements");
+      throw Error(ErrorCode::buffer_misuse, "slice of " + std::to_string(count) + " elements at offset " +
+                                                std::to_string(offset) + " is outside the buffer view of " +
+                                                std::to_string(count_) + " elements");
     }
     Buffer view(*this);
     view.offset_ += offset;

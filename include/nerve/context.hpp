@@ -121,17 +121,18 @@ class NERVE_API Context {
 // TaskGroup: fork-join over a set of tasks. wait() waits for exactly the group's tasks.
 class TaskGroup {
  public:
-  explicit TaskGroup(Context& context) noexcept : context_(context.impl()) {}
+  // A group may outlive its Context object (it keeps the runtime's memory alive); submitting to it
+  // then throws Error(invalid_argument), as it does for a moved-from Context.
+  explicit TaskGroup(Context& context) noexcept : context_(context.impl()) {
+    detail::context_retain(context_);
+  }
   TaskGroup(const TaskGroup&) = delete;
   TaskGroup& operator=(const TaskGroup&) = delete;
   // The destructor waits for unfinished tasks; their errors are dropped (call wait() to see them).
   ~TaskGroup() {
-    if ((state_.pending.load(std::memory_order_acquire) & detail::GroupState::count_mask) != 0) {
-      try {
-        detail::group_wait(context_, &state_);
-      } catch (...) {
-      }
-    }
+    if ((state_.pending.load(std::memory_order_acquire) & detail::GroupState::count_mask) != 0)
+      detail::group_destroy_wait(context_, &state_);
+    detail::context_release(context_);
   }
 
   template <NotKernel F, class... A>
@@ -159,7 +160,8 @@ class TaskGroup {
         detail::submit_kernel_call(context_, nullptr, &state_, nullptr, true, kernel, args...));
   }
 
-  // wait() waits for the group's tasks; rethrows the first failure (once).
+  // wait() waits for the group's tasks; rethrows the first failure (once). Waiting while this
+  // thread holds a mapping that one of them waits for is Error(buffer_misuse) (it would never end).
   void wait() { detail::group_wait(context_, &state_); }
   // wait_for(): false if the group is not done within `timeout`; like Task::wait_for(), it runs no
   // other task meanwhile unless the context has a single worker slot.
@@ -168,7 +170,8 @@ class TaskGroup {
     return detail::group_wait_for(context_, &state_,
                                   std::chrono::duration_cast<std::chrono::nanoseconds>(timeout).count());
   }
-  // cancel() cancels the group's tasks that have not started yet (TaskCancelled without a cause).
+  // cancel() cancels the group's tasks that have not started yet (TaskCancelled without a cause),
+  // and those submitted before the next wait() returns; after that the group runs tasks again.
   void cancel() noexcept { state_.cancel_requested.store(true, std::memory_order_release); }
 
   detail::ContextImpl* impl() const noexcept { return context_; }
@@ -182,7 +185,8 @@ class TaskGroup {
 // TaskPool: a bulk launch of mutually independent tasks (the seed's nerve_task_pool_*). Tasks added
 // to a pool never depend on each other, whatever their accesses; the pool as a whole is ordered
 // against everything outside it by the union of its tasks' accesses. Tasks start at launch().
-// Destroying a pool that was never launched discards its tasks without running them.
+// Destroying a pool that was never launched discards its tasks without running them. A pool may
+// outlive its Context object; launching it then throws Error(invalid_argument).
 class TaskPool {
  public:
   explicit TaskPool(Context& context, std::size_t expected_tasks = 0)

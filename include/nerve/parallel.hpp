@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <type_traits>
 #include <utility>
 
@@ -75,24 +76,26 @@ T parallel_reduce_range(ContextImpl* context, std::size_t begin, std::size_t end
   if (end - begin <= grain) return map(begin, end);
   const std::size_t middle = begin + (end - begin) / 2;
   GroupState group;
-  T right{};
-  T left{};
+  std::optional<T> right;  // T need not be default-constructible
+  std::optional<T> left;
   try {
-    submit(context, nullptr, &group, nullptr, false,
-           [&, middle, end] { right = parallel_reduce_range<T>(context, middle, end, grain, map, reduce); });
-    left = parallel_reduce_range<T>(context, begin, middle, grain, map, reduce);
+    submit(context, nullptr, &group, nullptr, false, [&, middle, end] {
+      right.emplace(parallel_reduce_range<T>(context, middle, end, grain, map, reduce));
+    });
+    left.emplace(parallel_reduce_range<T>(context, begin, middle, grain, map, reduce));
   } catch (...) {
     wait_before_unwind(context, group);
     throw;
   }
   group_wait(context, &group);
-  return reduce(std::move(left), std::move(right));
+  return reduce(std::move(*left), std::move(*right));
 }
 
 }  // namespace detail
 
 template <class F>
 void parallel_for(Context& context, std::size_t begin, std::size_t end, std::size_t grain, F&& fn) {
+  detail::require_context(context.impl());  // a moved-from Context: Error(invalid_argument)
   if (begin >= end) return;
   if (grain == 0) grain = detail::auto_grain(context.impl(), end - begin);
   detail::parallel_for_range(context.impl(), begin, end, grain, fn);
@@ -103,6 +106,7 @@ T parallel_reduce(Context& context, std::size_t begin, std::size_t end, std::siz
                   Map&& map, Reduce&& reduce) {
   static_assert(std::is_invocable_r_v<T, Map&, std::size_t, std::size_t>, "map(begin, end) must return T");
   static_assert(std::is_invocable_r_v<T, Reduce&, T, T>, "reduce(T, T) must return T");
+  detail::require_context(context.impl());  // a moved-from Context: Error(invalid_argument)
   if (begin >= end) return identity;
   if (grain == 0) grain = detail::auto_grain(context.impl(), end - begin);
   return detail::parallel_reduce_range<T>(context.impl(), begin, end, grain, map, reduce);

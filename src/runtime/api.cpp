@@ -1,5 +1,6 @@
 // api.cpp — the exported entry points behind the public C++ headers.
 #include <chrono>
+#include <cstdlib>
 
 #include <fmt/format.h>
 
@@ -12,6 +13,7 @@
 #include "runtime/pool_state.hpp"
 #include "runtime/waitables.hpp"
 #include "task/task_graph.hpp"
+#include "util/log.hpp"
 
 namespace nerve {
 namespace detail {
@@ -62,15 +64,9 @@ bool task_wait(TaskRecord* record, std::int64_t timeout_ns) {
   ContextImpl& context = *record->context;
   TaskDone target{record};
   if (timeout_ns < 0 && !target.done()) {
-    if (const TaskRecord* mapping = context.own_mapping_blocking({record})) {
-      const AccessRecord& held = mapping->accesses[0];
-      throw Error(
-          ErrorCode::buffer_misuse,
-          fmt::format("wait() for task '{}', which waits for a mapping of bytes [{}, {}) of {} that this "
-                      "thread still holds, would wait forever (unmap it first)",
-                      record->name != nullptr ? record->name : "(unnamed)", held.offset,
-                      held.offset + held.size, held.buffer->describe()));
-    }
+    context.refuse_own_mapping_wait(
+        [&](const TaskRecord* task) { return task == record; },
+        fmt::format("wait() for task '{}'", record->name != nullptr ? record->name : "(unnamed)"));
   }
   if (!context.scheduler.wait(context.current_thread(), target, deadline_after(timeout_ns))) return false;
   switch (record->load_status()) {
@@ -100,31 +96,93 @@ static void rethrow_group_error(GroupState* group) {
   if (error != nullptr) std::rethrow_exception(error);
 }
 
-void group_wait(ContextImpl* context, GroupState* group) {
-  GroupDone target{group};
-  context->scheduler.wait(context->current_thread(), target);
+void context_retain(ContextImpl* context) noexcept {
+  if (context != nullptr) context->add_external_reference();
+}
+void context_release(ContextImpl* context) noexcept {
+  if (context != nullptr) context->drop_external_reference();
+}
+void require_context(const ContextImpl* context) {
+  if (context == nullptr) throw_moved_from_context();
+}
+
+namespace {
+
+// A group's wait ends when its count is zero; then a cancel() stops applying (cancel_requested
+// covers the tasks submitted before the wait returned).
+void group_done(GroupState* group) {
+  group->cancel_requested.store(false, std::memory_order_release);
   rethrow_group_error(group);
 }
 
-bool group_wait_for(ContextImpl* context, GroupState* group, std::int64_t timeout_ns) {
+void refuse_group_deadlock(ContextImpl& context, GroupState* group) {
+  context.refuse_own_mapping_wait([group](const TaskRecord* task) { return task->group == group; },
+                                  "TaskGroup::wait() for a task of the group");
+}
+
+void check_pool_context(const PoolState* pool) {
+  if (pool->context.shut_down && !pool->launched) {
+    throw Error(ErrorCode::invalid_argument, "launch of a task pool whose context has been destroyed");
+  }
+}
+
+}  // namespace
+
+void group_wait(ContextImpl* context, GroupState* group) {
+  ContextImpl& runtime = live(context);
   GroupDone target{group};
-  if (!context->scheduler.wait(context->current_thread(), target, deadline_after(timeout_ns))) return false;
-  rethrow_group_error(group);
+  if (!target.done()) refuse_group_deadlock(runtime, group);
+  runtime.scheduler.wait(runtime.current_thread(), target);
+  group_done(group);
+}
+
+bool group_wait_for(ContextImpl* context, GroupState* group, std::int64_t timeout_ns) {
+  ContextImpl& runtime = live(context);
+  GroupDone target{group};
+  if (!runtime.scheduler.wait(runtime.current_thread(), target, deadline_after(timeout_ns))) return false;
+  group_done(group);
   return true;
+}
+
+void group_destroy_wait(ContextImpl* context, GroupState* group) noexcept {
+  if (context == nullptr) return;  // a moved-from Context's group never had a task
+  try {
+    refuse_group_deadlock(*context, group);
+  } catch (const std::exception& error) {
+    // The group lives on the destroying thread's stack and its tasks will use it: neither returning
+    // nor waiting is possible.
+    log::error("~TaskGroup: {}; the program cannot continue", error.what());
+    std::abort();
+  }
+  try {
+    GroupDone target{group};
+    context->scheduler.wait(context->current_thread(), target);
+  } catch (...) {
+  }
+  group->cancel_requested.store(false, std::memory_order_release);
 }
 
 PoolState* pool_create(ContextImpl* context, std::size_t expected_tasks) {
   auto* pool = new PoolState(live(context));
   pool->members.reserve(expected_tasks);
+  context->add_external_reference();  // the pool may outlive the Context object
   return pool;
 }
 
-void pool_launch(PoolState* pool) { pool->launch(); }
+void pool_launch(PoolState* pool) {
+  check_pool_context(pool);
+  pool->launch();
+}
 
 void pool_wait(PoolState* pool) {
+  check_pool_context(pool);
   pool->launch();
   ContextImpl& context = pool->context;
   TaskDone target{pool->gate};
+  if (!target.done()) {
+    context.refuse_own_mapping_wait([pool](const TaskRecord* task) { return task->pool == pool; },
+                                    "TaskPool::wait_all() for a task of the pool");
+  }
   context.scheduler.wait(context.current_thread(), target);
   if (pool->has_error.load(std::memory_order_acquire)) {
     std::exception_ptr error = std::exchange(pool->first_error, nullptr);
@@ -146,7 +204,9 @@ void pool_destroy(PoolState* pool) noexcept {
   } else {
     pool->discard();
   }
+  ContextImpl& context = pool->context;
   delete pool;
+  context.drop_external_reference();
 }
 
 std::size_t pool_size(const PoolState* pool) noexcept { return pool->members.size(); }

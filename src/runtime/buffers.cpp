@@ -127,7 +127,7 @@ void for_each_successor(const TaskRecord* task, Visit&& visit) {
 // Everything reachable from an unfinished mapping through successor edges waits for it, so is
 // unfinished and alive while the mapping is held: the walk reads only live records. It is bounded
 // (a deadlock through a longer chain is not detected, only waited for).
-const TaskRecord* ContextImpl::own_mapping_blocking(const std::vector<const TaskRecord*>& blockers) {
+const TaskRecord* ContextImpl::own_mapping_blocking(const std::function<bool(const TaskRecord*)>& blocked) {
   if (held_mapping_count.load(std::memory_order_acquire) == 0) return nullptr;  // nothing mapped
   std::vector<const TaskRecord*> own;
   {
@@ -142,13 +142,25 @@ const TaskRecord* ContextImpl::own_mapping_blocking(const std::vector<const Task
     while (!frontier.empty() && seen.size() < max_visits) {
       const TaskRecord* task = frontier.back();
       frontier.pop_back();
-      if (std::find(blockers.begin(), blockers.end(), task) != blockers.end()) return mapping;
+      if (blocked(task)) return mapping;
       for_each_successor(task, [&](const TaskRecord* successor) {
         if (seen.insert(successor).second) frontier.push_back(successor);
       });
     }
   }
   return nullptr;
+}
+
+void ContextImpl::refuse_own_mapping_wait(const std::function<bool(const TaskRecord*)>& blocked,
+                                          const std::string& what) {
+  if (const TaskRecord* mapping = own_mapping_blocking(blocked)) {
+    const AccessRecord& held = mapping->accesses[0];
+    throw Error(
+        ErrorCode::buffer_misuse,
+        fmt::format("{}, which waits for a mapping of bytes [{}, {}) of {} that this thread still holds, "
+                    "would wait forever (unmap it first)",
+                    what, held.offset, held.offset + held.size, held.buffer->describe()));
+  }
 }
 
 void ContextImpl::refuse_wait_on_own_mapping(const char* what) {
@@ -202,7 +214,9 @@ Mapping buffer_map(BufferState* buffer, std::size_t offset, std::size_t size, Ac
           blockers.push_back(blocker);
           return false;
         });
-        own = context.own_mapping_blocking(blockers);
+        own = context.own_mapping_blocking([&](const TaskRecord* waiting) {
+          return std::find(blockers.begin(), blockers.end(), waiting) != blockers.end();
+        });
         how = "waits for a task that waits for";
       }
       if (own != nullptr) {

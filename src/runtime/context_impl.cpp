@@ -1,5 +1,7 @@
 #include "runtime/context_impl.hpp"
 
+#include <cstdlib>
+
 #include <fmt/format.h>
 
 #include "nerve/error.hpp"
@@ -78,6 +80,13 @@ void ContextImpl::drop_external_reference() noexcept {
 
 void ContextImpl::shutdown() noexcept {
   if (shut_down) return;
+  try {
+    refuse_wait_on_own_mapping("destroying the Context (it waits for every task)");
+  } catch (const std::exception& error) {
+    // A destructor can neither wait (forever) nor leave the tasks behind with the runtime gone.
+    log::error("{}; the program cannot continue", error.what());
+    std::abort();
+  }
   try {
     wait_all();
   } catch (const std::exception& error) {

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -217,9 +218,12 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   std::mutex mappings_mutex;
   std::vector<TaskRecord*> held_mappings;
   std::atomic<std::size_t> held_mapping_count{0};  // held_mappings.size(), read without the mutex
-  // own_mapping_blocking(): the calling thread's mapping that one of `blockers` (unfinished tasks)
-  // waits for, directly or through other tasks; nullptr if none.
-  const TaskRecord* own_mapping_blocking(const std::vector<const TaskRecord*>& blockers);
+  // own_mapping_blocking(): the calling thread's mapping that a task for which `blocked` is true
+  // waits for, directly or through other tasks (or that is itself such a task); nullptr if none.
+  const TaskRecord* own_mapping_blocking(const std::function<bool(const TaskRecord*)>& blocked);
+  // refuse_own_mapping_wait(): Error(buffer_misuse) naming `what` (a wait) if own_mapping_blocking().
+  void refuse_own_mapping_wait(const std::function<bool(const TaskRecord*)>& blocked,
+                               const std::string& what);
   // refuse_wait_on_own_mapping(): Error(buffer_misuse) if the calling thread holds a mapping that a
   // submitted task waits for: a wait for every task (`what`: wait_all()) would never end. Not
   // checked at context destruction, which cannot report it.

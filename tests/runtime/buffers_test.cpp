@@ -186,6 +186,30 @@ TEST_P(BuffersTest, WaitingForATaskThatWaitsForThisThreadsMappingIsAnError) {
   EXPECT_EQ(other.to_vector()[0], 5);
 }
 
+// Groups and pools: waiting for them while this thread holds a mapping one of their tasks waits for.
+TEST_P(BuffersTest, WaitingForAGroupOrPoolStuckBehindThisThreadsMappingIsAnError) {
+  Buffer<int> buffer(*context, 8);
+  TaskGroup group(*context);
+  TaskPool pool(*context);
+  {
+    auto reading = buffer.map_read();
+    group.spawn([](std::span<int> x) { x[0] = 1; }, write(buffer));
+    pool.add([](std::span<int> x) { x[0] = 2; }, write(buffer.slice(1, 1)));
+    pool.launch();
+    try {
+      group.wait();
+      FAIL() << "the group's task waits for this thread's mapping";
+    } catch (const Error& error) {
+      EXPECT_EQ(error.code(), ErrorCode::buffer_misuse);
+      EXPECT_NE(std::string(error.what()).find("TaskGroup::wait()"), std::string::npos) << error.what();
+    }
+    EXPECT_THROW(pool.wait_all(), Error);
+  }
+  group.wait();
+  pool.wait_all();
+  EXPECT_EQ(buffer.to_vector()[0] + buffer.to_vector()[1], 3);
+}
+
 TEST_P(BuffersTest, BufferLivesUntilItsLastTaskFinishes) {
   std::atomic<int> value{0};
   {

@@ -1,5 +1,6 @@
 // Failures, cancellation, task groups and task pools.
 #include <atomic>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 
@@ -175,6 +176,70 @@ TEST(MovedFromContext, EveryUseIsAnErrorNotACrash) {
       },
       "TaskGroup::spawn");
   EXPECT_EQ(moved.submit([] { return; }).wait_for(std::chrono::seconds(60)), true) << "the new owner works";
+  expect_error([&] { parallel_for(original, 0, 1000, 10, [](std::size_t) {}); }, "parallel_for");
+  expect_error(
+      [&] {
+        (void)parallel_reduce(
+            original, 0, 1000, 0, 0, [](std::size_t, std::size_t) { return 1; },
+            [](int a, int b) { return a + b; });
+      },
+      "parallel_reduce");
+  expect_error(
+      [&] {
+        TaskGroup group(original);
+        group.wait();
+      },
+      "TaskGroup::wait");
+}
+
+// Groups and pools keep the runtime alive: used after their Context is gone they fail cleanly.
+TEST(OutlivingTheContext, GroupsAndPoolsFailCleanly) {
+  std::optional<Context> context(std::in_place, make_settings(2));
+  TaskGroup group(*context);
+  TaskPool unlaunched(*context);
+  TaskPool launched(*context);
+  std::atomic<int> ran{0};
+  group.spawn([&] { ran.fetch_add(1); });
+  unlaunched.add([&] { ran.fetch_add(100); });
+  launched.add([&] { ran.fetch_add(1); });
+  launched.launch();
+  context.reset();  // waits for the group's and the launched pool's tasks
+  EXPECT_EQ(ran.load(), 2) << "the unlaunched pool's task never runs";
+  EXPECT_NO_THROW(group.wait());
+  EXPECT_NO_THROW(launched.wait_all());
+  EXPECT_THROW(group.spawn([] {}), Error);
+  EXPECT_THROW(unlaunched.wait_all(), Error);
+}  // the pools' and the group's destructors run after the context's: no crash (ASan checks)
+
+// cancel() applies until the next wait() returns; the group then runs tasks again.
+TEST_P(ErrorsTest, CancelLastsUntilTheNextWait) {
+  TaskGroup group(*context);
+  std::atomic<int> ran{0};
+  group.cancel();
+  group.spawn([&] { ran.fetch_add(1); });
+  group.wait();
+  EXPECT_EQ(ran.load(), 0);
+  Task task = group.submit([&] { ran.fetch_add(1); });
+  group.wait();
+  EXPECT_EQ(ran.load(), 1);
+  EXPECT_EQ(task.status(), TaskStatus::succeeded);
+}
+
+// parallel_reduce needs no default constructor: identity and map give every value.
+TEST_P(ErrorsTest, ParallelReduceOfATypeWithoutDefaultConstructor) {
+  struct Sum {
+    explicit Sum(long v) : value(v) {}
+    long value;
+  };
+  const Sum total = parallel_reduce(
+      *context, 0, 10000, 7, Sum(0),
+      [](std::size_t b, std::size_t e) {
+        long s = 0;
+        for (std::size_t i = b; i < e; ++i) s += static_cast<long>(i);
+        return Sum(s);
+      },
+      [](Sum a, Sum b) { return Sum(a.value + b.value); });
+  EXPECT_EQ(total.value, 10000L * 9999 / 2);
 }
 
 TEST_P(ErrorsTest, EmptyHandlesAreErrors) {

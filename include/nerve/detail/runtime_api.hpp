@@ -149,9 +149,19 @@ NERVE_API int task_status(const TaskRecord* record) noexcept;           // a Tas
 NERVE_API bool task_wait(TaskRecord* record, std::int64_t timeout_ns);  // false on timeout; rethrows
 NERVE_API std::exception_ptr task_error(const TaskRecord* record) noexcept;
 
+// Groups and pools keep the context's runtime alive like task handles (they may outlive the
+// Context object); both calls accept nullptr (a moved-from Context).
+NERVE_API void context_retain(ContextImpl* context) noexcept;
+NERVE_API void context_release(ContextImpl* context) noexcept;
+// require_context(): Error(invalid_argument) for nullptr (a moved-from Context).
+NERVE_API void require_context(const ContextImpl* context);
+
 // Groups.
 NERVE_API void group_wait(ContextImpl* context, GroupState* group);  // rethrows the first error
 NERVE_API bool group_wait_for(ContextImpl* context, GroupState* group, std::int64_t timeout_ns);
+// group_destroy_wait(): the destructor's wait; errors are dropped. A wait that could never end (the
+// calling thread holds a mapping the group's tasks wait for) is a fatal error, reported, not a hang.
+NERVE_API void group_destroy_wait(ContextImpl* context, GroupState* group) noexcept;
 
 // Task pools: tasks added to a pool are mutually independent and start together at launch, once
 // the pool's predecessors (inferred from the union of its tasks' accesses) have finished.
