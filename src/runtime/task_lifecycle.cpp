@@ -28,8 +28,10 @@ const char* display_name(const TaskRecord* task) noexcept {
 
 std::exception_ptr cancellation_error(const TaskRecord* task) {
   if (task->error == nullptr) {
+    const char* why =
+        task->cancelled_by_dependency ? "because a task it depends on was cancelled" : "before it started";
     return std::make_exception_ptr(
-        TaskCancelled(fmt::format("task '{}' was cancelled before it started", display_name(task)), nullptr));
+        TaskCancelled(fmt::format("task '{}' was cancelled {}", display_name(task), why), nullptr));
   }
   std::string cause = "a non-standard exception";
   try {
