@@ -207,6 +207,10 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   std::vector<std::unique_ptr<ThreadState>> thread_storage;
   std::unique_ptr<std::atomic<ThreadState*>[]> thread_list { new std::atomic<ThreadState*>[ max_threads ] };
   std::atomic<std::size_t> thread_count{0};
+  // Task pools' gates, counted in the threads' submitted/completed counters (so in_flight() covers
+  // them) but not tasks the user submitted: the statistics subtract them.
+  std::atomic<std::uint64_t> pool_gates_submitted{0};
+  std::atomic<std::uint64_t> pool_gates_completed{0};
 
   std::mutex buffers_mutex;
   std::unordered_set<BufferState*> buffers;

@@ -443,6 +443,7 @@ void ContextImpl::finish(TaskRecord* task, ThreadState& thread, std::uint32_t ou
     }
   }
   if (counted) thread.count_completed();
+  if (task->kind == TaskKind::pool_gate) pool_gates_completed.fetch_add(1, std::memory_order_release);
   // Idle workers wake wait_all() callers; a completion on a device or copy-engine thread (no worker
   // slot) may be the last one while every worker sleeps, so it must wake them itself.
   if (thread.slot == nullptr && root_parked.load(std::memory_order_seq_cst) > 0) {
