@@ -125,10 +125,11 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
     return task.device_hint <= 0 && task.kernel == nullptr && closure_devices == 0 &&
            CoherenceEngine::host_holds_all(task);
   }
-  void dispatch(TaskRecord* task, ThreadState& thread, bool submission);
+  // dispatch(): `waited` when the task waited for copies or memory (its data_valid_ns is now).
+  void dispatch(TaskRecord* task, ThreadState& thread, bool submission, bool waited);
   void data_ready(TaskRecord* task) override;
   void memory_freed(unsigned node) noexcept override;
-  void acquire_and_dispatch(TaskRecord* task, ThreadState& thread, bool submission);
+  void acquire_and_dispatch(TaskRecord* task, ThreadState& thread, bool submission, bool retried = false);
   void run_on_device(TaskRecord* task, Device& device) override;
   void validate_device_hint(int device, const char* name) const;
   // check_closure_device(): a plain function (no Kernel) may be forced onto `device` only if that

@@ -274,7 +274,7 @@ void ContextImpl::make_ready(TaskRecord* task, ThreadState& thread, bool submiss
         if (coherence != nullptr) {
           task->device = 0;  // what placement would have chosen
           if (recorder != nullptr) [[unlikely]]
-            task->data_valid_ns = monotonic_ns();
+            task->data_valid_ns = task->ready_ns;  // no copies: valid when ready
         }
         scheduler.enqueue(task, thread, submission, preferred_numa_node(task));
       }
@@ -421,6 +421,10 @@ void ContextImpl::finish(TaskRecord* task, ThreadState& thread, std::uint32_t ou
     } else if (outcome == status_failed && task->kind == TaskKind::function) {
       record_root_error(reported);
     }
+  }
+  if (recorder != nullptr) [[unlikely]] {  // the task's end_ns: before any successor is ready
+    thread.perf_finished_task = task;
+    thread.perf_finished_ns = monotonic_ns();
   }
   if (task->lean) {
     task->status.store(outcome, std::memory_order_release);  // nobody waits for it or follows it
