@@ -138,6 +138,9 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   bool can_run_on(const TaskRecord& task, int device) const noexcept;
   // write_trace(): perf.trace at shutdown (a failure is logged, not thrown).
   void write_trace() noexcept;
+  // perf.trace, or this context's own file when an earlier context of the process names the same
+  // one (claim_trace_path).
+  std::string trace_path;
   void check_placeable(const TaskRecord& task) const;
   void grant_mapping(TaskRecord* task, ThreadState& thread);
   void destroy_closure(TaskRecord* task) noexcept;
