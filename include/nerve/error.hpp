@@ -22,7 +22,9 @@ enum class ErrorCode {
   task_failed = 5,       // a task threw; the original exception is rethrown where possible
   cancelled = 6,         // a task was cancelled because a task it depends on failed or was cancelled
   not_supported = 7,     // the feature exists in the API but not in this build or on this machine
-  busy = 8,              // a non-blocking request (try_map, ...) could not be served right now
+  // Reserved: nothing reports it in this version (try_map returns std::nullopt when the buffer is
+  // in use; a memory node full of pinned data makes a task wait). Kept so the numbering is stable.
+  busy = 8,
   internal = 9,          // a bug in nerve; please report it
 };
 
