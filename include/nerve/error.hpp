@@ -25,7 +25,7 @@ enum class ErrorCode {
   // Reserved: nothing reports it in this version (try_map returns std::nullopt when the buffer is
   // in use; a memory node full of pinned data makes a task wait). Kept so the numbering is stable.
   busy = 8,
-  internal = 9,          // a bug in nerve; please report it
+  internal = 9,  // a bug in nerve; please report it
 };
 
 // name() gives the stable lower-case name of an error code ("invalid_config", ...).
