@@ -22,10 +22,8 @@ enum class ErrorCode {
   task_failed = 5,       // a task threw; the original exception is rethrown where possible
   cancelled = 6,         // a task was cancelled because a task it depends on failed or was cancelled
   not_supported = 7,     // the feature exists in the API but not in this build or on this machine
-  // Reserved: nothing reports it in this version (try_map returns std::nullopt when the buffer is
-  // in use; a memory node full of pinned data makes a task wait). Kept so the numbering is stable.
-  busy = 8,
-  internal = 9,  // a bug in nerve; please report it
+  busy = 8,              // reserved; nothing reports it (try_map returns std::nullopt instead)
+  internal = 9,          // a bug in nerve; please report it
 };
 
 // name() gives the stable lower-case name of an error code ("invalid_config", ...).
