@@ -100,7 +100,7 @@ int main(int argc, char** argv) {
   }
   const std::uint64_t tasks = quick ? 100'000 : 1'000'000;
   const std::uint64_t trace_tasks = quick ? 20'000 : 100'000;  // the trace of 1M tasks is ~150 MB
-  const auto trace_path = std::filesystem::temp_directory_path() / "nerve-bench-monitoring.trace.json";
+  std::uintmax_t trace_bytes = 0;
 
   std::printf("nerve-bench-monitoring: %u threads, %d rounds, median per variant\n\n", threads, rounds);
   std::vector<double> off, recording, tracing, trace_off, teardown;
@@ -110,14 +110,18 @@ int main(int argc, char** argv) {
     record.set("perf.record_tasks", "true");
     recording.push_back(spawn_ns(record, tasks, nullptr));
     trace_off.push_back(spawn_ns(settings_for(threads), trace_tasks, nullptr));
+    // A path per round: a later context of the process naming an earlier one's trace file writes
+    // <stem>.<context id>.json instead (docs/TRACING.md).
+    const auto trace_path = std::filesystem::temp_directory_path() /
+                            ("nerve-bench-monitoring." + std::to_string(round) + ".trace.json");
     nerve::Settings trace = settings_for(threads);
     trace.set("perf.trace", trace_path.string());
     double teardown_s = 0;
     tracing.push_back(spawn_ns(trace, trace_tasks, &teardown_s));
     teardown.push_back(teardown_s);
+    trace_bytes = std::filesystem::file_size(trace_path);
+    std::filesystem::remove(trace_path);
   }
-  const auto trace_bytes = std::filesystem::file_size(trace_path);
-  std::filesystem::remove(trace_path);
   std::printf("tiny tasks (%llu spawns + wait_all)\n", static_cast<unsigned long long>(tasks));
   std::printf("  recording off            %8.1f ns/task\n", median(off));
   std::printf("  perf.record_tasks        %8.1f ns/task   %.2fx\n", median(recording),

@@ -64,7 +64,7 @@ typedef enum nerve_status {
   NERVE_ERROR_TASK_FAILED = 5,       /* a task failed (nerve_task_fail or a C++ exception) */
   NERVE_ERROR_CANCELLED = 6,         /* a task was cancelled because a task it depends on failed */
   NERVE_ERROR_NOT_SUPPORTED = 7,     /* the feature exists in the API but not in this build */
-  NERVE_ERROR_BUSY = 8,              /* a non-blocking request could not be served right now */
+  NERVE_ERROR_BUSY = 8,              /* reserved: nothing reports it in this version */
   NERVE_ERROR_INTERNAL = 9,          /* a bug in nerve; please report it with nerve_last_error() */
   NERVE_STATUS_MAX_ENUM = 0x7fffffff /* not a status: every non-negative int32 a valid value */
 } nerve_status_t;

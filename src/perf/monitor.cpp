@@ -99,24 +99,49 @@ TaskEvent PerfMonitor::begin_event(const TaskRecord* task, int device, int worke
                    task->bytes_moved.load(std::memory_order_relaxed)};
 }
 
-void PerfMonitor::record(ThreadState& thread, TaskEvent&& event) {
-  constexpr std::uint64_t batch = 256;  // records a thread takes from the bound at a time
-  TaskLog& log = log_of(thread);
-  if (log.quota == 0) {
-    // Near the bound, batches shrink (a quarter of what is left), so that a thread holding unused
-    // quota leaves little unrecorded: the bound is "at most", and close to exact.
-    std::uint64_t taken = taken_.load(std::memory_order_relaxed);
-    std::uint64_t grant = 0;
-    do {
-      if (taken >= max_records_) {
-        dropped_.fetch_add(1, std::memory_order_relaxed);
-        return;
-      }
-      grant = std::min(batch, std::max<std::uint64_t>(1, (max_records_ - taken) / 4));
-    } while (!taken_.compare_exchange_weak(taken, taken + grant, std::memory_order_relaxed));
-    log.quota = grant;
+namespace {
+// take_one(): one unit of `quota`, if any.
+bool take_one(std::atomic<std::uint64_t>& quota) noexcept {
+  std::uint64_t left = quota.load(std::memory_order_relaxed);
+  while (left != 0) {
+    if (quota.compare_exchange_weak(left, left - 1, std::memory_order_relaxed)) return true;
   }
-  --log.quota;
+  return false;
+}
+}  // namespace
+
+bool PerfMonitor::take_quota(TaskLog& log) {
+  constexpr std::uint64_t batch = 256;  // records a thread takes from the bound at a time
+  if (take_one(log.quota)) return true;
+  // Near the bound, batches shrink (a quarter of what is left), so little quota sits unused.
+  std::uint64_t taken = taken_.load(std::memory_order_relaxed);
+  while (taken < max_records_) {
+    const std::uint64_t grant = std::min(batch, std::max<std::uint64_t>(1, (max_records_ - taken) / 4));
+    if (taken_.compare_exchange_weak(taken, taken + grant, std::memory_order_relaxed)) {
+      log.quota.fetch_add(grant - 1, std::memory_order_relaxed);
+      published_.fetch_add(grant, std::memory_order_release);
+      return true;
+    }
+  }
+  // The bound is taken: records other threads reserved but have not used are still free, so the
+  // bound is exact. Once every grant is published and none is left, none can appear (quota only
+  // shrinks now): stop looking.
+  if (exhausted_.load(std::memory_order_relaxed)) return false;
+  const bool all_published = published_.load(std::memory_order_acquire) >= max_records_;
+  std::lock_guard lock(logs_mutex_);
+  for (const auto& other : logs_) {
+    if (take_one(other->quota)) return true;
+  }
+  if (all_published) exhausted_.store(true, std::memory_order_relaxed);
+  return false;
+}
+
+void PerfMonitor::record(ThreadState& thread, TaskEvent&& event) {
+  TaskLog& log = log_of(thread);
+  if (!take_quota(log)) {
+    dropped_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
   std::lock_guard lock(log.lock);
   log.tasks.push_back(std::move(event));
 }
@@ -193,8 +218,11 @@ void MonitoredExecutor::execute(TaskRecord* task, ThreadState& thread) {
   }
   TaskEvent event =
       perf.begin_event(task, 0, thread.slot != nullptr ? static_cast<int>(thread.slot->index) : -1);
+  const void* executed = task;
   context_.execute(task, thread);
-  event.end_ns = monotonic_ns();
+  // Its end is when finish() ran (before releasing its successors), else (deferred) now.
+  event.end_ns = thread.perf_finished_task == executed ? thread.perf_finished_ns : monotonic_ns();
+  thread.perf_finished_task = nullptr;
   if (modelled)
     perf.models()->add(kernel, "cpu", footprint, static_cast<double>(event.end_ns - event.start_ns));
   perf.record(thread, std::move(event));

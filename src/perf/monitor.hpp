@@ -57,7 +57,9 @@ struct TaskLog {
   SpinLock lock;
   std::deque<TaskEvent> tasks;  // chunked: growing never copies what is recorded
   std::deque<EdgeEvent> edges;
-  std::uint64_t quota = 0;  // records this thread may still add (taken from the global bound in batches)
+  // Records this thread may still add (taken from the global bound in batches). Atomic: a thread
+  // that finds the bound taken uses another thread's unused quota before dropping a record.
+  std::atomic<std::uint64_t> quota{0};
 };
 
 // Per device (by index; 0 = CPU workers, unused): tasks run and time spent running them.
@@ -113,6 +115,8 @@ class PerfMonitor final : public TransferObserver {
 
  private:
   TaskLog& log_of(ThreadState& thread);
+  // take_quota(): one record from `log`'s quota, else from the bound, else from another thread's.
+  bool take_quota(TaskLog& log);
   // gather(): every thread's events of one kind, copied under their logs' locks.
   template <class Event>
   std::vector<Event> gather(std::deque<Event> TaskLog::*member) const;
@@ -125,6 +129,9 @@ class PerfMonitor final : public TransferObserver {
   std::atomic<std::uint64_t> next_id_{0};
   std::atomic<std::uint64_t> taken_{0};
   std::atomic<std::uint64_t> dropped_{0};
+  std::atomic<std::uint64_t> published_{0};  // of taken_, the records added to a thread's quota
+  std::atomic<bool> exhausted_{false};  // the bound is taken and no thread holds unused quota  // the bound
+                                        // is taken and no thread holds unused quota
   mutable std::mutex logs_mutex_;
   std::vector<std::unique_ptr<TaskLog>> logs_;
   mutable std::mutex transfers_mutex_;

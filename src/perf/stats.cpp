@@ -115,12 +115,18 @@ ContextStats collect_stats(const ContextImpl& context) {
     stats.devices.push_back(device);
   }
 
+  // A task pool's gate is bookkeeping, not a task: neither submitted nor completed by the user. Its
+  // counters grow after the thread's, so reading them first never subtracts a gate not yet counted.
+  const std::uint64_t gates_completed = context.pool_gates_completed.load(std::memory_order_acquire);
+  const std::uint64_t gates_submitted = context.pool_gates_submitted.load(std::memory_order_acquire);
   const std::size_t threads = context.thread_count.load(std::memory_order_acquire);
   for (std::size_t i = 0; i < threads; ++i) {
     const ThreadState* thread = context.thread_list[i].load(std::memory_order_relaxed);
     stats.tasks_submitted += thread->submitted.load(std::memory_order_acquire);
     stats.tasks_completed += thread->completed.load(std::memory_order_acquire);
   }
+  stats.tasks_completed -= std::min(stats.tasks_completed, gates_completed);
+  stats.tasks_submitted -= std::min(stats.tasks_submitted, gates_submitted);
 
   stats.tasks_recorded = perf.records_tasks();
   if (stats.tasks_recorded) {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <fstream>
+#include <mutex>
+#include <set>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -204,10 +206,33 @@ void write_trace_file(const ContextImpl& context, const std::filesystem::path& p
     throw Error(ErrorCode::invalid_argument, fmt::format("failed writing the trace to '{}'", path.string()));
 }
 
+std::filesystem::path claim_trace_path(const std::filesystem::path& path, std::uint64_t context_id) {
+  static std::mutex mutex;
+  static std::set<std::filesystem::path> claimed;  // absolute, for the process's lifetime
+  const auto key = [](const std::filesystem::path& file) {
+    std::error_code error;
+    std::filesystem::path absolute = std::filesystem::absolute(file, error);
+    return (error ? file : absolute).lexically_normal();
+  };
+  std::lock_guard lock(mutex);
+  if (claimed.insert(key(path)).second) return path;
+  std::filesystem::path own = path;
+  own.replace_filename(fmt::format("{}.{}{}", path.stem().string(), context_id, path.extension().string()));
+  claimed.insert(key(own));
+  return own;
+}
+
 void ContextImpl::write_trace() noexcept {
   try {
-    write_trace_file(*this, config.perf.trace);
-    log::debug("trace written to {}", config.perf.trace);
+    write_trace_file(*this, trace_path);
+    if (trace_path != config.perf.trace) {
+      log::warn(
+          "perf.trace: '{}' is another context's trace in this process; context {} wrote its own to "
+          "'{}'",
+          config.perf.trace, id, trace_path);
+    } else {
+      log::debug("trace written to {}", trace_path);
+    }
   } catch (const std::exception& error) {
     log::warn("perf.trace: {}", error.what());
   }

@@ -126,10 +126,11 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
     return task.device_hint <= 0 && task.kernel == nullptr && closure_devices == 0 &&
            CoherenceEngine::host_holds_all(task);
   }
-  void dispatch(TaskRecord* task, ThreadState& thread, bool submission);
+  // dispatch(): `waited` when the task waited for copies or memory (its data_valid_ns is now).
+  void dispatch(TaskRecord* task, ThreadState& thread, bool submission, bool waited);
   void data_ready(TaskRecord* task) override;
   void memory_freed(unsigned node) noexcept override;
-  void acquire_and_dispatch(TaskRecord* task, ThreadState& thread, bool submission);
+  void acquire_and_dispatch(TaskRecord* task, ThreadState& thread, bool submission, bool retried = false);
   void run_on_device(TaskRecord* task, Device& device) override;
   void validate_device_hint(int device, const char* name) const;
   // check_closure_device(): a plain function (no Kernel) may be forced onto `device` only if that
@@ -138,6 +139,9 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   bool can_run_on(const TaskRecord& task, int device) const noexcept;
   // write_trace(): perf.trace at shutdown (a failure is logged, not thrown).
   void write_trace() noexcept;
+  // perf.trace, or this context's own file when an earlier context of the process names the same
+  // one (claim_trace_path).
+  std::string trace_path;
   void check_placeable(const TaskRecord& task) const;
   void grant_mapping(TaskRecord* task, ThreadState& thread);
   void destroy_closure(TaskRecord* task) noexcept;
@@ -208,6 +212,10 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   std::vector<std::unique_ptr<ThreadState>> thread_storage;
   std::unique_ptr<std::atomic<ThreadState*>[]> thread_list { new std::atomic<ThreadState*>[ max_threads ] };
   std::atomic<std::size_t> thread_count{0};
+  // Task pools' gates, counted in the threads' submitted/completed counters (so in_flight() covers
+  // them) but not tasks the user submitted: the statistics subtract them.
+  std::atomic<std::uint64_t> pool_gates_submitted{0};
+  std::atomic<std::uint64_t> pool_gates_completed{0};
 
   std::mutex buffers_mutex;
   std::unordered_set<BufferState*> buffers;

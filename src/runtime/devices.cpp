@@ -165,7 +165,7 @@ void ContextImpl::place_with_data(TaskRecord* task, ThreadState& thread, bool su
   acquire_and_dispatch(task, thread, submission);
 }
 
-void ContextImpl::acquire_and_dispatch(TaskRecord* task, ThreadState& thread, bool submission) {
+void ContextImpl::acquire_and_dispatch(TaskRecord* task, ThreadState& thread, bool submission, bool retried) {
   const unsigned node =
       task->device == 0 ? 0 : devices[static_cast<std::size_t>(task->device) - 1]->memory().index();
   const std::uint64_t frees = memory_frees[node].load(std::memory_order_acquire);
@@ -187,7 +187,7 @@ void ContextImpl::acquire_and_dispatch(TaskRecord* task, ThreadState& thread, bo
     finish(task, thread, status_failed);
     return;
   }
-  if (ready) dispatch(task, thread, submission);
+  if (ready) dispatch(task, thread, submission, /*waited=*/retried);
 }
 
 void ContextImpl::memory_freed(unsigned node) noexcept {
@@ -199,17 +199,19 @@ void ContextImpl::memory_freed(unsigned node) noexcept {
   }
   if (retry.empty()) return;
   ThreadState& thread = current_thread();
-  for (TaskRecord* task : retry) acquire_and_dispatch(task, thread, false);
+  for (TaskRecord* task : retry) acquire_and_dispatch(task, thread, false, /*retried=*/true);
 }
 
-void ContextImpl::data_ready(TaskRecord* task) { dispatch(task, current_thread(), false); }
+void ContextImpl::data_ready(TaskRecord* task) { dispatch(task, current_thread(), false, /*waited=*/true); }
 
-void ContextImpl::dispatch(TaskRecord* task, ThreadState& thread, bool submission) {
+void ContextImpl::dispatch(TaskRecord* task, ThreadState& thread, bool submission, bool waited) {
   if (task->kind == TaskKind::host_access) {
     grant_mapping(task, thread);
     return;
   }
-  if (recorder != nullptr) task->data_valid_ns = monotonic_ns();
+  // Copies done (or room made for them) now; with nothing to wait for, the data was valid when the
+  // task became ready.
+  if (recorder != nullptr) task->data_valid_ns = waited ? monotonic_ns() : task->ready_ns;
   if (task->device == 0) {
     scheduler.enqueue(task, thread, submission, preferred_numa_node(task));
   } else {

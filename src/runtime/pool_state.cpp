@@ -48,6 +48,7 @@ void PoolState::launch() {
   gate->pending.store(1, std::memory_order_relaxed);
   launched = true;
   thread.count_submitted();
+  context.pool_gates_submitted.fetch_add(1, std::memory_order_release);  // after: stats read it first
   for (std::size_t i = 0; i < members.size(); ++i) thread.count_submitted();
   context.register_dependencies(gate, thread, nullptr, 0);
   if (gate->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) context.make_ready(gate, thread, true);

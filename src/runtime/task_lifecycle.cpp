@@ -28,8 +28,10 @@ const char* display_name(const TaskRecord* task) noexcept {
 
 std::exception_ptr cancellation_error(const TaskRecord* task) {
   if (task->error == nullptr) {
+    const char* why =
+        task->cancelled_by_dependency ? "because a task it depends on was cancelled" : "before it started";
     return std::make_exception_ptr(
-        TaskCancelled(fmt::format("task '{}' was cancelled before it started", display_name(task)), nullptr));
+        TaskCancelled(fmt::format("task '{}' was cancelled {}", display_name(task), why), nullptr));
   }
   std::string cause = "a non-standard exception";
   try {
@@ -272,7 +274,7 @@ void ContextImpl::make_ready(TaskRecord* task, ThreadState& thread, bool submiss
         if (coherence != nullptr) {
           task->device = 0;  // what placement would have chosen
           if (recorder != nullptr) [[unlikely]]
-            task->data_valid_ns = monotonic_ns();
+            task->data_valid_ns = task->ready_ns;  // no copies: valid when ready
         }
         scheduler.enqueue(task, thread, submission, preferred_numa_node(task));
       }
@@ -420,6 +422,10 @@ void ContextImpl::finish(TaskRecord* task, ThreadState& thread, std::uint32_t ou
       record_root_error(reported);
     }
   }
+  if (recorder != nullptr) [[unlikely]] {  // the task's end_ns: before any successor is ready
+    thread.perf_finished_task = task;
+    thread.perf_finished_ns = monotonic_ns();
+  }
   if (task->lean) {
     task->status.store(outcome, std::memory_order_release);  // nobody waits for it or follows it
   } else {
@@ -441,6 +447,7 @@ void ContextImpl::finish(TaskRecord* task, ThreadState& thread, std::uint32_t ou
     }
   }
   if (counted) thread.count_completed();
+  if (task->kind == TaskKind::pool_gate) pool_gates_completed.fetch_add(1, std::memory_order_release);
   // Idle workers wake wait_all() callers; a completion on a device or copy-engine thread (no worker
   // slot) may be the last one while every worker sleeps, so it must wake them itself.
   if (thread.slot == nullptr && root_parked.load(std::memory_order_seq_cst) > 0) {

@@ -41,6 +41,10 @@ struct alignas(cache_line_size) ThreadState {
   std::vector<TaskRecord*> scratch_predecessors;
   std::vector<BufferState*> scratch_buffers;
   TaskLog* perf_log = nullptr;  // perf recording: this thread's records (owned by the PerfMonitor)
+  // perf recording: when finish() last ran here, for which task — taken before it released the
+  // task's successors, so a successor's ready time is never before its predecessor's end.
+  const void* perf_finished_task = nullptr;
+  std::int64_t perf_finished_ns = 0;
 
   void count_submitted() noexcept {
     submitted.store(submitted.load(std::memory_order_relaxed) + 1, std::memory_order_release);

@@ -28,7 +28,10 @@ inline bool release_record(TaskRecord* record) noexcept {
 
 // mark_cancelled_by() records that `successor` must be cancelled because of `cause`.
 inline void mark_cancelled_by(TaskRecord* successor, const std::exception_ptr& cause) noexcept {
-  if (!successor->cancel_pending.exchange(true, std::memory_order_acq_rel)) successor->error = cause;
+  if (!successor->cancel_pending.exchange(true, std::memory_order_acq_rel)) {
+    successor->error = cause;
+    successor->cancelled_by_dependency = true;
+  }
 }
 
 // The exception a dependent of `failed` is cancelled with: the failed task's own exception, or the

@@ -97,6 +97,9 @@ struct alignas(64) TaskRecord : QueueLink {
   const char* name = nullptr;
   const KernelState* kernel = nullptr;                  // a Kernel call (nullptr: a plain closure)
   std::shared_ptr<const KernelState> kernel_keepalive;  // its name outlives the closure (messages)
+  // Cancelled through a consuming edge (mark_cancelled_by); with `error` null, the predecessor had
+  // itself been cancelled on request, so the message must not say this task was.
+  bool cancelled_by_dependency = false;
   std::uint8_t dep_used = 0;
   std::int16_t device = -1;              // where it runs: 0 = CPU workers, 1.. = a device (set at placement)
   std::int16_t device_hint = -1;         // TaskOptions::device

@@ -3,13 +3,15 @@
 #
 # Installs <build-dir> into a temporary prefix (`cmake --install --prefix`), then builds and runs the
 # consumer in consumer/ four ways: find_package(nerve CONFIG) with nerve::nerve and nerve::nerve_static,
-# and a plain compiler command with `pkg-config nerve`, shared and static. The compiler is $CXX (CTest
-# passes the build's own), else c++. NERVE_KEEP_INSTALL_TEST=1 keeps the temporary directory.
+# and a plain compiler command with `pkg-config nerve`, shared and static; then the C program in
+# c_consumer/ linked statically from a C-only CMake project and with `pkg-config --static` and the C
+# compiler. The compilers are $CXX and $CC (CTest passes the build's own), else c++ and cc. NERVE_KEEP_INSTALL_TEST=1 keeps the temporary directory.
 set -euo pipefail
 
 build_dir=$(cd "${1:?usage: run-install-test.sh <build-dir>}" && pwd)
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 cxx=${CXX:-c++}
+cc=${CC:-cc}
 work=$(mktemp -d "${TMPDIR:-/tmp}/nerve-install-test.XXXXXX")
 prefix=$work/prefix
 log=$work/log
@@ -86,6 +88,15 @@ expect_links "$work/cmake-build/consumer_static" no
 run_consumer "$work/cmake-build/consumer_shared"
 run_consumer "$work/cmake-build/consumer_static"
 
+# 2b. A C-only project (project(... LANGUAGES C)) with nerve::nerve_static and nothing else.
+step "building the C consumer with find_package(nerve CONFIG) and nerve::nerve_static ($cc)"
+run cmake -S "$here/c_consumer" -B "$work/c-cmake-build" -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_C_COMPILER="$cc" -DCMAKE_PREFIX_PATH="$prefix" \
+  -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF -DCMAKE_FIND_USE_SYSTEM_PACKAGE_REGISTRY=OFF
+run cmake --build "$work/c-cmake-build"
+expect_links "$work/c-cmake-build/c_consumer_static" no
+run_consumer "$work/c-cmake-build/c_consumer_static"
+
 # 3. pkg-config nerve, with a plain compiler command.
 export PKG_CONFIG_PATH="$(dirname "$pc")${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
 step "building the consumer with pkg-config nerve $(pkg-config --modversion nerve) ($cxx)"
@@ -97,9 +108,14 @@ run echo "pkg-config: cflags: $cflags; libs: $libs; static libs: $static_libs"
 run "$cxx" -std=c++20 "$here/consumer/consumer.cpp" $cflags $libs -o "$work/consumer_pkgconfig"
 # shellcheck disable=SC2086
 run "$cxx" -std=c++20 "$here/consumer/consumer.cpp" $cflags $static_libs -o "$work/consumer_pkgconfig_static"
+# A C program with pkg-config --static and the C compiler: Libs.private names the C++ runtime.
+# shellcheck disable=SC2086
+run "$cc" "$here/c_consumer/c_consumer.c" $cflags $static_libs -o "$work/c_consumer_pkgconfig_static"
 expect_links "$work/consumer_pkgconfig" yes
 expect_links "$work/consumer_pkgconfig_static" no
 run_consumer "$work/consumer_pkgconfig"
 run_consumer "$work/consumer_pkgconfig_static"
+expect_links "$work/c_consumer_pkgconfig_static" no
+run_consumer "$work/c_consumer_pkgconfig_static"
 
-step "PASS: the installed package works with find_package(nerve CONFIG) and pkg-config, shared and static"
+step "PASS: the installed package works with find_package(nerve CONFIG) and pkg-config, shared and static, from C++ and C"

@@ -1,5 +1,6 @@
 // Limits, compaction, large blocks, and thread caches outliving their pool or their thread.
 #include <condition_variable>
+#include <cstdint>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -38,6 +39,20 @@ TEST_F(PoolFixture, ALimitIsAClearOutOfMemoryErrorNotACrash) {
   pool->deallocate(again, 4096);
   EXPECT_THROW(pool->allocate(2 << 20), Error) << "a large block above the limit";
   expect_nothing_in_use(*pool);
+}
+
+TEST_F(PoolFixture, AnUncappedPoolSaysItHasNoLimit) {
+  auto pool = make_pool(config_with({}), 0);
+  try {
+    void* block = pool->allocate(SIZE_MAX - 4096);  // its block size overflows: never available
+    pool->deallocate(block, SIZE_MAX - 4096);
+    FAIL() << "SIZE_MAX - 4096 bytes were allocated";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::out_of_memory);
+    const std::string message = error.what();
+    EXPECT_THAT(message, HasSubstr("the pool has no limit")) << message;
+    EXPECT_THAT(message, ::testing::Not(HasSubstr("limit is 0"))) << message;
+  }
 }
 
 TEST_F(PoolFixture, AlignedAllocations) {

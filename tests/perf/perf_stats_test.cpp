@@ -1,5 +1,6 @@
 // Monitoring: dump_perf_stats() JSON (schema nerve.perf_stats/1, docs/PERF_STATS.md) — workers,
 // devices, transfers, per-task records — loaded by a JSON parser and checked field by field.
+#include <map>
 #include <set>
 
 #include "perf/perf_test.hpp"
@@ -122,13 +123,91 @@ TEST(PerfStats, MaxTaskRecordsBoundsTheRecords) {
   context.wait_all();
   const ContextStats stats = context.stats();
   EXPECT_TRUE(stats.tasks_recorded);
-  // Threads take the bound in batches, so a thread may hold a little unused quota: at most 10.
-  EXPECT_LE(stats.task_records.size(), 10u);
-  EXPECT_GE(stats.task_records.size(), 5u);
+  // The bound is exact: quota a thread took but did not use goes to the others.
+  EXPECT_EQ(stats.task_records.size(), 10u);
   EXPECT_EQ(stats.task_records.size() + stats.task_records_dropped, 50u);
   std::set<std::uint64_t> ids;
   for (const TaskTimes& task : stats.task_records) ids.insert(task.id);
   EXPECT_EQ(ids.size(), stats.task_records.size()) << "every record has its own id";
+}
+
+TEST(PerfStats, MaxTaskRecordsDropsNothingBelowTheBound) {
+  for (const auto& [bound, tasks] : {std::pair{1000, 900}, std::pair{100, 90}, std::pair{100, 100}}) {
+    Settings settings = make_settings(2);
+    settings.set("perf.record_tasks", "true");
+    settings.set("perf.max_task_records", std::to_string(bound));
+    Context context(settings);
+    for (int i = 0; i < tasks; ++i) context.spawn([] {});
+    context.wait_all();
+    const ContextStats stats = context.stats();
+    EXPECT_EQ(stats.task_records_dropped, 0u) << tasks << " tasks, bound " << bound;
+    EXPECT_EQ(stats.task_records.size(), static_cast<std::size_t>(tasks)) << "bound " << bound;
+  }
+}
+
+TEST(PerfStats, MaxTaskRecordsKeepsExactlyTheBound) {
+  Settings settings = make_settings(2);
+  settings.set("perf.record_tasks", "true");
+  settings.set("perf.max_task_records", "100");
+  Context context(settings);
+  for (int round = 0; round < 5; ++round) {  // several threads take quota, in batches
+    for (int i = 0; i < 30; ++i) context.spawn([] {});
+    context.wait_all();
+  }
+  const ContextStats stats = context.stats();
+  EXPECT_EQ(stats.task_records.size(), 100u);
+  EXPECT_EQ(stats.task_records_dropped, 50u);
+}
+
+TEST(PerfStats, TaskPoolGatesAreNotCountedAsTasks) {
+  Context context(make_settings(2));
+  for (int p = 0; p < 3; ++p) {
+    TaskPool pool(context);
+    for (int i = 0; i < 10; ++i) pool.add([] {});
+    pool.wait_all();
+  }
+  {
+    TaskPool empty(context);
+    empty.wait_all();
+  }
+  context.wait_all();
+  const ContextStats stats = context.stats();
+  std::uint64_t run = 0;
+  for (const auto& worker : stats.workers) run += worker.tasks_run;
+  EXPECT_EQ(run, 30u);
+  EXPECT_EQ(stats.tasks_submitted, 30u) << "a pool's internal gate is not a task";
+  EXPECT_EQ(stats.tasks_completed, 30u);
+}
+
+// docs/PERF_STATS.md: data_valid_ns = ready_ns when no copy was needed; ready_ns = when the last
+// predecessor finished, so never before that predecessor's end_ns.
+TEST(PerfStats, RecordTimesFollowDependenciesAndCopies) {
+  Settings settings = make_settings(2);
+  settings.set("perf.record_tasks", "true");
+  Context context(settings);
+  Buffer<int> data(context, 16);
+  constexpr int independent = 200;
+  for (int i = 0; i < independent; ++i) context.spawn([] {});
+  for (int i = 0; i < 200; ++i) context.spawn([](std::span<int> d) { ++d[0]; }, read_write(data));
+  context.wait_all();
+  const ContextStats stats = context.stats();
+  ASSERT_EQ(stats.task_records.size(), 400u);
+  std::map<std::uint64_t, TaskTimes> by_id;
+  for (const TaskTimes& task : stats.task_records) by_id[task.id] = task;
+  const TaskTimes* previous = nullptr;
+  int index = 0;
+  for (const auto& [id, task] : by_id) {
+    EXPECT_EQ(task.data_valid_ns, task.ready_ns) << "task " << id << ": no copies";
+    EXPECT_LE(task.submitted_ns, task.ready_ns) << "task " << id;
+    EXPECT_LE(task.data_valid_ns, task.start_ns) << "task " << id;
+    EXPECT_LE(task.start_ns, task.end_ns) << "task " << id;
+    if (index > independent && previous != nullptr) {
+      EXPECT_GE(task.ready_ns, previous->end_ns)
+          << "chain task " << id << " ready before its predecessor ended";
+    }
+    previous = &task;
+    ++index;
+  }
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // perf_test.hpp — helpers of the monitoring tests: settings with perf keys, JSON loading.
 #pragma once
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -14,8 +15,12 @@
 
 namespace nerve::testing {
 
+// A new name on every call: a trace file named by an earlier context of the process is kept by it
+// (later contexts write <stem>.<context id>.json), so a repeated test (--gtest_repeat) needs its own.
 inline std::filesystem::path temp_file(const std::string& stem) {
-  return std::filesystem::temp_directory_path() / (stem + "." + std::to_string(getpid()) + ".json");
+  static std::atomic<int> calls{0};
+  return std::filesystem::temp_directory_path() /
+         (stem + "." + std::to_string(getpid()) + "-" + std::to_string(++calls) + ".json");
 }
 
 // load_json() parses the file with a real JSON parser (throws, failing the test, if it is not JSON).

@@ -143,5 +143,48 @@ TEST(Trace, UnwritablePathIsReportedNotThrown) {
   });
 }
 
+// Several contexts naming one trace file: the first keeps it, later ones write <stem>.<id><ext>.
+TEST(Trace, SeveralContextsNamingOneFileEachWriteTheirOwn) {
+  const auto path = temp_file("nerve-trace-several");
+  const auto own = [&](std::uint64_t id) {
+    return path.parent_path() / (path.stem().string() + "." + std::to_string(id) + path.extension().string());
+  };
+  const auto names = [](const std::filesystem::path& file) {
+    std::set<std::string> found;
+    for (const auto& [name, args] : summarise(load_json(file)).task_args) found.insert(name);
+    return found;
+  };
+  std::filesystem::remove(path);
+  Settings settings = make_settings(1);
+  settings.set("perf.trace", path.string());
+  std::uint64_t b_id = 0, c_id = 0, d_id = 0;
+  {
+    Context a(settings);
+    a.spawn(TaskOptions{.name = "in-a"}, [] {});
+    a.wait_all();
+  }
+  {
+    Context b(settings);
+    b_id = b.impl()->id;
+    b.spawn(TaskOptions{.name = "in-b"}, [] {});
+    b.wait_all();
+  }
+  {
+    Context c(settings);
+    Context d(settings);
+    c_id = c.impl()->id;
+    d_id = d.impl()->id;
+    c.spawn(TaskOptions{.name = "in-c"}, [] {});
+    d.spawn(TaskOptions{.name = "in-d"}, [] {});
+    c.wait_all();
+    d.wait_all();
+  }
+  EXPECT_EQ(names(path), std::set<std::string>{"in-a"}) << "the first context keeps the named file";
+  EXPECT_EQ(names(own(b_id)), std::set<std::string>{"in-b"});
+  EXPECT_EQ(names(own(c_id)), std::set<std::string>{"in-c"});
+  EXPECT_EQ(names(own(d_id)), std::set<std::string>{"in-d"});
+  for (const auto& file : {path, own(b_id), own(c_id), own(d_id)}) std::filesystem::remove(file);
+}
+
 }  // namespace
 }  // namespace nerve::testing

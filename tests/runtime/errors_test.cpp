@@ -4,6 +4,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include <gmock/gmock.h>
+
 #include "runtime_test.hpp"
 
 namespace nerve::testing {
@@ -69,6 +71,30 @@ TEST_P(ErrorsTest, AfterEdgePropagatesFailure) {
   EXPECT_THROW(after.wait(), TaskCancelled);
   EXPECT_EQ(after.status(), TaskStatus::cancelled);
   EXPECT_THROW(context->wait_all(), std::runtime_error);
+}
+
+TEST_P(ErrorsTest, AfterACancelledTaskSaysThePredecessorWasCancelled) {
+  TaskGroup group(*context);
+  group.cancel();
+  Task cancelled = group.submit([] {});
+  group.wait();
+  try {
+    cancelled.wait();
+    FAIL() << "a task of a cancelled group ran";
+  } catch (const TaskCancelled& error) {
+    EXPECT_THAT(error.what(), ::testing::HasSubstr("was cancelled before it started")) << error.what();
+  }
+  Task after = context->submit(TaskOptions{.after = {cancelled}}, [] {});
+  try {
+    after.wait();
+    FAIL() << "a task after a cancelled one ran";
+  } catch (const TaskCancelled& error) {
+    const std::string message = error.what();
+    EXPECT_THAT(message, ::testing::HasSubstr("because a task it depends on was cancelled")) << message;
+    EXPECT_THAT(message, ::testing::Not(::testing::HasSubstr("before it started"))) << message;
+    EXPECT_EQ(error.cause(), nullptr) << "no failure caused it";
+  }
+  EXPECT_NO_THROW(context->wait_all()) << "cancellation on request is not a failure";
 }
 
 TEST_P(ErrorsTest, GroupWaitRethrowsFirstFailureAndOthersFinish) {

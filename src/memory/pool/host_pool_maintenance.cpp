@@ -94,10 +94,10 @@ std::size_t HostPool::bytes_in_use() const {
 
 void HostPool::throw_out_of_memory(std::size_t requested, std::size_t block_bytes) const {
   throw Error(ErrorCode::out_of_memory,
-              fmt::format("{}: out of memory: cannot allocate {} bytes (a new block of {} bytes): the pool's "
-                          "limit is {} bytes, {} bytes are in use and {} reserved from the node",
-                          node_->describe(), requested, block_bytes, budget_.limit(), bytes_in_use(),
-                          budget_.reserved()));
+              fmt::format("{}: out of memory: cannot allocate {} bytes (a new block of {} bytes): the pool "
+                          "{}, {} bytes are in use and {} reserved from the node",
+                          node_->describe(), requested, block_bytes, describe_limit(budget_.limit()),
+                          bytes_in_use(), budget_.reserved()));
 }
 
 MemoryPoolStats HostPool::stats() const {

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "memory/pool/node_allocator.hpp"
 
@@ -61,5 +62,10 @@ class NodeBudget {
   std::atomic<std::size_t> reserved_{0};
   std::atomic<std::uint64_t> released_{0};
 };
+
+// describe_limit(): a pool limit for error messages; 0 means the pool is uncapped.
+inline std::string describe_limit(std::size_t limit) {
+  return limit == 0 ? std::string("has no limit") : "limit is " + std::to_string(limit) + " bytes";
+}
 
 }  // namespace nerve::memory

@@ -139,10 +139,10 @@ std::size_t OutOfBandPool::compact() { return release_empty_slabs() + large_.rel
 void OutOfBandPool::throw_out_of_memory(std::size_t requested, std::size_t block_bytes) {
   const MemoryPoolStats current = stats();
   throw Error(ErrorCode::out_of_memory,
-              fmt::format("{}: out of memory: cannot allocate {} bytes (a new block of {} bytes): the pool's "
-                          "limit is {} bytes, {} bytes are in use and {} reserved from the node",
-                          node_->describe(), requested, block_bytes, budget_.limit(), current.bytes_in_use,
-                          current.bytes_reserved));
+              fmt::format("{}: out of memory: cannot allocate {} bytes (a new block of {} bytes): the pool "
+                          "{}, {} bytes are in use and {} reserved from the node",
+                          node_->describe(), requested, block_bytes, describe_limit(budget_.limit()),
+                          current.bytes_in_use, current.bytes_reserved));
 }
 
 MemoryPoolStats OutOfBandPool::stats() const {

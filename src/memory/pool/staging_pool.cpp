@@ -81,8 +81,8 @@ StagingBuffer StagingPool::acquire(std::size_t bytes) {
     throw Error(
         ErrorCode::out_of_memory,
         fmt::format("{}: out of memory: cannot acquire a staging buffer of {} bytes ({} reserved): the "
-                    "staging pool's limit is {} bytes and {} bytes are in use",
-                    source_->describe(), bytes, capacity, budget_.limit(), bytes_in_use_));
+                    "staging pool {} and {} bytes are in use",
+                    source_->describe(), bytes, capacity, describe_limit(budget_.limit()), bytes_in_use_));
   }
   std::lock_guard lock(mutex_);
   bytes_in_use_ += capacity;
