@@ -1,6 +1,7 @@
 // buffers.cpp — buffer creation, reference counting, mapping and explicit free.
 #include <algorithm>
 #include <cstring>
+#include <string_view>
 #include <thread>
 #include <type_traits>
 #include <unordered_set>
@@ -151,16 +152,22 @@ const TaskRecord* ContextImpl::own_mapping_blocking(const std::function<bool(con
   return nullptr;
 }
 
+namespace {
+
+[[noreturn]] void throw_waits_for_own_mapping(const TaskRecord& mapping, std::string_view wait) {
+  const AccessRecord& held = mapping.accesses[0];
+  throw Error(
+      ErrorCode::buffer_misuse,
+      fmt::format("{} would wait forever for the mapping of bytes [{}, {}) of {} that this thread still "
+                  "holds (unmap it first)",
+                  wait, held.offset, held.offset + held.size, held.buffer->describe()));
+}
+
+}  // namespace
+
 void ContextImpl::refuse_own_mapping_wait(const std::function<bool(const TaskRecord*)>& blocked,
                                           const std::string& what) {
-  if (const TaskRecord* mapping = own_mapping_blocking(blocked)) {
-    const AccessRecord& held = mapping->accesses[0];
-    throw Error(
-        ErrorCode::buffer_misuse,
-        fmt::format("{}, which waits for a mapping of bytes [{}, {}) of {} that this thread still holds, "
-                    "would wait forever (unmap it first)",
-                    what, held.offset, held.offset + held.size, held.buffer->describe()));
-  }
+  if (const TaskRecord* mapping = own_mapping_blocking(blocked)) throw_waits_for_own_mapping(*mapping, what);
 }
 
 void ContextImpl::refuse_wait_on_own_mapping(const char* what) {
@@ -170,13 +177,7 @@ void ContextImpl::refuse_wait_on_own_mapping(const char* what) {
     if (!mapped_by_this_thread(mapping)) continue;
     bool awaited = false;
     for_each_successor(mapping, [&](const TaskRecord*) { awaited = true; });
-    if (!awaited) continue;
-    const AccessRecord& held = mapping->accesses[0];
-    throw Error(
-        ErrorCode::buffer_misuse,
-        fmt::format("{} while this thread holds a mapping of bytes [{}, {}) of {} that submitted tasks "
-                    "wait for would wait forever (unmap it first)",
-                    what, held.offset, held.offset + held.size, held.buffer->describe()));
+    if (awaited) throw_waits_for_own_mapping(*mapping, what);
   }
 }
 
