@@ -237,6 +237,34 @@ TEST(OutlivingTheContext, GroupsAndPoolsFailCleanly) {
   EXPECT_THROW(unlaunched.wait_all(), Error);
 }  // the pools' and the group's destructors run after the context's: no crash (ASan checks)
 
+// Destructors can neither throw nor wait forever: a group or context destroyed while this thread
+// holds a mapping their tasks wait for is a reported fatal error, not a silent hang.
+TEST(OwnMappingDeadlock, DestroyingAGroupOrContextThatWaitsForThisThreadsMappingIsFatal) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "death tests fork a multi-threaded process, which ThreadSanitizer does not support";
+#else
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        Context context(make_settings(2));
+        Buffer<int> buffer(context, 4);
+        auto reading = buffer.map_read();
+        TaskGroup group(context);
+        group.spawn([](std::span<int> x) { x[0] = 1; }, write(buffer));
+      },
+      "~TaskGroup: .*would wait forever");
+  EXPECT_DEATH(
+      {
+        std::optional<Mapped<const int>> reading;
+        Context context(make_settings(2));
+        Buffer<int> buffer(context, 4);
+        reading.emplace(buffer.map_read());
+        context.spawn([](std::span<int> x) { x[0] = 1; }, write(buffer));
+      },
+      "destroying the Context.*would wait forever");
+#endif
+}
+
 // cancel() applies until the next wait() returns; the group then runs tasks again.
 TEST_P(ErrorsTest, CancelLastsUntilTheNextWait) {
   TaskGroup group(*context);
