@@ -64,9 +64,8 @@ bool task_wait(TaskRecord* record, std::int64_t timeout_ns) {
   ContextImpl& context = *record->context;
   TaskDone target{record};
   if (timeout_ns < 0 && !target.done()) {
-    context.refuse_own_mapping_wait(
-        [&](const TaskRecord* task) { return task == record; },
-        fmt::format("wait() for task '{}'", record->name != nullptr ? record->name : "(unnamed)"));
+    context.refuse_own_mapping_wait([record](const TaskRecord* task) { return task == record; }, "wait()",
+                                    record->name != nullptr ? record->name : "(unnamed)");
   }
   if (!context.scheduler.wait(context.current_thread(), target, deadline_after(timeout_ns))) return false;
   switch (record->load_status()) {
@@ -253,7 +252,7 @@ Context& Context::operator=(Context&& other) noexcept {
 
 void Context::wait_all() {
   detail::ContextImpl& context = detail::live(impl_);
-  context.refuse_wait_on_own_mapping("wait_all()");
+  context.refuse_own_mapping_wait(detail::ContextImpl::waits_for_all, "wait_all()");
   context.wait_all();
 }
 unsigned Context::worker_count() const noexcept {

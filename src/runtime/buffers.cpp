@@ -129,7 +129,6 @@ void for_each_successor(const TaskRecord* task, Visit&& visit) {
 // unfinished and alive while the mapping is held: the walk reads only live records. It is bounded
 // (a deadlock through a longer chain is not detected, only waited for).
 const TaskRecord* ContextImpl::own_mapping_blocking(const std::function<bool(const TaskRecord*)>& blocked) {
-  if (held_mapping_count.load(std::memory_order_acquire) == 0) return nullptr;  // nothing mapped
   std::vector<const TaskRecord*> own;
   {
     std::lock_guard lock(mappings_mutex);
@@ -152,33 +151,14 @@ const TaskRecord* ContextImpl::own_mapping_blocking(const std::function<bool(con
   return nullptr;
 }
 
-namespace {
-
-[[noreturn]] void throw_waits_for_own_mapping(const TaskRecord& mapping, std::string_view wait) {
+void ContextImpl::throw_waits_for_own_mapping(const TaskRecord& mapping, std::string_view what,
+                                              const char* task) {
   const AccessRecord& held = mapping.accesses[0];
-  throw Error(
-      ErrorCode::buffer_misuse,
-      fmt::format("{} would wait forever for the mapping of bytes [{}, {}) of {} that this thread still "
-                  "holds (unmap it first)",
-                  wait, held.offset, held.offset + held.size, held.buffer->describe()));
-}
-
-}  // namespace
-
-void ContextImpl::refuse_own_mapping_wait(const std::function<bool(const TaskRecord*)>& blocked,
-                                          const std::string& what) {
-  if (const TaskRecord* mapping = own_mapping_blocking(blocked)) throw_waits_for_own_mapping(*mapping, what);
-}
-
-void ContextImpl::refuse_wait_on_own_mapping(const char* what) {
-  if (held_mapping_count.load(std::memory_order_acquire) == 0) return;
-  std::lock_guard lock(mappings_mutex);
-  for (const TaskRecord* mapping : held_mappings) {
-    if (!mapped_by_this_thread(mapping)) continue;
-    bool awaited = false;
-    for_each_successor(mapping, [&](const TaskRecord*) { awaited = true; });
-    if (awaited) throw_waits_for_own_mapping(*mapping, what);
-  }
+  const std::string waited = task != nullptr ? fmt::format(" for task '{}'", task) : std::string();
+  throw Error(ErrorCode::buffer_misuse,
+              fmt::format("{}{} would wait forever for the mapping of bytes [{}, {}) of {} that this thread "
+                          "still holds (unmap it first)",
+                          what, waited, held.offset, held.offset + held.size, held.buffer->describe()));
 }
 
 Mapping buffer_map(BufferState* buffer, std::size_t offset, std::size_t size, Access mode, bool wait) {
@@ -205,31 +185,22 @@ Mapping buffer_map(BufferState* buffer, std::size_t offset, std::size_t size, Ac
       discard();
       return {nullptr, nullptr};
     }
-    if (wait) {
-      // The map would wait for a mapping this thread holds, or for a task that waits for one.
-      const TaskRecord* own = buffer->tracker.first_blocker(offset, size, mode, mapped_by_this_thread);
-      const char* how = "conflicts with";
-      if (own == nullptr && buffer->tracker.would_wait(offset, size, mode)) {
-        std::vector<const TaskRecord*> blockers;
-        (void)buffer->tracker.first_blocker(offset, size, mode, [&](const TaskRecord* blocker) {
-          blockers.push_back(blocker);
-          return false;
-        });
-        own = context.own_mapping_blocking([&](const TaskRecord* waiting) {
-          return std::find(blockers.begin(), blockers.end(), waiting) != blockers.end();
-        });
-        how = "waits for a task that waits for";
-      }
-      if (own != nullptr) {
-        const AccessRecord& held = own->accesses[0];
-        const std::string held_buffer = held.buffer->describe();
+    // A blocking map that would wait for a mapping this thread holds, directly or through the tasks
+    // it waits for, would wait forever.
+    if (wait && context.held_mapping_count.load(std::memory_order_acquire) != 0 &&
+        buffer->tracker.would_wait(offset, size, mode)) {
+      std::vector<const TaskRecord*> blockers;
+      (void)buffer->tracker.first_blocker(offset, size, mode, [&](const TaskRecord* blocker) {
+        blockers.push_back(blocker);
+        return false;
+      });
+      if (const TaskRecord* own = context.own_mapping_blocking([&](const TaskRecord* waiting) {
+            return std::find(blockers.begin(), blockers.end(), waiting) != blockers.end();
+          })) {
+        const std::string what = fmt::format("{} map of bytes [{}, {}) of {}", mode_name(mode), offset,
+                                             offset + size, buffer->describe());
         discard();
-        throw Error(
-            ErrorCode::buffer_misuse,
-            fmt::format("{} map of bytes [{}, {}) of {} {} {} mapping of bytes [{}, {}) of {} that this "
-                        "thread still holds; waiting for it would wait forever (unmap it first)",
-                        mode_name(mode), offset, offset + size, buffer->describe(), how, mode_name(held.mode),
-                        held.offset, held.offset + held.size, held_buffer));
+        ContextImpl::throw_waits_for_own_mapping(*own, what);
       }
     }
     buffer->tracker.register_access(task, offset, size, mode, [&](Predecessor predecessor) {

@@ -83,7 +83,7 @@ void ContextImpl::drop_external_reference() noexcept {
 void ContextImpl::shutdown() noexcept {
   if (shut_down) return;
   try {
-    refuse_wait_on_own_mapping("destroying the Context (it waits for every task)");
+    refuse_own_mapping_wait(waits_for_all, "destroying the Context (it waits for every task)");
   } catch (const std::exception& error) {
     // A destructor can neither wait (forever) nor leave the tasks behind with the runtime gone.
     log::error("{}; the program cannot continue", error.what());

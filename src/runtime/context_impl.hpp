@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
@@ -229,13 +230,20 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   // own_mapping_blocking(): the calling thread's mapping that a task for which `blocked` is true
   // waits for, directly or through other tasks (or that is itself such a task); nullptr if none.
   const TaskRecord* own_mapping_blocking(const std::function<bool(const TaskRecord*)>& blocked);
-  // refuse_own_mapping_wait(): Error(buffer_misuse) naming `what` (a wait) if own_mapping_blocking().
-  void refuse_own_mapping_wait(const std::function<bool(const TaskRecord*)>& blocked,
-                               const std::string& what);
-  // refuse_wait_on_own_mapping(): Error(buffer_misuse) if the calling thread holds a mapping that a
-  // submitted task waits for: a wait for every task (`what`: wait_all()) would never end. Not
-  // checked at context destruction, which cannot report it.
-  void refuse_wait_on_own_mapping(const char* what);
+  // refuse_own_mapping_wait(): Error(buffer_misuse) if a wait for the tasks `blocked` selects would
+  // wait for a mapping the calling thread holds. `what` names the wait (and `task`, the task waited
+  // for, if any). Nothing is done while no mapping is held anywhere: one atomic load.
+  template <class Blocked>
+  void refuse_own_mapping_wait(Blocked&& blocked, const char* what, const char* task = nullptr) {
+    if (held_mapping_count.load(std::memory_order_acquire) == 0) [[likely]]
+      return;
+    if (const TaskRecord* mapping = own_mapping_blocking(blocked))
+      throw_waits_for_own_mapping(*mapping, what, task);
+  }
+  // waits_for_all: the selector of wait_all(), which waits for every task but not for mappings.
+  static bool waits_for_all(const TaskRecord* task) noexcept { return task->kind != TaskKind::host_access; }
+  [[noreturn]] static void throw_waits_for_own_mapping(const TaskRecord& mapping, std::string_view what,
+                                                       const char* task = nullptr);
 
   // Failures of tasks outside groups and pools that nobody has reported yet (wait_all() rethrows the
   // first), oldest first; at most max_root_errors are kept, later ones counted in root_errors_dropped.
