@@ -136,11 +136,16 @@ void BusModel::measure_locked(const std::vector<MemoryNode*>& nodes, const BusCa
       link.bytes_per_ns = static_cast<double>(sizes.large_bytes) / std::max(streaming, median(large) * 0.05);
     }
   }
+  adopt_locked(nodes, std::move(links));
+  ++measurements_;
+  log::debug("bus calibrated over {} memory nodes", n);
+}
+
+void BusModel::adopt_locked(const std::vector<MemoryNode*>& nodes, std::vector<BusLink> links) {
   names_.clear();
   for (MemoryNode* node : nodes) names_.push_back(node->name());
   links_ = std::move(links);
-  ++measurements_;
-  log::debug("bus calibrated over {} memory nodes", n);
+  node_count_.store(names_.size(), std::memory_order_release);
 }
 
 bool BusModel::load_locked(const std::vector<MemoryNode*>& nodes) {
@@ -169,9 +174,7 @@ bool BusModel::load_locked(const std::vector<MemoryNode*>& nodes) {
       }
     }
     if (found != wanted) return false;
-    names_.clear();
-    for (MemoryNode* node : nodes) names_.push_back(node->name());
-    links_ = std::move(links);
+    adopt_locked(nodes, std::move(links));
     return true;
   } catch (const std::exception& failure) {
     log::warn("bus model {} ignored: {}", path.string(), failure.what());

@@ -15,6 +15,7 @@
 // node's copy or completion thread (the context measures when it starts, from the creating thread).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -47,6 +48,10 @@ class BusModel {
   // ensure_calibrated(): load bus.json, measure the pairs still missing (all of them, if any is),
   // save. Returns true when it measured.
   bool ensure_calibrated(const std::vector<MemoryNode*>& nodes, const BusCalibrationSizes& sizes = {});
+  // covers(): links are known for `node_count` nodes (no lock: heft asks before every placement).
+  bool covers(std::size_t node_count) const noexcept {
+    return node_count_.load(std::memory_order_acquire) == node_count;
+  }
   // calibrate(): measure every pair now (nerve-info --calibrate) and save.
   void calibrate(const std::vector<MemoryNode*>& nodes, const BusCalibrationSizes& sizes = {});
 
@@ -60,13 +65,16 @@ class BusModel {
 
  private:
   bool load_locked(const std::vector<MemoryNode*>& nodes);
+  // adopt_locked(): these nodes' links, measured or loaded, become the model's.
+  void adopt_locked(const std::vector<MemoryNode*>& nodes, std::vector<BusLink> links);
   void measure_locked(const std::vector<MemoryNode*>& nodes, const BusCalibrationSizes& sizes);
   void save_locked() const noexcept;
 
   mutable std::mutex mutex_;
   std::filesystem::path directory_;
   std::vector<std::string> names_;
-  std::vector<BusLink> links_;  // names_.size()², [from * n + to]
+  std::atomic<std::size_t> node_count_{0};  // names_.size(), published once links_ are set
+  std::vector<BusLink> links_;              // names_.size()², [from * n + to]
   unsigned measurements_ = 0;
 };
 

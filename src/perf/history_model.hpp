@@ -46,6 +46,12 @@ struct ModelEstimate {
   bool interpolated = false;  // from the regression over other footprints
 };
 
+// model_device(): how the models name device `device` of a context ("cpu" for the CPU workers,
+// "device:<index>" otherwise): one spelling for the samples and for heft's lookups.
+inline std::string model_device(int device) {
+  return device == 0 ? std::string("cpu") : "device:" + std::to_string(device);
+}
+
 struct ModelRow {
   std::string kernel;
   std::string device;

@@ -35,8 +35,7 @@ std::uint64_t footprint_of(const TaskRecord& task) noexcept {
 
 void PerfMonitor::model_sample(const TaskRecord& task, int device, std::int64_t ns) {
   if (models_ == nullptr || task.kernel == nullptr) return;
-  models_->add(task.kernel->name, device == 0 ? std::string("cpu") : fmt::format("device:{}", device),
-               footprint_of(task), static_cast<double>(ns));
+  models_->add(task.kernel->name, model_device(device), footprint_of(task), static_cast<double>(ns));
 }
 
 void PerfMonitor::task_submitted(TaskRecord* task) noexcept {
@@ -213,7 +212,8 @@ void MonitoredExecutor::execute(TaskRecord* task, ThreadState& thread) {
   if (!perf.records_tasks()) {  // models only
     const std::int64_t start = modelled ? monotonic_ns() : 0;
     context_.execute(task, thread);
-    if (modelled) perf.models()->add(kernel, "cpu", footprint, static_cast<double>(monotonic_ns() - start));
+    if (modelled)
+      perf.models()->add(kernel, model_device(0), footprint, static_cast<double>(monotonic_ns() - start));
     return;
   }
   TaskEvent event =
@@ -224,7 +224,8 @@ void MonitoredExecutor::execute(TaskRecord* task, ThreadState& thread) {
   event.end_ns = thread.perf_finished_task == executed ? thread.perf_finished_ns : monotonic_ns();
   thread.perf_finished_task = nullptr;
   if (modelled)
-    perf.models()->add(kernel, "cpu", footprint, static_cast<double>(event.end_ns - event.start_ns));
+    perf.models()->add(kernel, model_device(0), footprint,
+                       static_cast<double>(event.end_ns - event.start_ns));
   perf.record(thread, std::move(event));
 }
 

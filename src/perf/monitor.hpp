@@ -130,8 +130,7 @@ class PerfMonitor final : public TransferObserver {
   std::atomic<std::uint64_t> taken_{0};
   std::atomic<std::uint64_t> dropped_{0};
   std::atomic<std::uint64_t> published_{0};  // of taken_, the records added to a thread's quota
-  std::atomic<bool> exhausted_{false};  // the bound is taken and no thread holds unused quota  // the bound
-                                        // is taken and no thread holds unused quota
+  std::atomic<bool> exhausted_{false};       // the bound is taken and no thread holds unused quota
   mutable std::mutex logs_mutex_;
   std::vector<std::unique_ptr<TaskLog>> logs_;
   mutable std::mutex transfers_mutex_;

@@ -27,7 +27,8 @@ int ContextImpl::add_device(std::unique_ptr<Device> device) {
                             device->info().index, device->memory().index(), index));
   }
   const TaskRecord closure_probe{};
-  if (device->can_run(closure_probe)) ++closure_devices;
+  runs_closures.push_back(device->can_run(closure_probe));
+  if (runs_closures.back()) ++closure_devices;
   devices.push_back(std::move(device));
   devices.back()->start(*this);
   std::vector<MemoryNode*> nodes{&host_memory};
@@ -98,16 +99,13 @@ void ContextImpl::validate_device_hint(int device, const char* name) const {
 
 void ContextImpl::check_closure_device(int device, const char* name) const {
   validate_device_hint(device, name);
-  if (device <= 0) return;
-  const TaskRecord closure_probe{};
+  if (device <= 0 || runs_closures[static_cast<std::size_t>(device) - 1]) return;
   const Device& target = *devices[static_cast<std::size_t>(device) - 1];
-  if (!target.can_run(closure_probe)) {
-    throw Error(ErrorCode::invalid_argument,
-                fmt::format("task '{}' asks for device {} ({} '{}'), which cannot run a plain function: only "
-                            "Kernel calls with an implementation for that kind of device run there",
-                            name != nullptr ? name : "(unnamed)", device, nerve::name(target.info().kind),
-                            target.info().name));
-  }
+  throw Error(ErrorCode::invalid_argument,
+              fmt::format("task '{}' asks for device {} ({} '{}'), which cannot run a plain function: only "
+                          "Kernel calls with an implementation for that kind of device run there",
+                          name != nullptr ? name : "(unnamed)", device, nerve::name(target.info().kind),
+                          target.info().name));
 }
 
 // Data locality first: the device holding the most bytes the task reads, the CPU workers on a tie

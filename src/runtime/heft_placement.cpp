@@ -3,8 +3,6 @@
 // Only reached under heft with devices: ContextImpl::heft is null otherwise.
 #include <algorithm>
 
-#include <fmt/format.h>
-
 #include "memory/buffer_state.hpp"
 #include "perf/history_model.hpp"
 #include "runtime/context_impl.hpp"
@@ -59,10 +57,12 @@ std::vector<MemoryNode*> ContextImpl::memory_nodes() {
 int ContextImpl::place_heft(TaskRecord* task, int locality) {
   // The bus is measured when the context starts (or loaded from perf.model_dir); devices added later
   // (test devices) are measured here, on first use: a few copies per node pair.
-  try {
-    bus->ensure_calibrated(memory_nodes());
-  } catch (const std::exception& error) {
-    log::warn("bus calibration failed ({}); heft predicts transfers as free", error.what());
+  if (!bus->covers(coherence->node_count())) {
+    try {
+      bus->ensure_calibrated(memory_nodes());
+    } catch (const std::exception& error) {
+      log::warn("bus calibration failed ({}); heft predicts transfers as free", error.what());
+    }
   }
   const std::uint64_t footprint = footprint_of(*task);
   const HistoryModels& models = *perf->models();
@@ -79,7 +79,7 @@ int ContextImpl::place_heft(TaskRecord* task, int locality) {
       if (info.shares_host_cores)
         candidate.host_cores = std::clamp(info.compute_units, 1u, scheduler.slot_count());
     }
-    const std::string key = device == 0 ? std::string("cpu") : fmt::format("device:{}", device);
+    const std::string key = model_device(device);
     if (const auto estimate = models.estimate(task->kernel->name, key, footprint)) {
       candidate.modelled = true;
       candidate.calibrating = estimate->calibrating;
