@@ -15,6 +15,7 @@
 
 #include "backend/opencl_support.hpp"
 #include "backend/test_device.hpp"
+#include "perf/history_model.hpp"
 #include "perf/perf_test.hpp"
 
 namespace nerve::testing {
@@ -73,23 +74,38 @@ std::vector<nlohmann::json> read_lines(const std::filesystem::path& path) {
   return lines;
 }
 
+// make_candidate(): a made-up candidate for the placer alone; modelled once it has samples,
+// calibrating below 10 of them.
+detail::HeftCandidate make_candidate(int device, unsigned units, double run, std::uint64_t samples,
+                                     double transfer = 0, unsigned host_cores = 0) {
+  detail::HeftCandidate c;
+  c.device = device;
+  c.units = units;
+  c.modelled = samples > 0;
+  c.calibrating = samples < detail::HistoryModels::calibration_samples;
+  c.run_ns = run;
+  c.samples = samples;
+  c.transfer_ns = transfer;
+  c.host_cores = host_cores;
+  return c;
+}
+
+// PretendRecords: distinct addresses that stand for task records (the placer only keys on them).
+struct PretendRecords {
+  int slots[8] = {};
+  const detail::TaskRecord* operator()(int i) const {
+    return reinterpret_cast<const detail::TaskRecord*>(&slots[i]);
+  }
+};
+
 // The placer alone, on made-up candidates: finish = max(free, data) + run; calibration rules.
 TEST(HeftPlacer, EarliestFinishCalibrationAndDominance) {
   detail::HeftPlacer placer(3);
   const auto candidate = [](int device, unsigned units, double run, std::uint64_t samples,
                             double transfer = 0) {
-    detail::HeftCandidate c;
-    c.device = device;
-    c.units = units;
-    c.modelled = samples > 0;
-    c.calibrating = samples < 10;
-    c.run_ns = run;
-    c.samples = samples;
-    c.transfer_ns = transfer;
-    return c;
+    return make_candidate(device, units, run, samples, transfer);
   };
-  int tasks[8];  // distinct addresses stand for task records
-  const auto record = [&](int i) { return reinterpret_cast<const detail::TaskRecord*>(&tasks[i]); };
+  const PretendRecords record;
   // Calibrated: the transfer counts, overlapped with the queue.
   std::vector<detail::HeftCandidate> c = {candidate(0, 2, 1000, 20, 5000), candidate(1, 1, 3000, 20)};
   detail::HeftDecision d = placer.decide(record(0), c, 0);
@@ -131,18 +147,9 @@ TEST(HeftPlacer, EarliestFinishCalibrationAndDominance) {
 // CPU workers have a backlog, its calls wait for the same cores, and its work delays theirs.
 TEST(HeftPlacer, ADeviceOnTheHostsCoresCompetesWithTheWorkers) {
   const auto candidate = [](int device, unsigned units, double run, unsigned host_cores = 0) {
-    detail::HeftCandidate c;
-    c.device = device;
-    c.units = units;
-    c.modelled = true;
-    c.calibrating = false;
-    c.run_ns = run;
-    c.samples = 20;
-    c.host_cores = host_cores;
-    return c;
+    return make_candidate(device, units, run, 20, 0, host_cores);
   };
-  int tasks[8];
-  const auto record = [&](int i) { return reinterpret_cast<const detail::TaskRecord*>(&tasks[i]); };
+  const PretendRecords record;
   for (const bool shared : {false, true}) {
     detail::HeftPlacer placer(2, 2);
     // Four 40 us calls only the CPU workers run: an 80 us backlog on each of the two cores.
