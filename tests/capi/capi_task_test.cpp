@@ -224,15 +224,21 @@ void fill_on_device(void* desc, nerve_device_t device, nerve_stream_t) {
   for (int i = 0; i < 64; ++i) data[i] = i * 3;
 }
 
-// A C kernel placed on a separate-memory device gets that device's index and a pointer into the
-// device's replica; the host sees the result after the runtime copies it back.
-TEST(CapiTask, KernelOnADeviceSeesTheDeviceReplica) {
-  const char* settings[] = {"gpu.devices=none"};  // the test device alone, whatever OpenCL finds
+// context_without_accelerators(): a context with only the CPU workers, whatever OpenCL finds, for
+// tests that add test devices (NULL on error).
+nerve_context_t* context_without_accelerators() {
+  static const char* settings[] = {"gpu.devices=none"};
   nerve_context_config_t config = NERVE_CONTEXT_CONFIG_DEFAULT;
   config.use_environment = 0;
   config.settings = settings;
   config.setting_count = 1;
-  nerve_context_t* ctx = nerve_init_with_config(&config);
+  return nerve_init_with_config(&config);
+}
+
+// A C kernel placed on a separate-memory device gets that device's index and a pointer into the
+// device's replica; the host sees the result after the runtime copies it back.
+TEST(CapiTask, KernelOnADeviceSeesTheDeviceReplica) {
+  nerve_context_t* ctx = context_without_accelerators();
   ASSERT_NE(ctx, nullptr) << nerve_last_error();
   ctx->impl()->add_test_device({});
   EXPECT_EQ(nerve_context_get_device_count(ctx), 2);
@@ -257,12 +263,7 @@ TEST(CapiTask, KernelOnADeviceSeesTheDeviceReplica) {
 
 // A device number the context lacks is an error that lists every device it has, accelerators too.
 TEST(CapiTask, AnUnknownDeviceNumberListsEveryDeviceOfTheContext) {
-  const char* settings[] = {"gpu.devices=none"};  // the test devices alone, whatever OpenCL finds
-  nerve_context_config_t config = NERVE_CONTEXT_CONFIG_DEFAULT;
-  config.use_environment = 0;
-  config.settings = settings;
-  config.setting_count = 1;
-  nerve_context_t* ctx = nerve_init_with_config(&config);
+  nerve_context_t* ctx = context_without_accelerators();
   ASSERT_NE(ctx, nullptr) << nerve_last_error();
   ctx->impl()->add_test_device({});
   ctx->impl()->add_test_device({});
