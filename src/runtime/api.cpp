@@ -109,8 +109,13 @@ namespace {
 
 // A group's wait ends when its count is zero; then a cancel() stops applying (cancel_requested
 // covers the tasks submitted before the wait returned).
+void end_cancel(GroupState* group) noexcept {
+  if (group->cancel_requested.load(std::memory_order_relaxed))  // no write on the usual fork-join wait
+    group->cancel_requested.store(false, std::memory_order_release);
+}
+
 void group_done(GroupState* group) {
-  group->cancel_requested.store(false, std::memory_order_release);
+  end_cancel(group);
   rethrow_group_error(group);
 }
 
@@ -158,7 +163,7 @@ void group_destroy_wait(ContextImpl* context, GroupState* group) noexcept {
     context->scheduler.wait(context->current_thread(), target);
   } catch (...) {
   }
-  group->cancel_requested.store(false, std::memory_order_release);
+  end_cancel(group);
 }
 
 PoolState* pool_create(ContextImpl* context, std::size_t expected_tasks) {
