@@ -319,7 +319,9 @@ void pools(int pairs) {
     for (auto& [pointer, bytes] : live) pool.deallocate(pointer, bytes);
     return seconds_since(start) * 1e9 / pairs;
   };
-  DeviceArena arena(std::make_unique<CudaBlockAllocator>(*driver, BlockKind::device, 0, 1, "GPU 0"), 0);
+  nerve::memory::DeviceArena arena(
+      std::make_unique<CudaBlockAllocator>(*driver, BlockKind::device, 0, 1, "GPU 0"),
+      nerve::memory::DeviceArenaOptions{});
   run(arena);  // warm: the chunks exist
   report("device pool: arena (nerve's sub-allocator)", run(arena), "ns", "per allocate+free");
   StreamOrderedPool stream_ordered(

@@ -108,8 +108,9 @@ class NERVE_API Context {
   void dump_perf_stats(const std::filesystem::path& path) const;
 
   // memory_compact() gives free pool memory back to the system: empty slabs and cached blocks of
-  // every host pool, free pinned staging buffers, and the calling thread's cached chunks (other
-  // threads hand theirs back at their next refill). Returns the bytes given back. Safe while tasks run.
+  // every host pool, free pinned staging buffers, the calling thread's cached chunks (other threads
+  // hand theirs back at their next refill), and every device's wholly free memory blocks. Returns the
+  // bytes given back. Safe while tasks run.
   std::size_t memory_compact();
 
   detail::ContextImpl* impl() const noexcept { return impl_; }

@@ -59,7 +59,7 @@ class HostMemoryNode final : public MemoryNode {
 
   // compact() returns free pool memory to the system (and the calling thread's cached chunks);
   // gives the bytes returned.
-  std::size_t compact();
+  std::size_t compact() override;
   HostMemoryStats memory_stats() const;
 
  protected:

@@ -51,6 +51,8 @@ class MemoryNode {
   // two nodes performs it (a device's copy engine; host-to-host never happens).
   // drain() finishes the copies in flight and stops the node's engine (context shutdown).
   virtual void drain() noexcept {}
+  // compact() gives the node's free pooled memory back to the system or driver; the bytes returned.
+  virtual std::size_t compact() { return 0; }
 
   static void copy(MemoryNode& from, const std::byte* source, MemoryNode& to, std::byte* destination,
                    std::size_t bytes, CopyCompletion& completion);

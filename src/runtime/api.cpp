@@ -293,7 +293,11 @@ const Topology& Context::topology() const { return detail::live(impl_).topology;
 namespace nerve {
 
 ContextStats Context::stats() const { return detail::collect_stats(detail::live(impl_)); }
-std::size_t Context::memory_compact() { return detail::live(impl_).host_memory.compact(); }
+std::size_t Context::memory_compact() {
+  std::size_t returned = 0;
+  for (detail::MemoryNode* node : detail::live(impl_).memory_nodes()) returned += node->compact();
+  return returned;
+}
 void Context::dump_perf_stats(const std::filesystem::path& path) const {
   detail::write_perf_stats(detail::live(impl_), path);
 }

@@ -24,7 +24,6 @@ using detail::cuda::Advice;
 using detail::cuda::BlockKind;
 using detail::cuda::CompletionMode;
 using detail::cuda::CudaBlockAllocator;
-using detail::cuda::DeviceArena;
 using detail::cuda::Engine;
 using detail::cuda::EventPool;
 using detail::cuda::FakeDriver;
@@ -32,6 +31,8 @@ using detail::cuda::FakeOptions;
 using detail::cuda::Operation;
 using detail::cuda::StreamOrderedPool;
 using detail::cuda::StreamSet;
+using memory::DeviceArena;
+using memory::DeviceArenaOptions;
 
 // --- parts
 
@@ -76,12 +77,12 @@ TEST(CudaStreamSet, ReservesHighPriorityStreamsForHighPriorityTasks) {
 TEST(CudaDeviceArena, SubAllocatesBigBlocksAndCoalescesFreedRanges) {
   FakeDriver driver;
   {
-    DeviceArena arena(std::make_unique<CudaBlockAllocator>(driver, BlockKind::device, 0, 1, "fake device"), 0,
-                      std::size_t{1} << 20);
+    DeviceArena arena(std::make_unique<CudaBlockAllocator>(driver, BlockKind::device, 0, 1, "fake device"),
+                      DeviceArenaOptions{.chunk_bytes = std::size_t{1} << 20});
     std::vector<void*> pieces;
     for (int i = 0; i < 64; ++i) {
       void* piece = arena.allocate(1000 + static_cast<std::size_t>(i));
-      EXPECT_EQ(reinterpret_cast<std::uintptr_t>(piece) % DeviceArena::alignment, 0u);
+      EXPECT_EQ(reinterpret_cast<std::uintptr_t>(piece) % arena.alignment(), 0u);
       pieces.push_back(piece);
     }
     EXPECT_EQ(driver.calls("malloc"), 1u) << "64 small allocations come from one driver block";
@@ -104,8 +105,8 @@ TEST(CudaDeviceArena, SubAllocatesBigBlocksAndCoalescesFreedRanges) {
 
 TEST(CudaDeviceArena, AFullDeviceIsOutOfMemoryNotACrash) {
   FakeDriver driver(FakeOptions{.devices = 1, .memory_bytes = std::size_t{8} << 20});
-  DeviceArena arena(std::make_unique<CudaBlockAllocator>(driver, BlockKind::device, 0, 1, "fake device"), 0,
-                    std::size_t{4} << 20);
+  DeviceArena arena(std::make_unique<CudaBlockAllocator>(driver, BlockKind::device, 0, 1, "fake device"),
+                    DeviceArenaOptions{.chunk_bytes = std::size_t{4} << 20});
   void* first = arena.allocate(std::size_t{3} << 20);
   void* second = arena.allocate(std::size_t{3} << 20);
   try {

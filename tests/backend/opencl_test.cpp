@@ -12,6 +12,7 @@
 #include <string>
 #include <thread>
 
+#include "backend/opencl/memory.hpp"
 #include "backend/opencl/platform.hpp"
 #include "backend/opencl/programs.hpp"
 #include "opencl_support.hpp"
@@ -191,6 +192,32 @@ TEST_F(OpenclTest, SlicesAndValuesReachTheKernel) {
   ctx.wait_all();
   const auto result = x.to_vector();
   for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(result[i], static_cast<float>(i / 1024 + 2)) << i;
+}
+
+// Replicas are ranges of a few big driver buffers (memory.hpp): 200 small buffers need one
+// clCreateBuffer, every kernel still sees exactly its buffer (a sub-buffer at the range's offset), and
+// memory_compact() gives the emptied driver buffers back.
+TEST_F(OpenclTest, ReplicasAreCarvedFromFewDriverBuffersAndCompactGivesThemBack) {
+  Context& ctx = open(opencl_settings(2));
+  const Kernel scale = make_scale();
+  auto& node = dynamic_cast<detail::opencl::OpenclMemoryNode&>(ctx.impl()->devices[0]->memory());
+  const std::size_t blocks_before = node.blocks();
+  {
+    std::vector<Buffer<float>> buffers;
+    for (int i = 0; i < 200; ++i) buffers.emplace_back(ctx, std::vector<float>(1000, static_cast<float>(i)));
+    for (auto& buffer : buffers) ctx.spawn(TaskOptions{.device = 1}, scale, read_write(buffer), value(2.0f));
+    ctx.wait_all();
+    EXPECT_LE(node.blocks(), blocks_before + 1) << "200 replicas of 4,000 bytes share one driver buffer";
+    EXPECT_GE(node.replicas().stats().bytes_in_use, 200u * 4000);
+    for (std::size_t i = 0; i < buffers.size(); ++i) {
+      const auto result = buffers[i].to_vector();
+      ASSERT_EQ(result.front(), 2.0f * static_cast<float>(i)) << i;
+      ASSERT_EQ(result.back(), 2.0f * static_cast<float>(i)) << i;
+    }
+  }
+  EXPECT_EQ(node.replicas().stats().bytes_in_use, 0u) << "freed buffers return their ranges";
+  EXPECT_GE(ctx.memory_compact(), std::size_t{1} << 20) << "the emptied driver buffer goes back";
+  EXPECT_EQ(node.blocks(), 0u);
 }
 
 TEST_F(OpenclTest, StreamCountSpreadsLaunchesOverThatManyQueues) {

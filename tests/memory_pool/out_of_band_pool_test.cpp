@@ -2,60 +2,15 @@
 #include "memory/pool/out_of_band_pool.hpp"
 
 #include <map>
-#include <mutex>
 #include <random>
-
-#include <sys/mman.h>
 
 #include "nerve/error.hpp"
 
 #include "pool_test_support.hpp"
+#include "separate_memory_node.hpp"
 
 namespace nerve::memory::testing {
 namespace {
-
-// SeparateMemoryNode hands out ranges of an inaccessible (PROT_NONE) reservation, like a device's
-// memory seen from the host: any read or write by the pool faults.
-class SeparateMemoryNode final : public NodeAllocator {
- public:
-  static constexpr std::size_t reservation = std::size_t{1} << 30;
-  SeparateMemoryNode() {
-    base_ = static_cast<std::byte*>(
-        mmap(nullptr, reservation, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
-    if (base_ == MAP_FAILED) throw std::runtime_error("cannot reserve address space");
-  }
-  ~SeparateMemoryNode() override { munmap(base_, reservation); }
-
-  void* allocate_block(std::size_t bytes, std::size_t) override {
-    std::lock_guard lock(mutex_);
-    if (next_ + bytes > reservation) throw Error(ErrorCode::out_of_memory, "separate memory node is full");
-    void* block = base_ + next_;
-    next_ += bytes + 256;  // not adjacent, and only 256-byte aligned, as a driver might give
-    live_.emplace(block, bytes);
-    return block;
-  }
-  void free_block(void* block, std::size_t bytes) noexcept override {
-    std::lock_guard lock(mutex_);
-    const auto it = live_.find(block);
-    if (it == live_.end() || it->second != bytes) ADD_FAILURE() << "bad free_block";
-    if (it != live_.end()) live_.erase(it);
-  }
-  int node_index() const noexcept override { return 1; }
-  bool host_addressable() const noexcept override { return false; }
-  std::string describe() const override { return "separate memory node 1"; }
-  NodeAllocatorStats stats() const override {
-    std::lock_guard lock(mutex_);
-    NodeAllocatorStats result;
-    result.blocks = live_.size();
-    return result;
-  }
-
- private:
-  std::byte* base_ = nullptr;
-  mutable std::mutex mutex_;
-  std::size_t next_ = 0;
-  std::map<void*, std::size_t> live_;
-};
 
 TEST_F(PoolFixture, DeviceMemoryIsManagedWithoutBeingTouched) {
   auto node = std::make_unique<SeparateMemoryNode>();

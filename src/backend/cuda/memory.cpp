@@ -17,17 +17,18 @@ enum Kind : int { host_to_device, device_to_host, device_to_device, peer_to_devi
 std::unique_ptr<memory::NodePool> make_pool(Driver& driver, int ordinal, unsigned index,
                                             const std::string& name, const CudaMemoryOptions& options) {
   if (options.unified_memory) {
-    return std::make_unique<DeviceArena>(
+    return std::make_unique<memory::DeviceArena>(
         std::make_unique<CudaBlockAllocator>(driver, BlockKind::managed, ordinal, static_cast<int>(index),
                                              fmt::format("managed memory of {}", name)),
-        options.limit_bytes);
+        memory::DeviceArenaOptions{.limit_bytes = options.limit_bytes});
   }
   auto blocks = std::make_unique<CudaBlockAllocator>(
       driver, BlockKind::device, ordinal, static_cast<int>(index), fmt::format("device memory of {}", name));
   if (options.pool == PoolKind::stream_ordered) {
     return std::make_unique<StreamOrderedPool>(driver, ordinal, std::move(blocks), options.limit_bytes);
   }
-  return std::make_unique<DeviceArena>(std::move(blocks), options.limit_bytes);
+  return std::make_unique<memory::DeviceArena>(
+      std::move(blocks), memory::DeviceArenaOptions{.limit_bytes = options.limit_bytes});
 }
 
 }  // namespace

@@ -59,6 +59,7 @@ class CudaMemoryNode final : public MemoryNode {
   const std::shared_ptr<Engine>& shared_engine() const noexcept { return engine_; }
   bool unified_memory() const noexcept { return options_.unified_memory; }
   memory::NodePool& pool() noexcept { return *pool_; }
+  std::size_t compact() override { return pool_->compact(); }
   memory::StagingPool& staging() noexcept { return staging_; }
   // direct_peer(): copies from `other` go device to device (gpu.peer_access and the driver agree);
   // peer access is enabled both ways the first time it is asked.

@@ -79,7 +79,7 @@ void OpenclDevice::launch(TaskRecord* task) {
     op->owner = this;
     op->task = task;
     op->finish = &OpenclDevice::finish_launch;
-    bind_arguments(kernel, launch, *op);
+    bind_arguments(kernel, launch, *task, *op);
     const std::size_t global = global_size(*program, launch, *task);
     const std::size_t local = program->options.local_size;
     if (local != 0 && global % local != 0) {
@@ -106,7 +106,8 @@ void OpenclDevice::launch(TaskRecord* task) {
   }
 }
 
-void OpenclDevice::bind_arguments(cl_kernel kernel, const DeviceLaunch& launch, Operation& op) const {
+void OpenclDevice::bind_arguments(cl_kernel kernel, const DeviceLaunch& launch, const TaskRecord& task,
+                                  Operation& op) const {
   const KernelCall& call = launch.call;
   cl_uint parameters = 0;
   check(clGetKernelInfo(kernel, CL_KERNEL_NUM_ARGS, sizeof parameters, &parameters, nullptr),
@@ -128,8 +129,9 @@ void OpenclDevice::bind_arguments(cl_kernel kernel, const DeviceLaunch& launch, 
                               call.kernel_name, i, info().name));
     }
     cl_mem mem = location->mem;
-    // A slice starting at byte 0 is the buffer itself (the kernel gets the same first byte); any
-    // other start is a sub-buffer, which OpenCL allows only at aligned offsets.
+    // Replicas are carved from bigger driver buffers at aligned offsets (memory.hpp): an access
+    // starting at byte 0 of a block is the block itself; any other start is a sub-buffer, which
+    // OpenCL allows only at aligned offsets — a replica's start always is, a slice's start may not be.
     if (location->offset != 0 && view.size != 0) {
       if (location->offset % alignment != 0) {
         throw Error(
@@ -137,7 +139,7 @@ void OpenclDevice::bind_arguments(cl_kernel kernel, const DeviceLaunch& launch, 
             fmt::format("kernel '{}': access {} starts at byte {} of its buffer, but OpenCL device '{}' "
                         "can start a sub-buffer only at a multiple of {} bytes (CL_DEVICE_MEM_BASE_ADDR_"
                         "ALIGN); align the slice, or pass the whole buffer and the offset as a value",
-                        call.kernel_name, i, location->offset, info().name, alignment));
+                        call.kernel_name, i, task.accesses[i].offset, info().name, alignment));
       }
       const cl_buffer_region region{location->offset, view.size};
       cl_int status = CL_SUCCESS;

@@ -47,7 +47,8 @@ class OpenclDevice final : public Device {
 
  private:
   void launch(TaskRecord* task);
-  void bind_arguments(cl_kernel kernel, const DeviceLaunch& launch, Operation& op) const;
+  void bind_arguments(cl_kernel kernel, const DeviceLaunch& launch, const TaskRecord& task,
+                      Operation& op) const;
   std::size_t global_size(const OpenclProgram& program, const DeviceLaunch& launch,
                           const TaskRecord& task) const;
   static bool finish_launch(Engine& engine, Operation& op);

@@ -1,5 +1,7 @@
 #include "backend/opencl/memory.hpp"
 
+#include <algorithm>
+#include <bit>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
@@ -7,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "backend/host_bounce.hpp"
+#include "backend/opencl/device_blocks.hpp"
 #include "backend/opencl/pinned_memory.hpp"
 #include "util/log.hpp"
 
@@ -32,6 +35,17 @@ std::byte* page_aligned(std::size_t bytes) {
   return static_cast<std::byte*>(data);
 }
 
+// Ranges start where a kernel may begin a sub-buffer; blocks never exceed the largest buffer the
+// device allows; the usual block is 64 MiB, or a quarter of a smaller device's largest buffer.
+memory::DeviceArenaOptions arena_options(const PlatformDevice& device) {
+  memory::DeviceArenaOptions options;
+  options.alignment = std::bit_ceil(std::max<std::size_t>(256, device.base_alignment));
+  options.max_chunk_bytes = std::max<std::size_t>(device.max_allocation, options.alignment);
+  options.chunk_bytes =
+      std::clamp<std::size_t>(options.max_chunk_bytes / 4, options.alignment, options.chunk_bytes);
+  return options;
+}
+
 }  // namespace
 
 StagingMode staging_mode_from_environment() {
@@ -52,6 +66,9 @@ OpenclMemoryNode::OpenclMemoryNode(unsigned index, std::string name, std::shared
       peer_access_(peer_access),
       stage_host_copies_(staging == StagingMode::always ||
                          (staging == StagingMode::automatic && !engine_->device().unified_memory)),
+      replicas_(std::make_unique<memory::DeviceArena>(
+          std::make_unique<DeviceBlockAllocator>(*engine_, addresses_, static_cast<int>(index)),
+          arena_options(engine_->device()))),
       staging_(std::make_unique<PinnedOpenclAllocator>(*engine_), staging_limit_bytes) {
   engine_->set_transfer_starter([this](Operation* op) { start(op); });
 }
@@ -72,18 +89,12 @@ std::byte* OpenclMemoryNode::allocate_storage(std::size_t bytes) {
                             "(CL_DEVICE_MAX_MEM_ALLOC_SIZE = {} bytes)",
                             bytes, device.name, device.max_allocation));
   }
-  cl_int status = CL_SUCCESS;
-  cl_mem mem = clCreateBuffer(engine_->context(), CL_MEM_READ_WRITE, bytes, nullptr, &status);
-  if (status == CL_MEM_OBJECT_ALLOCATION_FAILURE || status == CL_OUT_OF_RESOURCES ||
-      status == CL_OUT_OF_HOST_MEMORY) {
-    return nullptr;  // the coherence engine evicts and retries, or reports out_of_memory
-  }
-  check(status, fmt::format("clCreateBuffer of {} bytes on OpenCL device '{}'", bytes, device.name));
-  return addresses_.insert(mem, bytes);
+  // nullptr: the coherence engine evicts and retries, or reports out_of_memory.
+  return static_cast<std::byte*>(replicas_->try_allocate(bytes));
 }
 
-void OpenclMemoryNode::free_storage(std::byte* data, std::size_t /*bytes*/) noexcept {
-  if (cl_mem mem = addresses_.erase(data)) clReleaseMemObject(mem);
+void OpenclMemoryNode::free_storage(std::byte* data, std::size_t bytes) noexcept {
+  replicas_->deallocate(data, bytes);
 }
 
 AddressMap::Location OpenclMemoryNode::locate_or_throw(const std::byte* address, const char* role) const {

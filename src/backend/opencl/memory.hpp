@@ -1,10 +1,13 @@
 // memory.hpp — an OpenCL device's memory node: replicas as cl_mem objects, asynchronous copies.
 //
-// Replica storage is one clCreateBuffer per replica, named by a fake address range (address_map.hpp),
-// so the coherence engine's "replica + offset" arithmetic works unchanged; host_addressable() is
-// false. Copies (start_copy) are non-blocking enqueues on the device's queues, round robin, each
-// watched by the engine (engine.hpp), which calls CopyCompletion::copy_done from its completion
-// thread with no lock of this node held. At most gpu.max_pending_transfers copies are in flight.
+// Replica storage comes from a DeviceArena (memory/pool/device_arena.hpp) over big clCreateBuffer
+// blocks (device_blocks.hpp), each named by a fake address range (address_map.hpp), so the coherence
+// engine's "replica + offset" arithmetic works unchanged and a new replica costs no driver call unless
+// the arena needs a block; host_addressable() is false. Ranges are aligned to the device's
+// CL_DEVICE_MEM_BASE_ADDR_ALIGN (at least 256 bytes), so a kernel gets a replica, or an aligned slice
+// of it, as a sub-buffer of its block. Copies (start_copy) are non-blocking enqueues on the device's queues,
+// round robin, each watched by the engine (engine.hpp), which calls CopyCompletion::copy_done from its
+// completion thread with no lock of this node held. At most gpu.max_pending_transfers copies are in flight.
 //
 //   host -> device, device -> host   clEnqueueWriteBuffer / clEnqueueReadBuffer straight from and to
 //                                    the buffer's host memory; or, through pinned staging (below)
@@ -39,6 +42,7 @@
 #include "backend/opencl/address_map.hpp"
 #include "backend/opencl/engine.hpp"
 #include "memory/memory_node.hpp"
+#include "memory/pool/device_arena.hpp"
 #include "memory/pool/staging_pool.hpp"
 
 namespace nerve::detail::opencl {
@@ -68,7 +72,10 @@ class OpenclMemoryNode final : public MemoryNode {
   std::optional<AddressMap::Location> locate(const std::byte* address) const {
     return addresses_.find(address);
   }
-  std::size_t allocations() const { return addresses_.size(); }
+  // blocks(): the driver buffers the replicas are carved from.
+  std::size_t blocks() const { return addresses_.size(); }
+  const memory::DeviceArena& replicas() const noexcept { return *replicas_; }
+  std::size_t compact() override { return replicas_->compact(); }
   // direct_peer(): copies from `other` go device to device, without host staging.
   bool direct_peer(const OpenclMemoryNode& other) const noexcept;
   bool staging_host_copies() const noexcept { return stage_host_copies_; }
@@ -91,6 +98,7 @@ class OpenclMemoryNode final : public MemoryNode {
   const bool peer_access_;
   const bool stage_host_copies_;
   AddressMap addresses_;
+  const std::unique_ptr<memory::DeviceArena> replicas_;  // carves blocks named in addresses_
   memory::StagingPool staging_;
 };
 
