@@ -27,6 +27,14 @@
 //   CoTask<T>        runs the child coroutine at once on the same thread and gives its co_return
 //                    value (or rethrows what escaped it); the child's own suspensions suspend both.
 //
+// Cancellation: a coroutine launched into a TaskGroup is one of its tasks; if the group is cancelled
+// (TaskGroup::cancel()) before the coroutine's first stretch starts, the coroutine is destroyed unrun
+// and its Task finishes cancelled. A coroutine that has started runs on; it sees the cancellation
+// as TaskCancelled from what it awaits, if that was cancelled.
+//
+// Errors: launch() or co_await of an empty CoTask (moved from, or already launched) throws
+// Error(invalid_argument).
+//
 // Lifetime: as with any coroutine, arguments taken by reference must outlive it; the context must
 // outlive every coroutine launched in it (~Context waits for their Tasks like any others).
 #pragma once
@@ -34,10 +42,12 @@
 #include <coroutine>
 #include <exception>
 #include <optional>
+#include <string>
 #include <type_traits>
 #include <utility>
 
 #include "nerve/context.hpp"
+#include "nerve/error.hpp"
 #include "nerve/task.hpp"
 
 namespace nerve {
@@ -140,8 +150,16 @@ class [[nodiscard]] CoTask {
     if (handle_) handle_.destroy();
   }
 
-  // Awaiting a CoTask runs it on the awaiting coroutine's thread (symmetric transfer).
-  bool await_ready() const noexcept { return false; }
+  // valid(): it holds a coroutine (false once moved from or launched).
+  bool valid() const noexcept { return static_cast<bool>(handle_); }
+
+  // Awaiting a CoTask runs it on the awaiting coroutine's thread (symmetric transfer); awaiting an
+  // empty one throws Error(invalid_argument) in the awaiting coroutine.
+  bool await_ready() const {
+    if (!handle_)
+      throw Error(ErrorCode::invalid_argument, "co_await on an empty CoTask (moved from or launched)");
+    return false;
+  }
   std::coroutine_handle<> await_suspend(std::coroutine_handle<> parent) noexcept {
     handle_.promise().continuation = parent;
     return handle_;
@@ -168,11 +186,16 @@ inline CoTask<void> CoPromise<void>::get_return_object() noexcept {
 }
 
 inline Task launch_in(ContextImpl* context, GroupState* group, CoTask<> coroutine, const char* name) {
+  if (!coroutine.valid()) {
+    throw Error(ErrorCode::invalid_argument,
+                std::string("launch() of an empty CoTask (moved from, or already launched)") +
+                    (name != nullptr ? std::string(": ") + name : std::string()));
+  }
   TaskRecord* record = coroutine_task_create(context, name, group);
   auto handle = coroutine.release();
   handle.promise().launched = record;
   try {
-    resume_coroutine(context, handle.address(), nullptr);
+    start_coroutine(context, handle.address(), record);
   } catch (...) {
     handle.destroy();
     coroutine_task_finish(record, std::current_exception());

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <string>
 
+#include "nerve/export.hpp"
+
 namespace nerve {
 
 enum class DeviceKind {
@@ -18,7 +20,7 @@ enum class DeviceKind {
   cuda,
 };
 
-const char* name(DeviceKind kind) noexcept;
+NERVE_API const char* name(DeviceKind kind) noexcept;
 
 struct DeviceInfo {
   int index = 0;

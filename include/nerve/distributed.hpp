@@ -21,10 +21,12 @@
 // a task with TaskOptions::rank = 0 that reads them. On its owner, DistributedBuffer::local() is an
 // ordinary nerve::Buffer (map it after wait_all()).
 //
-// Failures: an exception in a task on any rank is sent to every rank; from then on wait_all() and
-// submit() on every rank throw Error(task_failed) naming the rank, the task and the message. Destroying
-// a Runtime after a failure ends the whole job (MPI_Abort) rather than risking a hang in
-// MPI_Finalize. A rank that dies ends the job through mpirun.
+// Failures: an exception in a task on any rank is sent to every rank; from then on wait_all(),
+// barrier() and submit() on every rank throw Error(task_failed) naming the rank, the task and the
+// message — except the first wait_all() on the rank whose task threw, which rethrows that exception
+// as is. Destroying a Runtime after a failure ends the whole job (MPI_Abort) rather than risking a
+// hang in MPI_Finalize (with communication_backend none, a world of one process, it ends nothing).
+// A rank that dies ends the job through mpirun.
 //
 // Thread safety: one thread per rank submits (the sequential flow is an order); stats() may be called
 // from any thread. Task bodies run on the context's workers as usual. What blocks: the constructor,
@@ -288,7 +290,7 @@ class Runtime {
   }
 
   // wait_all() waits for this rank's tasks and transfers; throws Error(task_failed) if a task failed
-  // on any rank (a local task's own exception is rethrown as is).
+  // on any rank (the first wait_all() after a local task threw rethrows that exception as is).
   void wait_all() { detail::runtime_wait_all(impl_); }
   // barrier() is wait_all() on every rank, then an MPI barrier. Collective.
   void barrier() { detail::runtime_barrier(impl_); }

@@ -78,10 +78,14 @@ RuntimeImpl::RuntimeImpl(Context& owner, std::unique_ptr<Transport> link)
 }
 
 void RuntimeImpl::throw_if_failed() const {
-  if (!transport) return;
-  if (auto failure = transport->failure()) {
-    throw Error(ErrorCode::task_failed, fmt::format("distributed run failed: {}", *failure));
+  std::optional<std::string> failure;
+  if (transport) {
+    failure = transport->failure();
+  } else {
+    std::lock_guard lock(failure_mutex);
+    failure = local_failure;
   }
+  if (failure) throw Error(ErrorCode::task_failed, fmt::format("distributed run failed: {}", *failure));
 }
 
 RuntimeImpl* runtime_create(Context& context) {
@@ -210,10 +214,15 @@ void task_finished(RuntimeImpl* runtime, const char* name, std::uint64_t started
 }
 
 void task_failed(RuntimeImpl* runtime, const char* name, const std::exception_ptr& error) noexcept {
-  if (!runtime->transport) return;
   try {
-    runtime->transport->report_failure(
-        fmt::format("task '{}' failed on rank {}: {}", display(name), runtime->rank, what_of(error)));
+    std::string failure =
+        fmt::format("task '{}' failed on rank {}: {}", display(name), runtime->rank, what_of(error));
+    {
+      std::lock_guard lock(runtime->failure_mutex);
+      if (!runtime->first_body_error) runtime->first_body_error = error;
+      if (!runtime->transport && !runtime->local_failure) runtime->local_failure = failure;
+    }
+    if (runtime->transport) runtime->transport->report_failure(failure);
   } catch (...) {
   }
 }
@@ -226,7 +235,13 @@ void runtime_wait_all(RuntimeImpl* runtime) {
     local = std::current_exception();
   }
   if (runtime->transport) runtime->transport->flush();
-  // A remote failure explains a local cancellation better than the cancellation does.
+  // A local task's own failure is rethrown as is, once (as Context::wait_all() reports each failure
+  // once); otherwise a failure anywhere — including a local one already reported — is task_failed,
+  // which also explains a local cancellation better than the cancellation does.
+  if (local) {
+    std::lock_guard lock(runtime->failure_mutex);
+    if (local == runtime->first_body_error) std::rethrow_exception(local);
+  }
   runtime->throw_if_failed();
   if (local) std::rethrow_exception(local);
 }

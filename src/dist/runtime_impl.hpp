@@ -14,8 +14,10 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,6 +56,12 @@ struct RuntimeImpl {
   std::atomic<std::uint64_t> tasks_run{0};
   std::atomic<std::uint64_t> tasks_skipped{0};
   bool failure_reported = false;
+  // communication_backend none: the first task failure of this one-rank world (a transport keeps it
+  // otherwise), so that submit(), wait_all() and barrier() fail as they do under MPI. Either way, the
+  // exception a task body of this rank threw first: wait_all() rethrows that one as is.
+  mutable std::mutex failure_mutex;
+  std::optional<std::string> local_failure;
+  std::exception_ptr first_body_error;
 
   // The trace: each rank's clock starts at a barrier at construction, so tracks line up to within
   // the barrier's skew (microseconds on one host, tens of microseconds across a network).

@@ -15,7 +15,44 @@ namespace {
 constexpr double recent_weight = 0.1;   // EWMA weight of a new sample
 constexpr double outlier_sigmas = 3.0;  // clamp beyond mean ± 3σ once calibrated
 constexpr double min_sigma_share = 0.05;
-constexpr double drift_share = 0.5;  // |recent − mean| > 50 % of the mean: recalibrate
+constexpr double drift_share = 0.5;         // |recent − mean| > 50 % of the mean: recalibrate
+constexpr double calibration_spread = 4.0;  // calibration samples are clamped to median ÷ 4 .. median × 4
+// More samples than any run could take (2^48: 9 years of one every microsecond): a stored count
+// beyond it is damage, and counting on from it could wrap.
+constexpr std::uint64_t max_samples = std::uint64_t{1} << 48;
+
+double lower_median(std::vector<double> values) {
+  const auto middle = values.begin() + static_cast<std::ptrdiff_t>((values.size() - 1) / 2);
+  std::nth_element(values.begin(), middle, values.end());
+  return *middle;
+}
+
+// The entry's statistics taken afresh from its calibration samples, each clamped to the spread
+// around their median.
+void settle_calibration(ModelEntry& entry) {
+  const double median = lower_median(entry.calibrating);
+  const double low = median / calibration_spread, high = median * calibration_spread;
+  ModelEntry settled;
+  settled.recalibrations = entry.recalibrations;
+  settled.outliers = entry.outliers;
+  for (double ns : entry.calibrating) {
+    if (ns < low || ns > high) ++settled.outliers;
+    ns = std::clamp(ns, low, high);
+    settled.recent_ns =
+        settled.samples == 0 ? ns : (1 - recent_weight) * settled.recent_ns + recent_weight * ns;
+    ++settled.samples;
+    const double delta = ns - settled.mean_ns;
+    settled.mean_ns += delta / static_cast<double>(settled.samples);
+    settled.m2 += delta * (ns - settled.mean_ns);
+  }
+  entry = std::move(settled);
+}
+
+bool plausible(const ModelEntry& entry) {
+  const auto time = [](double ns) { return std::isfinite(ns) && ns >= 0; };
+  return entry.samples <= max_samples && time(entry.mean_ns) && time(entry.m2) && time(entry.recent_ns) &&
+         entry.outliers <= entry.samples;
+}
 
 // A kernel name as a file name: letters, digits, '-', '_', '.' kept, the rest '_'.
 std::string file_stem(const std::string& kernel) {
@@ -31,7 +68,7 @@ std::string file_stem(const std::string& kernel) {
 }  // namespace
 
 double ModelEntry::stddev_ns() const noexcept {
-  return samples > 1 ? std::sqrt(m2 / static_cast<double>(samples - 1)) : 0.0;
+  return samples > 1 ? std::sqrt(std::max(0.0, m2 / static_cast<double>(samples - 1))) : 0.0;
 }
 
 HistoryModels::HistoryModels(std::filesystem::path directory) : directory_(std::move(directory)) {}
@@ -57,11 +94,20 @@ void HistoryModels::add(const std::string& kernel, const std::string& device, st
       ns = std::clamp(ns, low, high);
     }
   }
+  if (entry.samples >= max_samples) return;  // a count no run reaches: nothing more to learn
+  // Calibrating from scratch in this process: keep the raw samples; the last one settles them.
+  const bool from_scratch = entry.samples == entry.calibrating.size();
+  if (entry.samples < calibration_samples && from_scratch) entry.calibrating.push_back(ns);
   entry.recent_ns = entry.samples == 0 ? ns : (1 - recent_weight) * entry.recent_ns + recent_weight * ns;
   ++entry.samples;
   const double delta = ns - entry.mean_ns;
   entry.mean_ns += delta / static_cast<double>(entry.samples);
   entry.m2 += delta * (ns - entry.mean_ns);
+  if (entry.samples == calibration_samples && entry.calibrating.size() == calibration_samples) {
+    settle_calibration(entry);
+  } else if (entry.samples >= calibration_samples) {
+    entry.calibrating.clear();
+  }
   // Drift is judged only well after calibration: early samples (cold caches, first-touch page
   // faults) would otherwise make the recent average look like a change.
   if (entry.samples >= 2 * calibration_samples &&
@@ -73,6 +119,7 @@ void HistoryModels::add(const std::string& kernel, const std::string& device, st
     entry.mean_ns = recent;
     entry.recent_ns = recent;
     entry.recalibrations = recalibrations;
+    entry.calibrating = {recent};  // calibrates afresh, robustly, from here
   }
 }
 
@@ -81,8 +128,10 @@ std::optional<ModelEstimate> HistoryModels::estimate(const std::string& kernel, 
   std::lock_guard lock(mutex_);
   if (const auto it = entries_.find(Key{kernel, device, footprint}); it != entries_.end()) {
     const ModelEntry& entry = it->second;
-    return ModelEstimate{entry.mean_ns, entry.stddev_ns(), entry.samples, entry.samples < calibration_samples,
-                         false};
+    const bool calibrating = entry.samples < calibration_samples;
+    const double mean =
+        calibrating && !entry.calibrating.empty() ? lower_median(entry.calibrating) : entry.mean_ns;
+    return ModelEstimate{mean, entry.stddev_ns(), entry.samples, calibrating, false};
   }
   // Least squares over the calibrated footprints of this kernel on this device: time = a + b × bytes.
   double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
@@ -133,6 +182,14 @@ void HistoryModels::load() {
         entry.recent_ns = row.value("recent_ns", entry.mean_ns);
         entry.outliers = row.value("outliers", std::uint64_t{0});
         entry.recalibrations = row.value("recalibrations", std::uint64_t{0});
+        if (!plausible(entry)) {
+          log::warn(
+              "performance model {}: entry for '{}' on {} skipped: impossible values (samples {}, "
+              "mean_ns {}, m2 {}, recent_ns {}, outliers {})",
+              file.path().string(), kernel, row.at("device").get<std::string>(), entry.samples, entry.mean_ns,
+              entry.m2, entry.recent_ns, entry.outliers);
+          continue;
+        }
         entries_[Key{kernel, row.at("device").get<std::string>(), row.at("footprint").get<std::uint64_t>()}] =
             entry;
       }

@@ -8,8 +8,12 @@
 // or the kernel changed; the entry restarts (calibrating again) from the recent average and counts
 // a recalibration.
 // An entry with fewer than `calibration_samples` samples is *calibrating*: its estimate is marked
-// so, and placement must not trust it alone. For a footprint not yet seen, estimate() fits a
-// least-squares line through the known footprints' means of that kernel and device.
+// so, and placement must not trust it alone. Calibration is robust too: while it lasts, the estimate
+// is the median of the samples seen in this process (a first call that paid for a program build or
+// cold caches does not make a fast device look slow), and when it completes, samples beyond 4× or
+// below ¼ of that median are clamped there (counted as outliers) before the mean and variance are
+// taken. Entries loaded from a file carry on from their stored mean. For a footprint not yet seen, estimate()
+// fits a least-squares line through the known footprints' means of that kernel and device.
 //
 // Persistence: load()/save() read and write one JSON file per kernel, `<dir>/<kernel>.json`
 // (schema "nerve.perfmodel/1"), written to a temporary file and renamed.
@@ -35,6 +39,7 @@ struct ModelEntry {
   double recent_ns = 0;  // EWMA of the clamped samples
   std::uint64_t outliers = 0;
   std::uint64_t recalibrations = 0;
+  std::vector<double> calibrating;  // this process's raw samples while calibrating (not persisted)
   double stddev_ns() const noexcept;
 };
 
@@ -72,7 +77,8 @@ class HistoryModels {
   std::vector<ModelRow> rows() const;
   const std::filesystem::path& directory() const noexcept { return directory_; }
 
-  // load(): every `<dir>/*.json` model file (unreadable or foreign files are skipped, logged).
+  // load(): every `<dir>/*.json` model file (unreadable or foreign files, and entries with impossible
+  // values — negative or non-finite times, a sample count no run reaches — are skipped, logged).
   void load();
   // save(): the kernels with entries; a failure is logged, never thrown.
   void save() const noexcept;

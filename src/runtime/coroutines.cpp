@@ -22,6 +22,39 @@ struct Resume {
   void operator()() const { std::coroutine_handle<>::from_address(coroutine).resume(); }
 };
 
+// The first stretch of a launched coroutine: a task like any other of its group, it does not start
+// once the group (or the coroutine's Task) is cancelled; the coroutine is then destroyed unrun and
+// its Task finishes cancelled.
+struct Start {
+  void* coroutine;
+  TaskRecord* launched;
+  void operator()() const {
+    const bool cancelled =
+        launched->cancel_pending.load(std::memory_order_acquire) ||
+        (launched->group != nullptr && launched->group->cancel_requested.load(std::memory_order_acquire));
+    if (!cancelled) {
+      std::coroutine_handle<>::from_address(coroutine).resume();
+      return;
+    }
+    std::coroutine_handle<>::from_address(coroutine).destroy();
+    ContextImpl& context = *launched->context;
+    context.finish(launched, context.current_thread(), status_cancelled);
+  }
+};
+
+template <class Step>
+void submit_step(ContextImpl* context, Step step, TaskRecord* after) {
+  TaskDraft draft = begin_task(context, sizeof(Closure<Step>), alignof(Closure<Step>));
+  ::new (draft.closure) Closure<Step>{step};
+  SubmitInfo info{};
+  info.ops = &Closure<Step>::ops;
+  info.name = "coroutine";
+  info.after = &after;
+  info.after_count = after != nullptr ? 1 : 0;
+  info.after_consumes = false;  // the coroutine resumes and sees the failure itself
+  commit_task(context, draft, info);
+}
+
 }  // namespace
 
 TaskRecord* coroutine_task_create(ContextImpl* context, const char* name, GroupState* group) {
@@ -48,15 +81,11 @@ void coroutine_task_finish(TaskRecord* record, std::exception_ptr error) noexcep
 }
 
 void resume_coroutine(ContextImpl* context, void* coroutine, TaskRecord* after) {
-  TaskDraft draft = begin_task(context, sizeof(Closure<Resume>), alignof(Closure<Resume>));
-  ::new (draft.closure) Closure<Resume>{Resume{coroutine}};
-  SubmitInfo info{};
-  info.ops = &Closure<Resume>::ops;
-  info.name = "coroutine";
-  info.after = &after;
-  info.after_count = after != nullptr ? 1 : 0;
-  info.after_consumes = false;  // the coroutine resumes and sees the failure itself
-  commit_task(context, draft, info);
+  submit_step(context, Resume{coroutine}, after);
+}
+
+void start_coroutine(ContextImpl* context, void* coroutine, TaskRecord* launched) {
+  submit_step(context, Start{coroutine, launched}, nullptr);
 }
 
 void ContextImpl::resume_group_continuation(void* coroutine) noexcept {

@@ -50,11 +50,13 @@ HeftDecision HeftPlacer::decide(const TaskRecord* task, std::vector<HeftCandidat
   }
   // A calibrating model that would still finish later than a calibrated candidate if the device ran
   // twice as fast as measured so far cannot win: more samples would not change the decision, and
-  // calibrating it (a device 50x slower, say) would cost more than the models ever save.
+  // calibrating it (a device 50x slower, say) would cost more than the models ever save. One sample
+  // is not enough to judge: a device's first call is often cold (PoCL compiles the work-group
+  // function at the first launch, GPUs load modules lazily, pages are touched first), 4x and more.
   bool open = false;  // an uncalibrated candidate that might still win
   for (HeftCandidate& candidate : candidates) {
     if (candidate.modelled && !candidate.calibrating) continue;
-    candidate.dominated = candidate.modelled && candidate.samples > 0 &&
+    candidate.dominated = candidate.modelled && candidate.samples >= 2 &&
                           finish(candidate, candidate.run_ns * 0.5, backlog) > best_calibrated;
     open |= !candidate.dominated;
   }

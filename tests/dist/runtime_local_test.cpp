@@ -129,12 +129,34 @@ TEST(DistributedLocal, OwnersOutsideTheWorldAreErrors) {
                Error);
 }
 
-TEST(DistributedLocal, LocalFailuresReachWaitAll) {
+// One process is a world of one rank, failures included: the first wait_all() rethrows the task's own
+// exception; from then on submit(), wait_all() and barrier() throw Error(task_failed) naming the task,
+// as every rank does under MPI; and destroying the Runtime ends nothing (no MPI to abort).
+TEST(DistributedLocal, LocalFailuresReachWaitAllAndStick) {
   Context context(with({}));
-  dist::Runtime world(context);
-  auto a = world.buffer<int>(10, 0);
-  world.submit([](std::span<int>) { throw std::runtime_error("boom"); }, dist::write(a));
-  EXPECT_THROW(world.wait_all(), std::runtime_error);
+  {
+    dist::Runtime world(context);
+    auto a = world.buffer<int>(10, 0);
+    auto b = world.buffer<int>(10, 0);
+    world.submit(
+        dist::TaskOptions{.name = "boom"}, [](std::span<int>) { throw std::runtime_error("injected"); },
+        dist::write(a));
+    EXPECT_THROW(world.wait_all(), std::runtime_error);
+    const auto expect_task_failed = [](auto call) {
+      try {
+        call();
+        ADD_FAILURE() << "the run failed: this must throw";
+      } catch (const Error& error) {
+        EXPECT_EQ(error.code(), ErrorCode::task_failed);
+        EXPECT_NE(std::string(error.what()).find("task 'boom' failed on rank 0: injected"), std::string::npos)
+            << error.what();
+      }
+    };
+    expect_task_failed([&] { world.submit([](std::span<int> x) { x[0] = 1; }, dist::write(b)); });
+    expect_task_failed([&] { world.wait_all(); });
+    expect_task_failed([&] { world.barrier(); });
+  }
+  EXPECT_NO_THROW(context.wait_all());
 }
 
 TEST(DistributedLocal, BackendNoneUnderAnMpirunOfSeveralRanksIsAnError) {

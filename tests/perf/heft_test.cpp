@@ -127,6 +127,13 @@ TEST(HeftPlacer, EarliestFinishCalibrationAndDominance) {
   EXPECT_EQ(c[d.chosen].device, 0);
   EXPECT_TRUE(c[1].dominated);
   placer.done(placer.take(record(2)));
+  // One sample is not enough to judge (a first call is often cold): the slow-looking device learns.
+  c = {candidate(0, 2, 1000, 20), candidate(1, 1, 50000, 1)};
+  d = placer.decide(record(2), c, 1);
+  EXPECT_FALSE(c[1].dominated);
+  EXPECT_EQ(d.mode, detail::HeftMode::calibrating);
+  EXPECT_EQ(c[d.chosen].device, 1);
+  placer.done(placer.take(record(2)));
   // A calibrating device that might win (3x faster so far) still learns while it is free...
   c = {candidate(0, 2, 5000, 20), candidate(1, 1, 1500, 2)};
   d = placer.decide(record(3), c, 0);

@@ -39,6 +39,22 @@ TEST(HistoryModel, AFewSlowRunsBarelyMoveTheEstimate) {
   EXPECT_EQ(models.rows().at(0).entry.recalibrations, 0u);
 }
 
+// A first call that paid for a program build (912 ms for a 0.1 ms kernel, as PoCL's first launch
+// does) must not make the device look slow: while calibrating the estimate is the median, and the
+// settled mean clamps the cold call to 4x the median.
+TEST(HistoryModel, ACalibratingEntryIsNotFooledByAColdFirstCall) {
+  HistoryModels models({});
+  models.add("k", "device:1", 64, 912e6);
+  EXPECT_DOUBLE_EQ(models.estimate("k", "device:1", 64)->mean_ns, 912e6) << "one sample is all it knows";
+  models.add("k", "device:1", 64, 1e5);
+  EXPECT_DOUBLE_EQ(models.estimate("k", "device:1", 64)->mean_ns, 1e5);
+  for (int i = 0; i < 8; ++i) models.add("k", "device:1", 64, 1e5);
+  const auto settled = models.estimate("k", "device:1", 64);
+  EXPECT_FALSE(settled->calibrating);
+  EXPECT_DOUBLE_EQ(settled->mean_ns, (4e5 + 9 * 1e5) / 10) << "the cold call counts as 4x the median";
+  EXPECT_EQ(models.rows().at(0).entry.outliers, 1u);
+}
+
 TEST(HistoryModel, DriftRecalibrates) {
   HistoryModels models({});
   for (int i = 0; i < 20; ++i) models.add("k", "cpu", 8, 1000.0);
@@ -77,6 +93,31 @@ TEST(HistoryModel, SavedAndLoaded) {
   ASSERT_TRUE(estimate.has_value());
   EXPECT_EQ(estimate->samples, 12u);
   EXPECT_DOUBLE_EQ(estimate->mean_ns, 505.5);
+  std::filesystem::remove_all(directory);
+}
+
+// Damaged files must not steer placement: entries with impossible values are skipped (the rest of the
+// file is kept), and a count near 2^64 cannot wrap.
+TEST(HistoryModel, EntriesWithImpossibleValuesAreSkippedOnLoad) {
+  const auto directory = fresh_directory("nerve-models-damaged");
+  std::filesystem::create_directories(directory);
+  {
+    std::ofstream out(directory / "scale.json");
+    out << R"({"schema": "nerve.perfmodel/1", "kernel": "scale", "entries": [
+      {"device": "cpu", "footprint": 8, "samples": 100, "mean_ns": -5, "m2": -1},
+      {"device": "device:1", "footprint": 8, "samples": 18446744073709551615, "mean_ns": 10, "m2": 1},
+      {"device": "device:2", "footprint": 8, "samples": 20, "mean_ns": 10, "m2": 1, "recent_ns": -3},
+      {"device": "device:3", "footprint": 8, "samples": 12, "mean_ns": 700, "m2": 1200}]})";
+  }
+  HistoryModels models(directory);
+  models.load();
+  EXPECT_FALSE(models.estimate("scale", "cpu", 8).has_value()) << "a negative time";
+  EXPECT_FALSE(models.estimate("scale", "device:1", 8).has_value()) << "a count no run reaches";
+  EXPECT_FALSE(models.estimate("scale", "device:2", 8).has_value()) << "a negative recent average";
+  const auto kept = models.estimate("scale", "device:3", 8);
+  ASSERT_TRUE(kept.has_value());
+  EXPECT_DOUBLE_EQ(kept->mean_ns, 700.0);
+  EXPECT_NEAR(kept->stddev_ns, 10.4, 0.1);
   std::filesystem::remove_all(directory);
 }
 

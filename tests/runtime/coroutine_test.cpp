@@ -207,6 +207,49 @@ TEST_P(CoroutineTest, UnlaunchedCoroutineNeverRuns) {
   EXPECT_FALSE(ran);
 }
 
+// A coroutine launched into a cancelled group is one of the group's unstarted tasks: it never runs,
+// and its Task says cancelled. A coroutine that already started runs to its end.
+TEST_P(CoroutineTest, ACancelledGroupCancelsCoroutinesThatHaveNotStarted) {
+  std::atomic<int> ran{0};
+  auto body = [](Context& ctx, std::atomic<int>& count) -> CoTask<> {
+    count.fetch_add(1);
+    co_await ctx.submit([] {});
+    count.fetch_add(100);
+  };
+  TaskGroup group(*context);
+  group.cancel();
+  Task launched = launch(group, body(*context, ran));
+  group.wait();
+  EXPECT_EQ(ran.load(), 0);
+  EXPECT_THROW(launched.wait(), TaskCancelled);
+
+  // After the wait the cancel no longer applies (TaskGroup::cancel()): the next one runs.
+  Task next = launch(group, body(*context, ran));
+  group.wait();
+  EXPECT_NO_THROW(next.wait());
+  EXPECT_EQ(ran.load(), 101);
+}
+
+TEST_P(CoroutineTest, AnEmptyCoTaskIsAnErrorNotACrash) {
+  auto coroutine = [](Context& ctx) -> CoTask<> { co_await ctx.submit([] {}); }(*context);
+  EXPECT_TRUE(coroutine.valid());
+  Task first = launch(*context, std::move(coroutine));
+  EXPECT_FALSE(coroutine.valid());  // NOLINT(bugprone-use-after-move): the point of the test
+  try {
+    (void)launch(*context, std::move(coroutine));  // NOLINT(bugprone-use-after-move)
+    FAIL() << "an empty CoTask cannot be launched";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::invalid_argument);
+    EXPECT_THAT(error.what(), HasSubstr("empty CoTask"));
+  }
+  auto awaits_empty = [](CoTask<> empty) -> CoTask<> { co_await empty; };
+  Task failed =
+      launch(*context, awaits_empty(CoTask<>(std::move(coroutine))));  // NOLINT(bugprone-use-after-move)
+  EXPECT_THROW(failed.wait(), Error);
+  first.wait();
+  context->wait_all();
+}
+
 INSTANTIATE_TEST_SUITE_P(Runtime, CoroutineTest, NERVE_RUNTIME_PARAMS, runtime_param_name);
 
 }  // namespace

@@ -117,6 +117,9 @@ NERVE_API void coroutine_task_finish(TaskRecord* record, std::exception_ptr erro
 // resume_coroutine() resumes the coroutine whose handle address is `coroutine` as a new task, once
 // `after` (if not null) has finished, whatever its outcome.
 NERVE_API void resume_coroutine(ContextImpl* context, void* coroutine, TaskRecord* after);
+// start_coroutine() runs a launched coroutine's first stretch as a new task; if `launched` (its Task)
+// or its group is cancelled by then, the coroutine is destroyed unrun and `launched` finishes cancelled.
+NERVE_API void start_coroutine(ContextImpl* context, void* coroutine, TaskRecord* launched);
 // group_suspend() parks the coroutine in `group`: true when it will be resumed once the group is
 // empty, false when the group already is (resume now). Error(invalid_argument) if another coroutine
 // already waits for the group. group_resumed() is called by the coroutine once resumed.

@@ -7,6 +7,7 @@
 #include "memory/buffer_state.hpp"
 #include "task/kernel_task.hpp"
 #include "task/task_record.hpp"
+#include "util/monotonic_clock.hpp"
 
 namespace nerve::detail::opencl {
 namespace {
@@ -72,6 +73,9 @@ void OpenclDevice::launch(TaskRecord* task) {
                                                    launch.call.kernel_name, info().name));
     }
     cl_kernel kernel = programs_.kernel(*program, launch.call.kernel_name);
+    // The run starts now: building (or loading) the program on first use is not the kernel's time,
+    // and would teach the performance models that a fast device is slow.
+    task->start_ns = monotonic_ns();
     std::size_t queue_index = 0;
     cl_command_queue queue = engine_->next_queue(&queue_index);
     launch.call.queue = queue;

@@ -3,12 +3,19 @@
 #include <cstdio>
 #include <cstring>
 
+#include "nerve/device.hpp"
 #include "nerve/error.hpp"
 
 int main() {
   const char* busy = nerve::name(nerve::ErrorCode::busy);
   if (std::strcmp(busy, "busy") != 0) {
     std::fprintf(stderr, "consumer: nerve::name(busy) gave '%s'\n", busy);
+    return 1;
+  }
+  // Every free function of the public headers is exported from the shared library too.
+  if (std::strcmp(nerve::name(nerve::DeviceKind::opencl), "opencl") != 0) {
+    std::fprintf(stderr, "consumer: nerve::name(DeviceKind::opencl) gave '%s'\n",
+                 nerve::name(nerve::DeviceKind::opencl));
     return 1;
   }
   try {
