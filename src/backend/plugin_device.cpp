@@ -71,12 +71,13 @@ void run_cpu_body(const void* kernel, const KernelCall& call) {
 class PluginDevice final : public Device {
  public:
   PluginDevice(const DeviceInfo& info, const plugin::DeviceDescription& description,
-               std::unique_ptr<plugin::Device> device)
+               std::unique_ptr<plugin::Device> device, const plugin::OpenOptions& opened)
       : Device(info, std::make_unique<PluginMemoryNode>(static_cast<unsigned>(info.index),
                                                         fmt::format("{}{}", info.backend, info.index),
                                                         description, *device)),
         device_(std::move(device)),
-        description_(description) {}
+        description_(description),
+        opened_(opened) {}
 
   // drain() is idempotent (the contract): shutdown drained it already, unless opening failed.
   ~PluginDevice() override { device_->drain(); }
@@ -114,7 +115,9 @@ class PluginDevice final : public Device {
   }
 
   DeviceCapabilities capabilities() const noexcept override {
-    return DeviceCapabilities{description_.host_addressable, description_.unified_memory, 1, 0};
+    // The plugin runs its own queues and copies: what it reports is the bounds it was opened with.
+    return DeviceCapabilities{description_.host_addressable, description_.unified_memory,
+                              opened_.stream_count, opened_.max_pending_transfers};
   }
 
  private:
@@ -141,6 +144,7 @@ class PluginDevice final : public Device {
 
   std::unique_ptr<plugin::Device> device_;
   plugin::DeviceDescription description_;
+  plugin::OpenOptions opened_;  // the bounds the plugin was opened with
   DeviceHost* host_ = nullptr;
 };
 
@@ -170,7 +174,7 @@ class PluginBackend final : public Backend {
     }
     DeviceInfo described = info(description);
     described.index = options.index;
-    return std::make_unique<PluginDevice>(described, description, std::move(device));
+    return std::make_unique<PluginDevice>(described, description, std::move(device), open_options);
   }
 
  private:

@@ -182,7 +182,13 @@ bool BusModel::load_locked(const std::vector<MemoryNode*>& nodes) {
   }
 }
 
+std::string BusModel::save_error() const {
+  std::lock_guard lock(mutex_);
+  return save_error_;
+}
+
 void BusModel::save_locked() const noexcept {
+  save_error_.clear();
   if (directory_.empty()) return;
   try {
     // Keep links of nodes absent now (another device set may come back), replace the measured ones.
@@ -221,6 +227,10 @@ void BusModel::save_locked() const noexcept {
     std::filesystem::rename(temporary, file());
   } catch (const std::exception& failure) {
     log::warn("bus model not saved to {}: {}", directory_.string(), failure.what());
+    try {
+      save_error_ = failure.what();
+    } catch (...) {
+    }
   }
 }
 

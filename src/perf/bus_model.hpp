@@ -62,6 +62,8 @@ class BusModel {
   std::vector<std::string> node_names() const;
   unsigned measurements() const noexcept { return measurements_; }  // calibrate() runs, for tests
   std::filesystem::path file() const;
+  // save_error(): why the last save failed (empty: saved, or not persisted).
+  std::string save_error() const;
 
  private:
   bool load_locked(const std::vector<MemoryNode*>& nodes);
@@ -76,6 +78,7 @@ class BusModel {
   std::atomic<std::size_t> node_count_{0};  // names_.size(), published once links_ are set
   std::vector<BusLink> links_;              // names_.size()², [from * n + to]
   unsigned measurements_ = 0;
+  mutable std::string save_error_;
 };
 
 }  // namespace nerve::detail

@@ -18,9 +18,9 @@ Kernel make_increment() {
 }
 
 // A context with NERVE_PLUGIN_PATH = `directory` while it is created.
-std::unique_ptr<Context> context_with_plugins(const char* directory, const std::string& devices) {
+std::unique_ptr<Context> context_with_plugins(const char* directory, const std::string& devices,
+                                              Settings settings = make_settings(2)) {
   ::setenv("NERVE_PLUGIN_PATH", directory, 1);
-  Settings settings = make_settings(2);
   settings.set("gpu.devices", devices);
   try {
     auto context = std::make_unique<Context>(settings);
@@ -69,6 +69,21 @@ TEST(BackendPlugin, DevicesOfAPluginRunKernelTasks) {
   }
   context->wait_all();
   expect_no_leaks(*context);
+}
+
+// A plugin device runs its own queues and copies: nerve reports (nerve-info, stats) the bounds it was
+// opened with, gpu.stream_count and gpu.max_pending_transfers.
+TEST(BackendPlugin, CapabilitiesReportTheBoundsThePluginWasOpenedWith) {
+  Settings settings = make_settings(2);
+  settings.set("gpu.stream_count", "3");
+  settings.set("gpu.max_pending_transfers", "7");
+  auto context = context_with_plugins(NERVE_TEST_PLUGIN_DIR, "sim", settings);
+  ASSERT_FALSE(context->impl()->devices.empty());
+  for (const auto& device : context->impl()->devices) {
+    const detail::DeviceCapabilities capabilities = device->capabilities();
+    EXPECT_EQ(capabilities.queues, 3u);
+    EXPECT_EQ(capabilities.max_pending_transfers, 7u);
+  }
 }
 
 TEST(BackendPlugin, GpuDevicesSelectsAmongPluginDevicesByIndexAndName) {

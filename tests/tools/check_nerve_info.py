@@ -252,6 +252,14 @@ def case_calibrate(binary):
             check(os.path.exists(saved), "bus.json not saved")
             with open(saved) as file:
                 check(json.load(file)["schema"] == "nerve.busmodel/1", "bus.json schema")
+        check(document["saved"] is True, f"saved: {document}")
+        # A model_dir that cannot be written: the matrix is printed, but the run fails (exit 1) saying so.
+        not_a_directory = os.path.join(directory, "plain-file")
+        with open(not_a_directory, "w") as file:
+            file.write("x")
+        result = run(binary, "--calibrate", "--set", f"perf.model_dir={not_a_directory}", expect_status=1)
+        check("NOT saved to" in result.stdout, f"--calibrate claimed a save:\n{result.stdout}")
+        check("not saved" in result.stderr, f"no error on stderr:\n{result.stderr}")
 
 
 CASES = {name[len("case_"):]: function for name, function in globals().items() if name.startswith("case_")}

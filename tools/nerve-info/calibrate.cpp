@@ -16,7 +16,7 @@
 
 namespace nerve::info {
 
-std::string calibrate_bus(const Settings& settings, bool json) {
+std::string calibrate_bus(const Settings& settings, bool json, std::string& save_error) {
   const Context context(settings);
   detail::ContextImpl& impl = *context.impl();
   const auto nodes = impl.memory_nodes();
@@ -25,6 +25,7 @@ std::string calibrate_bus(const Settings& settings, bool json) {
                                               : std::filesystem::path(impl.config.perf.model_dir);
   detail::BusModel bus(directory);
   bus.calibrate(nodes);
+  save_error = bus.save_error();
   if (json) {
     nlohmann::json links = nlohmann::json::array();
     for (unsigned from = 0; from < nodes.size(); ++from) {
@@ -37,12 +38,15 @@ std::string calibrate_bus(const Settings& settings, bool json) {
                          {"bytes_per_second", link.bytes_per_ns * 1e9}});
       }
     }
-    return nlohmann::json{{"schema", "nerve.busmodel/1"}, {"file", bus.file().string()}, {"links", links}}
+    return nlohmann::json{{"schema", "nerve.busmodel/1"},
+                          {"file", bus.file().string()},
+                          {"saved", save_error.empty()},
+                          {"links", links}}
                .dump(2) +
            "\n";
   }
-  std::string out =
-      fmt::format("Bus calibration ({} memory nodes; saved to {})\n", nodes.size(), bus.file().string());
+  std::string out = fmt::format("Bus calibration ({} memory nodes; {} {})\n", nodes.size(),
+                                save_error.empty() ? "saved to" : "NOT saved to", bus.file().string());
   if (nodes.size() < 2) return out + "  only host memory: nothing to measure (no devices)\n";
   out += "  latency (us) / bandwidth (GB/s), from row to column\n";
   out += fmt::format("  {:<16}", "");

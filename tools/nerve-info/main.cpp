@@ -85,9 +85,14 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
     if (options.calibrate) {
-      const std::string out = nerve::info::calibrate_bus(make_settings(options), options.json);
+      std::string save_error;
+      const std::string out = nerve::info::calibrate_bus(make_settings(options), options.json, save_error);
       std::fwrite(out.data(), 1, out.size(), stdout);
       std::fflush(stdout);
+      if (!save_error.empty()) {  // measured, but heft will not find it: that is a failure
+        std::cerr << "nerve-info: error: the bus model was measured but not saved: " << save_error << '\n';
+        return exit_failure;
+      }
       return std::ferror(stdout) ? exit_failure : 0;
     }
     const nerve::info::Report report = nerve::info::inspect(make_settings(options), NERVE_VERSION_STRING);
@@ -104,6 +109,11 @@ int main(int argc, char** argv) {
   } catch (const nerve::ConfigError& error) {
     std::cerr << "nerve-info: " << error.what() << '\n';
     return exit_usage;
+  } catch (const nerve::Error& error) {
+    // Configuration errors that are not ConfigError (a plugin that does not load) are usage errors too.
+    std::cerr << "nerve-info: " << (error.code() == nerve::ErrorCode::invalid_config ? "" : "error: ")
+              << error.what() << '\n';
+    return error.code() == nerve::ErrorCode::invalid_config ? exit_usage : exit_failure;
   } catch (const std::exception& error) {
     std::cerr << "nerve-info: error: " << error.what() << '\n';
     return exit_failure;

@@ -91,7 +91,8 @@ std::string print_config(const Config& config);
 std::string print_devices(const std::vector<DeviceInfo>& devices);
 // calibrate_bus() measures the bus between every pair of memory nodes of a context made from
 // `settings`, saves it to perf.model_dir/bus.json (heft reads it) and renders the matrix.
-std::string calibrate_bus(const Settings& settings, bool json);
+// `save_error` receives why the file could not be written (empty: saved).
+std::string calibrate_bus(const Settings& settings, bool json, std::string& save_error);
 
 // report_to_json() gives the document described in docs/NERVE_INFO.md.
 nlohmann::ordered_json report_to_json(const Report& report);
