@@ -11,8 +11,9 @@
 // on the range and grain, never on timing or the worker count, so for a given grain the result has
 // the same bits on every run and every number of workers. `reduce` must be associative; `identity`
 // is returned for an empty range. With grain 0 the grain depends on the worker count (about four
-// pieces per worker) — unless parallel.deterministic_mode is on, which fixes it (64 pieces), so a
-// floating-point reduction gives the same bits on every run and every worker count.
+// pieces per worker) — unless parallel.deterministic_mode is on, which fixes it (grain = count / 64,
+// so the halving tree has 64 to 128 leaves whatever the workers), so a floating-point reduction gives
+// the same bits on every run and every worker count.
 #pragma once
 
 #include <cstddef>

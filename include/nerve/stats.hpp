@@ -70,6 +70,10 @@ struct TaskTimes {
   std::int64_t start_ns = 0;
   std::int64_t end_ns = 0;
   std::uint64_t bytes_moved = 0;  // bytes copied between memory nodes for it
+  // How it ended: "succeeded", "failed" (its body threw or its kernel failed), "cancelled" (a
+  // predecessor failed, or its group was cancelled: it never ran), or "deferred" (its body handed
+  // completion to another thread, which had not finished it when it was recorded).
+  std::string status = "succeeded";
 };
 
 // perf.enable_counters: process-wide counters sampled every perf.counter_interval_ms.

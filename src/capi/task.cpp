@@ -29,8 +29,9 @@ TaskAccess declared_access(nerve_buffer* buffer, Access mode, std::size_t offset
   }
   if (whole_buffer) return {buffer, 0, handle.bytes, mode};
   if (offset > handle.bytes || size > handle.bytes - offset) {
-    fail(ErrorCode::buffer_misuse,
-         fmt::format("access to bytes [{}, {}) is outside {}", offset, offset + size, describe(handle)));
+    fail(ErrorCode::buffer_misuse, fmt::format("access to bytes [{}, {}) is outside {}", offset,
+                                               static_cast<unsigned __int128>(offset) + size,  // never wraps
+                                               describe(handle)));
   }
   return {buffer, offset, size, mode};
 }

@@ -1,5 +1,8 @@
 #include "perf/decision_log.hpp"
 
+#include <cerrno>
+#include <cstring>
+
 #include <fmt/format.h>
 
 #include "nerve/error.hpp"
@@ -8,10 +11,12 @@ namespace nerve::detail {
 
 DecisionLog::DecisionLog(const std::filesystem::path& path, bool annotate) : annotate_(annotate) {
   if (path.empty()) return;
+  errno = 0;
   file_.open(path, std::ios::out | std::ios::trunc);
   if (!file_) {
-    throw Error(ErrorCode::invalid_argument,
-                fmt::format("perf.decision_log: cannot create '{}'", path.string()));
+    throw ConfigError(fmt::format("perf.decision_log: cannot create '{}': {}", path.string(),
+                                  errno != 0 ? std::strerror(errno) : "open failed"),
+                      "perf.decision_log");
   }
 }
 

@@ -57,16 +57,19 @@ void PerfMonitor::task_ready(TaskRecord* task, bool submission) noexcept {
   task->data_valid_ns = now;  // dispatch() moves it later when copies were needed
 }
 
-void PerfMonitor::device_task(ThreadState& thread, const TaskRecord& task, std::int64_t start_ns) {
+void PerfMonitor::device_task(ThreadState& thread, const TaskRecord& task, std::int64_t start_ns,
+                              std::uint32_t outcome) {
   const std::int64_t end = monotonic_ns();
   DeviceActivity& activity = devices_[task.device];
   activity.tasks.fetch_add(1, std::memory_order_relaxed);
   activity.busy_ns.fetch_add(static_cast<std::uint64_t>(end - start_ns), std::memory_order_relaxed);
-  model_sample(task, task.device, end - start_ns);
+  if (outcome == status_succeeded)
+    model_sample(task, task.device, end - start_ns);  // a failure is no run time
   if (!records_tasks_) return;
   TaskEvent event = begin_event(&task, task.device, -1);
   event.start_ns = start_ns;
   event.end_ns = end;
+  event.outcome = outcome;
   record(thread, std::move(event));
 }
 
@@ -85,6 +88,15 @@ void PerfMonitor::edge(ThreadState& thread, const TaskRecord* from, const TaskRe
   log.edges.push_back(EdgeEvent{from->trace_id, to->trace_id});
 }
 
+const char* outcome_name(std::uint32_t outcome) noexcept {
+  switch (outcome) {
+    case status_succeeded: return "succeeded";
+    case status_failed: return "failed";
+    case status_cancelled: return "cancelled";
+    default: return "deferred";
+  }
+}
+
 TaskEvent PerfMonitor::begin_event(const TaskRecord* task, int device, int worker) const {
   return TaskEvent{task->trace_id,
                    task->name != nullptr ? std::string(task->name) : std::string(),
@@ -95,7 +107,8 @@ TaskEvent PerfMonitor::begin_event(const TaskRecord* task, int device, int worke
                    task->data_valid_ns,
                    monotonic_ns(),
                    0,
-                   task->bytes_moved.load(std::memory_order_relaxed)};
+                   task->bytes_moved.load(std::memory_order_relaxed),
+                   status_succeeded};
 }
 
 namespace {
@@ -221,9 +234,11 @@ void MonitoredExecutor::execute(TaskRecord* task, ThreadState& thread) {
   const void* executed = task;
   context_.execute(task, thread);
   // Its end is when finish() ran (before releasing its successors), else (deferred) now.
-  event.end_ns = thread.perf_finished_task == executed ? thread.perf_finished_ns : monotonic_ns();
+  const bool finished_here = thread.perf_finished_task == executed;
+  event.end_ns = finished_here ? thread.perf_finished_ns : monotonic_ns();
+  event.outcome = finished_here ? thread.perf_finished_outcome : status_running;
   thread.perf_finished_task = nullptr;
-  if (modelled)
+  if (modelled && event.outcome == status_succeeded)
     perf.models()->add(kernel, model_device(0), footprint,
                        static_cast<double>(event.end_ns - event.start_ns));
   perf.record(thread, std::move(event));

@@ -39,7 +39,12 @@ struct TaskEvent {
   int worker;
   std::int64_t submitted_ns, ready_ns, data_valid_ns, start_ns, end_ns;  // absolute monotonic_ns
   std::uint64_t bytes_moved;
+  std::uint32_t outcome = 0;  // status_succeeded, _failed, _cancelled; status_running: deferred
 };
+
+// outcome_name(): "succeeded", "failed", "cancelled", or "deferred" (any other status): how the
+// records (TaskTimes::status) and the trace name a TaskEvent's outcome.
+const char* outcome_name(std::uint32_t outcome) noexcept;
 
 struct EdgeEvent {
   std::uint64_t from;  // predecessor's id
@@ -82,7 +87,7 @@ class PerfMonitor final : public TransferObserver {
 
   // device_task(): `task` ran on its device from start_ns until now (always; records it when
   // recording). Called before the task finishes, from the device's thread.
-  void device_task(ThreadState& thread, const TaskRecord& task, std::int64_t start_ns);
+  void device_task(ThreadState& thread, const TaskRecord& task, std::int64_t start_ns, std::uint32_t outcome);
 
   // --- recording (only called when records_tasks())
   // task_submitted(): numbers a task that may have predecessors (before its edges are added).

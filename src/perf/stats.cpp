@@ -1,6 +1,8 @@
 #include "perf/stats.hpp"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 
 #include <fmt/format.h>
@@ -31,7 +33,8 @@ TaskTimes to_task_times(const TaskEvent& event, std::int64_t epoch) {
                    relative(event.data_valid_ns),
                    relative(event.start_ns),
                    relative(event.end_ns),
-                   event.bytes_moved};
+                   event.bytes_moved,
+                   outcome_name(event.outcome)};
 }
 
 }  // namespace
@@ -210,7 +213,8 @@ nlohmann::json stats_to_json(const ContextStats& stats) {
                          {"data_valid_ns", task.data_valid_ns},
                          {"start_ns", task.start_ns},
                          {"end_ns", task.end_ns},
-                         {"bytes_moved", task.bytes_moved}});
+                         {"bytes_moved", task.bytes_moved},
+                         {"status", task.status}});
     }
     tasks["records"] = std::move(records);
     tasks["records_dropped"] = stats.task_records_dropped;
@@ -258,12 +262,19 @@ nlohmann::json stats_to_json(const ContextStats& stats) {
 }
 
 void write_perf_stats(const ContextImpl& context, const std::filesystem::path& path) {
+  const auto reason = [] { return errno != 0 ? std::strerror(errno) : "write failed"; };
+  errno = 0;
   std::ofstream out(path);
-  if (!out)
-    throw Error(ErrorCode::invalid_argument, fmt::format("cannot write perf stats to '{}'", path.string()));
+  if (!out) {
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("cannot write perf stats to '{}': {}", path.string(), reason()));
+  }
   out << stats_to_json(collect_stats(context)).dump(2) << '\n';
-  if (!out)
-    throw Error(ErrorCode::invalid_argument, fmt::format("failed writing perf stats to '{}'", path.string()));
+  out.flush();
+  if (!out) {
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("failed writing perf stats to '{}': {}", path.string(), reason()));
+  }
 }
 
 }  // namespace nerve::detail

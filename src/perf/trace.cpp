@@ -101,7 +101,8 @@ nlohmann::json trace_to_json(const ContextImpl& context) {
     if (task.ready_ns != 0) args["ready_us"] = us(task.ready_ns);
     if (task.data_valid_ns != 0) args["data_valid_us"] = us(task.data_valid_ns);
     args["bytes_moved"] = task.bytes_moved;  // 0 included: docs/TRACING.md lists it on every slice
-    if (context.decisions != nullptr) {      // scheduler.policy heft: why it ran where it did
+    args["status"] = outcome_name(task.outcome);
+    if (context.decisions != nullptr) {  // scheduler.policy heft: why it ran where it did
       if (auto placement = context.decisions->annotation(task.id)) args["placement"] = std::move(*placement);
     }
     events.push_back({{"ph", "X"},

@@ -72,8 +72,10 @@ std::uint64_t buffer_id(const BufferState* buffer) noexcept { return buffer->id;
 void buffer_check_range(const BufferState* buffer, std::size_t offset, std::size_t size) {
   buffer->check_usable("access");
   if (offset > buffer->bytes || size > buffer->bytes - offset) {
-    throw Error(ErrorCode::buffer_misuse, fmt::format("access to bytes [{}, {}) is outside {}", offset,
-                                                      offset + size, buffer->describe()));
+    // The end in 128 bits: offset + size may not fit size_t, and the message must not wrap.
+    throw Error(ErrorCode::buffer_misuse,
+                fmt::format("access to bytes [{}, {}) is outside {}", offset,
+                            static_cast<unsigned __int128>(offset) + size, buffer->describe()));
   }
 }
 

@@ -71,7 +71,7 @@ void ContextImpl::complete(TaskRecord* task, Device& /*device*/, std::exception_
     outcome = status_failed;
   }
   ThreadState& thread = current_thread();
-  perf->device_task(thread, *task, task->start_ns);
+  perf->device_task(thread, *task, task->start_ns, outcome);
   if (heft != nullptr) heft_finished(task);
   finish(task, thread, outcome);
 }
@@ -231,7 +231,7 @@ void ContextImpl::run_on_device(TaskRecord* task, Device& device) {
     }
     const std::int64_t start = monotonic_ns();
     outcome = invoke_closure(task, thread, views.data());
-    perf->device_task(thread, *task, start);
+    perf->device_task(thread, *task, start, outcome);
   }
   if (heft != nullptr) heft_finished(task);
   destroy_closure(task);

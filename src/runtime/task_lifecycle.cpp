@@ -425,6 +425,7 @@ void ContextImpl::finish(TaskRecord* task, ThreadState& thread, std::uint32_t ou
   if (recorder != nullptr) [[unlikely]] {  // the task's end_ns: before any successor is ready
     thread.perf_finished_task = task;
     thread.perf_finished_ns = monotonic_ns();
+    thread.perf_finished_outcome = outcome;
   }
   if (task->lean) {
     task->status.store(outcome, std::memory_order_release);  // nobody waits for it or follows it

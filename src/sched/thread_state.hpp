@@ -45,6 +45,7 @@ struct alignas(cache_line_size) ThreadState {
   // task's successors, so a successor's ready time is never before its predecessor's end.
   const void* perf_finished_task = nullptr;
   std::int64_t perf_finished_ns = 0;
+  std::uint32_t perf_finished_outcome = 0;
 
   void count_submitted() noexcept {
     submitted.store(submitted.load(std::memory_order_relaxed) + 1, std::memory_order_release);

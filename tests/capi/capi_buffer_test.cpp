@@ -128,7 +128,7 @@ TEST_P(CapiBufferTest, AccessRangesAreChecked) {
   EXPECT_NERVE_ERROR(nerve_task_add_access(task, buffer, NERVE_ACCESS_WRITE, 101, 1),
                      NERVE_ERROR_BUFFER_MISUSE, "outside");
   EXPECT_NERVE_ERROR(nerve_task_add_access(task, buffer, NERVE_ACCESS_WRITE, 8, SIZE_MAX),
-                     NERVE_ERROR_BUFFER_MISUSE, "outside");
+                     NERVE_ERROR_BUFFER_MISUSE, "[8, 18446744073709551623) is outside");  // no wrap
   EXPECT_NERVE_ERROR(nerve_task_add_access(task, buffer, NERVE_ACCESS_WRITE, 0, 0),
                      NERVE_ERROR_INVALID_ARGUMENT, "at least one byte");
   EXPECT_NERVE_ERROR(nerve_task_add_access(task, buffer, static_cast<nerve_access_mode_t>(0), 0, 4),

@@ -481,6 +481,20 @@ TEST(Heft, DecisionLogOnlyUnderHeftAndHeftRunsWithoutDevices) {
   }
   EXPECT_TRUE(std::filesystem::exists(log)) << "created under heft";
   EXPECT_TRUE(read_lines(log).empty()) << "without devices there is nothing to decide";
+  // A log that cannot be created is a configuration error naming the key and the system's reason.
+  {
+    Settings settings = policy_settings("heft", models);
+    settings.set("perf.decision_log", "/proc/no/such/dir/decisions.jsonl");
+    try {
+      Context context(settings);
+      ADD_FAILURE() << "the decision log cannot be created";
+    } catch (const Error& error) {
+      EXPECT_EQ(error.code(), ErrorCode::invalid_config);
+      EXPECT_NE(std::string(error.what()).find("perf.decision_log"), std::string::npos) << error.what();
+      EXPECT_NE(std::string(error.what()).find("No such file or directory"), std::string::npos)
+          << error.what();
+    }
+  }
   std::filesystem::remove_all(models);
   std::filesystem::remove(log);
 }

@@ -101,6 +101,7 @@ TEST(PerfStats, RecordTasksGivesTimesDeviceAndBytesPerTask) {
   EXPECT_EQ(device_task["bytes_moved"], 4096) << "the buffer was copied to the device";
   EXPECT_EQ(cpu_task["bytes_moved"], 4096) << "and back to the host";
   EXPECT_LE(device_task["end_ns"].get<std::int64_t>(), cpu_task["start_ns"].get<std::int64_t>());
+  for (const auto& record : records) EXPECT_EQ(record["status"], "succeeded") << record;
 
   ASSERT_EQ(json["devices"].size(), 2u);
   const auto& test_device = json["devices"][1];

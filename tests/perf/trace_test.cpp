@@ -3,6 +3,7 @@
 // arrows along dependencies, utilisation counters.
 #include <map>
 #include <set>
+#include <stdexcept>
 
 #include "perf/perf_test.hpp"
 
@@ -123,6 +124,29 @@ TEST(Trace, FlowArrowsJoinTheTasksOfAnEdge) {
     if (event["ph"] == "f") EXPECT_EQ(event["ts"].get<double>(), start_of.at("reader"));
   }
   EXPECT_EQ(flows, 1);
+}
+
+// Failures are visible on the timeline: a failed task's slice says so, its cancelled dependent too.
+TEST(Trace, SlicesSayHowEachTaskEnded) {
+  const auto path = temp_file("nerve-trace-status");
+  {
+    Settings settings = make_settings(2);
+    settings.set("perf.trace", path.string());
+    Context context(settings);
+    Buffer<int> data(context, std::vector<int>(4, 0));
+    context.spawn(TaskOptions{.name = "fine"}, [] {});
+    context.spawn(
+        TaskOptions{.name = "boom"}, [](std::span<int>) { throw std::runtime_error("injected"); },
+        write(data));
+    context.spawn(
+        TaskOptions{.name = "after-boom"}, [](std::span<const int>) {}, read(data));
+    EXPECT_THROW(context.wait_all(), std::runtime_error);
+  }
+  const TraceSummary summary = summarise(load_json(path));
+  std::filesystem::remove(path);
+  EXPECT_EQ(summary.task_args.at("fine")["status"], "succeeded");
+  EXPECT_EQ(summary.task_args.at("boom")["status"], "failed");
+  EXPECT_EQ(summary.task_args.at("after-boom")["status"], "cancelled");
 }
 
 TEST(Trace, OffByDefault) {

@@ -111,6 +111,8 @@ int main(int argc, char** argv) {
     } else if (arg == "--") {
       ++first;
       break;
+    } else if (arg == "--config" || arg == "-np" || arg == "-n" || arg == "--hostfile") {
+      usage((arg + " needs a value").c_str());
     } else if (arg.starts_with("-")) {
       usage(("unknown option " + arg).c_str());
     } else {
@@ -157,7 +159,17 @@ int main(int argc, char** argv) {
       }
       hostfile = path;
     }
-    if (!dry_run || !temporary_hostfile_name) std::ofstream(hostfile) << hosts;
+    if (!dry_run || !temporary_hostfile_name) {
+      std::ofstream out(hostfile);
+      out << hosts;
+      out.close();
+      if (!out) {  // mpirun would only say "internal error" about a file that is not there
+        std::fprintf(stderr, "nerve-run: cannot write the hostfile %s: %s\n", hostfile.c_str(),
+                     errno != 0 ? std::strerror(errno) : "write failed");
+        if (temporary_hostfile) std::filesystem::remove(hostfile);
+        return 2;
+      }
+    }
     command.insert(command.end(), {"--hostfile", hostfile});
   }
   command.insert(command.end(), {"-np", std::to_string(ranks)});
