@@ -231,9 +231,15 @@ int main(int argc, char** argv) {
   std::size_t mixed_wrong = n;
   if (context.devices().size() > 1) {
     const nerve::Kernel add = add_kernel();
-    fill_in_tasks(context, buffer_a, buffer_b, buffer_c, options.chunk);
+    // OpenCL starts a sub-buffer (a slice on the device) only at aligned offsets (up to 4 KiB on
+    // some devices, docs/BACKENDS.md): the device's chunks start at multiples of 1024 floats.
+    constexpr std::size_t device_granule = 1024;
+    const std::size_t mixed_chunk = (options.chunk + device_granule - 1) / device_granule * device_granule;
+    if (mixed_chunk != options.chunk)
+      std::printf("  (CPU + OpenCL: chunk rounded up to %zu, a multiple of 4 KiB)\n", mixed_chunk);
+    fill_in_tasks(context, buffer_a, buffer_b, buffer_c, mixed_chunk);
     const double mixed = median_seconds(options.repeat, [&] {
-      add_on_cpu_and_device(context, add, buffer_a, buffer_b, buffer_c, options.chunk);
+      add_on_cpu_and_device(context, add, buffer_a, buffer_b, buffer_c, mixed_chunk);
     });
     mixed_wrong = first_wrong(buffer_c.map_read().span());
     const std::string label = "nerve CPU workers + '" + context.devices()[1].name.substr(0, 18) + "'";

@@ -1,6 +1,7 @@
 // buffer.hpp — typed handles to logical data that tasks read and write.
 //
-// A Buffer<T> names `size()` elements of trivially copyable T owned by a Context. Handles are cheap
+// A Buffer<T> names `size()` elements of trivially copyable T (alignof(T) at most 64: buffer data is
+// 64-byte aligned in every memory) owned by a Context. Handles are cheap
 // to copy (a reference count); the data is released when the last handle and the last task using it
 // are gone. slice(offset, count) gives a view of a sub-range; tasks that access disjoint slices of
 // one buffer do not depend on each other.
@@ -97,6 +98,8 @@ template <class T>
 class Buffer {
   static_assert(std::is_trivially_copyable_v<T>, "buffer elements are moved between memories byte-wise");
   static_assert(!std::is_const_v<T>, "use Buffer<T>; read-only access is a property of the task");
+  static_assert(alignof(T) <= 64,
+                "buffer data is 64-byte aligned: an over-aligned element type would be misaligned");
 
  public:
   using value_type = T;

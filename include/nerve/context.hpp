@@ -162,7 +162,9 @@ class TaskGroup {
   }
 
   // wait() waits for the group's tasks; rethrows the first failure (once). Waiting while this
-  // thread holds a mapping that one of them waits for is Error(buffer_misuse) (it would never end).
+  // thread holds a mapping that one of them waits for is Error(buffer_misuse), and waiting from
+  // inside one of the group's own tasks is Error(invalid_argument) (either would never end; wait
+  // for a nested group instead).
   void wait() { detail::group_wait(context_, &state_); }
   // wait_for(): false if the group is not done within `timeout`; like Task::wait_for(), it runs no
   // other task meanwhile unless the context has a single worker slot.
@@ -184,8 +186,12 @@ class TaskGroup {
 };
 
 // TaskPool: a bulk launch of mutually independent tasks (the seed's nerve_task_pool_*). Tasks added
-// to a pool never depend on each other, whatever their accesses; the pool as a whole is ordered
-// against everything outside it by the union of its tasks' accesses. Tasks start at launch().
+// to a pool never depend on each other, whatever their accesses (so TaskOptions::after is refused
+// there: Error(invalid_argument)); the pool as a whole is ordered against everything outside it by
+// the union of its tasks' accesses, at its place in the submission order when it is launched (work
+// submitted before launch() does not wait for it). Tasks start at launch(). The pool fails as a
+// whole: after one of its tasks failed, later work touching any of the pool's accesses is cancelled
+// with that cause until a write replaces the data. The expected task count is a hint.
 // Destroying a pool that was never launched discards its tasks without running them. A pool may
 // outlive its Context object; launching it then throws Error(invalid_argument).
 class TaskPool {
@@ -213,6 +219,7 @@ class TaskPool {
 
   void launch() { detail::pool_launch(pool_); }
   // wait_all() launches if needed, waits for every task of the pool and rethrows the first failure.
+  // From inside one of the pool's own tasks it is Error(invalid_argument): it would wait for itself.
   void wait_all() { detail::pool_wait(pool_); }
   std::size_t size() const noexcept { return detail::pool_size(pool_); }
   bool launched() const noexcept { return detail::pool_launched(pool_); }

@@ -286,11 +286,16 @@ typedef struct nerve_task_pool nerve_task_pool_t;
 
 /* A task pool is a bulk launch of mutually independent tasks: tasks submitted to one pool never
  * depend on each other, whatever their accesses; the pool as a whole is ordered against everything
- * outside it by the union of its tasks' accesses, and its tasks start together at launch.
+ * outside it by the union of its tasks' accesses, and its tasks start together at launch. The pool
+ * takes its place in the submission order when it is launched (not when its tasks are submitted):
+ * work submitted before the launch does not wait for it. It fails as a whole: if one of its tasks
+ * fails, later work touching any of the pool's accesses is cancelled with that cause, until a write
+ * (or write-only mapping) replaces the data.
  * nerve_task_pool_create() makes a pool for about `capacity` tasks (a hint: more work, they grow the
- * pool). NULL on error. */
+ * pool; a huge hint is only a hint). NULL on error. */
 NERVE_API nerve_task_pool_t* nerve_task_pool_create(nerve_context_t* ctx, size_t capacity);
-/* nerve_task_pool_create_ex() is nerve_task_pool_create() with descriptors of `desc_size` bytes. */
+/* nerve_task_pool_create_ex() is nerve_task_pool_create() with descriptors of `desc_size` bytes
+ * (1 byte to 16 MiB; another size is NERVE_ERROR_INVALID_ARGUMENT). */
 NERVE_API nerve_task_pool_t* nerve_task_pool_create_ex(nerve_context_t* ctx, size_t capacity,
                                                        size_t desc_size);
 /* nerve_task_pool_alloc_desc() gives zeroed memory for one task descriptor (the pool's descriptor size,
@@ -300,8 +305,8 @@ NERVE_API void* nerve_task_pool_alloc_desc(nerve_task_pool_t* pool);
  * after). It consumes the task whether it succeeds or not. */
 NERVE_API nerve_status_t nerve_task_pool_submit(nerve_task_pool_t* pool, nerve_task_t* task);
 /* nerve_task_pool_launch() starts the pool's tasks once the pool's predecessors have finished. A second
- * launch does nothing. Known limitation: if a buffer used by the pool's tasks was freed after they were
- * submitted, the launch fails with NERVE_ERROR_BUFFER_MISUSE; free buffers after launching. */
+ * launch does nothing. A buffer freed after the pool's tasks were submitted stays alive for them (as
+ * for any submitted task). */
 NERVE_API nerve_status_t nerve_task_pool_launch(nerve_task_pool_t* pool);
 /* nerve_task_pool_wait_all() launches the pool if needed and waits for all its tasks; then reports the
  * first failure among them (once). Blocks. */

@@ -62,6 +62,7 @@ class Task {
 
   // wait() blocks until the task is done (a worker thread runs other tasks meanwhile), then rethrows
   // its failure (which Context::wait_all() then does not report again), or throws TaskCancelled.
+  // Called by the task's own body it would never return: Error(invalid_argument).
   void wait() const { detail::task_wait(checked(), -1); }
   // wait_for() returns false if the task is not done within `timeout`. It runs no other task
   // meanwhile (one could outlast the timeout) — except in a context with a single worker slot,
@@ -101,7 +102,10 @@ struct Priority {
 struct TaskOptions {
   // A name for error messages, traces and statistics; must outlive the task (a string literal).
   const char* name = nullptr;
-  // Tasks that must finish before this one starts, in addition to the inferred dependencies.
+  // Tasks that must finish before this one starts, in addition to the inferred dependencies. A task
+  // that failed or was cancelled cancels this one (with its cause); one that already finished well is
+  // no constraint. Each must be a task of the same Context, and tasks added to a TaskPool cannot have
+  // any: both are Error(invalid_argument) at submit.
   std::vector<Task> after;
   // A hint that the task runs long: it is handed to the next worker round-robin (a per-device
   // queue) instead of the submitting worker's own deque, so a burst of such tasks starts on every

@@ -1,5 +1,6 @@
 #include "capi/descriptor_arena.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <new>
 #include <utility>
@@ -9,13 +10,15 @@ namespace {
 
 constexpr std::size_t alignment = alignof(std::max_align_t);
 constexpr std::size_t default_first_block = 16;
+constexpr std::size_t max_first_block = std::size_t{1} << 16;
 
 }  // namespace
 
 DescriptorArena::DescriptorArena(std::size_t capacity, std::size_t descriptor_size)
     : descriptor_size_(descriptor_size == 0 ? alignment
                                             : (descriptor_size + alignment - 1) / alignment * alignment),
-      next_block_descriptors_(capacity != 0 ? capacity : default_first_block) {}
+      // The capacity is a hint: a huge one starts with a bounded block and grows by doubling.
+      next_block_descriptors_(capacity != 0 ? std::min(capacity, max_first_block) : default_first_block) {}
 
 void DescriptorArena::BlockDeleter::operator()(std::byte* block) const noexcept {
   ::operator delete (block, std::align_val_t{alignment});

@@ -73,10 +73,12 @@ nerve_status_t nerve_task_pool_launch(nerve_task_pool_t* pool) {
 
 nerve_status_t nerve_task_pool_wait_all(nerve_task_pool_t* pool) {
   nerve_task_pool* checked = nullptr;
-  // Launch errors (a freed buffer, ...) are the caller's, not a task failure: report them as such.
+  // Launch errors and refused waits (inside one of the pool's own kernels, ...) are the caller's, not
+  // a task failure: report them as such.
   const nerve_status_t launched = guard("nerve_task_pool_wait_all", [&] {
     checked = &checked_pool(pool);
     nerve::detail::pool_launch(checked->state);
+    nerve::detail::pool_check_wait(checked->state);
   });
   if (launched != NERVE_OK) return launched;
   try {

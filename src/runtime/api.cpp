@@ -64,6 +64,7 @@ bool task_wait(TaskRecord* record, std::int64_t timeout_ns) {
   ContextImpl& context = *record->context;
   TaskDone target{record};
   if (timeout_ns < 0 && !target.done()) {
+    refuse_waiting_for_itself([record](const TaskRecord* task) { return task == record; }, "Task::wait()");
     context.refuse_own_mapping_wait([record](const TaskRecord* task) { return task == record; }, "wait()",
                                     record->name != nullptr ? record->name : "(unnamed)");
   }
@@ -120,6 +121,8 @@ void group_done(GroupState* group) {
 }
 
 void refuse_group_deadlock(ContextImpl& context, GroupState* group) {
+  refuse_waiting_for_itself([group](const TaskRecord* task) { return task->group == group; },
+                            "TaskGroup::wait() for the task's own group");
   context.refuse_own_mapping_wait([group](const TaskRecord* task) { return task->group == group; },
                                   "TaskGroup::wait() for a task of the group");
 }
@@ -168,7 +171,9 @@ void group_destroy_wait(ContextImpl* context, GroupState* group) noexcept {
 
 PoolState* pool_create(ContextImpl* context, std::size_t expected_tasks) {
   auto* pool = new PoolState(live(context));
-  pool->members.reserve(expected_tasks);
+  // A hint: the members grow past it, and a huge one must not become a huge (or impossible) reserve.
+  constexpr std::size_t max_reserved_members = std::size_t{1} << 16;
+  pool->members.reserve(std::min(expected_tasks, max_reserved_members));
   context->add_external_reference();  // the pool may outlive the Context object
   return pool;
 }
@@ -178,15 +183,20 @@ void pool_launch(PoolState* pool) {
   pool->launch();
 }
 
+void pool_check_wait(PoolState* pool) {
+  if (TaskDone{pool->gate}.done()) return;
+  refuse_waiting_for_itself([pool](const TaskRecord* task) { return task->pool == pool; },
+                            "TaskPool::wait_all() for the task's own pool");
+  pool->context.refuse_own_mapping_wait([pool](const TaskRecord* task) { return task->pool == pool; },
+                                        "TaskPool::wait_all() for a task of the pool");
+}
+
 void pool_wait(PoolState* pool) {
   check_pool_context(pool);
   pool->launch();
   ContextImpl& context = pool->context;
+  pool_check_wait(pool);
   TaskDone target{pool->gate};
-  if (!target.done()) {
-    context.refuse_own_mapping_wait([pool](const TaskRecord* task) { return task->pool == pool; },
-                                    "TaskPool::wait_all() for a task of the pool");
-  }
   context.scheduler.wait(context.current_thread(), target);
   if (pool->has_error.load(std::memory_order_acquire)) {
     std::exception_ptr error = std::exchange(pool->first_error, nullptr);

@@ -260,6 +260,18 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
 // The exception a cancelled task reports: TaskCancelled carrying the original cause (if any).
 std::exception_ptr cancellation_error(const TaskRecord* task);
 
+// running_task_record(): the task whose body the calling thread is running (the innermost, when
+// waits nest), else null.
+TaskRecord* running_task_record() noexcept;
+[[noreturn]] void throw_waits_for_itself(const TaskRecord& running, const char* what);
+// refuse_waiting_for_itself(): Error(invalid_argument) when the calling thread runs a task that
+// `blocked` selects — a blocking wait for it could never return. `what` names the wait.
+template <class Blocked>
+void refuse_waiting_for_itself(Blocked&& blocked, const char* what) {
+  if (const TaskRecord* running = running_task_record(); running != nullptr && blocked(running)) [[unlikely]]
+    throw_waits_for_itself(*running, what);
+}
+
 // live(): the context behind a public handle; a moved-from nerve::Context has none, and using one
 // is Error(invalid_argument), not a crash.
 [[noreturn]] void throw_moved_from_context();

@@ -335,6 +335,13 @@ constexpr std::uint32_t outcome_deferred = 0xff;
 }  // namespace
 
 int running_device() noexcept { return running_device_index; }
+TaskRecord* running_task_record() noexcept { return running_task; }
+
+void throw_waits_for_itself(const TaskRecord& running, const char* what) {
+  throw Error(ErrorCode::invalid_argument,
+              fmt::format("{} inside task '{}' would wait for that task itself and never return", what,
+                          running.name != nullptr ? running.name : "(unnamed)"));
+}
 
 TaskRecord* defer_current_task() {
   TaskRecord* task = running_task;

@@ -6,6 +6,9 @@ Usage: check_benchmark.py <openclaw-benchmark> <case> [argument]; each case is o
   json            a quick run's --json validated against the documented schema; --config and a
                   NERVE_* variable recorded in the effective configuration with their origins
   config_error    a bad --config fails with exit 2 and names the key
+  usage           every usage error exits 2 before anything runs: options unknown or out of range,
+                  unknown --scaling workloads, --trace without --html, a non-numeric --param, a
+                  --compare or --from-json file that is missing or not a report
   param           --param sets W11's batching (recorded in the JSON, used by the run); a bad name
                   is a usage error, a value out of range fails the run
   runtimes        an unknown --runtimes name is a usage error (exit 2) naming it and listing the valid
@@ -139,6 +142,25 @@ def case_json(binary, directory):
     policy = [e for e in doc["config"] if e["key"] == "scheduler.policy"]
     check(policy and policy[0]["value"] == "eager" and policy[0]["origin"].startswith("environment"),
           f"scheduler.policy entry {policy}")
+    # --threads sets every nerve context's pool size through the API: the configuration says so.
+    pool = [e for e in doc["config"] if e["key"] == "parallel.thread_pool_size"]
+    check(pool and pool[0]["value"] == str(doc["options"]["threads"]) and pool[0]["origin"].startswith("api"),
+          f"parallel.thread_pool_size entry {pool} (threads {doc['options']['threads']})")
+
+
+def case_usage(binary, directory):
+    not_a_report = os.path.join(directory, "not-a-report.json")
+    with open(not_a_report, "w") as f:
+        f.write("{}\n")
+    for args, says in ((["--repeat", "0"], "--repeat"), (["--threads", "0"], "--threads"), (["--bogus"], "--bogus"),
+                       (["--scaling", "W99"], "W99"), (["--trace", "t.json"], "--html"),
+                       (["--param", "W11.max_batch=abc"], "not a number"),
+                       (["--compare", os.path.join(directory, "missing.json")], "missing.json"),
+                       (["--compare", not_a_report], "not-a-report.json"),
+                       (["--from-json", not_a_report], "not-a-report.json")):
+        result = run(binary, *QUICK, "--only", "W1", *args, expect=2)
+        check(says in result.stderr, f"{' '.join(args)}: the error does not say {says!r}: {result.stderr}")
+        check("figures" not in result.stdout, f"{' '.join(args)}: something ran: {result.stdout}")
 
 
 def case_config_error(binary, directory):
@@ -332,7 +354,8 @@ def case_fault(binary, directory, workload):
     run(binary, *QUICK, "--only", workload, "--runtimes", "nerve")  # and the same run without the fault passes
 
 
-CASES = {"json": case_json, "config_error": case_config_error, "runtimes": case_runtimes, "param": case_param,
+CASES = {"json": case_json, "config_error": case_config_error, "usage": case_usage, "runtimes": case_runtimes,
+         "param": case_param,
          "html": case_html,
          "chromium": case_chromium, "compare": case_compare}
 

@@ -269,10 +269,7 @@ TEST_P(CapiPoolTest, PoolsLeftAliveAtShutdown) {
   other.reset();  // destroys both pools; LeakSanitizer checks nothing is left
 }
 
-// Runtime bug (reported, not fixed here): PoolState::launch() checks that every buffer of the pool is
-// alive, although its members already hold references, so freeing a buffer after adding a task that
-// uses it makes the launch fail with "use after free" (and leaks the gate record). A plain task
-// submitted before the free runs fine; a pool's task should too. Enable once the runtime is fixed.
+// A buffer freed after a pool's task was submitted stays alive for it, as for a plain task.
 TEST_P(CapiPoolTest, PoolLaunchAfterMemberBufferWasFreed) {
   nerve_buffer_t* buffer = alloc(64);
   static std::atomic<int> runs{0};
@@ -285,6 +282,27 @@ TEST_P(CapiPoolTest, PoolLaunchAfterMemberBufferWasFreed) {
   free_buffer(buffer);
   EXPECT_EQ(nerve_task_pool_wait_all(pool), NERVE_OK) << nerve_last_error();
   EXPECT_EQ(runs.load(), 1);
+  nerve_task_pool_destroy(pool);
+}
+
+// A kernel waiting for its own pool would wait for itself: an error, not a hang. The capacity is a
+// hint, a huge one included.
+TEST_P(CapiPoolTest, WaitingForItsOwnPoolIsRefusedAndCapacityIsAHint) {
+  static std::atomic<int> status{-1};
+  status = -1;
+  nerve_task_pool_t* pool = nerve_task_pool_create(ctx.get(), SIZE_MAX);
+  ASSERT_NE(pool, nullptr) << nerve_last_error();
+  auto** self = static_cast<nerve_task_pool_t**>(nerve_task_pool_alloc_desc(pool));
+  ASSERT_NE(self, nullptr) << nerve_last_error();
+  *self = pool;
+  nerve_task_t* task = nerve_task_create(
+      +[](void* desc, nerve_device_t, nerve_stream_t) {
+        status = nerve_task_pool_wait_all(*static_cast<nerve_task_pool_t**>(desc));
+      },
+      self);
+  ASSERT_EQ(nerve_task_pool_submit(pool, task), NERVE_OK);
+  EXPECT_EQ(nerve_task_pool_wait_all(pool), NERVE_OK) << nerve_last_error();
+  EXPECT_EQ(status.load(), NERVE_ERROR_INVALID_ARGUMENT);
   nerve_task_pool_destroy(pool);
 }
 

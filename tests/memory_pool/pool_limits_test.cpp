@@ -52,6 +52,8 @@ TEST_F(PoolFixture, AnUncappedPoolSaysItHasNoLimit) {
     const std::string message = error.what();
     EXPECT_THAT(message, HasSubstr("the pool has no limit")) << message;
     EXPECT_THAT(message, ::testing::Not(HasSubstr("limit is 0"))) << message;
+    EXPECT_THAT(message, HasSubstr("more than any node can hold"))
+        << "no saturated 'block size': " << message;
   }
 }
 

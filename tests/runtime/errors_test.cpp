@@ -330,6 +330,43 @@ TEST_P(ErrorsTest, TaskPoolRunsIndependentTasksAfterItsPredecessors) {
   EXPECT_THROW(pool.add([] {}), Error) << "no adding after launch";
 }
 
+// A task waiting for itself — its own Task, its own group, its own pool — would never return: each is
+// Error(invalid_argument) naming the task, not a hang. A pool's expected size is a hint, a huge one too.
+TEST_P(ErrorsTest, WaitingForItselfIsAnErrorNotAHang) {
+  const auto refused = [](auto wait) {
+    try {
+      wait();
+    } catch (const Error& error) {
+      return error.code() == ErrorCode::invalid_argument &&
+             std::string(error.what()).find("would wait for that task itself") != std::string::npos;
+    }
+    return false;
+  };
+  std::optional<Task> self;
+  std::atomic<bool> published{false};
+  std::atomic<int> refusals{0};
+  Task task = context->submit(TaskOptions{.name = "self-waiter"}, [&] {
+    while (!published.load(std::memory_order_acquire)) std::this_thread::yield();
+    if (refused([&] { self->wait(); })) refusals.fetch_add(1);
+  });
+  self = task;
+  published.store(true, std::memory_order_release);
+  task.wait();
+
+  TaskGroup group(*context);
+  group.spawn([&] {
+    if (refused([&] { group.wait(); })) refusals.fetch_add(1);
+  });
+  group.wait();
+
+  TaskPool pool(*context, SIZE_MAX);
+  pool.add([&] {
+    if (refused([&] { pool.wait_all(); })) refusals.fetch_add(1);
+  });
+  pool.wait_all();
+  EXPECT_EQ(refusals.load(), 3);
+}
+
 TEST_P(ErrorsTest, TaskPoolFailureAndDiscard) {
   {
     TaskPool pool(*context);

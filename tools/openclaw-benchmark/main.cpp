@@ -10,9 +10,12 @@
 #include <cctype>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <map>
+#include <optional>
 #include <sstream>
+#include <string>
 #include <thread>
 
 #include <unistd.h>
@@ -116,7 +119,14 @@ std::string parse_parameters(const std::vector<std::string>& arguments,
       if (!found)
         return "--param " + item + ": " + id + " has no parameter '" + name +
                "' (it reads: " + (*entry->parameters != '\0' ? entry->parameters : "none") + ")";
-      out[id + "." + name] = item.substr(equals + 1);
+      // Every parameter is a number (WorkloadOptions::parameter): anything else is a usage error here;
+      // a number out of the workload's range fails its run.
+      const std::string value = item.substr(equals + 1);
+      char* end = nullptr;
+      (void)std::strtod(value.c_str(), &end);
+      if (value.empty() || end != value.c_str() + value.size())
+        return "--param " + item + ": '" + value + "' is not a number";
+      out[id + "." + name] = value;
     }
   }
   return {};
@@ -224,24 +234,41 @@ int main(int argc, char** argv) {
   app.add_flag("--list", line.list, "list the workloads and whether they can run here");
   // For the tests of the checks only: corrupt nerve's result in this workload (the run must fail).
   app.add_option("--inject-fault", line.inject_fault)->group("");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    // Help and version exit 0; every usage error (an unknown option, a value out of range) exits 2.
+    return app.exit(error) == 0 ? 0 : 2;
+  }
 
   if (line.list) return list_workloads();
   if (line.fail_over >= 0 && line.compare.empty()) {
     std::fprintf(stderr, "openclaw-benchmark: --fail-over needs --compare\n");
     return 2;
   }
+  if (!line.trace.empty() && line.html.empty()) {
+    std::fprintf(stderr,
+                 "openclaw-benchmark: --trace needs --html (the trace is shown in the HTML report)\n");
+    return 2;
+  }
   std::transform(line.inject_fault.begin(), line.inject_fault.end(), line.inject_fault.begin(),
                  [](unsigned char c) { return std::toupper(c); });
   const std::vector<std::string> only = split(line.only, true);
-  for (const std::string& id : only) {
+  const auto unknown_workload = [](const char* option, const std::vector<std::string>& ids) {
     const auto& all = nerve::bench::workload_registry();
-    if (std::none_of(all.begin(), all.end(), [&](const auto& entry) { return id == entry.id; })) {
-      std::fprintf(stderr, "openclaw-benchmark: --only: no workload %s in this build (see --list)\n",
-                   id.c_str());
-      return 2;
+    for (const std::string& id : ids) {
+      if (std::none_of(all.begin(), all.end(), [&](const auto& entry) { return id == entry.id; })) {
+        std::fprintf(stderr, "openclaw-benchmark: %s: no workload %s in this build (see --list)\n", option,
+                     id.c_str());
+        return true;
+      }
     }
-  }
+    return false;
+  };
+  if (unknown_workload("--only", only)) return 2;
+  if (line.scaling != "none" && line.scaling != "default" &&
+      unknown_workload("--scaling", split(line.scaling, true)))
+    return 2;
 
   if (const std::string error = parse_runtimes(line.runtimes, line.runtime_list); !error.empty()) {
     std::fprintf(stderr, "openclaw-benchmark: %s\n", error.c_str());
@@ -253,10 +280,26 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "openclaw-benchmark: %s\n", error.c_str());
     return 2;
   }
+  // Earlier runs are read before anything runs: a file that is missing or not a report is a usage
+  // error found at once, not after the whole suite.
+  std::optional<nb::RunReport> baseline;
+  std::optional<nb::RunReport> earlier;
+  const auto read_report = [](const std::string& option, const std::string& path,
+                              std::optional<nb::RunReport>& into) {
+    try {
+      into = nb::read_json(path);
+      return true;
+    } catch (const std::exception& error) {
+      std::fprintf(stderr, "openclaw-benchmark: %s %s: %s\n", option.c_str(), path.c_str(), error.what());
+      return false;
+    }
+  };
+  if (!line.compare.empty() && !read_report("--compare", line.compare, baseline)) return 2;
+  if (!line.from_json.empty() && !read_report("--from-json", line.from_json, earlier)) return 2;
   const auto start = std::chrono::steady_clock::now();
   try {
-    if (!line.from_json.empty()) {
-      report = nb::read_json(line.from_json);
+    if (earlier) {
+      report = std::move(*earlier);
     } else {
       nerve::Settings settings;
       settings.use_environment(true);
@@ -275,12 +318,16 @@ int main(int argc, char** argv) {
       report.only = only;
       report.config_file = line.config;
       report.started_at = nb::now_utc();
-      nb::describe_machine(report, settings);
+      // Every nerve context of the run gets parallel.thread_pool_size = --threads through the API
+      // (nerve_settings()): the configuration recorded says so, with that origin.
+      nerve::Settings effective = settings;
+      effective.set("parallel.thread_pool_size", std::to_string(line.threads));
+      nb::describe_machine(report, effective);
       run_suite(line, only, settings, report);
       report.duration_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     }
     std::optional<std::vector<nb::Compared>> comparison;
-    if (!line.compare.empty()) comparison = nb::compare_runs(nb::read_json(line.compare), report);
+    if (baseline) comparison = nb::compare_runs(*baseline, report);
     const auto* compared = comparison ? &*comparison : nullptr;
     nb::print_table(report, compared);
     if (!line.json.empty()) nb::write_json(report, compared, line.json);

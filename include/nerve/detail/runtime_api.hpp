@@ -171,6 +171,9 @@ NERVE_API void group_destroy_wait(ContextImpl* context, GroupState* group) noexc
 NERVE_API PoolState* pool_create(ContextImpl* context, std::size_t expected_tasks);
 NERVE_API void pool_launch(PoolState* pool);
 NERVE_API void pool_wait(PoolState* pool);  // rethrows the first error
+// pool_check_wait(): the errors a wait for `pool` raises before waiting (from inside one of its own
+// tasks; while holding a mapping one of them needs); pool_wait() checks them too.
+NERVE_API void pool_check_wait(PoolState* pool);
 NERVE_API void pool_destroy(PoolState* pool) noexcept;
 NERVE_API std::size_t pool_size(const PoolState* pool) noexcept;
 NERVE_API bool pool_launched(const PoolState* pool) noexcept;

@@ -1,6 +1,7 @@
 // HostPool's slow, rare operations: thread caches coming and going, compaction, statistics and the
 // out-of-memory report.
 #include <algorithm>
+#include <string>
 #include <vector>
 
 #include <fmt/format.h>
@@ -93,11 +94,16 @@ std::size_t HostPool::bytes_in_use() const {
 }
 
 void HostPool::throw_out_of_memory(std::size_t requested, std::size_t block_bytes) const {
-  throw Error(ErrorCode::out_of_memory,
-              fmt::format("{}: out of memory: cannot allocate {} bytes (a new block of {} bytes): the pool "
-                          "{}, {} bytes are in use and {} reserved from the node",
-                          node_->describe(), requested, block_bytes, describe_limit(budget_.limit()),
-                          bytes_in_use(), budget_.reserved()));
+  // A request near SIZE_MAX has no real block size (its rounding saturates): say what is true of it.
+  const std::string block = block_bytes >= requested && block_bytes <= NodeBudget::max_block_bytes
+                                ? fmt::format("a new block of {} bytes", block_bytes)
+                                : std::string("more than any node can hold");
+  throw Error(
+      ErrorCode::out_of_memory,
+      fmt::format("{}: out of memory: cannot allocate {} bytes ({}): the pool {}, {} bytes are in use "
+                  "and {} reserved from the node",
+                  node_->describe(), requested, block, describe_limit(budget_.limit()), bytes_in_use(),
+                  budget_.reserved()));
 }
 
 MemoryPoolStats HostPool::stats() const {
