@@ -209,7 +209,8 @@ NERVE_API nerve_status_t nerve_buffer_unmap(nerve_buffer_t* buffer);
  * declared (others: NERVE_ERROR_BUFFER_MISUSE), and only the declared byte ranges may be touched, in
  * the declared modes; it stays valid even if the buffer was freed after the task was submitted. Outside
  * a kernel it is the host address (device 0), to be used only while mapped or while no task uses the
- * buffer. NULL on error. */
+ * buffer. Any other device (inside a kernel: one the task does not run on) is
+ * NERVE_ERROR_INVALID_ARGUMENT: the data has no address there for this caller. NULL on error. */
 NERVE_API void* nerve_buffer_get_device_ptr(nerve_buffer_t* buffer, nerve_device_t device);
 /* nerve_buffer_get_unified_ptr() is an address of the buffer valid on the host and on every device
  * that shares the host's address space (all of them in a CPU-only build). The same rules as for a

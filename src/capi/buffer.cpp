@@ -167,6 +167,20 @@ void* nerve_buffer_get_device_ptr(nerve_buffer_t* buffer, nerve_device_t device)
   return guard_value<void*>("nerve_buffer_get_device_ptr", nullptr, [&] {
     nerve_buffer& handle = checked_buffer(buffer);
     check_device(*handle.owner, device, "device");
+    // The data is where the task runs (inside a kernel) or on the host (outside): an address on any
+    // other device does not exist for this caller, and handing out the host's would be a lie.
+    const bool in_kernel = RunningKernel::current() != nullptr;
+    const int here = in_kernel ? nerve::detail::running_device() : 0;
+    if (device != NERVE_DEVICE_ANY && device != here) {
+      fail(ErrorCode::invalid_argument,
+           in_kernel
+               ? fmt::format("device pointer on device {}: the running task runs on device {}, where its "
+                             "data is (pass that device, or NERVE_DEVICE_ANY)",
+                             device, here)
+               : fmt::format("device pointer on device {} outside a kernel: only the host address "
+                             "(device 0, or NERVE_DEVICE_ANY) is available there",
+                             device));
+    }
     return data_pointer(handle, "device pointer");
   });
 }

@@ -152,7 +152,10 @@ bool CoherenceEngine::acquire(TaskRecord* task, unsigned node) {
     if (node != 0) buffer.replicas.replicas_[node].last_use = tick();
     if (reads(access.mode))
       fetch_range(buffer, node, access.offset, access.offset + access.size, task, started);
-    if (writes(access.mode)) claim_for_write(buffer, node, access.offset, access.offset + access.size);
+    if (writes(access.mode)) {
+      wait_for_copies_into(buffer, node, access.offset, access.offset + access.size, task);
+      claim_for_write(buffer, node, access.offset, access.offset + access.size);
+    }
   }
   start_copies(started);
   return task->fetches.fetch_sub(1, std::memory_order_acq_rel) == 1;
@@ -223,6 +226,20 @@ void CoherenceEngine::fetch_range(BufferState& buffer, unsigned node, std::size_
     state.copies_.push_back(copy);
     started.push_back(copy);
     k = m;
+  }
+}
+
+void CoherenceEngine::wait_for_copies_into(BufferState& buffer, unsigned node, std::size_t begin,
+                                           std::size_t end, TaskRecord* writer) {
+  // A copy still landing in [begin, end) on this node would overwrite what the writer is about to
+  // write there (its epoch keeps it from marking the bytes valid, but not from storing them). Tasks'
+  // own copies are ordered by their dependencies; what is left is the HOST_CACHED copy-back a
+  // device write starts when it ends, which nothing waits for: the writer waits for it here.
+  for (PendingCopy* copy : buffer.replicas.copies_) {
+    if (copy->to != node || copy->end <= begin || end <= copy->begin) continue;
+    if (std::find(copy->waiters.begin(), copy->waiters.end(), writer) != copy->waiters.end()) continue;
+    copy->waiters.push_back(writer);
+    writer->fetches.fetch_add(1, std::memory_order_relaxed);
   }
 }
 

@@ -10,8 +10,9 @@
 //  - for each range the task reads that is not valid there: joins a copy already in flight to that
 //    node, or starts one from a valid node (host preferred) — so no byte is ever copied twice to the
 //    same node for the same version,
-//  - for each range the task writes: makes the node the only valid one (others become invalid;
-//    their storage stays until evicted or the buffer dies).
+//  - for each range the task writes: waits for any copy still landing there on that node (a
+//    HOST_CACHED copy-back nobody else waits for), then makes the node the only valid one (others
+//    become invalid; their storage stays until evicted or the buffer dies).
 // On the host (node 0) nothing is pinned: the host copy is never evicted. Buffers that never had a
 // replica elsewhere cost a host task no lock at all.
 // The task is runnable when every copy it waits for has landed: acquire() returns true when that is
@@ -158,6 +159,8 @@ class CoherenceEngine {
   void write_back_exclusive(BufferState& buffer, unsigned node);
   void fetch_range(BufferState& buffer, unsigned node, std::size_t begin, std::size_t end, TaskRecord* waiter,
                    std::vector<PendingCopy*>& started);
+  void wait_for_copies_into(BufferState& buffer, unsigned node, std::size_t begin, std::size_t end,
+                            TaskRecord* writer);
   void claim_for_write(BufferState& buffer, unsigned node, std::size_t begin, std::size_t end);
   void start_copies(std::vector<PendingCopy*>& started);
 

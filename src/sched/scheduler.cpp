@@ -194,15 +194,22 @@ TaskRecord* Scheduler::find_work(ThreadState& thread, WorkerSlot& slot, IdleStat
   if (policy_ == SchedulerPolicy::eager) {
     if (QueueLink* link = shared_.try_pop()) return as_task(link);
   }
+  // Low priorities last: only when nothing else could be found — and not merely because another
+  // worker held a queue's consumer role a moment ago (try_pop() then fails with tasks inside): the
+  // caller looks again instead.
+  const auto lowest = [&]() -> TaskRecord* {
+    if (!prioritized || slot.inbox.maybe_nonempty() ||
+        (policy_ == SchedulerPolicy::eager && shared_.maybe_nonempty()))
+      return nullptr;
+    return prioritized_.pop(INT32_MIN);
+  };
   if (steal_threshold_.count() > 0) {
     // Measured from when the slot went idle, not from its last sleep: a worker that the stealable
     // work keeps from sleeping (has_work_for) would otherwise restart the clock forever.
-    if (!idle.idle || Clock::now() - idle.started < steal_threshold_)
-      return prioritized ? prioritized_.pop(INT32_MIN) : nullptr;
+    if (!idle.idle || Clock::now() - idle.started < steal_threshold_) return lowest();
   }
   if (TaskRecord* task = steal(thread, slot)) return task;
-  // Low priorities last: only when nothing else could be found.
-  return prioritized ? prioritized_.pop(INT32_MIN) : nullptr;
+  return lowest();
 }
 
 TaskRecord* Scheduler::steal(ThreadState& thread, WorkerSlot& slot) {

@@ -220,6 +220,30 @@ TEST_F(OpenclTest, ReplicasAreCarvedFromFewDriverBuffersAndCompactGivesThemBack)
   EXPECT_EQ(node.blocks(), 0u);
 }
 
+// The HOST_CACHED copy-back starts when a device task ends and nobody waits for it; a host write (a
+// write-only task, a write mapping) that comes meanwhile must not be overwritten when it lands.
+TEST_F(OpenclTest, HostCachedCopyBackNeverOverwritesNewerHostWrites) {
+  Context& ctx = open(opencl_settings(2));
+  const Kernel scale = make_scale();
+  constexpr std::size_t n = 4096;
+  for (int round = 0; round < 40; ++round) {
+    Buffer<float> cached(ctx, std::vector<float>(n, 1.0f), BufferOptions{.host_cached = true});
+    ctx.submit(TaskOptions{.device = 1}, scale, read_write(cached), value(3.0f)).wait();  // all 3
+    ctx.submit(
+        TaskOptions{.device = 0}, [](std::span<float> d) { std::fill(d.begin(), d.end(), 5.0f); },
+        write(cached.slice(0, 1024)));
+    {
+      auto mapped = cached.slice(1024, 1024).map_write();
+      std::fill(mapped.begin(), mapped.end(), 7.0f);
+    }
+    const std::vector<float> result = cached.to_vector();
+    for (std::size_t i = 0; i < n; ++i) {
+      const float expected = i < 1024 ? 5.0f : i < 2048 ? 7.0f : 3.0f;
+      ASSERT_EQ(result[i], expected) << "round " << round << ", element " << i;
+    }
+  }
+}
+
 TEST_F(OpenclTest, StreamCountSpreadsLaunchesOverThatManyQueues) {
   for (const unsigned streams : {1u, 3u}) {
     Settings settings = opencl_settings(2);

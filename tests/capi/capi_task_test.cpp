@@ -214,11 +214,14 @@ struct DeviceProbe {
   nerve_buffer_t* buffer;
   nerve_device_t seen_device;
   void* seen_pointer;
+  nerve_status_t other_device_status = NERVE_OK;  // asking for the data on a device the task is not on
 };
 
 void fill_on_device(void* desc, nerve_device_t device, nerve_stream_t) {
   auto* probe = static_cast<DeviceProbe*>(desc);
   probe->seen_device = device;
+  if (nerve_buffer_get_device_ptr(probe->buffer, device == 0 ? 1 : 0) == nullptr)
+    probe->other_device_status = nerve_last_status();
   probe->seen_pointer = nerve_buffer_get_device_ptr(probe->buffer, device);
   auto* data = static_cast<int*>(probe->seen_pointer);
   for (int i = 0; i < 64; ++i) data[i] = i * 3;
@@ -250,6 +253,9 @@ TEST(CapiTask, KernelOnADeviceSeesTheDeviceReplica) {
   ASSERT_EQ(nerve_task_submit(ctx, task, 1), NERVE_OK) << nerve_last_error();
   ASSERT_EQ(nerve_wait_all(ctx), NERVE_OK) << nerve_last_error();
   EXPECT_EQ(probe.seen_device, 1);
+  EXPECT_EQ(probe.other_device_status, NERVE_ERROR_INVALID_ARGUMENT) << "the task's data is on device 1";
+  EXPECT_EQ(nerve_buffer_get_device_ptr(buffer, 1), nullptr) << "outside a kernel: the host address only";
+  EXPECT_EQ(nerve_last_status(), NERVE_ERROR_INVALID_ARGUMENT);
   const auto* host = static_cast<const int*>(nerve_buffer_map(buffer, NERVE_MAP_READ));
   ASSERT_NE(host, nullptr) << nerve_last_error();
   EXPECT_NE(static_cast<const void*>(host), probe.seen_pointer) << "the kernel wrote the device replica";
