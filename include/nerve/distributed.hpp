@@ -99,7 +99,8 @@ struct DistributedStats {
 
 struct TaskOptions {
   const char* name = nullptr;  // for errors and traces; must outlive the task
-  int rank = -1;               // where a task that writes nothing runs (-1: the owner of its first buffer)
+  int rank = -1;  // where a task that writes nothing runs: 0..size-1, or -1 = the owner of its first
+                  // buffer (rank 0 without buffers); other values are Error(invalid_argument)
   bool compute_intensive = false;
 };
 
@@ -290,7 +291,8 @@ class Runtime {
   }
 
   // wait_all() waits for this rank's tasks and transfers; throws Error(task_failed) if a task failed
-  // on any rank (the first wait_all() after a local task threw rethrows that exception as is).
+  // on any rank that this rank has heard of (barrier() is where every rank hears of every failure;
+  // the first wait_all() after a local task threw rethrows that exception as is).
   void wait_all() { detail::runtime_wait_all(impl_); }
   // barrier() is wait_all() on every rank, then an MPI barrier. Collective.
   void barrier() { detail::runtime_barrier(impl_); }

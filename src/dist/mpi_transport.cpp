@@ -88,11 +88,26 @@ struct Batch {
 class MpiTransport final : public Transport {
  public:
   explicit MpiTransport(const Config::Distributed& config) : config_(config) {
-    int initialized = 0;
+    int initialized = 0, finalized = 0;
     MPI_Initialized(&initialized);
+    MPI_Finalized(&finalized);
+    if (finalized != 0) {  // MPI cannot start twice in a process: say so instead of letting it abort
+      throw Error(
+          ErrorCode::not_supported,
+          "distributed: MPI was already finalised in this process (by an earlier Runtime that "
+          "initialised it): one Runtime per process, or initialise MPI yourself with "
+          "MPI_Init_thread (MPI_THREAD_SERIALIZED or MULTIPLE) and finalise it after the last Runtime");
+    }
     if (initialized == 0) {
       const char* level_name = std::getenv("NERVE_MPI_THREAD_LEVEL");
-      const bool multiple = level_name != nullptr && std::string_view(level_name) == "multiple";
+      const std::string_view level = level_name != nullptr ? level_name : "";
+      if (!level.empty() && level != "serialized" && level != "multiple") {
+        throw Error(
+            ErrorCode::invalid_config,
+            fmt::format("NERVE_MPI_THREAD_LEVEL is '{}', not 'serialized' (the default) or 'multiple'",
+                        level));
+      }
+      const bool multiple = level == "multiple";
       int provided = 0;
       MPI_Init_thread(nullptr, nullptr, multiple ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED, &provided);
       initialized_here_ = true;
@@ -166,6 +181,11 @@ class MpiTransport final : public Transport {
   std::optional<std::string> failure() const override {
     std::lock_guard lock(mutex_);
     return failure_;
+  }
+
+  void set_waiting(bool waiting) noexcept override {
+    waiting_.fetch_add(waiting ? 1 : -1, std::memory_order_acq_rel);
+    if (waiting) wake_.notify_one();
   }
 
   void flush() override {
@@ -310,6 +330,13 @@ class MpiTransport final : public Transport {
       progress |= poll_active();
       progress |= poll_barrier();
       progress |= flush_aged_batches();
+      if (waiting_.load(std::memory_order_acquire) > 0) {  // nothing more will fill a batch meanwhile
+        for (int to = 0; to < size_; ++to) {
+          if (batches_[static_cast<std::size_t>(to)].count == 0) continue;
+          send_batch(to, false);
+          progress = true;
+        }
+      }
       if (stop && active_.empty()) {
         bool batched = false;
         for (const Batch& batch : batches_) batched |= batch.count != 0;
@@ -340,7 +367,8 @@ class MpiTransport final : public Transport {
       if (pause.count() <= 0) continue;
       std::unique_lock lock(mutex_);
       wake_.wait_for(lock, pause, [this] {
-        return stop_ || broadcast_failure_ || !sends_.empty() || !receives_.empty() || !calls_.empty();
+        return stop_ || broadcast_failure_ || !sends_.empty() || !receives_.empty() || !calls_.empty() ||
+               (waiting_.load(std::memory_order_acquire) > 0 && batched());
       });
     }
   }
@@ -428,6 +456,11 @@ class MpiTransport final : public Transport {
     isend(std::move(active), Kind::batch, sequence);
   }
 
+  // batched(): payloads wait in a batch (the communication thread's own state).
+  bool batched() const noexcept {
+    return std::any_of(batches_.begin(), batches_.end(), [](const Batch& batch) { return batch.count != 0; });
+  }
+
   std::optional<Clock::time_point> next_batch_due() const {
     std::optional<Clock::time_point> due;
     for (const Batch& batch : batches_) {
@@ -470,13 +503,13 @@ class MpiTransport final : public Transport {
   void fill(const PostedReceive& posted, const std::vector<std::byte>& bytes, int from,
             std::uint64_t sequence) {
     if (bytes.size() != posted.bytes) {
-      complete_deferred(
-          posted.task,
-          std::make_exception_ptr(Error(ErrorCode::internal,
-                                        fmt::format("distributed: payload {} from rank {} has {} bytes; its "
-                                                    "replica on rank {} has {} (the ranks did not submit the "
-                                                    "same buffers and tasks)",
-                                                    sequence, from, bytes.size(), rank_, posted.bytes))));
+      // The program's mistake, and the run cannot go on: every rank fails (and ~Runtime ends the job).
+      const std::string message = fmt::format(
+          "distributed: payload {} from rank {} has {} bytes; its replica on rank {} has {} (the ranks did "
+          "not submit the same buffers and tasks)",
+          sequence, from, bytes.size(), rank_, posted.bytes);
+      report_failure(message);
+      complete_deferred(posted.task, std::make_exception_ptr(Error(ErrorCode::invalid_argument, message)));
       return;
     }
     if (!bytes.empty()) std::memcpy(posted.data, bytes.data(), bytes.size());
@@ -673,6 +706,7 @@ class MpiTransport final : public Transport {
   MPI_Request barrier_request_ = MPI_REQUEST_NULL;
   std::promise<void>* barrier_done_ = nullptr;  // a barrier() in progress
 
+  std::atomic<int> waiting_{0};  // application threads in wait_all()/barrier() (set_waiting)
   std::atomic<std::uint64_t> payloads_sent_{0}, payloads_received_{0}, bytes_sent_{0}, bytes_received_{0},
       wire_bytes_sent_{0}, messages_sent_{0}, batches_sent_{0}, flushes_by_interval_{0},
       compressed_payloads_{0};

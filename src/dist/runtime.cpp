@@ -153,6 +153,12 @@ TaskPlan plan_task(RuntimeImpl* runtime, const AccessDescription* accesses, std:
     }
     rank = owner;
   }
+  if (options.rank < -1) {
+    throw Error(
+        ErrorCode::invalid_argument,
+        fmt::format("distributed task '{}' asks for rank {}: a rank is 0..{}, or -1 (where its data is)",
+                    display(options.name), options.rank, runtime->size - 1));
+  }
   if (options.rank >= 0) {
     if (options.rank >= runtime->size || (rank != -1 && rank != options.rank)) {
       throw Error(
@@ -229,11 +235,13 @@ void task_failed(RuntimeImpl* runtime, const char* name, const std::exception_pt
 
 void runtime_wait_all(RuntimeImpl* runtime) {
   std::exception_ptr local;
+  if (runtime->transport) runtime->transport->set_waiting(true);
   try {
     runtime->context.wait_all();
   } catch (...) {
     local = std::current_exception();
   }
+  if (runtime->transport) runtime->transport->set_waiting(false);
   if (runtime->transport) runtime->transport->flush();
   // A local task's own failure is rethrown as is, once (as Context::wait_all() reports each failure
   // once); otherwise a failure anywhere — including a local one already reported — is task_failed,

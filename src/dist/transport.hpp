@@ -43,6 +43,10 @@ class Transport {
   virtual std::optional<std::string> failure() const = 0;
   // flush() sends batched payloads now.
   virtual void flush() = 0;
+  // set_waiting(): the application thread is (or no longer is) waiting in wait_all()/barrier();
+  // while it waits, payloads are not held back for distributed.sync_interval (nothing more will be
+  // submitted to fill a batch).
+  virtual void set_waiting(bool /*waiting*/) noexcept {}
   // barrier() and gather() are collective over every rank.
   virtual void barrier() = 0;
   virtual std::vector<std::string> gather(const std::string& mine, int root) = 0;

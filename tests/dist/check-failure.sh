@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# check-failure.sh <mpirun> <ranks> <program> <throw|die|barrier> — a failure on rank 1 must end all ranks within
+# check-failure.sh <mpirun> <ranks> <program> <throw|die|barrier|mismatch> — a failure on rank 1 must end all ranks within
 # 10 s with a non-zero status; `throw` must also print the failing task and rank.
 set -uo pipefail
 mpirun=$1 ranks=$2 program=$3 mode=$4
@@ -19,6 +19,9 @@ if [[ $mode == throw ]] && ! grep -q "task 'boom' failed on rank 1: injected fai
 fi
 if [[ $mode == barrier ]] && ! grep -q "rank 0: barrier: distributed run failed: task 'boom' failed on rank 1" <<<"$output"; then
   echo "FAIL: rank 0 did not leave its barrier with the failure"; exit 1
+fi
+if [[ $mode == mismatch ]] && ! grep -q "did not submit the same buffers and tasks" <<<"$output"; then
+  echo "FAIL: no error saying the ranks submitted different buffers"; exit 1
 fi
 if [[ $mode == die ]] && ! grep -q "rank 1" <<<"$output"; then
   echo "FAIL: no error naming the rank that died"; exit 1

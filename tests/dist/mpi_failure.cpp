@@ -5,6 +5,10 @@
 //   mpirun -np N mpi_failure die     rank 1's process dies in a task (as if killed): mpirun ends the job
 //   mpirun -np N mpi_failure barrier rank 1's task throws while the other ranks, which do not depend on
 //                                     it, already wait in barrier(): they must leave it with the error
+//   mpirun -np N mpi_failure mismatch the ranks disagree on a buffer's size (a program bug): every rank
+//                                     fails and the job ends with a non-zero status
+//   mpi_failure twice                 (one process, backend mpi) a second Runtime after the first
+//                                     finalised MPI is Error(not_supported), not an abort inside MPI
 //
 // Before the failure, the ranks exchange data in a ring so that some of them are blocked waiting for
 // rank 1's output when it fails. check-failure.sh runs it and checks the exit status, the message and
@@ -26,9 +30,39 @@ namespace dist = nerve::distributed;
 int main(int argc, char** argv) {
   const bool die = argc > 1 && std::strcmp(argv[1], "die") == 0;
   const bool barrier = argc > 1 && std::strcmp(argv[1], "barrier") == 0;
+  const bool mismatch = argc > 1 && std::strcmp(argv[1], "mismatch") == 0;
+  if (argc > 1 && std::strcmp(argv[1], "twice") == 0) {
+    nerve::Context context;
+    { dist::Runtime first(context); }
+    try {
+      dist::Runtime second(context);
+      std::printf("FAIL: a second Runtime started after MPI was finalised\n");
+      return 1;
+    } catch (const nerve::Error& error) {
+      std::printf("%s: %s\n", error.code() == nerve::ErrorCode::not_supported ? "PASS" : "FAIL",
+                  error.what());
+      return error.code() == nerve::ErrorCode::not_supported ? 0 : 1;
+    }
+  }
   nerve::Context context;
   dist::Runtime world(context);
   const int ranks = world.size();
+  if (mismatch) {
+    // Rank 1 owns a buffer the other ranks believe twice as large; rank 0 reads it.
+    auto remote = world.buffer<int>(world.rank() == 1 ? 4 : 8, 1);
+    world.submit(
+        dist::TaskOptions{.rank = 0}, [](std::span<const int>) {}, dist::read(remote));
+    try {
+      world.wait_all();
+      world.barrier();
+    } catch (const std::exception& error) {
+      std::printf("rank %d: %s\n", world.rank(), error.what());
+      std::fflush(stdout);
+      return 3;  // ~Runtime ends the job
+    }
+    std::printf("rank %d: finished without seeing the failure\n", world.rank());
+    return 0;
+  }
   if (barrier) {
     auto mine = world.buffer<int>(16, 1);
     world.submit(

@@ -1,7 +1,9 @@
 // mpi_random_dag.cpp — a random distributed task graph checked against the same graph computed in one
 // process, and the bytes the ranks sent checked against the minimum the ownership implies.
 //
-//   mpirun -np 4 mpi_random_dag [--tasks N] [--buffers B] [--elements E] [--seed S]
+//   mpirun -np 4 mpi_random_dag [--tasks N] [--buffers B] [--elements E] [--seed S] [--pause-us P]
+// --pause-us P sleeps P microseconds after each submission (the sync_interval run: payloads are then
+// produced while the application thread submits, not while it waits, which flushes at once).
 //
 // Every rank builds the same graph from the seed: buffers with random owners, tasks that read up to
 // three random buffers and write (or read-write) one. Bodies use integer arithmetic, so results are
@@ -9,6 +11,7 @@
 // minimal traffic: a buffer version crosses to a rank once, when a task there first reads it. At the
 // end rank 0 reads every buffer (that traffic is counted too) and compares. Exit status 0 = pass.
 // The run's configuration comes from NERVE_DISTRIBUTED_* variables (batching, compression).
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -19,6 +22,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "nerve/distributed.hpp"
@@ -62,6 +66,7 @@ int main(int argc, char** argv) {
   const std::size_t buffer_count = argument(argc, argv, "--buffers", 24);
   const std::size_t elements = argument(argc, argv, "--elements", 256);
   const std::uint64_t seed = argument(argc, argv, "--seed", 7);
+  const std::size_t pause_us = argument(argc, argv, "--pause-us", 0);
   for (int i = 1; i < argc; ++i) compressible |= std::strcmp(argv[i], "--compressible") == 0;
 
   nerve::Context context;
@@ -134,6 +139,7 @@ int main(int argc, char** argv) {
       case 2: run(buffers[in[0]], buffers[in[1]]); break;
       default: run(buffers[in[0]], buffers[in[1]], buffers[in[2]]); break;
     }
+    if (pause_us != 0) std::this_thread::sleep_for(std::chrono::microseconds(pause_us));
   }
   // Rank 0 checks every buffer.
   std::vector<int> mismatches(buffer_count, 0);

@@ -127,6 +127,10 @@ TEST(DistributedLocal, OwnersOutsideTheWorldAreErrors) {
   EXPECT_THROW(world.submit(
                    dist::TaskOptions{.rank = 3}, [](std::span<int>) {}, dist::write(a)),
                Error);
+  EXPECT_THROW(world.submit(
+                   dist::TaskOptions{.rank = -2}, [](std::span<const int>) {}, dist::read(a)),
+               Error)
+      << "-1 means 'where its data is'; other negative ranks are errors";
 }
 
 // One process is a world of one rank, failures included: the first wait_all() rethrows the task's own
