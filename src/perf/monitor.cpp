@@ -222,16 +222,21 @@ void MonitoredExecutor::execute(TaskRecord* task, ThreadState& thread) {
     kernel = task->kernel->name;
     footprint = footprint_of(*task);
   }
+  const void* executed = task;
   if (!perf.records_tasks()) {  // models only
     const std::int64_t start = modelled ? monotonic_ns() : 0;
     context_.execute(task, thread);
-    if (modelled)
-      perf.models()->add(kernel, model_device(0), footprint, static_cast<double>(monotonic_ns() - start));
+    // A run that failed (or handed its completion elsewhere) is no sample of the kernel's time.
+    const bool succeeded =
+        thread.perf_finished_task == executed && thread.perf_finished_outcome == status_succeeded;
+    thread.perf_finished_task = nullptr;
+    if (modelled && succeeded)
+      perf.models()->add(kernel, model_device(0), footprint,
+                         static_cast<double>(thread.perf_finished_ns - start));
     return;
   }
   TaskEvent event =
       perf.begin_event(task, 0, thread.slot != nullptr ? static_cast<int>(thread.slot->index) : -1);
-  const void* executed = task;
   context_.execute(task, thread);
   // Its end is when finish() ran (before releasing its successors), else (deferred) now.
   const bool finished_here = thread.perf_finished_task == executed;

@@ -64,9 +64,8 @@ bool task_wait(TaskRecord* record, std::int64_t timeout_ns) {
   ContextImpl& context = *record->context;
   TaskDone target{record};
   if (timeout_ns < 0 && !target.done()) {
-    refuse_waiting_for_itself([record](const TaskRecord* task) { return task == record; }, "Task::wait()");
-    context.refuse_own_mapping_wait([record](const TaskRecord* task) { return task == record; }, "wait()",
-                                    record->name != nullptr ? record->name : "(unnamed)");
+    context.refuse_endless_wait([record](const TaskRecord* task) { return task == record; }, "Task::wait()",
+                                record->name != nullptr ? record->name : "(unnamed)");
   }
   if (!context.scheduler.wait(context.current_thread(), target, deadline_after(timeout_ns))) return false;
   switch (record->load_status()) {
@@ -121,10 +120,8 @@ void group_done(GroupState* group) {
 }
 
 void refuse_group_deadlock(ContextImpl& context, GroupState* group) {
-  refuse_waiting_for_itself([group](const TaskRecord* task) { return task->group == group; },
-                            "TaskGroup::wait() for the task's own group");
-  context.refuse_own_mapping_wait([group](const TaskRecord* task) { return task->group == group; },
-                                  "TaskGroup::wait() for a task of the group");
+  context.refuse_endless_wait([group](const TaskRecord* task) { return task->group == group; },
+                              "TaskGroup::wait()");
 }
 
 void check_pool_context(const PoolState* pool) {
@@ -185,10 +182,8 @@ void pool_launch(PoolState* pool) {
 
 void pool_check_wait(PoolState* pool) {
   if (TaskDone{pool->gate}.done()) return;
-  refuse_waiting_for_itself([pool](const TaskRecord* task) { return task->pool == pool; },
-                            "TaskPool::wait_all() for the task's own pool");
-  pool->context.refuse_own_mapping_wait([pool](const TaskRecord* task) { return task->pool == pool; },
-                                        "TaskPool::wait_all() for a task of the pool");
+  pool->context.refuse_endless_wait([pool](const TaskRecord* task) { return task->pool == pool; },
+                                    "TaskPool::wait_all()");
 }
 
 void pool_wait(PoolState* pool) {

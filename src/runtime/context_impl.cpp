@@ -44,6 +44,7 @@ ContextImpl::ContextImpl(const Settings& settings)
       id(new_context_id()) {
   log::debug("context {}: {} worker slots on {}", id, scheduler.slot_count(), topology.description());
   if (config.perf.records_tasks()) recorder = perf.get();
+  times_tasks = effective_perf(config).times_tasks();
   if (!config.perf.trace.empty()) trace_path = claim_trace_path(config.perf.trace, id).string();
   if (config.scheduler.policy == SchedulerPolicy::heft &&
       (!config.perf.decision_log.empty() || config.perf.records_tasks())) {

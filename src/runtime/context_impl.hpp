@@ -50,6 +50,11 @@ struct ThreadCacheEntry {
 };
 extern thread_local constinit ThreadCacheEntry thread_cache __attribute__((tls_model("initial-exec")));
 
+// running_task_record(): the task whose body the calling thread is running (the innermost, when
+// waits nest), else null.
+TaskRecord* running_task_record() noexcept;
+[[noreturn]] void throw_waits_for_itself(const TaskRecord& running, const char* what);
+
 struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   explicit ContextImpl(const Settings& settings);
   ~ContextImpl();
@@ -195,6 +200,9 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   std::unique_ptr<DecisionLog> decisions;
   // perf.record_tasks / perf.trace: the monitor, else null — the one test on the task path.
   PerfMonitor* recorder = nullptr;
+  // perf.record_tasks or perf.models (MonitoredExecutor runs the CPU tasks): finish() tells it when
+  // and how each task ended (ThreadState::perf_finished_*), so models learn only successful runs.
+  bool times_tasks = false;
   // Tasks waiting for room on a memory node (MemoryBusy), and a count of frees per node so a task
   // queued just after a free notices it.
   std::mutex memory_waiters_mutex;
@@ -243,6 +251,16 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
     if (const TaskRecord* mapping = own_mapping_blocking(blocked))
       throw_waits_for_own_mapping(*mapping, what, task);
   }
+  // refuse_endless_wait(): a blocking wait for the tasks `blocked` selects that could never end is
+  // an error: the calling thread runs one of them (Error(invalid_argument)), or holds a mapping one
+  // of them waits for (Error(buffer_misuse)). `what` names the wait (and `task`, the task waited for).
+  template <class Blocked>
+  void refuse_endless_wait(Blocked&& blocked, const char* what, const char* task = nullptr) {
+    if (const TaskRecord* running = running_task_record(); running != nullptr && blocked(running))
+        [[unlikely]]
+      throw_waits_for_itself(*running, what);
+    refuse_own_mapping_wait(blocked, what, task);
+  }
   // waits_for_all: the selector of wait_all(), which waits for every task but not for mappings.
   static bool waits_for_all(const TaskRecord* task) noexcept { return task->kind != TaskKind::host_access; }
   [[noreturn]] static void throw_waits_for_own_mapping(const TaskRecord& mapping, std::string_view what,
@@ -259,18 +277,6 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
 
 // The exception a cancelled task reports: TaskCancelled carrying the original cause (if any).
 std::exception_ptr cancellation_error(const TaskRecord* task);
-
-// running_task_record(): the task whose body the calling thread is running (the innermost, when
-// waits nest), else null.
-TaskRecord* running_task_record() noexcept;
-[[noreturn]] void throw_waits_for_itself(const TaskRecord& running, const char* what);
-// refuse_waiting_for_itself(): Error(invalid_argument) when the calling thread runs a task that
-// `blocked` selects — a blocking wait for it could never return. `what` names the wait.
-template <class Blocked>
-void refuse_waiting_for_itself(Blocked&& blocked, const char* what) {
-  if (const TaskRecord* running = running_task_record(); running != nullptr && blocked(running)) [[unlikely]]
-    throw_waits_for_itself(*running, what);
-}
 
 // live(): the context behind a public handle; a moved-from nerve::Context has none, and using one
 // is Error(invalid_argument), not a crash.

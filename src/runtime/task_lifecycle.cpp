@@ -429,7 +429,7 @@ void ContextImpl::finish(TaskRecord* task, ThreadState& thread, std::uint32_t ou
       record_root_error(reported);
     }
   }
-  if (recorder != nullptr) [[unlikely]] {  // the task's end_ns: before any successor is ready
+  if (times_tasks) [[unlikely]] {  // the task's end and outcome, before any successor is ready
     thread.perf_finished_task = task;
     thread.perf_finished_ns = monotonic_ns();
     thread.perf_finished_outcome = outcome;

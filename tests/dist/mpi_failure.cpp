@@ -27,6 +27,21 @@
 
 namespace dist = nerve::distributed;
 
+// expect_failure(): runs `wait` (a wait_all() or barrier() that must report the failure) and says what
+// it threw; 3 when it threw (~Runtime then ends the job), 0 when it did not.
+template <class Wait>
+int expect_failure(dist::Runtime& world, const char* call, Wait&& wait) {
+  try {
+    wait();
+  } catch (const std::exception& error) {
+    std::printf("rank %d: %s: %s\n", world.rank(), call, error.what());
+    std::fflush(stdout);
+    return 3;
+  }
+  std::printf("rank %d: finished without seeing the failure\n", world.rank());
+  return 0;
+}
+
 int main(int argc, char** argv) {
   const bool die = argc > 1 && std::strcmp(argv[1], "die") == 0;
   const bool barrier = argc > 1 && std::strcmp(argv[1], "barrier") == 0;
@@ -52,16 +67,10 @@ int main(int argc, char** argv) {
     auto remote = world.buffer<int>(world.rank() == 1 ? 4 : 8, 1);
     world.submit(
         dist::TaskOptions{.rank = 0}, [](std::span<const int>) {}, dist::read(remote));
-    try {
+    return expect_failure(world, "wait_all, barrier", [&] {
       world.wait_all();
       world.barrier();
-    } catch (const std::exception& error) {
-      std::printf("rank %d: %s\n", world.rank(), error.what());
-      std::fflush(stdout);
-      return 3;  // ~Runtime ends the job
-    }
-    std::printf("rank %d: finished without seeing the failure\n", world.rank());
-    return 0;
+    });
   }
   if (barrier) {
     auto mine = world.buffer<int>(16, 1);
@@ -72,15 +81,7 @@ int main(int argc, char** argv) {
           throw std::runtime_error("injected failure");
         },
         dist::write(mine));
-    try {
-      world.barrier();
-    } catch (const std::exception& error) {
-      std::printf("rank %d: barrier: %s\n", world.rank(), error.what());
-      std::fflush(stdout);
-      return 3;
-    }
-    std::printf("rank %d: finished without seeing the failure\n", world.rank());
-    return 0;
+    return expect_failure(world, "barrier", [&] { world.barrier(); });
   }
   std::vector<dist::DistributedBuffer<int>> ring;
   for (int r = 0; r < ranks; ++r) ring.push_back(world.buffer<int>(1024, r));
@@ -102,13 +103,5 @@ int main(int argc, char** argv) {
           dist::read_write(mine), dist::read(previous));
     }
   }
-  try {
-    world.wait_all();
-  } catch (const std::exception& error) {
-    std::printf("rank %d: wait_all: %s\n", world.rank(), error.what());
-    std::fflush(stdout);
-    return 3;  // ~Runtime ends the job
-  }
-  std::printf("rank %d: finished without seeing the failure\n", world.rank());
-  return 0;
+  return expect_failure(world, "wait_all", [&] { world.wait_all(); });
 }

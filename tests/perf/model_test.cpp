@@ -121,6 +121,42 @@ TEST(HistoryModel, EntriesWithImpossibleValuesAreSkippedOnLoad) {
   std::filesystem::remove_all(directory);
 }
 
+// A failed run is no sample of a kernel's time: on the CPU workers and on a device, with and without
+// task recording, only the calls that succeeded are learnt.
+TEST(PerfModels, FailedRunsAreNotLearnt) {
+  Kernel flaky("flaky");
+  flaky.cpu([](const KernelArgs& args) {
+    if (args.value<int>(0) != 0) throw std::runtime_error("failed call");
+  });
+  for (const bool recording : {false, true}) {
+    const auto directory = fresh_directory("nerve-models-failed");  // empty: nothing learnt before
+    {
+      Settings settings = make_settings(2);
+      settings.set("perf.models", "true");
+      settings.set("perf.model_dir", directory.string());
+      if (recording) settings.set("perf.record_tasks", "true");
+      Context context(settings);
+      context.impl()->add_test_device({});
+      for (int i = 0; i < 8; ++i)
+        context.spawn(TaskOptions{.device = i % 2}, flaky, value(i % 4 < 2 ? 0 : 1));
+      int failures = 0;
+      for (bool done = false; !done && failures <= 8;) {  // each failure is reported once
+        try {
+          context.wait_all();
+          done = true;
+        } catch (const std::runtime_error&) {
+          ++failures;
+        }
+      }
+      EXPECT_GE(failures, 1);
+      std::uint64_t samples = 0;
+      for (const PerfModelStats& model : context.stats().models) samples += model.samples;
+      EXPECT_EQ(samples, 4u) << "4 calls succeeded, 4 failed (recording " << recording << ")";
+    }
+    std::filesystem::remove_all(directory);
+  }
+}
+
 TEST(PerfModels, ContextLearnsKernelTimesAndKeepsThemBetweenRuns) {
   const auto directory = fresh_directory("nerve-models-context");
   auto settings = [&] {
