@@ -20,14 +20,16 @@ std::filesystem::path fresh_directory(const std::string& stem) {
   return directory;
 }
 
-constexpr detail::BusCalibrationSizes quick_sizes{64, std::size_t{1} << 20, 3, 2};
+// Five large copies: their median survives a couple of descheduled ones on a loaded CI machine.
+constexpr detail::BusCalibrationSizes quick_sizes{64, std::size_t{1} << 20, 3, 5};
 
 TEST(BusModel, MeasuresASimulatedLinkPersistsAndReloads) {
   const auto directory = fresh_directory("nerve-bus-test");
   Context context(make_settings(2));
-  // 200 µs per copy and 2 GB/s: the calibration must find both.
+  // 200 µs per copy and 250 MB/s (4 ms per MiB, long next to a sanitizer's or a loaded machine's
+  // oversleeping): the calibration must find both.
   context.impl()->add_test_device(
-      detail::TestDeviceOptions{.copy_latency = 200us, .copy_bytes_per_second = 2e9});
+      detail::TestDeviceOptions{.copy_latency = 200us, .copy_bytes_per_second = 250e6});
   const auto nodes = context.impl()->memory_nodes();
   {
     detail::BusModel bus(directory);
@@ -37,9 +39,9 @@ TEST(BusModel, MeasuresASimulatedLinkPersistsAndReloads) {
       const detail::BusLink link = bus.link(from, to);
       EXPECT_GT(link.latency_ns, 150e3) << from << "->" << to;
       EXPECT_LT(link.latency_ns, 20e6);
-      // 2 GB/s simulated; a loaded machine oversleeps, which only makes the copies look slower.
-      EXPECT_GT(link.bytes_per_ns, 0.1) << "2 GB/s simulated";
-      EXPECT_LT(link.bytes_per_ns, 2.5);
+      // 0.25 B/ns simulated; a loaded machine oversleeps, which only makes the copies look slower.
+      EXPECT_GT(link.bytes_per_ns, 0.025) << "250 MB/s simulated";
+      EXPECT_LT(link.bytes_per_ns, 0.5);
     }
     EXPECT_EQ(bus.transfer_ns(0, 0, 1 << 20), 0.0) << "host to host costs nothing";
     EXPECT_NEAR(bus.transfer_ns(0, 1, 1 << 20),
