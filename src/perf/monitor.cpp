@@ -1,6 +1,7 @@
 #include "perf/monitor.hpp"
 
 #include <fmt/format.h>
+#include <utility>
 
 #include "perf/counters.hpp"
 #include "perf/history_model.hpp"
@@ -214,39 +215,35 @@ void MonitoredExecutor::execute(TaskRecord* task, ThreadState& thread) {
     }
   } heft{context_.heft.get(), {}};
   if (heft.placer != nullptr && task->kernel != nullptr) heft.assignment = heft.placer->take(task);
-  // Everything read from the record is read before execute(): the record may be recycled after.
-  std::string kernel;
-  std::uint64_t footprint = 0;
-  const bool modelled = perf.models() != nullptr && task->kernel != nullptr;
-  if (modelled) {
-    kernel = task->kernel->name;
-    footprint = footprint_of(*task);
-  }
-  const void* executed = task;
-  if (!perf.records_tasks()) {  // models only
-    const std::int64_t start = modelled ? monotonic_ns() : 0;
-    context_.execute(task, thread);
-    // A run that failed (or handed its completion elsewhere) is no sample of the kernel's time.
-    const bool succeeded =
-        thread.perf_finished_task == executed && thread.perf_finished_outcome == status_succeeded;
-    thread.perf_finished_task = nullptr;
-    if (modelled && succeeded)
-      perf.models()->add(kernel, model_device(0), footprint,
-                         static_cast<double>(thread.perf_finished_ns - start));
-    return;
-  }
-  TaskEvent event =
-      perf.begin_event(task, 0, thread.slot != nullptr ? static_cast<int>(thread.slot->index) : -1);
+  MonitoredRun run{task, perf.models() != nullptr && task->kernel != nullptr, perf.records_tasks()};
+  if (run.recorded)
+    run.event = perf.begin_event(task, 0, thread.slot != nullptr ? static_cast<int>(thread.slot->index) : -1);
+  run.start_ns = run.recorded ? run.event.start_ns : monotonic_ns();
+  // Innermost first: a task that helps while it waits runs others here before its own finish().
+  struct Enter {
+    ThreadState& thread;
+    MonitoredRun* outer;
+    ~Enter() { thread.perf_run = outer; }
+  } enter{thread, std::exchange(thread.perf_run, &run)};
   context_.execute(task, thread);
-  // Its end is when finish() ran (before releasing its successors), else (deferred) now.
-  const bool finished_here = thread.perf_finished_task == executed;
-  event.end_ns = finished_here ? thread.perf_finished_ns : monotonic_ns();
-  event.outcome = finished_here ? thread.perf_finished_outcome : status_running;
-  thread.perf_finished_task = nullptr;
-  if (modelled && event.outcome == status_succeeded)
-    perf.models()->add(kernel, model_device(0), footprint,
-                       static_cast<double>(event.end_ns - event.start_ns));
-  perf.record(thread, std::move(event));
+  // Not finished here: its body deferred its completion to another thread. Recorded as deferred.
+  if (!run.finished && run.recorded) {
+    run.event.end_ns = monotonic_ns();
+    run.event.outcome = status_running;
+    perf.record(thread, std::move(run.event));
+  }
+}
+
+void PerfMonitor::cpu_run_finished(ThreadState& thread, MonitoredRun& run, std::uint32_t outcome) {
+  const std::int64_t end = monotonic_ns();
+  run.finished = true;
+  if (run.modelled && outcome == status_succeeded)
+    models_->add(run.task->kernel->name, model_device(0), footprint_of(*run.task),
+                 static_cast<double>(end - run.start_ns));
+  if (!run.recorded) return;
+  run.event.end_ns = end;
+  run.event.outcome = outcome;
+  record(thread, std::move(run.event));
 }
 
 ThreadState& MonitoredExecutor::create_worker_state(unsigned slot) {

@@ -117,6 +117,9 @@ class PerfMonitor final : public TransferObserver {
   HistoryModels* models() const noexcept { return models_.get(); }
   // model_sample(): `task` ran on `device` for `ns` (kernel calls only).
   void model_sample(const TaskRecord& task, int device, std::int64_t ns);
+  // cpu_run_finished(): `run` (on this thread) ended with `outcome`; called by finish() while the
+  // record is intact. Failed runs are no sample of a kernel's time.
+  void cpu_run_finished(ThreadState& thread, MonitoredRun& run, std::uint32_t outcome);
 
  private:
   TaskLog& log_of(ThreadState& thread);
@@ -142,6 +145,18 @@ class PerfMonitor final : public TransferObserver {
   std::vector<TransferEvent> transfers_;
   std::unique_ptr<CounterSampler> sampler_;
   std::unique_ptr<HistoryModels> models_;
+};
+
+// A CPU task MonitoredExecutor is running: PerfMonitor::cpu_run_finished() ends it from finish(),
+// before the task's completion is published, so whoever waits for the task then sees its sample
+// and its record, and a successor's ready time is never before the task's end.
+struct MonitoredRun {
+  const TaskRecord* task;
+  bool modelled;  // a kernel call while perf.models is on: learn its run time
+  bool recorded;  // perf.record_tasks: `event` is filed
+  bool finished = false;
+  std::int64_t start_ns = 0;
+  TaskEvent event{};
 };
 
 // footprint_of(): the bytes a task accesses (its performance models' size key).

@@ -200,8 +200,8 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   std::unique_ptr<DecisionLog> decisions;
   // perf.record_tasks / perf.trace: the monitor, else null — the one test on the task path.
   PerfMonitor* recorder = nullptr;
-  // perf.record_tasks or perf.models (MonitoredExecutor runs the CPU tasks): finish() tells it when
-  // and how each task ended (ThreadState::perf_finished_*), so models learn only successful runs.
+  // perf.record_tasks or perf.models (MonitoredExecutor runs the CPU tasks): finish() ends the
+  // thread's MonitoredRun (its time, outcome and record) before the task's completion is published.
   bool times_tasks = false;
   // Tasks waiting for room on a memory node (MemoryBusy), and a count of frees per node so a task
   // queued just after a free notices it.

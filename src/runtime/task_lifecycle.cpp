@@ -430,9 +430,8 @@ void ContextImpl::finish(TaskRecord* task, ThreadState& thread, std::uint32_t ou
     }
   }
   if (times_tasks) [[unlikely]] {  // the task's end and outcome, before any successor is ready
-    thread.perf_finished_task = task;
-    thread.perf_finished_ns = monotonic_ns();
-    thread.perf_finished_outcome = outcome;
+    if (MonitoredRun* run = thread.perf_run; run != nullptr && run->task == task)
+      perf->cpu_run_finished(thread, *run, outcome);
   }
   if (task->lean) {
     task->status.store(outcome, std::memory_order_release);  // nobody waits for it or follows it

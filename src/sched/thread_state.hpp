@@ -23,6 +23,7 @@ struct ContextImpl;
 struct WorkerSlot;
 struct BufferState;
 struct TaskLog;
+struct MonitoredRun;
 
 struct alignas(cache_line_size) ThreadState {
   ContextImpl* context = nullptr;
@@ -41,11 +42,9 @@ struct alignas(cache_line_size) ThreadState {
   std::vector<TaskRecord*> scratch_predecessors;
   std::vector<BufferState*> scratch_buffers;
   TaskLog* perf_log = nullptr;  // perf recording: this thread's records (owned by the PerfMonitor)
-  // perf recording: when finish() last ran here, for which task — taken before it released the
-  // task's successors, so a successor's ready time is never before its predecessor's end.
-  const void* perf_finished_task = nullptr;
-  std::int64_t perf_finished_ns = 0;
-  std::uint32_t perf_finished_outcome = 0;
+  // perf recording / models: the CPU task MonitoredExecutor runs on this thread (innermost, when a
+  // task helps while waiting), which finish() ends before publishing the task's completion.
+  MonitoredRun* perf_run = nullptr;
 
   void count_submitted() noexcept {
     submitted.store(submitted.load(std::memory_order_relaxed) + 1, std::memory_order_release);
