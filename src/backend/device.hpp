@@ -39,6 +39,11 @@ class DeviceHost {
   // reports the outcome once (error == nullptr: success) from any thread.
   virtual DeviceLaunch prepare_launch(TaskRecord* task, Device& device) = 0;
   virtual void complete(TaskRecord* task, Device& device, std::exception_ptr error) noexcept = 0;
+  // launch_closure(): a C kernel in the launcher form (TaskRecord::stream_launcher) is called here,
+  // on the device's launcher thread, with the device's index, `stream` and its data's addresses on
+  // the device; it only enqueues work. Returns what it threw (or reported failing), else null; the
+  // backend then reports the outcome with complete() once the stream's work is done.
+  virtual std::exception_ptr launch_closure(TaskRecord* task, Device& device, void* stream) noexcept = 0;
 
  protected:
   ~DeviceHost() = default;

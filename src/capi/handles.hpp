@@ -95,6 +95,7 @@ struct nerve_task {
   std::string name;
   bool compute_intensive = false;
   int priority = 0;
+  std::uint32_t device_kinds = NERVE_DEVICE_KIND_CPU;  // nerve_task_set_device_kinds()
 };
 
 struct nerve_task_pool {

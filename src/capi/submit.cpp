@@ -31,7 +31,7 @@ struct KernelClosure {
   static void invoke(void* self, const detail::AccessView* views) {
     const KernelClosure& closure = *static_cast<KernelClosure*>(self);
     RunningKernel running(*closure.task, closure.name, views);
-    closure.task->fn(closure.task->desc, detail::running_device(), nullptr);
+    closure.task->fn(closure.task->desc, detail::running_device(), detail::running_stream());
     if (running.failed()) {
       // Thrown after the kernel returned: C frames are never unwound.
       throw Error(ErrorCode::task_failed,
@@ -130,6 +130,10 @@ void submit_task(nerve_context& ctx, std::unique_ptr<nerve_task> task, detail::P
   info.compute_intensive = task->compute_intensive;
   info.priority = task->priority;
   info.device = device;
+  // A C kernel may be the seed's launcher: asked for by its kinds, or by submitting to a device's
+  // index (a device that cannot run it refuses at submit).
+  info.stream_launcher = (task->device_kinds & NERVE_DEVICE_KIND_CUDA) != 0 || device > 0;
+  info.stream_only = info.stream_launcher && (task->device_kinds & NERVE_DEVICE_KIND_CPU) == 0;
 
   detail::ContextImpl* impl = ctx.impl();
   const detail::TaskDraft draft = detail::begin_task(impl, sizeof(KernelClosure), alignof(KernelClosure));

@@ -96,6 +96,19 @@ nerve_status_t nerve_task_set_priority(nerve_task_t* task, int priority) {
   return guard("nerve_task_set_priority", [&] { checked_task(task).priority = priority; });
 }
 
+nerve_status_t nerve_task_set_device_kinds(nerve_task_t* task, uint32_t kinds) {
+  return guard("nerve_task_set_device_kinds", [&] {
+    nerve_task& checked = checked_task(task);
+    constexpr std::uint32_t known = NERVE_DEVICE_KIND_CPU | NERVE_DEVICE_KIND_CUDA;
+    if (kinds == 0 || (kinds & ~known) != 0) {
+      fail(ErrorCode::invalid_argument,
+           fmt::format("device kinds {:#x}: expected NERVE_DEVICE_KIND_CPU, NERVE_DEVICE_KIND_CUDA or both",
+                       kinds));
+    }
+    checked.device_kinds = kinds;
+  });
+}
+
 nerve_status_t nerve_task_set_name(nerve_task_t* task, const char* name) {
   return guard("nerve_task_set_name", [&] {
     nerve_task& checked = checked_task(task);

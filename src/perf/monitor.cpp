@@ -1,7 +1,8 @@
 #include "perf/monitor.hpp"
 
-#include <fmt/format.h>
 #include <utility>
+
+#include <fmt/format.h>
 
 #include "perf/counters.hpp"
 #include "perf/history_model.hpp"

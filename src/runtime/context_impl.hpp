@@ -113,6 +113,9 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   int add_device(std::unique_ptr<Device> device);
   DeviceLaunch prepare_launch(TaskRecord* task, Device& device) override;
   void complete(TaskRecord* task, Device& device, std::exception_ptr error) noexcept override;
+  std::exception_ptr launch_closure(TaskRecord* task, Device& device, void* stream) noexcept override;
+  // device_views(): the task's accesses in `device`'s memory (their replicas there must be valid).
+  std::vector<AccessView> device_views(const TaskRecord& task, const Device& device) const;
   unsigned device_count() const noexcept { return static_cast<unsigned>(devices.size()) + 1; }
   std::vector<DeviceInfo> device_infos() const;
   bool has_devices() const noexcept { return !devices.empty(); }
@@ -129,7 +132,7 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   // host_bound_in_place(): the task can only run on the CPU workers and its data has never left the
   // host, so placement has nothing to choose and coherence nothing to move.
   bool host_bound_in_place(const TaskRecord& task) const noexcept {
-    return task.device_hint <= 0 && task.kernel == nullptr && closure_devices == 0 &&
+    return task.device_hint <= 0 && task.kernel == nullptr && closure_devices == 0 && !task.stream_launcher &&
            CoherenceEngine::host_holds_all(task);
   }
   // dispatch(): `waited` when the task waited for copies or memory (its data_valid_ns is now).
@@ -140,8 +143,9 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   void run_on_device(TaskRecord* task, Device& device) override;
   void validate_device_hint(int device, const char* name) const;
   // check_closure_device(): a plain function (no Kernel) may be forced onto `device` only if that
-  // device runs CPU code (the CPU workers, test devices); else Error(invalid_argument) at submit.
-  void check_closure_device(int device, const char* name) const;
+  // device runs it (the CPU workers, test devices; CUDA devices a C kernel in the launcher form),
+  // and one for CUDA only needs such a device (`device` -1: any); else Error(invalid_argument).
+  void check_closure_device(const TaskRecord& task, int device, const char* name) const;
   bool can_run_on(const TaskRecord& task, int device) const noexcept;
   // write_trace(): perf.trace at shutdown (a failure is logged, not thrown).
   void write_trace() noexcept;

@@ -42,6 +42,16 @@ int ContextImpl::add_device(std::unique_ptr<Device> device) {
   return index;
 }
 
+std::vector<AccessView> ContextImpl::device_views(const TaskRecord& task, const Device& device) const {
+  std::vector<AccessView> views(task.access_count);
+  for (std::size_t i = 0; i < task.access_count; ++i) {
+    const AccessRecord& access = task.accesses[i];
+    views[i] =
+        AccessView{coherence->replica(*access.buffer, device.memory().index()) + access.offset, access.size};
+  }
+  return views;
+}
+
 DeviceLaunch ContextImpl::prepare_launch(TaskRecord* task, Device& device) {
   DeviceLaunch launch;
   const KernelTask* kernel = kernel_task_of(*task);
@@ -51,12 +61,7 @@ DeviceLaunch ContextImpl::prepare_launch(TaskRecord* task, Device& device) {
                             task->name != nullptr ? task->name : "(unnamed)", device.info().name));
   }
   launch.implementation = kernel->kernel->by_kind[static_cast<std::size_t>(device.info().kind)].get();
-  launch.views.resize(task->access_count);
-  for (std::size_t i = 0; i < task->access_count; ++i) {
-    const AccessRecord& access = task->accesses[i];
-    launch.views[i] =
-        AccessView{coherence->replica(*access.buffer, device.memory().index()) + access.offset, access.size};
-  }
+  launch.views = device_views(*task, device);
   launch.call = kernel->describe(launch.views.data(), device.info().index, nullptr);
   task->phase.store(status_running, std::memory_order_relaxed);
   task->start_ns = monotonic_ns();
@@ -97,15 +102,30 @@ void ContextImpl::validate_device_hint(int device, const char* name) const {
   }
 }
 
-void ContextImpl::check_closure_device(int device, const char* name) const {
+void ContextImpl::check_closure_device(const TaskRecord& task, int device, const char* name) const {
+  if (device == -1) {  // anywhere: some device must run it
+    for (int each = 0; each < static_cast<int>(device_count()); ++each) {
+      if (can_run_on(task, each)) return;
+    }
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("task '{}' is a C kernel for CUDA devices only, and this context has none",
+                            name != nullptr ? name : "(unnamed)"));
+  }
   validate_device_hint(device, name);
-  if (device <= 0 || runs_closures[static_cast<std::size_t>(device) - 1]) return;
+  if (device == 0) {
+    if (!task.stream_only) return;
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("task '{}' is a C kernel for CUDA devices only, submitted to the CPU workers",
+                            name != nullptr ? name : "(unnamed)"));
+  }
   const Device& target = *devices[static_cast<std::size_t>(device) - 1];
+  if (target.can_run(task)) return;
   throw Error(ErrorCode::invalid_argument,
-              fmt::format("task '{}' asks for device {} ({} '{}'), which cannot run a plain function: only "
+              fmt::format("task '{}' asks for device {} ({} '{}'), which cannot run {}: only "
                           "Kernel calls with an implementation for that kind of device run there",
                           name != nullptr ? name : "(unnamed)", device, nerve::name(target.info().kind),
-                          target.info().name));
+                          target.info().name,
+                          task.stream_launcher ? "a C kernel (CUDA devices can)" : "a plain function"));
 }
 
 // Data locality first: the device holding the most bytes the task reads, the CPU workers on a tie
@@ -223,12 +243,7 @@ void ContextImpl::run_on_device(TaskRecord* task, Device& device) {
   if (!task->cancel_pending.load(std::memory_order_acquire) &&
       (task->group == nullptr || !task->group->cancel_requested.load(std::memory_order_acquire))) {
     task->phase.store(status_running, std::memory_order_relaxed);
-    std::vector<AccessView> views(task->access_count);
-    for (std::size_t i = 0; i < task->access_count; ++i) {
-      const AccessRecord& access = task->accesses[i];
-      views[i] = AccessView{coherence->replica(*access.buffer, device.memory().index()) + access.offset,
-                            access.size};
-    }
+    const std::vector<AccessView> views = device_views(*task, device);
     const std::int64_t start = monotonic_ns();
     outcome = invoke_closure(task, thread, views.data());
     perf->device_task(thread, *task, start, outcome);

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <limits>
 #include <new>
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -165,7 +167,7 @@ TaskRecord* ContextImpl::commit_task(TaskDraft draft, const SubmitInfo& info) {
   ThreadState& thread = *draft.thread;
   // The fork-join fast path: nothing to validate, nothing can depend on it, nobody can wait for it.
   if (info.access_count == 0 && info.after_count == 0 && info.pool == nullptr && !info.keep_handle &&
-      info.device == -1 && task->kernel == nullptr) [[likely]] {
+      info.device == -1 && task->kernel == nullptr && !info.stream_launcher) [[likely]] {
     task->ops = info.ops;
     task->name = info.name;
     task->group = info.group;
@@ -179,16 +181,20 @@ TaskRecord* ContextImpl::commit_task(TaskDraft draft, const SubmitInfo& info) {
     throttle_submission(thread);
     return nullptr;
   }
+  task->stream_launcher = info.stream_launcher;  // before the device checks: where it may run
+  task->stream_only = info.stream_only;
   try {
     if (info.after_count != 0 && info.pool != nullptr) {
       throw Error(ErrorCode::invalid_argument, "tasks in a task pool cannot have `after` edges");
     }
     if (info.device != -1) {
       if (task->kernel == nullptr) {
-        check_closure_device(info.device, info.name);
+        check_closure_device(*task, info.device, info.name);
       } else {
         validate_device_hint(info.device, info.name);
       }
+    } else if (task->stream_only) {
+      check_closure_device(*task, -1, info.name);
     }
     if (info.pool != nullptr && info.pool->launched) {
       throw Error(ErrorCode::invalid_argument, "task added to a task pool after launch()");
@@ -330,12 +336,40 @@ constinit thread_local TaskRecord* running_task __attribute__((tls_model("initia
 // deferred, the record belongs to whoever completes it and may be finished and recycled before the
 // body has even returned, so the worker must not look at it again.
 constinit thread_local bool running_task_deferred __attribute__((tls_model("initial-exec"))) = false;
+// The stream a C kernel launches on (launch_closure), or nullptr.
+constinit thread_local void* running_stream_handle __attribute__((tls_model("initial-exec"))) = nullptr;
 // invoke_closure()'s outcome for a body that deferred its completion.
 constexpr std::uint32_t outcome_deferred = 0xff;
 }  // namespace
 
 int running_device() noexcept { return running_device_index; }
 TaskRecord* running_task_record() noexcept { return running_task; }
+void* running_stream() noexcept { return running_stream_handle; }
+
+std::exception_ptr ContextImpl::launch_closure(TaskRecord* task, Device& device, void* stream) noexcept {
+  try {
+    const std::vector<AccessView> views = device_views(*task, device);
+    task->phase.store(status_running, std::memory_order_relaxed);
+    task->start_ns = monotonic_ns();
+    const int outer_device = std::exchange(running_device_index, device.info().index);
+    TaskRecord* const outer_task = std::exchange(running_task, task);
+    void* const outer_stream = std::exchange(running_stream_handle, stream);
+    struct Restore {
+      int device;
+      TaskRecord* task;
+      void* stream;
+      ~Restore() {
+        running_device_index = device;
+        running_task = task;
+        running_stream_handle = stream;
+      }
+    } restore{outer_device, outer_task, outer_stream};
+    task->ops->invoke(task->closure_storage(), views.data());
+    return nullptr;
+  } catch (...) {
+    return std::current_exception();
+  }
+}
 
 void throw_waits_for_itself(const TaskRecord& running, const char* what) {
   throw Error(ErrorCode::invalid_argument,

@@ -100,6 +100,10 @@ struct alignas(64) TaskRecord : QueueLink {
   // Cancelled through a consuming edge (mark_cancelled_by); with `error` null, the predecessor had
   // itself been cancelled on request, so the message must not say this task was.
   bool cancelled_by_dependency = false;
+  // A C kernel in the launcher form (SubmitInfo::stream_launcher): CUDA devices may run it, and with
+  // stream_only the CPU workers may not.
+  bool stream_launcher = false;
+  bool stream_only = false;
   std::uint8_t dep_used = 0;
   std::int16_t device = -1;              // where it runs: 0 = CPU workers, 1.. = a device (set at placement)
   std::int16_t device_hint = -1;         // TaskOptions::device

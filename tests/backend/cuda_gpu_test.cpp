@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include "nerve/cuda.hpp"
+#include "nerve/nerve.h"
 
 #include "cuda_support.hpp"
 
@@ -113,6 +114,48 @@ TEST(CudaGpu, PeerCopiesBetweenTwoGpus) {
   EXPECT_EQ(z.to_vector(), data);
   const auto counters = context.impl()->devices[1]->counters();
   EXPECT_EQ(counters.peer_copies + counters.staged_copies, 1u);
+}
+
+// The seed's C launcher form on a real GPU: a C kernel submitted to the CUDA device's index gets the
+// device addresses and a stream, and enqueues a memset on it.
+struct CFill {
+  nerve_buffer_t* buffer;
+  std::size_t bytes;
+  bool enqueued;
+};
+
+void c_fill_launcher(void* raw, nerve_device_t device, nerve_stream_t stream) {
+  auto& fill = *static_cast<CFill*>(raw);
+  void* data = nerve_buffer_get_device_ptr(fill.buffer, device);
+  fill.enqueued = data != nullptr && stream != nullptr &&
+                  cudaMemsetAsync(data, 0, fill.bytes, static_cast<cudaStream_t>(stream)) == cudaSuccess;
+  if (!fill.enqueued) nerve_task_fail("cudaMemsetAsync was not enqueued");
+}
+
+TEST(CudaGpu, CKernelsAreLaunchersOnTheDevicesStream) {
+  NERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  const char* settings[] = {"gpu.devices=cuda", "parallel.thread_pool_size=2"};
+  nerve_context_config_t config = NERVE_CONTEXT_CONFIG_DEFAULT;
+  config.settings = settings;
+  config.setting_count = 2;
+  nerve_context_t* ctx = nerve_init_with_config(&config);
+  ASSERT_NE(ctx, nullptr) << nerve_last_error();
+  constexpr std::size_t n = std::size_t{1} << 20;
+  nerve_buffer_t* buffer = nerve_buffer_alloc(ctx, n * sizeof(float), NERVE_DEVICE_ANY, 0);
+  auto* host = static_cast<float*>(nerve_buffer_map(buffer, NERVE_MAP_WRITE));
+  std::fill(host, host + n, 7.0f);
+  nerve_buffer_unmap(buffer);
+  CFill fill{buffer, n * sizeof(float), false};
+  nerve_task_t* task = nerve_task_create(c_fill_launcher, &fill);
+  nerve_task_add_access(task, buffer, NERVE_ACCESS_WRITE, 0, n * sizeof(float));
+  ASSERT_EQ(nerve_task_submit(ctx, task, 1), NERVE_OK) << nerve_last_error();
+  ASSERT_EQ(nerve_wait_all(ctx), NERVE_OK) << nerve_last_error();
+  EXPECT_TRUE(fill.enqueued);
+  const auto* result = static_cast<const float*>(nerve_buffer_map(buffer, NERVE_MAP_READ));
+  EXPECT_EQ(std::vector<float>(result, result + n), std::vector<float>(n, 0.0f));
+  nerve_buffer_unmap(buffer);
+  nerve_buffer_free(buffer);
+  nerve_shutdown(ctx);
 }
 
 }  // namespace

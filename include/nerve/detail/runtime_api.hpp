@@ -98,6 +98,10 @@ struct SubmitInfo {
   // coroutine's continuation uses it to resume and observe the failure itself.
   bool after_consumes = true;
   int priority = 0;  // TaskOptions::priority
+  // A C kernel in the launcher form fn(desc, device, stream): besides the CPU workers, CUDA devices
+  // may run it, calling it on their launcher thread with their stream (running_stream()).
+  bool stream_launcher = false;
+  bool stream_only = false;  // ... and only they: not the CPU workers
 };
 
 // Task submission: begin_task() reserves a record with closure storage, the template constructs the
@@ -199,6 +203,9 @@ NERVE_API void buffer_unmap(Mapping mapping);
 // running_device() is the device index the calling thread's current task runs on (0 = CPU workers),
 // or -1 outside tasks.
 NERVE_API int running_device() noexcept;
+// running_stream() is the queue the calling thread's current task launches on (a CUDA stream for a
+// C kernel a CUDA device runs), or nullptr (CPU workers, outside tasks).
+NERVE_API void* running_stream() noexcept;
 
 // Deferred completion, for communication tasks (the distributed runtime's sends and receives): a
 // task body running on a CPU worker calls defer_current_task() just before it returns; the task then

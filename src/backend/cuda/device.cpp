@@ -46,8 +46,8 @@ CudaDevice::CudaDevice(std::shared_ptr<Driver> driver, int ordinal, DeviceInfo i
 CudaDevice::~CudaDevice() { stop(); }
 
 bool CudaDevice::can_run(const TaskRecord& task) const noexcept {
-  return task.kind == TaskKind::function && task.kernel != nullptr &&
-         task.kernel->implements(DeviceKind::cuda);
+  if (task.kind != TaskKind::function) return false;
+  return task.kernel != nullptr ? task.kernel->implements(DeviceKind::cuda) : task.stream_launcher;
 }
 
 void CudaDevice::start(DeviceHost& host) {
@@ -100,8 +100,16 @@ void CudaDevice::launch(TaskRecord* task) {
     host_->run_on_device(task, *this);  // it sees the cancellation and finishes the task as cancelled
     return;
   }
-  Operation* op = nullptr;
   try {
+    if (task->kernel == nullptr) {
+      // A C kernel in the launcher form: it gets this device's index and a stream and enqueues.
+      const std::size_t index = engine_->streams().pick_for_task(task->priority);
+      Stream stream = engine_->streams().stream(index);
+      if (std::exception_ptr error = host_->launch_closure(task, *this, stream))
+        std::rethrow_exception(error);
+      arm_completion(task, index, stream);
+      return;
+    }
     DeviceLaunch launch = host_->prepare_launch(task, *this);
     const auto* implementation = dynamic_cast<const CudaLauncher*>(launch.implementation);
     if (implementation == nullptr) {
@@ -114,18 +122,28 @@ void CudaDevice::launch(TaskRecord* task) {
     launch.call.queue = stream;
     if (node_->unified_memory()) hint_and_prefetch(launch, stream);
     implementation->launcher(KernelArgs(launch.call), ordinal_, stream);
-    driver_->check_launch(ordinal_);
-    op = engine_->acquire();
-    op->owner = this;
-    op->task = task;
-    op->finish = &CudaDevice::finish_launch;
-    engine_->arm(op, stream);
-    engine_->count_launch(index);
-    engine_->watch(std::exchange(op, nullptr));
+    arm_completion(task, index, stream);
   } catch (...) {
-    if (op != nullptr) engine_->recycle(op);
     host_->complete(task, *this, std::current_exception());
   }
+}
+
+// After a launch: a launch error fails the task now; otherwise the task completes when the work
+// enqueued on `stream` so far is done (flag and event).
+void CudaDevice::arm_completion(TaskRecord* task, std::size_t stream_index, Stream stream) {
+  driver_->check_launch(ordinal_);
+  Operation* op = engine_->acquire();
+  op->owner = this;
+  op->task = task;
+  op->finish = &CudaDevice::finish_launch;
+  try {
+    engine_->arm(op, stream);
+  } catch (...) {
+    engine_->recycle(op);
+    throw;
+  }
+  engine_->count_launch(stream_index);
+  engine_->watch(op);
 }
 
 bool CudaDevice::finish_launch(Engine& /*engine*/, Operation& op) {
@@ -134,8 +152,11 @@ bool CudaDevice::finish_launch(Engine& /*engine*/, Operation& op) {
   std::exception_ptr error;
   if (op.failed) {
     error = std::make_exception_ptr(
-        Error(ErrorCode::task_failed, fmt::format("kernel '{}' failed on CUDA device '{}': {}",
-                                                  task->kernel->name, device.info().name, op.error)));
+        Error(ErrorCode::task_failed,
+              fmt::format("kernel '{}' failed on CUDA device '{}': {}",
+                          task->kernel != nullptr ? task->kernel->name.c_str()
+                                                  : (task->name != nullptr ? task->name : "(unnamed)"),
+                          device.info().name, op.error)));
   }
   device.host_->complete(task, device, error);
   return true;

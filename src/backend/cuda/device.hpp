@@ -5,7 +5,8 @@
 // full). The launcher thread makes the device current, picks the task's stream (stream_set.hpp:
 // high-priority tasks on the streams scheduler.gpu_stream_priorities reserves), with
 // gpu.unified_memory sends gpu.cache_hints advice and gpu.async_prefetch prefetches for each access on
-// that stream, calls the kernel's launcher (nerve/cuda.hpp), checks the launch, and arms the
+// that stream, calls the kernel's launcher (nerve/cuda.hpp; a C kernel in the launcher form is
+// called with the device index and the stream: DeviceHost::launch_closure), checks the launch, and arms the
 // operation (completion flag and event, engine.hpp); the engine's completion thread reports the
 // outcome to the runtime (DeviceHost::complete).
 //
@@ -63,6 +64,7 @@ class CudaDevice final : public Device {
  private:
   void launch(TaskRecord* task);
   void hint_and_prefetch(const DeviceLaunch& launch, Stream stream);
+  void arm_completion(TaskRecord* task, std::size_t stream_index, Stream stream);
   static bool finish_launch(Engine& engine, Operation& op);
 
   std::shared_ptr<Driver> driver_;  // outlives the engine and the node
