@@ -50,7 +50,9 @@ namespace detail {
 NERVE_API ContextImpl* context_impl(Context& context) noexcept;
 }
 
-// Mapped<T> is a host view of a buffer range, valid until unmap() or destruction.
+// Mapped<T> is a host view of a buffer range, valid until unmap() or destruction. A mapping still
+// held when its Context is destroyed keeps its data (the destruction warns); unmap() then ends it and
+// throws buffer_misuse, the destructor ends it quietly.
 template <class T>
 class Mapped {
  public:
@@ -88,7 +90,11 @@ class Mapped {
   friend class Buffer;
   Mapped(detail::Mapping mapping, std::size_t count) : mapping_(mapping), count_(count) {}
   void unmap_quietly() noexcept {
-    if (mapping_.record != nullptr) detail::buffer_unmap(std::exchange(mapping_, {}));
+    if (mapping_.record == nullptr) return;
+    try {
+      detail::buffer_unmap(std::exchange(mapping_, {}));
+    } catch (...) {  // its context was destroyed first: reported when the context went
+    }
   }
   detail::Mapping mapping_{};
   std::size_t count_ = 0;

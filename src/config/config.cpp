@@ -134,6 +134,15 @@ Config Config::load(const Settings& settings, const std::map<std::string, std::s
     assign(result, {key, config::RawValue::scalar(value), config::api_origin()});
   }
   check_consistency(result);
+  // perf.trace records every task: the effective perf.record_tasks is then true, whatever was set,
+  // and nerve-info says so (with the trace's origin).
+  if (!result.perf.trace.empty() && !result.perf.record_tasks) {
+    result.perf.record_tasks = true;
+    const ConfigOrigin trace_origin = result.origin("perf.trace");
+    for (Config::Entry& entry : result.entries) {
+      if (entry.key == "perf.record_tasks") entry = {entry.key, "true", trace_origin};
+    }
+  }
   return result;
 }
 

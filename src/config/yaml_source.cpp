@@ -4,6 +4,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <vector>
 
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
@@ -190,7 +191,18 @@ std::vector<Assignment> read_config_file(const std::filesystem::path& path, std:
   const std::string text = read_whole_file(path, named_by);
   YAML::Node document;
   try {
-    document = YAML::Load(text);
+    std::vector<YAML::Node> documents = YAML::LoadAll(text);
+    // A second document (after `---`) would otherwise be ignored, typos and all; empty ones hold nothing.
+    std::erase_if(documents,
+                  [&](const YAML::Node& each) { return each.IsNull() && &each != &documents.front(); });
+    if (documents.size() > 1) {
+      const YAML::Mark mark = documents[1].Mark();
+      throw_config_error(file_origin(path.string(), mark.line >= 0 ? mark.line + 1 : 0), "",
+                         fmt::format("the file holds {} YAML documents; a configuration is one document "
+                                     "(remove the `---` separators)",
+                                     documents.size()));
+    }
+    if (!documents.empty()) document = documents.front();
   } catch (const YAML::Exception& error) {
     throw_config_error(file_origin(path.string(), error.mark.line + 1), "",
                        fmt::format("YAML syntax error: {}", error.msg));

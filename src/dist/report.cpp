@@ -8,6 +8,7 @@
 #include "nerve/error.hpp"
 
 #include "dist/runtime_impl.hpp"
+#include "util/json_text.hpp"
 
 namespace nerve::distributed::detail {
 namespace {
@@ -31,8 +32,8 @@ std::string trace_json(RuntimeImpl& runtime) {
       R"({{"name":"process_name","ph":"M","pid":{0},"args":{{"name":"rank {0}"}}}})", runtime.rank);
   for (const TraceEvent& event : events) {
     out += fmt::format(R"(,{{"name":{},"ph":"X","pid":{},"tid":{},"ts":{:.3f},"dur":{:.3f}}})",
-                       nlohmann::json(event.name != nullptr ? event.name : "task").dump(), runtime.rank,
-                       event.thread, static_cast<double>(event.start_ns) / 1e3,
+                       nerve::detail::json_text(nlohmann::json(event.name != nullptr ? event.name : "task")),
+                       runtime.rank, event.thread, static_cast<double>(event.start_ns) / 1e3,
                        static_cast<double>(event.end_ns - event.start_ns) / 1e3);
   }
   return out;
@@ -82,7 +83,7 @@ void runtime_dump_perf_stats(RuntimeImpl* runtime, const std::filesystem::path& 
   for (std::size_t at = name.find("{rank}"); at != std::string::npos; at = name.find("{rank}")) {
     name.replace(at, 6, std::to_string(stats.rank));
   }
-  write_file(name, json.dump(2) + "\n");
+  write_file(name, nerve::detail::json_text(json, 2) + "\n");
 }
 
 }  // namespace nerve::distributed::detail

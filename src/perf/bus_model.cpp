@@ -12,6 +12,7 @@
 #include "nerve/error.hpp"
 
 #include "memory/memory_node.hpp"
+#include "util/json_text.hpp"
 #include "util/log.hpp"
 #include "util/monotonic_clock.hpp"
 
@@ -221,7 +222,7 @@ void BusModel::save_locked() const noexcept {
     const auto temporary = std::filesystem::path(file().string() + ".tmp");
     {
       std::ofstream out(temporary);
-      out << nlohmann::json{{"schema", "nerve.busmodel/1"}, {"links", rows}}.dump(2) << '\n';
+      out << json_text(nlohmann::json{{"schema", "nerve.busmodel/1"}, {"links", rows}}, 2) << '\n';
       if (!out) throw std::runtime_error("cannot write " + temporary.string());
     }
     std::filesystem::rename(temporary, file());

@@ -1,5 +1,6 @@
 #include "perf/counters.hpp"
 
+#include <array>
 #include <cstdlib>
 #include <cstring>
 
@@ -34,6 +35,20 @@ std::vector<int> thread_ids() {
     closedir(dir);
   }
   return ids;
+}
+
+// rusage_values(): the software events' figures for the whole process: CPU time (ns), context
+// switches (voluntary and involuntary), page faults (minor and major).
+std::array<std::uint64_t, 3> rusage_values() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  const auto to_ns = [](const timeval& t) {
+    return static_cast<std::uint64_t>(t.tv_sec) * 1'000'000'000u +
+           static_cast<std::uint64_t>(t.tv_usec) * 1000u;
+  };
+  return {to_ns(usage.ru_utime) + to_ns(usage.ru_stime),
+          static_cast<std::uint64_t>(usage.ru_nvcsw + usage.ru_nivcsw),
+          static_cast<std::uint64_t>(usage.ru_minflt + usage.ru_majflt)};
 }
 
 }  // namespace
@@ -114,15 +129,8 @@ void CounterSampler::sample() {
   point.time_ns = monotonic_ns();
   point.values.assign(events().size(), 0);
   if (source_ == Source::rusage) {
-    rusage usage{};
-    getrusage(RUSAGE_SELF, &usage);
-    const auto to_ns = [](const timeval& t) {
-      return static_cast<std::uint64_t>(t.tv_sec) * 1'000'000'000u +
-             static_cast<std::uint64_t>(t.tv_usec) * 1000u;
-    };
-    point.values[0] = to_ns(usage.ru_utime) + to_ns(usage.ru_stime);
-    point.values[1] = static_cast<std::uint64_t>(usage.ru_nvcsw + usage.ru_nivcsw);
-    point.values[2] = static_cast<std::uint64_t>(usage.ru_minflt + usage.ru_majflt);
+    const std::array<std::uint64_t, 3> usage = rusage_values();
+    point.values.assign(usage.begin(), usage.end());
   } else {
     for (int tid : thread_ids()) {
       if (!fds_.contains(tid)) open_thread(tid);  // a thread it may not watch is skipped
@@ -134,6 +142,9 @@ void CounterSampler::sample() {
           point.values[i] += value;
       }
     }
+    // A switch happens in the kernel, which a user-only event (exclude_kernel, all that
+    // perf_event_paranoid 2 allows) never counts: the process's own count comes from getrusage.
+    if (source_ == Source::software) point.values[1] = rusage_values()[1];
   }
   std::lock_guard lock(mutex_);
   if (stats_.samples.size() < max_samples) stats_.samples.push_back(std::move(point));

@@ -7,6 +7,8 @@
 
 #include "nerve/error.hpp"
 
+#include "util/json_text.hpp"
+
 namespace nerve::detail {
 
 DecisionLog::DecisionLog(const std::filesystem::path& path, bool annotate) : annotate_(annotate) {
@@ -23,7 +25,7 @@ DecisionLog::DecisionLog(const std::filesystem::path& path, bool annotate) : ann
 void DecisionLog::record(std::uint64_t task_id, nlohmann::json&& decision) {
   std::lock_guard lock(mutex_);
   decision["decision"] = ++decisions_;
-  if (file_.is_open()) file_ << decision.dump() << '\n';
+  if (file_.is_open()) file_ << json_text(decision) << '\n';
   if (annotate_ && task_id != 0) annotations_.insert_or_assign(task_id, std::move(decision));
 }
 

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "util/json_text.hpp"
 #include "util/log.hpp"
 
 namespace nerve::detail {
@@ -220,7 +221,8 @@ void HistoryModels::save() const noexcept {
       const auto temporary = std::filesystem::path(path.string() + ".tmp");
       {
         std::ofstream out(temporary);
-        out << nlohmann::json{{"schema", "nerve.perfmodel/1"}, {"kernel", kernel}, {"entries", entries}}.dump(
+        out << json_text(
+                   nlohmann::json{{"schema", "nerve.perfmodel/1"}, {"kernel", kernel}, {"entries", entries}},
                    2)
             << '\n';
         if (!out) throw std::runtime_error("cannot write " + temporary.string());

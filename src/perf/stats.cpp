@@ -11,6 +11,7 @@
 
 #include "perf/history_model.hpp"
 #include "runtime/context_impl.hpp"
+#include "util/json_text.hpp"
 
 namespace nerve::detail {
 namespace {
@@ -269,7 +270,7 @@ void write_perf_stats(const ContextImpl& context, const std::filesystem::path& p
     throw Error(ErrorCode::invalid_argument,
                 fmt::format("cannot write perf stats to '{}': {}", path.string(), reason()));
   }
-  out << stats_to_json(collect_stats(context)).dump(2) << '\n';
+  out << json_text(stats_to_json(collect_stats(context)), 2) << '\n';
   out.flush();
   if (!out) {
     throw Error(ErrorCode::invalid_argument,

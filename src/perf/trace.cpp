@@ -12,6 +12,7 @@
 
 #include "perf/stats.hpp"
 #include "runtime/context_impl.hpp"
+#include "util/json_text.hpp"
 #include "util/log.hpp"
 
 namespace nerve::detail {
@@ -202,7 +203,7 @@ void write_trace_file(const ContextImpl& context, const std::filesystem::path& p
   std::ofstream out(path);
   if (!out)
     throw Error(ErrorCode::invalid_argument, fmt::format("cannot write the trace to '{}'", path.string()));
-  out << trace_to_json(context).dump() << '\n';
+  out << json_text(trace_to_json(context)) << '\n';
   if (!out)
     throw Error(ErrorCode::invalid_argument, fmt::format("failed writing the trace to '{}'", path.string()));
 }

@@ -234,8 +234,13 @@ void buffer_unmap(Mapping mapping) {
     if (it != context.held_mappings.end()) context.held_mappings.erase(it);
     context.held_mapping_count.store(context.held_mappings.size(), std::memory_order_release);
   }
+  const bool context_gone = context.shut_down;
   context.finish(task, context.current_thread(), status_succeeded);
   context.release_task(task);
+  if (context_gone) {
+    throw Error(ErrorCode::buffer_misuse,
+                "unmap of a buffer mapping whose context has been destroyed (the mapping was ended)");
+  }
 }
 
 }  // namespace nerve::detail

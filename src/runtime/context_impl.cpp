@@ -1,5 +1,6 @@
 #include "runtime/context_impl.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include <fmt/format.h>
@@ -111,16 +112,32 @@ void ContextImpl::shutdown() noexcept {
     std::lock_guard lock(buffers_mutex);
     alive.assign(buffers.begin(), buffers.end());
   }
+  // A mapping still held keeps its buffer's data until it is unmapped (its pointer stays valid, and
+  // unmap() then reports the misuse): freeing it under the program would be a silent use after free.
+  std::vector<const BufferState*> mapped;
+  {
+    std::lock_guard lock(mappings_mutex);
+    for (const TaskRecord* mapping : held_mappings) mapped.push_back(mapping->accesses[0].buffer);
+  }
+  if (!mapped.empty()) {
+    log::warn(
+        "context destroyed with {} buffer mapping(s) still held; their data stays until they are "
+        "unmapped, and unmap() reports buffer_misuse",
+        mapped.size());
+  }
   if (!alive.empty()) {
     std::size_t bytes = 0;
     for (BufferState* buffer : alive) bytes += buffer->bytes;
-    log::warn("context destroyed with {} buffer(s) still alive ({} bytes); their data is freed now",
-              alive.size(), bytes);
+    log::warn(
+        "context destroyed with {} buffer(s) still alive ({} bytes); their data is freed now (a mapped one's "
+        "when it is unmapped)",
+        alive.size(), bytes);
   }
   for (BufferState* buffer : alive) {
     buffer->life.store(BufferLife::context_gone, std::memory_order_release);
     std::lock_guard lock(buffer->tracker.lock());
     buffer->tracker.clear();
+    if (std::find(mapped.begin(), mapped.end(), buffer) != mapped.end()) continue;
     buffer->host_storage.release();
     buffer->host = nullptr;
   }

@@ -44,7 +44,7 @@ Scheduler::Scheduler(const Config& config, const Topology& topology, TaskExecuto
       placements_(topology::plan_workers(topology, slot_count_for(config, topology),
                                          config.parallel.thread_affinity)),
       bind_threads_(config.parallel.thread_affinity != ThreadAffinity::none && !topology.synthetic()),
-      shared_(QueueType::mutex, std::size_t{config.task_queue.per_device_queue_depth} * placements_.size()) {
+      shared_(QueueType::mutex, config.task_queue.per_device_queue_depth) {
   const auto count = static_cast<unsigned>(placements_.size());
   const auto& placements = placements_;
   slots_by_node_.resize(std::max<std::size_t>(1, topology.numa_nodes().size()));
@@ -55,6 +55,21 @@ Scheduler::Scheduler(const Config& config, const Topology& topology, TaskExecuto
     slot.core = placements[i].core;
     slot.numa_node = std::max(0, placements[i].numa_node);
     slots_by_node_[static_cast<std::size_t>(slot.numa_node) % slots_by_node_.size()].push_back(i);
+  }
+  if (numa_placement_ && numa_affinity_ == NumaAffinity::strict) {
+    if (policy_ == SchedulerPolicy::eager) {
+      log::warn(
+          "scheduler.numa_affinity strict has no effect under scheduler.policy eager (first come, "
+          "first served); use locality_aware_stealing or heft to keep tasks on their data's node");
+    }
+    for (std::size_t node = 0; node < slots_by_node_.size(); ++node) {
+      if (slots_by_node_[node].empty()) {
+        log::warn(
+            "scheduler.numa_affinity strict: NUMA node {} has no worker (parallel.thread_pool_size "
+            "{}); tasks whose data lives there run on any worker",
+            node, count);
+      }
+    }
   }
   compute_victims();
 }
@@ -71,7 +86,8 @@ void Scheduler::compute_victims() {
     std::vector<unsigned> victims;
     for (auto& other : slots_) {
       if (other.get() == slot.get()) continue;
-      if (numa_affinity_ == NumaAffinity::strict && numa_placement_ && other->numa_node != slot->numa_node)
+      if (numa_affinity_ == NumaAffinity::strict && numa_placement_ && policy_ != SchedulerPolicy::eager &&
+          other->numa_node != slot->numa_node)
         continue;
       victims.push_back(other->index);
     }
@@ -294,6 +310,8 @@ void Scheduler::enqueue(TaskRecord* task, ThreadState& thread, bool submission, 
     notify_work(thread.slot, -1);
     return;
   }
+  // Under eager data location does not place tasks; a node without workers binds nothing.
+  if (numa_node >= 0 && (policy_ == SchedulerPolicy::eager || !has_workers_on(numa_node))) numa_node = -1;
   WorkerSlot* own = thread.slot;
   const bool bound_elsewhere =
       numa_node >= 0 && numa_placement_ && (own == nullptr || own->numa_node != numa_node);

@@ -140,6 +140,10 @@ class Scheduler {
   void notify_work(const WorkerSlot* origin, int numa_node) noexcept;
   bool wake_slot(WorkerSlot& slot) noexcept;
   bool may_run_on(const WorkerSlot& slot, int numa_node) const noexcept;
+  bool has_workers_on(int numa_node) const noexcept {
+    return static_cast<std::size_t>(numa_node) < slots_by_node_.size() &&
+           !slots_by_node_[static_cast<std::size_t>(numa_node)].empty();
+  }
   void compute_victims();
 
   TaskExecutor& executor_;

@@ -87,6 +87,37 @@ TEST(HostMemory, NodeLimitMakesAnOversizedBufferAClearError) {
   EXPECT_EQ(live_buffers(context), 1u);
 }
 
+// A small limit: a buffer of an upper size class (whose usual slab is 2 MiB) takes a smaller slab
+// instead of failing on an empty pool.
+TEST(HostMemory, NodeLimitBelowAClassesSlabStillFitsItsBuffers) {
+  Context context(settings_with({{"memory.host_node_limit", "1048576"}}));  // 1 MiB
+  for (const std::size_t bytes : {std::size_t{40000}, std::size_t{65536}, std::size_t{32768}}) {
+    Buffer<char> buffer(context, bytes);
+    EXPECT_LE(context.stats().memory.host_bytes_reserved, std::size_t{1} << 20) << bytes;
+  }
+  std::vector<Buffer<char>> several;
+  for (int i = 0; i < 6; ++i) several.emplace_back(context, 65536);  // 6 × 128 KiB slabs
+  EXPECT_LE(context.stats().memory.host_bytes_reserved, std::size_t{1} << 20);
+}
+
+// Buffers created and dropped inside tasks: their memory must not stay cached in the (now idle)
+// workers where the limit cannot reach it.
+TEST(HostMemory, NodeLimitGetsBackWhatWorkersFreed) {
+  Context context(settings_with({{"memory.host_node_limit", "1048576"}, {"parallel.thread_pool_size", "2"}}));
+  for (int round = 0; round < 4; ++round) {
+    for (int t = 0; t < 2; ++t) {
+      context.spawn([&context] {
+        std::vector<Buffer<char>> scratch;
+        for (int i = 0; i < 50; ++i) scratch.emplace_back(context, 4000);
+      });
+    }
+    context.wait_all();
+  }
+  EXPECT_EQ(context.stats().memory.host_pools.at(0).bytes_in_use, 0u);
+  Buffer<char> large(context, 900 * 1024);  // needs nearly the whole limit
+  EXPECT_EQ(large.size(), 900u * 1024);
+}
+
 TEST(HostMemory, UnlimitedByDefault) {
   Context context(make_settings(1));
   EXPECT_EQ(context.stats().memory.host_pools.at(0).limit_bytes, 0u);

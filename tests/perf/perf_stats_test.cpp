@@ -115,6 +115,18 @@ TEST(PerfStats, RecordTasksGivesTimesDeviceAndBytesPerTask) {
   EXPECT_EQ(json["transfers"]["bytes"], 8192);
 }
 
+// Names are the user's bytes, not always UTF-8: a Latin-1 name is written as U+FFFD instead of
+// losing the whole file (nlohmann::json throws on invalid UTF-8).
+TEST(PerfStats, ANameThatIsNotUtf8DoesNotLoseTheFile) {
+  Settings settings = make_settings(2);
+  settings.set("perf.record_tasks", "true");
+  Context context(settings);
+  context.submit(TaskOptions{.name = "caf\xe9"}, [] {}).wait();
+  const nlohmann::json json = dump_stats(context);
+  ASSERT_EQ(json["tasks"]["records"].size(), 1u);
+  EXPECT_EQ(json["tasks"]["records"][0]["name"], "caf\xef\xbf\xbd") << "U+FFFD in UTF-8";
+}
+
 TEST(PerfStats, MaxTaskRecordsBoundsTheRecords) {
   Settings settings = make_settings(2);
   settings.set("perf.record_tasks", "true");

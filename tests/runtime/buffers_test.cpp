@@ -1,6 +1,8 @@
 // Buffers: mapping, try_map, misuse errors, slices.
 #include <atomic>
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <thread>
 
 #include "runtime_test.hpp"
@@ -84,6 +86,30 @@ TEST_P(BuffersTest, MisuseIsAnErrorNamingWhatHappened) {
   Context other(make_settings(1));
   Buffer<int> foreign(other, 1);
   EXPECT_THROW(context->spawn([](std::span<int>) {}, write(foreign)), Error) << "buffer of another context";
+}
+
+// A mapping that outlives its Context keeps its data (no silent use after free); unmap() then says
+// what happened, and a mapping left to its destructor ends quietly.
+TEST(BuffersAfterContext, AMappingHeldWhenTheContextGoesKeepsItsDataAndUnmapIsAnError) {
+  auto context = std::make_unique<Context>(make_settings(2));
+  Buffer<int> buffer(*context, std::vector<int>(100, 3));
+  Mapped<int> mapping = buffer.map_write();
+  Buffer<int> other(*context, 10);
+  std::optional<Mapped<const int>> left_to_destructor(other.map_read());
+  context.reset();
+  EXPECT_EQ(mapping[99], 3) << "the data is still there";
+  mapping[0] = 4;
+  try {
+    mapping.unmap();
+    FAIL() << "unmap after the context was destroyed";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::buffer_misuse);
+    EXPECT_NE(std::string(error.what()).find("context has been destroyed"), std::string::npos)
+        << error.what();
+  }
+  EXPECT_THROW(mapping.unmap(), Error) << "already ended";
+  left_to_destructor.reset();  // no throw from a destructor
+  EXPECT_THROW(buffer.map_read(), Error);
 }
 
 // A count whose size in bytes wraps around would make a tiny buffer with a huge size(): refused.

@@ -177,9 +177,10 @@ TEST(ConfigBehaviour, TopologyAwarenessOrdersVictimsByDistance) {
   EXPECT_TRUE(any_far_first) << "without topology awareness the order ignores distance";
 }
 
-std::set<int> nodes_that_ran(const char* numa_affinity) {
-  Context context(with(
-      {{"topology.synthetic", "pack:1 numa:2 core:2 pu:1"}, {"scheduler.numa_affinity", numa_affinity}}));
+std::set<int> nodes_that_ran(const char* numa_affinity, const char* policy = "locality_aware_stealing") {
+  Context context(with({{"topology.synthetic", "pack:1 numa:2 core:2 pu:1"},
+                        {"scheduler.numa_affinity", numa_affinity},
+                        {"scheduler.policy", policy}}));
   std::vector<Buffer<int>> buffers;
   for (int i = 0; i < 64; ++i) buffers.emplace_back(context, 16, BufferOptions{.numa_node = 1});
   std::mutex mutex;
@@ -203,6 +204,23 @@ TEST(ConfigBehaviour, NumaAffinityPlacesTasksWithTheirData) {
   EXPECT_EQ(nodes_that_ran("strict"), (std::set<int>{1})) << "strict: only node 1's workers run node-1 data";
   EXPECT_TRUE(nodes_that_ran("none").count(0) == 1)
       << "none: the application thread runs some of them on node 0";
+  EXPECT_EQ(nodes_that_ran("strict", "heft"), (std::set<int>{1})) << "heft keeps strict too";
+  EXPECT_TRUE(nodes_that_ran("strict", "eager").count(0) == 1)
+      << "eager serves first come, first served: node 0's worker takes some (documented)";
+}
+
+// Both workers on node 0, the data on node 1: the task must not wait for an application thread to
+// help (it used to: only node-1 workers were woken, and there are none).
+TEST(ConfigBehaviour, StrictNumaAffinityWithoutAWorkerOnTheDataNodeRunsAnywhere) {
+  Context context(with({{"topology.synthetic", "pack:1 numa:2 core:2 pu:1"},
+                        {"parallel.thread_pool_size", "2"},
+                        {"scheduler.numa_affinity", "strict"}}));
+  ASSERT_EQ(context.stats().workers[1].numa_node, 0);
+  Buffer<int> data(context, 16, BufferOptions{.numa_node = 1});
+  Task task = context.submit([](std::span<int> values) { values[0] = 7; }, write(data));
+  EXPECT_TRUE(task.wait_for(std::chrono::seconds(20))) << "a dedicated worker runs it";
+  task.wait();
+  EXPECT_EQ(data.to_vector()[0], 7);
 }
 
 TEST(ConfigBehaviour, QueueTypeSelectsTheImplementation) {
@@ -254,6 +272,11 @@ TEST(ConfigBehaviour, PerDeviceQueueDepthBackPressuresTheSubmitter) {
   EXPECT_GE(ran_during_submission({{"scheduler.policy", "locality_aware_stealing"},
                                    {"task_queue.per_device_queue_depth", "16"}}),
             200 - 16 - 2);
+  // Under eager the CPU workers' one shared queue holds the depth, whatever the worker count.
+  Context four(with({{"scheduler.policy", "eager"},
+                     {"parallel.thread_pool_size", "4"},
+                     {"task_queue.per_device_queue_depth", "16"}}));
+  EXPECT_EQ(four.impl()->scheduler.shared_queue().capacity(), 16u);
 }
 
 TEST(ConfigBehaviour, MaxInFlightBoundsSubmittedWork) {

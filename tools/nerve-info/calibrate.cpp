@@ -13,6 +13,7 @@
 #include "perf/history_model.hpp"
 #include "report.hpp"
 #include "runtime/context_impl.hpp"
+#include "util/json_text.hpp"
 
 namespace nerve::info {
 
@@ -38,11 +39,11 @@ std::string calibrate_bus(const Settings& settings, bool json, std::string& save
                          {"bytes_per_second", link.bytes_per_ns * 1e9}});
       }
     }
-    return nlohmann::json{{"schema", "nerve.busmodel/1"},
-                          {"file", bus.file().string()},
-                          {"saved", save_error.empty()},
-                          {"links", links}}
-               .dump(2) +
+    return nerve::detail::json_text(nlohmann::json{{"schema", "nerve.busmodel/1"},
+                                                   {"file", bus.file().string()},
+                                                   {"saved", save_error.empty()},
+                                                   {"links", links}},
+                                    2) +
            "\n";
   }
   std::string out = fmt::format("Bus calibration ({} memory nodes; {} {})\n", nodes.size(),

@@ -14,6 +14,7 @@
 #include "nerve/error.hpp"
 
 #include "report.hpp"
+#include "util/json_text.hpp"
 
 #ifndef NERVE_VERSION_STRING
 #error "NERVE_VERSION_STRING must be defined by the build (the CMake project version)"
@@ -97,7 +98,7 @@ int main(int argc, char** argv) {
     }
     const nerve::info::Report report = nerve::info::inspect(make_settings(options), NERVE_VERSION_STRING);
     if (options.json) {
-      std::cout << nerve::info::report_to_json(report).dump(2) << '\n';
+      std::cout << nerve::detail::json_text(nerve::info::report_to_json(report), 2) << '\n';
     } else {
       print_text(report);
     }

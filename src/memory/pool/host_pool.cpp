@@ -261,7 +261,7 @@ void HostPool::flush(ThreadCache* cache) noexcept {
 // ---- slabs -----------------------------------------------------------------------------------
 
 SlabHeader* HostPool::new_slab(unsigned size_class, ThreadCache* owner) {
-  const std::size_t bytes = slab_bytes(size_class);
+  std::size_t bytes = slab_bytes(size_class);
   SlabHeader* slab = nullptr;
   {
     std::lock_guard lock(slabs_mutex_);
@@ -272,7 +272,7 @@ SlabHeader* HostPool::new_slab(unsigned size_class, ThreadCache* owner) {
     }
   }
   if (slab == nullptr) {
-    void* block = reserve_block(bytes, bytes, class_size(size_class));
+    void* block = reserve_slab(size_class, bytes);
     slab = ::new (block) SlabHeader;
     std::lock_guard lock(slabs_mutex_);
     slab->all_next = all_slabs_;
@@ -321,11 +321,23 @@ std::size_t HostPool::release_own_empty_slabs(ThreadCache* cache) noexcept {
   return released;
 }
 
-void* HostPool::reserve_block(std::size_t block_bytes, std::size_t alignment, std::size_t requested) {
-  if (void* block = budget_.try_acquire(block_bytes, alignment)) return block;
-  compact();  // make room: cached and empty memory goes back to the node
-  if (void* block = budget_.try_acquire(block_bytes, alignment)) return block;
-  throw_out_of_memory(requested, block_bytes);
+// Under a limit the class's usual slab may not fit where a smaller one does (a 1 MiB limit and 2 MiB
+// slabs): the slab halves down to the smallest holding one chunk, keeping the usual alignment so that
+// slab_of() still finds it. Before giving up, cached and empty memory goes back to the node.
+void* HostPool::reserve_slab(unsigned size_class, std::size_t& bytes) {
+  const std::size_t usual = slab_bytes(size_class);
+  const std::size_t smallest =
+      budget_.limit() == 0
+          ? usual
+          : std::max(min_slab_bytes, std::bit_ceil(SlabHeader::header_bytes + class_size(size_class)));
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    for (bytes = usual; bytes >= smallest; bytes /= 2) {
+      if (void* block = budget_.try_acquire(bytes, usual)) return block;
+    }
+    if (attempt == 0) compact();  // make room
+  }
+  bytes = usual;
+  throw_out_of_memory(class_size(size_class), smallest);
 }
 
 }  // namespace nerve::memory

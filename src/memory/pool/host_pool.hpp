@@ -141,7 +141,8 @@ class HostPool final : public NodePool {
   // retire() takes an empty slab out of its class: kept for reuse, or back to the node.
   void retire(SlabHeader* slab) noexcept;
   std::size_t free_slab(SlabHeader* slab) noexcept;
-  void* reserve_block(std::size_t block_bytes, std::size_t alignment, std::size_t requested);
+  // reserve_slab(): a block for a new slab of `size_class` (its size in `bytes`), within the limit.
+  void* reserve_slab(unsigned size_class, std::size_t& bytes);
   [[noreturn]] void throw_out_of_memory(std::size_t requested, std::size_t block_bytes) const;
   std::size_t bytes_in_use() const;
 

@@ -11,7 +11,9 @@ namespace nerve::memory {
 PoolOptions PoolOptions::from_config(const Config& config, std::size_t limit_bytes) {
   PoolOptions options;
   options.limit_bytes = limit_bytes;
-  options.thread_cache_bytes = config.memory.per_thread_pool_size;
+  // A capped pool keeps no per-thread caches: chunks cached by a thread that is not allocating (an
+  // idle worker) would pin their slabs, and the limit could refuse a buffer with nothing in use.
+  options.thread_cache_bytes = limit_bytes != 0 ? 0 : config.memory.per_thread_pool_size;
   options.global_pool = config.memory.global_pool;
   return options;
 }
