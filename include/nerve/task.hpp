@@ -6,8 +6,11 @@
 // access — std::span<const T> for read(), std::span<T> for write() and read_write() — or nothing if
 // it takes no arguments.
 //
-// Errors: an exception thrown by a task is captured. Tasks that depend on a failed task are not run:
-// they are cancelled with that cause (recursively). wait() on a failed task rethrows its exception;
+// Errors: an exception thrown by a task is captured. Tasks that consume a failed task's result — read
+// what it wrote (even in part, whatever else they declare), or are declared `after` it — are not
+// run: they are cancelled with that cause (recursively). Tasks that only overwrite its data or write
+// what it read (write-after-write, write-after-read) still run after it: their data does not come
+// from it. wait() on a failed task rethrows its exception;
 // on a cancelled task it throws TaskCancelled whose cause() is the original exception.
 #pragma once
 
@@ -64,7 +67,8 @@ class Task {
   // its failure (which Context::wait_all() then does not report again), or throws TaskCancelled.
   // Called by the task's own body it would never return: Error(invalid_argument).
   void wait() const { detail::task_wait(checked(), -1); }
-  // wait_for() returns false if the task is not done within `timeout`. It runs no other task
+  // wait_for() returns false if the task is not done within `timeout`; once it is done, it returns
+  // true or, like wait(), rethrows its failure (which then counts as reported). It runs no other task
   // meanwhile (one could outlast the timeout) — except in a context with a single worker slot,
   // where nobody else would run them: there it helps, and may return late by the task it ran.
   template <class Rep, class Period>

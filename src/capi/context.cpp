@@ -160,6 +160,8 @@ nerve_status_t nerve_wait_all(nerve_context_t* ctx) {
       fail(nerve::ErrorCode::invalid_argument,
            "called from inside a task: it would wait for that task itself (wait for a task pool instead)");
     }
+    // A wait that could never end is the caller's misuse (BUFFER_MISUSE), not a task's failure.
+    checked->impl()->refuse_own_mapping_wait(nerve::detail::ContextImpl::waits_for_all, "wait_all()");
   });
   if (checked_status != NERVE_OK) return checked_status;
   try {

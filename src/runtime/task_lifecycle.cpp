@@ -130,12 +130,20 @@ void ContextImpl::register_dependencies(TaskRecord* task, ThreadState& thread, T
                                         std::size_t after_count, bool after_consumes) {
   auto& seen = thread.scratch_predecessors;
   seen.clear();
+  // One edge per predecessor, except that a consuming dependency on a predecessor already reached
+  // through a non-consuming one (this task reads what it wrote and also overwrites or follows it)
+  // adds a consuming edge: the predecessor's failure must cancel this task, whatever the order of
+  // the accesses. A second edge to one predecessor is harmless (it only counts twice).
   auto on_predecessor = [&](Predecessor predecessor) {
     if (predecessor.task == task) return;
-    for (TaskRecord* earlier : seen) {
-      if (earlier == predecessor.task) return;
+    for (Predecessor& earlier : seen) {
+      if (earlier.task != predecessor.task) continue;
+      if (earlier.consumes || !predecessor.consumes) return;
+      earlier.consumes = true;
+      add_edge(predecessor.task, task, true);
+      return;
     }
-    if (seen.size() < 64) seen.push_back(predecessor.task);  // beyond that, duplicates are harmless
+    if (seen.size() < 64) seen.push_back(predecessor);  // beyond that, duplicates are harmless
     add_edge(predecessor.task, task, predecessor.consumes);
     if (recorder != nullptr) [[unlikely]]
       recorder->edge(thread, predecessor.task, task);

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "task/dependency_tracker.hpp"
 #include "task/record_allocator.hpp"
 #include "util/cpu.hpp"
 #include "util/parker.hpp"
@@ -39,7 +40,7 @@ struct alignas(cache_line_size) ThreadState {
   std::uint32_t submissions_until_check = 0;
   std::uint32_t placement_cursor = 0;
   std::uint64_t random_state = 0x9E3779B97F4A7C15ull;
-  std::vector<TaskRecord*> scratch_predecessors;
+  std::vector<Predecessor> scratch_predecessors;
   std::vector<BufferState*> scratch_buffers;
   TaskLog* perf_log = nullptr;  // perf recording: this thread's records (owned by the PerfMonitor)
   // perf recording / models: the CPU task MonitoredExecutor runs on this thread (innermost, when a

@@ -368,7 +368,7 @@ TEST_F(OpenclTest, ProgramsAreCachedInMemoryAndOnDisk) {
 
 TEST_F(OpenclTest, BuildErrorFailsTheTaskWithTheCompilerLogAndCancelsDependents) {
   Context& ctx = open(opencl_settings(2));
-  Kernel broken("broken");
+  Kernel broken("broken kernel");
   opencl::attach(broken, "__kernel void broken(__global float* x) { x[0] = undeclared_name; }", "broken");
   Buffer<float> x(ctx, 16);
   Task failed = ctx.submit(broken, write(x));
@@ -379,7 +379,7 @@ TEST_F(OpenclTest, BuildErrorFailsTheTaskWithTheCompilerLogAndCancelsDependents)
   } catch (const Error& error) {
     EXPECT_EQ(error.code(), ErrorCode::task_failed);
     const std::string message = error.what();
-    EXPECT_NE(message.find("broken"), std::string::npos) << message;
+    EXPECT_EQ(message.rfind("kernel 'broken kernel': ", 0), 0u) << "names the Kernel first: " << message;
     EXPECT_NE(message.find("undeclared_name"), std::string::npos) << "the compiler log: " << message;
   }
   EXPECT_THROW(dependent.wait(), TaskCancelled);

@@ -161,6 +161,10 @@ def case_usage(binary, directory):
         result = run(binary, *QUICK, "--only", "W1", *args, expect=2)
         check(says in result.stderr, f"{' '.join(args)}: the error does not say {says!r}: {result.stderr}")
         check("figures" not in result.stdout, f"{' '.join(args)}: something ran: {result.stdout}")
+    for empty in ("", ",", " , "):  # an empty selection is a mistake, not "everything"
+        result = run(binary, *QUICK, "--only", empty, expect=2)
+        check("names no workload" in result.stderr, f"--only {empty!r}: {result.stderr}")
+        check("figures" not in result.stdout, f"--only {empty!r}: something ran: {result.stdout}")
 
 
 def case_config_error(binary, directory):

@@ -65,6 +65,54 @@ TEST_P(ErrorsTest, PureWriteAfterFailedWriterRecoversTheBuffer) {
   EXPECT_THROW(context->wait_all(), std::runtime_error);
 }
 
+// A task that reads part of a failed task's output is cancelled even when it also overwrites (or
+// follows through a write-after-read) the same task, and even when that access is declared first:
+// the two dependencies on one predecessor must not collapse into the non-consuming one. The failing
+// task waits on a gate so that the edges are linked while it is still running.
+TEST_P(ErrorsTest, AConsumingDependencyIsNotLostBehindANonConsumingOneOnTheSameTask) {
+  enum class Shape {
+    overwrite_then_read,
+    read_then_overwrite,
+    write_what_it_read_then_read_other,
+    after_and_overwrite
+  };
+  for (const Shape shape : {Shape::overwrite_then_read, Shape::read_then_overwrite,
+                            Shape::write_what_it_read_then_read_other, Shape::after_and_overwrite}) {
+    Buffer<int> x(*context, 16), y(*context, 4);
+    std::atomic<bool> open{false};
+    const auto gate = [&open] {
+      while (!open.load()) std::this_thread::yield();
+      throw std::runtime_error("producer failed");
+    };
+    Task producer = shape == Shape::write_what_it_read_then_read_other
+                        ? context->submit([gate](std::span<int>, std::span<const int>) { gate(); },
+                                          write(x.slice(0, 8)), read(y))
+                        : context->submit([gate](std::span<int>) { gate(); }, write(x.slice(0, 8)));
+    std::atomic<bool> ran{false};
+    const auto body = [&ran](auto&&...) { ran = true; };
+    Task consumer;
+    switch (shape) {
+      case Shape::overwrite_then_read:
+        consumer = context->submit(body, write(x.slice(4, 4)), read(x.slice(0, 4)));
+        break;
+      case Shape::read_then_overwrite:
+        consumer = context->submit(body, read(x.slice(0, 4)), write(x.slice(4, 4)));
+        break;
+      case Shape::write_what_it_read_then_read_other:
+        consumer = context->submit(body, write(y), read(x.slice(0, 4)));
+        break;
+      case Shape::after_and_overwrite:
+        consumer = context->submit(TaskOptions{.after = {producer}}, body, write(x.slice(0, 8)));
+        break;
+    }
+    open = true;
+    EXPECT_THROW(consumer.wait(), TaskCancelled) << static_cast<int>(shape);
+    EXPECT_FALSE(ran.load()) << static_cast<int>(shape);
+    EXPECT_THROW(producer.wait(), std::runtime_error);
+    context->wait_all();
+  }
+}
+
 TEST_P(ErrorsTest, AfterEdgePropagatesFailure) {
   Task failing = context->submit([] { throw std::runtime_error("no"); });
   Task after = context->submit(TaskOptions{.after = {failing}}, [] {});

@@ -2,13 +2,18 @@
 // minimum number of bytes an MSI protocol must move to run them on the devices they were given.
 //
 // A plan is a list of tasks; each has 1..3 accesses (random mode; whole buffer or a random slice)
-// and, optionally, a device. Task bodies hash what they read into what they write, so any ordering
-// or data-movement mistake changes the final memory.
+// and, optionally, a device and an injected failure. Task bodies hash what they read into what they
+// write, so any ordering or data-movement mistake changes the final memory. With failures, the
+// reference follows the documented rule: a task that reads (read, read_write) an element whose last
+// writer failed or was cancelled is cancelled (unless the task wrote it itself earlier in its access
+// list); a pure write heals the element.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <span>
+#include <stdexcept>
 #include <vector>
 
 #include "nerve/nerve.hpp"
@@ -26,6 +31,7 @@ struct TaskPlan {
   std::uint64_t id;
   int device = -1;
   std::vector<AccessPlan> accesses;
+  bool fails = false;  // the body throws after computing
 };
 
 inline std::uint64_t mix(std::uint64_t x) {
@@ -54,7 +60,8 @@ struct PlanShape {
   std::size_t tasks = 1000;
   std::size_t buffers = 16;
   std::size_t elements = 48;
-  int devices = 0;  // > 0: each task gets a random device in [0, devices]
+  int devices = 0;                 // > 0: each task gets a random device in [0, devices]
+  unsigned failures_per_1000 = 0;  // tasks whose body throws
 };
 
 inline std::vector<TaskPlan> make_plan(std::uint64_t seed, const PlanShape& shape) {
@@ -79,6 +86,7 @@ inline std::vector<TaskPlan> make_plan(std::uint64_t seed, const PlanShape& shap
       }
       plan[t].accesses.push_back(access);
     }
+    if (shape.failures_per_1000 > 0) plan[t].fails = random() % 1000 < shape.failures_per_1000;
   }
   return plan;
 }
@@ -91,19 +99,57 @@ inline std::vector<std::vector<std::uint64_t>> initial_memory(const PlanShape& s
   return memory;
 }
 
-inline void run_reference(const std::vector<TaskPlan>& plan,
-                          std::vector<std::vector<std::uint64_t>>& memory) {
-  for (const TaskPlan& task : plan) {
-    Body body{task.id, task.id};
-    for (const AccessPlan& access : task.accesses) {
-      std::span<std::uint64_t> view(memory[access.buffer].data() + access.offset, access.count);
-      if (access.mode == Access::read) {
-        body.visit(std::span<const std::uint64_t>(view));
-      } else {
-        body.visit(view, access.mode);
-      }
+// run_task() runs one task's body on `memory`, as the runtime does.
+inline void run_task(const TaskPlan& task, std::vector<std::vector<std::uint64_t>>& memory) {
+  Body body{task.id, task.id};
+  for (const AccessPlan& access : task.accesses) {
+    std::span<std::uint64_t> view(memory[access.buffer].data() + access.offset, access.count);
+    if (access.mode == Access::read) {
+      body.visit(std::span<const std::uint64_t>(view));
+    } else {
+      body.visit(view, access.mode);
     }
   }
+}
+
+inline void run_reference(const std::vector<TaskPlan>& plan,
+                          std::vector<std::vector<std::uint64_t>>& memory) {
+  for (const TaskPlan& task : plan) run_task(task, memory);
+}
+
+// run_reference_with_failures(): run_reference() for a plan with failures. `poisoned` (one flag per
+// element, all false at first) ends true where the data is a failed or cancelled task's; the result
+// is each task's expected status (status_succeeded / _failed / _cancelled as TaskStatus).
+inline std::vector<TaskStatus> run_reference_with_failures(const std::vector<TaskPlan>& plan,
+                                                           std::vector<std::vector<std::uint64_t>>& memory,
+                                                           std::vector<std::vector<bool>>& poisoned) {
+  std::vector<TaskStatus> statuses;
+  for (const TaskPlan& task : plan) {
+    // Accesses in declaration order: an element the task itself wrote earlier (write-only, then read)
+    // is its own output, not the failed writer's.
+    bool consumes_failure = false;
+    std::vector<std::pair<std::size_t, std::size_t>> written;  // (buffer, element) written so far
+    for (const AccessPlan& access : task.accesses) {
+      for (std::size_t i = access.offset; i < access.offset + access.count; ++i) {
+        const bool own =
+            std::find(written.begin(), written.end(), std::pair{access.buffer, i}) != written.end();
+        if (access.mode != Access::write && !own) consumes_failure |= poisoned[access.buffer][i];
+        if (access.mode != Access::read) written.emplace_back(access.buffer, i);
+      }
+    }
+    const bool runs = !consumes_failure;
+    const TaskStatus status = consumes_failure ? TaskStatus::cancelled
+                              : task.fails     ? TaskStatus::failed
+                                               : TaskStatus::succeeded;
+    statuses.push_back(status);
+    if (runs) run_task(task, memory);
+    for (const AccessPlan& access : task.accesses) {
+      if (access.mode == Access::read) continue;
+      for (std::size_t i = access.offset; i < access.offset + access.count; ++i)
+        poisoned[access.buffer][i] = status != TaskStatus::succeeded;
+    }
+  }
+  return statuses;
 }
 
 // The bytes an MSI protocol must copy: a read copies the elements not valid where the task runs
@@ -144,39 +190,47 @@ void visit_one(
 // Submits one task with its accesses' modes fixed at compile time by dispatching on each mode.
 template <Access... Modes>
 void submit_with_modes(Context& context, const TaskOptions& options,
-                       std::vector<Buffer<std::uint64_t>>& views, std::uint64_t id) {
-  auto body = [id](auto... spans) {
+                       std::vector<Buffer<std::uint64_t>>& views, const TaskPlan& task,
+                       std::vector<Task>* handles) {
+  auto body = [id = task.id, fails = task.fails](auto... spans) {
     Body state{id, id};
     (visit_one<Modes>(state, spans), ...);
+    if (fails) throw std::runtime_error("injected failure");
   };
   [&]<std::size_t... I>(std::index_sequence<I...>) {
-    context.spawn(options, body, BufferAccess<std::uint64_t, Modes>{&views[I]}...);
+    if (handles != nullptr) {
+      handles->push_back(context.submit(options, body, BufferAccess<std::uint64_t, Modes>{&views[I]}...));
+    } else {
+      context.spawn(options, body, BufferAccess<std::uint64_t, Modes>{&views[I]}...);
+    }
   }
   (std::index_sequence_for<decltype(Modes)...>{});
 }
 
 template <Access... Chosen>
 void dispatch(Context& context, const TaskOptions& options, const TaskPlan& task,
-              std::vector<Buffer<std::uint64_t>>& views, std::size_t index) {
+              std::vector<Buffer<std::uint64_t>>& views, std::size_t index, std::vector<Task>* handles) {
   if constexpr (sizeof...(Chosen) < 3) {
     if (index < task.accesses.size()) {
       switch (task.accesses[index].mode) {
-        case Access::read: return dispatch<Chosen..., Access::read>(context, options, task, views, index + 1);
+        case Access::read:
+          return dispatch<Chosen..., Access::read>(context, options, task, views, index + 1, handles);
         case Access::write:
-          return dispatch<Chosen..., Access::write>(context, options, task, views, index + 1);
+          return dispatch<Chosen..., Access::write>(context, options, task, views, index + 1, handles);
         case Access::read_write:
-          return dispatch<Chosen..., Access::read_write>(context, options, task, views, index + 1);
+          return dispatch<Chosen..., Access::read_write>(context, options, task, views, index + 1, handles);
       }
     }
   }
-  submit_with_modes<Chosen...>(context, options, views, task.id);
+  submit_with_modes<Chosen...>(context, options, views, task, handles);
 }
 
 }  // namespace detail_random_dag
 
-// submit_plan() submits every task of `plan` over `buffers` (device placement when planned).
+// submit_plan() submits every task of `plan` over `buffers` (device placement when planned); with
+// `handles`, it keeps each task's handle there (in plan order).
 inline void submit_plan(Context& context, const std::vector<TaskPlan>& plan,
-                        std::vector<Buffer<std::uint64_t>>& buffers) {
+                        std::vector<Buffer<std::uint64_t>>& buffers, std::vector<Task>* handles = nullptr) {
   std::vector<Buffer<std::uint64_t>> views(3);
   for (const TaskPlan& task : plan) {
     for (std::size_t a = 0; a < task.accesses.size(); ++a) {
@@ -185,7 +239,7 @@ inline void submit_plan(Context& context, const std::vector<TaskPlan>& plan,
     }
     TaskOptions options;
     options.device = task.device;
-    detail_random_dag::dispatch<>(context, options, task, views, 0);
+    detail_random_dag::dispatch<>(context, options, task, views, 0, handles);
   }
 }
 

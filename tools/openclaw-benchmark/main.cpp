@@ -266,6 +266,10 @@ int main(int argc, char** argv) {
     return false;
   };
   if (unknown_workload("--only", only)) return 2;
+  if (app.count("--only") != 0 && only.empty()) {
+    std::fprintf(stderr, "openclaw-benchmark: --only names no workload (see --list)\n");
+    return 2;
+  }
   if (line.scaling != "none" && line.scaling != "default" &&
       unknown_workload("--scaling", split(line.scaling, true)))
     return 2;

@@ -24,6 +24,7 @@ std::vector<ScalingSeries> run_scaling(const std::vector<const bench::WorkloadEn
       scaled.runtimes = {"nerve"};
       scaled.repetitions = std::min(options.repetitions, 3);
       scaled.inject_fault = false;
+      scaled.on_progress = {};  // the "scaling:" line says what runs; the bar would name the last workload
       progress.message("scaling: " + std::string(entry->id) + " with " + std::to_string(threads) +
                        " worker(s)");
       ScalingSeries::Point point;

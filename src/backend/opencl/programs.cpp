@@ -93,7 +93,8 @@ cl_kernel ProgramCache::kernel(const OpenclProgram& program, const char* kernel_
     }
     Resolved resolved;
     if (!built->failure.empty()) {
-      resolved.failure = built->failure;
+      resolved.failure =
+          fmt::format("kernel '{}': {}", kernel_name, built->failure);  // a program may serve several
     } else if (auto kernel = built->kernels.find(program.entry); kernel != built->kernels.end()) {
       resolved.kernel = kernel->second;
     } else {
