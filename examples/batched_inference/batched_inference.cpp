@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <random>
 #include <span>
 #include <thread>
@@ -29,6 +30,7 @@
 
 #include "nerve/nerve.hpp"
 
+#include "arguments.hpp"
 #include "result_cache.hpp"
 
 namespace {
@@ -82,13 +84,23 @@ struct Request {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int max_batch = argc > 1 ? std::atoi(argv[1]) : 16;
-  const auto max_wait = std::chrono::microseconds(argc > 2 ? std::atoi(argv[2]) : 1000);
-  const bool use_cache = argc > 3 ? std::atoi(argv[3]) != 0 : true;
-  if (max_batch < 1 || max_wait.count() < 0) {
-    std::fprintf(stderr, "usage: batched_inference [max_batch >= 1] [max_wait_us >= 0] [cache 0|1]\n");
+  const char* const usage = "usage: batched_inference [max_batch >= 1] [max_wait_us >= 0] [cache 0|1]\n";
+  if (argc > 1 && nerve_examples::is_help(argv[1])) {
+    std::printf("%s", usage);
+    return 0;
+  }
+  const auto argument = [&](int index, unsigned long long fallback) {
+    return argc > index ? nerve_examples::parse_count(argv[index]) : std::optional(fallback);
+  };
+  const auto batch = argument(1, 16), wait_us = argument(2, 1000), cache_flag = argument(3, 1);
+  if (argc > 4 || !batch || *batch < 1 || *batch > 4096 || !wait_us || *wait_us > 10'000'000 || !cache_flag ||
+      *cache_flag > 1) {
+    std::fprintf(stderr, "%s", usage);
     return 2;
   }
+  const int max_batch = static_cast<int>(*batch);
+  const auto max_wait = std::chrono::microseconds(static_cast<long long>(*wait_us));
+  const bool use_cache = *cache_flag == 1;
   openblas_set_num_threads(1);  // one BLAS thread per task: nerve's workers are the parallelism
 
   const Model model;

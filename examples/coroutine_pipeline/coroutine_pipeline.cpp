@@ -20,6 +20,8 @@
 
 #include "nerve/nerve.hpp"
 
+#include "arguments.hpp"
+
 namespace {
 
 float transform(float x) { return std::sqrt(x) * 2.0f + 1.0f; }
@@ -53,13 +55,12 @@ nerve::CoTask<> stream(nerve::Context& context, nerve::Buffer<float>& input, ner
 }
 
 std::size_t parse(const char* text) {
-  std::size_t value = 0;
-  const std::string_view view(text);
-  if (std::from_chars(view.data(), view.data() + view.size(), value).ec != std::errc{} || value == 0) {
+  const auto value = nerve_examples::parse_count(text);
+  if (!value || *value == 0) {
     std::fprintf(stderr, "not a positive number: %s\n", text);
     std::exit(2);
   }
-  return value;
+  return *value;
 }
 
 }  // namespace
@@ -68,7 +69,18 @@ int main(int argc, char** argv) {
   std::size_t n = std::size_t{1} << 22;
   std::size_t chunk = std::size_t{1} << 16;
   std::size_t depth = 3;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  const auto usage = [&](FILE* out) {
+    std::fprintf(out, "usage: %s [--n ELEMENTS] [--chunk ELEMENTS] [--depth CHUNKS]\n", argv[0]);
+  };
+  for (int i = 1; i < argc; i += 2) {
+    if (nerve_examples::is_help(argv[i])) {
+      usage(stdout);
+      return 0;
+    }
+    if (i + 1 == argc) {  // an option without its value
+      usage(stderr);
+      return 2;
+    }
     if (std::strcmp(argv[i], "--n") == 0)
       n = parse(argv[i + 1]);
     else if (std::strcmp(argv[i], "--chunk") == 0)
@@ -76,7 +88,7 @@ int main(int argc, char** argv) {
     else if (std::strcmp(argv[i], "--depth") == 0)
       depth = parse(argv[i + 1]);
     else {
-      std::fprintf(stderr, "usage: %s [--n ELEMENTS] [--chunk ELEMENTS] [--depth CHUNKS]\n", argv[0]);
+      usage(stderr);
       return 2;
     }
   }

@@ -16,12 +16,14 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <random>
 #include <span>
 #include <vector>
 
 #include "nerve/nerve.hpp"
 
+#include "arguments.hpp"
 #include "irls.hpp"
 
 namespace {
@@ -33,11 +35,17 @@ constexpr std::size_t partial_size = irls::partial_size<features>;  // H_b (colu
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::size_t rows = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 200'000;
-  if (rows < block_rows) {
+  if (argc > 1 && nerve_examples::is_help(argv[1])) {
+    std::printf("usage: glm [rows >= %zu]\n", block_rows);
+    return 0;
+  }
+  const auto parsed =
+      argc > 1 ? nerve_examples::parse_count(argv[1]) : std::optional<unsigned long long>(200'000);
+  if (argc > 2 || !parsed || *parsed < block_rows || *parsed > (std::size_t{1} << 32)) {
     std::fprintf(stderr, "usage: glm [rows >= %zu]\n", block_rows);
     return 2;
   }
+  const std::size_t rows = *parsed;
   // Tile kernels run one per worker: keep OpenBLAS itself single-threaded, or every BLAS call
   // inside a task would start its own threads on the same cores.
   openblas_set_num_threads(1);

@@ -29,6 +29,8 @@
 #include "nerve/nerve.hpp"
 #include "nerve/opencl.hpp"
 
+#include "arguments.hpp"
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -40,6 +42,10 @@ struct Options {
 };
 
 [[noreturn]] void usage(const char* program, const std::string& problem) {
+  if (problem.empty()) {  // --help
+    std::printf("usage: %s [--n N] [--chunk C] [--repeat R]\n", program);
+    std::exit(0);
+  }
   std::fprintf(stderr, "%s: %s\nusage: %s [--n N] [--chunk C] [--repeat R]\n", program, problem.c_str(),
                program);
   std::exit(2);
@@ -49,6 +55,7 @@ Options parse_options(int argc, char** argv) {
   Options options;
   for (int i = 1; i < argc; ++i) {
     std::string_view arg = argv[i];
+    if (nerve_examples::is_help(arg)) usage(argv[0], "");
     std::string value;
     if (const auto equals = arg.find('='); equals != std::string_view::npos) {
       value = std::string(arg.substr(equals + 1));
@@ -58,11 +65,10 @@ Options parse_options(int argc, char** argv) {
     } else {
       usage(argv[0], "missing value for " + std::string(arg));
     }
-    char* end = nullptr;
-    const unsigned long long number = std::strtoull(value.c_str(), &end, 10);
-    if (value.empty() || *end != '\0' || number == 0) {
+    const auto parsed = nerve_examples::parse_count(value);
+    if (!parsed || *parsed == 0)
       usage(argv[0], std::string(arg) + " needs a positive integer, not '" + value + "'");
-    }
+    const unsigned long long number = *parsed;
     if (arg == "--n") {
       options.n = number;
     } else if (arg == "--chunk") {

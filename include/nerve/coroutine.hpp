@@ -33,10 +33,18 @@
 // as TaskCancelled from what it awaits, if that was cancelled.
 //
 // Errors: launch() or co_await of an empty CoTask (moved from, or already launched) throws
-// Error(invalid_argument).
+// Error(invalid_argument); so does co_await, inside a launched coroutine (or a child it awaits), of
+// its own Task or of the TaskGroup it was launched into — neither could finish while it waits.
 //
 // Lifetime: as with any coroutine, arguments taken by reference must outlive it; the context must
-// outlive every coroutine launched in it (~Context waits for their Tasks like any others).
+// outlive every coroutine launched in it (~Context waits for their Tasks like any others). A
+// coroutine of one context that awaits work of another needs that other context alive until the
+// work is done and submits nothing to it once its destruction has begun: ~Context waits for every
+// task, including ones submitted meanwhile, so a coroutine that keeps submitting delays it, and
+// work submitted too late to be waited for is never run (its awaiter never resumes).
+// Deep chains of CoTask awaiting CoTask rely on symmetric transfer being a tail call, which
+// compilers only guarantee with optimisation (-O2); unoptimised builds may exhaust the stack after
+// some ten thousand nested levels.
 #pragma once
 
 #include <coroutine>
@@ -57,9 +65,16 @@ class CoTask;
 
 namespace detail {
 
+// refuse_coroutine_self_wait(): Error(invalid_argument) when the launched coroutine whose Task is
+// `root` awaits that very Task, or the TaskGroup (`group`) it was launched into: neither can finish
+// while it waits.
+NERVE_API void refuse_coroutine_self_wait(const TaskRecord* root, const TaskRecord* task,
+                                          const GroupState* group);
+
 struct CoPromiseBase {
   std::coroutine_handle<> continuation;  // the coroutine awaiting this one, if any
   TaskRecord* launched = nullptr;        // the Task record, when started by launch()
+  const TaskRecord* root = nullptr;      // the launched coroutine this one runs for (itself, a caller)
   std::exception_ptr error;
 
   std::suspend_always initial_suspend() noexcept { return {}; }
@@ -105,10 +120,22 @@ struct CoPromise<void> : CoPromiseBase {
   }
 };
 
+// root_of(): the launched coroutine a nerve coroutine runs for (nullptr for other coroutine types).
+template <class P>
+const TaskRecord* root_of(std::coroutine_handle<P> coroutine) noexcept {
+  if constexpr (std::is_base_of_v<CoPromiseBase, P>) {
+    return coroutine.promise().root;
+  } else {
+    return nullptr;
+  }
+}
+
 struct TaskAwaiter {
   Task task;
   bool await_ready() const { return task.done(); }
-  void await_suspend(std::coroutine_handle<> coroutine) {
+  template <class P>
+  void await_suspend(std::coroutine_handle<P> coroutine) {
+    if (const TaskRecord* root = root_of(coroutine)) refuse_coroutine_self_wait(root, task.record(), nullptr);
     resume_coroutine(task_context(task.record()), coroutine.address(), task.record());
   }
   void await_resume() const { task.wait(); }  // done: rethrows its failure, or TaskCancelled
@@ -120,7 +147,9 @@ struct GroupAwaiter {
   bool await_ready() noexcept {
     return (group.state()->pending.load(std::memory_order_acquire) & GroupState::count_mask) == 0;
   }
-  bool await_suspend(std::coroutine_handle<> coroutine) {
+  template <class P>
+  bool await_suspend(std::coroutine_handle<P> coroutine) {
+    if (const TaskRecord* root = root_of(coroutine)) refuse_coroutine_self_wait(root, nullptr, group.state());
     parked = true;  // set first: once parked, the coroutine may resume on another thread at once
     if (group_suspend(group.state(), coroutine.address())) return true;
     parked = false;
@@ -160,8 +189,10 @@ class [[nodiscard]] CoTask {
       throw Error(ErrorCode::invalid_argument, "co_await on an empty CoTask (moved from or launched)");
     return false;
   }
-  std::coroutine_handle<> await_suspend(std::coroutine_handle<> parent) noexcept {
+  template <class P>
+  std::coroutine_handle<> await_suspend(std::coroutine_handle<P> parent) noexcept {
     handle_.promise().continuation = parent;
+    handle_.promise().root = detail::root_of(parent);
     return handle_;
   }
   T await_resume() { return handle_.promise().take(); }
@@ -194,6 +225,7 @@ inline Task launch_in(ContextImpl* context, GroupState* group, CoTask<> coroutin
   TaskRecord* record = coroutine_task_create(context, name, group);
   auto handle = coroutine.release();
   handle.promise().launched = record;
+  handle.promise().root = record;
   try {
     start_coroutine(context, handle.address(), record);
   } catch (...) {

@@ -8,6 +8,9 @@
 #include <coroutine>
 #include <exception>
 
+#include <fmt/format.h>
+
+#include "nerve/coroutine.hpp"
 #include "nerve/error.hpp"
 #include "nerve/task.hpp"
 
@@ -118,5 +121,19 @@ void group_resumed(GroupState* group) noexcept {
 }
 
 ContextImpl* task_context(const TaskRecord* record) noexcept { return record->context; }
+
+void refuse_coroutine_self_wait(const TaskRecord* root, const TaskRecord* task, const GroupState* group) {
+  const char* name = root->name != nullptr ? root->name : "(unnamed)";
+  if (task == root) {
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("co_await of coroutine '{}''s own Task inside it would wait for itself", name));
+  }
+  if (group != nullptr && root->group == group) {
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("co_await of the TaskGroup coroutine '{}' was launched into would wait for "
+                            "itself (it is one of the group's tasks)",
+                            name));
+  }
+}
 
 }  // namespace nerve::detail

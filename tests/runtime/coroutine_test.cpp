@@ -196,6 +196,51 @@ TEST_P(CoroutineTest, LaunchedInAGroupAndCountedByWaitAll) {
   EXPECT_EQ(finished.load(), 40);
 }
 
+// Awaiting its own group (directly or from a child coroutine) or its own Task could never end: an
+// error in the coroutine, as Task::wait() and TaskGroup::wait() give for the same mistake.
+TEST_P(CoroutineTest, AwaitingItsOwnGroupOrTaskIsAnErrorNotAHang) {
+  TaskGroup group(*context);
+  auto child = [](TaskGroup& g) -> CoTask<> { co_await g; };
+  Task direct = launch(
+      group, [](TaskGroup& g) -> CoTask<> { co_await g; }(group), "own group");
+  Task nested = launch(
+      group, [](TaskGroup& g, auto make) -> CoTask<> { co_await make(g); }(group, child),
+      "own group, from a child");
+  for (Task* task : {&direct, &nested}) {
+    try {
+      task->wait();
+      FAIL() << "awaiting its own group returned";
+    } catch (const Error& error) {
+      EXPECT_EQ(error.code(), ErrorCode::invalid_argument);
+      EXPECT_THAT(error.what(), HasSubstr("would wait for itself")) << error.what();
+    }
+  }
+  EXPECT_ANY_THROW(group.wait()) << "the group reports the first failure";
+  // Its own Task: handed to the coroutine once launch() returned it (a task holds it back till then).
+  auto own = std::make_shared<std::optional<Task>>();
+  auto published = std::make_shared<std::atomic<bool>>(false);
+  Task self = launch(
+      *context,
+      [](Context& ctx, std::shared_ptr<std::optional<Task>> handle,
+         std::shared_ptr<std::atomic<bool>> ready) -> CoTask<> {
+        co_await ctx.submit([ready] {
+          while (!ready->load()) std::this_thread::yield();
+        });
+        co_await **handle;
+      }(*context, own, published),
+      "awaits itself");
+  *own = self;
+  published->store(true);
+  try {
+    self.wait();
+    FAIL() << "awaiting its own Task returned";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::invalid_argument);
+    EXPECT_THAT(error.what(), HasSubstr("awaits itself")) << error.what();
+  }
+  own->reset();
+}
+
 TEST_P(CoroutineTest, UnlaunchedCoroutineNeverRuns) {
   bool ran = false;
   {
