@@ -42,6 +42,10 @@
 // work is done and submits nothing to it once its destruction has begun: ~Context waits for every
 // task, including ones submitted meanwhile, so a coroutine that keeps submitting delays it, and
 // work submitted too late to be waited for is never run (its awaiter never resumes).
+// GCC 12 destroys the captures of a lambda written inside a coroutine body one time too many in some
+// expressions (a compiler bug: a lambda capturing a shared_ptr by value inside a coroutine frees it
+// early; Clang and later GCCs are right). With GCC 12, capture only references, pointers and plain
+// values in lambdas inside coroutines, or build such lambdas in an ordinary function.
 // Deep chains of CoTask awaiting CoTask rely on symmetric transfer being a tail call, which
 // compilers only guarantee with optimisation (-O2); unoptimised builds may exhaust the stack after
 // some ten thousand nested levels.

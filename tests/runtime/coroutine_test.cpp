@@ -217,20 +217,21 @@ TEST_P(CoroutineTest, AwaitingItsOwnGroupOrTaskIsAnErrorNotAHang) {
   }
   EXPECT_ANY_THROW(group.wait()) << "the group reports the first failure";
   // Its own Task: handed to the coroutine once launch() returned it (a task holds it back till then).
-  auto own = std::make_shared<std::optional<Task>>();
-  auto published = std::make_shared<std::atomic<bool>>(false);
+  // References, not by-value shared_ptr parameters: GCC 12 may destroy a lambda coroutine's
+  // by-value parameters twice.
+  std::optional<Task> own;
+  std::atomic<bool> published{false};
   Task self = launch(
       *context,
-      [](Context& ctx, std::shared_ptr<std::optional<Task>> handle,
-         std::shared_ptr<std::atomic<bool>> ready) -> CoTask<> {
-        co_await ctx.submit([ready] {
-          while (!ready->load()) std::this_thread::yield();
+      [](Context& ctx, std::optional<Task>& handle, std::atomic<bool>& ready) -> CoTask<> {
+        co_await ctx.submit([&ready] {
+          while (!ready.load()) std::this_thread::yield();
         });
-        co_await **handle;
+        co_await *handle;
       }(*context, own, published),
       "awaits itself");
-  *own = self;
-  published->store(true);
+  own = self;
+  published.store(true);
   try {
     self.wait();
     FAIL() << "awaiting its own Task returned";
@@ -238,7 +239,7 @@ TEST_P(CoroutineTest, AwaitingItsOwnGroupOrTaskIsAnErrorNotAHang) {
     EXPECT_EQ(error.code(), ErrorCode::invalid_argument);
     EXPECT_THAT(error.what(), HasSubstr("awaits itself")) << error.what();
   }
-  own->reset();
+  own.reset();
 }
 
 TEST_P(CoroutineTest, UnlaunchedCoroutineNeverRuns) {
