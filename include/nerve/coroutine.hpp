@@ -44,7 +44,7 @@
 // work submitted too late to be waited for is never run (its awaiter never resumes).
 // GCC 12 destroys the captures of a lambda written inside a coroutine body one time too many in some
 // expressions (a compiler bug: a lambda capturing a shared_ptr by value inside a coroutine frees it
-// early; Clang and later GCCs are right). With GCC 12, capture only references, pointers and plain
+// early; Clang 14 gets it right). With GCC 12, capture only references, pointers and plain
 // values in lambdas inside coroutines, or build such lambdas in an ordinary function.
 // Deep chains of CoTask awaiting CoTask rely on symmetric transfer being a tail call, which
 // compilers only guarantee with optimisation (-O2); unoptimised builds may exhaust the stack after
