@@ -193,9 +193,8 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   HostMemoryNode host_memory;
   std::vector<std::unique_ptr<Device>> devices;  // device i + 1
   std::unique_ptr<CoherenceEngine> coherence;    // once there is more than one memory node
-  // Devices that run plain closures (test devices): per device (index - 1), probed once when added,
-  // and how many (the fast path's test: none means a closure can only run on the CPU workers).
-  std::vector<bool> runs_closures;
+  // How many devices run plain closures (test devices), probed once when added: none means a closure
+  // can only run on the CPU workers (the fast path's test). Forced placements ask Device::can_run.
   unsigned closure_devices = 0;
   // scheduler.policy heft with devices: the placer and the bus model it reads (else null);
   // perf.decision_log or perf.trace under heft: the explanations (else null).

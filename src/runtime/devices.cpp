@@ -27,8 +27,7 @@ int ContextImpl::add_device(std::unique_ptr<Device> device) {
                             device->info().index, device->memory().index(), index));
   }
   const TaskRecord closure_probe{};
-  runs_closures.push_back(device->can_run(closure_probe));
-  if (runs_closures.back()) ++closure_devices;
+  if (device->can_run(closure_probe)) ++closure_devices;
   devices.push_back(std::move(device));
   devices.back()->start(*this);
   std::vector<MemoryNode*> nodes{&host_memory};
