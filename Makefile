@@ -15,6 +15,10 @@ BUILD_DIR  := build
 TSAN_DIR   := build-tsan
 ASAN_DIR   := build-asan
 
+# A failing test binary prints its failures only, not the hundreds of tests that passed: CI keeps
+# the end of a long log, and a failure must be in it.
+export GTEST_BRIEF ?= 1
+
 # Steps run in the order written (dependencies first); the parallelism is inside Ninja and ctest.
 .NOTPARALLEL:
 .DEFAULT_GOAL := help

@@ -20,7 +20,8 @@ std::filesystem::path fresh_directory(const std::string& stem) {
   return directory;
 }
 
-// Five large copies: their median survives a couple of descheduled ones on a loaded CI machine.
+// Five large copies: the calibration keeps the fastest, so a few descheduled ones on a loaded CI
+// machine do not matter.
 constexpr detail::BusCalibrationSizes quick_sizes{64, std::size_t{1} << 20, 3, 5};
 
 TEST(BusModel, MeasuresASimulatedLinkPersistsAndReloads) {

@@ -72,6 +72,7 @@ TEST_P(RuntimeTest, ConcurrentReadersOverlap) {
   Buffer<int> data(*context, 1);
   std::atomic<int> inside{0};
   std::atomic<int> most{0};
+  std::atomic<bool> gave_up{false};
   for (int i = 0; i < 8; ++i) {
     context->spawn(
         [&](std::span<const int>) {
@@ -79,7 +80,12 @@ TEST_P(RuntimeTest, ConcurrentReadersOverlap) {
           int seen = most.load();
           while (now > seen && !most.compare_exchange_weak(seen, now)) {
           }
-          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          // Wait for a second reader to come in: generous, since a loaded CI machine may not run
+          // the other worker for tens of milliseconds; serialised readers would all time out.
+          const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+          while (most.load() < 2 && !gave_up && std::chrono::steady_clock::now() < until)
+            std::this_thread::yield();
+          if (most.load() < 2) gave_up = true;
           inside.fetch_sub(1);
         },
         read(data));
@@ -97,7 +103,8 @@ TEST_P(RuntimeTest, DisjointSlicesDoNotConflict) {
     context->spawn(
         [&](std::span<int> part) {
           if (inside.fetch_add(1) == 1) overlapped = true;
-          const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
+          // Long enough for a loaded machine to run the other worker; the loop ends once it does.
+          const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
           while (!overlapped && std::chrono::steady_clock::now() < until) std::this_thread::yield();
           part[0] = 1;
           inside.fetch_sub(1);
