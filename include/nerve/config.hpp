@@ -194,6 +194,9 @@ struct NERVE_API Config {
     bool unified_memory = false;          // CUDA buffers in managed memory (cudaMallocManaged)
     bool async_prefetch = true;           // managed buffers prefetched to the device ahead of each task
     bool cache_hints = true;              // managed buffers given cudaMemAdvise hints per access mode
+    // Host copies of buffers of 1 MiB and more page-locked (cudaHostRegister) on their first transfer
+    // to or from a CUDA device, so copies are DMA'd in place instead of through staging memory.
+    bool pin_host_buffers = true;
   } gpu;
 
   // Performance monitoring (see docs/PERF_STATS.md and docs/TRACING.md).

@@ -66,6 +66,7 @@ struct DeviceCounters {
   std::uint64_t peak_copies_in_flight = 0;
   std::uint64_t peer_copies = 0;        // device-to-device copies done directly
   std::uint64_t staged_copies = 0;      // copies that went through host staging memory
+  std::uint64_t pinned_copies = 0;      // host<->device copies DMA'd in place (page-locked host buffer)
   std::uint64_t events_live = 0;        // driver events not released yet (0 when idle)
   std::uint64_t operation_records = 0;  // pooled in-flight records ever created (bounded, not per task)
 };

@@ -304,6 +304,10 @@ std::vector<KeySpec> build_key_table() {
        "with gpu.unified_memory, advise the driver per access (cudaMemAdvise: read-mostly, preferred "
        "location)",
        [](Config& c, const ParsedValue& v) { c.gpu.cache_hints = v.boolean(); }},
+      {"gpu.pin_host_buffers", boolean_type(), "true",
+       "page-lock host copies of buffers of 1 MiB and more on their first CUDA transfer (DMA in place, "
+       "no staging copy)",
+       [](Config& c, const ParsedValue& v) { c.gpu.pin_host_buffers = v.boolean(); }},
       {"perf.trace", text_type(), "",
        "write a Chrome trace-event timeline (Perfetto, chrome://tracing) here when the context ends",
        [](Config& c, const ParsedValue& v) { c.perf.trace = v.string(); }},

@@ -40,11 +40,18 @@ int HostMemoryNode::pool_for(int numa_node, int worker_numa) const noexcept {
 HostBlock HostMemoryNode::allocate_buffer(std::size_t bytes, int numa_node, int worker_numa) {
   const int pool = pool_for(numa_node, worker_numa);
   auto* data = static_cast<std::byte*>(pools_[pool]->allocate_aligned(bytes, buffer_alignment));
+  try {
+    pinning_.track(data, bytes);
+  } catch (...) {
+    pools_[pool]->deallocate_aligned(data, bytes, buffer_alignment);
+    throw;
+  }
   return {data, pool};
 }
 
 void HostMemoryNode::free_buffer(const HostBlock& block, std::size_t bytes) noexcept {
   if (block.data == nullptr) return;
+  pinning_.untrack(block.data, bytes);
   pools_[block.pool]->deallocate_aligned(block.data, bytes, buffer_alignment);
 }
 

@@ -8,7 +8,7 @@
 // blocks come from and memory.numa_policy where they are bound. memory.host_limit caps the bytes all
 // pools together reserve: beyond it, creating a buffer fails with Error(out_of_memory) naming the
 // node, the size, the limit and what is held. Pinned staging memory for device transfers is one more
-// pool, made on first use.
+// pool, made on first use; large buffers are page-locked in place instead (host_pinning.hpp).
 //
 // Thread safety: every member may be called from any thread.
 #pragma once
@@ -22,6 +22,7 @@
 #include "nerve/memory.hpp"
 #include "nerve/topology.hpp"
 
+#include "memory/host_pinning.hpp"
 #include "memory/memory_node.hpp"
 #include "memory/pool/pool.hpp"
 #include "memory/pool/staging_pool.hpp"
@@ -56,6 +57,8 @@ class HostMemoryNode final : public MemoryNode {
 
   // staging() is the pool of page-locked buffers for device transfers.
   memory::StagingPool& staging();
+  // pinning(): large buffers' host copies, page-locked for DMA on their first device transfer.
+  HostPinning& pinning() noexcept { return pinning_; }
 
   // compact() returns free pool memory to the system (and the calling thread's cached chunks);
   // gives the bytes returned.
@@ -72,6 +75,7 @@ class HostMemoryNode final : public MemoryNode {
   int pool_for(int numa_node, int worker_numa) const noexcept;
 
   NumaPolicy policy_;
+  HostPinning pinning_;
   std::vector<std::unique_ptr<memory::NodePool>> pools_;  // by NUMA node
   mutable std::mutex staging_mutex_;
   std::unique_ptr<memory::StagingPool> staging_;  // made on first use

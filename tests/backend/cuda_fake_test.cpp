@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -461,6 +462,99 @@ INSTANTIATE_TEST_SUITE_P(Keys, CudaUnifiedMemory,
                                            UnifiedCase{"managed_no_prefetch", true, false, true},
                                            UnifiedCase{"managed_no_hints", true, true, false}),
                          [](const auto& info) { return std::string(info.param.name); });
+
+// gpu.pin_host_buffers: a buffer of 1 MiB and more is page-locked on its first transfer, once (for
+// every device of the driver, slices included), and DMA'd in place ever after; a small one goes
+// through staging; the registration ends with the buffer. Off: nothing is registered.
+class CudaHostPinning : public ::testing::TestWithParam<bool> {};
+
+TEST_P(CudaHostPinning, LargeHostBuffersArePageLockedOnTheirFirstTransfer) {
+  const bool pin = GetParam();
+  FakeCuda cuda;
+  {
+    Settings settings = FakeCuda::settings(2);
+    settings.set("gpu.pin_host_buffers", pin ? "true" : "false");
+    Context context(settings);
+    {
+      const Kernel scale = make_scale();
+      constexpr std::size_t large = (std::size_t{4} << 20) / sizeof(float);  // 4 MiB
+      Buffer<float> x(context, std::vector<float>(large, 1.0f));
+      Buffer<float> small(context, std::vector<float>(1024, 1.0f));  // 4 KiB
+      for (int round = 0; round < 3; ++round) {                      // to the device and back each round
+        context.submit(TaskOptions{.device = 1}, scale, read_write(x), value(2.0f));
+        context.submit(TaskOptions{.device = 1}, scale, read_write(small), value(2.0f));
+        EXPECT_EQ(x.to_vector()[large - 1], static_cast<float>(2 << round));
+        EXPECT_EQ(small.to_vector()[0], static_cast<float>(2 << round));
+      }
+      // Written on the host (the device's copy is stale), then a slice on the device: only the
+      // slice moves, in place too.
+      x.map_write()[large / 2] = 16.0f;
+      context.submit(TaskOptions{.device = 1}, scale, read_write(x.slice(large / 2, 1024)), value(0.5f))
+          .wait();
+      const std::vector<float> result = x.to_vector();
+      EXPECT_EQ(result[large / 2], 8.0f);
+      EXPECT_EQ(result[large / 2 + 1], 4.0f);
+      EXPECT_EQ(result[large / 2 + 1024], 8.0f);
+      std::uint64_t pinned_copies = 0;
+      for (const auto& device : context.impl()->devices) pinned_copies += device->counters().pinned_copies;
+      const detail::HostPinningStats pinning = context.impl()->host_memory.pinning().stats();
+      if (pin) {
+        EXPECT_EQ(cuda.driver->calls("host_register"), 1u) << "x once; the small buffer is staged";
+        EXPECT_EQ(pinning.pinned_bytes, large * sizeof(float));
+        EXPECT_EQ(cuda.driver->registered_host_bytes(), large * sizeof(float));
+        EXPECT_EQ(pinned_copies, 6u) << "x in once and out after each round, its slice in and out: in place";
+      } else {
+        EXPECT_EQ(cuda.driver->calls("host_register"), 0u);
+        EXPECT_EQ(pinning.pinned_bytes, 0u);
+        EXPECT_EQ(pinned_copies, 0u);
+      }
+    }  // the buffers go: x's registration with it
+    EXPECT_EQ(cuda.driver->registered_host_bytes(), 0u);
+    EXPECT_EQ(context.impl()->host_memory.pinning().stats().pinned_allocations, 0u);
+    expect_no_leaks(context);
+  }
+  EXPECT_EQ(cuda.driver->calls("host_unregister"), pin ? 1u : 0u);
+  EXPECT_EQ(cuda.driver->calls("host_unregister_unknown"), 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Keys, CudaHostPinning, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "pinned" : "staged";
+                         });
+
+// A driver that refuses to page-lock (a locked-memory limit): asked once per buffer, the copies go
+// through staging, the data is right.
+TEST(CudaHostPinningRefused, CopiesGoThroughStagingAndTheDriverIsNotAskedAgain) {
+  FakeCuda cuda(FakeOptions{.devices = 1, .refuse_host_register = true});
+  Context context(FakeCuda::settings(2));
+  const Kernel scale = make_scale();
+  constexpr std::size_t large = (std::size_t{2} << 20) / sizeof(float);
+  Buffer<float> x(context, std::vector<float>(large, 1.0f));
+  for (int round = 0; round < 3; ++round) {
+    context.submit(TaskOptions{.device = 1}, scale, read_write(x), value(2.0f));
+    EXPECT_EQ(x.to_vector()[0], static_cast<float>(2 << round));
+  }
+  EXPECT_EQ(cuda.driver->calls("host_register"), 1u);
+  EXPECT_EQ(context.impl()->host_memory.pinning().stats().failures, 1u);
+  EXPECT_EQ(context.impl()->devices[0]->counters().pinned_copies, 0u);
+}
+
+// A page-locked buffer still alive when its context goes: unregistered while the driver is there.
+TEST(CudaHostPinningAfterContext, ABufferOutlivingItsContextIsUnregisteredWithTheDevice) {
+  FakeCuda cuda(FakeOptions{.devices = 1});
+  std::optional<Buffer<float>> survivor;
+  {
+    Context context(FakeCuda::settings(2));
+    const Kernel scale = make_scale();
+    survivor.emplace(context, std::vector<float>((std::size_t{1} << 20) / sizeof(float), 1.0f));
+    context.submit(TaskOptions{.device = 1}, scale, read_write(*survivor), value(2.0f)).wait();
+    EXPECT_EQ(cuda.driver->calls("host_register"), 1u);
+  }
+  EXPECT_EQ(cuda.driver->registered_host_bytes(), 0u);
+  EXPECT_EQ(cuda.driver->calls("host_unregister"), 1u);
+  survivor.reset();
+  EXPECT_EQ(cuda.driver->calls("host_unregister_unknown"), 0u);
+}
 
 TEST(CudaFakeContext, ALaunchErrorFailsTheTask) {
   FakeCuda cuda(FakeOptions{.devices = 1});

@@ -47,6 +47,7 @@ class CudaBackend final : public Backend {
       cuda.unified_memory = config.gpu.unified_memory;
       cuda.async_prefetch = config.gpu.async_prefetch;
       cuda.cache_hints = config.gpu.cache_hints;
+      cuda.pin_host_buffers = config.gpu.pin_host_buffers;
     }
     const DeviceProperties properties = driver_->properties(ordinal);
     if (cuda.unified_memory && properties.managed_memory && !properties.concurrent_managed_access &&

@@ -58,6 +58,8 @@ namespace {
   X(cudaHostAlloc)                    \
   X(cudaFreeHost)                     \
   X(cudaHostGetDevicePointer)         \
+  X(cudaHostRegister)                 \
+  X(cudaHostUnregister)               \
   X(cudaDeviceGetStreamPriorityRange) \
   X(cudaStreamCreateWithPriority)     \
   X(cudaStreamDestroy)                \
@@ -186,6 +188,10 @@ class CudartDriver final : public Driver {
     return pointer;
   }
   void host_free(void* pointer) noexcept override { cudaFreeHost_(pointer); }
+  void host_register(void* pointer, std::size_t bytes) override {
+    check(cudaHostRegister_(pointer, bytes, cudaHostRegisterPortable), "cudaHostRegister");
+  }
+  void host_unregister(void* pointer) noexcept override { cudaHostUnregister_(pointer); }
   void* device_pointer_of(void* host_pointer) override {
     void* device = nullptr;
     check(cudaHostGetDevicePointer_(&device, host_pointer, 0), "cudaHostGetDevicePointer");

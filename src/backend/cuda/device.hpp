@@ -38,6 +38,7 @@ struct CudaDeviceOptions {
   bool unified_memory = false;         // gpu.unified_memory
   bool async_prefetch = true;          // gpu.async_prefetch
   bool cache_hints = true;             // gpu.cache_hints
+  bool pin_host_buffers = true;        // gpu.pin_host_buffers
   CompletionMode completion = CompletionMode::flag;
   PoolKind pool = PoolKind::arena;
 };

@@ -72,6 +72,9 @@ class Driver {
   virtual void* host_alloc(std::size_t bytes) = 0;
   virtual void host_free(void* pointer) noexcept = 0;
   virtual void* device_pointer_of(void* host_pointer) = 0;
+  // Page-locking memory the program allocated: cudaHostRegister(portable) / cudaHostUnregister.
+  virtual void host_register(void* pointer, std::size_t bytes) = 0;
+  virtual void host_unregister(void* pointer) noexcept = 0;
 
   // Streams: non-blocking, with a priority (lower numbers are higher priority, as in CUDA).
   virtual void priority_range(int device, int& least, int& greatest) = 0;

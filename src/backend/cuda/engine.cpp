@@ -67,6 +67,7 @@ void Engine::recycle(Operation* op) noexcept {
   op->source = nullptr;
   op->destination = nullptr;
   op->host_destination = nullptr;
+  op->pinned_host = false;
   op->bytes = 0;
   op->step = 0;
   op->staging.release();
@@ -160,6 +161,7 @@ DeviceCounters Engine::snapshot() const {
   c.copies_deferred = copies_deferred_.load(std::memory_order_relaxed);
   c.peer_copies = peer_copies_.load(std::memory_order_relaxed);
   c.staged_copies = staged_copies_.load(std::memory_order_relaxed);
+  c.pinned_copies = pinned_copies_.load(std::memory_order_relaxed);
   {
     std::lock_guard lock(mutex_);
     c.peak_copies_in_flight = peak_transfers_;

@@ -71,6 +71,7 @@ struct Operation {
   std::size_t bytes = 0;
   int step = 0;                           // staged copies: which half
   std::byte* host_destination = nullptr;  // device -> pageable host through staging: copied at the end
+  bool pinned_host = false;               // the host side is page-locked: DMA in place, no staging
   memory::StagingBuffer staging;          // pinned, from the memory node's staging pool
   Event handoff = nullptr;                // staged device-to-device: the source half's event, recorded on
   EventPool* handoff_pool = nullptr;      // the source's stream, so from the source device's pool
@@ -119,6 +120,7 @@ class Engine {
   void count_launch(std::size_t stream) noexcept;
   void count_peer_copy() noexcept { peer_copies_.fetch_add(1, std::memory_order_relaxed); }
   void count_staged_copy() noexcept { staged_copies_.fetch_add(1, std::memory_order_relaxed); }
+  void count_pinned_copy() noexcept { pinned_copies_.fetch_add(1, std::memory_order_relaxed); }
   DeviceCounters snapshot() const;
   std::uint64_t flag_completions() const noexcept {
     return flag_completions_.load(std::memory_order_relaxed);
@@ -161,7 +163,7 @@ class Engine {
   std::function<void(Operation*)> start_transfer_;
 
   std::atomic<std::uint64_t> launches_{0}, copies_{0}, copies_deferred_{0}, peer_copies_{0},
-      staged_copies_{0};
+      staged_copies_{0}, pinned_copies_{0};
   std::atomic<std::uint64_t> flag_completions_{0}, event_completions_{0};
   std::vector<std::atomic<std::uint64_t>> per_stream_;
   std::thread thread_;

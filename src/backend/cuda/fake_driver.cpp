@@ -165,6 +165,27 @@ void FakeDriver::host_free(void* pointer) noexcept {
   release(pointer);
 }
 
+void FakeDriver::host_register(void* pointer, std::size_t bytes) {
+  std::lock_guard lock(mutex_);
+  count("host_register");
+  record({.call = "host_register", .pointer = pointer, .bytes = bytes});
+  if (options_.refuse_host_register) throw Error(ErrorCode::out_of_memory, "cudaHostRegister failed (fake)");
+  if (!registered_.emplace(pointer, bytes).second)
+    throw Error(ErrorCode::invalid_argument, "cudaHostRegister: already registered (fake)");
+}
+
+void FakeDriver::host_unregister(void* pointer) noexcept {
+  std::lock_guard lock(mutex_);
+  count(registered_.erase(pointer) == 1 ? "host_unregister" : "host_unregister_unknown");
+}
+
+std::size_t FakeDriver::registered_host_bytes() const {
+  std::lock_guard lock(mutex_);
+  std::size_t bytes = 0;
+  for (const auto& [pointer, size] : registered_) bytes += size;
+  return bytes;
+}
+
 void FakeDriver::priority_range(int device, int& least, int& greatest) {
   std::lock_guard lock(mutex_);
   check_device(device);

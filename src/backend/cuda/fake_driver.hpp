@@ -32,7 +32,8 @@ struct FakeOptions {
   bool hold_work = false;  // streams keep their work until run_pending()
   int least_priority = 0, greatest_priority = -5;
   std::string why_none = "no CUDA-capable device is detected (fake)";  // when devices == 0
-  std::string pci_bus_id;  // device 0's PCI address ("": none, locality unknown)
+  std::string pci_bus_id;             // device 0's PCI address ("": none, locality unknown)
+  bool refuse_host_register = false;  // host_register() fails (a locked-memory limit, say)
 };
 
 struct FakeRecord {
@@ -63,6 +64,8 @@ class FakeDriver final : public Driver {
   void* host_alloc(std::size_t bytes) override;
   void host_free(void* pointer) noexcept override;
   void* device_pointer_of(void* host_pointer) override { return host_pointer; }
+  void host_register(void* pointer, std::size_t bytes) override;
+  void host_unregister(void* pointer) noexcept override;
   void priority_range(int device, int& least, int& greatest) override;
   Stream create_stream(int device, int priority) override;
   void destroy_stream(int device, Stream stream) noexcept override;
@@ -97,6 +100,9 @@ class FakeDriver final : public Driver {
   std::size_t live_device_allocations() const;  // device, managed and pinned blocks not freed
   std::size_t live_streams() const;
   std::size_t live_events() const;
+  // registered_host_bytes(): host memory host_register()ed and not unregistered (an unregister of
+  // memory that is not registered counts as the call "host_unregister_unknown").
+  std::size_t registered_host_bytes() const;
 
  private:
   struct FakeStream;
@@ -116,6 +122,7 @@ class FakeDriver final : public Driver {
   std::map<std::string, std::uint64_t> calls_;
   std::vector<FakeRecord> records_;
   std::map<void*, std::pair<int, std::size_t>> blocks_;  // pointer -> device (-1: host), bytes
+  std::map<void*, std::size_t> registered_;              // host_register()ed memory -> bytes
   std::vector<std::size_t> used_;
   std::vector<std::size_t> free_override_;  // SIZE_MAX: none
   std::map<FakeStream*, std::unique_ptr<FakeStream>> streams_;

@@ -8,6 +8,8 @@
 
 #include "backend/cuda/allocators.hpp"
 #include "backend/host_bounce.hpp"
+#include "memory/host_memory_node.hpp"
+#include "util/log.hpp"
 
 namespace nerve::detail::cuda {
 namespace {
@@ -45,7 +47,32 @@ CudaMemoryNode::CudaMemoryNode(unsigned index, std::string name, std::shared_ptr
   engine_->set_transfer_starter([this](Operation* op) { start(op); });
 }
 
-CudaMemoryNode::~CudaMemoryNode() { drain(); }
+CudaMemoryNode::~CudaMemoryNode() {
+  drain();
+  // Unregister the host buffers this node page-locked while the driver is still here.
+  if (HostPinning* pinning = pinning_.load(std::memory_order_acquire)) pinning->forget(*this);
+}
+
+bool CudaMemoryNode::pinned_host(MemoryNode& host, const std::byte* data, std::size_t bytes) {
+  if (!options_.pin_host_buffers || bytes == 0) return false;
+  auto* node = dynamic_cast<HostMemoryNode*>(&host);
+  if (node == nullptr) return false;
+  pinning_.store(&node->pinning(), std::memory_order_release);
+  return node->pinning().pinned_for_dma(data, bytes, *this);
+}
+
+bool CudaMemoryNode::register_host(void* data, std::size_t bytes) noexcept {
+  try {
+    engine_->driver().host_register(data, bytes);
+    return true;
+  } catch (const std::exception& error) {
+    log::warn("{}: could not page-lock a host buffer of {} bytes ({}); its copies go through staging memory",
+              name(), bytes, error.what());
+    return false;
+  }
+}
+
+void CudaMemoryNode::unregister_host(void* data) noexcept { engine_->driver().host_unregister(data); }
 
 void CudaMemoryNode::drain() noexcept { engine_->drain(); }
 
@@ -86,6 +113,9 @@ void CudaMemoryNode::start_copy(MemoryNode& from, const std::byte* source, Memor
     }
     return;
   }
+  // The first copy of a large host buffer page-locks it (once; later ones find it locked).
+  const bool pinned = (kind == host_to_device || kind == device_to_host) &&
+                      pinned_host(other, kind == host_to_device ? source : destination, bytes);
   Operation* op = engine_->acquire();
   op->owner = this;
   op->completion = &completion;
@@ -95,6 +125,7 @@ void CudaMemoryNode::start_copy(MemoryNode& from, const std::byte* source, Memor
   op->bytes = bytes;
   op->step = kind;
   op->peer_node = peer;
+  op->pinned_host = pinned;
   if (engine_->begin_transfer(op)) start(op);
 }
 
@@ -114,7 +145,10 @@ void CudaMemoryNode::enqueue(Operation& op) {
   Stream stream = engine_->streams().stream(engine_->streams().pick_for_copy());
   switch (op.step) {
     case host_to_device:
-      if (take_staging(op)) {
+      if (op.pinned_host) {
+        driver.copy_async(op.destination, op.source, op.bytes, stream);
+        engine_->count_pinned_copy();
+      } else if (take_staging(op)) {
         std::memcpy(op.staging.data(), op.source, op.bytes);
         driver.copy_async(op.destination, op.staging.data(), op.bytes, stream);
       } else {
@@ -122,7 +156,10 @@ void CudaMemoryNode::enqueue(Operation& op) {
       }
       break;
     case device_to_host:
-      if (take_staging(op)) {
+      if (op.pinned_host) {
+        driver.copy_async(op.destination, op.source, op.bytes, stream);
+        engine_->count_pinned_copy();
+      } else if (take_staging(op)) {
         op.host_destination = op.destination;  // copied out of staging when the DMA is done
         driver.copy_async(op.staging.data(), op.source, op.bytes, stream);
       } else {

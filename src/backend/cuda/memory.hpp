@@ -8,6 +8,9 @@
 // Copies (start_copy) are cudaMemcpyAsync calls on the device's ordinary streams, round robin, each
 // armed and watched by the engine (engine.hpp), whose completion thread calls CopyCompletion::copy_done.
 //
+//   host <-> device    a buffer's host copy of 1 MiB or more (gpu.pin_host_buffers): page-locked on its
+//                      first transfer (memory/host_pinning.hpp, cudaHostRegister) and DMA'd in place,
+//                      then and ever after. Other host memory:
 //   host -> device     the bytes are copied into pinned staging memory (the memory layer's StagingPool
 //                      over cudaHostAlloc, up to staging_copy_bytes per copy), then DMA'd from there;
 //                      larger copies, or when the pool is exhausted, go straight from pageable memory
@@ -24,12 +27,14 @@
 // Thread safety: every member may be called from any thread.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <memory>
 #include <string>
 
 #include "backend/cuda/device_pools.hpp"
 #include "backend/cuda/engine.hpp"
+#include "memory/host_pinning.hpp"
 #include "memory/memory_node.hpp"
 #include "memory/pool/pool.hpp"
 #include "memory/pool/staging_pool.hpp"
@@ -43,10 +48,11 @@ struct CudaMemoryOptions {
   bool peer_access = true;      // gpu.peer_access
   bool unified_memory = false;  // gpu.unified_memory
   PoolKind pool = PoolKind::arena;
-  std::size_t limit_bytes = 0;  // the node's capacity
+  std::size_t limit_bytes = 0;   // the node's capacity
+  bool pin_host_buffers = true;  // gpu.pin_host_buffers
 };
 
-class CudaMemoryNode final : public MemoryNode {
+class CudaMemoryNode final : public MemoryNode, private DmaRegistrar {
  public:
   CudaMemoryNode(unsigned index, std::string name, std::shared_ptr<Engine> engine, CudaMemoryOptions options);
   ~CudaMemoryNode() override;
@@ -76,11 +82,19 @@ class CudaMemoryNode final : public MemoryNode {
   void enqueue(Operation& op);
   static bool finish_copy(Engine& engine, Operation& op);
   bool take_staging(Operation& op);
+  // pinned_host(): whether the host side of a copy with `host` is page-locked (registering it first).
+  bool pinned_host(MemoryNode& host, const std::byte* data, std::size_t bytes);
+
+  // DmaRegistrar: this node's driver page-locks large host buffers for every CUDA device.
+  const void* dma_domain() const noexcept override { return &engine_->driver(); }
+  bool register_host(void* data, std::size_t bytes) noexcept override;
+  void unregister_host(void* data) noexcept override;
 
   std::shared_ptr<Engine> engine_;
   const CudaMemoryOptions options_;
   std::unique_ptr<memory::NodePool> pool_;
   memory::StagingPool staging_;
+  std::atomic<HostPinning*> pinning_{nullptr};  // the host's registry, once this node used it
 };
 
 }  // namespace nerve::detail::cuda
