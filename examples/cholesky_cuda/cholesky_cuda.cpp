@@ -9,6 +9,21 @@
 // back in host memory; --baseline adds cuSOLVER potrf of the whole matrix on GPU 0 alone (compute
 // only, and with the upload); --check compares sampled entries of L·Lᵀ with A. --gpu-only gives the
 // kernels no CPU implementation. Without a CUDA device: "no CUDA device, skipped", exit 0.
+//
+// How the work is placed (the GPU is ~500x faster per tile than a CPU worker):
+//   - scheduler.policy heft (with CPU implementations): each kernel call goes where its predicted
+//     finish is earliest, from history models of each kernel on each device. An untimed warm-up
+//     before the measurement runs every kernel on every device, one call at a time, so the models
+//     are calibrated (>= 10 samples; models persist in perf.model_dir) and the libraries, per-stream
+//     handles, staging memory and device memory are set up before the clock starts.
+//   - The critical path — potrf, the panel's trsm, the diagonal tiles' syrk, and the updates of the
+//     next two columns (lookahead) — is pinned to the GPU and given priority (> 0): high-priority streams
+//     (scheduler.gpu_stream_priorities), so it does not queue behind bulk updates. Only the trailing
+//     gemm updates are left to heft, which gives one to the CPU workers only when it predicts an
+//     earlier finish there than behind the GPU's backlog.
+//   - OpenBLAS runs single-threaded in each CPU task: nerve's workers are the parallelism.
+//   - Each tile is copied back to host memory (a host task reading it) as soon as it is final, so
+//     the write-back overlaps the rest of the factorisation instead of following it tile by tile.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -23,7 +38,12 @@
 #include "../cholesky_mpi/tiles.hpp"
 #include "cuda_tiles.hpp"
 
+extern "C" void openblas_set_num_threads(int threads);
+
 namespace {
+
+constexpr int warmup_rounds = 11;     // > 10: a history model is calibrated after 10 samples
+constexpr std::size_t lookahead = 2;  // columns after the panel whose updates stay on the GPU
 
 struct Options {
   std::size_t n = 8192;
@@ -93,6 +113,35 @@ struct Kernels {
   }
 };
 
+// warm_up(): each kernel `warmup_rounds` times on `device` (nerve's index: 0 = the CPU workers), one
+// call at a time so that each history-model sample is the call's own run time, on scratch tiles;
+// `priority` alternates so that both kinds of CUDA streams see launches (their handles are made).
+void warm_up(nerve::Context& context, const Kernels& kernels, int device, std::size_t b, std::size_t n) {
+  std::vector<double> scratch(b * b);
+  example::fill_tile(scratch, 1, 0, b, n);
+  nerve::Buffer<double> x(context, std::span<const double>(scratch)),
+      y(context, std::span<const double>(scratch)), z(context, std::span<const double>(scratch));
+  example::fill_tile(scratch, 0, 0, b, n);
+  nerve::Buffer<double> d(context, std::span<const double>(scratch));
+  for (int round = 0; round < warmup_rounds; ++round) {
+    nerve::TaskOptions options;
+    options.device = device;
+    options.priority = round % 2 == 0 ? nerve::Priority::normal : nerve::Priority::high;
+    if (round > 0) {  // a fresh positive definite tile for potrf (a write mapping moves nothing)
+      auto mapped = d.map_write();
+      example::fill_tile(mapped.span(), 0, 0, b, n);
+    }
+    context.spawn(options, kernels.potrf, nerve::read_write(d));
+    context.wait_all();
+    context.spawn(options, kernels.trsm, nerve::read_write(x), nerve::read(d));
+    context.wait_all();
+    context.spawn(options, kernels.syrk, nerve::read_write(y), nerve::read(x));
+    context.wait_all();
+    context.spawn(options, kernels.gemm, nerve::read_write(z), nerve::read(x), nerve::read(y));
+    context.wait_all();
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -103,6 +152,7 @@ int main(int argc, char** argv) {
     std::printf("cholesky_cuda: no CUDA device, skipped (%s)\n", why);
     return 0;
   }
+  openblas_set_num_threads(1);  // one BLAS thread per CPU task: nerve's workers are the parallelism
   const std::size_t n = options.n, b = options.tile, nt = n / b;
   const int bi = static_cast<int>(b);
   const double gflop = static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n) / 3.0 / 1e9;
@@ -110,8 +160,26 @@ int main(int argc, char** argv) {
   {
     nerve::Settings settings;
     settings.set("gpu.devices", "cuda");
+    // Model-based placement between the CPU workers and the GPUs (with --gpu-only there is no choice).
+    if (!options.gpu_only) settings.set("scheduler.policy", "heft");
+    // Two high-priority streams per device for the critical path, four for everything else.
+    settings.set("gpu.stream_count", "6");
+    settings.set("scheduler.gpu_stream_priorities", "2");
     nerve::Context context(settings);
     const Kernels kernels(bi, !options.gpu_only);
+    // The libraries, once per device, on this thread, before any launch.
+    for (int device = 0; device < gpus; ++device)
+      example::gpu::prepare(device, static_cast<int>(nt) + 2 * warmup_rounds + 16);
+    std::vector<int> gpu_devices;  // nerve's indices of the CUDA devices
+    for (const nerve::DeviceInfo& device : context.devices())
+      if (device.kind == nerve::DeviceKind::cuda) gpu_devices.push_back(device.index);
+    if (gpu_devices.empty()) {
+      std::printf("cholesky_cuda: no CUDA device, skipped (nerve opened none)\n");
+      return 0;
+    }
+    // Untimed: models calibrated, handles, workspaces, staging and device memory set up.
+    for (int device : gpu_devices) warm_up(context, kernels, device, b, n);
+    if (!options.gpu_only) warm_up(context, kernels, 0, b, n);
     // Lower-triangle tiles, column-major, each its own buffer (tile (i, j) at i * nt + j).
     std::vector<nerve::Buffer<double>> tiles(nt * nt);
     std::vector<double> scratch(b * b);
@@ -121,25 +189,42 @@ int main(int argc, char** argv) {
         tiles[i * nt + j] = nerve::Buffer<double>(context, std::span<const double>(scratch));
       }
     }
+    // The critical path (potrf, the panel, syrk, the next `lookahead` columns' updates): on a GPU (with
+    // --gpu-only nerve chooses among the GPUs; there is nothing else), first, on the high-priority
+    // streams. The trailing updates: anywhere (heft decides), at normal priority.
+    const auto critical = [&](std::size_t column) {
+      nerve::TaskOptions o;
+      o.priority = nerve::Priority::high + static_cast<int>(nt - column);  // earlier columns first
+      if (!options.gpu_only) o.device = gpu_devices[column % gpu_devices.size()];
+      return o;
+    };
+    const nerve::TaskOptions trailing;
     const auto start = std::chrono::steady_clock::now();
     for (std::size_t k = 0; k < nt; ++k) {
       auto& kk = tiles[k * nt + k];
-      context.spawn(kernels.potrf, nerve::read_write(kk));
+      context.spawn(critical(k), kernels.potrf, nerve::read_write(kk));
       for (std::size_t i = k + 1; i < nt; ++i)
-        context.spawn(kernels.trsm, nerve::read_write(tiles[i * nt + k]), nerve::read(kk));
+        context.spawn(critical(k), kernels.trsm, nerve::read_write(tiles[i * nt + k]), nerve::read(kk));
+      // Column k is final now: its tiles go back to host memory as soon as they are (a host task
+      // reading each), overlapping the rest of the factorisation.
+      for (std::size_t i = k; i < nt; ++i) context.spawn([] {}, nerve::read(tiles[i * nt + k]));
       for (std::size_t i = k + 1; i < nt; ++i) {
-        context.spawn(kernels.syrk, nerve::read_write(tiles[i * nt + i]), nerve::read(tiles[i * nt + k]));
+        // syrk feeds potrf of its diagonal tile: always on the critical path.
+        context.spawn(critical(k), kernels.syrk, nerve::read_write(tiles[i * nt + i]),
+                      nerve::read(tiles[i * nt + k]));
         for (std::size_t j = k + 1; j < i; ++j) {
-          context.spawn(kernels.gemm, nerve::read_write(tiles[i * nt + j]), nerve::read(tiles[i * nt + k]),
+          context.spawn(j <= k + lookahead ? critical(k) : trailing, kernels.gemm,
+                        nerve::read_write(tiles[i * nt + j]), nerve::read(tiles[i * nt + k]),
                         nerve::read(tiles[j * nt + k]));
         }
       }
     }
     context.wait_all();
-    // The factor back in host memory: part of the time, as it is for a program that uses it there.
-    std::vector<std::vector<double>> factor(nt * nt);
+    // The factor in host memory (already copied back: mapping moves nothing), part of the time, as
+    // it is for a program that uses it there.
+    std::vector<nerve::Mapped<const double>> factor(nt * nt);
     for (std::size_t j = 0; j < nt; ++j)
-      for (std::size_t i = j; i < nt; ++i) factor[i * nt + j] = tiles[i * nt + j].to_vector();
+      for (std::size_t i = j; i < nt; ++i) factor[i * nt + j] = tiles[i * nt + j].map_read();
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const int failed = example::gpu::failures();
     std::printf("cholesky_cuda: n = %zu, tile %zu, %d GPU(s)%s\n", n, b, gpus,
