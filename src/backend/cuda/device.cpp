@@ -150,6 +150,8 @@ void CudaDevice::arm_completion(TaskRecord* task, std::size_t stream_index, Stre
 bool CudaDevice::finish_launch(Engine& /*engine*/, Operation& op) {
   auto& device = *static_cast<CudaDevice*>(op.owner);
   TaskRecord* task = op.task;
+  // Launched behind earlier work on its stream, it began on the device once that work was done.
+  if (op.stream_free_ns > task->start_ns) task->start_ns = op.stream_free_ns;
   std::exception_ptr error;
   if (op.failed) {
     error = std::make_exception_ptr(

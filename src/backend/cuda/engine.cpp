@@ -4,6 +4,7 @@
 #include <string_view>
 
 #include "util/log.hpp"
+#include "util/monotonic_clock.hpp"
 
 namespace nerve::detail::cuda {
 
@@ -68,6 +69,8 @@ void Engine::recycle(Operation* op) noexcept {
   op->destination = nullptr;
   op->host_destination = nullptr;
   op->pinned_host = false;
+  op->stream = nullptr;
+  op->stream_free_ns = 0;
   op->bytes = 0;
   op->step = 0;
   op->staging.release();
@@ -100,6 +103,14 @@ void Engine::arm(Operation* op, Stream stream) {
     driver_.write_flag_async(op->flag, op->flag_value, stream);
   }
   driver_.record_event(op->event, stream);
+  op->stream = stream;
+}
+
+std::int64_t& Engine::stream_done(Stream stream) {
+  for (auto& [each, ns] : stream_done_)
+    if (each == stream) return ns;
+  stream_done_.emplace_back(stream, 0);
+  return stream_done_.back().second;
 }
 
 void Engine::watch(Operation* op) {
@@ -215,6 +226,7 @@ void Engine::finish(Operation* op) noexcept {
 
 void Engine::run() {
   std::vector<Operation*> active;
+  std::vector<Stream> finished_streams;
   auto last_progress = std::chrono::steady_clock::now();
   auto last_event_query = last_progress;
   while (true) {
@@ -232,6 +244,8 @@ void Engine::run() {
         mode_ == CompletionMode::event || now - last_event_query >= std::chrono::milliseconds{1};
     if (query_events) last_event_query = now;
     bool progress = false;
+    finished_streams.clear();
+    const std::int64_t pass_ns = monotonic_ns();  // what this pass finds done was done by its poll
     for (std::size_t i = 0; i < active.size();) {
       Operation* op = active[i];
       if (!poll(*op, query_events)) {
@@ -240,9 +254,16 @@ void Engine::run() {
       }
       active[i] = active.back();
       active.pop_back();
+      // Only what an earlier pass saw done: an operation that finished in this one may have been
+      // behind this op on the stream (the active list is not in stream order).
+      if (op->stream != nullptr) {
+        op->stream_free_ns = stream_done(op->stream);
+        finished_streams.push_back(op->stream);
+      }
       finish(op);
       progress = true;
     }
+    for (Stream stream : finished_streams) stream_done(stream) = pass_ns;
     if (progress) {
       last_progress = std::chrono::steady_clock::now();
     } else if (!active.empty()) {

@@ -10,6 +10,12 @@
 // `finish` step, which calls back into the runtime. Idle, the thread sleeps on a condition variable;
 // with work in flight it spins for `spin` and then polls every 20 µs.
 //
+// Each operation remembers its stream; when the completion thread finishes one, it gives it the time
+// at which the stream's earlier work was seen done (stream_free_ns, from an earlier polling pass): a
+// kernel launched behind a backlog starts on the device only then, so its run time — what heft's
+// models learn — counts from there, not from the launch (on an H200 a 50 µs tile gemm behind a queue
+// was learnt as 224 µs).
+//
 // Copies pass a gate: at most `max_pending_transfers` are in flight; later ones wait in FIFO order and
 // start (on the completion thread) as earlier ones finish.
 //
@@ -72,6 +78,8 @@ struct Operation {
   int step = 0;                           // staged copies: which half
   std::byte* host_destination = nullptr;  // device -> pageable host through staging: copied at the end
   bool pinned_host = false;               // the host side is page-locked: DMA in place, no staging
+  Stream stream = nullptr;                // where arm() ended it
+  std::int64_t stream_free_ns = 0;        // at finish: when the stream's earlier work was seen done
   memory::StagingBuffer staging;          // pinned, from the memory node's staging pool
   Event handoff = nullptr;                // staged device-to-device: the source half's event, recorded on
   EventPool* handoff_pool = nullptr;      // the source's stream, so from the source device's pool
@@ -155,7 +163,10 @@ class Engine {
   mutable std::mutex mutex_;
   std::condition_variable wake_, idle_;
   std::vector<Operation*> incoming_;  // watched, not yet taken by the completion thread
-  std::size_t in_flight_ = 0;         // acquired and not yet back in the pool
+  // Completion thread only: per stream, when its last operation was seen done in an earlier pass.
+  std::vector<std::pair<Stream, std::int64_t>> stream_done_;
+  std::int64_t& stream_done(Stream stream);
+  std::size_t in_flight_ = 0;  // acquired and not yet back in the pool
   bool stopping_ = false;
   unsigned transfers_ = 0;
   std::uint64_t peak_transfers_ = 0;

@@ -222,13 +222,13 @@ void FakeDriver::enqueue(Stream stream, Work work) {
   s.work.push_back(std::move(work));
 }
 
-std::size_t FakeDriver::run_pending_locked() {
+std::size_t FakeDriver::run_pending_locked(std::size_t limit) {
   std::size_t ran = 0;
   bool progress = true;
-  while (progress) {
+  while (progress && ran < limit) {
     progress = false;
     for (auto& [handle, stream] : streams_) {
-      while (!stream->work.empty() && stream->work.front()()) {
+      while (ran < limit && !stream->work.empty() && stream->work.front()()) {
         stream->work.pop_front();
         ++ran;
         progress = true;
@@ -238,9 +238,9 @@ std::size_t FakeDriver::run_pending_locked() {
   return ran;
 }
 
-std::size_t FakeDriver::run_pending() {
+std::size_t FakeDriver::run_pending(std::size_t limit) {
   std::lock_guard lock(mutex_);
-  return run_pending_locked();
+  return run_pending_locked(limit);
 }
 
 void FakeDriver::synchronize_stream(Stream stream) {

@@ -87,8 +87,9 @@ class FakeDriver final : public Driver {
   void check_launch(int device) override;
 
   // run_pending(): with hold_work, run every stream's held work (in stream order; a stream waiting
-  // for an event not yet complete waits for the others). Returns the operations run.
-  std::size_t run_pending();
+  // for an event not yet complete waits for the others), or at most `limit` operations of it.
+  // Returns the operations run.
+  std::size_t run_pending(std::size_t limit = static_cast<std::size_t>(-1));
   // set_free_bytes(): pretend only this much of `device`'s memory is free (managed memory tests).
   void set_free_bytes(int device, std::size_t bytes);
   // fail_next_launch(): the next check_launch() reports a launch error.
@@ -115,7 +116,7 @@ class FakeDriver final : public Driver {
   void check_device(int device) const;
   void* allocate(int device, std::size_t bytes, const char* what);
   void release(void* pointer) noexcept;
-  std::size_t run_pending_locked();
+  std::size_t run_pending_locked(std::size_t limit = static_cast<std::size_t>(-1));
 
   const FakeOptions options_;
   mutable std::mutex mutex_;
