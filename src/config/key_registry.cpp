@@ -284,7 +284,8 @@ std::vector<KeySpec> build_key_table() {
          }
          if (c.gpu.devices.size() == 1 && c.gpu.devices[0] == "none") c.gpu.devices.clear();
        }},
-      {"gpu.stream_count", integer_type(1, 16), "4", "queues (streams) per device for copies and kernels",
+      {"gpu.stream_count", integer_type(1, 16), "4",
+       "queues (streams) per device for kernels (copies have one per direction)",
        [](Config& c, const ParsedValue& v) { c.gpu.stream_count = static_cast<unsigned>(v.integer()); }},
       {"gpu.max_pending_transfers", integer_type(1, 1024), "32",
        "copies in flight per device; further copies wait for one to finish",

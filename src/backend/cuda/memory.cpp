@@ -142,7 +142,7 @@ bool CudaMemoryNode::take_staging(Operation& op) {
 
 void CudaMemoryNode::enqueue(Operation& op) {
   Driver& driver = engine_->driver();
-  Stream stream = engine_->streams().stream(engine_->streams().pick_for_copy());
+  Stream stream = engine_->streams().copy_stream(op.step != device_to_host);
   switch (op.step) {
     case host_to_device:
       if (op.pinned_host) {
@@ -180,7 +180,7 @@ void CudaMemoryNode::enqueue(Operation& op) {
       // host's only part is enqueueing both halves.
       auto& peer = *static_cast<CudaMemoryNode*>(op.peer_node);
       op.staging = staging_.acquire(op.bytes == 0 ? 1 : op.bytes);
-      Stream source_stream = peer.engine_->streams().stream(peer.engine_->streams().pick_for_copy());
+      Stream source_stream = peer.engine_->streams().copy_stream(false);
       driver.copy_async(op.staging.data(), op.source, op.bytes, source_stream);
       // CUDA records an event only on a stream of the event's own device.
       op.handoff_pool = &peer.engine_->events();
