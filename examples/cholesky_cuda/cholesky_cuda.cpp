@@ -8,7 +8,9 @@
 // Prints the factorisation's time and GFLOP/s (n^3/3 flops), from tiles in host memory to the factor
 // back in host memory; --baseline adds cuSOLVER potrf of the whole matrix on GPU 0 alone (compute
 // only, and with the upload); --check compares sampled entries of L·Lᵀ with A. --gpu-only gives the
-// kernels no CPU implementation. Without a CUDA device: "no CUDA device, skipped", exit 0.
+// kernels no CPU implementation. --policy P (default heft) places the trailing updates with
+// scheduler.policy P, and the run reports how many of them went to the CPU workers and the bytes
+// copied to and from the GPUs. Without a CUDA device: "no CUDA device, skipped", exit 0.
 //
 // How the work is placed (the GPU is ~500x faster per tile than a CPU worker):
 //   - scheduler.policy heft (with CPU implementations): each kernel call goes where its predicted
@@ -51,6 +53,7 @@ struct Options {
   bool gpu_only = false;
   bool baseline = false;
   bool check = false;
+  std::string policy = "heft";  // scheduler.policy for the trailing updates' placement
 };
 
 Options parse(int argc, char** argv) {
@@ -67,10 +70,18 @@ Options parse(int argc, char** argv) {
       options.baseline = true;
     } else if (arg == "--check") {
       options.check = true;
+    } else if (arg == "--policy" && i + 1 < argc) {
+      options.policy = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: cholesky_cuda [--n N] [--tile B] [--gpu-only] [--baseline] [--check]\n");
+      std::fprintf(stderr,
+                   "usage: cholesky_cuda [--n N] [--tile B] [--gpu-only] [--baseline] [--check] "
+                   "[--policy heft|eager|locality_aware_stealing]\n");
       std::exit(2);
     }
+  }
+  if (options.policy != "heft" && options.policy != "eager" && options.policy != "locality_aware_stealing") {
+    std::fprintf(stderr, "cholesky_cuda: --policy must be heft, eager or locality_aware_stealing\n");
+    std::exit(2);
   }
   if (options.tile == 0 || options.n % options.tile != 0) {
     std::fprintf(stderr, "cholesky_cuda: --n must be a multiple of --tile\n");
@@ -161,7 +172,7 @@ int main(int argc, char** argv) {
     nerve::Settings settings;
     settings.set("gpu.devices", "cuda");
     // Model-based placement between the CPU workers and the GPUs (with --gpu-only there is no choice).
-    if (!options.gpu_only) settings.set("scheduler.policy", "heft");
+    if (!options.gpu_only) settings.set("scheduler.policy", options.policy);
     // Two high-priority streams per device for the critical path, four for everything else.
     settings.set("gpu.stream_count", "6");
     settings.set("scheduler.gpu_stream_priorities", "2");
@@ -199,6 +210,7 @@ int main(int argc, char** argv) {
       return o;
     };
     const nerve::TaskOptions trailing;
+    const nerve::ContextStats before = context.stats();
     const auto start = std::chrono::steady_clock::now();
     for (std::size_t k = 0; k < nt; ++k) {
       auto& kk = tiles[k * nt + k];
@@ -226,12 +238,28 @@ int main(int argc, char** argv) {
     for (std::size_t j = 0; j < nt; ++j)
       for (std::size_t i = j; i < nt; ++i) factor[i * nt + j] = tiles[i * nt + j].map_read();
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const nerve::ContextStats after = context.stats();
     const int failed = example::gpu::failures();
     std::printf("cholesky_cuda: n = %zu, tile %zu, %d GPU(s)%s\n", n, b, gpus,
                 options.gpu_only ? " only" : " + CPU workers");
     std::printf("  nerve heterogeneous   %9.3f s  %9.1f GFLOP/s%s\n", seconds, gflop / seconds,
                 failed != 0 ? "  (a tile was not positive definite)" : "");
     if (failed != 0) status = 1;
+    if (!options.gpu_only) {
+      // Where the trailing updates went (the CPU workers' other tasks are the tiles' write-back
+      // readers, one per tile), and what the placement cost in copies.
+      const std::size_t tiles_total = nt * (nt + 1) / 2;
+      const std::size_t trailing_gemms =
+          nt < lookahead + 2 ? 0 : (nt - lookahead - 1) * (nt - lookahead - 2) * (nt - lookahead) / 6;
+      const auto on_cpu = static_cast<long long>(after.devices[0].tasks - before.devices[0].tasks) -
+                          static_cast<long long>(tiles_total);
+      std::uint64_t moved = 0;
+      for (std::size_t d = 1; d < after.devices.size(); ++d)
+        moved += after.devices[d].bytes_in + after.devices[d].bytes_out - before.devices[d].bytes_in -
+                 before.devices[d].bytes_out;
+      std::printf("  scheduler.policy %s: %lld of %zu trailing gemms on the CPU workers, %.1f MB moved\n",
+                  options.policy.c_str(), on_cpu, trailing_gemms, static_cast<double>(moved) / 1e6);
+    }
     if (options.check) {
       // L·Lᵀ at sampled (row, col), row >= col, against A.
       double worst = 0;
