@@ -33,10 +33,6 @@ bool HostPinning::pinned_for_dma(const std::byte* data, std::size_t bytes, DmaRe
   if (data + bytes > start + allocation.bytes) return false;  // not inside one tracked allocation
   if (allocation.registrar != nullptr) return allocation.registrar->dma_domain() == registrar.dma_domain();
   if (allocation.refused) return false;
-  if (allocation.staged_bytes < allocation.bytes) {  // not paid for yet: stage this one
-    allocation.staged_bytes += bytes;
-    return false;
-  }
   if (!registrar.register_host(start, allocation.bytes)) {
     allocation.refused = true;
     ++stats_.failures;  // the registrar logged why

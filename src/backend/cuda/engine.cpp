@@ -80,6 +80,7 @@ void Engine::recycle(Operation* op) noexcept {
   op->peer = nullptr;
   op->peer_node = nullptr;
   op->counts_as_transfer = false;
+  op->outbound = false;
   {
     std::lock_guard lock(pool_mutex_);
     op->next = free_;
@@ -135,26 +136,28 @@ bool Engine::begin_transfer(Operation* op) {
   op->counts_as_transfer = true;
   copies_.fetch_add(1, std::memory_order_relaxed);
   std::lock_guard lock(mutex_);
-  if (transfers_ >= max_transfers_) {
-    waiting_.push_back(op);
+  Gate& gate = gates_[op->outbound ? 1 : 0];
+  if (gate.in_flight >= max_transfers_) {
+    gate.waiting.push_back(op);
     copies_deferred_.fetch_add(1, std::memory_order_relaxed);
     return false;
   }
-  ++transfers_;
-  if (transfers_ > peak_transfers_) peak_transfers_ = transfers_;
+  ++gate.in_flight;
+  if (gate.in_flight > peak_transfers_) peak_transfers_ = gate.in_flight;
   return true;
 }
 
-void Engine::end_transfer() {
+void Engine::end_transfer(bool outbound) {
   Operation* next = nullptr;
   {
     std::lock_guard lock(mutex_);
-    if (waiting_.empty()) {
-      --transfers_;
+    Gate& gate = gates_[outbound ? 1 : 0];
+    if (gate.waiting.empty()) {
+      --gate.in_flight;
       return;
     }
-    next = waiting_.front();  // it takes over the place
-    waiting_.pop_front();
+    next = gate.waiting.front();  // it takes over the place
+    gate.waiting.pop_front();
   }
   start_transfer_(next);
 }
@@ -207,6 +210,7 @@ bool Engine::poll(Operation& op, bool query_events) noexcept {
 
 void Engine::finish(Operation* op) noexcept {
   const bool counted = op->counts_as_transfer;
+  const bool outbound = op->outbound;
   // The operation's work is done: its events go back before the runtime hears of it, so that whoever
   // the completion wakes sees no event still in use (a next step acquires one again).
   events_.release(op->event);
@@ -221,7 +225,7 @@ void Engine::finish(Operation* op) noexcept {
   }
   if (!over) return;  // it armed and watched its next step
   recycle(op);
-  if (counted) end_transfer();
+  if (counted) end_transfer(outbound);
 }
 
 void Engine::run() {
@@ -281,7 +285,8 @@ void Engine::run() {
 void Engine::drain() noexcept {
   {
     std::unique_lock lock(mutex_);
-    idle_.wait(lock, [&] { return in_flight_ == 0 && waiting_.empty(); });
+    idle_.wait(lock,
+               [&] { return in_flight_ == 0 && gates_[0].waiting.empty() && gates_[1].waiting.empty(); });
     stopping_ = true;
   }
   wake_.notify_all();

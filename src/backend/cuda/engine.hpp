@@ -16,8 +16,10 @@
 // models learn — counts from there, not from the launch (on an H200 a 50 µs tile gemm behind a queue
 // was learnt as 224 µs).
 //
-// Copies pass a gate: at most `max_pending_transfers` are in flight; later ones wait in FIFO order and
-// start (on the completion thread) as earlier ones finish.
+// Copies pass a gate per direction (into the device, out of it): at most `max_pending_transfers` of
+// each are in flight; later ones wait in FIFO order and start (on the completion thread) as earlier
+// ones of their direction finish. (One gate for both let a burst of uploads hold back every download
+// behind it, so the two directions of a streaming pipeline took turns instead of overlapping.)
 //
 // Which completion mode: NERVE_CUDA_COMPLETION = flag (default) | event; scripts/gpu-check.sh
 // measures both next to cudaStreamSynchronize and cudaEventSynchronize.
@@ -86,6 +88,7 @@ struct Operation {
   Engine* peer = nullptr;                 // the other engine of a device-to-device copy
   void* peer_node = nullptr;
   bool counts_as_transfer = false;
+  bool outbound = false;      // a copy out of the device (its gate and stream are the outbound ones)
   Operation* next = nullptr;  // free list link
 };
 
@@ -116,11 +119,12 @@ class Engine {
   // fail(): complete `op` (not armed) with `error`, on the completion thread like any other.
   void fail(Operation* op, std::string error) noexcept;
 
-  // Copies under the gate: begin_transfer() returns false when the copy must wait (it is queued and
-  // later handed to the starter, on the completion thread); end_transfer() frees its place.
+  // Copies under the gate of their direction (Operation::outbound): begin_transfer() returns false
+  // when the copy must wait (it is queued and later handed to the starter, on the completion thread);
+  // end_transfer() frees its place.
   void set_transfer_starter(std::function<void(Operation*)> start) { start_transfer_ = std::move(start); }
   bool begin_transfer(Operation* op);
-  void end_transfer();
+  void end_transfer(bool outbound);
 
   // drain(): wait until no operation is in flight or waiting, then stop the completion thread.
   void drain() noexcept;
@@ -168,9 +172,12 @@ class Engine {
   std::int64_t& stream_done(Stream stream);
   std::size_t in_flight_ = 0;  // acquired and not yet back in the pool
   bool stopping_ = false;
-  unsigned transfers_ = 0;
-  std::uint64_t peak_transfers_ = 0;
-  std::deque<Operation*> waiting_;
+  struct Gate {
+    unsigned in_flight = 0;
+    std::deque<Operation*> waiting;
+  };
+  Gate gates_[2];                     // [outbound]
+  std::uint64_t peak_transfers_ = 0;  // in one direction
   std::function<void(Operation*)> start_transfer_;
 
   std::atomic<std::uint64_t> launches_{0}, copies_{0}, copies_deferred_{0}, peer_copies_{0},

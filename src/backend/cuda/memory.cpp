@@ -126,6 +126,7 @@ void CudaMemoryNode::start_copy(MemoryNode& from, const std::byte* source, Memor
   op->step = kind;
   op->peer_node = peer;
   op->pinned_host = pinned;
+  op->outbound = kind == device_to_host;
   if (engine_->begin_transfer(op)) start(op);
 }
 
@@ -142,7 +143,7 @@ bool CudaMemoryNode::take_staging(Operation& op) {
 
 void CudaMemoryNode::enqueue(Operation& op) {
   Driver& driver = engine_->driver();
-  Stream stream = engine_->streams().copy_stream(op.step != device_to_host);
+  Stream stream = engine_->streams().copy_stream(!op.outbound);
   switch (op.step) {
     case host_to_device:
       if (op.pinned_host) {
