@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <numeric>
 #include <span>
 #include <string>
@@ -16,6 +17,7 @@
 #include "backend/opencl/platform.hpp"
 #include "backend/opencl/programs.hpp"
 #include "opencl_support.hpp"
+#include "perf/perf_test.hpp"
 
 namespace nerve::testing {
 namespace {
@@ -263,6 +265,40 @@ TEST_F(OpenclTest, StreamCountSpreadsLaunchesOverThatManyQueues) {
       EXPECT_EQ(result, std::vector<float>(8 * 1024, 2.0f));
     });
   }
+}
+
+// A kernel enqueued behind a long one on the same in-order queue starts when that one completes: its
+// record's start (and the run time heft's models learn) counts from there, not from its enqueue.
+TEST_F(OpenclTest, AQueuedKernelsTimeCountsFromWhenItsQueueWasFree) {
+  Settings settings = opencl_settings(2);
+  settings.set("gpu.stream_count", "1");
+  settings.set("perf.record_tasks", "true");
+  Context& ctx = open(settings);
+  Kernel spin("spin");
+  opencl::attach(spin, R"(
+    __kernel void spin(__global float* x, int rounds) {
+      const size_t i = get_global_id(0);
+      float v = x[i];
+      for (int k = 0; k < rounds; ++k) v = v * 0.999999f + 0.000001f;
+      x[i] = v;
+    })",
+                 "spin");
+  Buffer<float> x(ctx, std::vector<float>(4096, 1.0f)), y(ctx, std::vector<float>(64, 1.0f));
+  ctx.submit(TaskOptions{.device = 1}, spin, read_write(y), value(1)).wait();  // built, data there
+  ctx.submit(TaskOptions{.device = 1}, spin, read_write(x), value(1)).wait();
+  ctx.spawn(TaskOptions{.name = "long", .device = 1}, spin, read_write(x), value(100000));
+  ctx.spawn(TaskOptions{.name = "short", .device = 1}, spin, read_write(y), value(1));
+  ctx.wait_all();
+  const nlohmann::json stats = dump_stats(ctx);
+  std::map<std::string, std::pair<double, double>> runs;  // name -> (start, end) in ms
+  for (const auto& record : stats["tasks"]["records"])
+    runs[record["name"]] = {record["start_ns"].get<double>() / 1e6, record["end_ns"].get<double>() / 1e6};
+  const auto [long_start, long_end] = runs["long"];
+  const auto [short_start, short_end] = runs["short"];
+  ASSERT_GE(long_end - long_start, 20.0) << "the long kernel must be long enough to tell";
+  EXPECT_GE(short_start, long_start + 0.8 * (long_end - long_start))
+      << "the short kernel waited in the queue behind the long one: its run starts when that one ended";
+  EXPECT_LE(short_start, short_end);
 }
 
 TEST_F(OpenclTest, MaxPendingTransfersBoundsCopiesInFlight) {

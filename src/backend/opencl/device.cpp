@@ -83,6 +83,7 @@ void OpenclDevice::launch(TaskRecord* task) {
     op->owner = this;
     op->task = task;
     op->finish = &OpenclDevice::finish_launch;
+    op->queue = queue;
     bind_arguments(kernel, launch, *task, *op);
     const std::size_t global = global_size(*program, launch, *task);
     const std::size_t local = program->options.local_size;
@@ -188,6 +189,8 @@ std::size_t OpenclDevice::global_size(const OpenclProgram& program, const Device
 bool OpenclDevice::finish_launch(Engine& engine, Operation& op) {
   auto& device = *static_cast<OpenclDevice*>(op.owner);
   TaskRecord* task = op.task;
+  // Enqueued behind earlier work on its in-order queue, it began once that work was done.
+  if (op.queue_free_ns > task->start_ns) task->start_ns = op.queue_free_ns;
   std::exception_ptr error;
   if (op.status < 0 || !op.error.empty()) {
     error = std::make_exception_ptr(

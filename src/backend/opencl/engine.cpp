@@ -1,10 +1,12 @@
 #include "backend/opencl/engine.hpp"
 
+#include <algorithm>
 #include <utility>
 
 #include <fmt/format.h>
 
 #include "util/log.hpp"
+#include "util/monotonic_clock.hpp"
 
 namespace nerve::detail::opencl {
 
@@ -77,6 +79,7 @@ void Engine::recycle(Operation* op) noexcept {
   op->host_destination = nullptr;
   op->staging = nullptr;
   op->queue = nullptr;
+  op->queue_free_ns = 0;
   op->peer = nullptr;
   op->counts_as_transfer = false;
   op->error.clear();
@@ -117,7 +120,19 @@ void CL_CALLBACK Engine::on_event(cl_event /*event*/, cl_int status, void* user)
 }
 
 void Engine::completed(Operation* op) noexcept {
+  const std::int64_t now = monotonic_ns();
   std::lock_guard lock(mutex_);
+  if (op->queue != nullptr) {
+    auto found = std::find_if(queue_done_.begin(), queue_done_.end(),
+                              [&](const auto& entry) { return entry.first == op->queue; });
+    if (found == queue_done_.end()) {
+      try {
+        found = queue_done_.emplace(queue_done_.end(), op->queue, 0);
+      } catch (...) {  // no memory for the entry: no adjustment for this operation
+      }
+    }
+    if (found != queue_done_.end()) op->queue_free_ns = std::exchange(found->second, now);
+  }
   op->next = nullptr;
   if (done_tail_ != nullptr) {
     done_tail_->next = op;

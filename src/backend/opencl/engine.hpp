@@ -10,6 +10,10 @@
 // event is released by the completion thread as soon as its operation finishes: nothing holds events
 // across tasks, and no user events are created.
 //
+// When an operation's callback comes, it takes the time at which the previous operation on its queue
+// completed (queue_free_ns): a kernel enqueued behind earlier work on an in-order queue starts only
+// then, so its run time — what heft's models learn — counts from there, not from the enqueue.
+//
 // Copies pass a gate: at most `max_pending_transfers` are in flight; further ones wait in FIFO order
 // and start as earlier ones finish.
 //
@@ -62,10 +66,11 @@ struct Operation {
   std::byte* host_destination = nullptr;
   std::byte* staging = nullptr;          // host staging memory in use (staging_buffer's, or temporary)
   memory::StagingBuffer staging_buffer;  // pinned, from the memory layer's staging pool
-  cl_command_queue queue = nullptr;
-  Engine* peer = nullptr;           // the other device of a device-to-device copy
-  bool counts_as_transfer = false;  // holds a place under max_pending_transfers
-  std::string error;                // why it failed, when not from `status`
+  cl_command_queue queue = nullptr;      // where its event was enqueued (launches and copies)
+  std::int64_t queue_free_ns = 0;        // at completion: when the queue's previous operation completed
+  Engine* peer = nullptr;                // the other device of a device-to-device copy
+  bool counts_as_transfer = false;       // holds a place under max_pending_transfers
+  std::string error;                     // why it failed, when not from `status`
   // watch() releases, the driver's callback acquires: what the enqueuing thread wrote is visible to the
   // callback thread by the C++ memory model alone, not only through the driver's own (unspecified,
   // uninstrumented) synchronisation; ThreadSanitizer sees the edge too.
@@ -147,7 +152,8 @@ class Engine {
   bool stopping_ = false;
   unsigned transfers_ = 0;  // copies holding a place under the gate
   std::uint64_t peak_transfers_ = 0;
-  std::deque<Operation*> waiting_;  // copies waiting for a place
+  std::deque<Operation*> waiting_;                                     // copies waiting for a place
+  std::vector<std::pair<cl_command_queue, std::int64_t>> queue_done_;  // last completion per queue
   std::function<void(Operation*)> start_transfer_;
   std::thread thread_;
 };

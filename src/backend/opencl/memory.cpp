@@ -260,6 +260,8 @@ cl_int OpenclMemoryNode::enqueue_piece(Operation* op) {
     default: status = CL_INVALID_OPERATION;
   }
   if (status == CL_SUCCESS) clFlush(queue);
+  // A read still pending between two platforms has its event on the source's queue, not this one.
+  op->queue = op->direction == staged_read ? nullptr : queue;
   return status;
 }
 
