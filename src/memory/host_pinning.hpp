@@ -17,10 +17,11 @@
 // for that allocation: its copies keep going through staging. When a registrar goes away (its device
 // closes) it calls forget(), which unregisters everything it registered while the driver is there.
 //
-// Thread safety: every member may be called from any thread (one mutex; it is held while a
-// registration runs, so a second copy of the same buffer waits for it rather than staging).
+// Thread safety: every member may be called from any thread (one mutex, never held across a driver
+// call except in forget(); a copy that finds its buffer being registered by another is staged).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -77,11 +78,12 @@ class HostPinning {
     std::size_t bytes = 0;
     DmaRegistrar* registrar = nullptr;  // who registered it, or null
     bool refused = false;               // a registration failed: never tried again
+    bool registering = false;           // a copy is registering it now
   };
-  void unregister_locked(std::byte* data, Allocation& allocation) noexcept;
 
   mutable std::mutex mutex_;
   std::map<std::byte*, Allocation, std::greater<>> allocations_;  // by start, highest first
+  std::atomic<std::size_t> tracked_{0};                           // allocations_.size(), lock-free
   HostPinningStats stats_;
 };
 

@@ -35,26 +35,20 @@ struct CopyWaiter final : CopyCompletion {
   }
 };
 
-// Storage for calibration copies on one node: host memory for node 0, the node's own otherwise.
+// Storage for calibration copies on one node, from the node itself: on the host a buffer's memory,
+// so that copies of it take the path real buffers take (page-locked in place from 1 MiB on).
 class Scratch {
  public:
   Scratch(MemoryNode& node, std::size_t bytes) : node_(node), bytes_(bytes) {
-    if (node.is_host()) {
-      host_ = std::make_unique<std::byte[]>(bytes);
-      std::fill_n(host_.get(), bytes, std::byte{0x5a});
-      data_ = host_.get();
-    } else {
-      data_ = node.try_allocate(bytes);
-      if (data_ == nullptr) {
-        throw Error(
-            ErrorCode::out_of_memory,
-            fmt::format("bus calibration: memory node '{}' has no room for {} bytes", node.name(), bytes));
-      }
+    data_ = node.try_allocate(bytes);
+    if (data_ == nullptr) {
+      throw Error(
+          ErrorCode::out_of_memory,
+          fmt::format("bus calibration: memory node '{}' has no room for {} bytes", node.name(), bytes));
     }
+    if (node.is_host()) std::fill_n(data_, bytes, std::byte{0x5a});
   }
-  ~Scratch() {
-    if (!node_.is_host()) node_.deallocate(data_, bytes_);
-  }
+  ~Scratch() { node_.deallocate(data_, bytes_); }
   Scratch(const Scratch&) = delete;
   Scratch& operator=(const Scratch&) = delete;
   std::byte* data() const noexcept { return data_; }
@@ -62,7 +56,6 @@ class Scratch {
  private:
   MemoryNode& node_;
   std::size_t bytes_;
-  std::unique_ptr<std::byte[]> host_;
   std::byte* data_ = nullptr;
 };
 

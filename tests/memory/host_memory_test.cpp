@@ -1,12 +1,16 @@
 // Buffers' host copies come from the context's per-NUMA-node pools: accounting, limits, NUMA choice,
 // compaction, and the data freed at context destruction.
 #include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <future>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include <gmock/gmock.h>
 
+#include "memory/host_pinning.hpp"
 #include "support/runtime_fixture.hpp"
 
 namespace nerve::testing {
@@ -22,6 +26,50 @@ Settings settings_with(std::initializer_list<std::pair<const char*, const char*>
 
 std::size_t in_use_on(const Context& context, std::size_t numa_node) {
   return context.stats().memory.host_pools.at(numa_node).bytes_in_use;
+}
+
+// HostPinning with a stand-in driver: a registration runs without the lock (a copy of the same
+// buffer meanwhile is staged, one of another buffer is not held up), a large buffer is registered
+// once, memory outside tracked buffers never, and untrack() unregisters.
+class BlockingRegistrar final : public detail::DmaRegistrar {
+ public:
+  const void* dma_domain() const noexcept override { return this; }
+  bool register_host(void* data, std::size_t) noexcept override {
+    entered.set_value();
+    release.get_future().wait();
+    registered.push_back(data);
+    return true;
+  }
+  void unregister_host(void* data) noexcept override { unregistered.push_back(data); }
+  std::promise<void> entered, release;
+  std::vector<void*> registered, unregistered;
+};
+
+TEST(HostPinning, RegistersOnceWithoutHoldingUpOtherCopies) {
+  detail::HostPinning pinning;
+  BlockingRegistrar registrar;
+  constexpr std::size_t size = detail::HostPinning::min_bytes;
+  std::vector<std::byte> a(size), b(size), small(size / 2);
+  pinning.track(a.data(), size);
+  pinning.track(b.data(), size);
+  pinning.track(small.data(), small.size());  // below min_bytes: not tracked
+  std::future<bool> first =
+      std::async(std::launch::async, [&] { return pinning.pinned_for_dma(a.data() + 64, 128, registrar); });
+  registrar.entered.get_future().wait();  // a's registration is running
+  EXPECT_FALSE(pinning.pinned_for_dma(a.data(), size, registrar)) << "being registered: staged meanwhile";
+  EXPECT_FALSE(pinning.pinned_for_dma(small.data(), 64, registrar)) << "not tracked";
+  EXPECT_FALSE(pinning.pinned_for_dma(a.data() + size - 8, 16, registrar)) << "crosses the end of a";
+  EXPECT_EQ(pinning.stats().pinned_allocations, 0u);
+  registrar.release.set_value();
+  EXPECT_TRUE(first.get());
+  EXPECT_TRUE(pinning.pinned_for_dma(a.data() + size / 2, 64, registrar)) << "a slice of it, later";
+  EXPECT_EQ(registrar.registered, std::vector<void*>{a.data()});
+  EXPECT_EQ(pinning.stats().pinned_bytes, size);
+  pinning.untrack(a.data(), size);
+  EXPECT_EQ(registrar.unregistered, std::vector<void*>{a.data()});
+  EXPECT_EQ(pinning.stats().pinned_allocations, 0u);
+  pinning.untrack(b.data(), size);  // never registered: nothing to undo
+  EXPECT_EQ(registrar.unregistered.size(), 1u);
 }
 
 TEST(HostMemory, BufferDataComesFromTheHostPool) {

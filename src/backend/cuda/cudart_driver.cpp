@@ -29,6 +29,7 @@
 
 #include "backend/cuda/backend.hpp"
 #include "backend/cuda/driver.hpp"
+#include "util/log.hpp"
 
 #ifndef NERVE_CUDART_SONAME
 #define NERVE_CUDART_SONAME "libcudart.so"
@@ -191,7 +192,12 @@ class CudartDriver final : public Driver {
   void host_register(void* pointer, std::size_t bytes) override {
     check(cudaHostRegister_(pointer, bytes, cudaHostRegisterPortable), "cudaHostRegister");
   }
-  void host_unregister(void* pointer) noexcept override { cudaHostUnregister_(pointer); }
+  void host_unregister(void* pointer) noexcept override {
+    if (const cudaError_t status = cudaHostUnregister_(pointer); status != cudaSuccess) {
+      (void)cudaGetLastError_();  // not left for this thread's next launch check to report
+      log::warn("cudaHostUnregister: {}", cudaGetErrorString_(status));
+    }
+  }
   void* device_pointer_of(void* host_pointer) override {
     void* device = nullptr;
     check(cudaHostGetDevicePointer_(&device, host_pointer, 0), "cudaHostGetDevicePointer");

@@ -63,6 +63,8 @@ bool CudaMemoryNode::pinned_host(MemoryNode& host, const std::byte* data, std::s
 
 bool CudaMemoryNode::register_host(void* data, std::size_t bytes) noexcept {
   try {
+    // This device's context, not whatever the calling thread had current (device 0's by default).
+    engine_->driver().make_current(engine_->ordinal());
     engine_->driver().host_register(data, bytes);
     return true;
   } catch (const std::exception& error) {
@@ -72,7 +74,14 @@ bool CudaMemoryNode::register_host(void* data, std::size_t bytes) noexcept {
   }
 }
 
-void CudaMemoryNode::unregister_host(void* data) noexcept { engine_->driver().host_unregister(data); }
+void CudaMemoryNode::unregister_host(void* data) noexcept {
+  try {
+    engine_->driver().make_current(engine_->ordinal());
+  } catch (const std::exception& error) {
+    log::warn("{}: unregistering a page-locked host buffer: {}", name(), error.what());
+  }
+  engine_->driver().host_unregister(data);
+}
 
 void CudaMemoryNode::drain() noexcept { engine_->drain(); }
 

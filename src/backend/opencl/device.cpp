@@ -83,7 +83,6 @@ void OpenclDevice::launch(TaskRecord* task) {
     op->owner = this;
     op->task = task;
     op->finish = &OpenclDevice::finish_launch;
-    op->queue = queue;
     bind_arguments(kernel, launch, *task, *op);
     const std::size_t global = global_size(*program, launch, *task);
     const std::size_t local = program->options.local_size;
@@ -97,11 +96,13 @@ void OpenclDevice::launch(TaskRecord* task) {
       host_->complete(task, *this, nullptr);
       return;
     }
+    op->enqueued_ns = monotonic_ns();
     check(clEnqueueNDRangeKernel(queue, kernel, 1, nullptr, &global, local != 0 ? &local : nullptr, 0,
                                  nullptr, &op->event),
           fmt::format("kernel '{}': launching '{}' (global size {}) on OpenCL device '{}'",
                       launch.call.kernel_name, program->entry, global, info().name),
           ErrorCode::task_failed);
+    op->queue = queue;
     clFlush(queue);
     engine_->count_launch(queue_index);
     engine_->watch(std::exchange(op, nullptr));

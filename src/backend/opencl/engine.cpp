@@ -79,6 +79,7 @@ void Engine::recycle(Operation* op) noexcept {
   op->host_destination = nullptr;
   op->staging = nullptr;
   op->queue = nullptr;
+  op->enqueued_ns = 0;
   op->queue_free_ns = 0;
   op->peer = nullptr;
   op->counts_as_transfer = false;
@@ -102,6 +103,7 @@ void Engine::watch(Operation* op) noexcept {
   if (status != CL_SUCCESS) {
     op->status = status;
     op->error = fmt::format("clSetEventCallback: {}", error_name(status));
+    op->queue = nullptr;  // its completion time is unknown
     completed(op);
   }
 }
@@ -120,18 +122,21 @@ void CL_CALLBACK Engine::on_event(cl_event /*event*/, cl_int status, void* user)
 }
 
 void Engine::completed(Operation* op) noexcept {
-  const std::int64_t now = monotonic_ns();
   std::lock_guard lock(mutex_);
-  if (op->queue != nullptr) {
+  if (op->queue != nullptr && op->status >= 0) {
+    const std::int64_t now = monotonic_ns();
     auto found = std::find_if(queue_done_.begin(), queue_done_.end(),
-                              [&](const auto& entry) { return entry.first == op->queue; });
+                              [&](const QueueDone& entry) { return entry.queue == op->queue; });
     if (found == queue_done_.end()) {
       try {
-        found = queue_done_.emplace(queue_done_.end(), op->queue, 0);
+        found = queue_done_.insert(queue_done_.end(), QueueDone{op->queue, 0, 0});
       } catch (...) {  // no memory for the entry: no adjustment for this operation
       }
     }
-    if (found != queue_done_.end()) op->queue_free_ns = std::exchange(found->second, now);
+    if (found != queue_done_.end() && found->enqueued_ns <= op->enqueued_ns) {
+      op->queue_free_ns = found->completed_ns;  // its predecessor (or earlier) on the queue
+      *found = QueueDone{op->queue, op->enqueued_ns, now};
+    }
   }
   op->next = nullptr;
   if (done_tail_ != nullptr) {

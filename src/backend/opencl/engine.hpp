@@ -12,7 +12,9 @@
 //
 // When an operation's callback comes, it takes the time at which the previous operation on its queue
 // completed (queue_free_ns): a kernel enqueued behind earlier work on an in-order queue starts only
-// then, so its run time — what heft's models learn — counts from there, not from the enqueue.
+// then, so its run time — what heft's models learn — counts from there, not from the enqueue. OpenCL
+// does not order callbacks, so "previous" is judged by enqueue time: a completion reported earlier
+// for work enqueued later is no predecessor (no adjustment then, rather than a wrong one).
 //
 // Copies pass a gate: at most `max_pending_transfers` are in flight; further ones wait in FIFO order
 // and start as earlier ones finish.
@@ -66,7 +68,8 @@ struct Operation {
   std::byte* host_destination = nullptr;
   std::byte* staging = nullptr;          // host staging memory in use (staging_buffer's, or temporary)
   memory::StagingBuffer staging_buffer;  // pinned, from the memory layer's staging pool
-  cl_command_queue queue = nullptr;      // where its event was enqueued (launches and copies)
+  cl_command_queue queue = nullptr;      // where its event was enqueued (launches and copies), on success
+  std::int64_t enqueued_ns = 0;          // just before it was enqueued
   std::int64_t queue_free_ns = 0;        // at completion: when the queue's previous operation completed
   Engine* peer = nullptr;                // the other device of a device-to-device copy
   bool counts_as_transfer = false;       // holds a place under max_pending_transfers
@@ -152,8 +155,13 @@ class Engine {
   bool stopping_ = false;
   unsigned transfers_ = 0;  // copies holding a place under the gate
   std::uint64_t peak_transfers_ = 0;
-  std::deque<Operation*> waiting_;                                     // copies waiting for a place
-  std::vector<std::pair<cl_command_queue, std::int64_t>> queue_done_;  // last completion per queue
+  std::deque<Operation*> waiting_;  // copies waiting for a place
+  // Per queue, the latest-enqueued operation seen complete: when it was enqueued, when it completed.
+  struct QueueDone {
+    cl_command_queue queue;
+    std::int64_t enqueued_ns, completed_ns;
+  };
+  std::vector<QueueDone> queue_done_;
   std::function<void(Operation*)> start_transfer_;
   std::thread thread_;
 };

@@ -12,6 +12,7 @@
 #include "backend/opencl/device_blocks.hpp"
 #include "backend/opencl/pinned_memory.hpp"
 #include "util/log.hpp"
+#include "util/monotonic_clock.hpp"
 
 namespace nerve::detail::opencl {
 namespace {
@@ -207,6 +208,7 @@ void OpenclMemoryNode::start(Operation* op) noexcept {
 // enqueue_piece(): the next (or only) step of `op`, its event in op->event.
 cl_int OpenclMemoryNode::enqueue_piece(Operation* op) {
   cl_command_queue queue = engine_->next_queue();
+  op->enqueued_ns = monotonic_ns();
   const std::size_t piece = std::min(op->bytes - op->done_bytes, staging_piece_bytes);
   cl_int status = CL_SUCCESS;
   switch (op->direction) {
@@ -261,7 +263,7 @@ cl_int OpenclMemoryNode::enqueue_piece(Operation* op) {
   }
   if (status == CL_SUCCESS) clFlush(queue);
   // A read still pending between two platforms has its event on the source's queue, not this one.
-  op->queue = op->direction == staged_read ? nullptr : queue;
+  op->queue = status != CL_SUCCESS || op->direction == staged_read ? nullptr : queue;
   return status;
 }
 
