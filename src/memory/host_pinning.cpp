@@ -32,10 +32,6 @@ void HostPinning::untrack(std::byte* data, std::size_t bytes) noexcept {
     gone = found->second;
     allocations_.erase(found);
     tracked_.store(allocations_.size(), std::memory_order_relaxed);
-    if (gone.registrar != nullptr) {
-      --stats_.pinned_allocations;
-      stats_.pinned_bytes -= gone.bytes;
-    }
   }
   // Outside the lock: the driver may take its time (and no copy of this memory can be in flight: the
   // buffer is being freed, and a copy holds a reference to it).
@@ -73,13 +69,11 @@ bool HostPinning::pinned_for_dma(const std::byte* data, std::size_t bytes, DmaRe
   allocation.registering = false;
   if (!registered) {
     allocation.refused = true;
-    ++stats_.failures;  // the registrar logged why
+    ++failures_;  // the registrar logged why
     return false;
   }
   allocation.registrar = &registrar;
-  ++stats_.registrations;
-  ++stats_.pinned_allocations;
-  stats_.pinned_bytes += allocation.bytes;
+  ++registrations_;
   return true;
 }
 
@@ -89,14 +83,18 @@ void HostPinning::forget(const DmaRegistrar& registrar) noexcept {
     if (allocation.registrar != &registrar) continue;
     allocation.registrar->unregister_host(data);
     allocation.registrar = nullptr;
-    --stats_.pinned_allocations;
-    stats_.pinned_bytes -= allocation.bytes;
   }
 }
 
 HostPinningStats HostPinning::stats() const {
   std::lock_guard lock(mutex_);
-  return stats_;
+  HostPinningStats stats{.registrations = registrations_, .failures = failures_};
+  for (const auto& [data, allocation] : allocations_) {
+    if (allocation.registrar == nullptr) continue;
+    ++stats.pinned_allocations;
+    stats.pinned_bytes += allocation.bytes;
+  }
+  return stats;
 }
 
 }  // namespace nerve::detail

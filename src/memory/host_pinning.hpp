@@ -84,7 +84,7 @@ class HostPinning {
   mutable std::mutex mutex_;
   std::map<std::byte*, Allocation, std::greater<>> allocations_;  // by start, highest first
   std::atomic<std::size_t> tracked_{0};                           // allocations_.size(), lock-free
-  HostPinningStats stats_;
+  std::uint64_t registrations_ = 0, failures_ = 0;
 };
 
 }  // namespace nerve::detail

@@ -155,25 +155,20 @@ void CudaMemoryNode::enqueue(Operation& op) {
   Stream stream = engine_->streams().copy_stream(!op.outbound);
   switch (op.step) {
     case host_to_device:
-      if (op.pinned_host) {
-        driver.copy_async(op.destination, op.source, op.bytes, stream);
-        engine_->count_pinned_copy();
-      } else if (take_staging(op)) {
-        std::memcpy(op.staging.data(), op.source, op.bytes);
-        driver.copy_async(op.destination, op.staging.data(), op.bytes, stream);
-      } else {
-        driver.copy_async(op.destination, op.source, op.bytes, stream);
-      }
-      break;
     case device_to_host:
-      if (op.pinned_host) {
-        driver.copy_async(op.destination, op.source, op.bytes, stream);
-        engine_->count_pinned_copy();
-      } else if (take_staging(op)) {
-        op.host_destination = op.destination;  // copied out of staging when the DMA is done
-        driver.copy_async(op.staging.data(), op.source, op.bytes, stream);
+      // Page-locked host memory is DMA'd in place; other host memory goes through staging when it
+      // fits (else straight from pageable memory, which the driver stages itself).
+      if (!op.pinned_host && take_staging(op)) {
+        if (op.step == host_to_device) {
+          std::memcpy(op.staging.data(), op.source, op.bytes);
+          driver.copy_async(op.destination, op.staging.data(), op.bytes, stream);
+        } else {
+          op.host_destination = op.destination;  // copied out of staging when the DMA is done
+          driver.copy_async(op.staging.data(), op.source, op.bytes, stream);
+        }
       } else {
         driver.copy_async(op.destination, op.source, op.bytes, stream);
+        if (op.pinned_host) engine_->count_pinned_copy();
       }
       break;
     case device_to_device: driver.copy_async(op.destination, op.source, op.bytes, stream); break;

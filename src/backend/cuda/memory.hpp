@@ -5,8 +5,9 @@
 // managed blocks (allocators.hpp: never more than the device has free). host_addressable() is false
 // either way: the runtime moves data explicitly, and managed pages are only given hints and prefetches.
 //
-// Copies (start_copy) are cudaMemcpyAsync calls on the device's ordinary streams, round robin, each
-// armed and watched by the engine (engine.hpp), whose completion thread calls CopyCompletion::copy_done.
+// Copies (start_copy) are cudaMemcpyAsync calls on the device's copy stream of their direction
+// (stream_set.hpp), each armed and watched by the engine (engine.hpp), whose completion thread calls
+// CopyCompletion::copy_done.
 //
 //   host <-> device    a buffer's host copy of 1 MiB or more (gpu.pin_host_buffers): page-locked on its
 //                      first transfer (memory/host_pinning.hpp, cudaHostRegister) and DMA'd in place,
