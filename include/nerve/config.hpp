@@ -181,6 +181,9 @@ struct NERVE_API Config {
     // Bytes each host NUMA node's pool may reserve for buffers (0 = no limit); beyond it creating a
     // buffer fails with ErrorCode::out_of_memory.
     std::size_t host_node_limit = 0;
+    // Host blocks of two huge pages (4 MiB) and more are advised to use transparent huge pages:
+    // fewer TLB misses and page faults for big buffers.
+    bool huge_pages = true;
   } memory;
 
   // Accelerator devices (docs/BACKENDS.md): which are used, and how each is driven.

@@ -11,6 +11,7 @@
 //   memory.global_pool          true: one central free list per size class for all threads;
 //                               false: each thread has its own slabs (memory is not shared)
 //   memory.numa_policy          local (first touch) | interleave | preferred:<node>
+//   memory.huge_pages           true: blocks of 4 MiB and more use transparent huge pages
 //
 //   nerve::Config config = nerve::Config::load(nerve::Settings());
 //   nerve::MemoryPool pool(config, nerve::Topology::discover(config));
@@ -70,6 +71,8 @@ struct MemoryPoolStats {
   std::size_t large_bytes_cached = 0;
   std::size_t empty_slab_bytes = 0;         // empty slabs kept for reuse (compact() returns them)
   std::uint64_t numa_binding_failures = 0;  // blocks the OS refused to bind per memory.numa_policy
+  std::size_t huge_page_bytes =
+      0;  // of bytes_reserved, in blocks given transparent huge pages (memory.huge_pages)
 
   std::vector<SizeClass> size_classes;
 };

@@ -272,6 +272,9 @@ std::vector<KeySpec> build_key_table() {
        [](Config& c, const ParsedValue& v) {
          c.memory.host_node_limit = static_cast<std::size_t>(v.integer());
        }},
+      {"memory.huge_pages", boolean_type(), "true",
+       "host blocks of 4 MiB and more use transparent huge pages (madvise MADV_HUGEPAGE)",
+       [](Config& c, const ParsedValue& v) { c.memory.huge_pages = v.boolean(); }},
       {"gpu.devices", list_type("device indices or names, or 'all' or 'none'"), "all",
        "accelerator devices used: all, none, or indices / names (e.g. 0,2 or pthread)",
        [](Config& c, const ParsedValue& v) {

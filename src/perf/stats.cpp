@@ -197,7 +197,8 @@ nlohmann::json stats_to_json(const ContextStats& stats) {
                      {"allocations", pool.allocations},
                      {"from_thread_cache", pool.from_thread_cache},
                      {"from_central", pool.from_central},
-                     {"from_node", pool.from_node}});
+                     {"from_node", pool.from_node},
+                     {"huge_page_bytes", pool.huge_page_bytes}});
   }
   nlohmann::json tasks = {{"submitted", stats.tasks_submitted},
                           {"completed", stats.tasks_completed},

@@ -11,6 +11,7 @@
 #include <gmock/gmock.h>
 
 #include "memory/host_pinning.hpp"
+#include "memory/pool/huge_pages.hpp"
 #include "support/runtime_fixture.hpp"
 
 namespace nerve::testing {
@@ -164,6 +165,23 @@ TEST(HostMemory, NodeLimitGetsBackWhatWorkersFreed) {
   EXPECT_EQ(context.stats().memory.host_pools.at(0).bytes_in_use, 0u);
   Buffer<char> large(context, 900 * 1024);  // needs nearly the whole limit
   EXPECT_EQ(large.size(), 900u * 1024);
+}
+
+// memory.huge_pages through the public API: a 16 MiB buffer's host copy is in a block given
+// transparent huge pages (the pool's stats and the perf stats say how many bytes), unless turned off.
+TEST(HostMemory, BigBuffersUseHugePagesUnlessTurnedOff) {
+  for (const bool on : {true, false}) {
+    Context context(settings_with({{"memory.huge_pages", on ? "true" : "false"}}));
+    Buffer<float> big(context, std::size_t{4} << 20);
+    Buffer<float> small(context, std::size_t{1} << 18);  // 1 MiB: 4 KiB pages either way
+    const std::size_t huge = context.stats().memory.host_pools.at(0).huge_page_bytes;
+    if (on && memory::transparent_huge_page_size() != 0) {
+      EXPECT_GE(huge, big.size() * sizeof(float));
+      EXPECT_LT(huge, (big.size() + small.size()) * sizeof(float)) << "the 1 MiB buffer is not advised";
+    } else {
+      EXPECT_EQ(huge, 0u) << (on ? "no transparent huge pages on this kernel" : "memory.huge_pages: false");
+    }
+  }
 }
 
 TEST(HostMemory, UnlimitedByDefault) {

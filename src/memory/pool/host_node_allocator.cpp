@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <string>
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -11,6 +12,7 @@
 #include "nerve/error.hpp"
 
 #include "config/diagnostics.hpp"
+#include "memory/pool/huge_pages.hpp"
 #include "util/log.hpp"
 
 namespace nerve::memory {
@@ -55,9 +57,17 @@ HostNodeAllocator::HostNodeAllocator(const Config& config, const Topology& topol
       library_(library_for(config)),
       numa_node_(numa_node),
       binder_(topology, config.memory.numa_policy, numa_node, kind_ != MemoryAllocator::system) {
-  description_ =
-      fmt::format("host memory of NUMA node {} ({} allocator{}, numa_policy {})", numa_node,
-                  allocator_name(kind_), library_ != nullptr ? " " + library_->file : "", binder_.describe());
+  if (config.memory.huge_pages) {
+    huge_page_min_block_ = huge_page_min_block();
+  }
+  const std::string huge =
+      !config.memory.huge_pages ? "huge pages off"
+      : huge_page_min_block_ == 0
+          ? "no transparent huge pages on this kernel"
+          : fmt::format("huge pages for blocks of {} MiB and more", huge_page_min_block_ >> 20);
+  description_ = fmt::format("host memory of NUMA node {} ({} allocator{}, numa_policy {}, {})", numa_node,
+                             allocator_name(kind_), library_ != nullptr ? " " + library_->file : "",
+                             binder_.describe(), huge);
 }
 
 HostNodeAllocator::~HostNodeAllocator() {
@@ -94,17 +104,21 @@ void* HostNodeAllocator::allocate_block(std::size_t bytes, std::size_t alignment
                     "page size and the alignment a power of two",
                     description_, bytes, alignment));
   }
+  const bool huge = huge_page_min_block_ != 0 && bytes >= huge_page_min_block_;
   void* block = allocate_from_source(bytes, alignment);
   if (block == nullptr) {
     throw Error(ErrorCode::out_of_memory,
                 fmt::format("{}: the {} allocator cannot provide {} bytes: {}", description_,
                             allocator_name(kind_), bytes, std::strerror(errno)));
   }
+  // Before first touch, so that the first faults already map huge pages.
+  const bool advised = huge && advise_huge_pages(block, bytes);
   const BlockPlacement placement = binder_.apply(block, bytes);
   try {
     std::lock_guard lock(mutex_);
-    blocks_.emplace(reinterpret_cast<std::uintptr_t>(block), Block{bytes, placement});
+    blocks_.emplace(reinterpret_cast<std::uintptr_t>(block), Block{bytes, placement, advised});
     bytes_ += bytes;
+    if (advised) huge_page_bytes_ += bytes;
   } catch (...) {
     free_to_source(block, bytes);
     throw;
@@ -121,6 +135,7 @@ void HostNodeAllocator::free_block(void* block, std::size_t bytes) noexcept {
       return;
     }
     bytes_ -= bytes;
+    if (it->second.huge_pages) huge_page_bytes_ -= bytes;
     blocks_.erase(it);
   }
   free_to_source(block, bytes);
@@ -142,6 +157,7 @@ NodeAllocatorStats HostNodeAllocator::stats() const {
   result.blocks = blocks_.size();
   result.bytes = bytes_;
   result.binding_failures = binder_.failures();
+  result.huge_page_bytes = huge_page_bytes_;
   return result;
 }
 

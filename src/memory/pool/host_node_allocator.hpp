@@ -2,10 +2,11 @@
 // memory.numa_policy.
 //
 // Blocks come from mmap/munmap (system: page aligned; larger alignments by mapping more and unmapping
-// the excess) or from jemalloc/tcmalloc's aligned_alloc/free (malloc_library.hpp), then are bound per
-// the NUMA policy (numa_binding.hpp). Every live block is recorded with its intended placement, so
-// placement_of() answers for any address inside a block, and a free_block() of something that is not
-// a live block is reported instead of corrupting the source.
+// the excess) or from jemalloc/tcmalloc's aligned_alloc/free (malloc_library.hpp); with
+// memory.huge_pages, blocks of two huge pages and more are advised to use transparent huge pages
+// (huge_pages.hpp); then they are bound per the NUMA policy (numa_binding.hpp). Every live block is recorded
+// with its intended placement, so placement_of() answers for any address inside a block, and a free_block()
+// of something that is not a live block is reported instead of corrupting the source.
 //
 // Thread safety: all members may be called concurrently (a mutex guards the block map; block calls are
 // pool slow paths).
@@ -49,6 +50,7 @@ class HostNodeAllocator final : public NodeAllocator {
   struct Block {
     std::size_t bytes;
     BlockPlacement placement;
+    bool huge_pages;  // advised MADV_HUGEPAGE
   };
   void* allocate_from_source(std::size_t bytes, std::size_t alignment);
   void free_to_source(void* block, std::size_t bytes) noexcept;
@@ -57,10 +59,12 @@ class HostNodeAllocator final : public NodeAllocator {
   const MallocLibrary* library_ = nullptr;  // jemalloc/tcmalloc
   int numa_node_;
   NumaBinder binder_;
+  std::size_t huge_page_min_block_ = 0;  // 0: no huge pages (memory.huge_pages false, or none here)
   std::string description_;
   mutable std::mutex mutex_;
   std::map<std::uintptr_t, Block> blocks_;  // by start address
   std::size_t bytes_ = 0;
+  std::size_t huge_page_bytes_ = 0;
 };
 
 }  // namespace nerve::memory

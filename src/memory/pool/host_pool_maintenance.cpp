@@ -160,7 +160,9 @@ MemoryPoolStats HostPool::stats() const {
     std::lock_guard lock(slabs_mutex_);
     result.empty_slab_bytes = empty_slab_bytes_;
   }
-  result.numa_binding_failures = node_->stats().binding_failures;
+  const NodeAllocatorStats node_stats = node_->stats();
+  result.numa_binding_failures = node_stats.binding_failures;
+  result.huge_page_bytes = node_stats.huge_page_bytes;
   return result;
 }
 

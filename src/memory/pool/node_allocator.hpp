@@ -42,9 +42,10 @@ struct BlockPlacement {
 };
 
 struct NodeAllocatorStats {
-  std::size_t blocks = 0;        // blocks currently allocated
-  std::size_t bytes = 0;         // their bytes
-  std::size_t locked_bytes = 0;  // of which page-locked (pinned)
+  std::size_t blocks = 0;           // blocks currently allocated
+  std::size_t bytes = 0;            // their bytes
+  std::size_t locked_bytes = 0;     // of which page-locked (pinned)
+  std::size_t huge_page_bytes = 0;  // of which advised to use transparent huge pages
   std::uint64_t binding_failures =
       0;  // blocks the OS refused to bind (they stay where first touch puts them)
 };

@@ -170,7 +170,9 @@ MemoryPoolStats OutOfBandPool::stats() const {
   result.allocations = small + large.allocations;
   result.from_central = small - std::min(small, result.from_node) + large.from_cache;
   result.from_node += large.allocations - large.from_cache;
-  result.numa_binding_failures = node_->stats().binding_failures;
+  const NodeAllocatorStats node_stats = node_->stats();
+  result.numa_binding_failures = node_stats.binding_failures;
+  result.huge_page_bytes = node_stats.huge_page_bytes;
   return result;
 }
 
