@@ -80,6 +80,16 @@ TEST(HugePages, SmallBlocksKeepSmallPages) {
   pool->deallocate(block, below);
 }
 
+// jemalloc/tcmalloc reuse a freed block's pages for their own objects: nerve leaves their pages alone.
+TEST(HugePages, LibraryBlocksAreLeftToTheLibrary) {
+  if (transparent_huge_page_size() == 0) GTEST_SKIP() << "no transparent huge pages here";
+  auto pool = make_pool(config_with({{"memory.allocator", "tcmalloc"}}));
+  EXPECT_THAT(pool->node().describe(), HasSubstr("huge pages as the library decides"));
+  void* block = pool->allocate(big);
+  EXPECT_EQ(pool->stats().huge_page_bytes, 0u);
+  pool->deallocate(block, big);
+}
+
 TEST(HugePages, OffKeepsSmallPages) {
   const Config config = config_with({{"memory.huge_pages", "false"}});
   EXPECT_FALSE(config.memory.huge_pages);

@@ -57,11 +57,12 @@ HostNodeAllocator::HostNodeAllocator(const Config& config, const Topology& topol
       library_(library_for(config)),
       numa_node_(numa_node),
       binder_(topology, config.memory.numa_policy, numa_node, kind_ != MemoryAllocator::system) {
-  if (config.memory.huge_pages) {
-    huge_page_min_block_ = huge_page_min_block();
-  }
+  // jemalloc and tcmalloc reuse a freed block's pages for their own small objects and trim them with
+  // MADV_DONTNEED: advice given to their memory would outlive the block. Their own settings decide.
+  if (config.memory.huge_pages && library_ == nullptr) huge_page_min_block_ = huge_page_min_block();
   const std::string huge =
       !config.memory.huge_pages ? "huge pages off"
+      : library_ != nullptr     ? "huge pages as the library decides"
       : huge_page_min_block_ == 0
           ? "no transparent huge pages on this kernel"
           : fmt::format("huge pages for blocks of {} MiB and more", huge_page_min_block_ >> 20);

@@ -3,10 +3,11 @@
 //
 // Blocks come from mmap/munmap (system: page aligned; larger alignments by mapping more and unmapping
 // the excess) or from jemalloc/tcmalloc's aligned_alloc/free (malloc_library.hpp); with
-// memory.huge_pages, blocks of two huge pages and more are advised to use transparent huge pages
-// (huge_pages.hpp); then they are bound per the NUMA policy (numa_binding.hpp). Every live block is recorded
-// with its intended placement, so placement_of() answers for any address inside a block, and a free_block()
-// of something that is not a live block is reported instead of corrupting the source.
+// memory.huge_pages, mapped blocks of two huge pages and more are advised to use transparent huge
+// pages (huge_pages.hpp; not the libraries' blocks, whose pages they reuse); then they are bound per the NUMA
+// policy (numa_binding.hpp). Every live block is recorded with its intended placement, so placement_of()
+// answers for any address inside a block, and a free_block() of something that is not a live block is
+// reported instead of corrupting the source.
 //
 // Thread safety: all members may be called concurrently (a mutex guards the block map; block calls are
 // pool slow paths).
