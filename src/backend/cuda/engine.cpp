@@ -1,5 +1,6 @@
 #include "backend/cuda/engine.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <string_view>
 
@@ -71,6 +72,8 @@ void Engine::recycle(Operation* op) noexcept {
   op->pinned_host = false;
   op->stream = nullptr;
   op->stream_free_ns = 0;
+  op->armed = 0;
+  op->seen_running_ns = 0;
   op->bytes = 0;
   op->step = 0;
   op->staging.release();
@@ -105,6 +108,8 @@ void Engine::arm(Operation* op, Stream stream) {
   }
   driver_.record_event(op->event, stream);
   op->stream = stream;
+  op->armed = next_armed_.fetch_add(1, std::memory_order_relaxed) + 1;
+  op->seen_running_ns = 0;
 }
 
 std::int64_t& Engine::stream_done(Stream stream) {
@@ -230,6 +235,7 @@ void Engine::finish(Operation* op) noexcept {
 
 void Engine::run() {
   std::vector<Operation*> active;
+  std::vector<Operation*> done;
   std::vector<Stream> finished_streams;
   auto last_progress = std::chrono::steady_clock::now();
   auto last_event_query = last_progress;
@@ -247,26 +253,35 @@ void Engine::run() {
     const bool query_events =
         mode_ == CompletionMode::event || now - last_event_query >= std::chrono::milliseconds{1};
     if (query_events) last_event_query = now;
-    bool progress = false;
     finished_streams.clear();
+    done.clear();
     const std::int64_t pass_ns = monotonic_ns();  // what this pass finds done was done by its poll
     for (std::size_t i = 0; i < active.size();) {
       Operation* op = active[i];
       if (!poll(*op, query_events)) {
+        op->seen_running_ns = pass_ns;
         ++i;
         continue;
       }
       active[i] = active.back();
       active.pop_back();
-      // Only what an earlier pass saw done: an operation that finished in this one may have been
-      // behind this op on the stream (the active list is not in stream order).
+      done.push_back(op);
+    }
+    // In stream order (the active list is not): each op's stream was free when an earlier pass saw
+    // its predecessor done or, for a predecessor done in this pass, after it was last seen running.
+    if (done.size() > 1)
+      std::sort(done.begin(), done.end(),
+                [](const Operation* a, const Operation* b) { return a->armed < b->armed; });
+    for (Operation* op : done) {
       if (op->stream != nullptr) {
-        op->stream_free_ns = stream_done(op->stream);
+        std::int64_t& free_ns = stream_done(op->stream);
+        op->stream_free_ns = free_ns;
+        free_ns = std::max(free_ns, op->seen_running_ns);
         finished_streams.push_back(op->stream);
       }
       finish(op);
-      progress = true;
     }
+    const bool progress = !done.empty();
     for (Stream stream : finished_streams) stream_done(stream) = pass_ns;
     if (progress) {
       last_progress = std::chrono::steady_clock::now();

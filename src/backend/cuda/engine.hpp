@@ -14,7 +14,10 @@
 // at which the stream's earlier work was seen done (stream_free_ns, from an earlier polling pass): a
 // kernel launched behind a backlog starts on the device only then, so its run time — what heft's
 // models learn — counts from there, not from the launch (on an H200 a 50 µs tile gemm behind a queue
-// was learnt as 224 µs).
+// was learnt as 224 µs). Operations of one stream found done in the same pass are finished in the
+// order they were armed (the stream's order); each later one began after its predecessor was last
+// seen running, which bounds its start when no pass saw the predecessor done (a loaded machine's
+// completion thread can miss whole kernels).
 //
 // Copies pass a gate per direction (into the device, out of it): at most `max_pending_transfers` of
 // each are in flight; later ones wait in FIFO order and start (on the completion thread) as earlier
@@ -82,6 +85,8 @@ struct Operation {
   bool pinned_host = false;               // the host side is page-locked: DMA in place, no staging
   Stream stream = nullptr;                // where arm() ended it
   std::int64_t stream_free_ns = 0;        // at finish: when the stream's earlier work was seen done
+  std::uint64_t armed = 0;                // arm() order: the stream's order among one stream's ops
+  std::int64_t seen_running_ns = 0;       // the last polling pass that found it not done (0: none)
   memory::StagingBuffer staging;          // pinned, from the memory node's staging pool
   Event handoff = nullptr;                // staged device-to-device: the source half's event, recorded on
   EventPool* handoff_pool = nullptr;      // the source's stream, so from the source device's pool
@@ -159,6 +164,7 @@ class Engine {
   static constexpr std::size_t flag_slots = 1024;
   std::uint32_t* flags_ = nullptr;
   std::uint32_t next_flag_value_ = 0;  // under pool_mutex_
+  std::atomic<std::uint64_t> next_armed_{0};
 
   mutable std::mutex pool_mutex_;
   Operation* free_ = nullptr;

@@ -243,6 +243,13 @@ std::size_t FakeDriver::run_pending(std::size_t limit) {
   return run_pending_locked(limit);
 }
 
+std::size_t FakeDriver::held_work() const {
+  std::lock_guard lock(mutex_);
+  std::size_t held = 0;
+  for (const auto& [handle, stream] : streams_) held += stream->work.size();
+  return held;
+}
+
 void FakeDriver::synchronize_stream(Stream stream) {
   std::lock_guard lock(mutex_);
   count("synchronize_stream");

@@ -90,6 +90,8 @@ class FakeDriver final : public Driver {
   // for an event not yet complete waits for the others), or at most `limit` operations of it.
   // Returns the operations run.
   std::size_t run_pending(std::size_t limit = static_cast<std::size_t>(-1));
+  // held_work(): the operations held on every stream, not yet run.
+  std::size_t held_work() const;
   // set_free_bytes(): pretend only this much of `device`'s memory is free (managed memory tests).
   void set_free_bytes(int device, std::size_t bytes);
   // fail_next_launch(): the next check_launch() reports a launch error.
