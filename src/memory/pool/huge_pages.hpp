@@ -19,7 +19,7 @@
 namespace nerve::memory {
 
 // transparent_huge_page_size() is the size of a transparent huge page (hpage_pmd_size), or 0 when
-// the kernel has none or they are disabled (`never`). Read once.
+// the kernel has none, they are disabled (`never`) or madvise(MADV_HUGEPAGE) is refused. Read once.
 std::size_t transparent_huge_page_size() noexcept;
 
 // huge_page_min_block() is the smallest block given huge pages: two huge pages (4 MiB on x86-64), or
