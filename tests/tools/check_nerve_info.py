@@ -106,7 +106,7 @@ def case_plain(binary):
     check("parallel.thread_pool_size" in keys and "scheduler.spin_us" in keys, f"config keys: {keys}")
     text = run(binary).stdout
     for heading in ("Topology", "Summary:", "Core distances", "NUMA distances", "Workers:", "Configuration",
-                    "Devices", "CPU workers"):
+                    "Host memory", "Devices", "CPU workers"):
         check(heading in text, f"plain output lacks '{heading}'")
     config_rows = {line.split()[0]: line for line in section(text, "Configuration")[1:]}
     for key in keys:
@@ -159,6 +159,12 @@ def case_large(binary):
 def case_set(binary):
     text = run(binary, "--set", "parallel.thread_pool_size=3").stdout
     check("Workers: 3" in text and "parallel.thread_pool_size = 3 (api)" in text, "3 workers from api")
+    # The host pools say how they were set up: allocator, NUMA policy, huge pages (memory.huge_pages).
+    pools = run_json(binary, "--set", "memory.huge_pages=false", "--set", "memory.numa_policy=interleave")
+    check(pools["host_memory"] and all("huge pages off" in pool and "numa_policy interleave" in pool
+                                       for pool in pools["host_memory"]), f"host_memory: {pools['host_memory']}")
+    default_pools = run_json(binary)["host_memory"]
+    check(not any("huge pages off" in pool for pool in default_pools), f"huge pages on by default: {default_pools}")
     document = run_json(binary, "--set", "parallel.thread_pool_size=3", "--set", "scheduler.policy=eager")
     check(len(document["workers"]) == 3, "--set parallel.thread_pool_size=3 did not give 3 workers")
     for key, value in (("parallel.thread_pool_size", "3"), ("scheduler.policy", "eager")):

@@ -17,6 +17,12 @@ std::vector<DeviceInfo> list_devices(const Report& report) {
   return devices;
 }
 
+std::string print_host_memory(const std::vector<std::string>& pools) {
+  std::string out = "Host memory (memory node 0: a pool per NUMA node)\n";
+  for (const std::string& pool : pools) out += "  " + pool + "\n";
+  return out;
+}
+
 std::string print_devices(const std::vector<DeviceInfo>& devices) {
   // "device N" is the context's number (TaskOptions::device; 0 = the CPU workers), "gpu.devices M"
   // the accelerator's number among those the backends found (what gpu.devices selects by).

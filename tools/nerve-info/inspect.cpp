@@ -152,9 +152,12 @@ Report inspect(const Settings& settings, std::string version) {
         backend_notes.push_back(fmt::format("{}: {}", backend->name(), why));
     }
   }
+  std::vector<std::string> host_memory;
+  for (const MemoryPoolStats& pool : context.stats().memory.host_pools) host_memory.push_back(pool.node);
   context.impl()->shutdown();
 
   Report report;
+  report.host_memory = std::move(host_memory);
   report.version = std::move(version);
   report.config = context.config();
   report.topology = context.topology();

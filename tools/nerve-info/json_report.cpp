@@ -99,6 +99,7 @@ nlohmann::ordered_json report_to_json(const Report& report) {
       {"config", config_json(report.config)},
       {"devices", devices},
       {"backend_notes", report.backend_notes},
+      {"host_memory", report.host_memory},
   };
 }
 

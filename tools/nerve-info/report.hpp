@@ -75,6 +75,8 @@ struct Report {
   std::vector<DeviceInfo> devices;
   // Backends that found no device, and why ("cuda: cudart 13.0 (driver none): no device (...)").
   std::vector<std::string> backend_notes;
+  // Each host NUMA node's pool as it describes itself: allocator, numa_policy, huge pages.
+  std::vector<std::string> host_memory;
 };
 
 // inspect() creates a nerve::Context from `settings`, probes its workers and shuts it down again.
@@ -89,6 +91,7 @@ std::string print_machine(const Topology& topology);
 std::string print_workers(const Report& report);
 std::string print_config(const Config& config);
 std::string print_devices(const std::vector<DeviceInfo>& devices);
+std::string print_host_memory(const std::vector<std::string>& pools);
 // calibrate_bus() measures the bus between every pair of memory nodes of a context made from
 // `settings`, saves it to perf.model_dir/bus.json (heft reads it) and renders the matrix.
 // `save_error` receives why the file could not be written (empty: saved).
