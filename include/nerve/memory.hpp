@@ -71,8 +71,8 @@ struct MemoryPoolStats {
   std::size_t large_bytes_cached = 0;
   std::size_t empty_slab_bytes = 0;         // empty slabs kept for reuse (compact() returns them)
   std::uint64_t numa_binding_failures = 0;  // blocks the OS refused to bind per memory.numa_policy
-  std::size_t huge_page_bytes =
-      0;  // of bytes_reserved, in blocks given transparent huge pages (memory.huge_pages)
+  // Of bytes_reserved, the bytes in blocks given transparent huge pages (memory.huge_pages).
+  std::size_t huge_page_bytes = 0;
 
   std::vector<SizeClass> size_classes;
 };
