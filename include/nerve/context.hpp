@@ -124,16 +124,15 @@ class TaskGroup {
  public:
   // A group may outlive its Context object (it keeps the runtime's memory alive); submitting to it
   // then throws Error(invalid_argument), as it does for a moved-from Context.
-  explicit TaskGroup(Context& context) noexcept : context_(context.impl()) {
-    detail::context_retain(context_);
-  }
+  explicit TaskGroup(Context& context) noexcept
+      : context_(context.impl()), reference_(detail::context_retain(context_)) {}
   TaskGroup(const TaskGroup&) = delete;
   TaskGroup& operator=(const TaskGroup&) = delete;
   // The destructor waits for unfinished tasks; their errors are dropped (call wait() to see them).
   ~TaskGroup() {
     if ((state_.pending.load(std::memory_order_acquire) & detail::GroupState::count_mask) != 0)
       detail::group_destroy_wait(context_, &state_);
-    detail::context_release(context_);
+    detail::context_release(context_, reference_);
   }
 
   template <NotKernel F, class... A>
@@ -182,6 +181,7 @@ class TaskGroup {
 
  private:
   detail::ContextImpl* context_;
+  std::atomic<std::int64_t>* reference_;  // where the group's reference to the runtime is counted
   detail::GroupState state_;
 };
 

@@ -95,11 +95,11 @@ static void rethrow_group_error(GroupState* group) {
   if (error != nullptr) std::rethrow_exception(error);
 }
 
-void context_retain(ContextImpl* context) noexcept {
-  if (context != nullptr) context->add_external_reference();
+std::atomic<std::int64_t>* context_retain(ContextImpl* context) noexcept {
+  return context != nullptr ? context->retain_sharded() : nullptr;
 }
-void context_release(ContextImpl* context) noexcept {
-  if (context != nullptr) context->drop_external_reference();
+void context_release(ContextImpl* context, std::atomic<std::int64_t>* shard) noexcept {
+  if (context != nullptr) context->release_sharded(shard);
 }
 void require_context(const ContextImpl* context) {
   if (context == nullptr) throw_moved_from_context();
@@ -242,19 +242,14 @@ Context::Context() : Context(Settings{}) {}
 Context::Context(const Settings& settings) : impl_(new detail::ContextImpl(settings)) {}
 
 Context::~Context() {
-  if (impl_ == nullptr) return;
-  impl_->shutdown();
-  impl_->drop_external_reference();
+  if (impl_ != nullptr) impl_->release_owner();
 }
 
 Context::Context(Context&& other) noexcept : impl_(std::exchange(other.impl_, nullptr)) {}
 
 Context& Context::operator=(Context&& other) noexcept {
   if (this != &other) {
-    if (impl_ != nullptr) {
-      impl_->shutdown();
-      impl_->drop_external_reference();
-    }
+    if (impl_ != nullptr) impl_->release_owner();
     impl_ = std::exchange(other.impl_, nullptr);
   }
   return *this;

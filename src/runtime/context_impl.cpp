@@ -82,6 +82,43 @@ void ContextImpl::drop_external_reference() noexcept {
   if (external_references.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
 }
 
+void ContextImpl::release_owner() noexcept {
+  shutdown();
+  // No task runs any more, so no group is being made: every shard's open reference can go. A shard
+  // whose groups outlive the Context keeps its central reference until the last of them goes.
+  std::int64_t emptied = 0;
+  {
+    std::lock_guard lock(threads_mutex);
+    reference_shards_closed = true;
+    for (const std::unique_ptr<ThreadState>& state : thread_storage) {
+      if (state->references.fetch_sub(1, std::memory_order_acq_rel) == 1) ++emptied;
+    }
+  }
+  // The object's own reference is still counted, so these never delete the context.
+  external_references.fetch_sub(emptied, std::memory_order_acq_rel);
+  drop_external_reference();
+}
+
+std::atomic<std::int64_t>* ContextImpl::retain_sharded() noexcept {
+  ThreadState* state = nullptr;
+  try {
+    state = &current_thread();
+  } catch (...) {  // no thread state could be made: count centrally
+  }
+  if (state != nullptr) {
+    // 0 means closed (or registered after closing): only a group made from a destroyed Context
+    // could see it, but never resurrect a shard that already gave its reference back.
+    if (state->references.fetch_add(1, std::memory_order_relaxed) != 0) return &state->references;
+    state->references.fetch_sub(1, std::memory_order_relaxed);
+  }
+  add_external_reference();
+  return nullptr;
+}
+
+void ContextImpl::release_sharded(std::atomic<std::int64_t>* shard) noexcept {
+  if (shard == nullptr || shard->fetch_sub(1, std::memory_order_acq_rel) == 1) drop_external_reference();
+}
+
 void ContextImpl::shutdown() noexcept {
   if (shut_down) return;
   try {
@@ -156,6 +193,10 @@ ThreadState& ContextImpl::register_current_thread() {
     thread_storage.push_back(std::make_unique<ThreadState>());
     ThreadState* state = thread_storage.back().get();
     state->context = this;
+    if (!reference_shards_closed) {  // the shard's open reference (release_owner() drops it)
+      state->references.store(1, std::memory_order_relaxed);
+      add_external_reference();
+    }
     state->random_state ^= static_cast<std::uint64_t>(index + 1) * 0x9E3779B97F4A7C15ull;
     records.register_cache(state->records);
     thread_list[index].store(state, std::memory_order_relaxed);

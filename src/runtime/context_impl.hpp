@@ -66,6 +66,19 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   void add_external_reference() noexcept { external_references.fetch_add(1, std::memory_order_relaxed); }
   // drop_external_reference() deletes the context when the last reference goes.
   void drop_external_reference() noexcept;
+  // release_owner(): the Context object goes: drain and stop (shutdown()), close the reference
+  // shards, drop the object's own reference.
+  void release_owner() noexcept;
+
+  // Sharded references, for TaskGroups: fork-join code makes a group per task, and one shared counter
+  // bounced its cache line between the workers on every group (a quarter of fib(30)'s time). A group
+  // counts its reference in the shard of the thread that made it (ThreadState::references), uncontended
+  // in the usual case of a group destroyed where it was made. An open shard holds one central reference
+  // for itself and its groups: it starts at 1, and the shard's last decrement drops that reference.
+  // retain_sharded() gives the shard counted in, or null when it counted centrally (no thread state
+  // could be made, or the shards are closed); release_sharded() undoes it.
+  std::atomic<std::int64_t>* retain_sharded() noexcept;
+  void release_sharded(std::atomic<std::int64_t>* shard) noexcept;
 
   // current_thread() is the calling thread's state in this context (created on first use).
   ThreadState& current_thread() {
@@ -218,6 +231,7 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   Scheduler scheduler;
   const std::uint64_t id;
   std::atomic<std::int64_t> external_references{1};
+  bool reference_shards_closed = false;  // guarded by threads_mutex
   bool shut_down = false;
 
   // Thread states, append-only; readers scan [0, thread_count) without the lock.

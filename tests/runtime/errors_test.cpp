@@ -1,10 +1,19 @@
 // Failures, cancellation, task groups and task pools.
 #include <atomic>
+#include <cstddef>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <thread>
+#include <vector>
 
 #include <gmock/gmock.h>
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define NERVE_TEST_COUNTS_HEAP 1
+// In the sanitizers' runtime (GCC ships no header declaring it): bytes allocated and not freed.
+extern "C" std::size_t __sanitizer_get_current_allocated_bytes();
+#endif
 
 #include "runtime_test.hpp"
 
@@ -284,6 +293,61 @@ TEST(OutlivingTheContext, GroupsAndPoolsFailCleanly) {
   EXPECT_THROW(group.spawn([] {}), Error);
   EXPECT_THROW(unlaunched.wait_all(), Error);
 }  // the pools' and the group's destructors run after the context's: no crash (ASan checks)
+
+// A group counts its reference in the shard of the thread that made it. Groups made inside tasks on
+// the workers and destroyed on other threads after the Context is gone must keep the runtime alive
+// to the last of them (ASan: no use after free), and the last must free it. The sanitizer builds
+// check that through their allocators' exact count: the heap is back where it was (a leaked runtime
+// holds its task-record slab alone, 512 records, well over the margin); glibc has no such count.
+TEST(OutlivingTheContext, GroupsMadeOnWorkersAndDestroyedElsewhereKeepTheRuntimeToTheLast) {
+  constexpr int group_count = 16;
+  std::atomic<int> ran{0};
+  auto scenario = [&] {
+    std::vector<std::unique_ptr<TaskGroup>> groups(group_count);
+    {
+      Context context(make_settings(2));
+      TaskGroup outer(context);
+      for (int i = 0; i < group_count; ++i) {
+        outer.spawn([&, i] {
+          auto& group = groups[static_cast<std::size_t>(i)];
+          group = std::make_unique<TaskGroup>(context);
+          group->spawn([&] { ran.fetch_add(1); });
+          group->wait();
+          // Fork-join on this worker too: groups made and destroyed in place leave the shard balanced.
+          for (int j = 0; j < 100; ++j) {
+            TaskGroup inner(context);
+            inner.spawn([&] { ran.fetch_add(1); });
+          }
+        });
+      }
+      outer.wait();
+    }
+    // Half go on this thread, half on two others at once; the runtime goes with the last.
+    auto reset_every_other = [&](int first) {
+      for (int i = first; i < group_count; i += 2) groups[static_cast<std::size_t>(i)].reset();
+    };
+    std::thread even(reset_every_other, group_count / 2);
+    std::thread odd(reset_every_other, group_count / 2 + 1);
+    for (int i = 0; i < group_count / 2; ++i) {
+      EXPECT_THROW(groups[static_cast<std::size_t>(i)]->spawn([] {}), Error);
+      groups[static_cast<std::size_t>(i)].reset();
+    }
+    even.join();
+    odd.join();
+  };
+  // Each run on a thread of its own, whose exit returns its thread-local caches; the first run
+  // also makes whatever the process keeps once (logging, topology).
+  std::thread(scenario).join();
+#if NERVE_TEST_COUNTS_HEAP
+  const std::size_t before = __sanitizer_get_current_allocated_bytes();
+#endif
+  std::thread(scenario).join();
+  EXPECT_EQ(ran.load(), 2 * group_count * 101);
+#if NERVE_TEST_COUNTS_HEAP
+  EXPECT_LT(__sanitizer_get_current_allocated_bytes(), before + 64 * 1024)
+      << "the runtime outlived its last group";
+#endif
+}
 
 // Destructors can neither throw nor wait forever: a group or context destroyed while this thread
 // holds a mapping their tasks wait for is a reported fatal error, not a silent hang.
