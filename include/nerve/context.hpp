@@ -181,7 +181,7 @@ class TaskGroup {
 
  private:
   detail::ContextImpl* context_;
-  std::atomic<std::int64_t>* reference_;  // where the group's reference to the runtime is counted
+  detail::ThreadState* reference_;  // the shard its reference to the runtime is counted in
   detail::GroupState state_;
 };
 

@@ -95,10 +95,10 @@ static void rethrow_group_error(GroupState* group) {
   if (error != nullptr) std::rethrow_exception(error);
 }
 
-std::atomic<std::int64_t>* context_retain(ContextImpl* context) noexcept {
+ThreadState* context_retain(ContextImpl* context) noexcept {
   return context != nullptr ? context->retain_sharded() : nullptr;
 }
-void context_release(ContextImpl* context, std::atomic<std::int64_t>* shard) noexcept {
+void context_release(ContextImpl* context, ThreadState* shard) noexcept {
   if (context != nullptr) context->release_sharded(shard);
 }
 void require_context(const ContextImpl* context) {

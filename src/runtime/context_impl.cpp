@@ -84,14 +84,17 @@ void ContextImpl::drop_external_reference() noexcept {
 
 void ContextImpl::release_owner() noexcept {
   shutdown();
-  // No task runs any more, so no group is being made: every shard's open reference can go. A shard
-  // whose groups outlive the Context keeps its central reference until the last of them goes.
+  // Every task has ended, so no thread changes its `owned_references` again, and the tasks' ends
+  // ordered those changes before this. A shard whose groups outlive the Context keeps its central
+  // reference until the last of them goes.
   std::int64_t emptied = 0;
   {
     std::lock_guard lock(threads_mutex);
     reference_shards_closed = true;
     for (const std::unique_ptr<ThreadState>& state : thread_storage) {
-      if (state->references.fetch_sub(1, std::memory_order_acq_rel) == 1) ++emptied;
+      const std::int64_t owned = state->owned_references.exchange(0, std::memory_order_relaxed);
+      const std::int64_t change = owned - shard_open_bias;
+      if (state->shared_references.fetch_add(change, std::memory_order_acq_rel) + change == 0) ++emptied;
     }
   }
   // The object's own reference is still counted, so these never delete the context.
@@ -99,24 +102,35 @@ void ContextImpl::release_owner() noexcept {
   drop_external_reference();
 }
 
-std::atomic<std::int64_t>* ContextImpl::retain_sharded() noexcept {
+ThreadState* ContextImpl::retain_sharded() noexcept {
   ThreadState* state = nullptr;
   try {
     state = &current_thread();
   } catch (...) {  // no thread state could be made: count centrally
   }
   if (state != nullptr) {
-    // 0 means closed (or registered after closing): only a group made from a destroyed Context
-    // could see it, but never resurrect a shard that already gave its reference back.
-    if (state->references.fetch_add(1, std::memory_order_relaxed) != 0) return &state->references;
-    state->references.fetch_sub(1, std::memory_order_relaxed);
+    if (state->nesting > 0) {  // inside a task: the shards are open until it ends
+      state->owned_references.store(state->owned_references.load(std::memory_order_relaxed) + 1,
+                                    std::memory_order_relaxed);
+      return state;
+    }
+    // Below the bias means closed (or registered after closing): only a group made from a
+    // destroyed Context could see it, and it must not count in a shard that has let go.
+    if (state->shared_references.fetch_add(1, std::memory_order_relaxed) >= shard_open_bias / 2) return state;
+    state->shared_references.fetch_sub(1, std::memory_order_relaxed);
   }
   add_external_reference();
   return nullptr;
 }
 
-void ContextImpl::release_sharded(std::atomic<std::int64_t>* shard) noexcept {
-  if (shard == nullptr || shard->fetch_sub(1, std::memory_order_acq_rel) == 1) drop_external_reference();
+void ContextImpl::release_sharded(ThreadState* shard) noexcept {
+  if (shard == nullptr) return drop_external_reference();
+  if (thread_cache.context_id == id && thread_cache.state == shard && shard->nesting > 0) {
+    shard->owned_references.store(shard->owned_references.load(std::memory_order_relaxed) - 1,
+                                  std::memory_order_relaxed);
+    return;
+  }
+  if (shard->shared_references.fetch_sub(1, std::memory_order_acq_rel) == 1) drop_external_reference();
 }
 
 void ContextImpl::shutdown() noexcept {
@@ -193,8 +207,8 @@ ThreadState& ContextImpl::register_current_thread() {
     thread_storage.push_back(std::make_unique<ThreadState>());
     ThreadState* state = thread_storage.back().get();
     state->context = this;
-    if (!reference_shards_closed) {  // the shard's open reference (release_owner() drops it)
-      state->references.store(1, std::memory_order_relaxed);
+    if (!reference_shards_closed) {  // the shard's own reference (release_owner() closes it)
+      state->shared_references.store(shard_open_bias, std::memory_order_relaxed);
       add_external_reference();
     }
     state->random_state ^= static_cast<std::uint64_t>(index + 1) * 0x9E3779B97F4A7C15ull;

@@ -71,14 +71,19 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   void release_owner() noexcept;
 
   // Sharded references, for TaskGroups: fork-join code makes a group per task, and one shared counter
-  // bounced its cache line between the workers on every group (a quarter of fib(30)'s time). A group
-  // counts its reference in the shard of the thread that made it (ThreadState::references), uncontended
-  // in the usual case of a group destroyed where it was made. An open shard holds one central reference
-  // for itself and its groups: it starts at 1, and the shard's last decrement drops that reference.
+  // bounced its cache line between the workers on every group (a quarter of fib(30)'s time); even an
+  // uncontended atomic add and subtract per group cost more than the rest of its bookkeeping. A group
+  // counts its reference in the shard of the thread that made it (ThreadState). Inside a task of this
+  // context, the thread counts in its `owned_references` with a plain load and store: the shards stay
+  // open until every task has ended (release_owner()), so nobody else reads that counter meanwhile.
+  // Elsewhere, and for a group released on another thread, `shared_references` counts atomically. An
+  // open shard holds one central reference; closing folds `owned` into `shared` and takes the bias
+  // off, and whoever brings `shared` to zero drops the central reference.
   // retain_sharded() gives the shard counted in, or null when it counted centrally (no thread state
   // could be made, or the shards are closed); release_sharded() undoes it.
-  std::atomic<std::int64_t>* retain_sharded() noexcept;
-  void release_sharded(std::atomic<std::int64_t>* shard) noexcept;
+  static constexpr std::int64_t shard_open_bias = std::int64_t{1} << 62;
+  ThreadState* retain_sharded() noexcept;
+  void release_sharded(ThreadState* shard) noexcept;
 
   // current_thread() is the calling thread's state in this context (created on first use).
   ThreadState& current_thread() {

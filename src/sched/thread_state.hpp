@@ -46,9 +46,12 @@ struct alignas(cache_line_size) ThreadState {
   // perf recording / models: the CPU task MonitoredExecutor runs on this thread (innermost, when a
   // task helps while waiting), which finish() ends before publishing the task's completion.
   MonitoredRun* perf_run = nullptr;
-  // References to the context of the groups made on this thread, plus 1 while the shard is open
-  // (ContextImpl::retain_sharded); on a line of its own, as other threads may release into it.
-  alignas(cache_line_size) std::atomic<std::int64_t> references{0};
+  // This thread's shard of the groups' references to the context (ContextImpl::retain_sharded):
+  // `owned_references` changes only on this thread inside a task (relaxed load + store, no
+  // read-modify-write); `shared_references`, on a line of its own, by any thread, atomically, and
+  // holds shard_open_bias while the shard is open.
+  std::atomic<std::int64_t> owned_references{0};
+  alignas(cache_line_size) std::atomic<std::int64_t> shared_references{0};
 
   void count_submitted() noexcept {
     submitted.store(submitted.load(std::memory_order_relaxed) + 1, std::memory_order_release);

@@ -159,8 +159,8 @@ NERVE_API std::exception_ptr task_error(const TaskRecord* record) noexcept;
 // Groups keep the context's runtime alive like task handles (they may outlive the Context object).
 // context_retain() counts the reference in the calling thread's shard, which it returns (null when
 // it counted centrally); context_release() takes it back. Both accept nullptr (a moved-from Context).
-NERVE_API std::atomic<std::int64_t>* context_retain(ContextImpl* context) noexcept;
-NERVE_API void context_release(ContextImpl* context, std::atomic<std::int64_t>* shard) noexcept;
+NERVE_API ThreadState* context_retain(ContextImpl* context) noexcept;
+NERVE_API void context_release(ContextImpl* context, ThreadState* shard) noexcept;
 // require_context(): Error(invalid_argument) for nullptr (a moved-from Context).
 NERVE_API void require_context(const ContextImpl* context);
 
