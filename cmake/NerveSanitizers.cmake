@@ -1,9 +1,14 @@
 # Sanitizer builds: NERVE_SANITIZE=thread or NERVE_SANITIZE=address (AddressSanitizer + UBSan).
+#
+# -g1 (line tables, after the configuration's own -g, so it wins): the sanitizers' reports still name
+# every frame, inlined ones included, with file and line, and there are no locals to inspect in CI
+# anyway. Measured on test and library sources: 20-25 % less compile time and 4-10x smaller objects
+# than -g, which CI pays twice (both sanitizer builds) on two cores.
 if(NERVE_SANITIZE STREQUAL "thread")
-  add_compile_options(-fsanitize=thread -fno-omit-frame-pointer -g)
+  add_compile_options(-fsanitize=thread -fno-omit-frame-pointer -g1)
   add_link_options(-fsanitize=thread)
 elseif(NERVE_SANITIZE STREQUAL "address")
-  add_compile_options(-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g)
+  add_compile_options(-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g1)
   add_link_options(-fsanitize=address,undefined)
 elseif(NOT NERVE_SANITIZE STREQUAL "")
   message(FATAL_ERROR "NERVE_SANITIZE must be '', 'thread' or 'address', not '${NERVE_SANITIZE}'")
