@@ -83,6 +83,14 @@ void ContextImpl::drop_external_reference() noexcept {
 }
 
 void ContextImpl::release_owner() noexcept {
+  // Waiting for every task from inside one of them would wait for itself (on a worker it would
+  // also join its own thread), and the shards cannot close while this task still counts in them.
+  if (const ThreadState* caller = registered_thread(); caller != nullptr && caller->nesting > 0) {
+    log::error(
+        "a Context is destroyed inside one of its own tasks, which its destruction would wait "
+        "for; the program cannot continue (destroy it outside its tasks)");
+    std::abort();
+  }
   shutdown();
   // Every task has ended, so no thread changes its `owned_references` again, and the tasks' ends
   // ordered those changes before this. A shard whose groups outlive the Context keeps its central
@@ -102,6 +110,13 @@ void ContextImpl::release_owner() noexcept {
   drop_external_reference();
 }
 
+// counts_owned(): `state` is the calling thread's and it runs a task body that the Context's
+// destruction will wait for — not one that deferred its completion, which may be finished (and the
+// context shut down) while the body still runs.
+static bool counts_owned(const ThreadState& state) noexcept {
+  return state.nesting > 0 && state.deferred_bodies == 0;
+}
+
 ThreadState* ContextImpl::retain_sharded() noexcept {
   ThreadState* state = nullptr;
   try {
@@ -109,15 +124,19 @@ ThreadState* ContextImpl::retain_sharded() noexcept {
   } catch (...) {  // no thread state could be made: count centrally
   }
   if (state != nullptr) {
-    if (state->nesting > 0) {  // inside a task: the shards are open until it ends
+    if (counts_owned(*state)) {  // the shards are open until the task ends
       state->owned_references.store(state->owned_references.load(std::memory_order_relaxed) + 1,
                                     std::memory_order_relaxed);
       return state;
     }
-    // Below the bias means closed (or registered after closing): only a group made from a
-    // destroyed Context could see it, and it must not count in a shard that has let go.
-    if (state->shared_references.fetch_add(1, std::memory_order_relaxed) >= shard_open_bias / 2) return state;
-    state->shared_references.fetch_sub(1, std::memory_order_relaxed);
+    // Below the bias means closed (or registered after closing): only a group made from a Context
+    // being destroyed could see it, and it must not count in a shard that has let go, not even for
+    // a moment (a release seeing that count would never give the shard's reference back).
+    std::int64_t shared = state->shared_references.load(std::memory_order_relaxed);
+    while (shared >= shard_open_bias / 2) {
+      if (state->shared_references.compare_exchange_weak(shared, shared + 1, std::memory_order_relaxed))
+        return state;
+    }
   }
   add_external_reference();
   return nullptr;
@@ -125,7 +144,7 @@ ThreadState* ContextImpl::retain_sharded() noexcept {
 
 void ContextImpl::release_sharded(ThreadState* shard) noexcept {
   if (shard == nullptr) return drop_external_reference();
-  if (thread_cache.context_id == id && thread_cache.state == shard && shard->nesting > 0) {
+  if (thread_cache.context_id == id && thread_cache.state == shard && counts_owned(*shard)) {
     shard->owned_references.store(shard->owned_references.load(std::memory_order_relaxed) - 1,
                                   std::memory_order_relaxed);
     return;
@@ -219,6 +238,13 @@ ThreadState& ContextImpl::register_current_thread() {
   }
   thread_cache = {id, it->second};
   return *it->second;
+}
+
+const ThreadState* ContextImpl::registered_thread() noexcept {
+  if (thread_cache.context_id == id) return thread_cache.state;
+  std::lock_guard lock(threads_mutex);
+  const auto it = threads_by_id.find(std::this_thread::get_id());
+  return it != threads_by_id.end() ? it->second : nullptr;
 }
 
 ThreadState& ContextImpl::create_worker_state(unsigned /*slot*/) { return current_thread(); }

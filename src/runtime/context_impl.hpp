@@ -85,6 +85,8 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   ThreadState* retain_sharded() noexcept;
   void release_sharded(ThreadState* shard) noexcept;
 
+  // registered_thread(): the calling thread's state if it has one (never makes one).
+  const ThreadState* registered_thread() noexcept;
   // current_thread() is the calling thread's state in this context (created on first use).
   ThreadState& current_thread() {
     if (thread_cache.context_id == id) [[likely]]

@@ -390,6 +390,7 @@ TaskRecord* defer_current_task() {
   if (task == nullptr || task->kind != TaskKind::function || task->device > 0) {
     throw Error(ErrorCode::invalid_argument, "defer_current_task() outside a task running on a CPU worker");
   }
+  if (!running_task_deferred) ++task->context->current_thread().deferred_bodies;
   running_task_deferred = true;
   return task;
 }
@@ -424,8 +425,10 @@ std::uint32_t ContextImpl::invoke_closure(TaskRecord* task, ThreadState& thread,
   running_task = outer_task;
   running_device_index = outer_device;
   // A body that threw is not deferred (the contract: nothing may throw after deferring).
-  if (std::exchange(running_task_deferred, outer_deferred) && outcome == status_succeeded)
-    return outcome_deferred;
+  if (std::exchange(running_task_deferred, outer_deferred)) {
+    --thread.deferred_bodies;
+    if (outcome == status_succeeded) return outcome_deferred;
+  }
   return outcome;
 }
 

@@ -30,7 +30,10 @@ struct alignas(cache_line_size) ThreadState {
   ContextImpl* context = nullptr;
   WorkerSlot* slot = nullptr;  // the worker slot this thread runs, if any
   bool is_worker_thread = false;
-  int nesting = 0;               // tasks currently executing on this thread's stack
+  int nesting = 0;  // tasks currently executing on this thread's stack
+  // Of those, bodies that deferred their completion (defer_current_task()): such a task may be
+  // finished, and the context shut down, while its body still runs.
+  int deferred_bodies = 0;
   bool bypass_enabled = false;   // finishing a task on a worker slot: a released successor may...
   TaskRecord* bypass = nullptr;  // ...be kept here to run next, skipping the deque
   RecordAllocator::Cache records;

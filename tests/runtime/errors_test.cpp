@@ -377,6 +377,43 @@ TEST(OwnMappingDeadlock, DestroyingAGroupOrContextThatWaitsForThisThreadsMapping
 #endif
 }
 
+// A Context destroyed inside one of its own tasks would wait for that task: a reported fatal error,
+// whether the task runs on a worker or on the application thread helping in a wait.
+TEST(OwnTaskDeadlock, DestroyingAContextInsideOneOfItsTasksIsFatal) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "death tests fork a multi-threaded process, which ThreadSanitizer does not support";
+#else
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        std::optional<Context> context(std::in_place, make_settings(1));  // tasks run on this thread
+        TaskGroup group(*context);
+        group.spawn([&] {
+          TaskGroup inner(*context);
+          context.reset();
+        });
+        group.wait();
+      },
+      "Context is destroyed inside one of its own tasks");
+  EXPECT_DEATH(
+      {
+        std::optional<Context> context(std::in_place, make_settings(2));
+        std::atomic<bool> on_worker{false};
+        while (!on_worker.load()) {
+          TaskGroup group(*context);
+          group.spawn([&] {
+            if (context->current_worker() > 0) {  // a worker thread, not this one
+              on_worker.store(true);
+              context.reset();
+            }
+          });
+          group.wait();
+        }
+      },
+      "Context is destroyed inside one of its own tasks");
+#endif
+}
+
 // cancel() applies until the next wait() returns; the group then runs tasks again.
 TEST_P(ErrorsTest, CancelLastsUntilTheNextWait) {
   TaskGroup group(*context);
