@@ -16,7 +16,8 @@
 // Thread safety: every member may be called from any thread, including from inside tasks (nested
 // submission is how fork-join works). Waiting inside a task runs other ready tasks until the target
 // is done, so the pool never deadlocks on its own waits. Destroying the context waits for every
-// submitted task, then frees buffers still alive (reporting them as a warning).
+// submitted task, then frees buffers still alive (reporting them as a warning). Destroying it inside
+// one of its own tasks would wait for that task: a reported fatal error.
 #pragma once
 
 #include <chrono>
