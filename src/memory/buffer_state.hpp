@@ -1,10 +1,11 @@
 // buffer_state.hpp — the runtime side of a Buffer: its bytes, its home, its dependency state.
 //
-// A BufferState is reference counted: Buffer handles, tasks that access it (until they finish) and
-// mappings each hold a reference. It holds one on its context, so the context's memory outlives it.
-// The data itself is released at the last reference, or when the context is destroyed (live buffers
-// are then reported), or never used again after an explicit free (C API): later use of the handle
-// is then a BufferMisuse error, not undefined behaviour.
+// A BufferState lives while Buffer handles (and the C API's pins) reference it, counted in `refs`,
+// and while tasks that access it have not finished, counted apart (see TaskAccessCount). It holds a
+// reference on its context, so the context's memory outlives it. The data itself is released when
+// both counts are done, or when the context is destroyed (live buffers are then reported), or never
+// used again after an explicit free (C API): later use of the handle is then a BufferMisuse error,
+// not undefined behaviour.
 //
 // Contents of a new buffer are not zeroed: the first task that writes it touches the pages, which
 // places them on that worker's NUMA node (first touch).
@@ -55,6 +56,19 @@ class HostStorage {
   HostBlock block_;
 };
 
+// TaskAccessCount counts the accesses of unfinished tasks (mappings included) without a shared
+// counter that the submitting thread and the finishing worker would both write: a dependency chain
+// on one buffer moved that cache line between cores twice per task. The submitter adds to `begun`,
+// the finisher to `ended`, each on a line of its own. `ended` carries `open_bias` while a handle
+// lives; the last handle's release (buffers.cpp) removes the bias and subtracts `begun`, now final
+// (no handle is left to submit with), so that `ended` reaches exactly 0 once, at the last access's
+// end, or at that release if none is pending: whoever brings it there destroys the buffer.
+struct TaskAccessCount {
+  static constexpr std::int64_t open_bias = std::int64_t{1} << 62;
+  alignas(64) std::atomic<std::uint64_t> begun{0};
+  alignas(64) std::atomic<std::int64_t> ended{open_bias};
+};
+
 struct BufferState {
   // `worker_numa`: the NUMA node of the creating thread's worker, or -1 (see HostMemoryNode).
   BufferState(ContextImpl* owner, HostMemoryNode& host_node, int worker_numa, std::size_t size_bytes,
@@ -67,7 +81,7 @@ struct BufferState {
   void check_usable(const char* operation) const;
   std::string describe() const;  // "buffer 7 'name' (4096 bytes)"
 
-  std::atomic<std::int32_t> refs{1};
+  std::atomic<std::int32_t> refs{1};  // handles and pins; tasks count in `task_accesses`
   ContextImpl* const context;
   const std::size_t bytes;
   const std::size_t element_size;
@@ -81,6 +95,14 @@ struct BufferState {
   const bool host_cached;  // BufferOptions::host_cached: device writes are copied back at once
   DependencyTracker tracker;
   BufferReplicas replicas;
+  TaskAccessCount task_accesses;
 };
+
+// A task's (or mapping's) access keeps the buffer alive until retire_task_access(), which may
+// destroy it: the caller must not touch the buffer afterwards.
+inline void begin_task_access(BufferState* buffer) noexcept {
+  buffer->task_accesses.begun.fetch_add(1, std::memory_order_relaxed);
+}
+void retire_task_access(BufferState* buffer) noexcept;
 
 }  // namespace nerve::detail

@@ -53,8 +53,9 @@ BufferState* buffer_create(ContextImpl* context, std::size_t bytes, std::size_t 
 
 void retain(BufferState* buffer) noexcept { buffer->refs.fetch_add(1, std::memory_order_relaxed); }
 
-void release(BufferState* buffer) noexcept {
-  if (buffer->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+namespace {
+
+void destroy(BufferState* buffer) noexcept {
   ContextImpl* context = buffer->context;
   {
     std::lock_guard lock(buffer->tracker.lock());
@@ -64,6 +65,20 @@ void release(BufferState* buffer) noexcept {
   context->unregister_buffer(buffer);
   delete buffer;
   context->drop_external_reference();
+}
+
+}  // namespace
+
+void release(BufferState* buffer) noexcept {
+  if (buffer->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  // Every submission happened before the release of the handle it used, which this acquired.
+  const auto begun = static_cast<std::int64_t>(buffer->task_accesses.begun.load(std::memory_order_relaxed));
+  const std::int64_t close = TaskAccessCount::open_bias + begun;
+  if (buffer->task_accesses.ended.fetch_sub(close, std::memory_order_acq_rel) == close) destroy(buffer);
+}
+
+void retire_task_access(BufferState* buffer) noexcept {
+  if (buffer->task_accesses.ended.fetch_add(1, std::memory_order_acq_rel) == -1) destroy(buffer);
 }
 
 std::size_t buffer_bytes(const BufferState* buffer) noexcept { return buffer->bytes; }
@@ -178,7 +193,7 @@ Mapping buffer_map(BufferState* buffer, std::size_t offset, std::size_t size, Ac
   {
     std::lock_guard lock(buffer->tracker.lock());
     const auto discard = [&] {
-      release(buffer);
+      retire_task_access(buffer);
       task->access_count = 0;
       task->refs.store(1, std::memory_order_relaxed);
       context.release_task(task);

@@ -109,10 +109,10 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   void release_task(TaskRecord* task) noexcept { release_task(task, current_thread()); }
   void release_task(TaskRecord* task, ThreadState& thread) noexcept;
   TaskRecord* allocate_record(ThreadState& thread);
-  // copy_accesses() validates and stores accesses in `task`, taking a reference on each buffer.
+  // copy_accesses() validates and stores accesses in `task`, and each keeps its buffer alive until
+  // the task finishes (begin_task_access); a pool gate's, already validated, do neither.
   void validate_access(const AccessSpec& access) const;
-  // `validate` = false for accesses already validated (a pool gate's: its members hold references).
-  void copy_accesses(TaskRecord* task, const AccessSpec* accesses, std::size_t count, bool validate = true);
+  void copy_accesses(TaskRecord* task, const AccessSpec* accesses, std::size_t count);
   // register_dependencies() infers `task`'s predecessors from its accesses and adds the edges.
   void register_dependencies(TaskRecord* task, ThreadState& thread, TaskRecord* const* after,
                              std::size_t after_count, bool after_consumes = true);

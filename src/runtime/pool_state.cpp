@@ -43,7 +43,7 @@ void PoolState::launch() {
   gate->kind = TaskKind::pool_gate;
   gate->pool = this;
   gate->name = "task pool";
-  context.copy_accesses(gate, specs.data(), specs.size(), /*validate=*/false);
+  context.copy_accesses(gate, specs.data(), specs.size());
   gate->refs.store(2, std::memory_order_relaxed);  // the runtime and the pool
   gate->pending.store(1, std::memory_order_relaxed);
   launched = true;
@@ -95,7 +95,7 @@ void PoolState::discard() noexcept {
     member->ops->destroy(closure);
     if (member->closure_on_heap) ::operator delete (closure, std::align_val_t{alignof(std::max_align_t)});
     member->closure_on_heap = false;
-    for (std::size_t i = 0; i < member->access_count; ++i) release(member->accesses[i].buffer);
+    for (std::size_t i = 0; i < member->access_count; ++i) retire_task_access(member->accesses[i].buffer);
     member->access_count = 0;
     context.release_task(member);
   }

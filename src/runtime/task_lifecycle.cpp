@@ -103,22 +103,24 @@ void ContextImpl::validate_access(const AccessSpec& access) const {
   }
 }
 
-void ContextImpl::copy_accesses(TaskRecord* task, const AccessSpec* accesses, std::size_t count,
-                                bool validate) {
+void ContextImpl::copy_accesses(TaskRecord* task, const AccessSpec* accesses, std::size_t count) {
   if (count == 0) return;
   if (count > std::numeric_limits<std::uint16_t>::max()) {
     throw Error(ErrorCode::invalid_argument,
                 fmt::format("a task declares {} accesses; at most {} are supported", count,
                             std::numeric_limits<std::uint16_t>::max()));
   }
-  if (validate) {
+  // A pool gate's accesses are its members', already validated; the members keep the buffers alive
+  // (the gate ends after the last of them).
+  const bool gate = task->kind == TaskKind::pool_gate;
+  if (!gate) {
     for (std::size_t i = 0; i < count; ++i) validate_access(accesses[i]);
   }
   if (count > inline_access_count) task->accesses = new AccessRecord[count];
   for (std::size_t i = 0; i < count; ++i) {
     const AccessSpec& access = accesses[i];
     task->accesses[i] = AccessRecord{access.buffer, access.offset, access.size, access.mode};
-    access.buffer->refs.fetch_add(1, std::memory_order_relaxed);
+    if (!gate) begin_task_access(access.buffer);
   }
   task->access_count = static_cast<std::uint16_t>(count);
 }
@@ -218,7 +220,7 @@ TaskRecord* ContextImpl::commit_task(TaskDraft draft, const SubmitInfo& info) {
     copy_accesses(task, info.accesses, info.access_count);
   } catch (...) {
     info.ops->destroy(draft.closure);
-    for (std::size_t i = 0; i < task->access_count; ++i) release(task->accesses[i].buffer);
+    for (std::size_t i = 0; i < task->access_count; ++i) retire_task_access(task->accesses[i].buffer);
     task->access_count = 0;
     if (task->accesses != task->inline_accesses) delete[] task->accesses;
     task->accesses = task->inline_accesses;
@@ -459,7 +461,9 @@ void ContextImpl::finish(TaskRecord* task, ThreadState& thread, std::uint32_t ou
   if (task->device > 0 && coherence != nullptr) {
     coherence->release(task, devices[static_cast<std::size_t>(task->device) - 1]->memory().index());
   }
-  for (std::size_t i = 0; i < task->access_count; ++i) release(task->accesses[i].buffer);
+  if (task->kind != TaskKind::pool_gate) {
+    for (std::size_t i = 0; i < task->access_count; ++i) retire_task_access(task->accesses[i].buffer);
+  }
   const bool counted = task->kind != TaskKind::host_access;
   if (outcome == status_failed || outcome == status_cancelled) {
     const bool requested = outcome == status_cancelled && task->error == nullptr;

@@ -253,6 +253,52 @@ TEST_P(BuffersTest, BufferLivesUntilItsLastTaskFinishes) {
   EXPECT_EQ(value.load(), 5);
 }
 
+// The last handle may go while tasks, a mapping or an unlaunched pool still use the buffer; they keep
+// it alive, and whoever ends last (a task on a worker, unmap(), the handle's release) frees it exactly
+// once. Several threads drop their copies of the handles while the tasks finish; the fixture then
+// requires every buffer and record to be gone (a leak), the sanitizer builds catch a use after free.
+TEST_P(BuffersTest, TheLastOfHandlesTasksMappingsAndPoolsFreesTheBufferOnce) {
+  constexpr int rounds = 30;
+  constexpr int dropping_threads = 3;
+  constexpr int tasks_per_thread = 40;
+  for (int round = 0; round < rounds; ++round) {
+    std::vector<Buffer<long>> shared;
+    for (int b = 0; b < 4; ++b) {
+      shared.emplace_back(*context, 2);
+      shared.back().map(Access::write).span()[0] = 0;
+    }
+    std::atomic<long> seen{0};
+    TaskPool pool(*context);
+    pool.add([&seen](std::span<const long> v) { seen.fetch_add(v[1] == 7 ? 1 : 0); }, read(shared[3]));
+    context->spawn([](std::span<long> v) { v[0] = 7; }, write(shared[3].slice(1, 1)));
+    std::optional<Mapped<long>> held = shared[2].map(Access::read_write);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < dropping_threads; ++t) {
+      threads.emplace_back([&, copies = shared, t]() mutable {
+        for (int i = 0; i < tasks_per_thread; ++i) {
+          Buffer<long>& target = copies[static_cast<std::size_t>((i + t) % 2)];
+          context->spawn([](std::span<long> v) { v[0] += 1; }, read_write(target.slice(0, 1)));
+        }
+        context->spawn([](std::span<long> v) { v[0] += 1000; }, read_write(copies[2].slice(0, 1)));
+        copies.clear();  // this thread's handles go while its tasks may still be queued
+      });
+    }
+    // The main thread's handles go at once: what remains alive is the threads' copies, the tasks,
+    // the mapping of buffer 2 and the pool's task on buffer 3.
+    std::vector<long> results(4, -1);
+    context->spawn([&results](std::span<const long> a) { results[0] = a[0]; }, read(shared[0]));
+    shared.clear();
+    for (auto& thread : threads) thread.join();
+    held->span()[1] = 5;  // the buffer is still alive: only the mapping holds it now
+    held.reset();         // unmap: the queued read-writes of buffer 2 run, and the last of them frees it
+    pool.wait_all();
+    context->wait_all();
+    EXPECT_EQ(seen.load(), 1) << "round " << round;
+    EXPECT_GE(results[0], 0) << "round " << round;
+    ASSERT_EQ(live_buffers(*context), 0u) << "round " << round << ": a buffer outlived its last user";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Runtime, BuffersTest, NERVE_RUNTIME_PARAMS, runtime_param_name);
 
 }  // namespace
