@@ -149,6 +149,17 @@ bool Scheduler::try_claim_master(ThreadState& thread) noexcept {
   return true;
 }
 
+bool Scheduler::owns_submitter_deque(ThreadState& thread) noexcept {
+  using Role = ThreadState::SubmitterRole;
+  if (thread.submitter_role == Role::undecided) [[unlikely]] {
+    const ThreadState* expected = nullptr;
+    thread.submitter_role = submitter_.compare_exchange_strong(expected, &thread, std::memory_order_relaxed)
+                                ? Role::owner
+                                : Role::other;
+  }
+  return thread.submitter_role == Role::owner;
+}
+
 void Scheduler::release_master(ThreadState& thread) noexcept {
   thread.slot = nullptr;
   WorkerSlot& master = *slots_[0];
@@ -176,12 +187,15 @@ void Scheduler::relieve_master(ThreadState& thread) {
   if (thread.slot != nullptr) return;
   WorkerSlot& master = *slots_[0];
   const std::size_t depth = master.inbox.capacity();
+  // The submitter's own deque, else the master's (which this thread may have filled by borrowing it).
+  const bool owner = thread.submitter_role == ThreadState::SubmitterRole::owner;
+  ChaseLevDeque<TaskRecord*>& deque = owner ? submitter_deque_ : master.deque;
   // Only a queue past its depth is full: a task just submitted to an empty queue (depth 1) must not
   // run on its submitter, which may be about to do what that task waits for.
-  if (master.deque.size() <= depth || stopping_.load(std::memory_order_acquire)) return;
+  if (deque.size() <= depth || stopping_.load(std::memory_order_acquire)) return;
   if (!try_claim_master(thread)) return;  // the thread waiting in it runs them already
-  while (master.deque.size() > depth / 2) {
-    TaskRecord* task = master.deque.pop();
+  while (deque.size() > depth / 2) {
+    TaskRecord* task = deque.pop();
     if (task == nullptr) break;
     while (task != nullptr) task = run(task, thread, master);
   }
@@ -206,6 +220,9 @@ TaskRecord* Scheduler::find_work(ThreadState& thread, WorkerSlot& slot, IdleStat
     if (TaskRecord* task = prioritized_.pop(1)) return task;
   }
   if (TaskRecord* task = slot.deque.pop()) return task;
+  if (thread.submitter_role == ThreadState::SubmitterRole::owner) {
+    if (TaskRecord* task = submitter_deque_.pop()) return task;
+  }
   if (QueueLink* link = slot.inbox.try_pop()) return as_task(link);
   if (policy_ == SchedulerPolicy::eager) {
     if (QueueLink* link = shared_.try_pop()) return as_task(link);
@@ -229,6 +246,12 @@ TaskRecord* Scheduler::find_work(ThreadState& thread, WorkerSlot& slot, IdleStat
 }
 
 TaskRecord* Scheduler::steal(ThreadState& thread, WorkerSlot& slot) {
+  if (thread.submitter_role != ThreadState::SubmitterRole::owner) {
+    if (TaskRecord* task = submitter_deque_.steal()) {
+      WorkerSlot::bump(slot.stats.steals);
+      return task;
+    }
+  }
   const auto& victims = slot.victims;
   const std::size_t count = victims.size();
   if (count == 0) return nullptr;
@@ -250,7 +273,7 @@ TaskRecord* Scheduler::steal(ThreadState& thread, WorkerSlot& slot) {
 
 bool Scheduler::has_work_for(const WorkerSlot& slot) const noexcept {
   if (!slot.deque.empty() || slot.inbox.maybe_nonempty()) return true;
-  if (prioritized_.maybe_nonempty()) return true;
+  if (prioritized_.maybe_nonempty() || !submitter_deque_.empty()) return true;
   if (policy_ == SchedulerPolicy::eager && shared_.maybe_nonempty()) return true;
   for (unsigned victim : slot.victims) {
     if (!slots_[victim]->deque.empty() || slots_[victim]->inbox.maybe_nonempty()) return true;
@@ -337,10 +360,16 @@ void Scheduler::enqueue(TaskRecord* task, ThreadState& thread, bool submission, 
     if (own->deque.push(task)) notify_work(own, numa_node);
     return;
   }
-  // An application thread borrows the master slot to push into its deque: one uncontended CAS
-  // instead of a shared queue, workers steal from it, and when the thread later waits it pops its
-  // own most recent (cache-hot) tasks. The slot is returned at once, so no thread ever holds it
-  // while outside nerve.
+  // The submitting application thread pushes into its own deque (submitter_deque_), others borrow
+  // the master slot to push into its deque: one uncontended CAS instead of a shared queue. Workers
+  // steal from both, and when the thread later waits it pops its own most recent (cache-hot) tasks.
+  // The master slot is returned at once, so no thread ever holds it while outside nerve.
+  if (own == nullptr && submission && !bound_elsewhere && !task->compute_intensive &&
+      owns_submitter_deque(thread)) {
+    // The master's occupant may be the only sleeper (a single slot): any slot may be woken.
+    if (submitter_deque_.push(task)) notify_work(nullptr, numa_node);
+    return;
+  }
   if (own == nullptr && submission && !bound_elsewhere && !task->compute_intensive &&
       try_claim_master(thread)) {
     WorkerSlot& master = *thread.slot;

@@ -131,6 +131,9 @@ class Scheduler {
 
   bool try_claim_master(ThreadState& thread) noexcept;
   void release_master(ThreadState& thread) noexcept;
+  // owns_submitter_deque(): true for the one application thread that owns submitter_deque_ (the
+  // first to submit outside a slot); decided once per thread.
+  bool owns_submitter_deque(ThreadState& thread) noexcept;
 
   void push_to_slot_inbox(TaskRecord* task, ThreadState& thread, bool submission, int numa_node);
   void push_shared(TaskRecord* task, ThreadState& thread, bool submission);
@@ -161,6 +164,14 @@ class Scheduler {
   std::vector<std::vector<unsigned>> slots_by_node_;
   ReadyQueue shared_;          // eager's FIFO
   PriorityQueue prioritized_;  // ready tasks with a priority other than normal
+  // The deque of the application thread that submits most (in practice: the first to submit from
+  // outside a slot). It pushes there with plain stores, where borrowing the master slot's deque
+  // costs a compare-and-swap and a release store per task (oneTBB likewise keeps a slot for its
+  // external thread). It pops there while it waits; everyone else steals. It is owned for the
+  // context's life: an owner that exits leaves its tasks stealable, and other threads borrow the
+  // master slot as before.
+  ChaseLevDeque<TaskRecord*> submitter_deque_;
+  std::atomic<const ThreadState*> submitter_{nullptr};
   WaiterRegistry waiters_;
   alignas(cache_line_size) std::atomic<int> sleepers_{0};
   alignas(cache_line_size) std::atomic<int> spinners_{0};

@@ -30,6 +30,10 @@ struct alignas(cache_line_size) ThreadState {
   ContextImpl* context = nullptr;
   WorkerSlot* slot = nullptr;  // the worker slot this thread runs, if any
   bool is_worker_thread = false;
+  // Whether this application thread owns the scheduler's submitter deque (decided at its first
+  // submission outside a slot; see Scheduler::owns_submitter_deque).
+  enum class SubmitterRole : std::uint8_t { undecided, owner, other };
+  SubmitterRole submitter_role = SubmitterRole::undecided;
   int nesting = 0;  // tasks currently executing on this thread's stack
   // Of those, bodies that deferred their completion (defer_current_task()): such a task may be
   // finished, and the context shut down, while its body still runs.
