@@ -60,8 +60,7 @@ DepNode* allocate_dep_node(TaskRecord* successor) {
 
 TaskRecord* ContextImpl::allocate_record(ThreadState& thread) {
   TaskRecord* task = records.allocate(thread.records);
-  task->context = this;
-  task->priority = 0;
+  record_fields::restore(task->context, this);  // a line the task may otherwise only read
   return task;
 }
 
@@ -179,7 +178,7 @@ TaskRecord* ContextImpl::commit_task(TaskDraft draft, const SubmitInfo& info) {
   if (info.access_count == 0 && info.after_count == 0 && info.pool == nullptr && !info.keep_handle &&
       info.device == -1 && task->kernel == nullptr && !info.stream_launcher) [[likely]] {
     task->ops = info.ops;
-    task->name = info.name;
+    record_fields::restore(task->name, info.name);
     task->group = info.group;
     task->compute_intensive = info.compute_intensive;
     task->priority = info.priority;

@@ -23,7 +23,7 @@ void RecordAllocator::refill(Cache& cache) {
   slabs_.emplace_back(slab);
   for (std::size_t start = 0; start < slab_records; start += magazine_size) {
     for (std::size_t i = start; i < start + magazine_size; ++i) {
-      ::new (static_cast<void*>(&slab[i])) QueueLink;
+      ::new (static_cast<void*>(&slab[i])) TaskRecord;  // recycled from now on (TaskRecord::reuse)
       slab[i].next.store(i + 1 < start + magazine_size ? &slab[i + 1] : nullptr, std::memory_order_relaxed);
     }
     if (start == 0) {

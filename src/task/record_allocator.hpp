@@ -48,12 +48,12 @@ class RecordAllocator {
     cache.head = static_cast<TaskRecord*>(record->next.load(std::memory_order_relaxed));
     --cache.count;
     cache.live.store(cache.live.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-    return ::new (static_cast<void*>(record)) TaskRecord;
+    record->reuse();
+    return record;
   }
 
   void free(Cache& cache, TaskRecord* record) noexcept {
-    record->~TaskRecord();
-    ::new (static_cast<void*>(record)) QueueLink;
+    record->release_resources();
     record->next.store(cache.head, std::memory_order_relaxed);
     cache.head = record;
     ++cache.count;
@@ -78,7 +78,8 @@ class RecordAllocator {
     }
   };
   std::vector<Magazine> depot_;
-  std::vector<std::unique_ptr<TaskRecord, SlabDeleter>> slabs_;  // raw storage; records live in it
+  // Records live in them from the slab's creation; a free record holds nothing, so none is destroyed.
+  std::vector<std::unique_ptr<TaskRecord, SlabDeleter>> slabs_;
   std::vector<Cache*> caches_;
 };
 

@@ -119,6 +119,14 @@ struct alignas(64) TaskRecord : QueueLink {
   DepNode deps[inline_dep_count];
   AccessRecord inline_accesses[inline_access_count];
 
+  // Records are constructed once, in their slab, and recycled. release_resources() (when the
+  // record is freed) drops what the task held and puts every field past line 0 back to its initial
+  // value, writing only those that differ; reuse() (when it is allocated again) resets line 0. A
+  // task that leaves those lines as they were (a plain closure) then only reads them, so they stay
+  // cached by the submitting and the running core alike instead of moving between them every task.
+  void reuse() noexcept;
+  void release_resources() noexcept;
+
   void* closure_storage() noexcept {
     return closure_on_heap ? *reinterpret_cast<void**>(closure) : static_cast<void*>(closure);
   }
@@ -127,5 +135,58 @@ struct alignas(64) TaskRecord : QueueLink {
 };
 
 static_assert(sizeof(QueueLink) == 8);
+
+namespace record_fields {
+template <class T, class U>
+void restore(T& field, U initial) noexcept {
+  if (field != initial) field = initial;
+}
+template <class T, class U>
+void restore(std::atomic<T>& field, U initial) noexcept {
+  if (field.load(std::memory_order_relaxed) != initial) field.store(initial, std::memory_order_relaxed);
+}
+}  // namespace record_fields
+
+inline void TaskRecord::reuse() noexcept {
+  pending.store(0, std::memory_order_relaxed);
+  refs.store(0, std::memory_order_relaxed);
+  successors.store(0, std::memory_order_relaxed);
+  status.store(status_pending, std::memory_order_relaxed);
+  phase.store(status_pending, std::memory_order_relaxed);
+  kind = TaskKind::function;
+  closure_on_heap = false;
+  compute_intensive = false;
+  cancel_pending.store(false, std::memory_order_relaxed);
+  lean = false;
+  access_count = 0;
+  priority = 0;
+  ops = nullptr;
+  group = nullptr;
+  pool = nullptr;
+}
+
+// Keep in step with the fields' initializers above (`context` is set by every allocation).
+inline void TaskRecord::release_resources() noexcept {
+  using record_fields::restore;
+  restore(accesses, inline_accesses);
+  restore(dep_overflow, nullptr);
+  restore(name, nullptr);
+  restore(kernel, nullptr);
+  if (kernel_keepalive) kernel_keepalive.reset();
+  restore(cancelled_by_dependency, false);
+  restore(stream_launcher, false);
+  restore(stream_only, false);
+  restore(dep_used, 0);
+  restore(device, -1);
+  restore(device_hint, -1);
+  restore(fetches, 0);
+  if (error) error = nullptr;
+  restore(trace_id, 0u);
+  restore(submitted_ns, 0);
+  restore(ready_ns, 0);
+  restore(data_valid_ns, 0);
+  restore(start_ns, 0);
+  restore(bytes_moved, 0u);
+}
 
 }  // namespace nerve::detail
