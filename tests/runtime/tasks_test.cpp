@@ -2,7 +2,10 @@
 // nested submission and waiting inside tasks — on every worker count and policy.
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <numeric>
+#include <stdexcept>
+#include <thread>
 #include <vector>
 
 #include "runtime_test.hpp"
@@ -250,6 +253,66 @@ TEST_P(RuntimeTest, LargeClosuresAndManyAccesses) {
       write(buffers[0]), write(buffers[1]), write(buffers[2]), write(buffers[3]), write(buffers[4]),
       write(buffers[5]));
   for (auto& buffer : buffers) EXPECT_EQ(buffer.to_vector(), std::vector<int>(4, 3));
+}
+
+// The first application thread to submit pushes into a deque of its own. Its tasks must still run
+// while it does not wait (workers steal them), be run by another thread's wait (with a single slot
+// only that thread can), and outlive the thread that submitted them.
+TEST_P(RuntimeTest, TheSubmittersTasksRunWhileItDoesNotWait) {
+  if (workers() < 2) GTEST_SKIP() << "only the waiting thread runs tasks with one slot";
+  std::atomic<int> ran{0};
+  for (int i = 0; i < 100; ++i) context->spawn([&ran] { ran.fetch_add(1); });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (ran.load() != 100 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  EXPECT_EQ(ran.load(), 100) << "the workers did not take the submitting thread's tasks";
+}
+
+TEST_P(RuntimeTest, AnotherThreadsWaitRunsTheSubmittersTasks) {
+  std::atomic<int> ran{0};
+  context->spawn([&ran] { ran.fetch_add(1); });  // this thread now owns the submitter deque
+  for (int i = 0; i < 299; ++i) context->spawn([&ran] { ran.fetch_add(1); });
+  std::thread waiter([&] { context->wait_all(); });
+  waiter.join();
+  EXPECT_EQ(ran.load(), 300);
+}
+
+TEST_P(RuntimeTest, TasksLeftByASubmitterThatExitedStillRun) {
+  std::atomic<int> ran{0};
+  std::thread submitter([&] {
+    for (int i = 0; i < 300; ++i) context->spawn([&ran] { ran.fetch_add(1); });
+  });
+  submitter.join();
+  context->spawn([&ran] { ran.fetch_add(1); });  // borrows the master slot's deque
+  context->wait_all();
+  EXPECT_EQ(ran.load(), 301);
+}
+
+// Records are recycled without being constructed again: a record that carried a failure, a name,
+// accesses and dependency edges must hand none of them to the tasks that reuse it. (A stale failure
+// would turn a cancellation on request, which a group does not report, into a reported one.)
+TEST_P(RuntimeTest, ARecycledRecordCarriesNothingOver) {
+  Buffer<int> data(*context, 4);
+  context->spawn([](std::span<int> d) { std::fill(d.begin(), d.end(), 0); }, write(data));
+  std::atomic<int> ran{0};
+  for (int round = 0; round < 200; ++round) {
+    {
+      TaskOptions named;
+      named.name = "failing";
+      Task failing = context->submit(
+          named, [](std::span<int>) { throw std::runtime_error("boom"); }, read_write(data.slice(0, 1)));
+      EXPECT_THROW(failing.wait(), std::runtime_error);
+    }  // its record is free once both the runtime and this handle let go
+    context->submit([](std::span<int> d) { d[0] = 1; }, write(data.slice(0, 1))).wait();
+    TaskGroup cancelled(*context);
+    cancelled.cancel();
+    for (int i = 0; i < 8; ++i) cancelled.spawn([&ran] { ran.fetch_add(1); });
+    ASSERT_NO_THROW(cancelled.wait()) << "round " << round << ": a cancellation reported an earlier failure";
+    TaskGroup group(*context);
+    for (int i = 0; i < 8; ++i) group.spawn([&ran] { ran.fetch_add(1); });
+    ASSERT_NO_THROW(group.wait()) << "round " << round;
+  }
+  EXPECT_EQ(data.to_vector()[0], 1);
+  EXPECT_EQ(ran.load(), 200 * 8) << "only the uncancelled groups' tasks run";
 }
 
 INSTANTIATE_TEST_SUITE_P(Runtime, RuntimeTest, NERVE_RUNTIME_PARAMS, runtime_param_name);
