@@ -164,8 +164,10 @@ void Scheduler::release_master(ThreadState& thread) noexcept {
   thread.slot = nullptr;
   WorkerSlot& master = *slots_[0];
   master.occupant.store(nullptr, std::memory_order_release);
-  // Tasks left in the master's deque are now only reachable by stealing.
-  if (!master.deque.empty() || master.inbox.maybe_nonempty()) notify_work(&master, -1);
+  // Tasks left in the master's deque (or the submitter's, which this thread may have been popping)
+  // are now only reachable by stealing.
+  if (!master.deque.empty() || master.inbox.maybe_nonempty() || !submitter_deque_.empty())
+    notify_work(&master, -1);
 }
 
 bool Scheduler::help_once(ThreadState& thread) {

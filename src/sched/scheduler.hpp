@@ -102,6 +102,7 @@ class Scheduler {
     bool spinning = false;
     Clock::time_point since{};    // spinning since (reset after each sleep)
     Clock::time_point started{};  // idle since
+    bool slept = false;           // has slept since it last found work (see sleep_slot)
   };
   // Accounts the time a slot is run by its outermost run_until (a nested wait adds nothing).
   struct ActiveSpan {
@@ -117,7 +118,8 @@ class Scheduler {
   template <class Waitable>
   bool park_until(ThreadState& thread, Waitable& target, Clock::time_point deadline, bool help = true);
   template <class Waitable>
-  void sleep_slot(ThreadState& thread, WorkerSlot& slot, Waitable& target, Clock::time_point deadline);
+  void sleep_slot(ThreadState& thread, WorkerSlot& slot, Waitable& target, Clock::time_point deadline,
+                  bool first);
 
   TaskRecord* find_work(ThreadState& thread, WorkerSlot& slot, IdleState& idle);
   TaskRecord* steal(ThreadState& thread, WorkerSlot& slot);
@@ -173,6 +175,7 @@ class Scheduler {
   ChaseLevDeque<TaskRecord*> submitter_deque_;
   std::atomic<const ThreadState*> submitter_{nullptr};
   WaiterRegistry waiters_;
+  static constexpr std::chrono::milliseconds first_sleep_bound{1};
   alignas(cache_line_size) std::atomic<int> sleepers_{0};
   alignas(cache_line_size) std::atomic<int> spinners_{0};
   alignas(cache_line_size) std::atomic<bool> stopping_{false};
@@ -260,7 +263,8 @@ bool Scheduler::run_until(ThreadState& thread, Waitable& target, Clock::time_poi
     }
     // A sleeper must not count as a spinner: publishers skip waking anyone while a spinner exists.
     if (idle.spinning) spinners_.fetch_sub(1, std::memory_order_acq_rel);
-    sleep_slot(thread, slot, target, deadline);
+    sleep_slot(thread, slot, target, deadline, !idle.slept);
+    idle.slept = true;
     spinners_.fetch_add(1, std::memory_order_acq_rel);
     idle.spinning = true;
     idle.since = Clock::now();  // spin again before the next sleep
@@ -272,7 +276,7 @@ bool Scheduler::run_until(ThreadState& thread, Waitable& target, Clock::time_poi
 
 template <class Waitable>
 void Scheduler::sleep_slot(ThreadState& thread, WorkerSlot& slot, Waitable& target,
-                           Clock::time_point deadline) {
+                           Clock::time_point deadline, bool first) {
   // Announce, then re-check: a publisher that misses the announcement published before it, and the
   // re-check sees its task (both sides order their two steps with seq_cst).
   sleepers_.fetch_add(1, std::memory_order_seq_cst);
@@ -282,7 +286,17 @@ void Scheduler::sleep_slot(ThreadState& thread, WorkerSlot& slot, Waitable& targ
   if (!target.done() && !has_work_for(slot)) {
     WorkerSlot::bump(slot.stats.sleeps);
     if (deadline == Clock::time_point::max()) {
-      thread.parker.park();
+      // The first sleep after finding work is bounded. A deque's push reads top without a fence
+      // after storing bottom (a fence per push costs W1 a third of its speed), so the push that
+      // refilled the deque this slot just emptied may have seen it non-empty and woken nobody,
+      // while the re-check above read bottom before that store was visible. That store is
+      // visible within microseconds: one bounded sleep finds the task; later sleeps follow no
+      // steal of this slot's, so no such race, and are unbounded.
+      if (first) {
+        thread.parker.park(first_sleep_bound);
+      } else {
+        thread.parker.park();
+      }
     } else {
       thread.parker.park(deadline - Clock::now());
     }

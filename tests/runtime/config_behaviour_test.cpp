@@ -1,6 +1,7 @@
 // Every configuration key of the core runtime changes behaviour: one test (at least) per key.
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -91,6 +92,29 @@ TEST(ConfigBehaviour, SpinBeforeSleeping) {
   };
   EXPECT_GT(sleeps_of_worker_1("0"), 0u) << "no spinning: an idle worker sleeps at once";
   EXPECT_EQ(sleeps_of_worker_1("1000000"), 0u) << "spinning a second covers the 1 ms gaps";
+}
+
+// A worker's first sleep after it ran a task is bounded (a push racing with its last steal may not
+// have woken it: Scheduler::sleep_slot), the sleeps after that are not: an idle runtime does not poll.
+TEST(ConfigBehaviour, OnlyTheFirstSleepAfterWorkIsBounded) {
+  Context context(with({{"parallel.thread_pool_size", "2"}, {"scheduler.spin_us", "0"}}));
+  std::atomic<bool> running{false};
+  std::atomic<bool> release{false};
+  // This thread does not wait, so only the worker can run the task.
+  context.spawn([&] {
+    running = true;
+    while (!release) std::this_thread::yield();
+  });
+  while (!running) std::this_thread::yield();
+  const auto sleeps = [&] { return context.stats().workers[1].sleeps; };
+  const auto before = sleeps();  // the worker is busy: not asleep
+  release = true;
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const auto after_first = sleeps();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_GE(after_first - before, 2u) << "the first sleep did not end by itself";
+  EXPECT_EQ(sleeps() - after_first, 0u) << "a later sleep ended by itself: the idle worker polls";
+  context.wait_all();
 }
 
 TEST(ConfigBehaviour, WorkStealingThresholdDelaysStealing) {
