@@ -105,4 +105,22 @@ inline void begin_task_access(BufferState* buffer) noexcept {
 }
 void retire_task_access(BufferState* buffer) noexcept;
 
+// A copy in flight (coherence) keeps the buffer alive like one more pending access, ended by
+// retire_task_access(). Taken only while an access of a task is pending (the task the copy serves
+// or whose results it copies back), so the count cannot be at zero: a hold without a submission.
+inline void hold_access(BufferState* buffer) noexcept {
+  buffer->task_accesses.ended.fetch_sub(1, std::memory_order_acq_rel);
+}
+// try_hold_access() is hold_access() for a buffer nobody is known to hold (eviction): it fails when
+// the count is at zero, i.e. the buffer is being destroyed. The caller must keep the buffer from
+// being deleted meanwhile (destroy() first removes it from the coherence engine's lists).
+inline bool try_hold_access(BufferState* buffer) noexcept {
+  std::int64_t ended = buffer->task_accesses.ended.load(std::memory_order_relaxed);
+  while (ended != 0) {
+    if (buffer->task_accesses.ended.compare_exchange_weak(ended, ended - 1, std::memory_order_acq_rel))
+      return true;
+  }
+  return false;
+}
+
 }  // namespace nerve::detail

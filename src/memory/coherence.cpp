@@ -41,15 +41,6 @@ bool writes(Access mode) noexcept {
   return (static_cast<unsigned>(mode) & static_cast<unsigned>(Access::write)) != 0;
 }
 
-// A reference that is only taken if the buffer is not already being destroyed.
-bool try_retain(BufferState& buffer) noexcept {
-  std::int32_t refs = buffer.refs.load(std::memory_order_relaxed);
-  while (refs > 0) {
-    if (buffer.refs.compare_exchange_weak(refs, refs + 1, std::memory_order_acq_rel)) return true;
-  }
-  return false;
-}
-
 }  // namespace
 
 BufferReplicas::BufferReplicas(std::size_t bytes, std::byte* host) : bytes_(bytes) {
@@ -221,7 +212,7 @@ void CoherenceEngine::fetch_range(BufferState& buffer, unsigned node, std::size_
     copy->start_epoch = state.epoch_;
     copy->waiters.push_back(waiter);
     waiter->fetches.fetch_add(1, std::memory_order_relaxed);
-    buffer.refs.fetch_add(1, std::memory_order_relaxed);
+    hold_access(&buffer);  // the waiter's own access is pending
     ++state.replicas_[source].pins;
     state.copies_.push_back(copy);
     started.push_back(copy);
@@ -313,7 +304,7 @@ void CoherenceEngine::copy_finished(PendingCopy& copy, bool ok, const std::strin
   }
   const unsigned source = copy.from;
   delete &copy;
-  detail::release(&buffer);
+  retire_task_access(&buffer);
   if (source != 0) listener_.memory_freed(source);  // the source replica is unpinned
 }
 
@@ -336,7 +327,7 @@ void CoherenceEngine::release(TaskRecord* task, unsigned node) noexcept {
       copy->begin = access.offset;
       copy->end = access.offset + access.size;
       copy->start_epoch = state.epoch_;
-      buffer.refs.fetch_add(1, std::memory_order_relaxed);
+      hold_access(&buffer);  // the finishing task's access is still pending
       ++state.replicas_[node].pins;
       state.copies_.push_back(copy);
       started.push_back(copy);
@@ -424,7 +415,7 @@ std::size_t CoherenceEngine::evict(unsigned node, std::size_t wanted, const Buff
   {
     std::lock_guard lock(residents_[node].mutex);
     for (BufferState* buffer : residents_[node].buffers) {
-      if (buffer != &requester && try_retain(*buffer)) candidates.push_back(buffer);
+      if (buffer != &requester && try_hold_access(buffer)) candidates.push_back(buffer);
     }
   }
   auto key = [node](BufferState* buffer) {
@@ -437,7 +428,7 @@ std::size_t CoherenceEngine::evict(unsigned node, std::size_t wanted, const Buff
   std::size_t freed = 0;
   for (auto& [ignored, buffer] : order) {
     if (freed < wanted && evict_replica(*buffer, node)) freed += buffer->bytes == 0 ? 1 : buffer->bytes;
-    detail::release(buffer);
+    retire_task_access(buffer);
   }
   return freed;
 }

@@ -195,7 +195,15 @@ void Scheduler::relieve_master(ThreadState& thread) {
   // Only a queue past its depth is full: a task just submitted to an empty queue (depth 1) must not
   // run on its submitter, which may be about to do what that task waits for.
   if (deque.size() <= depth || stopping_.load(std::memory_order_acquire)) return;
-  if (!try_claim_master(thread)) return;  // the thread waiting in it runs them already
+  if (!try_claim_master(thread)) {
+    if (!owner) return;  // the thread waiting in the master slot pops the master deque already
+    // It only steals from the submitter's deque, as the workers do: wait until they bring it back
+    // to its depth, or until the master slot is free to run tasks in.
+    while (!try_claim_master(thread)) {
+      if (submitter_deque_.size() <= depth || stopping_.load(std::memory_order_acquire)) return;
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
   while (deque.size() > depth / 2) {
     TaskRecord* task = deque.pop();
     if (task == nullptr) break;

@@ -290,15 +290,19 @@ void Scheduler::sleep_slot(ThreadState& thread, WorkerSlot& slot, Waitable& targ
       // after storing bottom (a fence per push costs W1 a third of its speed), so the push that
       // refilled the deque this slot just emptied may have seen it non-empty and woken nobody,
       // while the re-check above read bottom before that store was visible. That store is
-      // visible within microseconds: one bounded sleep finds the task; later sleeps follow no
-      // steal of this slot's, so no such race, and are unbounded.
+      // visible within microseconds: one bounded sleep of the thief finds the task. Later sleeps
+      // follow no steal of this slot's and are unbounded (an idle runtime does not poll). Not
+      // covered: a thief that blocks inside the task it took, outside nerve, while every other
+      // slot already sleeps; the task then waits for the next thread that looks (at the latest
+      // its submitter's next wait, or the next push that finds the deque empty).
       if (first) {
         thread.parker.park(first_sleep_bound);
       } else {
         thread.parker.park();
       }
     } else {
-      thread.parker.park(deadline - Clock::now());
+      const auto remaining = deadline - Clock::now();
+      thread.parker.park(first ? std::min<Clock::duration>(remaining, first_sleep_bound) : remaining);
     }
   }
   target.after_park();

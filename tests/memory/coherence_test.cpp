@@ -1,6 +1,9 @@
 // Buffer replicas on separate-memory devices: transfers, invalidation, eviction, flags, errors.
+#include <atomic>
+#include <chrono>
 #include <numeric>
 #include <stdexcept>
+#include <thread>
 
 #include "coherence_support.hpp"
 
@@ -175,6 +178,35 @@ TEST(Coherence, HostCachedKeepsAValidHostCopyAfterDeviceWrites) {
   EXPECT_EQ(bytes_moved(*context, 1, 0), n * sizeof(int)) << "written back without any host read";
   EXPECT_EQ(cached.to_vector(), std::vector<int>(n, 9));
   EXPECT_EQ(bytes_moved(*context, 1, 0), n * sizeof(int)) << "the read used the cached host copy";
+}
+
+// Copies in flight keep a buffer whose handles are gone alive like a pending access: the copy-back
+// of a HOST_CACHED buffer started when its last task finishes, and the fetch of a device's result
+// for a host read. Then the buffer goes: none is left once the copies have landed.
+TEST(Coherence, CopiesInFlightKeepABufferWhoseHandlesAreGone) {
+  auto context = context_with_devices(2, 1);
+  std::atomic<long> seen{0};
+  constexpr int rounds = 50;
+  for (int round = 0; round < rounds; ++round) {
+    {
+      Buffer<int> cached(*context, n, BufferOptions{.host_cached = true});
+      Buffer<int> plain(*context, n);
+      context->spawn(
+          TaskOptions{.device = 1}, [](std::span<int> d) { std::fill(d.begin(), d.end(), 9); },
+          write(cached));
+      context->spawn(
+          TaskOptions{.device = 1}, [](std::span<int> d) { std::fill(d.begin(), d.end(), 7); }, write(plain));
+      context->spawn(
+          TaskOptions{.device = 0}, [&seen](std::span<const int> d) { seen.fetch_add(d[0] + d[n - 1]); },
+          read(plain));
+    }  // both handles go while the tasks and their copies are pending
+    context->wait_all();
+  }
+  EXPECT_EQ(seen.load(), rounds * 14L) << "the host read saw the device's result";
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (live_buffers(*context) != 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::yield();
+  EXPECT_EQ(live_buffers(*context), 0u) << "a buffer outlived its handles, tasks and copies";
 }
 
 TEST(Coherence, OutOfMemoryFailsTheTaskWithAClearError) {

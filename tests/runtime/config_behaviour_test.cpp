@@ -303,6 +303,52 @@ TEST(ConfigBehaviour, PerDeviceQueueDepthBackPressuresTheSubmitter) {
   EXPECT_EQ(four.impl()->scheduler.shared_queue().capacity(), 16u);
 }
 
+// The submitting thread's own deque is bounded too while another thread holds the master slot (it
+// cannot run tasks there, and the holder only steals from it): the submitter waits.
+TEST(ConfigBehaviour, PerDeviceQueueDepthHoldsWhileAnotherThreadHoldsTheMasterSlot) {
+  Context context(with({{"parallel.thread_pool_size", "1"},
+                        {"task_queue.per_device_queue_depth", "16"},
+                        {"scheduler.work_stealing_threshold", "10s"}}));
+  std::atomic<bool> owner_ready{false};
+  std::atomic<bool> holding{false};
+  std::atomic<bool> open{false};
+  std::atomic<int> returned{0};
+  std::atomic<int> ran{0};
+  std::thread producer([&] {
+    context.spawn([&] { ran.fetch_add(1); });  // this thread now owns the submitter deque
+    owner_ready = true;
+    while (!holding) std::this_thread::yield();
+    for (int i = 0; i < 500; ++i) {
+      context.spawn([&] { ran.fetch_add(1); });
+      returned.fetch_add(1);
+    }
+    context.wait_all();
+  });
+  std::thread holder([&] {
+    while (!owner_ready) std::this_thread::yield();
+    TaskGroup group(context);
+    group.spawn([&] {  // runs in the master slot, which this thread holds until the gate opens
+      holding = true;
+      while (!open) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    });
+    group.wait();
+  });
+  int last = -1;
+  int unchanged = 0;
+  while (unchanged < 6 && returned.load() < 500) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const int now = returned.load();
+    unchanged = now == last ? unchanged + 1 : 0;
+    last = now;
+  }
+  EXPECT_LE(returned.load(), 16 + 16 / 8 + 2) << "the submitter queued past the depth";
+  open = true;
+  holder.join();
+  producer.join();
+  context.wait_all();
+  EXPECT_EQ(ran.load(), 501);
+}
+
 TEST(ConfigBehaviour, MaxInFlightBoundsSubmittedWork) {
   EXPECT_EQ(ran_during_submission({{"task_queue.max_in_flight", "1048576"}}), 0);
   EXPECT_GE(ran_during_submission({{"task_queue.max_in_flight", "16"}}), 200 - 16 - 2)
