@@ -250,8 +250,12 @@ void buffer_unmap(Mapping mapping) {
     context.held_mapping_count.store(context.held_mappings.size(), std::memory_order_release);
   }
   const bool context_gone = context.shut_down;
+  // Ending the mapping may release the buffer, and with it the runtime (when the Context object
+  // and every handle went first): hold the runtime until the mapping's record is given back.
+  context.add_external_reference();
   context.finish(task, context.current_thread(), status_succeeded);
   context.release_task(task);
+  context.drop_external_reference();
   if (context_gone) {
     throw Error(ErrorCode::buffer_misuse,
                 "unmap of a buffer mapping whose context has been destroyed (the mapping was ended)");

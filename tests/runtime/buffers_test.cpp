@@ -112,6 +112,20 @@ TEST(BuffersAfterContext, AMappingHeldWhenTheContextGoesKeepsItsDataAndUnmapIsAn
   EXPECT_THROW(buffer.map_read(), Error);
 }
 
+// When the Buffer handle and then the Context went first, the mapping is the last thing holding the
+// buffer, and the buffer the last holding the runtime: unmap() ends all three and must not touch the
+// runtime after it is gone (ASan checks).
+TEST(BuffersAfterContext, UnmapAfterTheContextAndTheLastHandleWentEndsCleanly) {
+  auto context = std::make_unique<Context>(make_settings(2));
+  std::optional<Buffer<int>> buffer(std::in_place, *context, std::vector<int>(100, 3));
+  Mapped<int> mapping = buffer->map_write();
+  buffer.reset();
+  context.reset();
+  EXPECT_EQ(mapping[99], 3) << "the data is still there";
+  EXPECT_THROW(mapping.unmap(), Error) << "the context has been destroyed";
+  EXPECT_THROW(mapping.unmap(), Error) << "already ended";
+}
+
 // A count whose size in bytes wraps around would make a tiny buffer with a huge size(): refused.
 TEST_P(BuffersTest, ASizeBeyondTheAddressSpaceIsRefused) {
   const std::size_t wraps = (std::size_t{1} << 61) + 1;  // * 8 bytes = 8 (mod 2^64)
