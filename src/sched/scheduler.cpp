@@ -152,10 +152,8 @@ bool Scheduler::try_claim_master(ThreadState& thread) noexcept {
 bool Scheduler::owns_submitter_deque(ThreadState& thread) noexcept {
   using Role = ThreadState::SubmitterRole;
   if (thread.submitter_role == Role::undecided) [[unlikely]] {
-    const ThreadState* expected = nullptr;
-    thread.submitter_role = submitter_.compare_exchange_strong(expected, &thread, std::memory_order_relaxed)
-                                ? Role::owner
-                                : Role::other;
+    thread.submitter_role =
+        submitter_taken_.test_and_set(std::memory_order_relaxed) ? Role::other : Role::owner;
   }
   return thread.submitter_role == Role::owner;
 }
@@ -195,14 +193,12 @@ void Scheduler::relieve_master(ThreadState& thread) {
   // Only a queue past its depth is full: a task just submitted to an empty queue (depth 1) must not
   // run on its submitter, which may be about to do what that task waits for.
   if (deque.size() <= depth || stopping_.load(std::memory_order_acquire)) return;
-  if (!try_claim_master(thread)) {
+  while (!try_claim_master(thread)) {
     if (!owner) return;  // the thread waiting in the master slot pops the master deque already
     // It only steals from the submitter's deque, as the workers do: wait until they bring it back
     // to its depth, or until the master slot is free to run tasks in.
-    while (!try_claim_master(thread)) {
-      if (submitter_deque_.size() <= depth || stopping_.load(std::memory_order_acquire)) return;
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+    if (deque.size() <= depth || stopping_.load(std::memory_order_acquire)) return;
   }
   while (deque.size() > depth / 2) {
     TaskRecord* task = deque.pop();
@@ -374,20 +370,20 @@ void Scheduler::enqueue(TaskRecord* task, ThreadState& thread, bool submission, 
   // the master slot to push into its deque: one uncontended CAS instead of a shared queue. Workers
   // steal from both, and when the thread later waits it pops its own most recent (cache-hot) tasks.
   // The master slot is returned at once, so no thread ever holds it while outside nerve.
-  if (own == nullptr && submission && !bound_elsewhere && !task->compute_intensive &&
-      owns_submitter_deque(thread)) {
-    // The master's occupant may be the only sleeper (a single slot): any slot may be woken.
-    if (submitter_deque_.push(task)) notify_work(nullptr, numa_node);
-    return;
-  }
-  if (own == nullptr && submission && !bound_elsewhere && !task->compute_intensive &&
-      try_claim_master(thread)) {
-    WorkerSlot& master = *thread.slot;
-    const bool was_empty = master.deque.push(task);
-    thread.slot = nullptr;
-    master.occupant.store(nullptr, std::memory_order_release);
-    if (was_empty) notify_work(&master, numa_node);
-    return;
+  if (own == nullptr && submission && !bound_elsewhere && !task->compute_intensive) {
+    if (owns_submitter_deque(thread)) {
+      // The master's occupant may be the only sleeper (a single slot): any slot may be woken.
+      if (submitter_deque_.push(task)) notify_work(nullptr, numa_node);
+      return;
+    }
+    if (try_claim_master(thread)) {
+      WorkerSlot& master = *thread.slot;
+      const bool was_empty = master.deque.push(task);
+      thread.slot = nullptr;
+      master.occupant.store(nullptr, std::memory_order_release);
+      if (was_empty) notify_work(&master, numa_node);
+      return;
+    }
   }
   push_to_slot_inbox(task, thread, submission, numa_node);
 }

@@ -173,7 +173,7 @@ class Scheduler {
   // context's life: an owner that exits leaves its tasks stealable, and other threads borrow the
   // master slot as before.
   ChaseLevDeque<TaskRecord*> submitter_deque_;
-  std::atomic<const ThreadState*> submitter_{nullptr};
+  std::atomic_flag submitter_taken_;  // set by the owner's first submission
   WaiterRegistry waiters_;
   static constexpr std::chrono::milliseconds first_sleep_bound{1};
   alignas(cache_line_size) std::atomic<int> sleepers_{0};

@@ -135,6 +135,9 @@ struct alignas(64) TaskRecord : QueueLink {
 };
 
 static_assert(sizeof(QueueLink) == 8);
+// A new field must be restored by release_resources() (or reset by reuse()): records are recycled,
+// never constructed again. Update this size with it.
+static_assert(sizeof(TaskRecord) == 448, "a TaskRecord field was added: restore it in release_resources()");
 
 namespace record_fields {
 template <class T, class U>
