@@ -37,19 +37,19 @@ Kernel both(const char* name, CpuKernel body) {
   return kernel;
 }
 
-Kernel make_scale() {
+Kernel counted_scale() {
   return both("scale", [](const KernelArgs& args) {
     for (float& each : args.span<float>(0)) each *= args.value<float>(0);
   });
 }
-Kernel make_accumulate() {
+Kernel counted_accumulate() {
   return both("accumulate", [](const KernelArgs& args) {
     const auto from = args.span<const float>(0);
     const auto into = args.span<float>(1);
     for (std::size_t i = 0; i < into.size(); ++i) into[i] += from[i];
   });
 }
-Kernel make_add() {
+Kernel counted_add() {
   return both("add", [](const KernelArgs& args) {
     const auto a = args.span<const float>(0);
     const auto b = args.span<const float>(1);
@@ -74,7 +74,7 @@ class HeterogeneousTest : public ::testing::TestWithParam<unsigned> {
 
 // The vector-add example: chunks alternate between the CPU workers and the device.
 TEST_P(HeterogeneousTest, VectorAddChunksRunOnBothKindsOfDevice) {
-  const Kernel add = make_add();
+  const Kernel add = counted_add();
   constexpr std::size_t n = 1 << 18, chunk = 1 << 14;
   std::vector<float> a(n), b(n);
   for (std::size_t i = 0; i < n; ++i) {
@@ -99,7 +99,7 @@ TEST_P(HeterogeneousTest, VectorAddChunksRunOnBothKindsOfDevice) {
 // Random graphs over slices of a few buffers, each task on the CPU workers, the device, or where
 // nerve chooses; every value stays an exactly representable float, so results must match exactly.
 TEST_P(HeterogeneousTest, RandomGraphsMatchTheSequentialReference) {
-  const Kernel scale = make_scale(), accumulate = make_accumulate();
+  const Kernel scale = counted_scale(), accumulate = counted_accumulate();
   constexpr std::size_t buffers = 4, parts = 4, part = 1024;  // 4 KiB slices: aligned on any device
   std::mt19937 random(1234 + GetParam());
   for (int graph = 0; graph < 3; ++graph) {

@@ -14,12 +14,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-std::filesystem::path fresh_directory(const std::string& stem) {
-  const auto directory = std::filesystem::temp_directory_path() / (stem + "." + std::to_string(getpid()));
-  std::filesystem::remove_all(directory);
-  return directory;
-}
-
 // Seven small and five large copies: the calibration keeps the fastest of each, so a few descheduled
 // ones on a loaded CI machine do not matter (a latency inflated in every small copy would overstate
 // the bandwidth).

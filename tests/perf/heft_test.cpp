@@ -26,12 +26,6 @@ using detail::TestDeviceOptions;
 
 constexpr std::size_t tile_floats = 4096;  // 16 KiB buffers
 
-std::filesystem::path fresh_directory(const std::string& stem) {
-  const auto directory = std::filesystem::temp_directory_path() / (stem + "." + std::to_string(getpid()));
-  std::filesystem::remove_all(directory);
-  return directory;
-}
-
 Settings policy_settings(const std::string& policy, const std::filesystem::path& models) {
   Settings settings = make_settings(2);
   settings.set("scheduler.policy", policy);

@@ -8,12 +8,6 @@ namespace {
 
 using detail::HistoryModels;
 
-std::filesystem::path fresh_directory(const std::string& stem) {
-  const auto directory = std::filesystem::temp_directory_path() / (stem + "." + std::to_string(getpid()));
-  std::filesystem::remove_all(directory);
-  return directory;
-}
-
 TEST(HistoryModel, MeanVarianceAndCalibratingMarker) {
   HistoryModels models({});
   for (int i = 0; i < 9; ++i) models.add("k", "cpu", 100, i % 2 == 0 ? 900.0 : 1100.0);

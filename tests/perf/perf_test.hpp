@@ -23,6 +23,14 @@ inline std::filesystem::path temp_file(const std::string& stem) {
          (stem + "." + std::to_string(getpid()) + "-" + std::to_string(++calls) + ".json");
 }
 
+// fresh_directory() is an empty directory for models or calibrations of this process: removed if an
+// earlier run left it, created by whoever writes into it.
+inline std::filesystem::path fresh_directory(const std::string& stem) {
+  const auto directory = std::filesystem::temp_directory_path() / (stem + "." + std::to_string(getpid()));
+  std::filesystem::remove_all(directory);
+  return directory;
+}
+
 // load_json() parses the file with a real JSON parser (throws, failing the test, if it is not JSON).
 inline nlohmann::json load_json(const std::filesystem::path& path) {
   std::ifstream in(path);
