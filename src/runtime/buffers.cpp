@@ -181,6 +181,23 @@ void ContextImpl::throw_waits_for_own_mapping(const TaskRecord& mapping, std::st
 Mapping buffer_map(BufferState* buffer, std::size_t offset, std::size_t size, Access mode, bool wait) {
   buffer_check_range(buffer, offset, size);
   ContextImpl& context = *buffer->context;
+  // Room for this mapping in held_mappings first: once granted, recording it must not fail.
+  struct RoomInHeldMappings {
+    ContextImpl& context;
+    explicit RoomInHeldMappings(ContextImpl& owner) : context(owner) {
+      std::lock_guard lock(context.mappings_mutex);
+      auto& held = context.held_mappings;
+      const std::size_t wanted = held.size() + context.mapping_rooms_reserved + 1;
+      if (held.capacity() < wanted) held.reserve(std::max(wanted, 2 * held.capacity()));
+      ++context.mapping_rooms_reserved;
+    }
+    ~RoomInHeldMappings() {
+      std::lock_guard lock(context.mappings_mutex);
+      --context.mapping_rooms_reserved;
+    }
+    RoomInHeldMappings(const RoomInHeldMappings&) = delete;
+    RoomInHeldMappings& operator=(const RoomInHeldMappings&) = delete;
+  } room(context);
   ThreadState& thread = context.current_thread();
   TaskRecord* task = context.allocate_record(thread);
   task->kind = TaskKind::host_access;
@@ -220,6 +237,13 @@ Mapping buffer_map(BufferState* buffer, std::size_t offset, std::size_t size, Ac
         ContextImpl::throw_waits_for_own_mapping(*own, what);
       }
     }
+    try {  // the allocations registration needs, before it (see register_dependencies())
+      buffer->tracker.split_for(offset, size);
+      reserve_dep_nodes(task, 2 * buffer->tracker.reserve_for(offset, size, mode, 1));
+    } catch (...) {
+      discard();
+      throw;
+    }
     buffer->tracker.register_access(task, offset, size, mode, [&](Predecessor predecessor) {
       if (predecessor.task != task) add_edge(predecessor.task, task, predecessor.consumes);
     });
@@ -234,7 +258,7 @@ Mapping buffer_map(BufferState* buffer, std::size_t offset, std::size_t size, Ac
   }
   {
     std::lock_guard lock(context.mappings_mutex);
-    context.held_mappings.push_back(task);
+    context.held_mappings.push_back(task);  // into the room reserved above: no allocation
     context.held_mapping_count.store(context.held_mappings.size(), std::memory_order_release);
   }
   return {task, buffer->host + offset};

@@ -223,15 +223,26 @@ ThreadState& ContextImpl::register_current_thread() {
       throw Error(ErrorCode::invalid_argument,
                   fmt::format("more than {} threads have used this nerve context", max_threads));
     }
-    thread_storage.push_back(std::make_unique<ThreadState>());
-    ThreadState* state = thread_storage.back().get();
+    // Every allocation comes first: a bad_alloc there leaves the thread unregistered, not registered
+    // with no state (a later call would dereference it).
+    std::unique_ptr<ThreadState> owned;
+    try {
+      owned = std::make_unique<ThreadState>();
+      if (thread_storage.size() == thread_storage.capacity())
+        thread_storage.reserve(2 * thread_storage.size() + 8);
+      records.register_cache(owned->records);
+    } catch (...) {
+      threads_by_id.erase(it);
+      throw;
+    }
+    ThreadState* state = owned.get();
+    thread_storage.push_back(std::move(owned));  // the room is reserved: cannot throw
     state->context = this;
     if (!reference_shards_closed) {  // the shard's own reference (release_owner() closes it)
       state->shared_references.store(shard_open_bias, std::memory_order_relaxed);
       add_external_reference();
     }
     state->random_state ^= static_cast<std::uint64_t>(index + 1) * 0x9E3779B97F4A7C15ull;
-    records.register_cache(state->records);
     thread_list[index].store(state, std::memory_order_relaxed);
     thread_count.store(index + 1, std::memory_order_release);
     it->second = state;

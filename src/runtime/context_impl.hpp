@@ -103,6 +103,8 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   // --- task life cycle (task_lifecycle.cpp)
   TaskDraft begin_task(std::size_t closure_size, std::size_t closure_align);
   void abandon_task(TaskDraft draft) noexcept;
+  // discard_task(): a draft whose closure is built and accesses are counted goes back unsubmitted.
+  void discard_task(TaskDraft draft, const ClosureOps* ops) noexcept;
   TaskRecord* commit_task(TaskDraft draft, const SubmitInfo& info);
   void make_ready(TaskRecord* task, ThreadState& thread, bool submission);
   void finish(TaskRecord* task, ThreadState& thread, std::uint32_t outcome);
@@ -261,6 +263,9 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   // for waits on the calling thread's own mappings, which would never end).
   std::mutex mappings_mutex;
   std::vector<TaskRecord*> held_mappings;
+  // Maps in progress, each with room reserved in held_mappings: a granted mapping is recorded
+  // without allocating (it cannot be given back once granted). Guarded by mappings_mutex.
+  std::size_t mapping_rooms_reserved = 0;
   std::atomic<std::size_t> held_mapping_count{0};  // held_mappings.size(), read without the mutex
   // own_mapping_blocking(): the calling thread's mapping that a task for which `blocked` is true
   // waits for, directly or through other tasks (or that is itself such a task); nullptr if none.

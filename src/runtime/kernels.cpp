@@ -41,8 +41,9 @@ TaskRecord* submit_kernel(ContextImpl* context, const TaskOptions* options, Grou
   const Kernel& kernel = *call.kernel;
   TaskDraft draft = live(context).begin_task(sizeof(KernelTask), alignof(KernelTask));
   TaskRecord* task = draft.record;
+  KernelTask* closure = nullptr;
   try {
-    auto* closure = ::new (draft.closure) KernelTask{kernel.shared_state(), {}, {}, {}};
+    closure = ::new (draft.closure) KernelTask{kernel.shared_state(), {}, {}, {}};
     closure->modes.reserve(call.access_count);
     for (std::size_t i = 0; i < call.access_count; ++i) closure->modes.push_back(call.accesses[i].mode);
     std::size_t total = 0;
@@ -66,8 +67,7 @@ TaskRecord* submit_kernel(ContextImpl* context, const TaskOptions* options, Grou
     }
     context->check_placeable(*task);
   } catch (...) {
-    if (task->kernel != nullptr || task->kernel_keepalive)
-      static_cast<KernelTask*>(draft.closure)->~KernelTask();
+    if (closure != nullptr) closure->~KernelTask();
     task->kernel = nullptr;
     task->kernel_keepalive.reset();
     context->abandon_task(draft);

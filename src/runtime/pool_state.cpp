@@ -10,10 +10,14 @@
 
 namespace nerve::detail {
 
-void PoolState::add(TaskRecord* member) {
+void PoolState::make_room() {
   if (launched) throw Error(ErrorCode::invalid_argument, "task added to a task pool after launch()");
+  if (members.size() == members.capacity()) members.reserve(members.size() * 2 + 16);
+}
+
+void PoolState::add(TaskRecord* member) noexcept {
   member->pool = this;
-  members.push_back(member);
+  members.push_back(member);  // make_room() made the room: no allocation
 }
 
 void PoolState::launch() {

@@ -26,7 +26,10 @@ struct ThreadState;
 struct PoolState {
   explicit PoolState(ContextImpl& owner) : context(owner) {}
 
-  void add(TaskRecord* member);
+  // make_room() readies `members` for one more (may throw bad_alloc); add() then cannot fail, so a
+  // task whose accesses are already registered is never lost between the two.
+  void make_room();
+  void add(TaskRecord* member) noexcept;
   void launch();
   void release_members(ThreadState& thread);
   void member_finished(TaskRecord* member, ThreadState& thread);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <new>
 #include <utility>
 #include <vector>
@@ -48,14 +49,38 @@ std::exception_ptr cancellation_error(const TaskRecord* task) {
                     task->error));
 }
 
+DepOverflow* DepOverflow::make(DepOverflow* next, std::size_t capacity) {
+  void* memory = ::operator new(sizeof(DepOverflow) + capacity * sizeof(DepNode));
+  auto* chunk = ::new (memory) DepOverflow{next, 0, static_cast<std::uint32_t>(capacity)};
+  std::uninitialized_default_construct_n(chunk->nodes(), capacity);
+  return chunk;
+}
+
+void DepOverflow::destroy_chain(DepOverflow* chunk) noexcept {
+  while (chunk != nullptr) {
+    DepOverflow* next = chunk->next;
+    ::operator delete(chunk);  // the header and the nodes are trivially destructible
+    chunk = next;
+  }
+}
+
 DepNode* allocate_dep_node(TaskRecord* successor) {
   if (successor->dep_used < inline_dep_count) return &successor->deps[successor->dep_used++];
   DepOverflow* chunk = successor->dep_overflow;
-  if (chunk == nullptr || chunk->used == std::size(chunk->nodes)) {
-    chunk = new DepOverflow{successor->dep_overflow, 0, {}};
+  if (chunk == nullptr || chunk->used == chunk->capacity) {
+    chunk = DepOverflow::make(successor->dep_overflow, DepOverflow::default_capacity);
     successor->dep_overflow = chunk;
   }
-  return &chunk->nodes[chunk->used++];
+  return &chunk->nodes()[chunk->used++];
+}
+
+void reserve_dep_nodes(TaskRecord* successor, std::size_t edges) {
+  std::size_t free = inline_dep_count - successor->dep_used;
+  if (const DepOverflow* chunk = successor->dep_overflow) free += chunk->capacity - chunk->used;
+  if (free >= edges) return;
+  // A new current chunk for all of them (what the old one has left goes unused).
+  successor->dep_overflow =
+      DepOverflow::make(successor->dep_overflow, std::max(DepOverflow::default_capacity, edges));
 }
 
 TaskRecord* ContextImpl::allocate_record(ThreadState& thread) {
@@ -70,12 +95,29 @@ TaskDraft ContextImpl::begin_task(std::size_t closure_size, std::size_t closure_
   TaskRecord* task = allocate_record(thread);
   void* closure = task->closure;
   if (closure_size > inline_closure_bytes || closure_align > alignof(std::max_align_t)) {
-    closure =
-        ::operator new (closure_size, std::align_val_t{std::max(closure_align, alignof(std::max_align_t))});
+    try {
+      closure =
+          ::operator new (closure_size, std::align_val_t{std::max(closure_align, alignof(std::max_align_t))});
+    } catch (...) {
+      records.free(thread.records, task);
+      throw;
+    }
     *reinterpret_cast<void**>(task->closure) = closure;
     task->closure_on_heap = true;
   }
   return {task, closure, &thread};
+}
+
+void ContextImpl::discard_task(TaskDraft draft, const ClosureOps* ops) noexcept {
+  TaskRecord* task = draft.record;
+  ops->destroy(draft.closure);
+  for (std::size_t i = 0; i < task->access_count; ++i) retire_task_access(task->accesses[i].buffer);
+  task->access_count = 0;
+  if (task->accesses != task->inline_accesses) delete[] task->accesses;
+  task->accesses = task->inline_accesses;
+  DepOverflow::destroy_chain(task->dep_overflow);
+  task->dep_overflow = nullptr;
+  abandon_task(draft);
 }
 
 void ContextImpl::abandon_task(TaskDraft draft) noexcept {
@@ -149,24 +191,58 @@ void ContextImpl::register_dependencies(TaskRecord* task, ThreadState& thread, T
     if (recorder != nullptr) [[unlikely]]
       recorder->edge(thread, predecessor.task, task);
   };
+  // Every allocation registration needs is made first, with the locks held (the trackers' segments
+  // and readers, the task's dependency nodes: at most two edges per predecessor); a bad_alloc there
+  // leaves the task out of the graph and the submission throws. Registering then cannot fail.
+  if (seen.capacity() < 64) seen.reserve(64);
   const std::size_t count = task->access_count;
   if (count == 1) {
-    BufferState* buffer = task->accesses[0].buffer;
+    const AccessRecord& access = task->accesses[0];
+    BufferState* buffer = access.buffer;
     std::lock_guard lock(buffer->tracker.lock());
-    buffer->tracker.register_access(task, task->accesses[0].offset, task->accesses[0].size,
-                                    task->accesses[0].mode, on_predecessor);
+    buffer->tracker.split_for(access.offset, access.size);
+    const std::size_t bound = buffer->tracker.reserve_for(access.offset, access.size, access.mode, 1);
+    reserve_dep_nodes(task, 2 * (bound + after_count));
+    buffer->tracker.register_access(task, access.offset, access.size, access.mode, on_predecessor);
   } else if (count > 1) {
     auto& buffers = thread.scratch_buffers;
     buffers.clear();
+    buffers.reserve(count);
     for (std::size_t i = 0; i < count; ++i) buffers.push_back(task->accesses[i].buffer);
     std::sort(buffers.begin(), buffers.end());
     buffers.erase(std::unique(buffers.begin(), buffers.end()), buffers.end());
+    // A task with two accesses to one buffer keeps the segments its accesses split (no merge).
+    const bool merge = buffers.size() == count;
+    const auto accesses_to = [&](const BufferState* buffer) {
+      std::size_t n = 0;
+      for (std::size_t i = 0; i < count; ++i) n += task->accesses[i].buffer == buffer ? 1 : 0;
+      return n;
+    };
     for (BufferState* buffer : buffers) buffer->tracker.lock().lock();
+    try {
+      for (std::size_t i = 0; i < count; ++i) {
+        const AccessRecord& access = task->accesses[i];
+        access.buffer->tracker.split_for(access.offset, access.size);
+      }
+      std::size_t bound = after_count;
+      for (std::size_t i = 0; i < count; ++i) {
+        const AccessRecord& access = task->accesses[i];
+        bound += access.buffer->tracker.reserve_for(access.offset, access.size, access.mode,
+                                                    merge ? 1 : accesses_to(access.buffer));
+      }
+      reserve_dep_nodes(task, 2 * bound);
+    } catch (...) {
+      for (BufferState* buffer : buffers) buffer->tracker.lock().unlock();
+      throw;
+    }
     for (std::size_t i = 0; i < count; ++i) {
       const AccessRecord& access = task->accesses[i];
-      access.buffer->tracker.register_access(task, access.offset, access.size, access.mode, on_predecessor);
+      access.buffer->tracker.register_access(task, access.offset, access.size, access.mode, on_predecessor,
+                                             merge);
     }
     for (BufferState* buffer : buffers) buffer->tracker.lock().unlock();
+  } else {
+    reserve_dep_nodes(task, 2 * after_count);
   }
   for (std::size_t i = 0; i < after_count; ++i) on_predecessor(Predecessor{after[i], after_consumes});
 }
@@ -205,9 +281,7 @@ TaskRecord* ContextImpl::commit_task(TaskDraft draft, const SubmitInfo& info) {
     } else if (task->stream_only) {
       check_closure_device(*task, -1, info.name);
     }
-    if (info.pool != nullptr && info.pool->launched) {
-      throw Error(ErrorCode::invalid_argument, "task added to a task pool after launch()");
-    }
+    if (info.pool != nullptr) info.pool->make_room();
     for (std::size_t i = 0; i < info.after_count; ++i) {
       if (info.after[i] == nullptr) {
         throw Error(ErrorCode::invalid_argument, "`after` names an empty task handle");
@@ -218,12 +292,7 @@ TaskRecord* ContextImpl::commit_task(TaskDraft draft, const SubmitInfo& info) {
     }
     copy_accesses(task, info.accesses, info.access_count);
   } catch (...) {
-    info.ops->destroy(draft.closure);
-    for (std::size_t i = 0; i < task->access_count; ++i) retire_task_access(task->accesses[i].buffer);
-    task->access_count = 0;
-    if (task->accesses != task->inline_accesses) delete[] task->accesses;
-    task->accesses = task->inline_accesses;
-    abandon_task(draft);
+    discard_task(draft, info.ops);
     throw;
   }
   task->ops = info.ops;
@@ -240,7 +309,6 @@ TaskRecord* ContextImpl::commit_task(TaskDraft draft, const SubmitInfo& info) {
     return nullptr;
   }
   task->refs.store(info.keep_handle ? 2 : 1, std::memory_order_relaxed);
-  if (info.keep_handle) add_external_reference();
   if (task->access_count == 0 && info.after_count == 0 && !info.keep_handle) {
     task->lean = true;
     if (info.group != nullptr) info.group->pending.fetch_add(1, std::memory_order_relaxed);
@@ -250,13 +318,20 @@ TaskRecord* ContextImpl::commit_task(TaskDraft draft, const SubmitInfo& info) {
     return nullptr;
   }
   if (recorder != nullptr) [[unlikely]]
-    recorder->task_submitted(task);
+    recorder->task_submitted(task);  // stamps the record only; edges are traced against it
   task->pending.store(1, std::memory_order_relaxed);  // the submission guard
+  if (task->access_count != 0 || info.after_count != 0) {
+    try {
+      register_dependencies(task, thread, info.after, info.after_count, info.after_consumes);
+    } catch (...) {  // out of memory before any edge or tracker entry was made: not submitted
+      discard_task(draft, info.ops);
+      throw;
+    }
+  }
+  // Nothing below can fail. The guard keeps the task from running before this is done.
+  if (info.keep_handle) add_external_reference();
   if (info.group != nullptr) info.group->pending.fetch_add(1, std::memory_order_relaxed);
   thread.count_submitted();
-  if (task->access_count != 0 || info.after_count != 0) {
-    register_dependencies(task, thread, info.after, info.after_count, info.after_consumes);
-  }
   if (task->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) make_ready(task, thread, true);
   throttle_submission(thread);
   return info.keep_handle ? task : nullptr;
@@ -515,11 +590,7 @@ void ContextImpl::release_task(TaskRecord* task, ThreadState& thread) noexcept {
   // A lean task's only reference is the runtime's: no atomic decrement needed.
   if (!task->lean && !release_record(task)) return;
   if (task->accesses != task->inline_accesses) delete[] task->accesses;
-  for (DepOverflow* chunk = task->dep_overflow; chunk != nullptr;) {
-    DepOverflow* next = chunk->next;
-    delete chunk;
-    chunk = next;
-  }
+  DepOverflow::destroy_chain(task->dep_overflow);
   records.free(thread.records, task);
 }
 

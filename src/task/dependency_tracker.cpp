@@ -44,12 +44,41 @@ std::size_t DependencyTracker::split_at(std::size_t position) {
   const auto index = static_cast<std::size_t>(it - segments_.begin());
   if (index == segments_.size() || segments_[index].begin == position) return index;
   // Split segments_[index] into [begin, position) and [position, end): both halves keep the state.
+  // The copy and the insertion may throw; the references are taken once both are done.
   Segment right{position, segments_[index].end, segments_[index].writer, segments_[index].readers};
-  if (right.writer != nullptr) retain_task(right.writer);
-  for (TaskRecord* reader : right.readers) retain_task(reader);
-  segments_[index].end = position;
   segments_.insert(segments_.begin() + static_cast<std::ptrdiff_t>(index) + 1, std::move(right));
+  Segment& inserted = segments_[index + 1];
+  if (inserted.writer != nullptr) retain_task(inserted.writer);
+  for (TaskRecord* reader : inserted.readers) retain_task(reader);
+  segments_[index].end = position;
   return index + 1;
+}
+
+void DependencyTracker::split_for(std::size_t offset, std::size_t size) {
+  if (size == 0 || (segments_.size() == 1 && offset == 0 && size == bytes_)) return;
+  split_at(offset);
+  split_at(offset + size);
+}
+
+std::size_t DependencyTracker::reserve_for(std::size_t offset, std::size_t size, Access mode,
+                                           std::size_t own_accesses) {
+  if (size == 0) return 0;
+  const std::size_t end = offset + size;
+  std::size_t predecessors = 0;
+  // The first segment ending after `offset`, as in split_at().
+  auto it = std::upper_bound(segments_.begin(), segments_.end(), offset,
+                             [](std::size_t value, const Segment& s) { return value < s.end; });
+  for (; it != segments_.end() && it->begin < end; ++it) {
+    Segment& segment = *it;
+    if (segment.writer != nullptr) ++predecessors;
+    if (writes(mode)) {
+      predecessors += segment.readers.size();
+    } else if (const std::size_t wanted = segment.readers.size() + own_accesses;
+               segment.readers.capacity() < wanted) {
+      segment.readers.reserve(std::max(wanted, 2 * segment.readers.size()));
+    }
+  }
+  return predecessors;
 }
 
 // After a write, [first, last) all have the same writer and no readers: fold them into one.

@@ -41,13 +41,24 @@ class DependencyTracker {
 
   SpinLock& lock() noexcept { return lock_; }
 
+  // Before register_access(), under the same hold of the lock, a submission makes every allocation
+  // registration needs, so that a std::bad_alloc comes with nothing registered: split_for() makes
+  // the access's bounds segment boundaries (a split changes no meaning), then, after split_for() for
+  // every access the task has to this buffer, reserve_for() makes room in each segment's readers for
+  // `own_accesses` more (that many accesses of the task to this buffer) and returns at most how many
+  // predecessors register_access() will report for it.
+  void split_for(std::size_t offset, std::size_t size);
+  std::size_t reserve_for(std::size_t offset, std::size_t size, Access mode, std::size_t own_accesses);
+
   // register_access() records `task` accessing [offset, offset + size) and calls
   // on_predecessor(Predecessor) for every task it must wait for: unfinished conflicting tasks, and
   // failed writers whose data it would read (a task may be reported more than once). The callback
   // runs before the tracker drops its own reference to the predecessor, so the record is alive.
+  // After split_for() and reserve_for() it allocates nothing, provided `merge` is false whenever the
+  // task has another access to this buffer (a merge after a write would undo a split another needs).
   template <class OnPredecessor>
   void register_access(TaskRecord* task, std::size_t offset, std::size_t size, Access mode,
-                       OnPredecessor&& on_predecessor);
+                       OnPredecessor&& on_predecessor, bool merge = true);
 
   // would_wait() is true if an access would depend on a task that has not finished.
   bool would_wait(std::size_t offset, std::size_t size, Access mode) const {
@@ -112,7 +123,7 @@ const TaskRecord* DependencyTracker::first_blocker(std::size_t offset, std::size
 
 template <class OnPredecessor>
 void DependencyTracker::register_access(TaskRecord* task, std::size_t offset, std::size_t size, Access mode,
-                                        OnPredecessor&& on_predecessor) {
+                                        OnPredecessor&& on_predecessor, bool merge) {
   if (size == 0) return;
   std::size_t first = 0;
   std::size_t last = segments_.size();  // exclusive
@@ -141,7 +152,7 @@ void DependencyTracker::register_access(TaskRecord* task, std::size_t offset, st
       segment.readers.push_back(task);
     }
   }
-  if (writes(mode) && last - first > 1) merge_around(first, last);
+  if (merge && writes(mode) && last - first > 1) merge_around(first, last);
 }
 
 }  // namespace nerve::detail

@@ -1,5 +1,7 @@
 #include "task/record_allocator.hpp"
 
+#include <algorithm>
+
 namespace nerve::detail {
 
 RecordAllocator::~RecordAllocator() = default;
@@ -17,10 +19,14 @@ void RecordAllocator::refill(Cache& cache) {
     depot_.pop_back();
     return;
   }
-  // A new slab: one magazine goes to the cache, the rest to the depot.
-  void* storage = ::operator new (sizeof(TaskRecord) * slab_records, std::align_val_t{alignof(TaskRecord)});
-  auto* slab = static_cast<TaskRecord*>(storage);
-  slabs_.emplace_back(slab);
+  // A new slab: one magazine goes to the cache, the rest to the depot. Everything that may throw
+  // bad_alloc happens before the slab is handed out, so a failure loses nothing.
+  std::unique_ptr<TaskRecord, SlabDeleter> owned(static_cast<TaskRecord*>(
+      ::operator new (sizeof(TaskRecord) * slab_records, std::align_val_t{alignof(TaskRecord)})));
+  if (const std::size_t more = slab_records / magazine_size; depot_.capacity() - depot_.size() < more)
+    depot_.reserve(std::max(2 * depot_.capacity(), depot_.size() + more));
+  slabs_.push_back(std::move(owned));
+  TaskRecord* slab = slabs_.back().get();
   for (std::size_t start = 0; start < slab_records; start += magazine_size) {
     for (std::size_t i = start; i < start + magazine_size; ++i) {
       ::new (static_cast<void*>(&slab[i])) TaskRecord;  // recycled from now on (TaskRecord::reuse)

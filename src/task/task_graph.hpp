@@ -39,6 +39,9 @@ inline void mark_cancelled_by(TaskRecord* successor, const std::exception_ptr& c
 inline std::exception_ptr failure_cause(const TaskRecord* failed) noexcept { return failed->error; }
 
 DepNode* allocate_dep_node(TaskRecord* successor);
+// reserve_dep_nodes() makes room for `edges` more edges into `successor`: afterwards that many
+// add_edge() calls allocate nothing. Throws std::bad_alloc, leaving the task unchanged.
+void reserve_dep_nodes(TaskRecord* successor, std::size_t edges);
 
 inline void add_edge(TaskRecord* predecessor, TaskRecord* successor, bool consumes) {
   DepNode* node = allocate_dep_node(successor);

@@ -62,12 +62,20 @@ inline constexpr std::size_t inline_closure_bytes = 64;
 inline constexpr std::size_t inline_access_count = 3;
 inline constexpr std::size_t inline_dep_count = 4;
 
-// Extra DepNodes for tasks with many predecessors (heap, rare).
+// Extra DepNodes for tasks with many predecessors (heap, rare): a header followed by `capacity` nodes.
+// Submission reserves one chunk large enough for every edge the task can get before it registers
+// them (reserve_dep_nodes()), so a bad_alloc comes before the task is in the graph, never halfway.
 struct DepOverflow {
   DepOverflow* next;
-  std::size_t used;
-  DepNode nodes[16];
+  std::uint32_t used;
+  std::uint32_t capacity;
+
+  static constexpr std::size_t default_capacity = 16;
+  DepNode* nodes() noexcept { return reinterpret_cast<DepNode*>(this + 1); }
+  static DepOverflow* make(DepOverflow* next, std::size_t capacity);  // throws std::bad_alloc
+  static void destroy_chain(DepOverflow* chunk) noexcept;
 };
+static_assert(sizeof(DepOverflow) % alignof(DepNode) == 0);
 
 struct alignas(64) TaskRecord : QueueLink {
   // --- line 0: everything scheduling and execution touch

@@ -1,0 +1,203 @@
+// Allocation failure on the submitting thread: every submission path (plain tasks, kernel calls, task
+// pools, handles, buffers) is run with its N-th heap allocation failing, for every N until it needs
+// no more. Each attempt must either succeed or throw std::bad_alloc, and lose nothing: no task record,
+// buffer or kernel reference may outlive the sweep, and the tasks that were accepted must all run.
+//
+// This executable replaces the global operator new (a countdown per thread), so it is a test binary
+// of its own: the other suites keep the real allocator.
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <new>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "support/runtime_fixture.hpp"
+
+namespace {
+
+// The calling thread's allocations left before one fails; negative: none fails. Workers keep -1.
+thread_local long allocations_before_failure = -1;
+
+void* counted_allocation(std::size_t bytes, std::size_t alignment) {
+  if (allocations_before_failure == 0) {
+    allocations_before_failure = -1;  // one failure per attempt: the unwinding may allocate
+    throw std::bad_alloc();
+  }
+  if (allocations_before_failure > 0) --allocations_before_failure;
+  const std::size_t size = bytes == 0 ? 1 : bytes;
+  void* memory = alignment <= alignof(std::max_align_t)
+                     ? std::malloc(size)
+                     : std::aligned_alloc(alignment, (size + alignment - 1) / alignment * alignment);
+  if (memory == nullptr) throw std::bad_alloc();
+  return memory;
+}
+
+}  // namespace
+
+void* operator new(std::size_t bytes) { return counted_allocation(bytes, 0); }
+void* operator new[](std::size_t bytes) { return counted_allocation(bytes, 0); }
+void* operator new(std::size_t bytes, std::align_val_t alignment) {
+  return counted_allocation(bytes, static_cast<std::size_t>(alignment));
+}
+void* operator new[](std::size_t bytes, std::align_val_t alignment) {
+  return counted_allocation(bytes, static_cast<std::size_t>(alignment));
+}
+void* operator new(std::size_t bytes, const std::nothrow_t&) noexcept {
+  try {
+    return counted_allocation(bytes, 0);
+  } catch (...) {
+    return nullptr;
+  }
+}
+void* operator new[](std::size_t bytes, const std::nothrow_t&) noexcept {
+  try {
+    return counted_allocation(bytes, 0);
+  } catch (...) {
+    return nullptr;
+  }
+}
+void operator delete(void* memory) noexcept { std::free(memory); }
+void operator delete[](void* memory) noexcept { std::free(memory); }
+void operator delete(void* memory, std::size_t) noexcept { std::free(memory); }
+void operator delete[](void* memory, std::size_t) noexcept { std::free(memory); }
+void operator delete(void* memory, std::align_val_t) noexcept { std::free(memory); }
+void operator delete[](void* memory, std::align_val_t) noexcept { std::free(memory); }
+void operator delete(void* memory, std::size_t, std::align_val_t) noexcept { std::free(memory); }
+void operator delete[](void* memory, std::size_t, std::align_val_t) noexcept { std::free(memory); }
+
+namespace nerve::testing {
+namespace {
+
+constexpr long max_sweep = 400;  // no submission path allocates this often
+
+// sweep() runs `attempt` with its first, second, ... allocation failing until an attempt succeeds
+// with no failure left to inject; returns how many attempts threw.
+template <class Attempt>
+int sweep(Attempt&& attempt) {
+  int failures = 0;
+  for (long n = 0; n < max_sweep; ++n) {
+    allocations_before_failure = n;
+    bool threw = false;
+    try {
+      attempt();
+    } catch (const std::bad_alloc&) {
+      threw = true;
+      ++failures;
+    }
+    const bool injected = allocations_before_failure == -1;
+    allocations_before_failure = -1;
+    if (!injected) {
+      EXPECT_FALSE(threw);
+      return failures;
+    }
+  }
+  ADD_FAILURE() << "a submission allocated more than " << max_sweep << " times";
+  return failures;
+}
+
+class AllocationFailure : public ::testing::TestWithParam<unsigned> {};
+
+TEST_P(AllocationFailure, EverySubmissionPathFailsCleanlyAndLosesNothing) {
+  std::atomic<long> ran{0};
+  long accepted = 0;
+  Kernel add_one("add_one");
+  add_one.cpu([&ran](const KernelArgs& args) {
+    for (int& each : args.span<int>(0)) each += args.value<int>(0);
+    ran.fetch_add(1);
+  });
+  const long kernel_refs = add_one.shared_state().use_count();
+  {
+    Context context(make_settings(GetParam()));
+    Buffer<int> a(context, 256), b(context, 256);
+    const auto count = [&](auto&& submit) {
+      const int failures = sweep([&] {
+        submit();
+        ++accepted;
+      });
+      EXPECT_GT(failures, 0) << "the sweep injected no failure: it tests nothing";
+    };
+    // Plain tasks with and without accesses, with a handle, in a group.
+    count([&] { context.spawn([&ran] { ran.fetch_add(1); }); });
+    count([&] { context.spawn([&ran](std::span<int>) { ran.fetch_add(1); }, read_write(a)); });
+    count([&] {
+      Task task = context.submit([&ran](std::span<const int>, std::span<int>) { ran.fetch_add(1); }, read(a),
+                                 write(b.slice(0, 128)));
+      task.wait();
+    });
+    // A write after many unfinished readers: more predecessors than a record holds inline. A gate
+    // task holds the readers back (bounded, so a thread that runs it itself cannot hang).
+    {
+      Buffer<int> c(context, 64);
+      std::atomic<bool> open{false};
+      context.spawn(
+          [&ran, &open](std::span<int>) {
+            const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+            while (!open.load() && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+            ran.fetch_add(1);
+          },
+          write(c));
+      ++accepted;
+      for (int i = 0; i < 20; ++i) {
+        context.spawn([&ran](std::span<const int>) { ran.fetch_add(1); }, read(c.slice(i, 2)));
+        ++accepted;
+      }
+      count([&] {
+        context.spawn([&ran](std::span<int>, std::span<int>) { ran.fetch_add(1); }, write(c),
+                      read_write(a.slice(0, 16)));
+      });
+      count([&] { context.spawn([&ran](std::span<const int>) { ran.fetch_add(1); }, read(c.slice(3, 30))); });
+      open.store(true);
+    }
+    // Kernel calls, with values.
+    count([&] { context.spawn(add_one, read_write(b), value(1)); });
+    // A pool: members added under failure, then launched.
+    {
+      TaskPool pool(context, 1);
+      long members = 0;
+      sweep([&] {
+        pool.add([&ran](std::span<int>) { ran.fetch_add(1); }, read_write(a.slice(0, 64)));
+        ++members;
+      });
+      for (int i = 0; i < 40; ++i) {  // past the reserved room: the members' vector grows
+        sweep([&] {
+          pool.add([&ran](std::span<int>) { ran.fetch_add(1); }, read_write(a.slice(64, 64)));
+          ++members;
+        });
+      }
+      pool.launch();
+      pool.wait_all();
+      accepted += members;
+    }
+    // Host mappings behind unfinished readers.
+    for (int i = 0; i < 8; ++i) context.spawn([&ran](std::span<const int>) { ran.fetch_add(1); }, read(a));
+    accepted += 8;
+    sweep([&] {
+      auto mapped = a.map_read_write();
+      mapped[0] += 1;
+    });
+    // Buffers made under failure.
+    count([&] {
+      Buffer<double> scratch(context, 1000);
+      context.spawn(
+          [&ran](std::span<double> x) {
+            x[0] = 1;
+            ran.fetch_add(1);
+          },
+          write(scratch));
+    });
+    context.wait_all();
+    EXPECT_EQ(ran.load(), accepted) << "an accepted task did not run, or a refused one did";
+    a = Buffer<int>();
+    b = Buffer<int>();
+    expect_no_leaks(context);
+  }
+  EXPECT_EQ(add_one.shared_state().use_count(), kernel_refs) << "a kernel reference leaked";
+}
+
+INSTANTIATE_TEST_SUITE_P(Workers, AllocationFailure, ::testing::Values(1u, 2u));
+
+}  // namespace
+}  // namespace nerve::testing
