@@ -318,7 +318,7 @@ TaskRecord* ContextImpl::commit_task(TaskDraft draft, const SubmitInfo& info) {
     return nullptr;
   }
   if (recorder != nullptr) [[unlikely]]
-    recorder->task_submitted(task);  // stamps the record only; edges are traced against it
+    recorder->task_submitted(task);                   // stamps the record only; edges are traced against it
   task->pending.store(1, std::memory_order_relaxed);  // the submission guard
   if (task->access_count != 0 || info.after_count != 0) {
     try {

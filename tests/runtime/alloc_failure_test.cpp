@@ -14,6 +14,8 @@
 
 #include <gtest/gtest.h>
 
+#include "nerve/nerve.h"
+
 #include "support/runtime_fixture.hpp"
 
 namespace {
@@ -198,6 +200,99 @@ TEST_P(AllocationFailure, EverySubmissionPathFailsCleanlyAndLosesNothing) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Workers, AllocationFailure, ::testing::Values(1u, 2u));
+
+// The C API: a call that runs out of memory returns NULL or NERVE_ERROR_OUT_OF_MEMORY (never a crash
+// or another status), a consumed task is not leaked, and every task whose submission said NERVE_OK runs.
+// sweep_c() is sweep() for calls that report instead of throwing: `attempt` returns whether it worked.
+template <class Attempt>
+int sweep_c(Attempt&& attempt) {
+  int failures = 0;
+  for (long n = 0; n < max_sweep; ++n) {
+    allocations_before_failure = n;
+    nerve_clear_last_error();
+    const bool worked = attempt();
+    const bool injected = allocations_before_failure == -1;
+    allocations_before_failure = -1;
+    if (!worked) {
+      ++failures;
+      EXPECT_EQ(nerve_last_status(), NERVE_ERROR_OUT_OF_MEMORY) << nerve_last_error();
+    }
+    if (!injected) {
+      EXPECT_TRUE(worked) << nerve_last_error();
+      return failures;
+    }
+  }
+  ADD_FAILURE() << "a C call allocated more than " << max_sweep << " times";
+  return failures;
+}
+
+TEST(AllocationFailureCApi, TasksBuffersAndPoolsReportOutOfMemoryAndLoseNothing) {
+  nerve_context_config_t config = NERVE_CONTEXT_CONFIG_DEFAULT;
+  config.use_environment = 0;
+  config.thread_pool_size = 2;
+  const char* settings[] = {"gpu.devices=none"};
+  config.settings = settings;
+  config.setting_count = 1;
+  nerve_context_t* ctx = nerve_init_with_config(&config);
+  ASSERT_NE(ctx, nullptr) << nerve_last_error();
+  std::atomic<long> ran{0};
+  long accepted = 0;
+  const nerve_kernel_fn count_run = +[](void* desc, nerve_device_t, nerve_stream_t) {
+    static_cast<std::atomic<long>*>(desc)->fetch_add(1);
+  };
+  nerve_buffer_t* shared = nerve_buffer_alloc(ctx, 4096, NERVE_DEVICE_ANY, 0);
+  ASSERT_NE(shared, nullptr) << nerve_last_error();
+  const auto submit_one = [&](nerve_buffer_t* buffer, std::size_t offset) {
+    nerve_task_t* task = nerve_task_create(count_run, &ran);
+    if (task == nullptr) return false;
+    if (nerve_task_add_access(task, buffer, NERVE_ACCESS_READ_WRITE, offset, 64) != NERVE_OK ||
+        nerve_task_set_name(task, "swept") != NERVE_OK) {
+      nerve_task_destroy(task);
+      return false;
+    }
+    return nerve_task_submit(ctx, task, NERVE_DEVICE_ANY) == NERVE_OK;  // consumes the task
+  };
+  EXPECT_GT(sweep_c([&] {
+              if (!submit_one(shared, 0)) return false;
+              ++accepted;
+              return true;
+            }),
+            0);
+  EXPECT_GT(sweep_c([&] {  // a buffer made, used and freed while its task may still run
+              nerve_buffer_t* buffer = nerve_buffer_alloc(ctx, 256, NERVE_DEVICE_ANY, 0);
+              if (buffer == nullptr) return false;
+              const bool submitted = submit_one(buffer, 64);
+              EXPECT_EQ(nerve_buffer_free(buffer), NERVE_OK);
+              if (submitted) ++accepted;
+              return submitted;
+            }),
+            0);
+  nerve_task_pool_t* pool = nerve_task_pool_create(ctx, 1);
+  ASSERT_NE(pool, nullptr) << nerve_last_error();
+  long members = 0;
+  for (int i = 0; i < 20; ++i) {
+    sweep_c([&] {
+      void* desc = nerve_task_pool_alloc_desc(pool);
+      if (desc == nullptr) return false;
+      nerve_task_t* task = nerve_task_create(count_run, &ran);
+      if (task == nullptr) return false;
+      if (nerve_task_add_access(task, shared, NERVE_ACCESS_READ, 128, 64) != NERVE_OK) {
+        nerve_task_destroy(task);
+        return false;
+      }
+      if (nerve_task_pool_submit(pool, task) != NERVE_OK) return false;
+      ++members;
+      return true;
+    });
+  }
+  EXPECT_EQ(nerve_task_pool_wait_all(pool), NERVE_OK) << nerve_last_error();
+  nerve_task_pool_destroy(pool);
+  accepted += members;
+  EXPECT_EQ(nerve_wait_all(ctx), NERVE_OK) << nerve_last_error();
+  EXPECT_EQ(ran.load(), accepted) << "an accepted task did not run, or a refused one did";
+  EXPECT_EQ(nerve_buffer_free(shared), NERVE_OK);
+  nerve_shutdown(ctx);
+}
 
 }  // namespace
 }  // namespace nerve::testing
