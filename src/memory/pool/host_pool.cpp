@@ -85,7 +85,6 @@ void* HostPool::allocate_small_slow(ThreadCache* cache, unsigned size_class) {
     ThreadCache::ClassList& list = cache->lists[size_class];
     if (FreeChunk* chunk = list.head) {  // attached before, but no longer in the fast table
       list.head = chunk->next;
-      --list.count;
       cache->cached_bytes -= class_size(size_class);
       list.allocations.add();
       return chunk;
@@ -108,7 +107,6 @@ void* HostPool::allocate_small_slow(ThreadCache* cache, unsigned size_class) {
     FreeChunk* next = list->next;
     list->next = cached.head;
     cached.head = list;
-    ++cached.count;
     cache->cached_bytes += chunk_bytes;
     list = next;
   }
@@ -177,7 +175,6 @@ void HostPool::free_small_slow(ThreadCache* cache, void* pointer, unsigned size_
   if (chunk_bytes <= cache->budget && (global_pool_ || slab_of(chunk, size_class)->owner == cache)) {
     chunk->next = list.head;
     list.head = chunk;
-    ++list.count;
     cache->cached_bytes += chunk_bytes;
     if (cache->cached_bytes > cache->budget) trim(cache, size_class);
     return;
@@ -230,14 +227,15 @@ void HostPool::give_back_one(ThreadCache* cache, unsigned size_class, FreeChunk*
 void HostPool::trim(ThreadCache* cache, unsigned size_class) noexcept {
   auto give_back_half = [&](unsigned k) {
     ThreadCache::ClassList& list = cache->lists[k];
-    if (list.count == 0) return;
-    const std::uint32_t keep = list.count / 2;  // the most recently freed (warmest) half stays
+    if (list.head == nullptr) return;
+    std::size_t count = 0;
+    for (const FreeChunk* chunk = list.head; chunk != nullptr; chunk = chunk->next) ++count;
+    const std::size_t keep = count / 2;  // the most recently freed (warmest) half stays
     FreeChunk** cut = &list.head;
-    for (std::uint32_t i = 0; i < keep; ++i) cut = &(*cut)->next;
+    for (std::size_t i = 0; i < keep; ++i) cut = &(*cut)->next;
     FreeChunk* rest = *cut;
     *cut = nullptr;
-    cache->cached_bytes -= (list.count - keep) * class_size(k);
-    list.count = keep;
+    cache->cached_bytes -= (count - keep) * class_size(k);
     give_back(cache, k, rest);
   };
   give_back_half(size_class);
@@ -249,7 +247,6 @@ void HostPool::flush(ThreadCache* cache) noexcept {
     ThreadCache::ClassList& list = cache->lists[k];
     FreeChunk* chunks = list.head;
     list.head = nullptr;
-    list.count = 0;
     if (chunks != nullptr) give_back(cache, k, chunks);
     if (!global_pool_) {
       if (FreeChunk* remote = cache->take_remote(k)) give_back(cache, k, remote);

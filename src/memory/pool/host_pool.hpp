@@ -70,7 +70,6 @@ class HostPool final : public NodePool {
     if (chunk == nullptr) [[unlikely]]
       return allocate_small_slow(cache, size_class);
     list.head = chunk->next;
-    --list.count;
     cache->cached_bytes -= class_size(size_class);
     list.allocations.add();
     return chunk;
@@ -93,7 +92,6 @@ class HostPool final : public NodePool {
     auto* chunk = static_cast<FreeChunk*>(pointer);
     chunk->next = list.head;
     list.head = chunk;
-    ++list.count;
     list.frees.add();
     cache->cached_bytes += chunk_bytes;
     if (cache->cached_bytes > cache->budget) [[unlikely]]
