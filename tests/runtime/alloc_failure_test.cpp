@@ -100,6 +100,11 @@ int sweep(Attempt&& attempt) {
   return failures;
 }
 
+// A coroutine that awaits one task; its steps may run on the sweeping thread (which may fail them).
+CoTask<> add_one_later(Context& context, Buffer<int>& data) {
+  co_await context.submit([](std::span<int> x) { x[0] += 1; }, read_write(data.slice(200, 8)));
+}
+
 class AllocationFailure : public ::testing::TestWithParam<unsigned> {};
 
 TEST_P(AllocationFailure, EverySubmissionPathFailsCleanlyAndLosesNothing) {
@@ -180,6 +185,40 @@ TEST_P(AllocationFailure, EverySubmissionPathFailsCleanlyAndLosesNothing) {
       auto mapped = a.map_read_write();
       mapped[0] += 1;
     });
+    // A task group.
+    {
+      TaskGroup group(context);
+      sweep([&] {  // the fork-join path may allocate nothing at all
+        group.spawn([&ran] { ran.fetch_add(1); });
+        ++accepted;
+      });
+      count([&] { group.spawn([&ran](std::span<int>) { ran.fetch_add(1); }, read_write(b.slice(128, 8))); });
+      group.wait();
+    }
+    // parallel_for and parallel_reduce: on success every index once; on failure none twice.
+    sweep([&] {
+      std::vector<std::atomic<int>> hits(64);
+      try {
+        parallel_for(context, 0, hits.size(), 1, [&](std::size_t i) { hits[i].fetch_add(1); });
+      } catch (...) {
+        for (auto& hit : hits) EXPECT_LE(hit.load(), 1);
+        throw;
+      }
+      for (auto& hit : hits) EXPECT_EQ(hit.load(), 1);
+    });
+    sweep([&] {
+      const long sum = parallel_reduce(
+          context, 0, 64, 1, 0L,
+          [](std::size_t begin, std::size_t end) {
+            long partial = 0;
+            for (std::size_t i = begin; i < end; ++i) partial += static_cast<long>(i);
+            return partial;
+          },
+          [](long x, long y) { return x + y; });
+      EXPECT_EQ(sum, 64 * 63 / 2);
+    });
+    // Coroutines: the frame, the launch, the awaited submission.
+    sweep([&] { launch(context, add_one_later(context, a)).wait(); });
     // Buffers made under failure.
     count([&] {
       Buffer<double> scratch(context, 1000);
