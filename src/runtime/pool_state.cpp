@@ -43,18 +43,31 @@ void PoolState::launch() {
   }
   std::vector<AccessSpec> specs;
   for (auto& entry : merged) specs.push_back(entry.second);
+  release_list = std::make_unique<TaskRecord*[]>(members.size());
+  std::copy(members.begin(), members.end(), release_list.get());
   gate = context.allocate_record(thread);
   gate->kind = TaskKind::pool_gate;
   gate->pool = this;
   gate->name = "task pool";
-  context.copy_accesses(gate, specs.data(), specs.size());
   gate->refs.store(2, std::memory_order_relaxed);  // the runtime and the pool
   gate->pending.store(1, std::memory_order_relaxed);
+  try {  // out of memory: the pool stays unlaunched, as it was (a gate's accesses count nowhere)
+    context.copy_accesses(gate, specs.data(), specs.size());
+    context.register_dependencies(gate, thread, nullptr, 0);
+  } catch (...) {
+    if (gate->accesses != gate->inline_accesses) delete[] gate->accesses;
+    gate->accesses = gate->inline_accesses;
+    gate->access_count = 0;
+    DepOverflow::destroy_chain(gate->dep_overflow);
+    gate->dep_overflow = nullptr;
+    context.abandon_task(TaskDraft{gate, gate->closure, &thread});
+    gate = nullptr;
+    throw;
+  }
   launched = true;
   thread.count_submitted();
   context.pool_gates_submitted.fetch_add(1, std::memory_order_release);  // after: stats read it first
   for (std::size_t i = 0; i < members.size(); ++i) thread.count_submitted();
-  context.register_dependencies(gate, thread, nullptr, 0);
   if (gate->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) context.make_ready(gate, thread, true);
 }
 
@@ -65,9 +78,11 @@ void PoolState::release_members(ThreadState& thread) {
     return;
   }
   const bool cancelled = gate->cancel_pending.load(std::memory_order_acquire);
-  // Copy: the last member to finish may finish the gate while we are still iterating.
-  const std::vector<TaskRecord*> to_release = members;
-  for (TaskRecord* member : to_release) {
+  // Our own copy (made at launch): the last member to finish may finish the gate while we iterate.
+  const std::unique_ptr<TaskRecord*[]> to_release = std::move(release_list);
+  const std::size_t count = members.size();
+  for (std::size_t i = 0; i < count; ++i) {
+    TaskRecord* member = to_release[i];
     if (cancelled) mark_cancelled(member);
     member->pending.store(0, std::memory_order_relaxed);
     context.make_ready(member, thread, false);

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -41,6 +42,9 @@ struct PoolState {
   std::vector<TaskRecord*> members;
   std::atomic<std::int64_t> remaining{0};
   TaskRecord* gate = nullptr;
+  // The members to release, copied at launch (release_members() runs on a worker and must not
+  // allocate; the last member may finish the pool while it iterates, so it iterates its own copy).
+  std::unique_ptr<TaskRecord*[]> release_list;
   bool launched = false;
   std::atomic<bool> has_error{false};
   std::exception_ptr first_error;
