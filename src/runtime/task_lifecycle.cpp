@@ -192,8 +192,8 @@ void ContextImpl::register_dependencies(TaskRecord* task, ThreadState& thread, T
       recorder->edge(thread, predecessor.task, task);
   };
   // Every allocation registration needs is made first, with the locks held (the trackers' segments
-  // and readers, the task's dependency nodes: at most two edges per predecessor); a bad_alloc there
-  // leaves the task out of the graph and the submission throws. Registering then cannot fail.
+  // and readers, the task's dependency nodes: on_predecessor adds at most one edge per report); a bad_alloc
+  // there leaves the task out of the graph and the submission throws. Registering then cannot fail.
   if (seen.capacity() < 64) seen.reserve(64);
   const std::size_t count = task->access_count;
   if (count == 1) {
@@ -202,7 +202,7 @@ void ContextImpl::register_dependencies(TaskRecord* task, ThreadState& thread, T
     std::lock_guard lock(buffer->tracker.lock());
     buffer->tracker.split_for(access.offset, access.size);
     const std::size_t bound = buffer->tracker.reserve_for(access.offset, access.size, access.mode, 1);
-    reserve_dep_nodes(task, 2 * (bound + after_count));
+    reserve_dep_nodes(task, bound + after_count);
     buffer->tracker.register_access(task, access.offset, access.size, access.mode, on_predecessor);
   } else if (count > 1) {
     auto& buffers = thread.scratch_buffers;
@@ -230,7 +230,7 @@ void ContextImpl::register_dependencies(TaskRecord* task, ThreadState& thread, T
         bound += access.buffer->tracker.reserve_for(access.offset, access.size, access.mode,
                                                     merge ? 1 : accesses_to(access.buffer));
       }
-      reserve_dep_nodes(task, 2 * bound);
+      reserve_dep_nodes(task, bound);
     } catch (...) {
       for (BufferState* buffer : buffers) buffer->tracker.lock().unlock();
       throw;
@@ -242,7 +242,7 @@ void ContextImpl::register_dependencies(TaskRecord* task, ThreadState& thread, T
     }
     for (BufferState* buffer : buffers) buffer->tracker.lock().unlock();
   } else {
-    reserve_dep_nodes(task, 2 * after_count);
+    reserve_dep_nodes(task, after_count);
   }
   for (std::size_t i = 0; i < after_count; ++i) on_predecessor(Predecessor{after[i], after_consumes});
 }

@@ -69,10 +69,13 @@ std::size_t DependencyTracker::reserve_for(std::size_t offset, std::size_t size,
   auto it = std::upper_bound(segments_.begin(), segments_.end(), offset,
                              [](std::size_t value, const Segment& s) { return value < s.end; });
   for (; it != segments_.end() && it->begin < end; ++it) {
+    // What register_access() will report, by its own tests: a task only ever leaves `unfinished`,
+    // so the count can only fall before the registration (and it stays an upper bound).
     Segment& segment = *it;
-    if (segment.writer != nullptr) ++predecessors;
+    if (segment.writer != nullptr && (unfinished(segment.writer) || (reads(mode) && failed(segment.writer))))
+      ++predecessors;
     if (writes(mode)) {
-      predecessors += segment.readers.size();
+      for (const TaskRecord* reader : segment.readers) predecessors += unfinished(reader) ? 1 : 0;
     } else if (const std::size_t wanted = segment.readers.size() + own_accesses;
                segment.readers.capacity() < wanted) {
       segment.readers.reserve(std::max(wanted, 2 * segment.readers.size()));

@@ -46,7 +46,7 @@ class DependencyTracker {
   // the access's bounds segment boundaries (a split changes no meaning), then, after split_for() for
   // every access the task has to this buffer, reserve_for() makes room in each segment's readers for
   // `own_accesses` more (that many accesses of the task to this buffer) and returns at most how many
-  // predecessors register_access() will report for it.
+  // predecessors register_access() will report for it (each report adds at most one edge).
   void split_for(std::size_t offset, std::size_t size);
   std::size_t reserve_for(std::size_t offset, std::size_t size, Access mode, std::size_t own_accesses);
 
