@@ -490,6 +490,8 @@ struct UnifiedCase {
   const char* name;
   bool unified, prefetch, hints;
 };
+// GoogleTest prints a parameter without PrintTo byte by byte, padding included (valgrind: uninitialised).
+void PrintTo(const UnifiedCase& c, std::ostream* out) { *out << c.name; }
 
 class CudaUnifiedMemory : public ::testing::TestWithParam<UnifiedCase> {};
 
