@@ -55,12 +55,7 @@ void PoolState::launch() {
     context.copy_accesses(gate, specs.data(), specs.size());
     context.register_dependencies(gate, thread, nullptr, 0);
   } catch (...) {
-    if (gate->accesses != gate->inline_accesses) delete[] gate->accesses;
-    gate->accesses = gate->inline_accesses;
-    gate->access_count = 0;
-    DepOverflow::destroy_chain(gate->dep_overflow);
-    gate->dep_overflow = nullptr;
-    context.abandon_task(TaskDraft{gate, gate->closure, &thread});
+    context.abandon_task(TaskDraft{gate, gate->closure, &thread});  // its accesses go with it
     gate = nullptr;
     throw;
   }

@@ -112,12 +112,7 @@ void ContextImpl::discard_task(TaskDraft draft, const ClosureOps* ops) noexcept 
   TaskRecord* task = draft.record;
   ops->destroy(draft.closure);
   for (std::size_t i = 0; i < task->access_count; ++i) retire_task_access(task->accesses[i].buffer);
-  task->access_count = 0;
-  if (task->accesses != task->inline_accesses) delete[] task->accesses;
-  task->accesses = task->inline_accesses;
-  DepOverflow::destroy_chain(task->dep_overflow);
-  task->dep_overflow = nullptr;
-  abandon_task(draft);
+  abandon_task(draft);  // frees the accesses and dependency nodes with the record
 }
 
 void ContextImpl::abandon_task(TaskDraft draft) noexcept {
@@ -589,9 +584,7 @@ void ContextImpl::finish(TaskRecord* task, ThreadState& thread, std::uint32_t ou
 void ContextImpl::release_task(TaskRecord* task, ThreadState& thread) noexcept {
   // A lean task's only reference is the runtime's: no atomic decrement needed.
   if (!task->lean && !release_record(task)) return;
-  if (task->accesses != task->inline_accesses) delete[] task->accesses;
-  DepOverflow::destroy_chain(task->dep_overflow);
-  records.free(thread.records, task);
+  records.free(thread.records, task);  // with its accesses and dependency nodes
 }
 
 }  // namespace nerve::detail

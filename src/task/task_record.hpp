@@ -179,8 +179,15 @@ inline void TaskRecord::reuse() noexcept {
 // Keep in step with the fields' initializers above (`context` is set by every allocation).
 inline void TaskRecord::release_resources() noexcept {
   using record_fields::restore;
-  restore(accesses, inline_accesses);
-  restore(dep_overflow, nullptr);
+  // The heap parts are freed here, whichever path gives the record back (finished, discarded).
+  if (accesses != inline_accesses) {
+    delete[] accesses;
+    accesses = inline_accesses;
+  }
+  if (dep_overflow != nullptr) {
+    DepOverflow::destroy_chain(dep_overflow);
+    dep_overflow = nullptr;
+  }
   restore(name, nullptr);
   restore(kernel, nullptr);
   if (kernel_keepalive) kernel_keepalive.reset();
