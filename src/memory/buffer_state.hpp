@@ -93,8 +93,10 @@ struct BufferState {
   std::atomic<BufferLife> life{BufferLife::alive};
   const bool sticky;       // BufferOptions::sticky: evicted last
   const bool host_cached;  // BufferOptions::host_cached: device writes are copied back at once
-  DependencyTracker tracker;
-  BufferReplicas replicas;
+  // The tracker is written by every submission over the buffer; the replicas are read wherever its
+  // tasks become ready. Lines of their own, or the submitting core and the running one take turns.
+  alignas(64) DependencyTracker tracker;
+  alignas(64) BufferReplicas replicas;
   TaskAccessCount task_accesses;
 };
 

@@ -239,7 +239,7 @@ Mapping buffer_map(BufferState* buffer, std::size_t offset, std::size_t size, Ac
     }
     try {  // the allocations registration needs, before it (see register_dependencies())
       buffer->tracker.split_for(offset, size);
-      reserve_dep_nodes(task, buffer->tracker.reserve_for(offset, size, mode, 1));
+      reserve_dep_nodes(task, buffer->tracker.reserve_for(offset, size, mode, 1, free_dep_nodes(task)));
     } catch (...) {
       discard();
       throw;

@@ -65,7 +65,9 @@ void DepOverflow::destroy_chain(DepOverflow* chunk) noexcept {
 }
 
 DepNode* allocate_dep_node(TaskRecord* successor) {
-  if (successor->dep_used < inline_dep_count) return &successor->deps[successor->dep_used++];
+  // The inline nodes are taken from the last: deps[inline_dep_count - 1] shares a line with the first access.
+  if (successor->dep_used < inline_dep_count)
+    return &successor->deps[inline_dep_count - 1 - successor->dep_used++];
   DepOverflow* chunk = successor->dep_overflow;
   if (chunk == nullptr || chunk->used == chunk->capacity) {
     chunk = DepOverflow::make(successor->dep_overflow, DepOverflow::default_capacity);
@@ -75,9 +77,7 @@ DepNode* allocate_dep_node(TaskRecord* successor) {
 }
 
 void reserve_dep_nodes(TaskRecord* successor, std::size_t edges) {
-  std::size_t free = inline_dep_count - successor->dep_used;
-  if (const DepOverflow* chunk = successor->dep_overflow) free += chunk->capacity - chunk->used;
-  if (free >= edges) return;
+  if (free_dep_nodes(successor) >= edges) return;
   // A new current chunk for all of them (what the old one has left goes unused).
   successor->dep_overflow =
       DepOverflow::make(successor->dep_overflow, std::max(DepOverflow::default_capacity, edges));
@@ -196,7 +196,9 @@ void ContextImpl::register_dependencies(TaskRecord* task, ThreadState& thread, T
     BufferState* buffer = access.buffer;
     std::lock_guard lock(buffer->tracker.lock());
     buffer->tracker.split_for(access.offset, access.size);
-    const std::size_t bound = buffer->tracker.reserve_for(access.offset, access.size, access.mode, 1);
+    const std::size_t room = free_dep_nodes(task);
+    const std::size_t bound = buffer->tracker.reserve_for(access.offset, access.size, access.mode, 1,
+                                                          room > after_count ? room - after_count : 0);
     reserve_dep_nodes(task, bound + after_count);
     buffer->tracker.register_access(task, access.offset, access.size, access.mode, on_predecessor);
   } else if (count > 1) {
@@ -219,11 +221,13 @@ void ContextImpl::register_dependencies(TaskRecord* task, ThreadState& thread, T
         const AccessRecord& access = task->accesses[i];
         access.buffer->tracker.split_for(access.offset, access.size);
       }
+      const std::size_t room = free_dep_nodes(task);
       std::size_t bound = after_count;
       for (std::size_t i = 0; i < count; ++i) {
         const AccessRecord& access = task->accesses[i];
         bound += access.buffer->tracker.reserve_for(access.offset, access.size, access.mode,
-                                                    merge ? 1 : accesses_to(access.buffer));
+                                                    merge ? 1 : accesses_to(access.buffer),
+                                                    room > bound ? room - bound : 0);
       }
       reserve_dep_nodes(task, bound);
     } catch (...) {
@@ -261,8 +265,9 @@ TaskRecord* ContextImpl::commit_task(TaskDraft draft, const SubmitInfo& info) {
     throttle_submission(thread);
     return nullptr;
   }
-  task->stream_launcher = info.stream_launcher;  // before the device checks: where it may run
-  task->stream_only = info.stream_only;
+  // The cold lines are written only where a field differs from its recycled value (see TaskRecord).
+  record_fields::restore(task->stream_launcher, info.stream_launcher);  // before the device checks
+  record_fields::restore(task->stream_only, info.stream_only);
   try {
     if (info.after_count != 0 && info.pool != nullptr) {
       throw Error(ErrorCode::invalid_argument, "tasks in a task pool cannot have `after` edges");
@@ -291,10 +296,10 @@ TaskRecord* ContextImpl::commit_task(TaskDraft draft, const SubmitInfo& info) {
     throw;
   }
   task->ops = info.ops;
-  task->name = info.name;
+  record_fields::restore(task->name, info.name);
   task->compute_intensive = info.compute_intensive;
   task->priority = info.priority;
-  task->device_hint = static_cast<std::int16_t>(info.device);
+  record_fields::restore(task->device_hint, static_cast<std::int16_t>(info.device));
   task->group = info.group;
   if (info.pool != nullptr) {
     if (recorder != nullptr) [[unlikely]]
@@ -356,11 +361,10 @@ void ContextImpl::make_ready(TaskRecord* task, ThreadState& thread, bool submiss
       if (coherence != nullptr && !host_bound_in_place(*task)) {
         place_with_data(task, thread, submission);
       } else {
-        if (coherence != nullptr) {
-          task->device = 0;  // what placement would have chosen
-          if (recorder != nullptr) [[unlikely]]
-            task->data_valid_ns = task->ready_ns;  // no copies: valid when ready
-        }
+        // The CPU workers, as placement would have chosen: `device` stays -1, which means them too
+        // (writing 0 would move the record's cold line to this core and back at its release).
+        if (coherence != nullptr && recorder != nullptr) [[unlikely]]
+          task->data_valid_ns = task->ready_ns;  // no copies: valid when ready
         scheduler.enqueue(task, thread, submission, preferred_numa_node(task));
       }
       return;

@@ -54,31 +54,41 @@ std::size_t DependencyTracker::split_at(std::size_t position) {
   return index + 1;
 }
 
-void DependencyTracker::split_for(std::size_t offset, std::size_t size) {
-  if (size == 0 || (segments_.size() == 1 && offset == 0 && size == bytes_)) return;
+void DependencyTracker::split_around(std::size_t offset, std::size_t size) {
   split_at(offset);
   split_at(offset + size);
 }
 
-std::size_t DependencyTracker::reserve_for(std::size_t offset, std::size_t size, Access mode,
-                                           std::size_t own_accesses) {
+std::size_t DependencyTracker::reserve_in_segments(std::size_t offset, std::size_t size, Access mode,
+                                                   std::size_t own_accesses, std::size_t room) {
   if (size == 0) return 0;
   const std::size_t end = offset + size;
-  std::size_t predecessors = 0;
   // The first segment ending after `offset`, as in split_at().
-  auto it = std::upper_bound(segments_.begin(), segments_.end(), offset,
-                             [](std::size_t value, const Segment& s) { return value < s.end; });
-  for (; it != segments_.end() && it->begin < end; ++it) {
-    // What register_access() will report, by its own tests: a task only ever leaves `unfinished`,
-    // so the count can only fall before the registration (and it stays an upper bound).
+  const auto first = std::upper_bound(segments_.begin(), segments_.end(), offset,
+                                      [](std::size_t value, const Segment& s) { return value < s.end; });
+  // Every writer and, for a write, every reader may be reported: a bound that reads no other task's
+  // status, whose line the core running that task is writing. Within `room` it is the answer.
+  std::size_t named = 0;
+  for (auto it = first; it != segments_.end() && it->begin < end; ++it) {
     Segment& segment = *it;
+    named += segment.writer != nullptr ? 1 : 0;
+    if (writes(mode)) {
+      named += segment.readers.size();
+    } else if (const std::size_t wanted = segment.readers.size() + own_accesses;
+               segment.readers.capacity() < wanted) {
+      segment.readers.reserve(std::max(wanted, 2 * segment.readers.size()));
+    }
+  }
+  if (named <= room) return named;
+  // What register_access() will report, by its own tests: a task only ever leaves `unfinished`,
+  // so the count can only fall before the registration (and it stays an upper bound).
+  std::size_t predecessors = 0;
+  for (auto it = first; it != segments_.end() && it->begin < end; ++it) {
+    const Segment& segment = *it;
     if (segment.writer != nullptr && (unfinished(segment.writer) || (reads(mode) && failed(segment.writer))))
       ++predecessors;
     if (writes(mode)) {
       for (const TaskRecord* reader : segment.readers) predecessors += unfinished(reader) ? 1 : 0;
-    } else if (const std::size_t wanted = segment.readers.size() + own_accesses;
-               segment.readers.capacity() < wanted) {
-      segment.readers.reserve(std::max(wanted, 2 * segment.readers.size()));
     }
   }
   return predecessors;

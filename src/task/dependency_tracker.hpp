@@ -46,9 +46,25 @@ class DependencyTracker {
   // the access's bounds segment boundaries (a split changes no meaning), then, after split_for() for
   // every access the task has to this buffer, reserve_for() makes room in each segment's readers for
   // `own_accesses` more (that many accesses of the task to this buffer) and returns at most how many
-  // predecessors register_access() will report for it (each report adds at most one edge).
-  void split_for(std::size_t offset, std::size_t size);
-  std::size_t reserve_for(std::size_t offset, std::size_t size, Access mode, std::size_t own_accesses);
+  // predecessors register_access() will report for it (each report adds at most one edge): the
+  // tasks it names when they are no more than `room` (the edges the task can take without
+  // allocating), else the unfinished ones among them.
+  void split_for(std::size_t offset, std::size_t size) {
+    if (size == 0 || (segments_.size() == 1 && offset == 0 && size == bytes_)) return;  // the usual case
+    split_around(offset, size);
+  }
+  std::size_t reserve_for(std::size_t offset, std::size_t size, Access mode, std::size_t own_accesses,
+                          std::size_t room) {
+    if (segments_.size() == 1 && size != 0) {  // the usual case, inline: one segment holds the access
+      Segment& segment = segments_.front();
+      const std::size_t named =
+          (segment.writer != nullptr ? 1 : 0) + (writes(mode) ? segment.readers.size() : 0);
+      if (named <= room &&
+          (writes(mode) || segment.readers.capacity() >= segment.readers.size() + own_accesses))
+        return named;
+    }
+    return reserve_in_segments(offset, size, mode, own_accesses, room);
+  }
 
   // register_access() records `task` accessing [offset, offset + size) and calls
   // on_predecessor(Predecessor) for every task it must wait for: unfinished conflicting tasks, and
@@ -94,6 +110,9 @@ class DependencyTracker {
 
   // split_at() makes `position` a segment boundary; returns the index of the segment starting there.
   std::size_t split_at(std::size_t position);
+  void split_around(std::size_t offset, std::size_t size);
+  std::size_t reserve_in_segments(std::size_t offset, std::size_t size, Access mode, std::size_t own_accesses,
+                                  std::size_t room);
   void merge_around(std::size_t first, std::size_t last);
   static void prune_finished(std::vector<TaskRecord*>& readers) noexcept;
 

@@ -42,6 +42,12 @@ DepNode* allocate_dep_node(TaskRecord* successor);
 // reserve_dep_nodes() makes room for `edges` more edges into `successor`: afterwards that many
 // add_edge() calls allocate nothing. Throws std::bad_alloc, leaving the task unchanged.
 void reserve_dep_nodes(TaskRecord* successor, std::size_t edges);
+// free_dep_nodes(): how many more edges into `successor` need no allocation.
+inline std::size_t free_dep_nodes(const TaskRecord* successor) noexcept {
+  std::size_t free = inline_dep_count - successor->dep_used;
+  if (const DepOverflow* chunk = successor->dep_overflow) free += chunk->capacity - chunk->used;
+  return free;
+}
 
 inline void add_edge(TaskRecord* predecessor, TaskRecord* successor, bool consumes) {
   DepNode* node = allocate_dep_node(successor);

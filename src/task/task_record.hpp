@@ -98,25 +98,16 @@ struct alignas(64) TaskRecord : QueueLink {
   PoolState* pool = nullptr;  // the pool a pool_gate (or a pool member) belongs to
   // --- line 1: the closure, constructed by the submitter and called by the worker
   alignas(64) std::byte closure[inline_closure_bytes];
-  // --- cold
+  // --- cold: line 2 is read where the task runs and rarely written
   ContextImpl* context = nullptr;
   AccessRecord* accesses = inline_accesses;
   DepOverflow* dep_overflow = nullptr;
   const char* name = nullptr;
   const KernelState* kernel = nullptr;                  // a Kernel call (nullptr: a plain closure)
   std::shared_ptr<const KernelState> kernel_keepalive;  // its name outlives the closure (messages)
-  // Cancelled through a consuming edge (mark_cancelled_by); with `error` null, the predecessor had
-  // itself been cancelled on request, so the message must not say this task was.
-  bool cancelled_by_dependency = false;
-  // A C kernel in the launcher form (SubmitInfo::stream_launcher): CUDA devices may run it, and with
-  // stream_only the CPU workers may not.
-  bool stream_launcher = false;
-  bool stream_only = false;
-  std::uint8_t dep_used = 0;
-  std::int16_t device = -1;              // where it runs: 0 = CPU workers, 1.. = a device (set at placement)
-  std::int16_t device_hint = -1;         // TaskOptions::device
-  std::atomic<std::int32_t> fetches{0};  // copies its data still waits for (coherence)
-  std::exception_ptr error;              // the task's own failure, or the cause of its cancellation
+  std::atomic<std::int32_t> fetches{0};                 // copies its data still waits for (coherence)
+  // --- line 3: the task's failure, and the times recording stamps
+  std::exception_ptr error;  // the task's own failure, or the cause of its cancellation
   // Recording (perf.record_tasks / perf.trace) only; stale otherwise.
   std::uint64_t trace_id = 0;                 // numbered at submission
   std::int64_t submitted_ns = 0;              // monotonic_ns()
@@ -124,7 +115,20 @@ struct alignas(64) TaskRecord : QueueLink {
   std::int64_t data_valid_ns = 0;             // copies done (= ready_ns without devices)
   std::int64_t start_ns = 0;                  // a device began it (asynchronous backends)
   std::atomic<std::uint64_t> bytes_moved{0};  // copied for it (with a TransferObserver)
+  // --- lines 4-6: the graph and the data. Nodes are taken from the last (allocate_dep_node()), so
+  // a task with one predecessor and one access writes line 5 alone past line 0: deps[last], the
+  // count and the first access share it.
   DepNode deps[inline_dep_count];
+  std::uint8_t dep_used = 0;
+  // Cancelled through a consuming edge (mark_cancelled_by); with `error` null, the predecessor had
+  // itself been cancelled on request, so the message must not say this task was.
+  bool cancelled_by_dependency = false;
+  // A C kernel in the launcher form (SubmitInfo::stream_launcher): CUDA devices may run it, and with
+  // stream_only the CPU workers may not.
+  bool stream_launcher = false;
+  bool stream_only = false;
+  std::int16_t device = -1;       // where it runs: -1 or 0 = CPU workers, 1.. = a device (set at placement)
+  std::int16_t device_hint = -1;  // TaskOptions::device
   AccessRecord inline_accesses[inline_access_count];
 
   // Records are constructed once, in their slab, and recycled. release_resources() (when the

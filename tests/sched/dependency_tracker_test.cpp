@@ -1,0 +1,113 @@
+// The dependency tracker's reservation (reserve_for) against what registration then reports: the
+// bound must never be smaller (submission reserves that many dependency nodes and must not
+// allocate afterwards), it names every tracked task while they fit the room given (without reading
+// their status), and counts exactly the ones registration will report when they do not.
+#include "task/dependency_tracker.hpp"
+
+#include <cstddef>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "nerve/nerve.hpp"
+
+#include "task/task_record.hpp"
+
+namespace nerve::detail {
+namespace {
+
+// Records owned by the test: each holds one reference of its own, so the tracker's releases (which
+// go through the record's context) never recycle them.
+class Records {
+ public:
+  Records() : context_(nerve::Settings().use_environment(false).set("parallel.thread_pool_size", "1")) {}
+
+  TaskRecord* make(std::uint32_t status) {
+    records_.push_back(std::make_unique<TaskRecord>());
+    TaskRecord* record = records_.back().get();
+    record->context = context_.impl();
+    record->refs.store(1, std::memory_order_relaxed);
+    record->status.store(status, std::memory_order_relaxed);
+    return record;
+  }
+
+ private:
+  nerve::Context context_;
+  std::vector<std::unique_ptr<TaskRecord>> records_;
+};
+
+std::size_t registered_reports(DependencyTracker& tracker, TaskRecord* task, std::size_t offset,
+                               std::size_t size, Access mode) {
+  std::size_t reports = 0;
+  tracker.split_for(offset, size);
+  tracker.register_access(task, offset, size, mode, [&](Predecessor) { ++reports; });
+  return reports;
+}
+
+TEST(DependencyTracker, ReserveNamesTrackedTasksWithinRoomAndCountsUnfinishedBeyond) {
+  Records records;
+  DependencyTracker tracker(64);
+  TaskRecord* writer = records.make(status_succeeded);
+  EXPECT_EQ(registered_reports(tracker, writer, 0, 64, Access::write), 0u);
+  TaskRecord* finished_reader = records.make(status_pending);
+  TaskRecord* running_reader = records.make(status_pending);
+  EXPECT_EQ(registered_reports(tracker, finished_reader, 0, 64, Access::read), 0u);
+  EXPECT_EQ(registered_reports(tracker, running_reader, 0, 64, Access::read), 0u);
+  finished_reader->status.store(status_succeeded, std::memory_order_relaxed);
+
+  // A write names the writer and both readers (3); only the running reader will be reported.
+  EXPECT_EQ(tracker.reserve_for(0, 64, Access::write, 1, 3), 3u);
+  EXPECT_EQ(tracker.reserve_for(0, 64, Access::write, 1, 2), 1u);
+  EXPECT_EQ(tracker.reserve_for(0, 64, Access::write, 1, 0), 1u);
+  // A read waits for no reader: the finished writer is named within the room, not counted beyond it.
+  EXPECT_EQ(tracker.reserve_for(0, 64, Access::read, 1, 4), 1u);
+  EXPECT_EQ(tracker.reserve_for(0, 64, Access::read, 1, 0), 0u);
+  // A failed writer is reported to readers: counted even beyond the room.
+  writer->status.store(status_failed, std::memory_order_relaxed);
+  EXPECT_EQ(tracker.reserve_for(0, 64, Access::read, 1, 0), 1u);
+
+  TaskRecord* next = records.make(status_pending);
+  EXPECT_EQ(registered_reports(tracker, next, 0, 64, Access::write), 1u);
+  tracker.clear();
+}
+
+// Random histories over split segments: for every access, the bound given any room is at least
+// what registration reports, and equals it when the room is zero.
+TEST(DependencyTracker, ReservationBoundsEveryRegistrationOverRandomHistories) {
+  constexpr std::size_t bytes = 256;
+  std::mt19937 random(20261201);
+  const std::uint32_t statuses[] = {status_pending, status_running, status_succeeded, status_failed,
+                                    status_cancelled};
+  const Access modes[] = {Access::read, Access::write, Access::read_write};
+  for (int history = 0; history < 50; ++history) {
+    Records records;
+    DependencyTracker tracker(bytes);
+    std::vector<TaskRecord*> registered;
+    for (int step = 0; step < 60; ++step) {
+      // Tasks finish, fail or are cancelled at random between submissions.
+      for (TaskRecord* task : registered) {
+        if (task->load_status() < status_succeeded && random() % 4 == 0)
+          task->status.store(statuses[2 + random() % 3], std::memory_order_relaxed);
+      }
+      const std::size_t offset = random() % bytes;
+      const std::size_t size = 1 + random() % (bytes - offset);
+      const Access mode = modes[random() % 3];
+      tracker.split_for(offset, size);
+      const std::size_t room = random() % 6;
+      const std::size_t bound = tracker.reserve_for(offset, size, mode, 1, room);
+      const std::size_t exact = tracker.reserve_for(offset, size, mode, 1, 0);
+      TaskRecord* task = records.make(statuses[random() % 2]);
+      std::size_t reports = 0;
+      tracker.register_access(task, offset, size, mode, [&](Predecessor) { ++reports; });
+      ASSERT_GE(bound, reports) << "history " << history << " step " << step;
+      ASSERT_EQ(exact, reports) << "history " << history << " step " << step;
+      registered.push_back(task);
+    }
+    tracker.clear();
+  }
+}
+
+}  // namespace
+}  // namespace nerve::detail
