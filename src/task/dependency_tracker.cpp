@@ -71,13 +71,9 @@ std::size_t DependencyTracker::reserve_in_segments(std::size_t offset, std::size
   std::size_t named = 0;
   for (auto it = first; it != segments_.end() && it->begin < end; ++it) {
     Segment& segment = *it;
-    named += segment.writer != nullptr ? 1 : 0;
-    if (writes(mode)) {
-      named += segment.readers.size();
-    } else if (const std::size_t wanted = segment.readers.size() + own_accesses;
-               segment.readers.capacity() < wanted) {
-      segment.readers.reserve(std::max(wanted, 2 * segment.readers.size()));
-    }
+    named += named_in(segment, mode);
+    if (!writes(mode) && !readers_fit(segment, own_accesses))
+      segment.readers.reserve(std::max(segment.readers.size() + own_accesses, 2 * segment.readers.size()));
   }
   if (named <= room) return named;
   // What register_access() will report, by its own tests: a task only ever leaves `unfinished`,

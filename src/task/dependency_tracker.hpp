@@ -56,11 +56,9 @@ class DependencyTracker {
   std::size_t reserve_for(std::size_t offset, std::size_t size, Access mode, std::size_t own_accesses,
                           std::size_t room) {
     if (segments_.size() == 1 && size != 0) {  // the usual case, inline: one segment holds the access
-      Segment& segment = segments_.front();
-      const std::size_t named =
-          (segment.writer != nullptr ? 1 : 0) + (writes(mode) ? segment.readers.size() : 0);
-      if (named <= room &&
-          (writes(mode) || segment.readers.capacity() >= segment.readers.size() + own_accesses))
+      const Segment& segment = segments_.front();
+      if (const std::size_t named = named_in(segment, mode);
+          named <= room && (writes(mode) || readers_fit(segment, own_accesses)))
         return named;
     }
     return reserve_in_segments(offset, size, mode, own_accesses, room);
@@ -111,6 +109,14 @@ class DependencyTracker {
   // split_at() makes `position` a segment boundary; returns the index of the segment starting there.
   std::size_t split_at(std::size_t position);
   void split_around(std::size_t offset, std::size_t size);
+  // The tasks a segment names for an access in `mode` (its writer and, for a write, its readers):
+  // a bound on what register_access() reports for it that reads none of their statuses.
+  static std::size_t named_in(const Segment& segment, Access mode) noexcept {
+    return (segment.writer != nullptr ? 1 : 0) + (writes(mode) ? segment.readers.size() : 0);
+  }
+  static bool readers_fit(const Segment& segment, std::size_t more) noexcept {
+    return segment.readers.capacity() >= segment.readers.size() + more;
+  }
   std::size_t reserve_in_segments(std::size_t offset, std::size_t size, Access mode, std::size_t own_accesses,
                                   std::size_t room);
   void merge_around(std::size_t first, std::size_t last);
