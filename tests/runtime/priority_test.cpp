@@ -50,12 +50,14 @@ TEST_P(PriorityTest, HighBeforeNormalBeforeLowUnderContention) {
   blockers.release = true;
   context->wait_all();
   ASSERT_EQ(order.size(), 3u * per_level);
-  const auto mean_position = [&](int level) {
-    double sum = 0;
+  // The median start position of a level's tasks.
+  const auto median_position = [&](int level) {
+    std::vector<double> positions;
     for (std::size_t i = 0; i < order.size(); ++i) {
-      if (order[i] == level) sum += static_cast<double>(i);
+      if (order[i] == level) positions.push_back(static_cast<double>(i));
     }
-    return sum / static_cast<double>(per_level);
+    std::sort(positions.begin(), positions.end());
+    return (positions[per_level / 2 - 1] + positions[per_level / 2]) / 2;
   };
   if (workers() == 1) {
     // One worker takes and runs them one by one: the exact order of the levels.
@@ -67,10 +69,12 @@ TEST_P(PriorityTest, HighBeforeNormalBeforeLowUnderContention) {
     }
   } else {
     // Several workers take tasks in priority order, but a worker preempted (more workers than
-    // cores) between taking a task and running it lets a few start out of order: compare the
-    // levels' mean positions, which a few such swaps cannot reverse.
-    EXPECT_LT(mean_position(Priority::high), mean_position(Priority::normal));
-    EXPECT_LT(mean_position(Priority::normal), mean_position(Priority::low));
+    // cores) between taking a task and running it lets that task start late, possibly after all
+    // the others: one such task moves a level's mean position by up to 3 places, so a few reverse
+    // the means (CI saw it at 8 workers under ASan). Medians move only when half a level's tasks
+    // are late, which preemption of a few workers cannot do.
+    EXPECT_LT(median_position(Priority::high), median_position(Priority::normal));
+    EXPECT_LT(median_position(Priority::normal), median_position(Priority::low));
   }
 }
 
