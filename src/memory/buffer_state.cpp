@@ -11,16 +11,17 @@ BufferState::BufferState(ContextImpl* owner, HostMemoryNode& host_node, int work
                          std::uint64_t buffer_id)
     : context(owner),
       bytes(size_bytes),
-      element_size(element_bytes),
-      id(buffer_id),
-      name(options.name),
-      host_storage(host_node, size_bytes, options.numa_node, worker_numa),
-      host(host_storage.data()),
       home_numa(options.numa_node),
       sticky(options.sticky),
       host_cached(options.host_cached),
+      element_size(element_bytes),
+      id(buffer_id),
       tracker(size_bytes),
-      replicas(size_bytes, host) {}
+      name(options.name),
+      host_storage(host_node, size_bytes, options.numa_node, worker_numa),
+      replicas(size_bytes, host_storage.data()) {
+  host = host_storage.data();  // declared on the hot line, before the storage it points into
+}
 
 BufferState::~BufferState() = default;
 

@@ -1,11 +1,11 @@
 // buffer_state.hpp — the runtime side of a Buffer: its bytes, its home, its dependency state.
 //
 // A BufferState lives while Buffer handles (and the C API's pins) reference it, counted in `refs`,
-// and while tasks that access it have not finished, counted apart (see TaskAccessCount). It holds a
-// reference on its context, so the context's memory outlives it. The data itself is released when
-// both counts are done, or when the context is destroyed (live buffers are then reported), or never
-// used again after an explicit free (C API): later use of the handle is then a BufferMisuse error,
-// not undefined behaviour.
+// and while tasks that access it have not finished, counted apart (accesses_begun / accesses_ended). It holds
+// a reference on its context, so the context's memory outlives it. The data itself is released when both
+// counts are done, or when the context is destroyed (live buffers are then reported), or never used again
+// after an explicit free (C API): later use of the handle is then a BufferMisuse error, not undefined
+// behaviour.
 //
 // Contents of a new buffer are not zeroed: the first task that writes it touches the pages, which
 // places them on that worker's NUMA node (first touch).
@@ -56,19 +56,6 @@ class HostStorage {
   HostBlock block_;
 };
 
-// TaskAccessCount counts the accesses of unfinished tasks (mappings included) without a shared
-// counter that the submitting thread and the finishing worker would both write: a dependency chain
-// on one buffer moved that cache line between cores twice per task. The submitter adds to `begun`,
-// the finisher to `ended`, each on a line of its own. `ended` carries `open_bias` while a handle
-// lives; the last handle's release (buffers.cpp) removes the bias and subtracts `begun`, now final
-// (no handle is left to submit with), so that `ended` reaches exactly 0 once, at the last access's
-// end, or at that release if none is pending: whoever brings it there destroys the buffer.
-struct TaskAccessCount {
-  static constexpr std::int64_t open_bias = std::int64_t{1} << 62;
-  alignas(64) std::atomic<std::uint64_t> begun{0};
-  alignas(64) std::atomic<std::int64_t> ended{open_bias};
-};
-
 struct BufferState {
   // `worker_numa`: the NUMA node of the creating thread's worker, or -1 (see HostMemoryNode).
   BufferState(ContextImpl* owner, HostMemoryNode& host_node, int worker_numa, std::size_t size_bytes,
@@ -81,29 +68,50 @@ struct BufferState {
   void check_usable(const char* operation) const;
   std::string describe() const;  // "buffer 7 'name' (4096 bytes)"
 
-  std::atomic<std::int32_t> refs{1};  // handles and pins; tasks count in `task_accesses`
+  // The layout follows who touches what per task. A program over many small buffers (W4: 65,536 of
+  // them) finds each buffer's lines out of cache, so a task pays for every line it touches per
+  // buffer: line 0 (validated at submission, read where the task runs and becomes ready), line 1
+  // (the submitter's: tracker, accesses begun), line 2 (the finisher's: accesses ended); the rest is
+  // cold. Lines 1 and 2 are apart so that a chain on one buffer does not move a line between the
+  // submitting core and the running one twice per task.
+  // --- line 0: read by every task, written almost never (first touch, free, a first device replica)
   ContextImpl* const context;
   const std::size_t bytes;
-  const std::size_t element_size;
-  const std::uint64_t id;
-  const std::string name;
-  HostStorage host_storage;
   std::byte* host = nullptr;  // host_storage.data(); null once the context has freed it
   std::atomic<int> home_numa{-1};
   std::atomic<BufferLife> life{BufferLife::alive};
+  // No replica off the host has ever existed: the host holds every byte, valid, and host tasks skip
+  // coherence (CoherenceEngine). Cleared for good before the first replica on another node is made;
+  // a host task that conflicts with that replica's users is ordered after them by its dependencies,
+  // so it sees the flag cleared.
+  std::atomic<bool> host_only{true};
   const bool sticky;       // BufferOptions::sticky: evicted last
   const bool host_cached;  // BufferOptions::host_cached: device writes are copied back at once
-  // The tracker is written by every submission over the buffer; the replicas are read wherever its
-  // tasks become ready. Lines of their own, or the submitting core and the running one take turns.
+  const std::size_t element_size;
+  const std::uint64_t id;
+  // --- line 1: written by every submission over the buffer
   alignas(64) DependencyTracker tracker;
-  alignas(64) BufferReplicas replicas;
-  TaskAccessCount task_accesses;
+  // Accesses of unfinished tasks (mappings included), counted without a counter that the submitter
+  // and the finisher would both write: the submitter adds to `accesses_begun`, the finisher to
+  // `accesses_ended`. `accesses_ended` carries `open_bias` while a handle lives; the last handle's
+  // release (buffers.cpp) removes the bias and subtracts `accesses_begun`, now final (no handle is
+  // left to submit with), so that `accesses_ended` reaches exactly 0 once, at the last access's end,
+  // or at that release if none is pending: whoever brings it there destroys the buffer.
+  static constexpr std::int64_t open_bias = std::int64_t{1} << 62;
+  std::atomic<std::uint64_t> accesses_begun{0};
+  std::atomic<std::int32_t> refs{1};  // handles and pins; tasks count in the accesses above
+  // --- line 2: written where the buffer's tasks finish
+  alignas(64) std::atomic<std::int64_t> accesses_ended{open_bias};
+  // --- cold
+  alignas(64) const std::string name;
+  HostStorage host_storage;
+  BufferReplicas replicas;
 };
 
 // A task's (or mapping's) access keeps the buffer alive until retire_task_access(), which may
 // destroy it: the caller must not touch the buffer afterwards.
 inline void begin_task_access(BufferState* buffer) noexcept {
-  buffer->task_accesses.begun.fetch_add(1, std::memory_order_relaxed);
+  buffer->accesses_begun.fetch_add(1, std::memory_order_relaxed);
 }
 void retire_task_access(BufferState* buffer) noexcept;
 
@@ -111,15 +119,15 @@ void retire_task_access(BufferState* buffer) noexcept;
 // retire_task_access(). Taken only while an access of a task is pending (the task the copy serves
 // or whose results it copies back), so the count cannot be at zero: a hold without a submission.
 inline void hold_access(BufferState* buffer) noexcept {
-  buffer->task_accesses.ended.fetch_sub(1, std::memory_order_acq_rel);
+  buffer->accesses_ended.fetch_sub(1, std::memory_order_acq_rel);
 }
 // try_hold_access() is hold_access() for a buffer nobody is known to hold (eviction): it fails when
 // the count is at zero, i.e. the buffer is being destroyed. The caller must keep the buffer from
 // being deleted meanwhile (destroy() first removes it from the coherence engine's lists).
 inline bool try_hold_access(BufferState* buffer) noexcept {
-  std::int64_t ended = buffer->task_accesses.ended.load(std::memory_order_relaxed);
+  std::int64_t ended = buffer->accesses_ended.load(std::memory_order_relaxed);
   while (ended != 0) {
-    if (buffer->task_accesses.ended.compare_exchange_weak(ended, ended - 1, std::memory_order_acq_rel))
+    if (buffer->accesses_ended.compare_exchange_weak(ended, ended - 1, std::memory_order_acq_rel))
       return true;
   }
   return false;

@@ -138,7 +138,7 @@ bool CoherenceEngine::acquire(TaskRecord* task, unsigned node) {
   for (std::size_t i = 0; i < task->access_count; ++i) {
     const AccessRecord& access = task->accesses[i];
     BufferState& buffer = *access.buffer;
-    if (node == 0 && buffer.replicas.host_only_.load(std::memory_order_acquire)) continue;
+    if (node == 0 && buffer.host_only.load(std::memory_order_acquire)) continue;
     std::lock_guard lock(buffer.replicas.mutex_);
     if (node != 0) buffer.replicas.replicas_[node].last_use = tick();
     if (reads(access.mode))
@@ -154,7 +154,7 @@ bool CoherenceEngine::acquire(TaskRecord* task, unsigned node) {
 
 bool CoherenceEngine::host_holds_all(const TaskRecord& task) noexcept {
   for (std::size_t i = 0; i < task.access_count; ++i) {
-    if (!task.accesses[i].buffer->replicas.host_only_.load(std::memory_order_acquire)) return false;
+    if (!task.accesses[i].buffer->host_only.load(std::memory_order_acquire)) return false;
   }
   return true;
 }
@@ -343,7 +343,7 @@ void CoherenceEngine::pin_replica(BufferState& buffer, unsigned node, const Task
     std::lock_guard lock(buffer.replicas.mutex_);
     auto& replicas = buffer.replicas.replicas_;
     if (replicas.size() < nodes_.size()) replicas.resize(nodes_.size());
-    buffer.replicas.host_only_.store(false, std::memory_order_release);
+    buffer.host_only.store(false, std::memory_order_release);
     if (replicas[node].data != nullptr) {
       ++replicas[node].pins;
       return;

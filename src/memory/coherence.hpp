@@ -109,11 +109,7 @@ class BufferReplicas {
   std::vector<Replica> replicas_;     // per memory node, sized on first use; [0] is the host data
   std::vector<PendingCopy*> copies_;  // copies in flight into some node
   std::uint64_t epoch_ = 0;           // incremented by every write claim
-  // No replica off the host has ever existed: the host holds every byte, valid, and host tasks
-  // skip the lock. Cleared (for good) before the first replica on another node is made; a host task
-  // that conflicts with that replica's users is ordered after them by its dependencies, so it sees
-  // the flag cleared.
-  std::atomic<bool> host_only_{true};
+  // Whether another node ever held a replica: BufferState::host_only, on the buffer's hot line.
 };
 
 class CoherenceEngine {

@@ -72,13 +72,13 @@ void destroy(BufferState* buffer) noexcept {
 void release(BufferState* buffer) noexcept {
   if (buffer->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   // Every submission happened before the release of the handle it used, which this acquired.
-  const auto begun = static_cast<std::int64_t>(buffer->task_accesses.begun.load(std::memory_order_relaxed));
-  const std::int64_t close = TaskAccessCount::open_bias + begun;
-  if (buffer->task_accesses.ended.fetch_sub(close, std::memory_order_acq_rel) == close) destroy(buffer);
+  const auto begun = static_cast<std::int64_t>(buffer->accesses_begun.load(std::memory_order_relaxed));
+  const std::int64_t close = BufferState::open_bias + begun;
+  if (buffer->accesses_ended.fetch_sub(close, std::memory_order_acq_rel) == close) destroy(buffer);
 }
 
 void retire_task_access(BufferState* buffer) noexcept {
-  if (buffer->task_accesses.ended.fetch_add(1, std::memory_order_acq_rel) == -1) destroy(buffer);
+  if (buffer->accesses_ended.fetch_add(1, std::memory_order_acq_rel) == -1) destroy(buffer);
 }
 
 std::size_t buffer_bytes(const BufferState* buffer) noexcept { return buffer->bytes; }
@@ -204,7 +204,8 @@ Mapping buffer_map(BufferState* buffer, std::size_t offset, std::size_t size, Ac
   task->name = "host mapping";
   set_mapping_thread(task);
   task->refs.store(2, std::memory_order_relaxed);  // the runtime (until unmap) and the Mapping
-  task->pending.store(1, std::memory_order_relaxed);
+  open_submission_guard(task);
+  std::size_t edges = 0;
   const AccessSpec spec{buffer, offset, size, mode};
   context.copy_accesses(task, &spec, 1);
   {
@@ -245,10 +246,10 @@ Mapping buffer_map(BufferState* buffer, std::size_t offset, std::size_t size, Ac
       throw;
     }
     buffer->tracker.register_access(task, offset, size, mode, [&](Predecessor predecessor) {
-      if (predecessor.task != task) add_edge(predecessor.task, task, predecessor.consumes);
+      if (predecessor.task != task && add_edge(predecessor.task, task, predecessor.consumes)) ++edges;
     });
   }
-  if (task->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) context.make_ready(task, thread, true);
+  if (close_submission_guard(task, edges)) context.make_ready(task, thread, true);
   MappingGranted granted{task};
   context.scheduler.wait(thread, granted);
   if (task->load_status() == status_cancelled) {

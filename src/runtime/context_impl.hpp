@@ -115,9 +115,10 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   // the task finishes (begin_task_access); a pool gate's, already validated, do neither.
   void validate_access(const AccessSpec& access) const;
   void copy_accesses(TaskRecord* task, const AccessSpec* accesses, std::size_t count);
-  // register_dependencies() infers `task`'s predecessors from its accesses and adds the edges.
-  void register_dependencies(TaskRecord* task, ThreadState& thread, TaskRecord* const* after,
-                             std::size_t after_count, bool after_consumes = true);
+  // register_dependencies() infers `task`'s predecessors from its accesses and adds the edges, under
+  // the task's submission guard (task_graph.hpp); returns how many it added, for the guard's release.
+  std::size_t register_dependencies(TaskRecord* task, ThreadState& thread, TaskRecord* const* after,
+                                    std::size_t after_count, bool after_consumes = true);
   int preferred_numa_node(const TaskRecord* task) const noexcept;
 
   // TaskExecutor

@@ -7,6 +7,7 @@
 
 #include "memory/buffer_state.hpp"
 #include "runtime/context_impl.hpp"
+#include "task/task_graph.hpp"
 
 namespace nerve::detail {
 
@@ -50,10 +51,11 @@ void PoolState::launch() {
   gate->pool = this;
   gate->name = "task pool";
   gate->refs.store(2, std::memory_order_relaxed);  // the runtime and the pool
-  gate->pending.store(1, std::memory_order_relaxed);
+  open_submission_guard(gate);
+  std::size_t edges = 0;
   try {  // out of memory: the pool stays unlaunched, as it was (a gate's accesses count nowhere)
     context.copy_accesses(gate, specs.data(), specs.size());
-    context.register_dependencies(gate, thread, nullptr, 0);
+    edges = context.register_dependencies(gate, thread, nullptr, 0);
   } catch (...) {
     context.abandon_task(TaskDraft{gate, gate->closure, &thread});  // its accesses go with it
     gate = nullptr;
@@ -63,7 +65,7 @@ void PoolState::launch() {
   thread.count_submitted();
   context.pool_gates_submitted.fetch_add(1, std::memory_order_release);  // after: stats read it first
   for (std::size_t i = 0; i < members.size(); ++i) thread.count_submitted();
-  if (gate->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) context.make_ready(gate, thread, true);
+  if (close_submission_guard(gate, edges)) context.make_ready(gate, thread, true);
 }
 
 void PoolState::release_members(ThreadState& thread) {

@@ -164,25 +164,27 @@ void ContextImpl::copy_accesses(TaskRecord* task, const AccessSpec* accesses, st
 // Locks every buffer the task touches, in address order, so that concurrent submissions over the
 // same buffers are ordered the same way on all of them (no dependency cycles), then registers each
 // access and adds an edge from each predecessor (deduplicated).
-void ContextImpl::register_dependencies(TaskRecord* task, ThreadState& thread, TaskRecord* const* after,
-                                        std::size_t after_count, bool after_consumes) {
+std::size_t ContextImpl::register_dependencies(TaskRecord* task, ThreadState& thread,
+                                               TaskRecord* const* after, std::size_t after_count,
+                                               bool after_consumes) {
   auto& seen = thread.scratch_predecessors;
   seen.clear();
+  std::size_t edges = 0;
   // One edge per predecessor, except that a consuming dependency on a predecessor already reached
   // through a non-consuming one (this task reads what it wrote and also overwrites or follows it)
   // adds a consuming edge: the predecessor's failure must cancel this task, whatever the order of
   // the accesses. A second edge to one predecessor is harmless (it only counts twice).
-  auto on_predecessor = [&](Predecessor predecessor) {
+  auto on_predecessor = [&](Predecessor predecessor) __attribute__((always_inline)) {
     if (predecessor.task == task) return;
     for (Predecessor& earlier : seen) {
       if (earlier.task != predecessor.task) continue;
       if (earlier.consumes || !predecessor.consumes) return;
       earlier.consumes = true;
-      add_edge(predecessor.task, task, true);
+      edges += add_edge(predecessor.task, task, true) ? 1 : 0;
       return;
     }
     if (seen.size() < 64) seen.push_back(predecessor);  // beyond that, duplicates are harmless
-    add_edge(predecessor.task, task, predecessor.consumes);
+    edges += add_edge(predecessor.task, task, predecessor.consumes) ? 1 : 0;
     if (recorder != nullptr) [[unlikely]]
       recorder->edge(thread, predecessor.task, task);
   };
@@ -244,6 +246,7 @@ void ContextImpl::register_dependencies(TaskRecord* task, ThreadState& thread, T
     reserve_dep_nodes(task, after_count);
   }
   for (std::size_t i = 0; i < after_count; ++i) on_predecessor(Predecessor{after[i], after_consumes});
+  return edges;
 }
 
 TaskRecord* ContextImpl::commit_task(TaskDraft draft, const SubmitInfo& info) {
@@ -318,11 +321,12 @@ TaskRecord* ContextImpl::commit_task(TaskDraft draft, const SubmitInfo& info) {
     return nullptr;
   }
   if (recorder != nullptr) [[unlikely]]
-    recorder->task_submitted(task);                   // stamps the record only; edges are traced against it
-  task->pending.store(1, std::memory_order_relaxed);  // the submission guard
+    recorder->task_submitted(task);  // stamps the record only; edges are traced against it
+  open_submission_guard(task);
+  std::size_t edges = 0;
   if (task->access_count != 0 || info.after_count != 0) {
     try {
-      register_dependencies(task, thread, info.after, info.after_count, info.after_consumes);
+      edges = register_dependencies(task, thread, info.after, info.after_count, info.after_consumes);
     } catch (...) {  // out of memory before any edge or tracker entry was made: not submitted
       discard_task(draft, info.ops);
       throw;
@@ -332,7 +336,7 @@ TaskRecord* ContextImpl::commit_task(TaskDraft draft, const SubmitInfo& info) {
   if (info.keep_handle) add_external_reference();
   if (info.group != nullptr) info.group->pending.fetch_add(1, std::memory_order_relaxed);
   thread.count_submitted();
-  if (task->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) make_ready(task, thread, true);
+  if (close_submission_guard(task, edges)) make_ready(task, thread, true);
   throttle_submission(thread);
   return info.keep_handle ? task : nullptr;
 }

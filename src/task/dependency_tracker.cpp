@@ -17,6 +17,9 @@ bool DependencyTracker::failed(const TaskRecord* task) noexcept {
 }
 
 void DependencyTracker::retain_task(TaskRecord* task) noexcept { retain_record(task); }
+void DependencyTracker::retain_registering(TaskRecord* task) noexcept {
+  task->refs.store(task->refs.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
 void DependencyTracker::release_task(TaskRecord* task) noexcept { release(task); }
 
 DependencyTracker::DependencyTracker(std::size_t bytes) : bytes_(bytes) {

@@ -104,6 +104,11 @@ class DependencyTracker {
     return (static_cast<unsigned>(mode) & static_cast<unsigned>(Access::read)) != 0;
   }
   static void retain_task(TaskRecord* task) noexcept;
+  // retain_registering(): a reference to the task being registered. Until its submission ends only
+  // its submitter changes its count: it cannot run before its submission guard is lifted, and other
+  // submissions see it only once the trackers it is registered in are unlocked. No locked
+  // instruction is needed.
+  static void retain_registering(TaskRecord* task) noexcept;
   static void release_task(TaskRecord* task) noexcept;
 
   // split_at() makes `position` a segment boundary; returns the index of the segment starting there.
@@ -168,12 +173,12 @@ void DependencyTracker::register_access(TaskRecord* task, std::size_t offset, st
         release_task(reader);
       }
       segment.readers.clear();
-      retain_task(task);
+      retain_registering(task);
       if (segment.writer != nullptr) release_task(segment.writer);
       segment.writer = task;
     } else {
       if (segment.readers.size() >= readers_prune_threshold) prune_finished(segment.readers);
-      retain_task(task);
+      retain_registering(task);
       segment.readers.push_back(task);
     }
   }

@@ -9,7 +9,7 @@
 //
 // Graph: `successors` is a lock-free stack of DepNodes (each node lives in the *successor's* record)
 // closed by exchanging in `closed_successors` when the task finishes; `pending` counts unfinished
-// predecessors plus one "submission guard" held while edges are still being added.
+// predecessors, plus the submission guard's bias while edges are still being added (task_graph.hpp).
 #pragma once
 
 #include <atomic>
