@@ -55,6 +55,32 @@ TEST_P(ErrorsTest, FailureIsRethrownByWaitAndDependentsAreCancelled) {
   context->wait_all();
 }
 
+// The successors of a failed task are released in batches (task_graph.hpp): every consuming one
+// is cancelled with the cause, whatever its place in the batches.
+TEST_P(ErrorsTest, AFailedWriterCancelsEveryReaderBehindIt) {
+  Buffer<int> data(*context, 1);
+  std::atomic<bool> all_submitted{false};
+  Task writer = context->submit(
+      [&](std::span<int>) {
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+        while (!all_submitted.load() && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+        throw std::runtime_error("writer failed");
+      },
+      write(data));
+  std::atomic<int> ran{0};
+  std::vector<Task> readers;
+  for (int i = 0; i < 19; ++i)
+    readers.push_back(context->submit([&](std::span<const int>) { ++ran; }, read(data)));
+  all_submitted = true;
+  EXPECT_THROW(writer.wait(), std::runtime_error);
+  for (Task& reader : readers) {
+    EXPECT_THROW(reader.wait(), TaskCancelled);
+    EXPECT_EQ(reader.status(), TaskStatus::cancelled);
+  }
+  EXPECT_EQ(ran.load(), 0);
+  context->wait_all();
+}
+
 TEST_P(ErrorsTest, IndependentWorkStillCompletes) {
   Buffer<int> bad(*context, 1);
   Buffer<int> good(*context, 1);

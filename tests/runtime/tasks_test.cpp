@@ -48,6 +48,47 @@ TEST_P(RuntimeTest, ReadWriteChainIsSequential) {
   EXPECT_EQ(counter.to_vector()[0], 5000);
 }
 
+// A finishing task releases its successors in batches (task_graph.hpp); counts around the batch
+// size must release every one of them exactly once, after the writer and before the next writer.
+TEST_P(RuntimeTest, AWriterReleasesEveryReaderBehindItOnce) {
+  for (const int readers : {7, 8, 9, 17, 40}) {
+    Buffer<int> data(*context, 1);
+    std::atomic<bool> all_submitted{false};
+    // The writer stays unfinished until every reader has registered its edge to it (bounded, so
+    // that a thread which runs it before that cannot hang).
+    context->spawn(
+        [&](std::span<int> d) {
+          const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+          while (!all_submitted.load() && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+          d[0] = readers;
+        },
+        write(data));
+    std::vector<std::atomic<int>> runs(static_cast<std::size_t>(readers));
+    for (int i = 0; i < readers; ++i) {
+      context->spawn(
+          [&, i](std::span<const int> d) {
+            EXPECT_EQ(d[0], readers) << "a reader ran before the writer it follows";
+            runs[static_cast<std::size_t>(i)].fetch_add(1);
+          },
+          read(data));
+    }
+    std::atomic<int> seen_by_next_writer{-1};
+    context->spawn(
+        [&](std::span<int> d) {
+          int done = 0;
+          for (const auto& count : runs) done += count.load();
+          seen_by_next_writer = done;
+          d[0] = -1;
+        },
+        write(data));
+    all_submitted = true;
+    context->wait_all();
+    for (int i = 0; i < readers; ++i)
+      EXPECT_EQ(runs[static_cast<std::size_t>(i)].load(), 1) << "reader " << i;
+    EXPECT_EQ(seen_by_next_writer.load(), readers) << "the next writer ran before the readers it follows";
+  }
+}
+
 TEST_P(RuntimeTest, WriteAfterReadWaitsForReaders) {
   Buffer<int> data(*context, 1);
   context->spawn([](std::span<int> d) { d[0] = 7; }, write(data));
