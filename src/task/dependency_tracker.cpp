@@ -74,6 +74,7 @@ std::size_t DependencyTracker::reserve_in_segments(std::size_t offset, std::size
   std::size_t named = 0;
   for (auto it = first; it != segments_.end() && it->begin < end; ++it) {
     Segment& segment = *it;
+    prefetch_named(segment, mode);
     named += named_in(segment, mode);
     if (!writes(mode) && !readers_fit(segment, own_accesses))
       segment.readers.reserve(std::max(segment.readers.size() + own_accesses, 2 * segment.readers.size()));

@@ -57,6 +57,7 @@ class DependencyTracker {
                           std::size_t room) {
     if (segments_.size() == 1 && size != 0) {  // the usual case, inline: one segment holds the access
       const Segment& segment = segments_.front();
+      prefetch_named(segment, mode);
       if (const std::size_t named = named_in(segment, mode);
           named <= room && (writes(mode) || readers_fit(segment, own_accesses)))
         return named;
@@ -118,6 +119,16 @@ class DependencyTracker {
   // a bound on what register_access() reports for it that reads none of their statuses.
   static std::size_t named_in(const Segment& segment, Access mode) noexcept {
     return (segment.writer != nullptr ? 1 : 0) + (writes(mode) ? segment.readers.size() : 0);
+  }
+  // prefetch_named(): asks for the first line of every task named_in() counts. Registration reads
+  // their statuses and drops or adds references on those lines, one task after another, between
+  // locked instructions that keep the misses from overlapping; over many buffers (W4) those tasks
+  // finished long ago or on another core. Asking for all of them here lets the misses overlap.
+  static void prefetch_named(const Segment& segment, Access mode) noexcept {
+    if (segment.writer != nullptr) __builtin_prefetch(segment.writer, 1);
+    if (writes(mode)) {
+      for (const TaskRecord* reader : segment.readers) __builtin_prefetch(reader, 1);
+    }
   }
   static bool readers_fit(const Segment& segment, std::size_t more) noexcept {
     return segment.readers.capacity() >= segment.readers.size() + more;
