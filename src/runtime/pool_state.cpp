@@ -109,8 +109,7 @@ void PoolState::discard() noexcept {
   for (TaskRecord* member : members) {
     void* closure = member->closure_storage();
     member->ops->destroy(closure);
-    if (member->closure_on_heap) ::operator delete (closure, std::align_val_t{alignof(std::max_align_t)});
-    member->closure_on_heap = false;
+    member->free_heap_closure();
     for (std::size_t i = 0; i < member->access_count; ++i) retire_task_access(member->accesses[i].buffer);
     member->access_count = 0;
     context.release_task(member);

@@ -96,14 +96,11 @@ TaskDraft ContextImpl::begin_task(std::size_t closure_size, std::size_t closure_
   void* closure = task->closure;
   if (closure_size > inline_closure_bytes || closure_align > alignof(std::max_align_t)) {
     try {
-      closure =
-          ::operator new (closure_size, std::align_val_t{std::max(closure_align, alignof(std::max_align_t))});
+      closure = task->allocate_heap_closure(closure_size, closure_align);
     } catch (...) {
       records.free(thread.records, task);
       throw;
     }
-    *reinterpret_cast<void**>(task->closure) = closure;
-    task->closure_on_heap = true;
   }
   return {task, closure, &thread};
 }
@@ -117,8 +114,7 @@ void ContextImpl::discard_task(TaskDraft draft, const ClosureOps* ops) noexcept 
 
 void ContextImpl::abandon_task(TaskDraft draft) noexcept {
   TaskRecord* task = draft.record;
-  if (task->closure_on_heap) ::operator delete (draft.closure, std::align_val_t{alignof(std::max_align_t)});
-  task->closure_on_heap = false;
+  task->free_heap_closure();
   records.free(draft.thread->records, task);
 }
 
@@ -397,8 +393,7 @@ void ContextImpl::grant_mapping(TaskRecord* task, ThreadState& thread) {
 void ContextImpl::destroy_closure(TaskRecord* task) noexcept {
   void* closure = task->closure_storage();
   task->ops->destroy(closure);
-  if (task->closure_on_heap) ::operator delete (closure, std::align_val_t{alignof(std::max_align_t)});
-  task->closure_on_heap = false;
+  task->free_heap_closure();
 }
 
 // fill_views() resolves each access to the memory the task runs on; a write makes the buffer's

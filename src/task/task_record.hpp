@@ -12,11 +12,13 @@
 // predecessors, plus the submission guard's bias while edges are still being added (task_graph.hpp).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <new>
 
 #include "nerve/detail/runtime_api.hpp"
 
@@ -139,8 +141,31 @@ struct alignas(64) TaskRecord : QueueLink {
   void reuse() noexcept;
   void release_resources() noexcept;
 
+  // A closure too large or too aligned for line 1 lives on the heap; line 1 then holds its address and
+  // the alignment it was allocated with, which the matching operator delete must be given.
+  struct HeapClosure {
+    void* address;
+    std::align_val_t alignment;
+  };
+  // allocate_heap_closure() throws std::bad_alloc, leaving the record as it was.
+  void* allocate_heap_closure(std::size_t size, std::size_t align) {
+    const std::align_val_t alignment{std::max(align, alignof(std::max_align_t))};
+    void* address = ::operator new(size, alignment);
+    ::new (static_cast<void*>(closure)) HeapClosure{address, alignment};
+    closure_on_heap = true;
+    return address;
+  }
+  // free_heap_closure() gives a heap closure's storage back (nothing for an inline closure); the
+  // closure itself must have been destroyed.
+  void free_heap_closure() noexcept {
+    if (!closure_on_heap) return;
+    const HeapClosure heap = *std::launder(reinterpret_cast<HeapClosure*>(closure));
+    ::operator delete(heap.address, heap.alignment);
+    closure_on_heap = false;
+  }
   void* closure_storage() noexcept {
-    return closure_on_heap ? *reinterpret_cast<void**>(closure) : static_cast<void*>(closure);
+    return closure_on_heap ? std::launder(reinterpret_cast<HeapClosure*>(closure))->address
+                           : static_cast<void*>(closure);
   }
   std::uint32_t load_status() const noexcept { return status.load(std::memory_order_acquire) & status_mask; }
   bool finished() const noexcept { return load_status() >= status_succeeded; }
