@@ -61,7 +61,7 @@ TEST_P(RuntimeTest, OverAlignedClosuresKeepTheirAlignmentOnEveryPath) {
   context->wait_all();
   EXPECT_EQ(ran.load(), 8);
   Buffer<int> gone(*context, 1);
-  Buffer<int> freed = std::move(gone);  // `gone` is now an empty handle: submitting over it is refused
+  Buffer<int> kept = std::move(gone);  // `gone` is now an empty handle: submitting over it is refused
   EXPECT_THROW(context->spawn([wide](std::span<int>) { (void)wide; }, write(gone)), Error);
   {
     TaskPool pool(*context);
