@@ -1,5 +1,6 @@
 #include "perf/monitor.hpp"
 
+#include <new>
 #include <utility>
 
 #include <fmt/format.h>
@@ -84,10 +85,16 @@ TaskLog& PerfMonitor::log_of(ThreadState& thread) {
   return *thread.perf_log;
 }
 
-void PerfMonitor::edge(ThreadState& thread, const TaskRecord* from, const TaskRecord* to) {
-  TaskLog& log = log_of(thread);
-  std::lock_guard lock(log.lock);
-  log.edges.push_back(EdgeEvent{from->trace_id, to->trace_id});
+// Called while the task's edges are being added, with its trackers locked: a failure here must not
+// undo a submission that is half in the graph, so an edge that cannot be stored (out of memory) is
+// left out of the recording, and the graph itself is not affected.
+void PerfMonitor::edge(ThreadState& thread, const TaskRecord* from, const TaskRecord* to) noexcept {
+  try {
+    TaskLog& log = log_of(thread);
+    std::lock_guard lock(log.lock);
+    log.edges.push_back(EdgeEvent{from->trace_id, to->trace_id});
+  } catch (const std::bad_alloc&) {
+  }
 }
 
 const char* outcome_name(std::uint32_t outcome) noexcept {

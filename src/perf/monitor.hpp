@@ -94,7 +94,8 @@ class PerfMonitor final : public TransferObserver {
   void task_submitted(TaskRecord* task) noexcept;
   // task_ready(): its last predecessor finished (or it had none); numbers lean tasks.
   void task_ready(TaskRecord* task, bool submission) noexcept;
-  void edge(ThreadState& thread, const TaskRecord* from, const TaskRecord* to);
+  // edge(): records that `to` waits for `from`; under memory exhaustion the edge is left out.
+  void edge(ThreadState& thread, const TaskRecord* from, const TaskRecord* to) noexcept;
   // record(): append a finished task's event to `thread`'s log (unless max_task_records is reached).
   void record(ThreadState& thread, TaskEvent&& event);
   TaskEvent begin_event(const TaskRecord* task, int device, int worker) const;

@@ -105,10 +105,10 @@ class DependencyTracker {
     return (static_cast<unsigned>(mode) & static_cast<unsigned>(Access::read)) != 0;
   }
   static void retain_task(TaskRecord* task) noexcept;
-  // retain_registering(): a reference to the task being registered. Until its submission ends only
-  // its submitter changes its count: it cannot run before its submission guard is lifted, and other
-  // submissions see it only once the trackers it is registered in are unlocked. No locked
-  // instruction is needed.
+  // retain_registering(): a reference to the task being registered, by its submitter while every
+  // tracker the task is registered in is locked (call it nowhere else). Until those are unlocked
+  // nobody else changes its count: it cannot run before its submission guard is lifted, and other
+  // submissions see it only through those trackers. No locked instruction is needed.
   static void retain_registering(TaskRecord* task) noexcept;
   static void release_task(TaskRecord* task) noexcept;
 

@@ -238,6 +238,49 @@ TEST_P(AllocationFailure, EverySubmissionPathFailsCleanlyAndLosesNothing) {
   EXPECT_EQ(add_one.shared_state().use_count(), kernel_refs) << "a kernel reference leaked";
 }
 
+// With perf.record_tasks the submitting thread also records each edge (its log and the edge list
+// allocate): a failure there must not leave a task in the graph that the submission then discards,
+// nor the trackers of a multi-buffer task locked.
+TEST_P(AllocationFailure, RecordingEdgesUnderFailureLosesNothing) {
+  std::atomic<long> ran{0};
+  long accepted = 0;
+  Settings settings = make_settings(GetParam());
+  settings.set("perf.record_tasks", "true");
+  {
+    Context context(settings);
+    Buffer<int> a(context, 16), b(context, 16);
+    std::atomic<bool> open{false};
+    // A writer of both buffers held unfinished, so that every later access gets an edge to it.
+    context.spawn(
+        [&](std::span<int>, std::span<int>) {
+          const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+          while (!open.load() && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+          ran.fetch_add(1);
+        },
+        write(a), write(b));
+    ++accepted;
+    for (int round = 0; round < 4; ++round) {
+      sweep([&] {
+        context.spawn([&ran](std::span<const int>, std::span<const int>) { ran.fetch_add(1); }, read(a),
+                      read(b));
+        ++accepted;
+      });
+      sweep([&] {
+        context.spawn([&ran](std::span<const int>) { ran.fetch_add(1); }, read(a.slice(0, 4)));
+        ++accepted;
+      });
+    }
+    open.store(true);
+    context.spawn([&ran](std::span<int>) { ran.fetch_add(1); }, write(a));  // the trackers are unlocked
+    ++accepted;
+    context.wait_all();
+    EXPECT_EQ(ran.load(), accepted) << "an accepted task did not run, or a refused one did";
+    a = Buffer<int>();
+    b = Buffer<int>();
+    expect_no_leaks(context);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Workers, AllocationFailure, ::testing::Values(1u, 2u));
 
 // The C API: a call that runs out of memory returns NULL or NERVE_ERROR_OUT_OF_MEMORY (never a crash
