@@ -57,7 +57,7 @@ void PoolState::launch() {
     context.copy_accesses(gate, specs.data(), specs.size());
     edges = context.register_dependencies(gate, thread, nullptr, 0);
   } catch (...) {
-    context.abandon_task(TaskDraft{gate, gate->closure, &thread});  // its accesses go with it
+    context.abandon_task(TaskDraft{gate, gate->closure});  // its accesses go with it
     gate = nullptr;
     throw;
   }

@@ -102,7 +102,7 @@ TaskDraft ContextImpl::begin_task(std::size_t closure_size, std::size_t closure_
       throw;
     }
   }
-  return {task, closure, &thread};
+  return {task, closure};
 }
 
 void ContextImpl::discard_task(TaskDraft draft, const ClosureOps* ops) noexcept {
@@ -115,7 +115,7 @@ void ContextImpl::discard_task(TaskDraft draft, const ClosureOps* ops) noexcept 
 void ContextImpl::abandon_task(TaskDraft draft) noexcept {
   TaskRecord* task = draft.record;
   task->free_heap_closure();
-  records.free(draft.thread->records, task);
+  records.free(current_thread().records, task);
 }
 
 // validate_access() throws for an access nerve cannot honour; the checks are ordered so that a
@@ -249,7 +249,7 @@ std::size_t ContextImpl::register_dependencies(TaskRecord* task, ThreadState& th
 
 TaskRecord* ContextImpl::commit_task(TaskDraft draft, const SubmitInfo& info) {
   TaskRecord* task = draft.record;
-  ThreadState& thread = *draft.thread;
+  ThreadState& thread = current_thread();
   // The fork-join fast path: nothing to validate, nothing can depend on it, nobody can wait for it.
   if (info.access_count == 0 && info.after_count == 0 && info.pool == nullptr && !info.keep_handle &&
       info.device == -1 && task->kernel == nullptr && !info.stream_launcher) [[likely]] {
