@@ -28,6 +28,23 @@ DependencyTracker::DependencyTracker(std::size_t bytes) : bytes_(bytes) {
 
 DependencyTracker::~DependencyTracker() { clear(); }
 
+void DependencyTracker::forget(const TaskRecord* task, std::size_t offset, std::size_t size) noexcept {
+  const std::size_t end = offset + size;
+  for (Segment& segment : segments_) {
+    if (segment.end <= offset || segment.begin >= end) continue;
+    if (segment.writer == task) {
+      release_task(segment.writer);
+      segment.writer = nullptr;
+    }
+    const auto kept = std::remove_if(segment.readers.begin(), segment.readers.end(), [&](TaskRecord* reader) {
+      if (reader != task) return false;
+      release_task(reader);
+      return true;
+    });
+    segment.readers.erase(kept, segment.readers.end());
+  }
+}
+
 void DependencyTracker::clear() noexcept {
   for (Segment& segment : segments_) {
     if (segment.writer != nullptr) release_task(segment.writer);

@@ -83,6 +83,10 @@ class DependencyTracker {
   template <class Which>
   const TaskRecord* first_blocker(std::size_t offset, std::size_t size, Access mode, Which&& which) const;
 
+  // forget() drops `task` wherever it is the writer or a reader of [offset, offset + size): for an
+  // access known to be over before the task's status says so (a host mapping at its unmap), so
+  // that the next access does not load and release a record nobody needs to wait for.
+  void forget(const TaskRecord* task, std::size_t offset, std::size_t size) noexcept;
   // clear() forgets every access (buffer destruction).
   void clear() noexcept;
 

@@ -109,5 +109,41 @@ TEST(DependencyTracker, ReservationBoundsEveryRegistrationOverRandomHistories) {
   }
 }
 
+// forget() (a host mapping at its unmap) removes exactly that task, wherever it is tracked, with the
+// tracker's references to it, even while its status still says unfinished; the others stay.
+TEST(DependencyTracker, ForgetDropsOnlyThatTaskAndTheReferencesToIt) {
+  Records records;
+  DependencyTracker tracker(64);
+  TaskRecord* writer = records.make(status_pending);
+  TaskRecord* mapping = records.make(status_pending);
+  TaskRecord* reader = records.make(status_pending);
+  EXPECT_EQ(registered_reports(tracker, writer, 0, 64, Access::write), 0u);
+  EXPECT_EQ(registered_reports(tracker, mapping, 0, 32, Access::read), 1u);
+  EXPECT_EQ(registered_reports(tracker, reader, 0, 64, Access::read), 2u);  // the writer, per segment
+  ASSERT_EQ(mapping->refs.load(), 2);
+  ASSERT_EQ(reader->refs.load(), 3);
+
+  tracker.forget(mapping, 0, 32);
+  EXPECT_EQ(mapping->refs.load(), 1);
+  EXPECT_EQ(reader->refs.load(), 3);
+  EXPECT_EQ(writer->refs.load(), 3);
+  // A write now waits for the writer and the reader on both segments, not for the mapping.
+  EXPECT_EQ(tracker.reserve_for(0, 64, Access::write, 1, 0), 4u);
+
+  // A write mapping forgotten leaves nothing to wait for, though it is still unfinished.
+  writer->status.store(status_succeeded, std::memory_order_relaxed);
+  reader->status.store(status_succeeded, std::memory_order_relaxed);
+  TaskRecord* write_mapping = records.make(status_pending);
+  EXPECT_EQ(registered_reports(tracker, write_mapping, 0, 64, Access::write), 0u);
+  EXPECT_EQ(tracker.reserve_for(0, 64, Access::read, 1, 0), 1u);
+  tracker.forget(write_mapping, 0, 64);
+  EXPECT_EQ(write_mapping->refs.load(), 1);
+  EXPECT_EQ(tracker.reserve_for(0, 64, Access::read, 1, 0), 0u);
+  EXPECT_EQ(tracker.reserve_for(0, 64, Access::write, 1, 0), 0u);
+  EXPECT_EQ(writer->refs.load(), 1);
+  EXPECT_EQ(reader->refs.load(), 1);
+  tracker.clear();
+}
+
 }  // namespace
 }  // namespace nerve::detail
