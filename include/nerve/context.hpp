@@ -90,7 +90,9 @@ class NERVE_API Context {
   // wait_all() waits for every task submitted so far, then rethrows the first failure among tasks
   // submitted outside groups and pools since the last wait_all() that Task::wait() has not already
   // rethrown (each failure is reported once). Inside a task it throws
-  // Error(invalid_argument): it would wait for that very task (use a TaskGroup there).
+  // Error(invalid_argument): it would wait for that very task (use a TaskGroup there). While this
+  // thread holds a mapping that a pending task waits for, it throws Error(buffer_misuse) (the wait
+  // would never end; unmap first).
   void wait_all();
 
   unsigned worker_count() const noexcept;

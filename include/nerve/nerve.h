@@ -149,7 +149,8 @@ NERVE_API int nerve_context_get_worker_count(nerve_context_t* ctx);
 /* nerve_wait_all() waits for every task submitted so far, then reports the first failure among them
  * that nobody waited for otherwise (each failure is reported once): NERVE_ERROR_TASK_FAILED with the
  * task's message. Tasks cancelled because of that failure are not reported again. Inside a task it is
- * NERVE_ERROR_INVALID_ARGUMENT. Blocks. */
+ * NERVE_ERROR_INVALID_ARGUMENT; while the calling thread holds a mapping that a pending task waits
+ * for (the wait would never end) it is NERVE_ERROR_BUFFER_MISUSE, naming the mapping. Blocks. */
 NERVE_API nerve_status_t nerve_wait_all(nerve_context_t* ctx);
 /* nerve_context_dump_perf_stats() writes the runtime's counters as JSON to `path`
  * (docs/PERF_STATS.md); NERVE_ERROR_INVALID_ARGUMENT if the file cannot be written. */

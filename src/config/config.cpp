@@ -130,7 +130,14 @@ Config Config::load(const Settings& settings, const std::map<std::string, std::s
     assign_all(result, config::read_config_file(named->second, "NERVE_CONFIG"));
   }
   assign_all(result, config::read_environment(env));
-  for (const auto& [key, value] : settings.values()) {
+  // Within the API a later set() of a key replaces the earlier one before anything is checked (the
+  // C API's settings override its convenience fields this way): only the last value of each key counts.
+  const auto& api_values = settings.values();
+  for (std::size_t i = 0; i < api_values.size(); ++i) {
+    const auto& [key, value] = api_values[i];
+    const auto later = std::find_if(api_values.begin() + static_cast<std::ptrdiff_t>(i) + 1, api_values.end(),
+                                    [&](const auto& entry) { return entry.first == key; });
+    if (later != api_values.end()) continue;
     assign(result, {key, config::RawValue::scalar(value), config::api_origin()});
   }
   check_consistency(result);

@@ -97,17 +97,34 @@ std::pair<Compression, std::size_t> parse_compression(std::string_view text) {
 }
 
 // for_each_item() calls `fn` with each item of a list value: items separated by commas or blanks
-// (list keys are one scalar, so that one line of YAML or one environment variable holds them).
+// (list keys are one scalar, so that one line of YAML or one environment variable holds them). A
+// comma with no item before or after it ("0:2,,1:1", "a,") is an error, as for the list keys
+// (value_type.cpp); an empty or blank value has no items.
 template <class Fn>
-void for_each_item(std::string_view text, Fn&& fn) {
-  std::size_t position = 0;
-  while (position < text.size()) {
-    const std::size_t start = text.find_first_not_of(" \t\r\n,", position);
-    if (start == std::string_view::npos) break;
-    std::size_t end = text.find_first_of(" \t\r\n,", start);
-    if (end == std::string_view::npos) end = text.size();
-    fn(text.substr(start, end - start));
-    position = end;
+void for_each_item(std::string_view text, std::string_view key, Fn&& fn) {
+  constexpr std::string_view blanks = " \t\r\n";
+  if (text.find_first_not_of(blanks) == std::string_view::npos) return;
+  std::size_t field_start = 0;
+  while (true) {
+    const std::size_t comma = text.find(',', field_start);
+    const std::string_view field = text.substr(
+        field_start, comma == std::string_view::npos ? std::string_view::npos : comma - field_start);
+    if (field.find_first_not_of(blanks) == std::string_view::npos) {
+      throw ConfigError(
+          fmt::format("{}: {} has an empty item (a comma with nothing before or after it)", key, quote(text)),
+          std::string(key));
+    }
+    std::size_t position = 0;
+    while (position < field.size()) {
+      const std::size_t start = field.find_first_not_of(blanks, position);
+      if (start == std::string_view::npos) break;
+      std::size_t item_end = field.find_first_of(blanks, start);
+      if (item_end == std::string_view::npos) item_end = field.size();
+      fn(field.substr(start, item_end - start));
+      position = item_end;
+    }
+    if (comma == std::string_view::npos) return;
+    field_start = comma + 1;
   }
 }
 
@@ -116,7 +133,7 @@ void for_each_item(std::string_view text, Fn&& fn) {
 // scalars (value_type.hpp), and one line is also what an environment variable can hold.
 std::vector<DistributedNode> parse_nodes(std::string_view text) {
   std::vector<DistributedNode> nodes;
-  for_each_item(text, [&](std::string_view item) {
+  for_each_item(text, "distributed.nodes", [&](std::string_view item) {
     DistributedNode node;
     const std::size_t colon = item.find(':');
     node.host = std::string(item.substr(0, colon));
@@ -152,7 +169,7 @@ std::vector<Config::Scheduler::GpuStreamPriority> parse_gpu_stream_priorities(st
     const auto [last, error] = std::from_chars(digits.data(), digits.data() + digits.size(), out);
     return !digits.empty() && error == std::errc{} && last == digits.data() + digits.size() && out <= limit;
   };
-  for_each_item(text, [&](std::string_view item) {
+  for_each_item(text, "scheduler.gpu_stream_priorities", [&](std::string_view item) {
     Config::Scheduler::GpuStreamPriority entry;
     const std::size_t colon = item.find(':');
     bool valid = true;
@@ -168,6 +185,17 @@ std::vector<Config::Scheduler::GpuStreamPriority> parse_gpu_stream_priorities(st
                                     "device number, N high-priority streams 0..16), e.g. 0:2,1:1",
                                     quote(item)),
                         "scheduler.gpu_stream_priorities");
+    }
+    // One reservation per device, and one `N` for the others: a second would silently lose.
+    for (const Config::Scheduler::GpuStreamPriority& earlier : entries) {
+      if (earlier.device != entry.device) continue;
+      throw ConfigError(
+          entry.device == -1
+              ? fmt::format("scheduler.gpu_stream_priorities: {} gives the count for every device twice",
+                            quote(text))
+              : fmt::format("scheduler.gpu_stream_priorities: {} names device {} twice", quote(text),
+                            entry.device),
+          "scheduler.gpu_stream_priorities");
     }
     entries.push_back(entry);
   });

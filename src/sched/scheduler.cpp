@@ -56,12 +56,13 @@ Scheduler::Scheduler(const Config& config, const Topology& topology, TaskExecuto
     slot.numa_node = std::max(0, placements[i].numa_node);
     slots_by_node_[static_cast<std::size_t>(slot.numa_node) % slots_by_node_.size()].push_back(i);
   }
+  // The combination is contradictory on any machine (CONFIG.md promises the warning without condition).
+  if (numa_affinity_ == NumaAffinity::strict && policy_ == SchedulerPolicy::eager) {
+    log::warn(
+        "scheduler.numa_affinity strict has no effect under scheduler.policy eager (first come, "
+        "first served); use locality_aware_stealing or heft to keep tasks on their data's node");
+  }
   if (numa_placement_ && numa_affinity_ == NumaAffinity::strict) {
-    if (policy_ == SchedulerPolicy::eager) {
-      log::warn(
-          "scheduler.numa_affinity strict has no effect under scheduler.policy eager (first come, "
-          "first served); use locality_aware_stealing or heft to keep tasks on their data's node");
-    }
     for (std::size_t node = 0; node < slots_by_node_.size(); ++node) {
       if (slots_by_node_[node].empty()) {
         log::warn(

@@ -94,6 +94,18 @@ TEST(CapiContext, SettingsArrayWinsOverField) {
   EXPECT_EQ(nerve_context_get_worker_count(ctx.get()), 2);
 }
 
+// The field's value is replaced, not checked: settings win even over a field out of range (0 here).
+TEST(CapiContext, SettingsArrayWinsOverAnInvalidField) {
+  const char* settings[] = {"gpu.max_pending_transfers=8"};
+  nerve_context_config_t config = hermetic_config();
+  config.max_pending_transfers = 0;
+  config.settings = settings;
+  config.setting_count = 1;
+  ContextPtr ctx(nerve_init_with_config(&config));
+  ASSERT_NE(ctx, nullptr) << nerve_last_error();
+  EXPECT_EQ(ctx->runtime->config().gpu.max_pending_transfers, 8);
+}
+
 TEST(CapiContext, UnknownKeyFailsNamingTheKey) {
   const char* settings[] = {"scheduler.polcy=eager"};
   nerve_context_config_t config = hermetic_config();

@@ -223,6 +223,19 @@ TEST(ConfigFile, EmptyFilesAndEmptySectionsSetNothing) {
   }
 }
 
+// A key with no value in the file: empty (not set) for string and file-path keys, an error for others
+// (config_errors_test: "missing value").
+TEST(ConfigFile, AKeyWithoutAValueIsEmptyForStringAndPathKeys) {
+  TempDir dir;
+  const auto file = dir.write("config.yaml", "perf:\n  trace:\ntopology:\n  xml:\n  synthetic:\n");
+  const Config config = Config::load(hermetic().config_file(file));
+  EXPECT_EQ(config.perf.trace, "");
+  EXPECT_EQ(config.topology.xml, "");
+  EXPECT_EQ(config.topology.synthetic, "");
+  EXPECT_EQ(config.origin("perf.trace").source, ConfigSource::file);
+  EXPECT_EQ(config.origin("perf.trace").line, 2);
+}
+
 TEST(ConfigPrecedence, DefaultThenFileThenEnvironmentThenApi) {
   TempDir dir;
   const auto file = dir.write("config.yaml",
@@ -254,6 +267,12 @@ TEST(ConfigPrecedence, DefaultThenFileThenEnvironmentThenApi) {
 TEST(ConfigPrecedence, LaterApiSettingOfTheSameKeyWins) {
   const Config config = Config::load(hermetic().set("scheduler.spin_us", "1").set("scheduler.spin_us", "2"));
   EXPECT_EQ(config.scheduler.spin, 2us);
+  // The earlier value is replaced before it is checked; a last value that is bad is still an error.
+  EXPECT_EQ(
+      Config::load(hermetic().set("scheduler.spin_us", "0x").set("scheduler.spin_us", "9")).scheduler.spin,
+      9us);
+  EXPECT_THROW(Config::load(hermetic().set("scheduler.spin_us", "9").set("scheduler.spin_us", "0x")),
+               ConfigError);
 }
 
 TEST(ConfigFileSelection, NerveConfigNamesTheFile) {

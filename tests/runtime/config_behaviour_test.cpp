@@ -236,6 +236,26 @@ TEST(ConfigBehaviour, NumaAffinityPlacesTasksWithTheirData) {
       << "eager serves first come, first served: node 0's worker takes some (documented)";
 }
 
+// CONFIG.md: strict under eager is ignored, "with a warning at start" — on any machine, one NUMA
+// node included (it used to warn only where there were several).
+TEST(ConfigBehaviour, StrictNumaAffinityUnderEagerWarnsAtStartOnAnyMachine) {
+  for (const char* machine : {"pack:1 numa:1 core:2 pu:1", "pack:1 numa:2 core:2 pu:1"}) {
+    ::testing::internal::CaptureStderr();
+    {
+      Context context(with({{"topology.synthetic", machine},
+                            {"scheduler.policy", "eager"},
+                            {"scheduler.numa_affinity", "strict"}}));
+    }
+    const std::string logged = ::testing::internal::GetCapturedStderr();
+    EXPECT_NE(logged.find("scheduler.numa_affinity strict has no effect under scheduler.policy eager"),
+              std::string::npos)
+        << machine << ": " << logged;
+  }
+  ::testing::internal::CaptureStderr();
+  { Context context(with({{"scheduler.policy", "eager"}, {"scheduler.numa_affinity", "preferred"}})); }
+  EXPECT_EQ(::testing::internal::GetCapturedStderr().find("has no effect"), std::string::npos);
+}
+
 // Both workers on node 0, the data on node 1: the task must not wait for an application thread to
 // help (it used to: only node-1 workers were woken, and there are none).
 TEST(ConfigBehaviour, StrictNumaAffinityWithoutAWorkerOnTheDataNodeRunsAnywhere) {
