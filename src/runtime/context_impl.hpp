@@ -188,11 +188,12 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   void wait_all();
   // throttle_submission() checks the in-flight bound and the master deque's depth every
   // throttle_interval() + 1 submissions of a thread (a decrement and a branch on the fast path).
-  void throttle_submission(ThreadState& thread) {
+  // `submitted` is the task just submitted (it may have run and been recycled already: compared only).
+  void throttle_submission(ThreadState& thread, const TaskRecord* submitted) {
     if (thread.submissions_until_check-- == 0) [[unlikely]]
-      throttle_slow(thread);
+      throttle_slow(thread, submitted);
   }
-  void throttle_slow(ThreadState& thread);
+  void throttle_slow(ThreadState& thread, const TaskRecord* submitted);
   // throttle_interval(): submissions between two checks, min(max_in_flight, per_device_queue_depth)/8
   // capped at 31, so a small bound is honoured to within an eighth (at most 31 tasks) instead of
   // being rounded up to the next 32, while large bounds keep checking only every 32 submissions.

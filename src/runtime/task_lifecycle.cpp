@@ -263,7 +263,7 @@ TaskRecord* ContextImpl::commit_task(TaskDraft draft, const SubmitInfo& info) {
     if (info.group != nullptr) info.group->pending.fetch_add(1, std::memory_order_relaxed);
     thread.count_submitted();
     make_ready(task, thread, true);
-    throttle_submission(thread);
+    throttle_submission(thread, task);
     return nullptr;
   }
   // The cold lines are written only where a field differs from its recycled value (see TaskRecord).
@@ -315,7 +315,7 @@ TaskRecord* ContextImpl::commit_task(TaskDraft draft, const SubmitInfo& info) {
     if (info.group != nullptr) info.group->pending.fetch_add(1, std::memory_order_relaxed);
     thread.count_submitted();
     make_ready(task, thread, true);
-    throttle_submission(thread);
+    throttle_submission(thread, task);
     return nullptr;
   }
   if (recorder != nullptr) [[unlikely]]
@@ -335,7 +335,7 @@ TaskRecord* ContextImpl::commit_task(TaskDraft draft, const SubmitInfo& info) {
   if (info.group != nullptr) info.group->pending.fetch_add(1, std::memory_order_relaxed);
   thread.count_submitted();
   if (close_submission_guard(task, edges)) make_ready(task, thread, true);
-  throttle_submission(thread);
+  throttle_submission(thread, task);
   return info.keep_handle ? task : nullptr;
 }
 

@@ -60,12 +60,28 @@ void ContextImpl::on_slot_idle() noexcept {
 // Every throttle_interval() + 1 submissions (32 at most) a thread checks the master deque's depth and
 // the number of tasks in flight; above task_queue.per_device_queue_depth / task_queue.max_in_flight
 // it runs tasks itself (if it can) or waits until the count drops.
-void ContextImpl::throttle_slow(ThreadState& thread) {
+void ContextImpl::throttle_slow(ThreadState& thread, const TaskRecord* submitted) {
   thread.submissions_until_check = throttle_interval();
   scheduler.relieve_master(thread);
   const auto limit = static_cast<std::int64_t>(config.task_queue.max_in_flight);
+  if (in_flight() < limit) return;
+  // Inside a task the unfinished tasks may be this thread's own ancestors, waiting in the frames
+  // below (nested fork-join): waiting for the count to fall would never end, and helping with any
+  // task nests one stack frame chain in another without bound. The task just submitted runs here at
+  // once instead, like an undeferred OpenMP task (the stack grows only as deep as the task tree);
+  // if it is not at hand (stolen, queued elsewhere, waiting for predecessors) the submission goes on.
+  if (running_task_record() != nullptr) {
+    (void)scheduler.run_if_newest(thread, submitted);
+    return;
+  }
   while (in_flight() >= limit) {
-    if (!scheduler.help_once(thread)) std::this_thread::sleep_for(std::chrono::microseconds(20));
+    if (scheduler.help_once(thread)) continue;
+    // The tasks are running or waiting elsewhere. If they may wait for a mapping this thread holds,
+    // waiting for them here would never end: the submission goes on past the bound.
+    if (held_mapping_count.load(std::memory_order_acquire) != 0 &&
+        own_mapping_blocking([](const TaskRecord*) { return true; }) != nullptr)
+      return;
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
 }
 

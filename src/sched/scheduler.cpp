@@ -184,6 +184,22 @@ bool Scheduler::help_once(ThreadState& thread) {
   return task != nullptr;
 }
 
+bool Scheduler::run_if_newest(ThreadState& thread, const TaskRecord* task) {
+  WorkerSlot* slot = thread.slot;
+  if (slot == nullptr) return false;
+  // Only the owner pushes to a deque, so a newest entry equal to `task` is the task itself (its
+  // record cannot have been recycled into a task this thread pushed since).
+  TaskRecord* newest = slot->deque.pop();
+  if (newest == nullptr) return false;
+  if (newest != task) {
+    slot->deque.push(newest);
+    return false;
+  }
+  TaskRecord* next = newest;
+  while (next != nullptr) next = run(next, thread, *slot);
+  return true;
+}
+
 void Scheduler::relieve_master(ThreadState& thread) {
   if (thread.slot != nullptr) return;
   WorkerSlot& master = *slots_[0];

@@ -85,6 +85,10 @@ class Scheduler {
 
   // help_once() runs one task if the thread runs (or can claim) a slot; false if it found none.
   bool help_once(ThreadState& thread);
+  // run_if_newest() runs `task` on this thread if it is the newest entry of the thread's own deque
+  // (just pushed there and not stolen); false otherwise, leaving the deque as it was. Running only
+  // that task keeps the stack as deep as the task tree, like an undeferred OpenMP task.
+  bool run_if_newest(ThreadState& thread, const TaskRecord* task);
 
   // relieve_master() bounds what an application thread leaves in the master slot's deque: once it
   // holds more than task_queue.per_device_queue_depth tasks, the submitter runs the newest ones itself until

@@ -7,6 +7,8 @@
 #include <thread>
 #include <vector>
 
+#include "nerve/parallel.hpp"
+
 #include "support/runtime_fixture.hpp"
 #include "topology/affinity.hpp"
 
@@ -422,6 +424,63 @@ TEST(ConfigBehaviour, MaxInFlightBlocksTheSubmitterWithinASmallSlack) {
     EXPECT_LE(submissions_returned_before_blocking(policy, "16"), 20) << policy;
     EXPECT_LE(submissions_returned_before_blocking(policy, "100"), 100 + 100 / 8 + 1) << policy;
   }
+}
+
+// Nested fork-join under a small bound: the unfinished tasks are the submitters' own ancestors, so
+// a submitter inside a task must not wait for the count to fall (every slot slept in the throttle,
+// forever) nor help with any other task (with one slot the stack overflowed): it runs the child it
+// just submitted at once. Found by a fuzzer (parallel_reduce with grain 1, max_in_flight 16).
+long fork_join_fib(Context& context, int n) {
+  if (n < 2) return n;
+  long x = 0;
+  long y = 0;
+  TaskGroup group(context);
+  group.spawn([&] { x = fork_join_fib(context, n - 1); });
+  group.spawn([&] { y = fork_join_fib(context, n - 2); });
+  group.wait();
+  return x + y;
+}
+
+TEST(ConfigBehaviour, NestedForkJoinUnderASmallMaxInFlightCompletes) {
+  for (const char* policy : {"locality_aware_stealing", "eager", "heft"}) {
+    for (const char* slots : {"1", "2", "4"}) {
+      Context context(with({{"parallel.thread_pool_size", slots},
+                            {"scheduler.policy", policy},
+                            {"task_queue.max_in_flight", "16"}}));
+      constexpr std::size_t n = 100000;
+      for (int repeat = 0; repeat < 3; ++repeat) {
+        const unsigned long sum = parallel_reduce(
+            context, std::size_t{0}, n, std::size_t{1}, 0ul,
+            [](std::size_t begin, std::size_t end) {
+              unsigned long part = 0;
+              for (std::size_t i = begin; i < end; ++i) part += i;
+              return part;
+            },
+            [](unsigned long a, unsigned long b) { return a + b; });
+        ASSERT_EQ(sum, static_cast<unsigned long>(n) * (n - 1) / 2) << policy << ", " << slots << " slots";
+      }
+      EXPECT_EQ(fork_join_fib(context, 20), 6765) << policy << ", " << slots << " slots";
+      context.wait_all();
+    }
+  }
+}
+
+// Tasks that wait for a mapping the submitting thread holds cannot finish until it unmaps: past the
+// bound its submit() goes on instead of waiting for them forever.
+TEST(ConfigBehaviour, MaxInFlightDoesNotWaitForTasksBehindTheSubmittersOwnMapping) {
+  Context context(with({{"parallel.thread_pool_size", "2"}, {"task_queue.max_in_flight", "16"}}));
+  Buffer<int> source(context, std::vector<int>{0});
+  Buffer<int> sums(context, 100);
+  {
+    auto mapped = source.map_write();
+    mapped[0] = 7;
+    for (std::size_t i = 0; i < 100; ++i) {
+      context.spawn([](std::span<const int> value, std::span<int> out) { out[0] = value[0] + 1; },
+                    read(source), write(sums.slice(i, 1)));
+    }
+  }
+  context.wait_all();
+  for (const int value : sums.to_vector()) ASSERT_EQ(value, 8);
 }
 
 }  // namespace
