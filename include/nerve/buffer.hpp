@@ -155,11 +155,16 @@ class Buffer {
     return view;
   }
 
+  // map_*() waits for the tasks the mapping conflicts with. A mapping is a task on the host: one that
+  // reads data a failed task wrote (map_read, map_read_write) throws TaskCancelled with that cause,
+  // and after a failed map_read_write the mapped range counts as failed for later readers until a
+  // write replaces it, as after a cancelled read_write task.
   Mapped<const T> map_read() const { return map_as<const T>(Access::read, true); }
   Mapped<T> map_write() const { return map_as<T>(Access::write, true); }
   Mapped<T> map_read_write() const { return map_as<T>(Access::read_write, true); }
   Mapped<T> map(Access mode) const { return map_as<T>(mode, true); }
-  // try_map() returns nothing (instead of waiting) while a conflicting task is pending.
+  // try_map() returns nothing (instead of waiting) while a conflicting task is pending; like map(), it
+  // throws TaskCancelled when the mapping would read data a failed task wrote.
   std::optional<Mapped<T>> try_map(Access mode) const {
     auto mapped = map_as<T>(mode, false);
     if (mapped.mapping_.record == nullptr) return std::nullopt;
