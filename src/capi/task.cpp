@@ -13,6 +13,7 @@
 #include "capi/handles.hpp"
 #include "capi/running_kernel.hpp"
 #include "capi/submit.hpp"
+#include "util/byte_range.hpp"
 
 namespace nerve::capi {
 namespace {
@@ -29,9 +30,8 @@ TaskAccess declared_access(nerve_buffer* buffer, Access mode, std::size_t offset
   }
   if (whole_buffer) return {buffer, 0, handle.bytes, mode};
   if (offset > handle.bytes || size > handle.bytes - offset) {
-    fail(ErrorCode::buffer_misuse, fmt::format("access to bytes [{}, {}) is outside {}", offset,
-                                               static_cast<unsigned __int128>(offset) + size,  // never wraps
-                                               describe(handle)));
+    fail(ErrorCode::buffer_misuse,
+         fmt::format("access to bytes {} is outside {}", detail::byte_range(offset, size), describe(handle)));
   }
   return {buffer, offset, size, mode};
 }

@@ -15,6 +15,7 @@
 #include "runtime/context_impl.hpp"
 #include "runtime/waitables.hpp"
 #include "task/task_graph.hpp"
+#include "util/byte_range.hpp"
 
 namespace nerve::detail {
 
@@ -87,10 +88,8 @@ std::uint64_t buffer_id(const BufferState* buffer) noexcept { return buffer->id;
 void buffer_check_range(const BufferState* buffer, std::size_t offset, std::size_t size) {
   buffer->check_usable("access");
   if (offset > buffer->bytes || size > buffer->bytes - offset) {
-    // The end in 128 bits: offset + size may not fit size_t, and the message must not wrap.
-    throw Error(ErrorCode::buffer_misuse,
-                fmt::format("access to bytes [{}, {}) is outside {}", offset,
-                            static_cast<unsigned __int128>(offset) + size, buffer->describe()));
+    throw Error(ErrorCode::buffer_misuse, fmt::format("access to bytes {} is outside {}",
+                                                      byte_range(offset, size), buffer->describe()));
   }
 }
 
