@@ -242,8 +242,7 @@ ParsedValue parse_value(std::string_view key, const ValueType& type, const RawVa
     switch (raw.shape) {
       case RawValue::Shape::null:
         // `trace:` with nothing after it reads as the empty string ("not set") where that is a value.
-        if (type.kind == ValueKind::text) return {"", std::string()};
-        if (type.kind == ValueKind::readable_file) return parse_readable_file("", origin);
+        if (type.kind == ValueKind::text || type.kind == ValueKind::readable_file) return {"", std::string()};
         throw Problem{fmt::format("no value given (expected {})", type.expected())};
       case RawValue::Shape::sequence:
         if (type.kind == ValueKind::list) return parse_list(raw.items, type);

@@ -141,6 +141,12 @@ void for_each_successor(const TaskRecord* task, Visit&& visit) {
 
 }  // namespace
 
+bool ContextImpl::holds_mapping() {
+  if (held_mapping_count.load(std::memory_order_acquire) == 0) return false;
+  std::lock_guard lock(mappings_mutex);
+  return std::any_of(held_mappings.begin(), held_mappings.end(), mapped_by_this_thread);
+}
+
 // Everything reachable from an unfinished mapping through successor edges waits for it, so is
 // unfinished and alive while the mapping is held: the walk reads only live records. It is bounded
 // (a deadlock through a longer chain is not detected, only waited for).

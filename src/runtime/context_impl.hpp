@@ -272,6 +272,8 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   // own_mapping_blocking(): the calling thread's mapping that a task for which `blocked` is true
   // waits for, directly or through other tasks (or that is itself such a task); nullptr if none.
   const TaskRecord* own_mapping_blocking(const std::function<bool(const TaskRecord*)>& blocked);
+  // holds_mapping(): the calling thread holds a mapping of this context.
+  bool holds_mapping();
   // refuse_own_mapping_wait(): Error(buffer_misuse) if a wait for the tasks `blocked` selects would
   // wait for a mapping the calling thread holds. `what` names the wait (and `task`, the task waited
   // for, if any). Nothing is done while no mapping is held anywhere: one atomic load.

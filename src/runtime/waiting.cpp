@@ -78,9 +78,7 @@ void ContextImpl::throttle_slow(ThreadState& thread, const TaskRecord* submitted
     if (scheduler.help_once(thread)) continue;
     // The tasks are running or waiting elsewhere. If they may wait for a mapping this thread holds,
     // waiting for them here would never end: the submission goes on past the bound.
-    if (held_mapping_count.load(std::memory_order_acquire) != 0 &&
-        own_mapping_blocking([](const TaskRecord*) { return true; }) != nullptr)
-      return;
+    if (holds_mapping()) return;
     std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
 }
