@@ -9,6 +9,7 @@
 
 #include "nerve/parallel.hpp"
 
+#include "support/fork_join.hpp"
 #include "support/runtime_fixture.hpp"
 #include "topology/affinity.hpp"
 
@@ -430,17 +431,6 @@ TEST(ConfigBehaviour, MaxInFlightBlocksTheSubmitterWithinASmallSlack) {
 // a submitter inside a task must not wait for the count to fall (every slot slept in the throttle,
 // forever) nor help with any other task (with one slot the stack overflowed): it runs the child it
 // just submitted at once. Found by a fuzzer (parallel_reduce with grain 1, max_in_flight 16).
-long fork_join_fib(Context& context, int n) {
-  if (n < 2) return n;
-  long x = 0;
-  long y = 0;
-  TaskGroup group(context);
-  group.spawn([&] { x = fork_join_fib(context, n - 1); });
-  group.spawn([&] { y = fork_join_fib(context, n - 2); });
-  group.wait();
-  return x + y;
-}
-
 TEST(ConfigBehaviour, NestedForkJoinUnderASmallMaxInFlightCompletes) {
   for (const char* policy : {"locality_aware_stealing", "eager", "heft"}) {
     for (const char* slots : {"1", "2", "4"}) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "runtime_test.hpp"
+#include "support/fork_join.hpp"
 
 namespace nerve::testing {
 namespace {
@@ -230,23 +231,12 @@ TEST_P(RuntimeTest, ExplicitAfterEdges) {
   EXPECT_EQ(second_seen, 1);
 }
 
-long fib(Context& context, int n) {
-  if (n < 2) return n;
-  long left = 0;
-  long right = 0;
-  TaskGroup group(context);
-  group.spawn([&] { left = fib(context, n - 1); });
-  right = fib(context, n - 2);
-  group.wait();
-  return left + right;
-}
-
 TEST_P(RuntimeTest, NestedForkJoinFibonacci) {
   long result = 0;
-  Task root = context->submit([&] { result = fib(*context, 20); });
+  Task root = context->submit([&] { result = fork_join_fib(*context, 20); });
   root.wait();
   EXPECT_EQ(result, 6765);
-  EXPECT_EQ(fib(*context, 18), 2584) << "fork-join from the application thread";
+  EXPECT_EQ(fork_join_fib(*context, 18), 2584) << "fork-join from the application thread";
 }
 
 TEST_P(RuntimeTest, WaitInsideTaskRunsOtherWorkInsteadOfDeadlocking) {
