@@ -195,8 +195,12 @@ DeviceCounters Engine::snapshot() const {
 
 bool Engine::poll(Operation& op, bool query_events) noexcept {
   if (op.failed) return true;
-  if (mode_ == CompletionMode::flag && op.flag != nullptr) {
-    if (std::atomic_ref<std::uint32_t>(*op.flag).load(std::memory_order_acquire) == op.flag_value) {
+  const bool by_flag = mode_ == CompletionMode::flag && op.flag != nullptr;
+  const auto flag_written = [&] {
+    return std::atomic_ref<std::uint32_t>(*op.flag).load(std::memory_order_acquire) == op.flag_value;
+  };
+  if (by_flag) {
+    if (flag_written()) {
       flag_completions_.fetch_add(1, std::memory_order_relaxed);
       return true;
     }
@@ -204,7 +208,16 @@ bool Engine::poll(Operation& op, bool query_events) noexcept {
   }
   switch (driver_.query_event(op.event)) {
     case EventState::pending: return false;
-    case EventState::complete: event_completions_.fetch_add(1, std::memory_order_relaxed); return true;
+    case EventState::complete:
+      // The flag is written before the event is recorded, so it is written now too; it only landed
+      // between the two looks. Counting that as the flag's keeps the counters about which signal the
+      // work gave, not about where the poller happened to be preempted.
+      if (by_flag && flag_written()) {
+        flag_completions_.fetch_add(1, std::memory_order_relaxed);
+      } else {
+        event_completions_.fetch_add(1, std::memory_order_relaxed);
+      }
+      return true;
     case EventState::failed:
       op.failed = true;
       op.error = "the device reported an error while running it (cudaEventQuery)";
