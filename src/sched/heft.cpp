@@ -37,7 +37,11 @@ HeftDecision HeftPlacer::decide(const TaskRecord* task, std::vector<HeftCandidat
                                 std::size_t locality) {
   std::lock_guard lock(mutex_);
   constexpr double infinity = std::numeric_limits<double>::infinity();
-  double best_calibrated = infinity;
+  // The finish a candidate surely beats: a calibrated one's predicted finish, or, for one still
+  // calibrating but past its first (often cold) sample, its finish at half its measured speed. All
+  // devices calibrate together when no model is stored yet, so a slow device must be judged against
+  // another's early samples too, not only against a finished calibration.
+  double best_bound = infinity;
   const double backlog = host_backlog_ns();
   for (HeftCandidate& candidate : candidates) {
     const Load& load = loads_[static_cast<std::size_t>(candidate.device)];
@@ -45,19 +49,23 @@ HeftDecision HeftPlacer::decide(const TaskRecord* task, std::vector<HeftCandidat
     candidate.ready_ns =
         (candidate.device == 0 ? backlog : load.outstanding_ns) / std::max(1u, candidate.units);
     candidate.finish_ns = finish(candidate, candidate.run_ns, backlog);
-    if (candidate.modelled && !candidate.calibrating)
-      best_calibrated = std::min(best_calibrated, candidate.finish_ns);
+    if (candidate.modelled && !candidate.calibrating) {
+      best_bound = std::min(best_bound, candidate.finish_ns);
+    } else if (candidate.modelled && candidate.samples >= 2) {
+      best_bound = std::min(best_bound, finish(candidate, candidate.run_ns * 2, backlog));
+    }
   }
-  // A calibrating model that would still finish later than a calibrated candidate if the device ran
-  // twice as fast as measured so far cannot win: more samples would not change the decision, and
-  // calibrating it (a device 50x slower, say) would cost more than the models ever save. One sample
-  // is not enough to judge: a device's first call is often cold (PoCL compiles the work-group
-  // function at the first launch, GPUs load modules lazily, pages are touched first), 4x and more.
+  // A calibrating model that would still finish after that bound if the device ran twice as fast as
+  // measured so far cannot win: more samples would not change the decision, and calibrating it (a
+  // device 50x slower, say) would cost more than the models ever save. One sample is not enough to
+  // judge: a device's first call is often cold (PoCL compiles the work-group function at the first
+  // launch, GPUs load modules lazily, pages are touched first), 4x and more. Two candidates cannot
+  // dominate each other (each would have to be more than 4x slower than the other), so one stays.
   bool open = false;  // an uncalibrated candidate that might still win
   for (HeftCandidate& candidate : candidates) {
     if (candidate.modelled && !candidate.calibrating) continue;
     candidate.dominated = candidate.modelled && candidate.samples >= 2 &&
-                          finish(candidate, candidate.run_ns * 0.5, backlog) > best_calibrated;
+                          finish(candidate, candidate.run_ns * 0.5, backlog) > best_bound;
     open |= !candidate.dominated;
   }
   HeftDecision decision;
@@ -87,8 +95,25 @@ HeftDecision HeftPlacer::decide(const TaskRecord* task, std::vector<HeftCandidat
       if (learning && free && (best == candidates.size() || candidate.samples < candidates[best].samples))
         best = i;
     }
-    decision = best < candidates.size() ? HeftDecision{best, HeftMode::calibrating}
-                                        : HeftDecision{locality, HeftMode::locality};
+    if (best < candidates.size()) {
+      decision = {best, HeftMode::calibrating};
+    } else {
+      // The device holding most input, unless that one is too slow to win: then the one holding most
+      // among those that might (on a tie, the earlier predicted finish).
+      std::size_t fallback = locality;
+      for (std::size_t i = 0; candidates[locality].dominated && i < candidates.size(); ++i) {
+        const HeftCandidate& a = candidates[i];
+        if (a.dominated) continue;
+        if (fallback == locality) {
+          fallback = i;
+          continue;
+        }
+        const HeftCandidate& b = candidates[fallback];
+        if (a.local_bytes > b.local_bytes || (a.local_bytes == b.local_bytes && a.finish_ns < b.finish_ns))
+          fallback = i;
+      }
+      decision = {fallback, HeftMode::locality};
+    }
   }
   const HeftCandidate& chosen = candidates[decision.chosen];
   Load& load = loads_[static_cast<std::size_t>(chosen.device)];
@@ -145,8 +170,7 @@ std::string HeftPlacer::reason(const HeftDecision& decision, const std::vector<H
     case HeftMode::locality:
       return fmt::format(
           "models still calibrating and no uncalibrated device is free: locality-aware fallback, device {} "
-          "holds "
-          "the most input ({} bytes)",
+          "holds the most input ({} bytes) of the devices not too slow to win",
           chosen.device, chosen.local_bytes);
   }
   return {};

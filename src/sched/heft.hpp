@@ -14,9 +14,10 @@
 // that every device's model learns, else to the locality-aware choice (most valid input bytes) —
 // unless the calibrating candidate is *dominated*: from its second sample on, even at twice the speed
 // measured so far (the models' calibrating estimate is the median of the samples, so one cold first
-// call does not count) it would finish after a calibrated candidate. Then more samples cannot change the
-// decision (a device 50x slower for a kernel is not sent ten calls to prove it), and the calibrated
-// candidates decide.
+// call does not count) it would finish after a calibrated candidate, or after another calibrating one
+// (2+ samples) at half that one's measured speed. Then more samples cannot change the decision (a
+// device 50x slower for a kernel is not sent ten calls to prove it, even while every device is still
+// calibrating), and the others decide; the locality fallback skips it too.
 //
 // A device that computes on the host's cores (an OpenCL CPU device such as PoCL's) runs on the CPU
 // workers' cores, so the two are not independent: its call of run time r occupies `host_cores`
@@ -61,7 +62,7 @@ struct HeftCandidate {
   // Filled by decide():
   double ready_ns = 0;     // predicted wait until the device frees up
   double finish_ns = 0;    // predicted finish, from now
-  bool dominated = false;  // calibrating (2+ samples), but later than a calibrated one even at 2x its speed
+  bool dominated = false;  // calibrating (2+ samples), but later even at 2x its speed than another surely is
 };
 
 enum class HeftMode {

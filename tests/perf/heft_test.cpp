@@ -144,6 +144,44 @@ TEST(HeftPlacer, EarliestFinishCalibrationAndDominance) {
   EXPECT_EQ(placer.take(record(5)).device, -1) << "never placed";
 }
 
+// With no stored models every device calibrates at once: a device far slower than another's early
+// samples is ruled out from its second sample on, without waiting for the other's calibration.
+TEST(HeftPlacer, ASlowDeviceLosesToAnotherStillCalibrating) {
+  const PretendRecords record;
+  detail::HeftPlacer placer(3);
+  // The CPU: 2 samples of 20 ms; devices 1 and 2: 2 samples of 100 us, device 1 free.
+  std::vector<detail::HeftCandidate> c = {make_candidate(0, 2, 20e6, 2), make_candidate(1, 1, 100e3, 2),
+                                          make_candidate(2, 1, 100e3, 3)};
+  detail::HeftDecision d = placer.decide(record(0), c, 0);
+  EXPECT_TRUE(c[0].dominated) << "10 ms at twice its speed, after 200 us at half the devices' speed";
+  EXPECT_FALSE(c[1].dominated);
+  EXPECT_FALSE(c[2].dominated);
+  EXPECT_EQ(d.mode, detail::HeftMode::calibrating);
+  EXPECT_EQ(c[d.chosen].device, 1) << "the free device with fewest samples learns";
+  d = placer.decide(record(1), c, 0);
+  EXPECT_EQ(c[d.chosen].device, 2) << "device 2 is still free: it learns too";
+  // Both devices busy with a call each: the fallback skips the CPU although it holds the input.
+  c = {make_candidate(0, 2, 20e6, 2), make_candidate(1, 1, 100e3, 2), make_candidate(2, 1, 100e3, 3)};
+  c[0].local_bytes = 1 << 20;
+  c[2].local_bytes = 4096;
+  d = placer.decide(record(2), c, 0);
+  EXPECT_TRUE(c[0].dominated);
+  EXPECT_EQ(d.mode, detail::HeftMode::locality);
+  EXPECT_EQ(c[d.chosen].device, 2) << "most input among the devices that might win";
+  EXPECT_NE(detail::HeftPlacer::reason(d, c).find("not too slow"), std::string::npos);
+  // Only 4x slower than device 1 so far: not ruled out (its figures are early ones); free, it learns.
+  c = {make_candidate(0, 2, 400e3, 2), make_candidate(1, 1, 100e3, 2)};
+  d = placer.decide(record(3), c, 1);
+  EXPECT_FALSE(c[0].dominated);
+  EXPECT_EQ(d.mode, detail::HeftMode::calibrating);
+  EXPECT_EQ(c[d.chosen].device, 0);
+  // One sample of the fast device is not enough to rule the slow one out.
+  c = {make_candidate(0, 2, 20e6, 2), make_candidate(1, 1, 100e3, 1)};
+  placer.decide(record(4), c, 1);
+  EXPECT_FALSE(c[0].dominated);
+  for (int i = 0; i < 5; ++i) placer.done(placer.take(record(i)));
+}
+
 // A device computing on the host's two cores (PoCL's CPU device) is no extra capacity: while the
 // CPU workers have a backlog, its calls wait for the same cores, and its work delays theirs.
 TEST(HeftPlacer, ADeviceOnTheHostsCoresCompetesWithTheWorkers) {
