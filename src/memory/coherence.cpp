@@ -24,6 +24,10 @@ struct PendingCopy final : CopyCompletion {
   std::uint64_t start_epoch;
   std::int64_t start_ns = 0;  // with a TransferObserver
   std::vector<TaskRecord*> waiters;
+  // Copies into the same node over the same bytes land in the order they were queued: a later one
+  // waits for `blockers` earlier ones, and each earlier one lists the later ones it holds back.
+  unsigned blockers = 0;
+  std::vector<PendingCopy*> followers;
 
   void copy_done(bool ok, const std::string& error) noexcept override {
     engine->copy_finished(*this, ok, error);
@@ -214,8 +218,7 @@ void CoherenceEngine::fetch_range(BufferState& buffer, unsigned node, std::size_
     waiter->fetches.fetch_add(1, std::memory_order_relaxed);
     hold_access(&buffer);  // the waiter's own access is pending
     ++state.replicas_[source].pins;
-    state.copies_.push_back(copy);
-    started.push_back(copy);
+    queue_copy(state, copy, started);
     k = m;
   }
 }
@@ -248,6 +251,19 @@ void CoherenceEngine::claim_for_write(BufferState& buffer, unsigned node, std::s
   state.merge();
 }
 
+void CoherenceEngine::queue_copy(BufferReplicas& state, PendingCopy* copy, std::vector<PendingCopy*>& started) {
+  // Nothing orders two copies into one node by itself: HOST_CACHED copy-backs from two devices that
+  // wrote in turn, or a read's fetch of bytes newer than a copy-back still in flight. The epochs keep
+  // the older copy from marking those bytes valid, but its data could still land last.
+  for (PendingCopy* earlier : state.copies_) {
+    if (earlier->to != copy->to || earlier->end <= copy->begin || copy->end <= earlier->begin) continue;
+    earlier->followers.push_back(copy);
+    ++copy->blockers;
+  }
+  state.copies_.push_back(copy);
+  if (copy->blockers == 0) started.push_back(copy);
+}
+
 void CoherenceEngine::start_copies(std::vector<PendingCopy*>& started) {
   for (PendingCopy* copy : started) {
     std::byte* source = nullptr;
@@ -270,6 +286,7 @@ void CoherenceEngine::start_copies(std::vector<PendingCopy*>& started) {
 
 void CoherenceEngine::copy_finished(PendingCopy& copy, bool ok, const std::string& error) noexcept {
   BufferState& buffer = *copy.buffer;
+  std::vector<PendingCopy*> unblocked;
   {
     std::lock_guard lock(buffer.replicas.mutex_);
     auto& state = buffer.replicas;
@@ -284,7 +301,11 @@ void CoherenceEngine::copy_finished(PendingCopy& copy, bool ok, const std::strin
     }
     --state.replicas_[copy.from].pins;
     state.copies_.erase(std::find(state.copies_.begin(), state.copies_.end(), &copy));
+    for (PendingCopy* follower : copy.followers) {
+      if (--follower->blockers == 0) unblocked.push_back(follower);
+    }
   }
+  start_copies(unblocked);
   const std::size_t bytes = copy.end - copy.begin;
   TransferCounters& counters = transfers_[copy.from * max_memory_nodes + copy.to];
   counters.copies.fetch_add(1, std::memory_order_relaxed);
@@ -329,8 +350,7 @@ void CoherenceEngine::release(TaskRecord* task, unsigned node) noexcept {
       copy->start_epoch = state.epoch_;
       hold_access(&buffer);  // the finishing task's access is still pending
       ++state.replicas_[node].pins;
-      state.copies_.push_back(copy);
-      started.push_back(copy);
+      queue_copy(state, copy, started);
     }
   }
   start_copies(started);

@@ -158,6 +158,9 @@ class CoherenceEngine {
   void wait_for_copies_into(BufferState& buffer, unsigned node, std::size_t begin, std::size_t end,
                             TaskRecord* writer);
   void claim_for_write(BufferState& buffer, unsigned node, std::size_t begin, std::size_t end);
+  // queue_copy(): `copy` joins the buffer's copies in flight, and starts (goes into `started`) unless
+  // an earlier copy still lands on bytes it writes: then it starts when the last such one lands.
+  static void queue_copy(BufferReplicas& state, PendingCopy* copy, std::vector<PendingCopy*>& started);
   void start_copies(std::vector<PendingCopy*>& started);
 
  public:

@@ -180,6 +180,27 @@ TEST(Coherence, HostCachedKeepsAValidHostCopyAfterDeviceWrites) {
   EXPECT_EQ(bytes_moved(*context, 1, 0), n * sizeof(int)) << "the read used the cached host copy";
 }
 
+// Two devices write a HOST_CACHED buffer in turn, the first one's copy-back slow: the second's
+// copy-back must not land first and then be overwritten with the older bytes.
+TEST(Coherence, HostCachedCopyBacksLandInTheOrderTheWritesHappened) {
+  auto context = std::make_unique<Context>(make_settings(2));
+  detail::TestDeviceOptions slow;
+  slow.copy_latency = std::chrono::milliseconds(30);
+  context->impl()->add_test_device(slow);
+  context->impl()->add_test_device({});
+  for (int round = 0; round < 3; ++round) {
+    Buffer<int> cached(*context, n, BufferOptions{.host_cached = true});
+    context->spawn(
+        TaskOptions{.device = 1}, [](std::span<int> d) { std::fill(d.begin(), d.end(), 1); }, write(cached));
+    context->spawn(
+        TaskOptions{.device = 2}, [](std::span<int> d) { std::fill(d.begin(), d.end(), 2); },
+        write(cached.slice(0, n / 2)));
+    std::vector<int> expected(n, 1);
+    std::fill(expected.begin(), expected.begin() + n / 2, 2);
+    EXPECT_EQ(cached.to_vector(), expected) << "round " << round;
+  }
+}
+
 // Copies in flight keep a buffer whose handles are gone alive like a pending access: the copy-back
 // of a HOST_CACHED buffer started when its last task finishes, and the fetch of a device's result
 // for a host read. Then the buffer goes: none is left once the copies have landed.
