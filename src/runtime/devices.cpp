@@ -201,6 +201,7 @@ void ContextImpl::acquire_and_dispatch(TaskRecord* task, ThreadState& thread, bo
     if (heft != nullptr) heft_finished(task);
     task->error = std::current_exception();
     task->device = -1;
+    destroy_closure(task);  // it never runs: nothing else releases what the closure holds
     finish(task, thread, status_failed);
     return;
   }

@@ -260,6 +260,20 @@ TEST(Coherence, OutOfMemoryFailsTheTaskWithAClearError) {
   EXPECT_EQ(small_buffer.to_vector()[0], 2);
 }
 
+// A task that fails because its data cannot fit never runs; what its closure holds is released.
+TEST(Coherence, ATaskFailedForMemoryReleasesItsClosure) {
+  detail::TestDeviceOptions small;
+  small.memory_limit = 1000;
+  auto context = context_with_devices(2, 1, small);
+  Buffer<int> big(*context, n);
+  auto token = std::make_shared<int>(0);
+  Task task = context->submit(
+      TaskOptions{.device = 1}, [token](std::span<int> d) { d[0] = *token; }, write(big));
+  EXPECT_THROW(task.wait(), Error);
+  EXPECT_EQ(token.use_count(), 1) << "the failed task's closure still holds its captures";
+  context->wait_all();
+}
+
 TEST(Coherence, UnknownDeviceIsAnErrorAtSubmit) {
   auto context = context_with_devices(1, 1);
   try {
