@@ -120,21 +120,29 @@ std::size_t CoherenceEngine::valid_bytes(BufferState& buffer, std::size_t offset
 bool CoherenceEngine::acquire(TaskRecord* task, unsigned node) {
   // Phase 1: every replica the task needs, allocated and pinned, before any copy is promised — so
   // that a task that must wait for memory leaves nothing behind.
-  std::size_t pinned = 0;
-  try {
-    if (node != 0) {
-      for (; pinned < task->access_count; ++pinned) pin_replica(*task->accesses[pinned].buffer, node, *task);
+  if (node != 0) {
+    std::size_t pinned = 0;
+    std::exception_ptr failure;
+    std::vector<BufferState*> evicted;
+    {
+      std::lock_guard pinning(residents_[node].pinning);
+      try {
+        for (; pinned < task->access_count; ++pinned) pin_replica(*task->accesses[pinned].buffer, node, *task);
+      } catch (...) {
+        failure = std::current_exception();
+        for (std::size_t i = 0; i < pinned; ++i) {
+          BufferState& buffer = *task->accesses[i].buffer;
+          std::lock_guard lock(buffer.replicas.mutex_);
+          --buffer.replicas.replicas_[node].pins;
+        }
+      }
+      evicted.swap(residents_[node].evicted);
     }
-  } catch (...) {
-    // Silently: these pins were this task's own, so releasing them frees nothing another waiting
-    // task could use that it could not have evicted already (notifying would only make waiting
-    // tasks retry in a loop while the real holders still run).
-    for (std::size_t i = 0; i < pinned; ++i) {
-      BufferState& buffer = *task->accesses[i].buffer;
-      std::lock_guard lock(buffer.replicas.mutex_);
-      --buffer.replicas.replicas_[node].pins;
-    }
-    throw;
+    // Outside the lock: the last reference to an evicted buffer may destroy it, which frees memory
+    // and retries waiting tasks, whose acquire takes the lock.
+    for (BufferState* buffer : evicted) retire_task_access(buffer);
+    // Its own pins went silently: no other task counted them (see NodeResidents::pinning).
+    if (failure) std::rethrow_exception(failure);
   }
   // Phase 2: copy what it reads, claim what it writes.
   task->fetches.store(1, std::memory_order_relaxed);  // a guard while copies are being started
@@ -391,41 +399,57 @@ void CoherenceEngine::pin_replica(BufferState& buffer, unsigned node, const Task
 std::byte* CoherenceEngine::allocate_evicting(unsigned node, std::size_t bytes, const BufferState& requester,
                                               const TaskRecord& task) {
   MemoryNode& memory = *nodes_[node];
-  while (true) {
-    if (std::byte* data = memory.try_allocate(bytes)) return data;
-    if (evict(node, bytes, requester) == 0) break;
-  }
-  // Nothing more can be evicted. If other tasks hold replicas here, memory frees up when they
-  // finish: the task waits. If the task alone cannot fit, waiting would never end: fail.
-  std::size_t own = 0;
-  for (std::size_t i = 0; i < task.access_count; ++i) {
-    const BufferState& buffer = *task.accesses[i].buffer;
-    own += buffer.bytes == 0 ? 1 : buffer.bytes;
-  }
   auto is_own = [&](const BufferState* buffer) {
     for (std::size_t i = 0; i < task.access_count; ++i) {
       if (task.accesses[i].buffer == buffer) return true;
     }
     return false;
   };
-  std::size_t residents = 0;
-  bool held_by_others = false;
-  {
-    std::lock_guard lock(residents_[node].mutex);
-    residents = residents_[node].buffers.size();
-    for (BufferState* buffer : residents_[node].buffers) {
-      if (is_own(buffer)) continue;
-      std::lock_guard buffer_lock(buffer->replicas.mutex_);
-      held_by_others |= buffer->replicas.replicas_[node].pins != 0 || !buffer->replicas.copies_.empty();
-    }
+  std::size_t own = 0;  // each buffer once, however many of the task's accesses name it
+  for (std::size_t i = 0; i < task.access_count; ++i) {
+    const BufferState& buffer = *task.accesses[i].buffer;
+    bool seen = false;
+    for (std::size_t j = 0; j < i && !seen; ++j) seen = task.accesses[j].buffer == &buffer;
+    if (!seen) own += buffer.bytes == 0 ? 1 : buffer.bytes;
   }
-  // Memory pinned by other tasks frees up when they finish; the task waits for that.
-  if (own <= memory.limit() && held_by_others) throw MemoryBusy{};
-  throw Error(
-      ErrorCode::out_of_memory,
-      fmt::format("memory node '{}' cannot hold {} more bytes for {}: limit {} bytes, {} in use by {} "
-                  "replica(s); the task needs {} bytes there in all",
-                  memory.name(), bytes, requester.describe(), memory.limit(), memory.used(), residents, own));
+  // Passes that found room after the allocation failed (freed meanwhile by a task's eviction or a
+  // dying buffer). Bounded: a device's allocator may fail below the limit, and then room never helps.
+  int room_retries = 0;
+  while (true) {
+    if (std::byte* data = memory.try_allocate(bytes)) return data;
+    if (evict(node, bytes, requester) != 0) continue;
+    // Nothing more can be evicted. If other tasks hold replicas here, memory frees up when they
+    // finish: the task waits. If the task alone cannot fit, waiting would never end: fail.
+    std::size_t residents = 0, resident_bytes = 0;
+    bool held_by_others = false, idle_others = false;
+    {
+      std::lock_guard lock(residents_[node].mutex);
+      for (BufferState* buffer : residents_[node].buffers) {
+        std::lock_guard buffer_lock(buffer->replicas.mutex_);
+        const auto& state = buffer->replicas;
+        if (state.replicas_[node].data == nullptr) continue;  // being evicted or forgotten
+        ++residents;
+        resident_bytes += buffer->bytes == 0 ? 1 : buffer->bytes;
+        if (is_own(buffer)) continue;
+        bool held = state.replicas_[node].pins != 0;
+        for (const PendingCopy* copy : state.copies_) held |= copy->to == node || copy->from == node;
+        held_by_others |= held;
+        idle_others |= !held;
+      }
+    }
+    // Bytes in use beyond the replicas listed are another task's, between its allocation and its pin.
+    held_by_others |= memory.used() > resident_bytes;
+    if (own <= memory.limit()) {
+      if (held_by_others) throw MemoryBusy{};  // their release (memory_freed) retries the task
+      if (idle_others) continue;  // released since the eviction pass looked: evict it now
+      if (memory.used() + bytes <= memory.limit() && ++room_retries < 64) continue;
+    }
+    throw Error(
+        ErrorCode::out_of_memory,
+        fmt::format("memory node '{}' cannot hold {} more bytes for {}: limit {} bytes, {} in use by {} "
+                    "replica(s); the task needs {} bytes there in all",
+                    memory.name(), bytes, requester.describe(), memory.limit(), memory.used(), residents, own));
+  }
 }
 
 // Evicts unpinned replicas from `node`, least recently used first and STICKY buffers last, until
@@ -448,7 +472,7 @@ std::size_t CoherenceEngine::evict(unsigned node, std::size_t wanted, const Buff
   std::size_t freed = 0;
   for (auto& [ignored, buffer] : order) {
     if (freed < wanted && evict_replica(*buffer, node)) freed += buffer->bytes == 0 ? 1 : buffer->bytes;
-    retire_task_access(buffer);
+    residents_[node].evicted.push_back(buffer);  // its hold ends when acquire lets `pinning` go
   }
   return freed;
 }

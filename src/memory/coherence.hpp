@@ -146,6 +146,11 @@ class CoherenceEngine {
   struct NodeResidents {
     std::mutex mutex;
     std::vector<BufferState*> buffers;  // buffers with a replica on the node
+    // Held while a task pins its replicas on the node (phase 1 of acquire): no task sees another's
+    // pins half taken, which it would count as memory that frees up when that task ends — while
+    // that task, failing to pin the rest, waits too.
+    std::mutex pinning;
+    std::vector<BufferState*> evicted;  // under `pinning`: released once it is let go (may destroy)
   };
   void pin_replica(BufferState& buffer, unsigned node, const TaskRecord& task);
   std::byte* allocate_evicting(unsigned node, std::size_t bytes, const BufferState& requester,

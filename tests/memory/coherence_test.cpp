@@ -145,6 +145,37 @@ TEST(Coherence, EvictionUnderASmallLimitLosesNothing) {
       << "dirty evictions wrote back, then reads fetched";
 }
 
+// Every task's data fits the node, but not two tasks' at once: each waits for the memory the
+// others hold, and none fails — however the pins of tasks acquiring at the same moment interleave.
+TEST(Coherence, TasksThatFitWaitForMemoryOthersHoldAndNoneFails) {
+  detail::TestDeviceOptions small;
+  small.memory_limit = 5 * n * sizeof(int) / 2;  // one task's two replicas, and half of a third
+  auto context = context_with_devices(2, 2, small);
+  constexpr int buffer_count = 8;
+  std::vector<Buffer<int>> buffers;
+  std::vector<std::vector<int>> expected;
+  for (int b = 0; b < buffer_count; ++b) {
+    expected.emplace_back(n, b + 1);
+    buffers.emplace_back(*context, std::span<const int>(expected.back()));
+  }
+  const auto add = [](std::span<int> target, std::span<const int> source) {
+    for (std::size_t i = 0; i < target.size(); ++i) target[i] += source[i];
+  };
+  for (int round = 0; round < 200; ++round) {
+    std::vector<Task> tasks;
+    for (int k = 0; k < buffer_count / 2; ++k) {
+      auto target = static_cast<std::size_t>(2 * k), source = target + 1;
+      if (round % 2 != 0) std::swap(target, source);
+      tasks.push_back(context->submit(TaskOptions{.device = 1 + (k + round) % 2}, add,
+                                      read_write(buffers[target]), read(buffers[source])));
+      for (std::size_t i = 0; i < n; ++i) expected[target][i] += expected[source][i];
+    }
+    for (Task& task : tasks) ASSERT_NO_THROW(task.wait()) << "round " << round;
+  }
+  for (int b = 0; b < buffer_count; ++b)
+    EXPECT_EQ(buffers[static_cast<std::size_t>(b)].to_vector(), expected[static_cast<std::size_t>(b)]);
+}
+
 TEST(Coherence, StickyReplicasAreEvictedLast) {
   detail::TestDeviceOptions small;
   small.memory_limit = 2 * n * sizeof(int);
