@@ -59,12 +59,18 @@ class Mapped {
   Mapped() = default;
   Mapped(const Mapped&) = delete;
   Mapped& operator=(const Mapped&) = delete;
-  Mapped(Mapped&& other) noexcept : mapping_(std::exchange(other.mapping_, {})), count_(other.count_) {}
+  Mapped(Mapped&& other) noexcept
+      : mapping_(std::exchange(other.mapping_, {})),
+        count_(other.count_),
+        buffer_id_(other.buffer_id_),
+        offset_(other.offset_) {}
   Mapped& operator=(Mapped&& other) noexcept {
     if (this != &other) {
       unmap_quietly();
       mapping_ = std::exchange(other.mapping_, {});
       count_ = other.count_;
+      buffer_id_ = other.buffer_id_;
+      offset_ = other.offset_;
     }
     return *this;
   }
@@ -80,7 +86,12 @@ class Mapped {
   // unmap() ends the mapping; tasks waiting for it may start.
   void unmap() {
     if (mapping_.record == nullptr) {
-      throw Error(ErrorCode::buffer_misuse, "unmap of a buffer mapping that is not mapped");
+      throw Error(ErrorCode::buffer_misuse,
+                  buffer_id_ == 0 ? std::string("unmap of a buffer mapping that was never mapped")
+                                  : "unmap of elements [" + std::to_string(offset_) + ", " +
+                                        std::to_string(offset_ + count_) + ") of buffer " +
+                                        std::to_string(buffer_id_) +
+                                        ", which are not mapped (unmapped already, or moved from)");
     }
     detail::buffer_unmap(std::exchange(mapping_, {}));
   }
@@ -88,7 +99,8 @@ class Mapped {
  private:
   template <class>
   friend class Buffer;
-  Mapped(detail::Mapping mapping, std::size_t count) : mapping_(mapping), count_(count) {}
+  Mapped(detail::Mapping mapping, std::size_t count, std::uint64_t buffer_id, std::size_t offset)
+      : mapping_(mapping), count_(count), buffer_id_(buffer_id), offset_(offset) {}
   void unmap_quietly() noexcept {
     if (mapping_.record == nullptr) return;
     try {
@@ -98,6 +110,8 @@ class Mapped {
   }
   detail::Mapping mapping_{};
   std::size_t count_ = 0;
+  std::uint64_t buffer_id_ = 0;  // for messages: which buffer, which elements
+  std::size_t offset_ = 0;
 };
 
 template <class T>
@@ -144,11 +158,7 @@ class Buffer {
 
   // slice() views elements [offset, offset + count) of this view. Throws on a range outside it.
   Buffer slice(std::size_t offset, std::size_t count) const {
-    if (offset > count_ || count > count_ - offset) {
-      throw Error(ErrorCode::buffer_misuse, "slice of " + std::to_string(count) + " elements at offset " +
-                                                std::to_string(offset) + " is outside the buffer view of " +
-                                                std::to_string(count_) + " elements");
-    }
+    if (offset > count_ || count > count_ - offset) detail::throw_slice_outside(state_, offset, count, offset_, count_);
     Buffer view(*this);
     view.offset_ += offset;
     view.count_ = count;
@@ -163,8 +173,10 @@ class Buffer {
   Mapped<T> map_write() const { return map_as<T>(Access::write, true); }
   Mapped<T> map_read_write() const { return map_as<T>(Access::read_write, true); }
   Mapped<T> map(Access mode) const { return map_as<T>(mode, true); }
-  // try_map() returns nothing (instead of waiting) while a conflicting task is pending; like map(), it
-  // throws TaskCancelled when the mapping would read data a failed task wrote.
+  // try_map() returns nothing (instead of waiting) while a conflicting task or mapping is pending —
+  // also one that waits for a mapping the calling thread holds, where map() would throw: it returns
+  // nothing until that mapping ends. Like map(), it throws TaskCancelled when the mapping would read
+  // data a failed task wrote.
   std::optional<Mapped<T>> try_map(Access mode) const {
     auto mapped = map_as<T>(mode, false);
     if (mapped.mapping_.record == nullptr) return std::nullopt;
@@ -193,7 +205,7 @@ class Buffer {
   Mapped<U> map_as(Access mode, bool wait) const {
     if (state_ == nullptr) throw Error(ErrorCode::buffer_misuse, "map of an empty buffer handle");
     detail::Mapping mapping = detail::buffer_map(state_, offset_ * sizeof(T), count_ * sizeof(T), mode, wait);
-    return Mapped<U>(mapping, mapping.record != nullptr ? count_ : 0);
+    return Mapped<U>(mapping, mapping.record != nullptr ? count_ : 0, detail::buffer_id(state_), offset_);
   }
 
   detail::BufferState* state_ = nullptr;

@@ -22,7 +22,7 @@ enum class ErrorCode {
   task_failed = 5,       // a task threw; the original exception is rethrown where possible
   cancelled = 6,         // a task was cancelled because a task it depends on failed or was cancelled
   not_supported = 7,     // the feature exists in the API but not in this build or on this machine
-  busy = 8,              // reserved; nothing reports it (try_map returns std::nullopt instead)
+  busy = 8,              // C nerve_buffer_try_map: a conflicting task is pending (C++ try_map: nullopt)
   internal = 9,          // a bug in nerve; please report it
 };
 

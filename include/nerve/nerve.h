@@ -64,7 +64,7 @@ typedef enum nerve_status {
   NERVE_ERROR_TASK_FAILED = 5,       /* a task failed (nerve_task_fail or a C++ exception) */
   NERVE_ERROR_CANCELLED = 6,         /* a task was cancelled because a task it depends on failed */
   NERVE_ERROR_NOT_SUPPORTED = 7,     /* the feature exists in the API but not in this build */
-  NERVE_ERROR_BUSY = 8,              /* reserved: nothing reports it in this version */
+  NERVE_ERROR_BUSY = 8,              /* nerve_buffer_try_map: a conflicting task is pending */
   NERVE_ERROR_INTERNAL = 9,          /* a bug in nerve; please report it with nerve_last_error() */
   NERVE_STATUS_MAX_ENUM = 0x7fffffff /* not a status: every non-negative int32 a valid value */
 } nerve_status_t;
@@ -203,6 +203,10 @@ NERVE_API nerve_buffer_t* nerve_buffer_alloc_unified(nerve_context_t* ctx, size_
  * NERVE_ERROR_BUFFER_MISUSE (waiting for itself would deadlock). Writing through a read mapping is a
  * bug. NULL on error (also when a task the mapping waited for failed: NERVE_ERROR_CANCELLED). Blocks. */
 NERVE_API void* nerve_buffer_map(nerve_buffer_t* buffer, nerve_map_mode_t mode);
+/* nerve_buffer_try_map() is nerve_buffer_map() without the wait: while a conflicting task or mapping
+ * is pending it maps nothing and returns NULL with NERVE_ERROR_BUSY (retry later, or map and wait).
+ * Its other errors are nerve_buffer_map()'s. Never blocks. */
+NERVE_API void* nerve_buffer_try_map(nerve_buffer_t* buffer, nerve_map_mode_t mode);
 /* nerve_buffer_unmap() ends the mapping; NERVE_ERROR_BUFFER_MISUSE if the buffer is not mapped. */
 NERVE_API nerve_status_t nerve_buffer_unmap(nerve_buffer_t* buffer);
 /* nerve_buffer_get_device_ptr() is the address of byte 0 of the buffer on `device` (NERVE_DEVICE_ANY:

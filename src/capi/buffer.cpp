@@ -116,8 +116,11 @@ nerve_buffer_t* nerve_buffer_alloc_unified(nerve_context_t* ctx, size_t bytes, u
   });
 }
 
-void* nerve_buffer_map(nerve_buffer_t* buffer, nerve_map_mode_t mode) {
-  return guard_value<void*>("nerve_buffer_map", nullptr, [&] {
+namespace {
+
+// map_buffer(): nerve_buffer_map (wait) and nerve_buffer_try_map (busy instead of waiting).
+void* map_buffer(const char* function, nerve_buffer_t* buffer, nerve_map_mode_t mode, bool wait) {
+  return guard_value<void*>(function, nullptr, [&] {
     nerve_buffer& handle = checked_buffer(buffer);
     const nerve::Access access = map_access(mode);
     {
@@ -132,17 +135,33 @@ void* nerve_buffer_map(nerve_buffer_t* buffer, nerve_map_mode_t mode) {
     }
     nerve::detail::Mapping mapping{};
     try {
-      mapping = nerve::detail::buffer_map(handle.state, 0, handle.bytes, access, true);
+      mapping = nerve::detail::buffer_map(handle.state, 0, handle.bytes, access, wait);
     } catch (...) {
       std::lock_guard lock(handle.lock);
       handle.mapping_state = MappingState::none;
       throw;
     }
     std::lock_guard lock(handle.lock);
+    if (mapping.record == nullptr) {
+      handle.mapping_state = MappingState::none;
+      fail(ErrorCode::busy, fmt::format("try_map of {}: a conflicting task or mapping is pending (nothing "
+                                        "was mapped; nerve_buffer_map waits for it)",
+                                        describe(handle)));
+    }
     handle.mapping = mapping;
     handle.mapping_state = MappingState::mapped;
     return mapping.data;
   });
+}
+
+}  // namespace
+
+void* nerve_buffer_map(nerve_buffer_t* buffer, nerve_map_mode_t mode) {
+  return map_buffer("nerve_buffer_map", buffer, mode, true);
+}
+
+void* nerve_buffer_try_map(nerve_buffer_t* buffer, nerve_map_mode_t mode) {
+  return map_buffer("nerve_buffer_try_map", buffer, mode, false);
 }
 
 nerve_status_t nerve_buffer_unmap(nerve_buffer_t* buffer) {

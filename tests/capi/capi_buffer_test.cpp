@@ -1,6 +1,8 @@
 // C API: buffers — allocation, mapping, pointers, and every misuse the handles must detect.
+#include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <thread>
 
 #include "capi_test.hpp"
 #include "memory/buffer_state.hpp"
@@ -93,6 +95,30 @@ TEST_P(CapiBufferTest, UnmapWithoutMap) {
   ASSERT_NE(nerve_buffer_map(buffer, NERVE_MAP_WRITE), nullptr);
   EXPECT_EQ(nerve_buffer_unmap(buffer), NERVE_OK);
   EXPECT_NERVE_ERROR(nerve_buffer_unmap(buffer), NERVE_ERROR_BUFFER_MISUSE, "not mapped");
+  free_buffer(buffer);
+}
+
+// try_map maps nothing while a conflicting task is pending, says so with NERVE_ERROR_BUSY, and leaves
+// the buffer free to map (and to free) afterwards.
+TEST_P(CapiBufferTest, TryMapIsBusyWhileATaskWritesAndNeverBlocks) {
+  nerve_buffer_t* buffer = alloc(16);
+  std::atomic<bool> release{false};
+  nerve_task_t* task = nerve_task_create(
+      +[](void* desc, nerve_device_t, nerve_stream_t) {
+        auto& go = *static_cast<std::atomic<bool>*>(desc);
+        while (!go.load()) std::this_thread::yield();
+      },
+      &release);
+  ASSERT_EQ(nerve_task_add_access(task, buffer, NERVE_ACCESS_WRITE, 0, 16), NERVE_OK);
+  ASSERT_EQ(nerve_task_submit(ctx.get(), task, NERVE_DEVICE_CPU), NERVE_OK);
+  EXPECT_NERVE_ERROR(nerve_buffer_try_map(buffer, NERVE_MAP_READ), NERVE_ERROR_BUSY, "pending");
+  EXPECT_STREQ(nerve_status_string(NERVE_ERROR_BUSY), "busy");
+  release.store(true);
+  EXPECT_EQ(nerve_wait_all(ctx.get()), NERVE_OK);
+  void* data = nerve_buffer_try_map(buffer, NERVE_MAP_READ_WRITE);
+  ASSERT_NE(data, nullptr) << nerve_last_error();
+  EXPECT_NERVE_ERROR(nerve_buffer_try_map(buffer, NERVE_MAP_READ), NERVE_ERROR_BUFFER_MISUSE, "already mapped");
+  EXPECT_EQ(nerve_buffer_unmap(buffer), NERVE_OK);
   free_buffer(buffer);
 }
 

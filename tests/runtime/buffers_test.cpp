@@ -70,15 +70,29 @@ TEST_P(BuffersTest, ConcurrentReadMappings) {
 TEST_P(BuffersTest, MisuseIsAnErrorNamingWhatHappened) {
   Buffer<int> buffer(*context, 10, BufferOptions{.name = "weights"});
   try {
-    (void)buffer.slice(8, 5);
+    (void)buffer.slice(2, 6).slice(3, 5);
     FAIL();
   } catch (const Error& error) {
     EXPECT_EQ(error.code(), ErrorCode::buffer_misuse);
-    EXPECT_NE(std::string(error.what()).find("outside"), std::string::npos) << error.what();
+    const std::string message = error.what();
+    EXPECT_NE(message.find("slice of 5 elements at offset 3 is outside the view of elements [2, 8) of buffer "),
+              std::string::npos)
+        << message;
+    EXPECT_NE(message.find("'weights' (40 bytes)"), std::string::npos) << message;
   }
-  Mapped<int> mapping = buffer.map_write();
+  Mapped<int> mapping = buffer.slice(4, 3).map_write();
   mapping.unmap();
-  EXPECT_THROW(mapping.unmap(), Error) << "unmap without map";
+  try {
+    mapping.unmap();
+    FAIL() << "unmap without map";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::buffer_misuse);
+    EXPECT_NE(std::string(error.what())
+                  .find("unmap of elements [4, 7) of buffer " + std::to_string(buffer.id()) + ", which are not mapped"),
+              std::string::npos)
+        << error.what();
+  }
+  EXPECT_THROW(Mapped<int>().unmap(), Error);
   Buffer<int> empty;
   EXPECT_THROW(empty.map_read(), Error);
   EXPECT_THROW(context->spawn([](std::span<int>) {}, write(empty)), Error);

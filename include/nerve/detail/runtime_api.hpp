@@ -190,6 +190,10 @@ NERVE_API BufferState* buffer_create(ContextImpl* context, std::size_t bytes, st
                                      const BufferOptions& options);
 NERVE_API std::size_t buffer_bytes(const BufferState* buffer) noexcept;
 NERVE_API std::uint64_t buffer_id(const BufferState* buffer) noexcept;
+// Throws Error(buffer_misuse) for a slice of `count` elements at `offset` outside a view of
+// `view_count` elements starting at element `view_offset` of `buffer`, naming the buffer.
+[[noreturn]] NERVE_API void throw_slice_outside(const BufferState* buffer, std::size_t offset, std::size_t count,
+                                                std::size_t view_offset, std::size_t view_count);
 // Checks that [offset, offset+size) lies in the buffer and the buffer is alive; throws BufferMisuse.
 NERVE_API void buffer_check_range(const BufferState* buffer, std::size_t offset, std::size_t size);
 NERVE_API void buffer_free(BufferState* buffer);  // explicit free (C API); later use is an error
