@@ -8,10 +8,11 @@
 //
 // and checks Entry::abi_version against nerve::plugin::abi_version. A file that cannot be loaded
 // (dlopen's message), has no entry symbol, or was built for another ABI version makes creating the
-// context fail with nerve::Error(invalid_config) naming the file. The plugin's devices then join
-// the built-in backends' (numbered after them; gpu.devices selects among all of them, by index,
-// name or the plugin's name), with the same memory-node, copy and launch contract as a built-in
-// device (docs/BACKENDS.md).
+// context fail with nerve::Error(invalid_config) naming the file; so does a plugin whose create(),
+// Backend::device_count(), describe() or open() throws (with its message), or whose open() returns
+// nullptr. The plugin's devices then join the built-in backends' (numbered after them; gpu.devices
+// selects among all of them, by index, name or the plugin's name), with the same memory-node, copy
+// and launch contract as a built-in device (docs/BACKENDS.md).
 //
 // The ABI is the classes below — pure virtual, so a plugin needs no symbol of nerve and must not
 // link libnerve (the process that loads it has nerve already) — plus detail::KernelCall and

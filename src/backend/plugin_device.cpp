@@ -1,6 +1,9 @@
 #include "backend/plugin_device.hpp"
 
 #include <atomic>
+#include <exception>
+#include <type_traits>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -10,6 +13,17 @@
 
 namespace nerve::detail {
 namespace {
+
+// What the plugin threw, for a message; called while handling it.
+std::string thrown_message() {
+  try {
+    throw;
+  } catch (const std::exception& error) {
+    return error.what();
+  } catch (...) {
+    return "an exception that is not a std::exception";
+  }
+}
 
 // A plugin's copy completion forwarded to the runtime's; one per copy, deleted when done.
 struct CopyBridge final : plugin::Completion {
@@ -150,27 +164,29 @@ class PluginDevice final : public Device {
 
 class PluginBackend final : public Backend {
  public:
-  PluginBackend(std::string name, plugin::Backend* backend) : name_(std::move(name)), backend_(backend) {}
+  PluginBackend(std::string name, plugin::Backend* backend, std::filesystem::path file)
+      : name_(std::move(name)), backend_(backend), file_(std::move(file)) {}
 
   std::string name() const override { return name_; }
 
   std::vector<DeviceInfo> enumerate(const Topology& /*topology*/) override {
     std::vector<DeviceInfo> found;
-    const std::size_t count = backend_->device_count();
-    for (std::size_t i = 0; i < count; ++i) found.push_back(info(backend_->describe(i)));
+    const std::size_t count = call("Backend::device_count()", [&] { return backend_->device_count(); });
+    for (std::size_t i = 0; i < count; ++i) found.push_back(info(describe(i)));
     return found;
   }
 
   std::unique_ptr<Device> open(std::size_t which, const DeviceOpenOptions& options) override {
-    const plugin::DeviceDescription description = backend_->describe(which);
+    const plugin::DeviceDescription description = describe(which);
     plugin::OpenOptions open_options;
     open_options.index = options.index;
     open_options.stream_count = options.stream_count;
     open_options.max_pending_transfers = options.max_pending_transfers;
-    std::unique_ptr<plugin::Device> device = backend_->open(which, open_options);
+    std::unique_ptr<plugin::Device> device =
+        call(fmt::format("Backend::open({})", which), [&] { return backend_->open(which, open_options); });
     if (device == nullptr) {
-      throw Error(ErrorCode::internal, fmt::format("backend plugin '{}' did not open its device {} ('{}')",
-                                                   name_, which, description.name));
+      throw plugin_error(file_,
+                         fmt::format("Backend::open({}) returned no device ('{}')", which, description.name));
     }
     DeviceInfo described = info(description);
     described.index = options.index;
@@ -190,14 +206,35 @@ class PluginBackend final : public Backend {
     return out;
   }
 
+  plugin::DeviceDescription describe(std::size_t which) {
+    return call(fmt::format("Backend::describe({})", which), [&] { return backend_->describe(which); });
+  }
+
+  // A call into the plugin's Backend: what it throws is the plugin's failure, not an exception of
+  // nerve's, and the user must learn which file to blame.
+  template <class Call>
+  std::invoke_result_t<Call&> call(std::string_view what, Call&& plugin_call) {
+    try {
+      return plugin_call();
+    } catch (...) {
+      throw plugin_error(file_, fmt::format("{} threw: {}", what, thrown_message()));
+    }
+  }
+
   std::string name_;
   plugin::Backend* backend_;
+  std::filesystem::path file_;
 };
 
 }  // namespace
 
-std::shared_ptr<Backend> make_plugin_backend(std::string name, plugin::Backend* backend) {
-  return std::make_shared<PluginBackend>(std::move(name), backend);
+std::shared_ptr<Backend> make_plugin_backend(std::string name, plugin::Backend* backend,
+                                             std::filesystem::path file) {
+  return std::make_shared<PluginBackend>(std::move(name), backend, std::move(file));
+}
+
+Error plugin_error(const std::filesystem::path& file, std::string_view why) {
+  return Error(ErrorCode::invalid_config, fmt::format("backend plugin '{}': {}", file.string(), why));
 }
 
 }  // namespace nerve::detail
