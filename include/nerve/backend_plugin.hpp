@@ -96,7 +96,9 @@ class Device {
   virtual void copy_to_host_sync(const void* device, void* host, std::size_t bytes) = 0;
   virtual void copy_to_device_sync(const void* host, void* device, std::size_t bytes) = 0;
   // launch(): run `launch` asynchronously; `done` once it has finished (ok = false with a message
-  // fails the task). Must not block for the kernel.
+  // fails the task). Must not block for the kernel. A launch() that throws has not started: it must
+  // not call `done` then, and the task fails as with done(false, what it threw): Error(task_failed)
+  // naming the kernel, the task and the device.
   virtual void launch(const Launch& launch, Completion& done) = 0;
   // drain(): every copy and launch finished, the device's threads stopped (context shutdown).
   // Idempotent: it is called again before the device is destroyed.

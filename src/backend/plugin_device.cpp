@@ -25,6 +25,17 @@ std::string thrown_message() {
   }
 }
 
+// A failed launch, whether the plugin reported it (done(false)) or its launch() threw: the task's
+// error names the kernel, the task when it has a name of its own, and the device.
+std::exception_ptr launch_failure(const TaskRecord& task, const std::string& device, std::string_view why) {
+  const std::string& kernel = task.kernel->name;
+  const std::string named =
+      task.name != nullptr && kernel != task.name ? fmt::format(" (task '{}')", task.name) : std::string();
+  return std::make_exception_ptr(
+      Error(ErrorCode::task_failed,
+            fmt::format("kernel '{}'{} failed on device '{}': {}", kernel, named, device, why)));
+}
+
 // A plugin's copy completion forwarded to the runtime's; one per copy, deleted when done.
 struct CopyBridge final : plugin::Completion {
   CopyCompletion* target;
@@ -113,18 +124,28 @@ class PluginDevice final : public Device {
       return;
     }
     auto* running = new Running(*this, task);
+    plugin::Launch launch;
     try {
       running->launch = host_->prepare_launch(task, *this);
-      plugin::Launch launch;
-      launch.call = &running->launch.call;
-      launch.implementation = running->launch.implementation;
-      launch.has_cpu_body = static_cast<bool>(task->kernel->cpu);
-      launch.run_cpu = &run_cpu_body;
-      launch.kernel = task->kernel;
-      device_->launch(launch, *running);
     } catch (...) {
       delete running;
       host_->complete(task, *this, std::current_exception());
+      return;
+    }
+    launch.call = &running->launch.call;
+    launch.implementation = running->launch.implementation;
+    launch.has_cpu_body = static_cast<bool>(task->kernel->cpu);
+    launch.run_cpu = &run_cpu_body;
+    launch.kernel = task->kernel;
+    try {
+      device_->launch(launch, *running);
+    } catch (...) {
+      // A launch() that throws has not started (backend_plugin.hpp): `running` was never handed over,
+      // and the task fails as a launch reported with done(false) does, not with the plugin's exception.
+      const std::exception_ptr failure =
+          launch_failure(*task, info().name, fmt::format("its launch() threw: {}", thrown_message()));
+      delete running;
+      host_->complete(task, *this, failure);
     }
   }
 
@@ -140,12 +161,7 @@ class PluginDevice final : public Device {
     Running(PluginDevice& owner, TaskRecord* running_task) : device(owner), task(running_task) {}
     void done(bool ok, const char* error) noexcept override {
       std::exception_ptr failure;
-      if (!ok) {
-        failure = std::make_exception_ptr(
-            Error(ErrorCode::task_failed,
-                  fmt::format("kernel '{}' failed on device '{}': {}", task->kernel->name, device.info().name,
-                              error != nullptr ? error : "(no message)")));
-      }
+      if (!ok) failure = launch_failure(*task, device.info().name, error != nullptr ? error : "(no message)");
       PluginDevice& owner = device;
       TaskRecord* finished = task;
       delete this;

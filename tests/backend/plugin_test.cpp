@@ -1,7 +1,7 @@
 // Backend plugins end to end: a plugin built in tests/backend/plugins is found on NERVE_PLUGIN_PATH,
 // its devices are selected by gpu.devices and run kernel tasks; a plugin of another ABI version, a
 // library without the entry symbol and a Backend that fails make context creation fail with a
-// message naming the file.
+// message naming the file; a launch() that throws fails its task as a reported failure does.
 #include <cstdlib>
 #include <filesystem>
 #include <iterator>
@@ -180,6 +180,39 @@ TEST(BackendPlugin, ABackendWhoseOpenReturnsNoDeviceIsRefusedNamingTheFile) {
     EXPECT_NE(message.find("Backend::open(1) returned no device ('sim1')"), std::string::npos) << message;
   }
   EXPECT_EQ(thread_count(), threads_before);
+}
+
+// Regression: Task::wait() threw the plugin's own std::runtime_error. A launch() that throws fails
+// the task as done(false, message) does: Error(task_failed) naming kernel, task and device.
+TEST(BackendPlugin, ALaunchThatThrowsFailsTheTaskWithTaskFailed) {
+  auto context = context_with_plugins(NERVE_TEST_PLUGIN_DIR, "sim");
+  {
+    const Kernel increment = make_increment();
+    Buffer<int> data(*context, std::vector<int>(64, 0));
+    Task failed;
+    {
+      const SimPluginFails failing("launch_throw");
+      failed = context->submit(TaskOptions{.name = "throwing-launch", .device = 1}, increment,
+                               read_write(data), value(1));
+      try {
+        failed.wait();
+        ADD_FAILURE() << "the task should fail";
+      } catch (const Error& error) {
+        EXPECT_EQ(error.code(), ErrorCode::task_failed);
+        EXPECT_STREQ(
+            error.what(),
+            "kernel 'increment' (task 'throwing-launch') failed on device 'sim0': its launch() threw: "
+            "sim: launch() failed on purpose");
+      }
+    }
+    EXPECT_EQ(failed.status(), TaskStatus::failed);
+    // The device is still usable: the next launch (on new data) runs.
+    Buffer<int> other(*context, std::vector<int>(64, 0));
+    context->submit(TaskOptions{.device = 1}, increment, read_write(other), value(2)).wait();
+    EXPECT_EQ(other.to_vector(), std::vector<int>(64, 2));
+  }
+  context->wait_all();
+  expect_no_leaks(*context);
 }
 
 TEST(BackendPlugin, MissingDirectoriesOnThePathAreSkipped) {

@@ -8,7 +8,7 @@
 // The environment variable SIM_PLUGIN_FAIL, read at each call (the library is loaded once per
 // process), makes it fail the ways a plugin can: "describe" (Backend::describe throws), "open_throw"
 // or "open_null" (Backend::open of the second device, sim1, throws or returns nullptr, after sim0 was
-// opened).
+// opened), "launch_throw" (Device::launch throws instead of calling done).
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -60,6 +60,7 @@ class SimDevice final : public nerve::plugin::Device {
     std::memcpy(device, host, bytes);
   }
   void launch(const nerve::plugin::Launch& launch, nerve::plugin::Completion& done) override {
+    if (failing("launch_throw")) throw std::runtime_error("sim: launch() failed on purpose");
     if (!launch.has_cpu_body) {
       done.done(false, "the sim device runs CPU bodies only");
       return;
