@@ -8,10 +8,11 @@
 //
 // and checks Entry::abi_version against nerve::plugin::abi_version. A file that cannot be loaded
 // (dlopen's message), has no entry symbol, or was built for another ABI version makes creating the
-// context fail with nerve::Error(invalid_config) naming the file. The plugin's devices then join
-// the built-in backends' (numbered after them; gpu.devices selects among all of them, by index,
-// name or the plugin's name), with the same memory-node, copy and launch contract as a built-in
-// device (docs/BACKENDS.md).
+// context fail with nerve::Error(invalid_config) naming the file; so does a plugin whose create(),
+// Backend::device_count(), describe() or open() throws (with its message), or whose open() returns
+// nullptr. The plugin's devices then join the built-in backends' (numbered after them; gpu.devices
+// selects among all of them, by index, name or the plugin's name), with the same memory-node, copy
+// and launch contract as a built-in device (docs/BACKENDS.md).
 //
 // The ABI is the classes below — pure virtual, so a plugin needs no symbol of nerve and must not
 // link libnerve (the process that loads it has nerve already) — plus detail::KernelCall and
@@ -95,7 +96,9 @@ class Device {
   virtual void copy_to_host_sync(const void* device, void* host, std::size_t bytes) = 0;
   virtual void copy_to_device_sync(const void* host, void* device, std::size_t bytes) = 0;
   // launch(): run `launch` asynchronously; `done` once it has finished (ok = false with a message
-  // fails the task). Must not block for the kernel.
+  // fails the task). Must not block for the kernel. A launch() that throws has not started: it must
+  // not call `done` then, and the task fails as with done(false, what it threw): Error(task_failed)
+  // naming the kernel, the task and the device.
   virtual void launch(const Launch& launch, Completion& done) = 0;
   // drain(): every copy and launch finished, the device's threads stopped (context shutdown).
   // Idempotent: it is called again before the device is destroyed.

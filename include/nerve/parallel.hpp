@@ -4,7 +4,8 @@
 // fn(chunk_begin, chunk_end) once per chunk if fn takes two indices — splitting the range in halves
 // until a piece holds at most `grain` indices (grain 0: about four pieces per worker). The calling
 // thread works on the range too and returns when every piece is done; the first exception thrown by
-// fn is rethrown (other pieces still finish first).
+// fn, in time, is rethrown (other pieces still finish first), whichever piece — the calling thread's
+// own or a spawned one — threw it.
 //
 // parallel_reduce(context, begin, end, grain, identity, map, reduce) returns
 // reduce(... reduce(map(b0, e0), map(b1, e1)) ...) over the same halving tree: the tree depends only
@@ -13,10 +14,13 @@
 // is returned for an empty range. With grain 0 the grain depends on the worker count (about four
 // pieces per worker) — unless parallel.deterministic_mode is on, which fixes it (grain = count / 64,
 // so the halving tree has 64 to 128 leaves whatever the workers), so a floating-point reduction gives
-// the same bits on every run and every worker count.
+// the same bits on every run and every worker count. As with parallel_for, the first exception
+// thrown by map or reduce, in time, is rethrown once every piece has finished.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
+#include <exception>
 #include <optional>
 #include <type_traits>
 #include <utility>
@@ -31,6 +35,46 @@ inline std::size_t auto_grain(const ContextImpl* context, std::size_t count) noe
   const std::size_t grain = count / (pieces == 0 ? 1 : pieces);
   return grain == 0 ? 1 : grain;
 }
+
+// FirstError: the first exception that one parallel_for or parallel_reduce call's user code threw.
+// A failure also unwinds through its piece's task and each enclosing group, which report in the order
+// they are waited for, not the order of the throws: the calling thread's own chunk would win over a
+// spawned piece that threw long before it.
+struct FirstError {
+  std::atomic<bool> set{false};
+  std::exception_ptr error;  // written once, by the thread that set `set`; read after every piece ended
+
+  template <class Call>
+  decltype(auto) guard(Call&& call) {
+    try {
+      return call();
+    } catch (...) {
+      if (!set.exchange(true, std::memory_order_acq_rel)) error = std::current_exception();
+      throw;
+    }
+  }
+  // Called while handling what reached the top: every piece has ended (the groups were waited for),
+  // so `error` is settled. What did not come from user code (a refused submission) passes through.
+  [[noreturn]] void rethrow_first() {
+    if (error != nullptr) std::rethrow_exception(error);
+    throw;
+  }
+};
+
+// One parallel_for call's function and first error, shared by its pieces through one pointer, so that
+// a piece's closure stays as small as before.
+template <class F>
+struct ForShared {
+  F& fn;
+  FirstError first;
+};
+
+template <class Map, class Reduce>
+struct ReduceShared {
+  Map& map;
+  Reduce& reduce;
+  FirstError first;
+};
 
 template <class F>
 void call_chunk(F& fn, std::size_t begin, std::size_t end) {
@@ -50,20 +94,22 @@ inline void wait_before_unwind(ContextImpl* context, GroupState& group) noexcept
 }
 
 template <class F>
-void parallel_for_range(ContextImpl* context, std::size_t begin, std::size_t end, std::size_t grain, F& fn) {
+void parallel_for_range(ContextImpl* context, std::size_t begin, std::size_t end, std::size_t grain,
+                        ForShared<F>& shared) {
   if (end - begin <= grain) {
-    call_chunk(fn, begin, end);
+    shared.first.guard([&] { call_chunk(shared.fn, begin, end); });
     return;
   }
   GroupState group;
   try {
     while (end - begin > grain) {
       const std::size_t middle = begin + (end - begin) / 2;
-      submit(context, nullptr, &group, nullptr, false,
-             [context, middle, end, grain, &fn] { parallel_for_range(context, middle, end, grain, fn); });
+      submit(context, nullptr, &group, nullptr, false, [context, middle, end, grain, &shared] {
+        parallel_for_range(context, middle, end, grain, shared);
+      });
       end = middle;
     }
-    call_chunk(fn, begin, end);
+    shared.first.guard([&] { call_chunk(shared.fn, begin, end); });
   } catch (...) {
     wait_before_unwind(context, group);
     throw;
@@ -72,24 +118,24 @@ void parallel_for_range(ContextImpl* context, std::size_t begin, std::size_t end
 }
 
 template <class T, class Map, class Reduce>
-T parallel_reduce_range(ContextImpl* context, std::size_t begin, std::size_t end, std::size_t grain, Map& map,
-                        Reduce& reduce) {
-  if (end - begin <= grain) return map(begin, end);
+T parallel_reduce_range(ContextImpl* context, std::size_t begin, std::size_t end, std::size_t grain,
+                        ReduceShared<Map, Reduce>& shared) {
+  if (end - begin <= grain) return shared.first.guard([&]() -> T { return shared.map(begin, end); });
   const std::size_t middle = begin + (end - begin) / 2;
   GroupState group;
   std::optional<T> right;  // T need not be default-constructible
   std::optional<T> left;
   try {
     submit(context, nullptr, &group, nullptr, false, [&, middle, end] {
-      right.emplace(parallel_reduce_range<T>(context, middle, end, grain, map, reduce));
+      right.emplace(parallel_reduce_range<T>(context, middle, end, grain, shared));
     });
-    left.emplace(parallel_reduce_range<T>(context, begin, middle, grain, map, reduce));
+    left.emplace(parallel_reduce_range<T>(context, begin, middle, grain, shared));
   } catch (...) {
     wait_before_unwind(context, group);
     throw;
   }
   group_wait(context, &group);
-  return reduce(std::move(*left), std::move(*right));
+  return shared.first.guard([&]() -> T { return shared.reduce(std::move(*left), std::move(*right)); });
 }
 
 }  // namespace detail
@@ -99,7 +145,12 @@ void parallel_for(Context& context, std::size_t begin, std::size_t end, std::siz
   detail::require_context(context.impl());  // a moved-from Context: Error(invalid_argument)
   if (begin >= end) return;
   if (grain == 0) grain = detail::auto_grain(context.impl(), end - begin);
-  detail::parallel_for_range(context.impl(), begin, end, grain, fn);
+  detail::ForShared<F> shared{fn, {}};
+  try {
+    detail::parallel_for_range(context.impl(), begin, end, grain, shared);
+  } catch (...) {
+    shared.first.rethrow_first();
+  }
 }
 
 template <class T, class Map, class Reduce>
@@ -110,7 +161,12 @@ T parallel_reduce(Context& context, std::size_t begin, std::size_t end, std::siz
   detail::require_context(context.impl());  // a moved-from Context: Error(invalid_argument)
   if (begin >= end) return identity;
   if (grain == 0) grain = detail::auto_grain(context.impl(), end - begin);
-  return detail::parallel_reduce_range<T>(context.impl(), begin, end, grain, map, reduce);
+  detail::ReduceShared<Map, Reduce> shared{map, reduce, {}};
+  try {
+    return detail::parallel_reduce_range<T>(context.impl(), begin, end, grain, shared);
+  } catch (...) {
+    shared.first.rethrow_first();
+  }
 }
 
 }  // namespace nerve

@@ -1,6 +1,9 @@
 #include "backend/plugin_device.hpp"
 
 #include <atomic>
+#include <exception>
+#include <type_traits>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -10,6 +13,28 @@
 
 namespace nerve::detail {
 namespace {
+
+// What the plugin threw, for a message; called while handling it.
+std::string thrown_message() {
+  try {
+    throw;
+  } catch (const std::exception& error) {
+    return error.what();
+  } catch (...) {
+    return "an exception that is not a std::exception";
+  }
+}
+
+// A failed launch, whether the plugin reported it (done(false)) or its launch() threw: the task's
+// error names the kernel, the task when it has a name of its own, and the device.
+std::exception_ptr launch_failure(const TaskRecord& task, const std::string& device, std::string_view why) {
+  const std::string& kernel = task.kernel->name;
+  const std::string named =
+      task.name != nullptr && kernel != task.name ? fmt::format(" (task '{}')", task.name) : std::string();
+  return std::make_exception_ptr(
+      Error(ErrorCode::task_failed,
+            fmt::format("kernel '{}'{} failed on device '{}': {}", kernel, named, device, why)));
+}
 
 // A plugin's copy completion forwarded to the runtime's; one per copy, deleted when done.
 struct CopyBridge final : plugin::Completion {
@@ -99,18 +124,28 @@ class PluginDevice final : public Device {
       return;
     }
     auto* running = new Running(*this, task);
+    plugin::Launch launch;
     try {
       running->launch = host_->prepare_launch(task, *this);
-      plugin::Launch launch;
-      launch.call = &running->launch.call;
-      launch.implementation = running->launch.implementation;
-      launch.has_cpu_body = static_cast<bool>(task->kernel->cpu);
-      launch.run_cpu = &run_cpu_body;
-      launch.kernel = task->kernel;
-      device_->launch(launch, *running);
     } catch (...) {
       delete running;
       host_->complete(task, *this, std::current_exception());
+      return;
+    }
+    launch.call = &running->launch.call;
+    launch.implementation = running->launch.implementation;
+    launch.has_cpu_body = static_cast<bool>(task->kernel->cpu);
+    launch.run_cpu = &run_cpu_body;
+    launch.kernel = task->kernel;
+    try {
+      device_->launch(launch, *running);
+    } catch (...) {
+      // A launch() that throws has not started (backend_plugin.hpp): `running` was never handed over,
+      // and the task fails as a launch reported with done(false) does, not with the plugin's exception.
+      const std::exception_ptr failure =
+          launch_failure(*task, info().name, fmt::format("its launch() threw: {}", thrown_message()));
+      delete running;
+      host_->complete(task, *this, failure);
     }
   }
 
@@ -126,12 +161,7 @@ class PluginDevice final : public Device {
     Running(PluginDevice& owner, TaskRecord* running_task) : device(owner), task(running_task) {}
     void done(bool ok, const char* error) noexcept override {
       std::exception_ptr failure;
-      if (!ok) {
-        failure = std::make_exception_ptr(
-            Error(ErrorCode::task_failed,
-                  fmt::format("kernel '{}' failed on device '{}': {}", task->kernel->name, device.info().name,
-                              error != nullptr ? error : "(no message)")));
-      }
+      if (!ok) failure = launch_failure(*task, device.info().name, error != nullptr ? error : "(no message)");
       PluginDevice& owner = device;
       TaskRecord* finished = task;
       delete this;
@@ -150,27 +180,29 @@ class PluginDevice final : public Device {
 
 class PluginBackend final : public Backend {
  public:
-  PluginBackend(std::string name, plugin::Backend* backend) : name_(std::move(name)), backend_(backend) {}
+  PluginBackend(std::string name, plugin::Backend* backend, std::filesystem::path file)
+      : name_(std::move(name)), backend_(backend), file_(std::move(file)) {}
 
   std::string name() const override { return name_; }
 
   std::vector<DeviceInfo> enumerate(const Topology& /*topology*/) override {
     std::vector<DeviceInfo> found;
-    const std::size_t count = backend_->device_count();
-    for (std::size_t i = 0; i < count; ++i) found.push_back(info(backend_->describe(i)));
+    const std::size_t count = call("Backend::device_count()", [&] { return backend_->device_count(); });
+    for (std::size_t i = 0; i < count; ++i) found.push_back(info(describe(i)));
     return found;
   }
 
   std::unique_ptr<Device> open(std::size_t which, const DeviceOpenOptions& options) override {
-    const plugin::DeviceDescription description = backend_->describe(which);
+    const plugin::DeviceDescription description = describe(which);
     plugin::OpenOptions open_options;
     open_options.index = options.index;
     open_options.stream_count = options.stream_count;
     open_options.max_pending_transfers = options.max_pending_transfers;
-    std::unique_ptr<plugin::Device> device = backend_->open(which, open_options);
+    std::unique_ptr<plugin::Device> device =
+        call(fmt::format("Backend::open({})", which), [&] { return backend_->open(which, open_options); });
     if (device == nullptr) {
-      throw Error(ErrorCode::internal, fmt::format("backend plugin '{}' did not open its device {} ('{}')",
-                                                   name_, which, description.name));
+      throw plugin_error(file_,
+                         fmt::format("Backend::open({}) returned no device ('{}')", which, description.name));
     }
     DeviceInfo described = info(description);
     described.index = options.index;
@@ -190,14 +222,35 @@ class PluginBackend final : public Backend {
     return out;
   }
 
+  plugin::DeviceDescription describe(std::size_t which) {
+    return call(fmt::format("Backend::describe({})", which), [&] { return backend_->describe(which); });
+  }
+
+  // A call into the plugin's Backend: what it throws is the plugin's failure, not an exception of
+  // nerve's, and the user must learn which file to blame.
+  template <class Call>
+  std::invoke_result_t<Call&> call(std::string_view what, Call&& plugin_call) {
+    try {
+      return plugin_call();
+    } catch (...) {
+      throw plugin_error(file_, fmt::format("{} threw: {}", what, thrown_message()));
+    }
+  }
+
   std::string name_;
   plugin::Backend* backend_;
+  std::filesystem::path file_;
 };
 
 }  // namespace
 
-std::shared_ptr<Backend> make_plugin_backend(std::string name, plugin::Backend* backend) {
-  return std::make_shared<PluginBackend>(std::move(name), backend);
+std::shared_ptr<Backend> make_plugin_backend(std::string name, plugin::Backend* backend,
+                                             std::filesystem::path file) {
+  return std::make_shared<PluginBackend>(std::move(name), backend, std::move(file));
+}
+
+Error plugin_error(const std::filesystem::path& file, std::string_view why) {
+  return Error(ErrorCode::invalid_config, fmt::format("backend plugin '{}': {}", file.string(), why));
 }
 
 }  // namespace nerve::detail

@@ -27,7 +27,7 @@ std::map<std::string, std::shared_ptr<Backend>>& loaded_plugins() {
 }
 
 [[noreturn]] void refuse(const std::filesystem::path& path, const std::string& why) {
-  throw Error(ErrorCode::invalid_config, fmt::format("backend plugin '{}': {}", path.string(), why));
+  throw plugin_error(path, why);
 }
 
 }  // namespace
@@ -74,10 +74,12 @@ std::shared_ptr<Backend> load_plugin(const std::filesystem::path& path) {
     backend = entry->create();
   } catch (const std::exception& failure) {
     refuse(path, fmt::format("creating its backend failed: {}", failure.what()));
+  } catch (...) {
+    refuse(path, "creating its backend failed: it threw an exception that is not a std::exception");
   }
   if (backend == nullptr) refuse(path, "creating its backend returned nothing");
   // The library stays loaded for the process's life: its code runs every device it creates.
-  auto wrapped = make_plugin_backend(entry->name, backend);
+  auto wrapped = make_plugin_backend(entry->name, backend, path);
   plugins.emplace(canonical.string(), wrapped);
   return wrapped;
 }

@@ -1,7 +1,10 @@
 // Backend plugins end to end: a plugin built in tests/backend/plugins is found on NERVE_PLUGIN_PATH,
-// its devices are selected by gpu.devices and run kernel tasks; a plugin of another ABI version and
-// a library without the entry symbol make context creation fail with a message naming the file.
+// its devices are selected by gpu.devices and run kernel tasks; a plugin of another ABI version, a
+// library without the entry symbol and a Backend that fails make context creation fail with a
+// message naming the file; a launch() that throws fails its task as a reported failure does.
 #include <cstdlib>
+#include <filesystem>
+#include <iterator>
 #include <string>
 
 #include "opencl_support.hpp"
@@ -32,9 +35,9 @@ std::unique_ptr<Context> context_with_plugins(const char* directory, const std::
   }
 }
 
-std::string creation_error(const char* directory) {
+std::string creation_error(const char* directory, const std::string& devices = "all") {
   try {
-    (void)context_with_plugins(directory, "all");
+    (void)context_with_plugins(directory, devices);
   } catch (const Error& error) {
     EXPECT_EQ(error.code(), ErrorCode::invalid_config);
     return error.what();
@@ -124,6 +127,92 @@ TEST(BackendPlugin, AFileThatIsNoLibraryIsRefusedWithTheLoadersMessage) {
   const std::string message = creation_error(NERVE_TEST_PLUGIN_BROKEN_DIR);
   EXPECT_NE(message.find("libnerve-backend-broken.so"), std::string::npos) << message;
   EXPECT_NE(message.find("dlopen failed"), std::string::npos) << message;
+}
+
+// The test plugin fails the way SIM_PLUGIN_FAIL says (sim_plugin.cpp) while one of these lives.
+class SimPluginFails {
+ public:
+  explicit SimPluginFails(const char* mode) { ::setenv("SIM_PLUGIN_FAIL", mode, 1); }
+  ~SimPluginFails() { ::unsetenv("SIM_PLUGIN_FAIL"); }
+  SimPluginFails(const SimPluginFails&) = delete;
+  SimPluginFails& operator=(const SimPluginFails&) = delete;
+};
+
+std::size_t thread_count() {
+  const std::filesystem::directory_iterator tasks("/proc/self/task");
+  return static_cast<std::size_t>(std::distance(begin(tasks), end(tasks)));
+}
+
+const std::string sim_plugin_file = std::string(NERVE_TEST_PLUGIN_DIR) + "/libnerve-backend-sim.so";
+
+// Regression: the plugin's own std::runtime_error escaped Context(), naming neither plugin nor file.
+TEST(BackendPlugin, ABackendWhoseDescribeThrowsIsRefusedNamingTheFile) {
+  const SimPluginFails failing("describe");
+  const std::string message = creation_error(NERVE_TEST_PLUGIN_DIR);
+  EXPECT_NE(message.find(sim_plugin_file), std::string::npos) << message;
+  EXPECT_NE(message.find("Backend::describe(0) threw: sim: describe() failed on purpose"), std::string::npos)
+      << message;
+}
+
+// The context started its workers, and opened sim0, before sim1's open() threw: all of them are
+// stopped and closed again (sim0's thread included), and the error names the file.
+TEST(BackendPlugin, ABackendWhoseOpenThrowsIsRefusedAndWhatWasStartedIsStopped) {
+  (void)context_with_plugins(NERVE_TEST_PLUGIN_DIR, "sim");  // loads the plugin: no thread of its own
+  const std::size_t threads_before = thread_count();
+  {
+    const SimPluginFails failing("open_throw");
+    const std::string message = creation_error(NERVE_TEST_PLUGIN_DIR, "sim");
+    EXPECT_NE(message.find(sim_plugin_file), std::string::npos) << message;
+    EXPECT_NE(message.find("Backend::open(1) threw: sim: open() failed on purpose"), std::string::npos)
+        << message;
+  }
+  EXPECT_EQ(thread_count(), threads_before) << "threads of the failed context (workers, sim0's) still run";
+}
+
+// Regression: this was Error(internal), a bug of nerve's, and named only the plugin's name.
+TEST(BackendPlugin, ABackendWhoseOpenReturnsNoDeviceIsRefusedNamingTheFile) {
+  (void)context_with_plugins(NERVE_TEST_PLUGIN_DIR, "sim");
+  const std::size_t threads_before = thread_count();
+  {
+    const SimPluginFails failing("open_null");
+    const std::string message = creation_error(NERVE_TEST_PLUGIN_DIR, "sim");
+    EXPECT_NE(message.find(sim_plugin_file), std::string::npos) << message;
+    EXPECT_NE(message.find("Backend::open(1) returned no device ('sim1')"), std::string::npos) << message;
+  }
+  EXPECT_EQ(thread_count(), threads_before);
+}
+
+// Regression: Task::wait() threw the plugin's own std::runtime_error. A launch() that throws fails
+// the task as done(false, message) does: Error(task_failed) naming kernel, task and device.
+TEST(BackendPlugin, ALaunchThatThrowsFailsTheTaskWithTaskFailed) {
+  auto context = context_with_plugins(NERVE_TEST_PLUGIN_DIR, "sim");
+  {
+    const Kernel increment = make_increment();
+    Buffer<int> data(*context, std::vector<int>(64, 0));
+    Task failed;
+    {
+      const SimPluginFails failing("launch_throw");
+      failed = context->submit(TaskOptions{.name = "throwing-launch", .device = 1}, increment,
+                               read_write(data), value(1));
+      try {
+        failed.wait();
+        ADD_FAILURE() << "the task should fail";
+      } catch (const Error& error) {
+        EXPECT_EQ(error.code(), ErrorCode::task_failed);
+        EXPECT_STREQ(
+            error.what(),
+            "kernel 'increment' (task 'throwing-launch') failed on device 'sim0': its launch() threw: "
+            "sim: launch() failed on purpose");
+      }
+    }
+    EXPECT_EQ(failed.status(), TaskStatus::failed);
+    // The device is still usable: the next launch (on new data) runs.
+    Buffer<int> other(*context, std::vector<int>(64, 0));
+    context->submit(TaskOptions{.device = 1}, increment, read_write(other), value(2)).wait();
+    EXPECT_EQ(other.to_vector(), std::vector<int>(64, 2));
+  }
+  context->wait_all();
+  expect_no_leaks(*context);
 }
 
 TEST(BackendPlugin, MissingDirectoriesOnThePathAreSkipped) {

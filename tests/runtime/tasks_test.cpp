@@ -286,6 +286,58 @@ TEST_P(RuntimeTest, ParallelReduceSumsAndIsDeterministic) {
             42);
 }
 
+// Over [0, 1000) with grain 500 the calling thread runs [0, 500) and a spawned piece [500, 1000).
+// With a worker thread beside the caller, the caller's chunk throws only once the spawned piece has
+// thrown and its task has ended (the completed-task count says so): the spawned piece's exception is
+// the first. With one slot the spawned piece runs only when the caller waits, so the caller's is.
+// Regression: the caller's own exception was rethrown whichever came first.
+template <class Run>
+void expect_first_exception_rethrown(Context& context, unsigned workers, Run&& run) {
+  const std::uint64_t completed_before = context.stats().tasks_completed;
+  auto caller_piece = [&] {
+    if (workers > 1) {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+      while (context.stats().tasks_completed == completed_before) {
+        if (std::chrono::steady_clock::now() > deadline) {
+          ADD_FAILURE() << "the spawned piece never ran beside the calling thread";
+          break;
+        }
+        std::this_thread::yield();
+      }
+    }
+    throw std::runtime_error("caller");
+  };
+  auto spawned_piece = [] { throw std::runtime_error("spawned"); };
+  try {
+    run(caller_piece, spawned_piece);
+    ADD_FAILURE() << "nothing was rethrown";
+  } catch (const std::runtime_error& error) {
+    EXPECT_STREQ(error.what(), workers > 1 ? "spawned" : "caller");
+  }
+}
+
+TEST_P(RuntimeTest, ParallelForRethrowsTheFirstExceptionNotTheCallersOwn) {
+  expect_first_exception_rethrown(*context, workers(), [&](auto& caller_piece, auto& spawned_piece) {
+    parallel_for(*context, 0, 1000, 500, [&](std::size_t begin, std::size_t) {
+      if (begin == 0) caller_piece();
+      spawned_piece();
+    });
+  });
+}
+
+TEST_P(RuntimeTest, ParallelReduceRethrowsTheFirstExceptionNotTheCallersOwn) {
+  expect_first_exception_rethrown(*context, workers(), [&](auto& caller_piece, auto& spawned_piece) {
+    (void)parallel_reduce(
+        *context, 0, 1000, 500, 0,
+        [&](std::size_t begin, std::size_t) -> int {
+          if (begin == 0) caller_piece();
+          spawned_piece();
+          return 0;
+        },
+        [](int a, int b) { return a + b; });
+  });
+}
+
 TEST_P(RuntimeTest, SubmissionFromManyApplicationThreads) {
   Buffer<long> counter(*context, 1);
   context->spawn([](std::span<long> c) { c[0] = 0; }, write(counter));

@@ -13,10 +13,11 @@
 //
 // N defaults to the total slots of distributed.nodes (1 without nodes). --oversubscribe is added when
 // N exceeds the slots (or no nodes are given), --allow-run-as-root when run as root. Every NERVE_*
-// variable set here is forwarded to the ranks. nerve binds its own workers (parallel.thread_affinity),
-// so mpirun must not bind ranks to one core each. --dry-run prints the hostfile and the command (it
-// writes the hostfile only to a --hostfile PATH, never a temporary one). The mpirun used is $NERVE_MPIRUN,
-// else the one found at build time.
+// variable set here is forwarded to the ranks; NERVE_CONFIG as an absolute path, and --config FILE
+// replaces it, for nerve-run and the ranks alike. nerve binds its own workers
+// (parallel.thread_affinity), so mpirun must not bind ranks to one core each. --dry-run prints the
+// hostfile and the command (it writes the hostfile only to a --hostfile PATH, never a temporary one).
+// The mpirun used is $NERVE_MPIRUN, else the one found at build time.
 //
 // mpirun runs as a child (fork + exec, then wait) so that the temporary hostfile can be removed after
 // it; nerve-run exits with mpirun's status (127 if it could not be started; killed by a signal: the
@@ -176,7 +177,13 @@ int main(int argc, char** argv) {
   if (slots == 0 || ranks > slots) command.emplace_back("--oversubscribe");
   if (geteuid() == 0) command.emplace_back("--allow-run-as-root");
   command.insert(command.end(), {"--bind-to", "none", "-x", "NERVE_DISTRIBUTED_COMMUNICATION_BACKEND=mpi"});
-  if (!config_file.empty()) command.insert(command.end(), {"-x", "NERVE_CONFIG=" + config_file});
+  // The ranks read the file nerve-run read (--config wins over the environment, as in Config::load),
+  // absolute so that a rank's working directory does not matter.
+  std::string forwarded_config = config_file;
+  if (const char* named = std::getenv("NERVE_CONFIG");
+      forwarded_config.empty() && named != nullptr && *named != '\0')
+    forwarded_config = std::filesystem::absolute(named).string();
+  if (!forwarded_config.empty()) command.insert(command.end(), {"-x", "NERVE_CONFIG=" + forwarded_config});
   for (char** variable = environ; *variable != nullptr; ++variable) {
     const std::string entry = *variable;
     const std::string name = entry.substr(0, entry.find('='));

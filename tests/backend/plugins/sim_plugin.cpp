@@ -4,6 +4,11 @@
 //   libnerve-backend-oldabi.so    NERVE_SIM_ABI_VERSION set to another ABI version
 //   libnerve-backend-nosymbol.so  NERVE_SIM_NO_ENTRY: no nerve_backend_entry symbol
 // It uses nothing of libnerve but the plugin ABI's headers (backend_plugin.hpp).
+//
+// The environment variable SIM_PLUGIN_FAIL, read at each call (the library is loaded once per
+// process), makes it fail the ways a plugin can: "describe" (Backend::describe throws), "open_throw"
+// or "open_null" (Backend::open of the second device, sim1, throws or returns nullptr, after sim0 was
+// opened), "launch_throw" (Device::launch throws instead of calling done).
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -12,11 +17,18 @@
 #include <functional>
 #include <mutex>
 #include <new>
+#include <stdexcept>
+#include <string>
 #include <thread>
 
 #include "nerve/backend_plugin.hpp"
 
 namespace {
+
+bool failing(const char* mode) {
+  const char* fail = std::getenv("SIM_PLUGIN_FAIL");
+  return fail != nullptr && std::strcmp(fail, mode) == 0;
+}
 
 // SimDevice: everything runs in order on one thread, like one stream of a GPU.
 class SimDevice final : public nerve::plugin::Device {
@@ -48,6 +60,7 @@ class SimDevice final : public nerve::plugin::Device {
     std::memcpy(device, host, bytes);
   }
   void launch(const nerve::plugin::Launch& launch, nerve::plugin::Completion& done) override {
+    if (failing("launch_throw")) throw std::runtime_error("sim: launch() failed on purpose");
     if (!launch.has_cpu_body) {
       done.done(false, "the sim device runs CPU bodies only");
       return;
@@ -105,6 +118,7 @@ class SimBackend final : public nerve::plugin::Backend {
  public:
   std::size_t device_count() override { return 2; }
   nerve::plugin::DeviceDescription describe(std::size_t index) override {
+    if (failing("describe")) throw std::runtime_error("sim: describe() failed on purpose");
     nerve::plugin::DeviceDescription description;
     description.name = "sim" + std::to_string(index);
     description.kind = nerve::DeviceKind::test;
@@ -114,8 +128,10 @@ class SimBackend final : public nerve::plugin::Backend {
     description.compute_units = 1;
     return description;
   }
-  std::unique_ptr<nerve::plugin::Device> open(std::size_t /*index*/,
+  std::unique_ptr<nerve::plugin::Device> open(std::size_t index,
                                               const nerve::plugin::OpenOptions& /*options*/) override {
+    if (index == 1 && failing("open_throw")) throw std::runtime_error("sim: open() failed on purpose");
+    if (index == 1 && failing("open_null")) return nullptr;
     return std::make_unique<SimDevice>();
   }
 };
