@@ -87,11 +87,11 @@ class Mapped {
   void unmap() {
     if (mapping_.record == nullptr) {
       throw Error(ErrorCode::buffer_misuse,
-                  buffer_id_ == 0 ? std::string("unmap of a buffer mapping that was never mapped")
-                                  : "unmap of elements [" + std::to_string(offset_) + ", " +
-                                        std::to_string(offset_ + count_) + ") of buffer " +
-                                        std::to_string(buffer_id_) +
-                                        ", which are not mapped (unmapped already, or moved from)");
+                  buffer_id_ == 0
+                      ? std::string("unmap of a buffer mapping that was never mapped")
+                      : "unmap of elements [" + std::to_string(offset_) + ", " +
+                            std::to_string(offset_ + count_) + ") of buffer " + std::to_string(buffer_id_) +
+                            ", which are not mapped (unmapped already, or moved from)");
     }
     detail::buffer_unmap(std::exchange(mapping_, {}));
   }
@@ -158,7 +158,8 @@ class Buffer {
 
   // slice() views elements [offset, offset + count) of this view. Throws on a range outside it.
   Buffer slice(std::size_t offset, std::size_t count) const {
-    if (offset > count_ || count > count_ - offset) detail::throw_slice_outside(state_, offset, count, offset_, count_);
+    if (offset > count_ || count > count_ - offset)
+      detail::throw_slice_outside(state_, offset, count, offset_, count_);
     Buffer view(*this);
     view.offset_ += offset;
     view.count_ = count;

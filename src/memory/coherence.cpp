@@ -127,7 +127,8 @@ bool CoherenceEngine::acquire(TaskRecord* task, unsigned node) {
     {
       std::lock_guard pinning(residents_[node].pinning);
       try {
-        for (; pinned < task->access_count; ++pinned) pin_replica(*task->accesses[pinned].buffer, node, *task);
+        for (; pinned < task->access_count; ++pinned)
+          pin_replica(*task->accesses[pinned].buffer, node, *task);
       } catch (...) {
         failure = std::current_exception();
         for (std::size_t i = 0; i < pinned; ++i) {
@@ -259,7 +260,8 @@ void CoherenceEngine::claim_for_write(BufferState& buffer, unsigned node, std::s
   state.merge();
 }
 
-void CoherenceEngine::queue_copy(BufferReplicas& state, PendingCopy* copy, std::vector<PendingCopy*>& started) {
+void CoherenceEngine::queue_copy(BufferReplicas& state, PendingCopy* copy,
+                                 std::vector<PendingCopy*>& started) {
   // Nothing orders two copies into one node by itself: HOST_CACHED copy-backs from two devices that
   // wrote in turn, or a read's fetch of bytes newer than a copy-back still in flight. The epochs keep
   // the older copy from marking those bytes valid, but its data could still land last.
@@ -441,14 +443,15 @@ std::byte* CoherenceEngine::allocate_evicting(unsigned node, std::size_t bytes, 
     held_by_others |= memory.used() > resident_bytes;
     if (own <= memory.limit()) {
       if (held_by_others) throw MemoryBusy{};  // their release (memory_freed) retries the task
-      if (idle_others) continue;  // released since the eviction pass looked: evict it now
+      if (idle_others) continue;               // released since the eviction pass looked: evict it now
       if (memory.used() + bytes <= memory.limit() && ++room_retries < 64) continue;
     }
     throw Error(
         ErrorCode::out_of_memory,
         fmt::format("memory node '{}' cannot hold {} more bytes for {}: limit {} bytes, {} in use by {} "
                     "replica(s); the task needs {} bytes there in all",
-                    memory.name(), bytes, requester.describe(), memory.limit(), memory.used(), residents, own));
+                    memory.name(), bytes, requester.describe(), memory.limit(), memory.used(), residents,
+                    own));
   }
 }
 

@@ -85,12 +85,11 @@ void retire_task_access(BufferState* buffer) noexcept {
 std::size_t buffer_bytes(const BufferState* buffer) noexcept { return buffer->bytes; }
 std::uint64_t buffer_id(const BufferState* buffer) noexcept { return buffer->id; }
 
-void throw_slice_outside(const BufferState* buffer, std::size_t offset, std::size_t count, std::size_t view_offset,
-                         std::size_t view_count) {
-  const std::string view =
-      buffer == nullptr ? std::string("an empty buffer handle")
-                        : fmt::format("the view of elements [{}, {}) of {}", view_offset, view_offset + view_count,
-                                      buffer->describe());
+void throw_slice_outside(const BufferState* buffer, std::size_t offset, std::size_t count,
+                         std::size_t view_offset, std::size_t view_count) {
+  const std::string view = buffer == nullptr ? std::string("an empty buffer handle")
+                                             : fmt::format("the view of elements [{}, {}) of {}", view_offset,
+                                                           view_offset + view_count, buffer->describe());
   throw Error(ErrorCode::buffer_misuse,
               fmt::format("slice of {} elements at offset {} is outside {}", count, offset, view));
 }

@@ -117,7 +117,8 @@ TEST_P(CapiBufferTest, TryMapIsBusyWhileATaskWritesAndNeverBlocks) {
   EXPECT_EQ(nerve_wait_all(ctx.get()), NERVE_OK);
   void* data = nerve_buffer_try_map(buffer, NERVE_MAP_READ_WRITE);
   ASSERT_NE(data, nullptr) << nerve_last_error();
-  EXPECT_NERVE_ERROR(nerve_buffer_try_map(buffer, NERVE_MAP_READ), NERVE_ERROR_BUFFER_MISUSE, "already mapped");
+  EXPECT_NERVE_ERROR(nerve_buffer_try_map(buffer, NERVE_MAP_READ), NERVE_ERROR_BUFFER_MISUSE,
+                     "already mapped");
   EXPECT_EQ(nerve_buffer_unmap(buffer), NERVE_OK);
   free_buffer(buffer);
 }

@@ -75,8 +75,9 @@ TEST_P(BuffersTest, MisuseIsAnErrorNamingWhatHappened) {
   } catch (const Error& error) {
     EXPECT_EQ(error.code(), ErrorCode::buffer_misuse);
     const std::string message = error.what();
-    EXPECT_NE(message.find("slice of 5 elements at offset 3 is outside the view of elements [2, 8) of buffer "),
-              std::string::npos)
+    EXPECT_NE(
+        message.find("slice of 5 elements at offset 3 is outside the view of elements [2, 8) of buffer "),
+        std::string::npos)
         << message;
     EXPECT_NE(message.find("'weights' (40 bytes)"), std::string::npos) << message;
   }
@@ -88,7 +89,8 @@ TEST_P(BuffersTest, MisuseIsAnErrorNamingWhatHappened) {
   } catch (const Error& error) {
     EXPECT_EQ(error.code(), ErrorCode::buffer_misuse);
     EXPECT_NE(std::string(error.what())
-                  .find("unmap of elements [4, 7) of buffer " + std::to_string(buffer.id()) + ", which are not mapped"),
+                  .find("unmap of elements [4, 7) of buffer " + std::to_string(buffer.id()) +
+                        ", which are not mapped"),
               std::string::npos)
         << error.what();
   }
