@@ -139,8 +139,9 @@ struct TaskAwaiter {
   bool await_ready() const { return task.done(); }
   template <class P>
   void await_suspend(std::coroutine_handle<P> coroutine) {
-    if (const TaskRecord* root = root_of(coroutine)) refuse_coroutine_self_wait(root, task.record(), nullptr);
-    resume_coroutine(task_context(task.record()), coroutine.address(), task.record());
+    const TaskRecord* root = root_of(coroutine);
+    if (root != nullptr) refuse_coroutine_self_wait(root, task.record(), nullptr);
+    resume_coroutine(task_context(task.record()), coroutine.address(), task.record(), root);
   }
   void await_resume() const { task.wait(); }  // done: rethrows its failure, or TaskCancelled
 };
@@ -153,9 +154,10 @@ struct GroupAwaiter {
   }
   template <class P>
   bool await_suspend(std::coroutine_handle<P> coroutine) {
-    if (const TaskRecord* root = root_of(coroutine)) refuse_coroutine_self_wait(root, nullptr, group.state());
+    const TaskRecord* root = root_of(coroutine);
+    if (root != nullptr) refuse_coroutine_self_wait(root, nullptr, group.state());
     parked = true;  // set first: once parked, the coroutine may resume on another thread at once
-    if (group_suspend(group.state(), coroutine.address())) return true;
+    if (group_suspend(group.state(), coroutine.address(), root)) return true;
     parked = false;
     return false;
   }
@@ -244,7 +246,8 @@ inline Task launch_in(ContextImpl* context, GroupState* group, CoTask<> coroutin
 }  // namespace detail
 
 // launch() starts `coroutine` as a task of `context` (or of `group`: group.wait() then waits for it
-// too) and returns its Task. `name` (a string literal) names it in errors and traces.
+// too) and returns its Task. `name` (a string literal) names it in errors, and each stretch it runs
+// between two suspensions (one task each) in traces and statistics.
 inline Task launch(Context& context, CoTask<> coroutine, const char* name = nullptr) {
   return detail::launch_in(context.impl(), nullptr, std::move(coroutine), name);
 }

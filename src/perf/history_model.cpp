@@ -16,7 +16,7 @@ namespace {
 constexpr double recent_weight = 0.1;   // EWMA weight of a new sample
 constexpr double outlier_sigmas = 3.0;  // clamp beyond mean ± 3σ once calibrated
 constexpr double min_sigma_share = 0.05;
-constexpr double drift_share = 0.5;         // |recent − mean| > 50 % of the mean: recalibrate
+constexpr double drift_share = 0.5;         // a raw sample off the mean by over 50 % counts to drift
 constexpr double calibration_spread = 4.0;  // calibration samples are clamped to median ÷ 4 .. median × 4
 // More samples than any run could take (2^48: 9 years of one every microsecond): a stored count
 // beyond it is damage, and counting on from it could wrap.
@@ -26,6 +26,15 @@ double lower_median(std::vector<double> values) {
   const auto middle = values.begin() + static_cast<std::ptrdiff_t>((values.size() - 1) / 2);
   std::nth_element(values.begin(), middle, values.end());
   return *middle;
+}
+
+// absorb(): one more sample in the entry's count, mean and variance (Welford) and recent average.
+void absorb(ModelEntry& entry, double ns) {
+  entry.recent_ns = entry.samples == 0 ? ns : (1 - recent_weight) * entry.recent_ns + recent_weight * ns;
+  ++entry.samples;
+  const double delta = ns - entry.mean_ns;
+  entry.mean_ns += delta / static_cast<double>(entry.samples);
+  entry.m2 += delta * (ns - entry.mean_ns);
 }
 
 // The entry's statistics taken afresh from its calibration samples, each clamped to the spread
@@ -38,13 +47,7 @@ void settle_calibration(ModelEntry& entry) {
   settled.outliers = entry.outliers;
   for (double ns : entry.calibrating) {
     if (ns < low || ns > high) ++settled.outliers;
-    ns = std::clamp(ns, low, high);
-    settled.recent_ns =
-        settled.samples == 0 ? ns : (1 - recent_weight) * settled.recent_ns + recent_weight * ns;
-    ++settled.samples;
-    const double delta = ns - settled.mean_ns;
-    settled.mean_ns += delta / static_cast<double>(settled.samples);
-    settled.m2 += delta * (ns - settled.mean_ns);
+    absorb(settled, std::clamp(ns, low, high));
   }
   entry = std::move(settled);
 }
@@ -86,6 +89,8 @@ void HistoryModels::add(const std::string& kernel, const std::string& device, st
                         double ns) {
   std::lock_guard lock(mutex_);
   ModelEntry& entry = entries_[Key{kernel, device, footprint}];
+  const double raw = ns;
+  const double mean_before = entry.mean_ns;
   if (entry.samples >= calibration_samples) {
     const double sigma = std::max(entry.stddev_ns(), min_sigma_share * entry.mean_ns);
     const double low = entry.mean_ns - outlier_sigmas * sigma;
@@ -99,28 +104,33 @@ void HistoryModels::add(const std::string& kernel, const std::string& device, st
   // Calibrating from scratch in this process: keep the raw samples; the last one settles them.
   const bool from_scratch = entry.samples == entry.calibrating.size();
   if (entry.samples < calibration_samples && from_scratch) entry.calibrating.push_back(ns);
-  entry.recent_ns = entry.samples == 0 ? ns : (1 - recent_weight) * entry.recent_ns + recent_weight * ns;
-  ++entry.samples;
-  const double delta = ns - entry.mean_ns;
-  entry.mean_ns += delta / static_cast<double>(entry.samples);
-  entry.m2 += delta * (ns - entry.mean_ns);
+  absorb(entry, ns);
   if (entry.samples == calibration_samples && entry.calibrating.size() == calibration_samples) {
     settle_calibration(entry);
   } else if (entry.samples >= calibration_samples) {
     entry.calibrating.clear();
   }
-  // Drift is judged only well after calibration: early samples (cold caches, first-touch page
-  // faults) would otherwise make the recent average look like a change.
-  if (entry.samples >= 2 * calibration_samples &&
-      std::abs(entry.recent_ns - entry.mean_ns) > drift_share * entry.mean_ns) {
-    const std::uint64_t recalibrations = entry.recalibrations + 1;
-    const double recent = entry.recent_ns;
-    entry = ModelEntry{};
-    entry.samples = 1;
-    entry.mean_ns = recent;
-    entry.recent_ns = recent;
-    entry.recalibrations = recalibrations;
-    entry.calibrating = {recent};  // calibrates afresh, robustly, from here
+  // Drift is judged once calibrated, on the raw samples: a run of them all off the mean the same
+  // way. A few slow runs (interference, a page fault) break the run and stay mere outliers.
+  if (entry.samples > calibration_samples) {
+    const int way = raw > (1 + drift_share) * mean_before   ? 1
+                    : raw < (1 - drift_share) * mean_before ? -1
+                                                            : 0;
+    const bool continues =
+        way != 0 && !entry.drifting.empty() && (entry.drifting.front() > mean_before ? 1 : -1) == way;
+    if (!continues) entry.drifting.clear();
+    if (way != 0) entry.drifting.push_back(raw);
+    if (entry.drifting.size() >= drift_run) {
+      // The times changed: calibrate afresh, robustly, from the run that showed it.
+      const std::vector<double> run = std::move(entry.drifting);
+      ModelEntry fresh;
+      fresh.recalibrations = entry.recalibrations + 1;
+      for (const double sample : run) {
+        fresh.calibrating.push_back(sample);
+        absorb(fresh, sample);
+      }
+      entry = std::move(fresh);
+    }
   }
 }
 

@@ -3,10 +3,11 @@
 // Each entry keeps the count, mean and variance of its samples (Welford). Robust to outliers: once
 // calibrated, a sample beyond mean ± 3σ (σ at least 5 % of the mean) is clamped to that bound and
 // counted as an outlier, so a few slow runs move the mean by little (StarPU's failure mode: one
-// slow run sends every task elsewhere). Drift: a recent-average (EWMA of the clamped samples) that
-// leaves the mean by more than half of it (judged from 2 × calibration_samples on) means the device
-// or the kernel changed; the entry restarts (calibrating again) from the recent average and counts
-// a recalibration.
+// slow run sends every task elsewhere). Drift: `drift_run` samples in a row, as measured (before
+// clamping), that leave the mean by more than half of it in the same direction mean the device or
+// the kernel changed; the entry restarts (calibrating again) from those samples and counts a
+// recalibration. Judged on raw samples: clamped ones stay within mean ± 3σ, which for a steady
+// kernel is far less than half the mean, so an average of them could never show a lasting change.
 // An entry with fewer than `calibration_samples` samples is *calibrating*: its estimate is marked
 // so, and placement must not trust it alone. Calibration is robust too: while it lasts, the estimate
 // is the median of the samples seen in this process (a first call that paid for a program build or
@@ -40,6 +41,7 @@ struct ModelEntry {
   std::uint64_t outliers = 0;
   std::uint64_t recalibrations = 0;
   std::vector<double> calibrating;  // this process's raw samples while calibrating (not persisted)
+  std::vector<double> drifting;     // the current run of raw samples off the mean one way (not persisted)
   double stddev_ns() const noexcept;
 };
 
@@ -67,6 +69,7 @@ struct ModelRow {
 class HistoryModels {
  public:
   static constexpr std::uint64_t calibration_samples = 10;
+  static constexpr std::size_t drift_run = 5;  // raw samples in a row off the mean one way: drift
 
   // `directory` empty: not persisted.
   explicit HistoryModels(std::filesystem::path directory);

@@ -51,7 +51,6 @@ ContextImpl::ContextImpl(const Settings& settings)
       (!config.perf.decision_log.empty() || config.perf.records_tasks())) {
     decisions = std::make_unique<DecisionLog>(config.perf.decision_log, config.perf.records_tasks());
   }
-  perf->start_counters();
   scheduler.start();
   try {
     for (auto& device : discover_devices(config, topology, 1)) add_device(std::move(device));
@@ -72,6 +71,8 @@ ContextImpl::ContextImpl(const Settings& settings)
     for (auto& device : devices) device->memory().drain();
     throw;
   }
+  // Its first sample marks the end of construction: workers and devices up, the bus measured.
+  perf->start_counters();
 }
 
 ContextImpl::~ContextImpl() {

@@ -181,7 +181,7 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
 
   // --- coroutines (coroutines.cpp)
   // resume_group_continuation() resumes a coroutine that awaited a group that just emptied.
-  void resume_group_continuation(void* coroutine) noexcept;
+  void resume_group_continuation(void* coroutine, const char* name) noexcept;
 
   // --- waiting (waiting.cpp)
   std::int64_t in_flight() const noexcept;

@@ -45,13 +45,19 @@ struct Start {
   }
 };
 
+// Each stretch is named after its launched coroutine: the trace and the stats show the coroutine's
+// work under the name launch() was given.
+const char* step_name(const TaskRecord* root) noexcept {
+  return root != nullptr && root->name != nullptr ? root->name : "coroutine";
+}
+
 template <class Step>
-void submit_step(ContextImpl* context, Step step, TaskRecord* after) {
+void submit_step(ContextImpl* context, Step step, TaskRecord* after, const char* name) {
   TaskDraft draft = begin_task(context, sizeof(Closure<Step>), alignof(Closure<Step>));
   ::new (draft.closure) Closure<Step>{step};
   SubmitInfo info{};
   info.ops = &Closure<Step>::ops;
-  info.name = "coroutine";
+  info.name = name;
   info.after = &after;
   info.after_count = after != nullptr ? 1 : 0;
   info.after_consumes = false;  // the coroutine resumes and sees the failure itself
@@ -83,17 +89,17 @@ void coroutine_task_finish(TaskRecord* record, std::exception_ptr error) noexcep
                  record->error != nullptr ? status_failed : status_succeeded);
 }
 
-void resume_coroutine(ContextImpl* context, void* coroutine, TaskRecord* after) {
-  submit_step(context, Resume{coroutine}, after);
+void resume_coroutine(ContextImpl* context, void* coroutine, TaskRecord* after, const TaskRecord* root) {
+  submit_step(context, Resume{coroutine}, after, step_name(root));
 }
 
 void start_coroutine(ContextImpl* context, void* coroutine, TaskRecord* launched) {
-  submit_step(context, Start{coroutine, launched}, nullptr);
+  submit_step(context, Start{coroutine, launched}, nullptr, step_name(launched));
 }
 
-void ContextImpl::resume_group_continuation(void* coroutine) noexcept {
+void ContextImpl::resume_group_continuation(void* coroutine, const char* name) noexcept {
   try {
-    resume_coroutine(this, coroutine, nullptr);
+    submit_step(this, Resume{coroutine}, nullptr, name != nullptr ? name : "coroutine");
   } catch (const std::exception& error) {
     // No record for a continuation task (out of memory, context shutting down): resume here rather
     // than lose the coroutine; it runs on this thread's stack before the finish completes.
@@ -102,9 +108,12 @@ void ContextImpl::resume_group_continuation(void* coroutine) noexcept {
   }
 }
 
-bool group_suspend(GroupState* group, void* coroutine) {
+bool group_suspend(GroupState* group, void* coroutine, const TaskRecord* root) {
   void* expected = nullptr;
+  // The name first: the completer reads it after taking the continuation (acquire).
+  const char* previous_name = std::exchange(group->continuation_name, step_name(root));
   if (!group->continuation.compare_exchange_strong(expected, coroutine, std::memory_order_acq_rel)) {
+    group->continuation_name = previous_name;
     throw Error(ErrorCode::invalid_argument, "co_await on a TaskGroup another coroutine already awaits");
   }
   const std::int64_t before =

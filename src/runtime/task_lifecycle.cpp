@@ -576,8 +576,10 @@ void ContextImpl::finish(TaskRecord* task, ThreadState& thread, std::uint32_t ou
       void* coroutine = (before & GroupState::coroutine_parked) != 0
                             ? group->continuation.exchange(nullptr, std::memory_order_acq_rel)
                             : nullptr;
+      // The parked coroutine keeps the group alive until it resumes: its name can be read now.
+      const char* name = coroutine != nullptr ? group->continuation_name : nullptr;
       scheduler.waiters().wake(group);  // by address only: the group may be gone already
-      if (coroutine != nullptr) resume_group_continuation(coroutine);
+      if (coroutine != nullptr) resume_group_continuation(coroutine, name);
     }
   }
   if (counted) thread.count_completed();

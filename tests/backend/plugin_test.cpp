@@ -145,6 +145,19 @@ std::size_t thread_count() {
 
 const std::string sim_plugin_file = std::string(NERVE_TEST_PLUGIN_DIR) + "/libnerve-backend-sim.so";
 
+// perf.enable_counters: the first sample marks the end of construction, devices opened included
+// (it was taken before the devices were opened, so the first interval held their start-up).
+TEST(BackendPlugin, TheFirstCounterSampleComesAfterTheDevicesAreOpen) {
+  const SimPluginFails slow("slow_open");
+  Settings settings = make_settings(2);
+  settings.set("perf.enable_counters", "true");
+  settings.set("perf.counter_interval_ms", "60000");
+  auto context = context_with_plugins(NERVE_TEST_PLUGIN_DIR, "sim0", settings);
+  const CounterStats counters = context->stats().counters;
+  ASSERT_FALSE(counters.samples.empty());
+  EXPECT_GE(counters.samples.front().time_ns, 300'000'000) << "sampled before the slow device opened";
+}
+
 // Regression: the plugin's own std::runtime_error escaped Context(), naming neither plugin nor file.
 TEST(BackendPlugin, ABackendWhoseDescribeThrowsIsRefusedNamingTheFile) {
   const SimPluginFails failing("describe");

@@ -60,6 +60,28 @@ TEST(HistoryModel, DriftRecalibrates) {
   EXPECT_NEAR(models.estimate("k", "cpu", 8)->mean_ns, 5000.0, 500.0) << "it learnt the new time";
 }
 
+// A lasting 3x change after a long history: the clamped samples alone would keep the mean near the
+// old time for ever (each is held within mean ± 3 sigma); the run of raw samples shows the change.
+TEST(HistoryModel, ALastingModerateChangeRecalibratesAfterALongHistory) {
+  for (const double after : {2e6, 18e6}) {
+    HistoryModels models({});
+    for (int i = 0; i < 100; ++i) models.add("k", "cpu", 8, 6e6 + (i % 5) * 1e4);
+    for (int i = 0; i < 4; ++i) models.add("k", "cpu", 8, after);
+    EXPECT_EQ(models.rows().at(0).entry.recalibrations, 0u) << "four in a row may be interference";
+    models.add("k", "cpu", 8, after);
+    EXPECT_EQ(models.rows().at(0).entry.recalibrations, 1u) << "the fifth in a row is a change";
+    for (int i = 0; i < 10; ++i) models.add("k", "cpu", 8, after);
+    const auto estimate = models.estimate("k", "cpu", 8);
+    EXPECT_FALSE(estimate->calibrating);
+    EXPECT_DOUBLE_EQ(estimate->mean_ns, after) << "it learnt the new time";
+  }
+  // A change of less than half, or slow runs that alternate with normal ones, is no drift.
+  HistoryModels models({});
+  for (int i = 0; i < 30; ++i) models.add("k", "cpu", 8, 1000.0);
+  for (int i = 0; i < 40; ++i) models.add("k", "cpu", 8, i % 2 == 0 ? 1400.0 : 9000.0);
+  EXPECT_EQ(models.rows().at(0).entry.recalibrations, 0u);
+}
+
 TEST(HistoryModel, RegressionForFootprintsNotSeen) {
   HistoryModels models({});
   for (int i = 0; i < 10; ++i) {

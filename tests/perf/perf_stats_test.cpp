@@ -3,6 +3,8 @@
 #include <map>
 #include <set>
 
+#include "nerve/coroutine.hpp"
+
 #include "perf/perf_test.hpp"
 
 namespace nerve::testing {
@@ -53,6 +55,28 @@ TEST(PerfStats, WorkerTimeSplitsIntoBusyAndIdle) {
   for (const WorkerStats& worker : stats.workers) busy += worker.busy_ns;
   EXPECT_GE(busy, 20'000'000u) << "the sleeping task's time counts as busy";
   EXPECT_EQ(stats.devices.at(0).busy_ns, busy);
+}
+
+CoTask<> await_task_then_group(Context& context) {
+  co_await context.submit([] {});
+  TaskGroup group(context);
+  group.spawn([] {});
+  co_await group;
+}
+
+// A launched coroutine runs as one task per stretch between suspensions, each recorded under the
+// name launch() was given; its Task itself never runs and is not recorded (PERF_STATS.md).
+TEST(PerfStats, CoroutineStretchesAreRecordedUnderTheLaunchName) {
+  Settings settings = make_settings(2);
+  settings.set("perf.record_tasks", "true");
+  Context context(settings);
+  launch(context, await_task_then_group(context), "pipeline").wait();
+  context.wait_all();
+  const ContextStats stats = context.stats();
+  std::size_t named = 0;
+  for (const TaskTimes& record : stats.task_records) named += record.name == "pipeline" ? 1 : 0;
+  EXPECT_EQ(named, 3u) << "the first stretch, the one after the task, the one after the group";
+  EXPECT_EQ(stats.tasks_completed, stats.task_records.size() + 1) << "all but the coroutine's own Task";
 }
 
 TEST(PerfStats, RecordTasksGivesTimesDeviceAndBytesPerTask) {

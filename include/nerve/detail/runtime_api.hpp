@@ -74,6 +74,7 @@ struct GroupState {
   // A coroutine suspended in `co_await group` (its handle's address), resumed as a new task by the
   // completer that brings the count to zero (see coroutine.hpp). At most one at a time.
   std::atomic<void*> continuation{nullptr};
+  const char* continuation_name = nullptr;  // its launched coroutine's name: names the resumed stretch
 };
 
 // Two pointers, so that begin_task() returns it and commit_task() takes it in registers: a larger
@@ -121,15 +122,17 @@ NERVE_API TaskRecord* commit_task(ContextImpl* context, TaskDraft draft, const S
 NERVE_API TaskRecord* coroutine_task_create(ContextImpl* context, const char* name, GroupState* group);
 NERVE_API void coroutine_task_finish(TaskRecord* record, std::exception_ptr error) noexcept;
 // resume_coroutine() resumes the coroutine whose handle address is `coroutine` as a new task, once
-// `after` (if not null) has finished, whatever its outcome.
-NERVE_API void resume_coroutine(ContextImpl* context, void* coroutine, TaskRecord* after);
+// `after` (if not null) has finished, whatever its outcome. The task carries the name of `root`, the
+// launched coroutine it runs for (if any).
+NERVE_API void resume_coroutine(ContextImpl* context, void* coroutine, TaskRecord* after,
+                                const TaskRecord* root);
 // start_coroutine() runs a launched coroutine's first stretch as a new task; if `launched` (its Task)
 // or its group is cancelled by then, the coroutine is destroyed unrun and `launched` finishes cancelled.
 NERVE_API void start_coroutine(ContextImpl* context, void* coroutine, TaskRecord* launched);
 // group_suspend() parks the coroutine in `group`: true when it will be resumed once the group is
 // empty, false when the group already is (resume now). Error(invalid_argument) if another coroutine
 // already waits for the group. group_resumed() is called by the coroutine once resumed.
-NERVE_API bool group_suspend(GroupState* group, void* coroutine);
+NERVE_API bool group_suspend(GroupState* group, void* coroutine, const TaskRecord* root);
 NERVE_API void group_resumed(GroupState* group) noexcept;
 NERVE_API ContextImpl* task_context(const TaskRecord* record) noexcept;
 
@@ -192,8 +195,9 @@ NERVE_API std::size_t buffer_bytes(const BufferState* buffer) noexcept;
 NERVE_API std::uint64_t buffer_id(const BufferState* buffer) noexcept;
 // Throws Error(buffer_misuse) for a slice of `count` elements at `offset` outside a view of
 // `view_count` elements starting at element `view_offset` of `buffer`, naming the buffer.
-[[noreturn]] NERVE_API void throw_slice_outside(const BufferState* buffer, std::size_t offset, std::size_t count,
-                                                std::size_t view_offset, std::size_t view_count);
+[[noreturn]] NERVE_API void throw_slice_outside(const BufferState* buffer, std::size_t offset,
+                                                std::size_t count, std::size_t view_offset,
+                                                std::size_t view_count);
 // Checks that [offset, offset+size) lies in the buffer and the buffer is alive; throws BufferMisuse.
 NERVE_API void buffer_check_range(const BufferState* buffer, std::size_t offset, std::size_t size);
 NERVE_API void buffer_free(BufferState* buffer);  // explicit free (C API); later use is an error

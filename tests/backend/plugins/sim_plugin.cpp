@@ -8,7 +8,9 @@
 // The environment variable SIM_PLUGIN_FAIL, read at each call (the library is loaded once per
 // process), makes it fail the ways a plugin can: "describe" (Backend::describe throws), "open_throw"
 // or "open_null" (Backend::open of the second device, sim1, throws or returns nullptr, after sim0 was
-// opened), "launch_throw" (Device::launch throws instead of calling done).
+// opened), "launch_throw" (Device::launch throws instead of calling done); "slow_open" is no failure:
+// Backend::open takes 300 ms, as a device whose driver initialises slowly.
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -132,6 +134,7 @@ class SimBackend final : public nerve::plugin::Backend {
                                               const nerve::plugin::OpenOptions& /*options*/) override {
     if (index == 1 && failing("open_throw")) throw std::runtime_error("sim: open() failed on purpose");
     if (index == 1 && failing("open_null")) return nullptr;
+    if (failing("slow_open")) std::this_thread::sleep_for(std::chrono::milliseconds(300));
     return std::make_unique<SimDevice>();
   }
 };
