@@ -19,7 +19,8 @@ enum class ErrorCode {
   invalid_argument = 2,  // an API argument is out of its documented domain
   buffer_misuse = 3,     // use after free, double free, out-of-range slice, unmap without map, ...
   out_of_memory = 4,     // a memory node cannot satisfy an allocation, even after eviction
-  task_failed = 5,       // a task threw; the original exception is rethrown where possible
+  task_failed = 5,       // a task threw (the original exception is rethrown where possible), its
+                         // kernel failed on its device, or a copy of its input failed
   cancelled = 6,         // a task was cancelled because a task it depends on failed or was cancelled
   not_supported = 7,     // the feature exists in the API but not in this build or on this machine
   busy = 8,              // C nerve_buffer_try_map: a conflicting task is pending (C++ try_map: nullopt)

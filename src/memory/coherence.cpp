@@ -326,8 +326,10 @@ void CoherenceEngine::copy_finished(PendingCopy& copy, bool ok, const std::strin
   }
   for (TaskRecord* waiter : copy.waiters) {
     if (!ok && !waiter->cancel_pending.exchange(true, std::memory_order_acq_rel)) {
+      // Published to whoever runs the waiter by the fetch count's release below, as `error` is.
+      waiter->cancel_cause = TaskRecord::CancelCause::data;
       waiter->error = std::make_exception_ptr(
-          Error(ErrorCode::internal,
+          Error(ErrorCode::task_failed,
                 fmt::format("copying {} bytes of {} from {} to {} failed: {}", bytes, buffer.describe(),
                             nodes_[copy.from]->name(), nodes_[copy.to]->name(), error)));
     }

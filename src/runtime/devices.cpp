@@ -247,6 +247,8 @@ void ContextImpl::run_on_device(TaskRecord* task, Device& device) {
     const std::int64_t start = monotonic_ns();
     outcome = invoke_closure(task, thread, views.data());
     perf->device_task(thread, *task, start, outcome);
+  } else if (task->cancel_cause == TaskRecord::CancelCause::data) {
+    outcome = status_failed;  // its input could not be brought: it fails, it was not cancelled
   }
   if (heft != nullptr) heft_finished(task);
   destroy_closure(task);

@@ -32,7 +32,7 @@ const char* display_name(const TaskRecord* task) noexcept {
 std::exception_ptr cancellation_error(const TaskRecord* task) {
   if (task->error == nullptr) {
     const char* why =
-        task->cancelled_by_dependency ? "because a task it depends on was cancelled" : "before it started";
+        task->cancel_cause == TaskRecord::CancelCause::dependency ? "because a task it depends on was cancelled" : "before it started";
     return std::make_exception_ptr(
         TaskCancelled(fmt::format("task '{}' was cancelled {}", display_name(task), why), nullptr));
   }
@@ -529,6 +529,8 @@ void ContextImpl::execute(TaskRecord* task, ThreadState& thread) {
       outcome = invoke_closure(task, thread, views.data());
     }
     if (outcome == outcome_deferred) return;  // complete_deferred() finishes it; `task` is not ours now
+  } else if (task->cancel_cause == TaskRecord::CancelCause::data) [[unlikely]] {
+    outcome = status_failed;  // its input could not be brought: it fails, it was not cancelled
   }
   destroy_closure(task);
   finish(task, thread, outcome);

@@ -31,7 +31,7 @@ inline bool release_record(TaskRecord* record) noexcept {
 inline void mark_cancelled_by(TaskRecord* successor, const std::exception_ptr& cause) noexcept {
   if (!successor->cancel_pending.exchange(true, std::memory_order_acq_rel)) {
     successor->error = cause;
-    successor->cancelled_by_dependency = true;
+    successor->cancel_cause = TaskRecord::CancelCause::dependency;
   }
 }
 

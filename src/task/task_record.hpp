@@ -122,9 +122,12 @@ struct alignas(64) TaskRecord : QueueLink {
   // count and the first access share it.
   DepNode deps[inline_dep_count];
   std::uint8_t dep_used = 0;
-  // Cancelled through a consuming edge (mark_cancelled_by); with `error` null, the predecessor had
-  // itself been cancelled on request, so the message must not say this task was.
-  bool cancelled_by_dependency = false;
+  // Why cancel_pending was set, when not on request: `dependency` — through a consuming edge
+  // (mark_cancelled_by; with `error` null the predecessor had itself been cancelled on request, so
+  // the message must not say this task was); `data` — a copy of its input failed
+  // (CoherenceEngine::copy_finished): it then fails with that error, as no predecessor's doing.
+  enum class CancelCause : std::uint8_t { requested, dependency, data };
+  CancelCause cancel_cause = CancelCause::requested;
   // A C kernel in the launcher form (SubmitInfo::stream_launcher): CUDA devices may run it, and with
   // stream_only the CPU workers may not.
   bool stream_launcher = false;
@@ -220,7 +223,7 @@ inline void TaskRecord::release_resources() noexcept {
   restore(name, nullptr);
   restore(kernel, nullptr);
   if (kernel_keepalive) kernel_keepalive.reset();
-  restore(cancelled_by_dependency, false);
+  restore(cancel_cause, CancelCause::requested);
   restore(stream_launcher, false);
   restore(stream_only, false);
   restore(dep_used, 0);

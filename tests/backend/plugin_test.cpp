@@ -197,6 +197,44 @@ TEST(BackendPlugin, ABackendWhoseOpenReturnsNoDeviceIsRefusedNamingTheFile) {
 
 // Regression: Task::wait() threw the plugin's own std::runtime_error. A launch() that throws fails
 // the task as done(false, message) does: Error(task_failed) naming kernel, task and device.
+// A copy of a task's input that the device reports failed fails that task (task_failed, naming the
+// copy and the device's message) — it was no predecessor's doing, so it is not cancelled; its
+// dependents are cancelled with it as the cause, and the device goes on working.
+TEST(BackendPlugin, AFailedCopyFailsTheTaskThatNeededIt) {
+  auto context = context_with_plugins(NERVE_TEST_PLUGIN_DIR, "sim");
+  {
+    const Kernel increment = make_increment();
+    Buffer<int> data(*context, std::vector<int>(64, 0));
+    Task failed;
+    Task dependent;
+    {
+      const SimPluginFails failing("copy_fail");
+      failed = context->submit(TaskOptions{.name = "needs-data", .device = 1}, increment, read_write(data),
+                               value(1));
+      dependent =
+          context->submit(TaskOptions{.name = "after", .device = 0}, increment, read_write(data), value(1));
+      try {
+        failed.wait();
+        ADD_FAILURE() << "the task should fail";
+      } catch (const TaskCancelled& error) {
+        ADD_FAILURE() << "cancelled, not failed: " << error.what();
+      } catch (const Error& error) {
+        EXPECT_EQ(error.code(), ErrorCode::task_failed);
+        EXPECT_NE(std::string(error.what()).find("sim: copy failed on purpose"), std::string::npos)
+            << error.what();
+      }
+      EXPECT_THROW(dependent.wait(), TaskCancelled);
+    }
+    EXPECT_EQ(failed.status(), TaskStatus::failed);
+    EXPECT_EQ(dependent.status(), TaskStatus::cancelled);
+    Buffer<int> other(*context, std::vector<int>(64, 0));
+    context->submit(TaskOptions{.device = 1}, increment, read_write(other), value(2)).wait();
+    EXPECT_EQ(other.to_vector(), std::vector<int>(64, 2));
+  }
+  EXPECT_NO_THROW(context->wait_all()) << "task.wait() reported the failure (once)";
+  expect_no_leaks(*context);
+}
+
 TEST(BackendPlugin, ALaunchThatThrowsFailsTheTaskWithTaskFailed) {
   auto context = context_with_plugins(NERVE_TEST_PLUGIN_DIR, "sim");
   {

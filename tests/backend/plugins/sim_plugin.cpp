@@ -9,7 +9,8 @@
 // process), makes it fail the ways a plugin can: "describe" (Backend::describe throws), "open_throw"
 // or "open_null" (Backend::open of the second device, sim1, throws or returns nullptr, after sim0 was
 // opened), "launch_throw" (Device::launch throws instead of calling done); "slow_open" is no failure:
-// Backend::open takes 300 ms, as a device whose driver initialises slowly.
+// Backend::open takes 300 ms, as a device whose driver initialises slowly. "copy_fail":
+// copy_to_device reports a failure.
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -44,6 +45,10 @@ class SimDevice final : public nerve::plugin::Device {
   void copy_to_device(const void* host, void* device, std::size_t bytes,
                       nerve::plugin::Completion& done) override {
     post([=, &done] {
+      if (failing("copy_fail")) {
+        done.done(false, "sim: copy failed on purpose");
+        return;
+      }
       std::memcpy(device, host, bytes);
       done.done(true, nullptr);
     });
