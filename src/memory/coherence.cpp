@@ -157,7 +157,7 @@ bool CoherenceEngine::acquire(TaskRecord* task, unsigned node) {
     if (reads(access.mode))
       fetch_range(buffer, node, access.offset, access.offset + access.size, task, started);
     if (writes(access.mode)) {
-      wait_for_copies_into(buffer, node, access.offset, access.offset + access.size, task);
+      wait_for_copies_touching(buffer, node, access.offset, access.offset + access.size, task);
       claim_for_write(buffer, node, access.offset, access.offset + access.size);
     }
   }
@@ -232,14 +232,16 @@ void CoherenceEngine::fetch_range(BufferState& buffer, unsigned node, std::size_
   }
 }
 
-void CoherenceEngine::wait_for_copies_into(BufferState& buffer, unsigned node, std::size_t begin,
+void CoherenceEngine::wait_for_copies_touching(BufferState& buffer, unsigned node, std::size_t begin,
                                            std::size_t end, TaskRecord* writer) {
   // A copy still landing in [begin, end) on this node would overwrite what the writer is about to
-  // write there (its epoch keeps it from marking the bytes valid, but not from storing them). Tasks'
-  // own copies are ordered by their dependencies; what is left is the HOST_CACHED copy-back a
-  // device write starts when it ends, which nothing waits for: the writer waits for it here.
+  // write there (its epoch keeps it from marking the bytes valid, but not from storing them), and one
+  // still reading those bytes from this node would carry the writer's bytes instead of the ones it
+  // was started for. Tasks' own copies are ordered by their dependencies; what is left is the
+  // HOST_CACHED copy-back a device write starts when it ends, which nothing waits for: the next
+  // writer on either end waits for it here.
   for (PendingCopy* copy : buffer.replicas.copies_) {
-    if (copy->to != node || copy->end <= begin || end <= copy->begin) continue;
+    if ((copy->to != node && copy->from != node) || copy->end <= begin || end <= copy->begin) continue;
     if (std::find(copy->waiters.begin(), copy->waiters.end(), writer) != copy->waiters.end()) continue;
     copy->waiters.push_back(writer);
     writer->fetches.fetch_add(1, std::memory_order_relaxed);

@@ -160,7 +160,7 @@ class CoherenceEngine {
   void write_back_exclusive(BufferState& buffer, unsigned node);
   void fetch_range(BufferState& buffer, unsigned node, std::size_t begin, std::size_t end, TaskRecord* waiter,
                    std::vector<PendingCopy*>& started);
-  void wait_for_copies_into(BufferState& buffer, unsigned node, std::size_t begin, std::size_t end,
+  void wait_for_copies_touching(BufferState& buffer, unsigned node, std::size_t begin, std::size_t end,
                             TaskRecord* writer);
   void claim_for_write(BufferState& buffer, unsigned node, std::size_t begin, std::size_t end);
   // queue_copy(): `copy` joins the buffer's copies in flight, and starts (goes into `started`) unless
