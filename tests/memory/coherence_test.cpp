@@ -149,16 +149,16 @@ TEST(Coherence, EvictionUnderASmallLimitLosesNothing) {
 // others hold, and none fails — however the pins of tasks acquiring at the same moment interleave.
 TEST(Coherence, TasksThatFitWaitForMemoryOthersHoldAndNoneFails) {
   detail::TestDeviceOptions small;
-  small.memory_limit = 5 * n * sizeof(int) / 2;  // one task's two replicas, and half of a third
+  small.memory_limit = 5 * n * sizeof(unsigned) / 2;  // one task's two replicas, and half of a third
   auto context = context_with_devices(2, 2, small);
   constexpr int buffer_count = 8;
-  std::vector<Buffer<int>> buffers;
-  std::vector<std::vector<int>> expected;
+  std::vector<Buffer<unsigned>> buffers;  // unsigned: the sums wrap, defined
+  std::vector<std::vector<unsigned>> expected;
   for (int b = 0; b < buffer_count; ++b) {
-    expected.emplace_back(n, b + 1);
-    buffers.emplace_back(*context, std::span<const int>(expected.back()));
+    expected.emplace_back(n, static_cast<unsigned>(b) + 1);
+    buffers.emplace_back(*context, std::span<const unsigned>(expected.back()));
   }
-  const auto add = [](std::span<int> target, std::span<const int> source) {
+  const auto add = [](std::span<unsigned> target, std::span<const unsigned> source) {
     for (std::size_t i = 0; i < target.size(); ++i) target[i] += source[i];
   };
   for (int round = 0; round < 200; ++round) {
