@@ -233,7 +233,7 @@ void CoherenceEngine::fetch_range(BufferState& buffer, unsigned node, std::size_
 }
 
 void CoherenceEngine::wait_for_copies_touching(BufferState& buffer, unsigned node, std::size_t begin,
-                                           std::size_t end, TaskRecord* writer) {
+                                               std::size_t end, TaskRecord* writer) {
   // A copy still landing in [begin, end) on this node would overwrite what the writer is about to
   // write there (its epoch keeps it from marking the bytes valid, but not from storing them), and one
   // still reading those bytes from this node would carry the writer's bytes instead of the ones it

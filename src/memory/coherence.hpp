@@ -161,7 +161,7 @@ class CoherenceEngine {
   void fetch_range(BufferState& buffer, unsigned node, std::size_t begin, std::size_t end, TaskRecord* waiter,
                    std::vector<PendingCopy*>& started);
   void wait_for_copies_touching(BufferState& buffer, unsigned node, std::size_t begin, std::size_t end,
-                            TaskRecord* writer);
+                                TaskRecord* writer);
   void claim_for_write(BufferState& buffer, unsigned node, std::size_t begin, std::size_t end);
   // queue_copy(): `copy` joins the buffer's copies in flight, and starts (goes into `started`) unless
   // an earlier copy still lands on bytes it writes: then it starts when the last such one lands.

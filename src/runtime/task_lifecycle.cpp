@@ -31,8 +31,9 @@ const char* display_name(const TaskRecord* task) noexcept {
 
 std::exception_ptr cancellation_error(const TaskRecord* task) {
   if (task->error == nullptr) {
-    const char* why =
-        task->cancel_cause == TaskRecord::CancelCause::dependency ? "because a task it depends on was cancelled" : "before it started";
+    const char* why = task->cancel_cause == TaskRecord::CancelCause::dependency
+                          ? "because a task it depends on was cancelled"
+                          : "before it started";
     return std::make_exception_ptr(
         TaskCancelled(fmt::format("task '{}' was cancelled {}", display_name(task), why), nullptr));
   }
