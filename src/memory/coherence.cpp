@@ -38,6 +38,9 @@ namespace {
 
 constexpr NodeMask bit(unsigned node) noexcept { return NodeMask{1} << node; }
 
+// A replica's size on a device node: a zero-byte buffer still takes one byte, so that it has an address.
+std::size_t replica_bytes(const BufferState& buffer) noexcept { return buffer.bytes == 0 ? 1 : buffer.bytes; }
+
 bool reads(Access mode) noexcept {
   return (static_cast<unsigned>(mode) & static_cast<unsigned>(Access::read)) != 0;
 }
@@ -372,7 +375,7 @@ void CoherenceEngine::release(TaskRecord* task, unsigned node) noexcept {
 }
 
 void CoherenceEngine::pin_replica(BufferState& buffer, unsigned node, const TaskRecord& task) {
-  const std::size_t bytes = buffer.bytes == 0 ? 1 : buffer.bytes;
+  const std::size_t bytes = replica_bytes(buffer);
   {
     std::lock_guard lock(buffer.replicas.mutex_);
     auto& replicas = buffer.replicas.replicas_;
@@ -416,7 +419,7 @@ std::byte* CoherenceEngine::allocate_evicting(unsigned node, std::size_t bytes, 
     const BufferState& buffer = *task.accesses[i].buffer;
     bool seen = false;
     for (std::size_t j = 0; j < i && !seen; ++j) seen = task.accesses[j].buffer == &buffer;
-    if (!seen) own += buffer.bytes == 0 ? 1 : buffer.bytes;
+    if (!seen) own += replica_bytes(buffer);
   }
   // Passes that found room after the allocation failed (freed meanwhile by a task's eviction or a
   // dying buffer). Bounded: a device's allocator may fail below the limit, and then room never helps.
@@ -435,10 +438,9 @@ std::byte* CoherenceEngine::allocate_evicting(unsigned node, std::size_t bytes, 
         const auto& state = buffer->replicas;
         if (state.replicas_[node].data == nullptr) continue;  // being evicted or forgotten
         ++residents;
-        resident_bytes += buffer->bytes == 0 ? 1 : buffer->bytes;
+        resident_bytes += replica_bytes(*buffer);
         if (is_own(buffer)) continue;
-        bool held = state.replicas_[node].pins != 0;
-        for (const PendingCopy* copy : state.copies_) held |= copy->to == node || copy->from == node;
+        const bool held = in_use_on(state, node);
         held_by_others |= held;
         idle_others |= !held;
       }
@@ -478,10 +480,20 @@ std::size_t CoherenceEngine::evict(unsigned node, std::size_t wanted, const Buff
   std::sort(order.begin(), order.end());
   std::size_t freed = 0;
   for (auto& [ignored, buffer] : order) {
-    if (freed < wanted && evict_replica(*buffer, node)) freed += buffer->bytes == 0 ? 1 : buffer->bytes;
+    if (freed < wanted && evict_replica(*buffer, node)) freed += replica_bytes(*buffer);
     residents_[node].evicted.push_back(buffer);  // its hold ends when acquire lets `pinning` go
   }
   return freed;
+}
+
+// in_use_on(): the buffer's replica on `node` is pinned by a task or a copy reads or fills it — it
+// cannot be evicted now, and it frees up (memory_freed) when that ends. Under the buffer's lock.
+bool CoherenceEngine::in_use_on(const BufferReplicas& state, unsigned node) noexcept {
+  if (state.replicas_[node].pins != 0) return true;
+  for (const PendingCopy* copy : state.copies_) {
+    if (copy->to == node || copy->from == node) return true;
+  }
+  return false;
 }
 
 bool CoherenceEngine::evict_replica(BufferState& buffer, unsigned node) {
@@ -490,16 +502,13 @@ bool CoherenceEngine::evict_replica(BufferState& buffer, unsigned node) {
     std::lock_guard lock(buffer.replicas.mutex_);
     auto& state = buffer.replicas;
     auto& replica = state.replicas_[node];
-    if (replica.data == nullptr || replica.pins != 0) return false;
-    for (const PendingCopy* copy : state.copies_) {
-      if (copy->to == node || copy->from == node) return false;
-    }
+    if (replica.data == nullptr || in_use_on(state, node)) return false;
     write_back_exclusive(buffer, node);
     for (auto& range : state.ranges_) range.valid &= ~bit(node);
     state.merge();
     data = std::exchange(replica.data, nullptr);
   }
-  nodes_[node]->deallocate(data, buffer.bytes == 0 ? 1 : buffer.bytes);
+  nodes_[node]->deallocate(data, replica_bytes(buffer));
   std::lock_guard lock(residents_[node].mutex);
   auto& list = residents_[node].buffers;
   list.erase(std::remove(list.begin(), list.end(), &buffer), list.end());
@@ -533,7 +542,7 @@ void CoherenceEngine::forget(BufferState& buffer) noexcept {
     }
   }
   for (auto [node, data] : owned) {
-    nodes_[node]->deallocate(data, buffer.bytes == 0 ? 1 : buffer.bytes);
+    nodes_[node]->deallocate(data, replica_bytes(buffer));
     std::lock_guard lock(residents_[node].mutex);
     auto& list = residents_[node].buffers;
     list.erase(std::remove(list.begin(), list.end(), &buffer), list.end());
