@@ -188,26 +188,35 @@ void CoherenceEngine::fetch_range(BufferState& buffer, unsigned node, std::size_
   }
   std::size_t first = state.split_at(begin);
   const std::size_t last = state.split_at(end);
-  auto joinable = [&](const BufferReplicas::Range& range) -> PendingCopy* {
+  // Copies into one node over the same bytes land in the order they were queued (queue_copy), so the
+  // last one that covers a range is the one whose landing means no other is still writing there.
+  auto last_covering = [&](const BufferReplicas::Range& range) -> PendingCopy* {
+    PendingCopy* found = nullptr;
     for (PendingCopy* copy : state.copies_) {
-      if (copy->to == node && copy->begin <= range.begin && range.end <= copy->end &&
-          copy->start_epoch >= range.epoch) {
-        return copy;
-      }
+      if (copy->to == node && copy->begin <= range.begin && range.end <= copy->end) found = copy;
     }
-    return nullptr;
+    return found;
+  };
+  auto joinable = [&](const BufferReplicas::Range& range) -> PendingCopy* {
+    PendingCopy* copy = last_covering(range);
+    return copy != nullptr && copy->start_epoch >= range.epoch ? copy : nullptr;
+  };
+  auto join = [&](PendingCopy& copy) {
+    if (std::find(copy.waiters.begin(), copy.waiters.end(), waiter) != copy.waiters.end()) return;
+    copy.waiters.push_back(waiter);
+    waiter->fetches.fetch_add(1, std::memory_order_relaxed);
   };
   for (std::size_t k = first; k < last;) {
     const auto& range = state.ranges_[k];
     if ((range.valid & bit(node)) != 0) {
+      // Valid, but a copy still to land here stores these same bytes again (a task that wrote them
+      // through two accesses copies back each): reading now would race with that store.
+      if (PendingCopy* copy = last_covering(range)) join(*copy);
       ++k;
       continue;
     }
     if (PendingCopy* copy = joinable(range)) {
-      if (copy->waiters.empty() || copy->waiters.back() != waiter) {
-        copy->waiters.push_back(waiter);
-        waiter->fetches.fetch_add(1, std::memory_order_relaxed);
-      }
+      join(*copy);
       ++k;
       continue;
     }
@@ -357,6 +366,7 @@ void CoherenceEngine::release(TaskRecord* task, unsigned node) noexcept {
     if (node != 0 && buffer.host_cached && writes(access.mode) && access.size != 0) {
       // HOST_CACHED: copy what the device wrote back to the host now, so the host stays valid.
       auto& state = buffer.replicas;
+      if (copied_back(state, node, access.offset, access.offset + access.size)) continue;
       auto* copy = new PendingCopy{};
       copy->engine = this;
       copy->buffer = &buffer;
@@ -372,6 +382,16 @@ void CoherenceEngine::release(TaskRecord* task, unsigned node) noexcept {
   }
   start_copies(started);
   if (node != 0) listener_.memory_freed(node);
+}
+
+// Whether a copy-back already queued from `node` carries [begin, end) as it is now: the same task
+// wrote the buffer through another access covering it, and nothing was written since.
+bool CoherenceEngine::copied_back(const BufferReplicas& state, unsigned node, std::size_t begin,
+                                  std::size_t end) noexcept {
+  return std::any_of(state.copies_.begin(), state.copies_.end(), [&](const PendingCopy* copy) {
+    return copy->from == node && copy->to == 0 && copy->start_epoch == state.epoch_ && copy->begin <= begin &&
+           end <= copy->end;
+  });
 }
 
 void CoherenceEngine::pin_replica(BufferState& buffer, unsigned node, const TaskRecord& task) {

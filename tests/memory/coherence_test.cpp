@@ -232,6 +232,76 @@ TEST(Coherence, HostCachedCopyBacksLandInTheOrderTheWritesHappened) {
   }
 }
 
+// One device task writes a HOST_CACHED buffer through two accesses, one inside the other: one
+// copy-back carries both (nothing was written in between), not one per access.
+TEST(Coherence, ATaskWritingABufferTwiceCopiesItBackOnce) {
+  auto context = context_with_devices(2, 1);
+  Buffer<int> cached(*context, n, BufferOptions{.host_cached = true});
+  context->spawn(
+      TaskOptions{.device = 1},
+      [](std::span<int> all, std::span<int> part) {
+        std::fill(all.begin(), all.end(), 1);
+        std::fill(part.begin(), part.end(), 2);
+      },
+      write(cached), write(cached.slice(n / 4, n / 2)));
+  std::vector<int> expected(n, 1);
+  std::fill(expected.begin() + n / 4, expected.begin() + 3 * n / 4, 2);
+  EXPECT_EQ(cached.to_vector(), expected);
+  context->wait_all();
+  EXPECT_EQ(bytes_moved(*context, 1, 0), n * sizeof(int));
+}
+
+// Two accesses of one device write that overlap without either covering the other: two copy-backs,
+// the second landing the same bytes again after the first. A host read of their overlap runs after
+// both, whether it comes while both are on their way (it waits for the later one, not the first
+// found) or after the first landed and made the bytes valid (they are valid, but still being
+// stored to). Seen by the reader as the bytes copied back so far; ThreadSanitizer sees the race.
+TEST(Coherence, AHostReadWaitsForEveryCopyBackStillStoringItsBytes) {
+  auto context = std::make_unique<Context>(make_settings(2));
+  detail::TestDeviceOptions slow;
+  slow.copy_latency = std::chrono::milliseconds(30);
+  context->impl()->add_test_device(slow);
+  for (int round = 0; round < 3; ++round) {
+    const std::uint64_t before = bytes_moved(*context, 1, 0);
+    Buffer<int> cached(*context, n, BufferOptions{.host_cached = true});
+    Buffer<int> later(*context, 1);
+    context->spawn(
+        TaskOptions{.device = 1},
+        [](std::span<int> low, std::span<int> high) {
+          std::fill(low.begin(), low.end(), 3);
+          std::fill(high.begin(), high.end(), 3);
+        },
+        write(cached.slice(0, n / 2)), write(cached.slice(n / 4, n / 2)));
+    // Ready after the first copy-back landed (30 ms) and before the second (60 ms: one DMA engine).
+    context->spawn(
+        TaskOptions{.device = 0},
+        [](std::span<int> d) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(45));
+          d[0] = 1;
+        },
+        write(later));
+    std::atomic<std::uint64_t> seen_at_once{0};
+    std::atomic<std::uint64_t> seen_later{0};
+    const auto record = [&context, before](std::atomic<std::uint64_t>& seen) {
+      return [&context, &seen, before](std::span<const int> d) {
+        EXPECT_EQ(d[0], 3);
+        seen = bytes_moved(*context, 1, 0) - before;
+      };
+    };
+    context->spawn(TaskOptions{.device = 0}, record(seen_at_once), read(cached.slice(n / 4, n / 4)));
+    context->spawn(
+        TaskOptions{.device = 0},
+        [&](std::span<const int> d, std::span<const int>) {
+          EXPECT_EQ(d[0], 3);
+          seen_later = bytes_moved(*context, 1, 0) - before;
+        },
+        read(cached.slice(n / 4, n / 4)), read(later));
+    context->wait_all();
+    EXPECT_EQ(seen_at_once.load(), n * sizeof(int)) << "round " << round << ": read before the last copy-back";
+    EXPECT_EQ(seen_later.load(), n * sizeof(int)) << "round " << round << ": read the valid bytes still stored to";
+  }
+}
+
 // Copies in flight keep a buffer whose handles are gone alive like a pending access: the copy-back
 // of a HOST_CACHED buffer started when its last task finishes, and the fetch of a device's result
 // for a host read. Then the buffer goes: none is left once the copies have landed.
