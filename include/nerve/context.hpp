@@ -195,8 +195,11 @@ class TaskGroup {
 // submitted before launch() does not wait for it). Tasks start at launch(). The pool fails as a
 // whole: after one of its tasks failed, later work touching any of the pool's accesses is cancelled
 // with that cause until a write replaces the data. The expected task count is a hint.
-// Destroying a pool that was never launched discards its tasks without running them. A pool may
-// outlive its Context object; launching it then throws Error(invalid_argument).
+// Destroying a pool that was never launched discards its tasks without running them; destroying a
+// launched one waits for its tasks, unless that wait could never end (this thread holds a mapping
+// they wait for, or runs one of them): then the error is logged and the pool is detached — its tasks
+// run when they can, and the context frees it after them. A pool may outlive its Context object;
+// launching it then throws Error(invalid_argument).
 class TaskPool {
  public:
   explicit TaskPool(Context& context, std::size_t expected_tasks = 0)

@@ -134,8 +134,8 @@ typedef struct nerve_context_config {
 NERVE_API nerve_context_t* nerve_init(void);
 /* nerve_init_with_config() is nerve_init() with API settings; config may be NULL (= nerve_init()). */
 NERVE_API nerve_context_t* nerve_init_with_config(const nerve_context_config_t* config);
-/* nerve_shutdown() waits for every submitted task, destroys task pools still alive, unmaps mapped
- * buffers, frees buffers still alive (with a warning on stderr), stops the workers and frees the
+/* nerve_shutdown() unmaps mapped buffers, destroys task pools still alive, waits for every submitted
+ * task, frees buffers still alive (with a warning on stderr), stops the workers and frees the
  * context. Unreported task failures are logged. NULL is accepted. Inside a task it does nothing but
  * log an error (and set nerve_last_error()). Blocks. */
 NERVE_API void nerve_shutdown(nerve_context_t* ctx);
@@ -334,7 +334,11 @@ NERVE_API nerve_status_t nerve_task_pool_launch(nerve_task_pool_t* pool);
 NERVE_API nerve_status_t nerve_task_pool_wait_all(nerve_task_pool_t* pool);
 /* nerve_task_pool_destroy() waits for a launched pool's tasks (their errors are dropped: wait first to
  * see them), discards the tasks of a pool never launched, and frees the descriptors. NULL is
- * accepted. Blocks. */
+ * accepted. Blocks — except where the wait could never end (this thread holds a mapping the tasks
+ * wait for, or runs one of them): then the pool is detached instead, its tasks run when they can and
+ * their descriptors stay valid until nerve_shutdown, and the call fails with
+ * NERVE_ERROR_BUFFER_MISUSE / NERVE_ERROR_INVALID_ARGUMENT (nerve_last_status()). The handle is
+ * invalid afterwards either way. */
 NERVE_API void nerve_task_pool_destroy(nerve_task_pool_t* pool);
 
 #ifdef __cplusplus

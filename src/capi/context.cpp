@@ -54,8 +54,11 @@ void destroy_remaining_pools(nerve_context& ctx) {
   if (!pools.empty())
     log::warn("nerve_shutdown: destroying {} task pool(s) the program did not destroy", pools.size());
   for (nerve_task_pool* pool : pools) {
-    detail::pool_destroy(pool->state);
-    delete pool;
+    try {
+      destroy_pool(pool);
+    } catch (const std::exception& error) {
+      log::error("nerve_shutdown: {}", error.what());
+    }
   }
 }
 
@@ -134,9 +137,11 @@ void nerve_shutdown(nerve_context_t* ctx) {
   }
   forget_context(ctx);
   guard("nerve_shutdown", [ctx] {
-    destroy_remaining_pools(*ctx);
+    // Mappings first: a launched pool's tasks may wait for one, and destroying the pool waits for them.
     unmap_remaining_mappings(*ctx);
+    destroy_remaining_pools(*ctx);
     ctx->runtime.reset();  // waits for every task, stops the workers, reports buffers still alive
+    ctx->detached_pools.clear();  // their tasks have ended: the descriptors can go
     release_unfreed_buffers(*ctx);
   });
   delete ctx;

@@ -34,6 +34,23 @@ nerve_task_pool& checked_pool(nerve_task_pool* pool) {
   return *pool;
 }
 
+void destroy_pool(nerve_task_pool* pool) {
+  std::unique_ptr<nerve_task_pool> owned(pool);
+  nerve_context& owner = *pool->owner;
+  {
+    std::lock_guard lock(owner.registry_mutex);
+    owner.detached_pools.reserve(owner.detached_pools.size() + 1);  // room before detaching
+  }
+  try {
+    detail::pool_destroy_checked(pool->state);
+  } catch (...) {
+    // The runtime owns the state now and frees it after the tasks; the descriptors stay till shutdown.
+    std::lock_guard lock(owner.registry_mutex);
+    owner.detached_pools.push_back(std::move(owned));
+    throw;
+  }
+}
+
 std::string describe(const nerve_buffer& buffer) {
   return fmt::format("buffer {} ({} bytes)", buffer.id, buffer.bytes);
 }

@@ -83,6 +83,9 @@ struct nerve_context {
   std::mutex registry_mutex;
   std::vector<std::unique_ptr<nerve_buffer>> buffers;  // every handle ever allocated (tombstones kept)
   std::unordered_set<nerve_task_pool*> pools;          // pools not destroyed yet
+  // Pools destroyed while their tasks could not end (nerve_task_pool_destroy): the runtime frees their
+  // state after the tasks, these handles keep the tasks' descriptors until shutdown.
+  std::vector<std::unique_ptr<nerve_task_pool>> detached_pools;
   nerve::capi::NameTable names;
 
   nerve::detail::ContextImpl* impl() const noexcept { return runtime->impl(); }
@@ -112,6 +115,10 @@ nerve_context& checked_context(nerve_context* ctx);
 nerve_buffer& checked_buffer(const nerve_buffer* buffer);
 nerve_task& checked_task(nerve_task* task);
 nerve_task_pool& checked_pool(nerve_task_pool* pool);
+// destroy_pool(): destroys a pool already out of its context's registry (waits for a launched one's
+// tasks). If that wait could never end, the pool is detached (its handle kept until shutdown, for
+// the tasks' descriptors) and the Error rethrown.
+void destroy_pool(nerve_task_pool* pool);
 
 // describe() names a buffer in messages: "buffer 3 (64 bytes)" (safe on a freed handle).
 std::string describe(const nerve_buffer& buffer);

@@ -92,11 +92,12 @@ nerve_status_t nerve_task_pool_wait_all(nerve_task_pool_t* pool) {
 void nerve_task_pool_destroy(nerve_task_pool_t* pool) {
   if (pool == nullptr) return;
   guard("nerve_task_pool_destroy", [pool] {
-    std::lock_guard lock(pool->owner->registry_mutex);
-    pool->owner->pools.erase(pool);
+    {
+      std::lock_guard lock(pool->owner->registry_mutex);
+      pool->owner->pools.erase(pool);
+    }
+    destroy_pool(pool);
   });
-  nerve::detail::pool_destroy(pool->state);
-  delete pool;
 }
 
 }  // extern "C"

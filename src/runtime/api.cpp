@@ -172,6 +172,7 @@ PoolState* pool_create(ContextImpl* context, std::size_t expected_tasks) {
   constexpr std::size_t max_reserved_members = std::size_t{1} << 16;
   pool->members.reserve(std::min(expected_tasks, max_reserved_members));
   context->add_external_reference();  // the pool may outlive the Context object
+  context->free_detached_pools();
   return pool;
 }
 
@@ -200,22 +201,35 @@ void pool_wait(PoolState* pool) {
   }
 }
 
-void pool_destroy(PoolState* pool) noexcept {
+void pool_destroy_checked(PoolState* pool) {
   if (pool == nullptr) return;
+  ContextImpl& context = pool->context;
   if (pool->launched) {
     try {
-      ContextImpl& context = pool->context;
+      if (!TaskDone{pool->gate}.done())
+        context.refuse_endless_wait([pool](const TaskRecord* task) { return task->pool == pool; },
+                                    "destroying a task pool");
+    } catch (const Error& error) {
+      context.detach_pool(pool);
+      throw Error(error.code(), fmt::format("{}; the pool is detached instead: its tasks run when they can, "
+                                            "and it is freed after them",
+                                            error.what()));
+    }
+    try {
       TaskDone target{pool->gate};
       context.scheduler.wait(context.current_thread(), target);
     } catch (...) {
     }
-    pool->context.release_task(pool->gate);
-  } else {
-    pool->discard();
   }
-  ContextImpl& context = pool->context;
-  delete pool;
-  context.drop_external_reference();
+  free_pool(pool);
+}
+
+void pool_destroy(PoolState* pool) noexcept {
+  try {
+    pool_destroy_checked(pool);
+  } catch (const std::exception& error) {
+    log::error("~TaskPool: {}", error.what());
+  }
 }
 
 std::size_t pool_size(const PoolState* pool) noexcept { return pool->members.size(); }

@@ -10,6 +10,7 @@
 #include "backend/registry.hpp"
 #include "memory/buffer_state.hpp"
 #include "perf/trace.hpp"
+#include "runtime/pool_state.hpp"
 #include "util/log.hpp"
 
 namespace nerve::detail {
@@ -83,6 +84,23 @@ void ContextImpl::drop_external_reference() noexcept {
   if (external_references.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
 }
 
+void ContextImpl::detach_pool(PoolState* pool) {
+  std::lock_guard lock(detached_pools_mutex);
+  detached_pools.push_back(pool);
+}
+
+void ContextImpl::free_detached_pools() noexcept {
+  std::vector<PoolState*> done;
+  {
+    std::lock_guard lock(detached_pools_mutex);
+    auto ended = std::stable_partition(detached_pools.begin(), detached_pools.end(),
+                                       [](const PoolState* pool) { return !pool->gate->finished(); });
+    done.assign(ended, detached_pools.end());
+    detached_pools.erase(ended, detached_pools.end());
+  }
+  for (PoolState* pool : done) free_pool(pool);
+}
+
 void ContextImpl::release_owner() noexcept {
   // Waiting for every task from inside one of them would wait for itself (on a worker it would
   // also join its own thread), and the shards cannot close while this task still counts in them.
@@ -93,6 +111,7 @@ void ContextImpl::release_owner() noexcept {
     std::abort();
   }
   shutdown();
+  free_detached_pools();  // every task has ended: their gates are done
   // Every task has ended, so no thread changes its `owned_references` again, and the tasks' ends
   // ordered those changes before this. A shard whose groups outlive the Context keeps its central
   // reference until the last of them goes.

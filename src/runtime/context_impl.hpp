@@ -66,6 +66,10 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   void add_external_reference() noexcept { external_references.fetch_add(1, std::memory_order_relaxed); }
   // drop_external_reference() deletes the context when the last reference goes.
   void drop_external_reference() noexcept;
+  // detach_pool(): a pool destroyed while a wait for its tasks could never end; it is freed once its
+  // gate is done (free_detached_pools(): at the next pool_create() and at shutdown).
+  void detach_pool(PoolState* pool);
+  void free_detached_pools() noexcept;
   // release_owner(): the Context object goes: drain and stop (shutdown()), close the reference
   // shards, drop the object's own reference.
   void release_owner() noexcept;
@@ -242,6 +246,8 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   Scheduler scheduler;
   const std::uint64_t id;
   std::atomic<std::int64_t> external_references{1};
+  std::mutex detached_pools_mutex;
+  std::vector<PoolState*> detached_pools;  // each holds an external reference
   bool reference_shards_closed = false;  // guarded by threads_mutex
   bool shut_down = false;
 

@@ -105,6 +105,17 @@ void PoolState::member_finished(TaskRecord* /*member*/, ThreadState& thread) {
   }
 }
 
+void free_pool(PoolState* pool) noexcept {
+  ContextImpl& context = pool->context;
+  if (pool->launched) {
+    context.release_task(pool->gate);
+  } else {
+    pool->discard();
+  }
+  delete pool;
+  context.drop_external_reference();
+}
+
 void PoolState::discard() noexcept {
   for (TaskRecord* member : members) {
     void* closure = member->closure_storage();

@@ -50,4 +50,8 @@ struct PoolState {
   std::exception_ptr first_error;
 };
 
+// free_pool(): releases a pool whose tasks have all ended (a launched one's gate is done), or
+// discards the tasks of one never launched; then deletes it and drops its context reference.
+void free_pool(PoolState* pool) noexcept;
+
 }  // namespace nerve::detail

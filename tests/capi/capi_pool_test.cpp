@@ -285,6 +285,70 @@ TEST_P(CapiPoolTest, PoolLaunchAfterMemberBufferWasFreed) {
   nerve_task_pool_destroy(pool);
 }
 
+struct ReadFirstDesc {
+  nerve_buffer_t* buffer;
+  std::atomic<int>* seen;
+};
+
+// A launched pool whose task reads `buffer`, recording its first int in `seen`.
+nerve_task_pool_t* launch_reader_pool(nerve_context_t* context, nerve_buffer_t* buffer, std::atomic<int>& seen) {
+  nerve_task_pool_t* pool = nerve_task_pool_create(context, 1);
+  EXPECT_NE(pool, nullptr) << nerve_last_error();
+  auto* desc = static_cast<ReadFirstDesc*>(nerve_task_pool_alloc_desc(pool));
+  *desc = {buffer, &seen};
+  nerve_task_t* task = nerve_task_create(
+      +[](void* raw, nerve_device_t device, nerve_stream_t) {
+        const auto& d = *static_cast<ReadFirstDesc*>(raw);
+        d.seen->store(*static_cast<const int*>(nerve_buffer_get_device_ptr(d.buffer, device)));
+      },
+      desc);
+  EXPECT_EQ(nerve_task_add_access(task, buffer, NERVE_ACCESS_READ, 0, sizeof(int)), NERVE_OK)
+      << nerve_last_error();
+  EXPECT_EQ(nerve_task_pool_submit(pool, task), NERVE_OK) << nerve_last_error();
+  EXPECT_EQ(nerve_task_pool_launch(pool), NERVE_OK) << nerve_last_error();
+  return pool;
+}
+
+// Shutdown with a buffer still mapped for writing and a launched pool whose task reads it: the
+// mapping goes first, then the pool is waited for (the other order waited forever).
+TEST_P(CapiPoolTest, ShutdownUnmapsBeforeWaitingForPoolsThatNeedTheMapping) {
+  ContextPtr other = make_context(workers());
+  ASSERT_NE(other, nullptr);
+  nerve_buffer_t* buffer = nerve_buffer_alloc_unified(other.get(), sizeof(int), MEM_FLAG_READ_WRITE);
+  auto* mapped = static_cast<int*>(nerve_buffer_map(buffer, NERVE_MAP_WRITE));
+  ASSERT_NE(mapped, nullptr) << nerve_last_error();
+  *mapped = 42;
+  std::atomic<int> seen{0};
+  launch_reader_pool(other.get(), buffer, seen);
+  other.reset();  // neither unmapped nor destroyed by the program
+  EXPECT_EQ(seen.load(), 42) << "the pool's task ran after the mapping, with its bytes";
+}
+
+// Destroying a launched pool whose task waits for a mapping this thread holds would wait forever:
+// an error, and the pool is detached instead — its task runs once the mapping goes, its descriptor
+// still valid, and nothing leaks (LeakSanitizer).
+TEST_P(CapiPoolTest, DestroyingAPoolThatWaitsForThisThreadsMappingDetachesIt) {
+  nerve_buffer_t* buffer = alloc(sizeof(int), MEM_FLAG_READ_WRITE);
+  auto* mapped = static_cast<int*>(nerve_buffer_map(buffer, NERVE_MAP_WRITE));
+  ASSERT_NE(mapped, nullptr) << nerve_last_error();
+  std::atomic<int> seen{0};
+  nerve_task_pool_t* pool = launch_reader_pool(ctx.get(), buffer, seen);
+  EXPECT_NERVE_ERROR(nerve_task_pool_destroy(pool), NERVE_ERROR_BUFFER_MISUSE, "detached");
+  EXPECT_NE(std::string(nerve_last_error()).find("would wait forever"), std::string::npos) << nerve_last_error();
+  EXPECT_EQ(seen.load(), 0) << "it waits for the mapping";
+  *mapped = 7;
+  ASSERT_EQ(nerve_buffer_unmap(buffer), NERVE_OK) << nerve_last_error();
+  ASSERT_EQ(nerve_wait_all(ctx.get()), NERVE_OK) << nerve_last_error();
+  EXPECT_EQ(seen.load(), 7);
+  // A later pool works as before (and frees the detached one, whose task has ended).
+  std::atomic<int> again{0};
+  nerve_task_pool_t* next = launch_reader_pool(ctx.get(), buffer, again);
+  EXPECT_EQ(nerve_task_pool_wait_all(next), NERVE_OK) << nerve_last_error();
+  EXPECT_EQ(again.load(), 7);
+  nerve_task_pool_destroy(next);
+  free_buffer(buffer);
+}
+
 // A kernel waiting for its own pool would wait for itself: an error, not a hang. The capacity is a
 // hint, a huge one included.
 TEST_P(CapiPoolTest, WaitingForItsOwnPoolIsRefusedAndCapacityIsAHint) {

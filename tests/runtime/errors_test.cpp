@@ -404,6 +404,33 @@ TEST(OwnMappingDeadlock, DestroyingAGroupOrContextThatWaitsForThisThreadsMapping
 #endif
 }
 
+// A TaskPool lives on the heap, so unlike a group its destructor need not wait: destroyed while this
+// thread holds a mapping its task waits for, it is detached (logged), and the task runs after the
+// mapping goes; the context frees the pool once that task ended (at the next pool, or at shutdown).
+TEST(OwnMappingDeadlock, DestroyingAPoolThatWaitsForThisThreadsMappingDetachesIt) {
+  Context context(make_settings(2));
+  auto buffer = std::make_optional<Buffer<int>>(context, 4);
+  std::atomic<int> seen{0};
+  {
+    auto writing = buffer->map_write();
+    writing[0] = 5;
+    TaskPool pool(context);
+    pool.add([&seen](std::span<const int> x) { seen = x[0]; }, read(*buffer));
+    pool.launch();
+    // ~TaskPool here: it would wait forever for `writing`.
+  }
+  context.wait_all();
+  EXPECT_EQ(seen.load(), 5);
+  {
+    TaskPool next(context);
+    next.add([&seen](std::span<const int> x) { seen = x[0] + 1; }, read(*buffer));
+    next.wait_all();
+  }
+  EXPECT_EQ(seen.load(), 6);
+  buffer.reset();
+  expect_no_leaks(context);  // the detached pool was freed after its task, at the next pool
+}
+
 // A Context destroyed inside one of its own tasks would wait for that task: a reported fatal error,
 // whether the task runs on a worker or on the application thread helping in a wait.
 TEST(OwnTaskDeadlock, DestroyingAContextInsideOneOfItsTasksIsFatal) {

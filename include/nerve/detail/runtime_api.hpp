@@ -184,6 +184,11 @@ NERVE_API void pool_wait(PoolState* pool);  // rethrows the first error
 // pool_check_wait(): the errors a wait for `pool` raises before waiting (from inside one of its own
 // tasks; while holding a mapping one of them needs); pool_wait() checks them too.
 NERVE_API void pool_check_wait(PoolState* pool);
+// pool_destroy_checked(): waits for a launched pool's tasks (discards an unlaunched one's), then frees
+// the pool. A wait that could never end (pool_check_wait's cases) is not done: the pool is detached
+// (its tasks still run when they can; the context frees it after them) and Error says why.
+// pool_destroy(): the same for a destructor: the error is logged.
+NERVE_API void pool_destroy_checked(PoolState* pool);
 NERVE_API void pool_destroy(PoolState* pool) noexcept;
 NERVE_API std::size_t pool_size(const PoolState* pool) noexcept;
 NERVE_API bool pool_launched(const PoolState* pool) noexcept;
