@@ -141,15 +141,19 @@ Config Config::load(const Settings& settings, const std::map<std::string, std::s
     assign(result, {key, config::RawValue::scalar(value), config::api_origin()});
   }
   check_consistency(result);
-  // perf.trace records every task: the effective perf.record_tasks is then true, whatever was set,
-  // and nerve-info says so (with the trace's origin).
-  if (!result.perf.trace.empty() && !result.perf.record_tasks) {
-    result.perf.record_tasks = true;
-    const ConfigOrigin trace_origin = result.origin("perf.trace");
+  // Keys another one turns on whatever was set: the effective value is true, and nerve-info says
+  // so, with the origin of the key that forces it. perf.trace records every task; heft predicts run
+  // times from the history models.
+  const auto force_on = [&result](bool& flag, const char* key, const char* by) {
+    if (flag) return;
+    flag = true;
+    const ConfigOrigin origin = result.origin(by);
     for (Config::Entry& entry : result.entries) {
-      if (entry.key == "perf.record_tasks") entry = {entry.key, "true", trace_origin};
+      if (entry.key == key) entry = {entry.key, "true", origin};
     }
-  }
+  };
+  if (!result.perf.trace.empty()) force_on(result.perf.record_tasks, "perf.record_tasks", "perf.trace");
+  if (result.scheduler.policy == SchedulerPolicy::heft) force_on(result.perf.models, "perf.models", "scheduler.policy");
   return result;
 }
 

@@ -23,13 +23,6 @@ std::uint64_t new_context_id() noexcept {
   return last.fetch_add(1, std::memory_order_relaxed) + 1;
 }
 
-// The monitor's settings: heft predicts run times from the history models, so it turns them on.
-Config::Perf effective_perf(const Config& config) {
-  Config::Perf perf = config.perf;
-  if (config.scheduler.policy == SchedulerPolicy::heft) perf.models = true;
-  return perf;
-}
-
 }  // namespace
 
 constinit thread_local ThreadCacheEntry thread_cache __attribute__((tls_model("initial-exec")));
@@ -38,15 +31,15 @@ ContextImpl::ContextImpl(const Settings& settings)
     : config(Config::load(settings)),
       topology(Topology::discover(config)),
       host_memory(config, topology),
-      perf(std::make_unique<PerfMonitor>(effective_perf(config))),
+      perf(std::make_unique<PerfMonitor>(config.perf)),
       monitored_executor(*this),
       scheduler(
           config, topology,
-          effective_perf(config).times_tasks() ? static_cast<TaskExecutor&>(monitored_executor) : *this),
+          config.perf.times_tasks() ? static_cast<TaskExecutor&>(monitored_executor) : *this),
       id(new_context_id()) {
   log::debug("context {}: {} worker slots on {}", id, scheduler.slot_count(), topology.description());
   if (config.perf.records_tasks()) recorder = perf.get();
-  times_tasks = effective_perf(config).times_tasks();
+  times_tasks = config.perf.times_tasks();
   if (!config.perf.trace.empty()) trace_path = claim_trace_path(config.perf.trace, id).string();
   if (config.scheduler.policy == SchedulerPolicy::heft &&
       (!config.perf.decision_log.empty() || config.perf.records_tasks())) {

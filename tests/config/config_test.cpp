@@ -320,6 +320,28 @@ TEST(ConfigEnvironment, TraceVariableIsAnAliasOfPerfTrace) {
   EXPECT_EQ(both.perf.trace, "long.json");
 }
 
+// A key another one turns on shows the value in effect, with the origin of the key that forces it
+// (nerve-info prints these): perf.record_tasks under perf.trace, perf.models under heft.
+TEST(ConfigEnvironment, KeysTurnedOnByAnotherShowTheirEffectiveValueAndWhy) {
+  const auto entry = [](const Config& config, const std::string& key) {
+    for (const auto& e : config.entries)
+      if (e.key == key) return e;
+    ADD_FAILURE() << key << " missing";
+    return Config::Entry{};
+  };
+  const Config heft = Config::load(hermetic().set("scheduler.policy", "heft"));
+  EXPECT_TRUE(heft.perf.models);
+  EXPECT_EQ(entry(heft, "perf.models").value, "true");
+  EXPECT_EQ(entry(heft, "perf.models").origin.describe(), heft.origin("scheduler.policy").describe());
+  const Config traced = Config::load(Settings().set("perf.record_tasks", "false"), {{"NERVE_TRACE", "t.json"}});
+  EXPECT_EQ(entry(traced, "perf.record_tasks").value, "true");
+  EXPECT_EQ(entry(traced, "perf.record_tasks").origin.describe(), "env NERVE_TRACE");
+  const Config plain = Config::load(hermetic());
+  EXPECT_FALSE(plain.perf.models);
+  EXPECT_EQ(entry(plain, "perf.models").value, "false");
+  EXPECT_EQ(entry(plain, "perf.models").origin.source, ConfigSource::default_value);
+}
+
 TEST(ConfigEnvironment, ProcessEnvironmentIsReadByDefault) {
   // The map overload is what the other tests use; this checks that the plain overload reads environ.
   ASSERT_EQ(setenv("NERVE_SCHEDULER_SPIN_US", "77", 1), 0);

@@ -43,12 +43,22 @@ extern char** environ;
 
 namespace {
 
-[[noreturn]] void usage(const char* message) {
-  std::fprintf(stderr,
-               "nerve-run: %s\nusage: nerve-run [--config FILE] [-np N] [--hostfile PATH] [--dry-run] [--] "
-               "PROGRAM [ARGS...]\n",
-               message);
+constexpr const char* usage_line =
+    "usage: nerve-run [--config FILE] [-np N] [--hostfile PATH] [--dry-run] [--] PROGRAM [ARGS...]\n";
+
+[[noreturn]] void usage(const std::string& message) {
+  std::fprintf(stderr, "nerve-run: %s\n%s", message.c_str(), usage_line);
   std::exit(2);
+}
+
+// A rank count: all digits, 1 to 1,000,000 (mpirun's own limits are lower still).
+long parse_ranks(const char* text) {
+  errno = 0;
+  char* end = nullptr;
+  const long value = std::strtol(text, &end, 10);
+  if (end == text || *end != '\0' || errno == ERANGE || value < 1 || value > 1'000'000)
+    usage(std::string("-np needs a whole number of ranks from 1 to 1000000, not '") + text + "'");
+  return value;
 }
 
 volatile sig_atomic_t child_pid = 0;
@@ -100,11 +110,16 @@ int main(int argc, char** argv) {
   int first = 1;
   for (; first < argc; ++first) {
     const std::string arg = argv[first];
-    if (arg == "--config" && first + 1 < argc) {
-      config_file = std::filesystem::absolute(argv[++first]).string();
+    if (arg == "-h" || arg == "--help") {
+      std::fputs(usage_line, stdout);
+      return 0;
+    } else if (arg == "--config" && first + 1 < argc) {
+      const char* path = argv[++first];
+      std::error_code error;
+      config_file = std::filesystem::absolute(path, error).string();
+      if (*path == '\0' || error) usage(std::string("--config needs a file, not '") + path + "'");
     } else if ((arg == "-np" || arg == "-n") && first + 1 < argc) {
-      ranks = std::strtol(argv[++first], nullptr, 10);
-      if (ranks < 1) usage("-np needs a positive number");
+      ranks = parse_ranks(argv[++first]);
     } else if (arg == "--hostfile" && first + 1 < argc) {
       hostfile = argv[++first];
     } else if (arg == "--dry-run") {
@@ -113,9 +128,9 @@ int main(int argc, char** argv) {
       ++first;
       break;
     } else if (arg == "--config" || arg == "-np" || arg == "-n" || arg == "--hostfile") {
-      usage((arg + " needs a value").c_str());
+      usage(arg + " needs a value");
     } else if (arg.starts_with("-")) {
-      usage(("unknown option " + arg).c_str());
+      usage("unknown option " + arg);
     } else {
       break;
     }
