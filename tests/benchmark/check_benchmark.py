@@ -157,10 +157,20 @@ def case_usage(binary, directory):
                        (["--param", "W11.max_batch=abc"], "not a number"),
                        (["--compare", os.path.join(directory, "missing.json")], "missing.json"),
                        (["--compare", not_a_report], "not-a-report.json"),
-                       (["--from-json", not_a_report], "not-a-report.json")):
+                       (["--from-json", not_a_report], "not-a-report.json"),
+                       (["--json", os.path.join(directory, "no-such-dir", "r.json")], "cannot write"),
+                       (["--html", os.path.join(directory, "no-such-dir", "r.html")], "cannot write")):
         result = run(binary, *QUICK, "--only", "W1", *args, expect=2)
         check(says in result.stderr, f"{' '.join(args)}: the error does not say {says!r}: {result.stderr}")
         check("figures" not in result.stdout, f"{' '.join(args)}: something ran: {result.stdout}")
+    # The probe of a writable output leaves nothing behind.
+    probe = os.path.join(directory, "probe.json")
+    bad_config = os.path.join(directory, "bad.yaml")
+    with open(bad_config, "w") as f:
+        f.write("scheduler:\n  polcy: eager\n")
+    result = run(binary, *QUICK, "--only", "W1", "--json", probe, "--config", bad_config, expect=2)
+    check("polcy" in result.stderr, f"a bad --config after the probe: {result.stderr}")
+    check(not os.path.exists(probe), "the output probe left a file behind")
     for empty in ("", ",", " , "):  # an empty selection is a mistake, not "everything"
         result = run(binary, *QUICK, "--only", empty, expect=2)
         check("names no workload" in result.stderr, f"--only {empty!r}: {result.stderr}")

@@ -8,10 +8,14 @@
 // check or a workload could not run; 2 usage or configuration error; 3 a regression past --fail-over.
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -300,6 +304,20 @@ int main(int argc, char** argv) {
   };
   if (!line.compare.empty() && !read_report("--compare", line.compare, baseline)) return 2;
   if (!line.from_json.empty() && !read_report("--from-json", line.from_json, earlier)) return 2;
+  // So are outputs that cannot be written (a missing directory, no permission): the file is opened
+  // for appending, as a probe that changes nothing, and removed again if the probe created it.
+  const auto unwritable = [](const char* option, const std::string& path) {
+    if (path.empty()) return false;
+    std::error_code ignored;
+    const bool existed = std::filesystem::exists(path, ignored);
+    const bool ok = static_cast<bool>(std::ofstream(path, std::ios::app));
+    if (ok && !existed) std::filesystem::remove(path, ignored);
+    if (!ok)
+      std::fprintf(stderr, "openclaw-benchmark: %s %s: cannot write this file: %s\n", option, path.c_str(),
+                   std::strerror(errno));
+    return !ok;
+  };
+  if (unwritable("--json", line.json) || unwritable("--html", line.html)) return 2;
   const auto start = std::chrono::steady_clock::now();
   try {
     if (earlier) {
