@@ -70,7 +70,7 @@ bool task_wait(TaskRecord* record, std::int64_t timeout_ns) {
   if (!context.scheduler.wait(context.current_thread(), target, deadline_after(timeout_ns))) return false;
   switch (record->load_status()) {
     case status_failed:
-      context.forget_root_error(record->error);  // reported here: wait_all() does not report it again
+      context.forget_root_error(*record);  // reported here: wait_all() does not report it again
       std::rethrow_exception(record->error);
     case status_cancelled: std::rethrow_exception(cancellation_error(record));
     default: return true;

@@ -206,9 +206,10 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
         std::min(config.task_queue.max_in_flight, config.task_queue.per_device_queue_depth);
     return std::min<std::uint32_t>(bound / 8, 31);
   }
-  void record_root_error(const std::exception_ptr& error) noexcept;
-  // forget_root_error(): Task::wait() reported this failure; wait_all() does not report it again.
-  void forget_root_error(const std::exception_ptr& error) noexcept;
+  // record_root_error(): `task` failed outside groups and pools; wait_all() reports it unless
+  // Task::wait() does first (forget_root_error()): then wait_all() does not report it again.
+  void record_root_error(TaskRecord& task) noexcept;
+  void forget_root_error(TaskRecord& task) noexcept;
 
   // --- buffers (buffers.cpp)
   void register_buffer(BufferState* buffer);
@@ -311,6 +312,7 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   SpinLock root_error_lock;
   std::vector<std::exception_ptr> root_errors;
   std::uint64_t root_errors_dropped = 0;
+  std::uint32_t root_error_report = 1;  // the generation of wait_all()'s report, counted from 1
   alignas(64) std::atomic<int> root_parked{0};  // threads parked in wait_all()
 };
 

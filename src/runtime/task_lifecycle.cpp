@@ -556,7 +556,7 @@ void ContextImpl::finish(TaskRecord* task, ThreadState& thread, std::uint32_t ou
       if (!requested && !group.has_error.exchange(true, std::memory_order_acq_rel))
         group.first_error = reported;
     } else if (outcome == status_failed && task->kind == TaskKind::function) {
-      record_root_error(reported);
+      record_root_error(*task);  // reported is its error
     }
   }
   if (times_tasks) [[unlikely]] {  // the task's end and outcome, before any successor is ready

@@ -43,6 +43,7 @@ void ContextImpl::wait_all() {
     if (!root_errors.empty()) error = root_errors.front();
     root_errors.clear();
     dropped = std::exchange(root_errors_dropped, 0);
+    if (++root_error_report == 0) root_error_report = 1;  // earlier drops no longer count
   }
   if (error != nullptr) std::rethrow_exception(error);
   if (dropped > 0) {
@@ -83,22 +84,28 @@ void ContextImpl::throttle_slow(ThreadState& thread, const TaskRecord* submitted
   }
 }
 
-void ContextImpl::record_root_error(const std::exception_ptr& error) noexcept {
+void ContextImpl::record_root_error(TaskRecord& task) noexcept {
   std::lock_guard lock(root_error_lock);
   if (root_errors.size() < max_root_errors) {
     try {
-      root_errors.push_back(error);
+      root_errors.push_back(task.error);
       return;
     } catch (...) {  // out of memory: counted like one over the cap
     }
   }
   ++root_errors_dropped;
+  task.dropped_in_report = root_error_report;
 }
 
-void ContextImpl::forget_root_error(const std::exception_ptr& error) noexcept {
+void ContextImpl::forget_root_error(TaskRecord& task) noexcept {
   std::lock_guard lock(root_error_lock);
-  const auto it = std::find(root_errors.begin(), root_errors.end(), error);
-  if (it != root_errors.end()) root_errors.erase(it);
+  const auto it = std::find(root_errors.begin(), root_errors.end(), task.error);
+  if (it != root_errors.end()) {
+    root_errors.erase(it);
+  } else if (task.dropped_in_report == root_error_report && root_errors_dropped > 0) {
+    --root_errors_dropped;  // counted for the report still to come: it is no longer pending
+  }
+  task.dropped_in_report = 0;  // a second wait() takes nothing more off
 }
 
 }  // namespace nerve::detail

@@ -256,6 +256,33 @@ TEST_P(ErrorsTest, WaitAllReportsOnlyFailuresNobodyWaitedFor) {
   EXPECT_NO_THROW(context->wait_all()) << "and only once";
 }
 
+// Past the 256 failures wait_all() keeps, the rest are only counted — and a failure Task::wait()
+// reported must come off that count too (once, however often it is waited for), or wait_all()
+// reports failures that were seen. Drops from before a wait_all() report do not count after it.
+TEST_P(ErrorsTest, FailuresWaitedForPastTheKeptOnesAreNotReportedAgain) {
+  constexpr int failures = 600;
+  std::vector<Task> tasks;
+  for (int i = 0; i < failures; ++i) tasks.push_back(context->submit([] { throw std::runtime_error("seen"); }));
+  for (Task& task : tasks) EXPECT_THROW(task.wait(), std::runtime_error);
+  EXPECT_THROW(tasks.back().wait(), std::runtime_error) << "a second wait rethrows too";
+  EXPECT_NO_THROW(context->wait_all()) << "every failure was waited for";
+
+  tasks.clear();
+  for (int i = 0; i < failures; ++i) tasks.push_back(context->submit([] { throw std::runtime_error("x"); }));
+  for (int i = 0; i < failures - 1; ++i) EXPECT_THROW(tasks[static_cast<std::size_t>(i)].wait(), std::runtime_error);
+  EXPECT_THROW(context->wait_all(), std::runtime_error) << "the one nobody waited for";
+  EXPECT_THROW(tasks.back().wait(), std::runtime_error);
+  context->spawn([] {});
+  EXPECT_NO_THROW(context->wait_all()) << "reported already, and waiting later takes nothing off";
+  context->spawn([] { throw std::runtime_error("new"); });
+  try {
+    context->wait_all();
+    FAIL() << "a new failure after the report";
+  } catch (const std::runtime_error& error) {
+    EXPECT_STREQ(error.what(), "new");
+  }
+}
+
 TEST(MovedFromContext, EveryUseIsAnErrorNotACrash) {
   Context original(make_settings(2));
   Context moved(std::move(original));
