@@ -87,7 +87,9 @@ class NERVE_API Context {
     detail::submit_kernel_call(impl_, &options, nullptr, nullptr, false, kernel, args...);
   }
 
-  // wait_all() waits for every task submitted so far, then rethrows the first failure among tasks
+  // wait_all() waits until no task is in flight — every task submitted so far, and those that other
+  // threads submit meanwhile (a thread that never stops submitting keeps it waiting: wait for a Task
+  // or a TaskGroup to wait for a fixed set) — then rethrows the first failure among tasks
   // submitted outside groups and pools since the last wait_all() that Task::wait() has not already
   // rethrown (each failure is reported once). Inside a task it throws
   // Error(invalid_argument): it would wait for that very task (use a TaskGroup there). While this
@@ -165,8 +167,9 @@ class TaskGroup {
 
   // wait() waits for the group's tasks; rethrows the first failure (once). Waiting while this
   // thread holds a mapping that one of them waits for is Error(buffer_misuse), and waiting from
-  // inside one of the group's own tasks is Error(invalid_argument) (either would never end; wait
-  // for a nested group instead).
+  // inside one of the group's own tasks, or inside a task one of them is ordered after (by its
+  // accesses or `after`), is Error(invalid_argument) (either would never end; wait for a nested
+  // group of independent work instead).
   void wait() { detail::group_wait(context_, &state_); }
   // wait_for(): false if the group is not done within `timeout`; like Task::wait_for(), it runs no
   // other task meanwhile unless the context has a single worker slot.
@@ -198,7 +201,7 @@ class TaskGroup {
 // Destroying a pool that was never launched discards its tasks without running them; destroying a
 // launched one waits for its tasks, unless that wait could never end (this thread holds a mapping
 // they wait for, or runs one of them): then the error is logged and the pool is detached — its tasks
-// run when they can, and the context frees it after them. A pool may outlive its Context object;
+// run when they can, and the context frees it after them (at the next wait_all() or pool). A pool may outlive its Context object;
 // launching it then throws Error(invalid_argument).
 class TaskPool {
  public:
@@ -225,7 +228,8 @@ class TaskPool {
 
   void launch() { detail::pool_launch(pool_); }
   // wait_all() launches if needed, waits for every task of the pool and rethrows the first failure.
-  // From inside one of the pool's own tasks it is Error(invalid_argument): it would wait for itself.
+  // From inside one of the pool's own tasks, or inside a task the pool is ordered after, it is
+  // Error(invalid_argument): it would never return.
   void wait_all() { detail::pool_wait(pool_); }
   std::size_t size() const noexcept { return detail::pool_size(pool_); }
   bool launched() const noexcept { return detail::pool_launched(pool_); }

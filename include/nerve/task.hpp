@@ -65,7 +65,9 @@ class Task {
 
   // wait() blocks until the task is done (a worker thread runs other tasks meanwhile), then rethrows
   // its failure (which Context::wait_all() then does not report again), or throws TaskCancelled.
-  // Called by the task's own body it would never return: Error(invalid_argument).
+  // Called by the task's own body, or inside a task that the waited-for task is ordered after (its
+  // accesses or `after` make it wait for the running task, directly or through others), it would
+  // never return: Error(invalid_argument) naming both.
   void wait() const { detail::task_wait(checked(), -1); }
   // wait_for() returns false if the task is not done within `timeout`; once it is done, it returns
   // true or, like wait(), rethrows its failure (which then counts as reported). It runs no other task

@@ -156,9 +156,28 @@ bool ContextImpl::holds_mapping() {
   return std::any_of(held_mappings.begin(), held_mappings.end(), mapped_by_this_thread);
 }
 
-// Everything reachable from an unfinished mapping through successor edges waits for it, so is
-// unfinished and alive while the mapping is held: the walk reads only live records. It is bounded
-// (a deadlock through a longer chain is not detected, only waited for).
+// Everything reachable from an unfinished task (or mapping) through successor edges waits for it, so
+// is unfinished and alive while it is: the walk reads only live records. It is bounded (a deadlock
+// through a longer chain is not detected, only waited for).
+const TaskRecord* ContextImpl::first_waiting_for(const TaskRecord* unfinished,
+                                                 const std::function<bool(const TaskRecord*)>& blocked) {
+  if (blocked(unfinished)) return unfinished;
+  const std::uintptr_t head = unfinished->successors.load(std::memory_order_acquire);
+  if (head == 0 || head == closed_successors) return nullptr;  // the common case: no allocation
+  constexpr std::size_t max_visits = 1 << 16;
+  std::vector<const TaskRecord*> frontier{unfinished};
+  std::unordered_set<const TaskRecord*> seen{unfinished};
+  while (!frontier.empty() && seen.size() < max_visits) {
+    const TaskRecord* task = frontier.back();
+    frontier.pop_back();
+    if (blocked(task)) return task;
+    for_each_successor(task, [&](const TaskRecord* successor) {
+      if (seen.insert(successor).second) frontier.push_back(successor);
+    });
+  }
+  return nullptr;
+}
+
 const TaskRecord* ContextImpl::own_mapping_blocking(const std::function<bool(const TaskRecord*)>& blocked) {
   std::vector<const TaskRecord*> own;
   {
@@ -166,18 +185,8 @@ const TaskRecord* ContextImpl::own_mapping_blocking(const std::function<bool(con
     for (const TaskRecord* mapping : held_mappings)
       if (mapped_by_this_thread(mapping)) own.push_back(mapping);
   }
-  constexpr std::size_t max_visits = 1 << 16;
   for (const TaskRecord* mapping : own) {
-    std::vector<const TaskRecord*> frontier{mapping};
-    std::unordered_set<const TaskRecord*> seen{mapping};
-    while (!frontier.empty() && seen.size() < max_visits) {
-      const TaskRecord* task = frontier.back();
-      frontier.pop_back();
-      if (blocked(task)) return mapping;
-      for_each_successor(task, [&](const TaskRecord* successor) {
-        if (seen.insert(successor).second) frontier.push_back(successor);
-      });
-    }
+    if (first_waiting_for(mapping, blocked) != nullptr) return mapping;
   }
   return nullptr;
 }

@@ -53,7 +53,12 @@ extern thread_local constinit ThreadCacheEntry thread_cache __attribute__((tls_m
 // running_task_record(): the task whose body the calling thread is running (the innermost, when
 // waits nest), else null.
 TaskRecord* running_task_record() noexcept;
+// running_task_unfinished(): the same, unless its body deferred its completion (the record may then
+// be finished, even recycled, before the body returns).
+TaskRecord* running_task_unfinished() noexcept;
 [[noreturn]] void throw_waits_for_itself(const TaskRecord& running, const char* what);
+// throw_waits_for_dependent(): `running` waits for `waited`, which waits for `running` to finish.
+[[noreturn]] void throw_waits_for_dependent(const TaskRecord& running, const TaskRecord& waited, const char* what);
 
 struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   explicit ContextImpl(const Settings& settings);
@@ -67,7 +72,7 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   // drop_external_reference() deletes the context when the last reference goes.
   void drop_external_reference() noexcept;
   // detach_pool(): a pool destroyed while a wait for its tasks could never end; it is freed once its
-  // gate is done (free_detached_pools(): at the next pool_create() and at shutdown).
+  // gate is done (free_detached_pools(): at the next pool_create(), wait_all() and shutdown).
   void detach_pool(PoolState* pool);
   void free_detached_pools() noexcept;
   // release_owner(): the Context object goes: drain and stop (shutdown()), close the reference
@@ -279,6 +284,10 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   // own_mapping_blocking(): the calling thread's mapping that a task for which `blocked` is true
   // waits for, directly or through other tasks (or that is itself such a task); nullptr if none.
   const TaskRecord* own_mapping_blocking(const std::function<bool(const TaskRecord*)>& blocked);
+  // first_waiting_for(): a task for which `blocked` is true among `unfinished` and the tasks that wait
+  // for it, directly or through others; nullptr if none (within a bounded walk).
+  static const TaskRecord* first_waiting_for(const TaskRecord* unfinished,
+                                             const std::function<bool(const TaskRecord*)>& blocked);
   // holds_mapping(): the calling thread holds a mapping of this context.
   bool holds_mapping();
   // refuse_own_mapping_wait(): Error(buffer_misuse) if a wait for the tasks `blocked` selects would
@@ -292,13 +301,18 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
       throw_waits_for_own_mapping(*mapping, what, task);
   }
   // refuse_endless_wait(): a blocking wait for the tasks `blocked` selects that could never end is
-  // an error: the calling thread runs one of them (Error(invalid_argument)), or holds a mapping one
-  // of them waits for (Error(buffer_misuse)). `what` names the wait (and `task`, the task waited for).
+  // an error: the calling thread runs one of them, or one that waits for the running task (its
+  // accesses or `after` order it behind it) (Error(invalid_argument)), or holds a mapping one of
+  // them waits for (Error(buffer_misuse)). `what` names the wait (and `task`, the task waited for).
   template <class Blocked>
   void refuse_endless_wait(Blocked&& blocked, const char* what, const char* task = nullptr) {
     if (const TaskRecord* running = running_task_record(); running != nullptr && blocked(running))
         [[unlikely]]
       throw_waits_for_itself(*running, what);
+    if (const TaskRecord* running = running_task_unfinished(); running != nullptr) {
+      if (const TaskRecord* waited = first_waiting_for(running, blocked)) [[unlikely]]
+        throw_waits_for_dependent(*running, *waited, what);
+    }
     refuse_own_mapping_wait(blocked, what, task);
   }
   // waits_for_all: the selector of wait_all(), which waits for every task but not for mappings.

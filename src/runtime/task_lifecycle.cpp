@@ -433,6 +433,7 @@ constexpr std::uint32_t outcome_deferred = 0xff;
 
 int running_device() noexcept { return running_device_index; }
 TaskRecord* running_task_record() noexcept { return running_task; }
+TaskRecord* running_task_unfinished() noexcept { return running_task_deferred ? nullptr : running_task; }
 void* running_stream() noexcept { return running_stream_handle; }
 
 std::exception_ptr ContextImpl::launch_closure(TaskRecord* task, Device& device, void* stream) noexcept {
@@ -458,6 +459,15 @@ std::exception_ptr ContextImpl::launch_closure(TaskRecord* task, Device& device,
   } catch (...) {
     return std::current_exception();
   }
+}
+
+void throw_waits_for_dependent(const TaskRecord& running, const TaskRecord& waited, const char* what) {
+  const auto name = [](const TaskRecord& task) { return task.name != nullptr ? task.name : "(unnamed)"; };
+  throw Error(ErrorCode::invalid_argument,
+              fmt::format("{} inside task '{}' would wait for task '{}', which its accesses or `after` "
+                          "order after the running task: it cannot start before that ends, so the wait "
+                          "would never return",
+                          what, name(running), name(waited)));
 }
 
 void throw_waits_for_itself(const TaskRecord& running, const char* what) {

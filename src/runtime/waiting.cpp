@@ -36,6 +36,7 @@ void ContextImpl::wait_all() {
   }
   AllDone all{this};
   scheduler.wait(thread, all);
+  free_detached_pools();  // their tasks have ended
   std::exception_ptr error;
   std::uint64_t dropped = 0;
   {

@@ -589,6 +589,60 @@ TEST_P(ErrorsTest, WaitingForItselfIsAnErrorNotAHang) {
   EXPECT_EQ(refusals.load(), 3);
 }
 
+// Waiting inside a task for work its own accesses order after it — a Task, a group member or a pool
+// that reads what the running task writes, also through a task in between — would never return
+// either: Error(invalid_argument) naming both tasks. Work that does not wait for it is waited for.
+TEST_P(ErrorsTest, WaitingInsideATaskForWorkOrderedAfterItIsAnErrorNotAHang) {
+  Buffer<int> data(*context, 1);
+  Buffer<int> other(*context, 1);
+  std::vector<std::string> messages;
+  std::mutex lock;
+  const auto expect_refused = [&](auto wait) {
+    try {
+      wait();
+    } catch (const Error& error) {
+      if (error.code() == ErrorCode::invalid_argument) {
+        std::lock_guard guard(lock);
+        messages.emplace_back(error.what());
+        return;
+      }
+    }
+    std::lock_guard guard(lock);
+    messages.emplace_back("not refused");
+  };
+  std::atomic<int> independent{0};
+  context
+      ->submit(
+          TaskOptions{.name = "writer"},
+          [&](std::span<int>) {
+            Task reader = context->submit(TaskOptions{.name = "reader"}, [](std::span<const int>) {}, read(data));
+            expect_refused([&] { reader.wait(); });
+            Task behind = context->submit(
+                TaskOptions{.name = "behind"}, [](std::span<const int>, std::span<int>) {}, read(data), write(other));
+            Task further = context->submit(TaskOptions{.name = "further"}, [](std::span<const int>) {}, read(other));
+            expect_refused([&] { further.wait(); });  // through 'behind'
+            TaskPool pool(*context);
+            pool.add([](std::span<const int>) {}, read(data));
+            pool.launch();
+            expect_refused([&] { pool.wait_all(); });
+            // Unrelated work is waited for as usual.
+            Task free_task = context->submit([&] { independent.fetch_add(1); });
+            free_task.wait();
+            TaskGroup group(*context);
+            group.spawn([&] { independent.fetch_add(1); });
+            group.wait();
+            // (~TaskPool: the pool's wait would never end either; it is detached and runs later.)
+          },
+          write(data))
+      .wait();
+  context->wait_all();
+  EXPECT_EQ(independent.load(), 2);
+  ASSERT_EQ(messages.size(), 3u);
+  EXPECT_THAT(messages[0], ::testing::HasSubstr("Task::wait() inside task 'writer' would wait for task 'reader'"));
+  EXPECT_THAT(messages[1], ::testing::HasSubstr("would wait for task 'further'"));
+  EXPECT_THAT(messages[2], ::testing::HasSubstr("would wait for task 'task pool'"));
+}
+
 TEST_P(ErrorsTest, TaskPoolFailureAndDiscard) {
   {
     TaskPool pool(*context);
