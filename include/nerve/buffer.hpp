@@ -52,7 +52,8 @@ NERVE_API ContextImpl* context_impl(Context& context) noexcept;
 
 // Mapped<T> is a host view of a buffer range, valid until unmap() or destruction. A mapping still
 // held when its Context is destroyed keeps its data (the destruction warns); unmap() then ends it and
-// throws buffer_misuse, the destructor ends it quietly.
+// throws buffer_misuse, the destructor ends it quietly. If a pending task waits for that mapping and
+// the destroying thread holds it, the destruction would wait forever: a fatal error, reported.
 template <class T>
 class Mapped {
  public:
@@ -137,8 +138,11 @@ class Buffer {
   Buffer(const Buffer& other) noexcept : state_(other.state_), offset_(other.offset_), count_(other.count_) {
     if (state_ != nullptr) detail::retain(state_);
   }
+  // A moved-from Buffer is empty: size() 0, and any use but assignment and destruction is an error.
   Buffer(Buffer&& other) noexcept
-      : state_(std::exchange(other.state_, nullptr)), offset_(other.offset_), count_(other.count_) {}
+      : state_(std::exchange(other.state_, nullptr)),
+        offset_(std::exchange(other.offset_, 0)),
+        count_(std::exchange(other.count_, 0)) {}
   Buffer& operator=(Buffer other) noexcept {
     std::swap(state_, other.state_);
     std::swap(offset_, other.offset_);

@@ -22,6 +22,20 @@ TEST_P(BuffersTest, InitialContentsAndToVector) {
   EXPECT_EQ(buffer.slice(1, 3).slice(1, 1).to_vector(), (std::vector<double>{3}));
 }
 
+// A moved-from Buffer is empty, not a handle that still claims the old size: its size is 0 and
+// every use is a clear error; assigning to it makes it usable again.
+TEST_P(BuffersTest, AMovedFromBufferIsEmpty) {
+  Buffer<int> original(*context, 10);
+  Buffer<int> moved(std::move(original));
+  EXPECT_EQ(moved.size(), 10u);
+  EXPECT_EQ(original.size(), 0u);  // NOLINT(bugprone-use-after-move): what this test checks
+  EXPECT_THROW((void)original.slice(2, 5), Error);
+  EXPECT_THROW((void)original.to_vector(), Error);
+  original = Buffer<int>(*context, 3);
+  EXPECT_EQ(original.size(), 3u);
+  EXPECT_EQ(original.to_vector().size(), 3u);
+}
+
 TEST_P(BuffersTest, ReadMappingWaitsForWriters) {
   Buffer<int> buffer(*context, 1);
   context->spawn(
