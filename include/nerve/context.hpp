@@ -201,8 +201,8 @@ class TaskGroup {
 // Destroying a pool that was never launched discards its tasks without running them; destroying a
 // launched one waits for its tasks, unless that wait could never end (this thread holds a mapping
 // they wait for, or runs one of them): then the error is logged and the pool is detached — its tasks
-// run when they can, and the context frees it after them (at the next wait_all() or pool). A pool may outlive its Context object;
-// launching it then throws Error(invalid_argument).
+// run when they can, and the context frees it after them (at the next wait_all() or pool). A pool may outlive
+// its Context object; launching it then throws Error(invalid_argument).
 class TaskPool {
  public:
   explicit TaskPool(Context& context, std::size_t expected_tasks = 0)

@@ -140,7 +140,7 @@ void nerve_shutdown(nerve_context_t* ctx) {
     // Mappings first: a launched pool's tasks may wait for one, and destroying the pool waits for them.
     unmap_remaining_mappings(*ctx);
     destroy_remaining_pools(*ctx);
-    ctx->runtime.reset();  // waits for every task, stops the workers, reports buffers still alive
+    ctx->runtime.reset();         // waits for every task, stops the workers, reports buffers still alive
     ctx->detached_pools.clear();  // their tasks have ended: the descriptors can go
     release_unfreed_buffers(*ctx);
   });

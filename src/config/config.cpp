@@ -153,7 +153,8 @@ Config Config::load(const Settings& settings, const std::map<std::string, std::s
     }
   };
   if (!result.perf.trace.empty()) force_on(result.perf.record_tasks, "perf.record_tasks", "perf.trace");
-  if (result.scheduler.policy == SchedulerPolicy::heft) force_on(result.perf.models, "perf.models", "scheduler.policy");
+  if (result.scheduler.policy == SchedulerPolicy::heft)
+    force_on(result.perf.models, "perf.models", "scheduler.policy");
   return result;
 }
 

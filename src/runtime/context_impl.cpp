@@ -33,9 +33,8 @@ ContextImpl::ContextImpl(const Settings& settings)
       host_memory(config, topology),
       perf(std::make_unique<PerfMonitor>(config.perf)),
       monitored_executor(*this),
-      scheduler(
-          config, topology,
-          config.perf.times_tasks() ? static_cast<TaskExecutor&>(monitored_executor) : *this),
+      scheduler(config, topology,
+                config.perf.times_tasks() ? static_cast<TaskExecutor&>(monitored_executor) : *this),
       id(new_context_id()) {
   log::debug("context {}: {} worker slots on {}", id, scheduler.slot_count(), topology.description());
   if (config.perf.records_tasks()) recorder = perf.get();

@@ -58,7 +58,8 @@ TaskRecord* running_task_record() noexcept;
 TaskRecord* running_task_unfinished() noexcept;
 [[noreturn]] void throw_waits_for_itself(const TaskRecord& running, const char* what);
 // throw_waits_for_dependent(): `running` waits for `waited`, which waits for `running` to finish.
-[[noreturn]] void throw_waits_for_dependent(const TaskRecord& running, const TaskRecord& waited, const char* what);
+[[noreturn]] void throw_waits_for_dependent(const TaskRecord& running, const TaskRecord& waited,
+                                            const char* what);
 
 struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   explicit ContextImpl(const Settings& settings);
@@ -254,7 +255,7 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   std::atomic<std::int64_t> external_references{1};
   std::mutex detached_pools_mutex;
   std::vector<PoolState*> detached_pools;  // each holds an external reference
-  bool reference_shards_closed = false;  // guarded by threads_mutex
+  bool reference_shards_closed = false;    // guarded by threads_mutex
   bool shut_down = false;
 
   // Thread states, append-only; readers scan [0, thread_count) without the lock.
@@ -326,7 +327,7 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   SpinLock root_error_lock;
   std::vector<std::exception_ptr> root_errors;
   std::uint64_t root_errors_dropped = 0;
-  std::uint32_t root_error_report = 1;  // the generation of wait_all()'s report, counted from 1
+  std::uint32_t root_error_report = 1;          // the generation of wait_all()'s report, counted from 1
   alignas(64) std::atomic<int> root_parked{0};  // threads parked in wait_all()
 };
 

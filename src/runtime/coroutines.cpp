@@ -134,8 +134,9 @@ ContextImpl* task_context(const TaskRecord* record) noexcept { return record->co
 void refuse_coroutine_self_wait(const TaskRecord* root, const TaskRecord* task, const GroupState* group) {
   const char* name = root->name != nullptr ? root->name : "(unnamed)";
   if (task == root) {
-    throw Error(ErrorCode::invalid_argument,
-                fmt::format("co_await of the own Task of coroutine '{}' inside it would wait for itself", name));
+    throw Error(
+        ErrorCode::invalid_argument,
+        fmt::format("co_await of the own Task of coroutine '{}' inside it would wait for itself", name));
   }
   if (group != nullptr && root->group == group) {
     throw Error(ErrorCode::invalid_argument,

@@ -291,7 +291,8 @@ struct ReadFirstDesc {
 };
 
 // A launched pool whose task reads `buffer`, recording its first int in `seen`.
-nerve_task_pool_t* launch_reader_pool(nerve_context_t* context, nerve_buffer_t* buffer, std::atomic<int>& seen) {
+nerve_task_pool_t* launch_reader_pool(nerve_context_t* context, nerve_buffer_t* buffer,
+                                      std::atomic<int>& seen) {
   nerve_task_pool_t* pool = nerve_task_pool_create(context, 1);
   EXPECT_NE(pool, nullptr) << nerve_last_error();
   auto* desc = static_cast<ReadFirstDesc*>(nerve_task_pool_alloc_desc(pool));
@@ -334,7 +335,8 @@ TEST_P(CapiPoolTest, DestroyingAPoolThatWaitsForThisThreadsMappingDetachesIt) {
   std::atomic<int> seen{0};
   nerve_task_pool_t* pool = launch_reader_pool(ctx.get(), buffer, seen);
   EXPECT_NERVE_ERROR(nerve_task_pool_destroy(pool), NERVE_ERROR_BUFFER_MISUSE, "detached");
-  EXPECT_NE(std::string(nerve_last_error()).find("would wait forever"), std::string::npos) << nerve_last_error();
+  EXPECT_NE(std::string(nerve_last_error()).find("would wait forever"), std::string::npos)
+      << nerve_last_error();
   EXPECT_EQ(seen.load(), 0) << "it waits for the mapping";
   *mapped = 7;
   ASSERT_EQ(nerve_buffer_unmap(buffer), NERVE_OK) << nerve_last_error();

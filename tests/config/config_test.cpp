@@ -333,7 +333,8 @@ TEST(ConfigEnvironment, KeysTurnedOnByAnotherShowTheirEffectiveValueAndWhy) {
   EXPECT_TRUE(heft.perf.models);
   EXPECT_EQ(entry(heft, "perf.models").value, "true");
   EXPECT_EQ(entry(heft, "perf.models").origin.describe(), heft.origin("scheduler.policy").describe());
-  const Config traced = Config::load(Settings().set("perf.record_tasks", "false"), {{"NERVE_TRACE", "t.json"}});
+  const Config traced =
+      Config::load(Settings().set("perf.record_tasks", "false"), {{"NERVE_TRACE", "t.json"}});
   EXPECT_EQ(entry(traced, "perf.record_tasks").value, "true");
   EXPECT_EQ(entry(traced, "perf.record_tasks").origin.describe(), "env NERVE_TRACE");
   const Config plain = Config::load(hermetic());

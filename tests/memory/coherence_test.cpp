@@ -297,8 +297,10 @@ TEST(Coherence, AHostReadWaitsForEveryCopyBackStillStoringItsBytes) {
         },
         read(cached.slice(n / 4, n / 4)), read(later));
     context->wait_all();
-    EXPECT_EQ(seen_at_once.load(), n * sizeof(int)) << "round " << round << ": read before the last copy-back";
-    EXPECT_EQ(seen_later.load(), n * sizeof(int)) << "round " << round << ": read the valid bytes still stored to";
+    EXPECT_EQ(seen_at_once.load(), n * sizeof(int))
+        << "round " << round << ": read before the last copy-back";
+    EXPECT_EQ(seen_later.load(), n * sizeof(int))
+        << "round " << round << ": read the valid bytes still stored to";
   }
 }
 

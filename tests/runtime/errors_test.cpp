@@ -262,14 +262,16 @@ TEST_P(ErrorsTest, WaitAllReportsOnlyFailuresNobodyWaitedFor) {
 TEST_P(ErrorsTest, FailuresWaitedForPastTheKeptOnesAreNotReportedAgain) {
   constexpr int failures = 600;
   std::vector<Task> tasks;
-  for (int i = 0; i < failures; ++i) tasks.push_back(context->submit([] { throw std::runtime_error("seen"); }));
+  for (int i = 0; i < failures; ++i)
+    tasks.push_back(context->submit([] { throw std::runtime_error("seen"); }));
   for (Task& task : tasks) EXPECT_THROW(task.wait(), std::runtime_error);
   EXPECT_THROW(tasks.back().wait(), std::runtime_error) << "a second wait rethrows too";
   EXPECT_NO_THROW(context->wait_all()) << "every failure was waited for";
 
   tasks.clear();
   for (int i = 0; i < failures; ++i) tasks.push_back(context->submit([] { throw std::runtime_error("x"); }));
-  for (int i = 0; i < failures - 1; ++i) EXPECT_THROW(tasks[static_cast<std::size_t>(i)].wait(), std::runtime_error);
+  for (int i = 0; i < failures - 1; ++i)
+    EXPECT_THROW(tasks[static_cast<std::size_t>(i)].wait(), std::runtime_error);
   EXPECT_THROW(context->wait_all(), std::runtime_error) << "the one nobody waited for";
   EXPECT_THROW(tasks.back().wait(), std::runtime_error);
   context->spawn([] {});
@@ -615,11 +617,14 @@ TEST_P(ErrorsTest, WaitingInsideATaskForWorkOrderedAfterItIsAnErrorNotAHang) {
       ->submit(
           TaskOptions{.name = "writer"},
           [&](std::span<int>) {
-            Task reader = context->submit(TaskOptions{.name = "reader"}, [](std::span<const int>) {}, read(data));
+            Task reader = context->submit(
+                TaskOptions{.name = "reader"}, [](std::span<const int>) {}, read(data));
             expect_refused([&] { reader.wait(); });
             Task behind = context->submit(
-                TaskOptions{.name = "behind"}, [](std::span<const int>, std::span<int>) {}, read(data), write(other));
-            Task further = context->submit(TaskOptions{.name = "further"}, [](std::span<const int>) {}, read(other));
+                TaskOptions{.name = "behind"}, [](std::span<const int>, std::span<int>) {}, read(data),
+                write(other));
+            Task further = context->submit(
+                TaskOptions{.name = "further"}, [](std::span<const int>) {}, read(other));
             expect_refused([&] { further.wait(); });  // through 'behind'
             TaskPool pool(*context);
             pool.add([](std::span<const int>) {}, read(data));
@@ -638,7 +643,8 @@ TEST_P(ErrorsTest, WaitingInsideATaskForWorkOrderedAfterItIsAnErrorNotAHang) {
   context->wait_all();
   EXPECT_EQ(independent.load(), 2);
   ASSERT_EQ(messages.size(), 3u);
-  EXPECT_THAT(messages[0], ::testing::HasSubstr("Task::wait() inside task 'writer' would wait for task 'reader'"));
+  EXPECT_THAT(messages[0],
+              ::testing::HasSubstr("Task::wait() inside task 'writer' would wait for task 'reader'"));
   EXPECT_THAT(messages[1], ::testing::HasSubstr("would wait for task 'further'"));
   EXPECT_THAT(messages[2], ::testing::HasSubstr("would wait for task 'task pool'"));
 }
