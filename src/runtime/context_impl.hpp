@@ -312,7 +312,8 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
       throw_waits_for_itself(*running, what);
     // Only a running task with successors can be waited behind (fork-join's have none: one load).
     if (const TaskRecord* running = running_task_unfinished();
-        running != nullptr && (running->successors.load(std::memory_order_acquire) & ~closed_successors) != 0) {
+        running != nullptr &&
+        (running->successors.load(std::memory_order_acquire) & ~closed_successors) != 0) {
       if (const TaskRecord* waited = first_waiting_for(running, blocked)) [[unlikely]]
         throw_waits_for_dependent(*running, *waited, what);
     }
