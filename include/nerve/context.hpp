@@ -134,6 +134,8 @@ class TaskGroup {
   TaskGroup(const TaskGroup&) = delete;
   TaskGroup& operator=(const TaskGroup&) = delete;
   // The destructor waits for unfinished tasks; their errors are dropped (call wait() to see them).
+  // Where that wait could never end (the cases wait() refuses), it cannot return either: the group
+  // lives in the caller's frame and its tasks will use it. That is a fatal error, reported.
   ~TaskGroup() {
     if ((state_.pending.load(std::memory_order_acquire) & detail::GroupState::count_mask) != 0)
       detail::group_destroy_wait(context_, &state_);
