@@ -188,35 +188,27 @@ void CoherenceEngine::fetch_range(BufferState& buffer, unsigned node, std::size_
   }
   std::size_t first = state.split_at(begin);
   const std::size_t last = state.split_at(end);
-  // Copies into one node over the same bytes land in the order they were queued (queue_copy), so the
-  // last one that covers a range is the one whose landing means no other is still writing there.
-  auto last_covering = [&](const BufferReplicas::Range& range) -> PendingCopy* {
-    PendingCopy* found = nullptr;
-    for (PendingCopy* copy : state.copies_) {
-      if (copy->to == node && copy->begin <= range.begin && range.end <= copy->end) found = copy;
-    }
-    return found;
-  };
+  // A range not valid here joins the copy into here that covers it, if that copy carries its
+  // current bytes. Copies into one node over the same bytes land in the order they were queued
+  // (queue_copy), so the one to look at is the last: when it lands, no other is still writing there.
   auto joinable = [&](const BufferReplicas::Range& range) -> PendingCopy* {
-    PendingCopy* copy = last_covering(range);
-    return copy != nullptr && copy->start_epoch >= range.epoch ? copy : nullptr;
-  };
-  auto join = [&](PendingCopy& copy) {
-    if (std::find(copy.waiters.begin(), copy.waiters.end(), waiter) != copy.waiters.end()) return;
-    copy.waiters.push_back(waiter);
-    waiter->fetches.fetch_add(1, std::memory_order_relaxed);
+    PendingCopy* last_covering = nullptr;
+    for (PendingCopy* copy : state.copies_) {
+      if (copy->to == node && copy->begin <= range.begin && range.end <= copy->end) last_covering = copy;
+    }
+    return last_covering != nullptr && last_covering->start_epoch >= range.epoch ? last_covering : nullptr;
   };
   for (std::size_t k = first; k < last;) {
     const auto& range = state.ranges_[k];
     if ((range.valid & bit(node)) != 0) {
-      // Valid, but a copy still to land here stores these same bytes again (a task that wrote them
-      // through two accesses copies back each): reading now would race with that store.
-      if (PendingCopy* copy = last_covering(range)) join(*copy);
       ++k;
       continue;
     }
     if (PendingCopy* copy = joinable(range)) {
-      join(*copy);
+      if (std::find(copy->waiters.begin(), copy->waiters.end(), waiter) == copy->waiters.end()) {
+        copy->waiters.push_back(waiter);
+        waiter->fetches.fetch_add(1, std::memory_order_relaxed);
+      }
       ++k;
       continue;
     }
@@ -358,22 +350,36 @@ void CoherenceEngine::copy_finished(PendingCopy& copy, bool ok, const std::strin
 void CoherenceEngine::release(TaskRecord* task, unsigned node) noexcept {
   if (node == 0) return;  // nothing is pinned on the host, and HOST_CACHED concerns devices' writes
   std::vector<PendingCopy*> started;
+  std::vector<std::pair<std::size_t, std::size_t>> written;
   for (std::size_t i = 0; i < task->access_count; ++i) {
-    const AccessRecord& access = task->accesses[i];
-    BufferState& buffer = *access.buffer;
-    std::unique_lock lock(buffer.replicas.mutex_);
+    BufferState& buffer = *task->accesses[i].buffer;
+    std::lock_guard lock(buffer.replicas.mutex_);
     --buffer.replicas.replicas_[node].pins;
-    if (node != 0 && buffer.host_cached && writes(access.mode) && access.size != 0) {
-      // HOST_CACHED: copy what the device wrote back to the host now, so the host stays valid.
-      auto& state = buffer.replicas;
-      if (copied_back(state, node, access.offset, access.offset + access.size)) continue;
+    // HOST_CACHED: copy what the device wrote back to the host now, so the host stays valid — once
+    // per buffer (at its first access), over the union of the task's writes to it: a byte two of
+    // its accesses wrote goes back in one copy, never in two that land over a reader in turn.
+    if (!buffer.host_cached) continue;
+    bool seen_before = false;
+    for (std::size_t k = 0; k < i; ++k) seen_before |= task->accesses[k].buffer == &buffer;
+    if (seen_before) continue;
+    written.clear();
+    for (std::size_t k = i; k < task->access_count; ++k) {
+      const AccessRecord& access = task->accesses[k];
+      if (access.buffer == &buffer && writes(access.mode) && access.size != 0)
+        written.emplace_back(access.offset, access.offset + access.size);
+    }
+    std::sort(written.begin(), written.end());
+    auto& state = buffer.replicas;
+    for (std::size_t k = 0; k < written.size();) {
+      auto [begin, end] = written[k];
+      for (++k; k < written.size() && written[k].first <= end; ++k) end = std::max(end, written[k].second);
       auto* copy = new PendingCopy{};
       copy->engine = this;
       copy->buffer = &buffer;
       copy->from = node;
       copy->to = 0;
-      copy->begin = access.offset;
-      copy->end = access.offset + access.size;
+      copy->begin = begin;
+      copy->end = end;
       copy->start_epoch = state.epoch_;
       hold_access(&buffer);  // the finishing task's access is still pending
       ++state.replicas_[node].pins;
@@ -381,17 +387,7 @@ void CoherenceEngine::release(TaskRecord* task, unsigned node) noexcept {
     }
   }
   start_copies(started);
-  if (node != 0) listener_.memory_freed(node);
-}
-
-// Whether a copy-back already queued from `node` carries [begin, end) as it is now: the same task
-// wrote the buffer through another access covering it, and nothing was written since.
-bool CoherenceEngine::copied_back(const BufferReplicas& state, unsigned node, std::size_t begin,
-                                  std::size_t end) noexcept {
-  return std::any_of(state.copies_.begin(), state.copies_.end(), [&](const PendingCopy* copy) {
-    return copy->from == node && copy->to == 0 && copy->start_epoch == state.epoch_ && copy->begin <= begin &&
-           end <= copy->end;
-  });
+  listener_.memory_freed(node);
 }
 
 void CoherenceEngine::pin_replica(BufferState& buffer, unsigned node, const TaskRecord& task) {

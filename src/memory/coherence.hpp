@@ -158,8 +158,6 @@ class CoherenceEngine {
   std::size_t evict(unsigned node, std::size_t wanted, const BufferState& requester);
   bool evict_replica(BufferState& buffer, unsigned node);
   static bool in_use_on(const BufferReplicas& state, unsigned node) noexcept;
-  static bool copied_back(const BufferReplicas& state, unsigned node, std::size_t begin,
-                          std::size_t end) noexcept;
   void write_back_exclusive(BufferState& buffer, unsigned node);
   void fetch_range(BufferState& buffer, unsigned node, std::size_t begin, std::size_t end, TaskRecord* waiter,
                    std::vector<PendingCopy*>& started);
