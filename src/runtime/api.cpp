@@ -181,11 +181,15 @@ void pool_launch(PoolState* pool) {
   pool->launch();
 }
 
-void pool_check_wait(PoolState* pool) {
+namespace {
+// The errors of a wait for `pool` that could never end; `what` names the wait.
+void refuse_endless_pool_wait(PoolState* pool, const char* what) {
   if (TaskDone{pool->gate}.done()) return;
-  pool->context.refuse_endless_wait([pool](const TaskRecord* task) { return task->pool == pool; },
-                                    "TaskPool::wait_all()");
+  pool->context.refuse_endless_wait([pool](const TaskRecord* task) { return task->pool == pool; }, what);
 }
+}  // namespace
+
+void pool_check_wait(PoolState* pool) { refuse_endless_pool_wait(pool, "TaskPool::wait_all()"); }
 
 void pool_wait(PoolState* pool) {
   check_pool_context(pool);
@@ -206,9 +210,7 @@ void pool_destroy_checked(PoolState* pool) {
   ContextImpl& context = pool->context;
   if (pool->launched) {
     try {
-      if (!TaskDone{pool->gate}.done())
-        context.refuse_endless_wait([pool](const TaskRecord* task) { return task->pool == pool; },
-                                    "destroying a task pool");
+      refuse_endless_pool_wait(pool, "destroying a task pool");
     } catch (const Error& error) {
       context.detach_pool(pool);
       throw Error(error.code(), fmt::format("{}; the pool is detached instead: its tasks run when they can, "
