@@ -136,6 +136,24 @@ TEST(HostMemory, NodeLimitMakesAnOversizedBufferAClearError) {
   EXPECT_EQ(live_buffers(context), 1u);
 }
 
+// Big blocks are padded by a rotating number of pages (colouring); the padding must never decide
+// whether a buffer fits: the same near-limit request, made and dropped ten times (every colour), fits
+// each time, and so does a buffer of exactly the limit.
+TEST(HostMemory, NodeLimitFitsTheSameBufferWhateverItsColour) {
+  constexpr std::size_t limit = std::size_t{4} << 20;
+  Context context(settings_with({{"memory.host_node_limit", "4194304"}}));
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    {
+      Buffer<char> near_limit(context, limit - 16 * 1024);
+      EXPECT_EQ(near_limit.size(), limit - 16 * 1024) << "attempt " << attempt;
+    }
+    context.memory_compact();  // the cached block would otherwise be reused, whatever its colour
+  }
+  Buffer<char> exact(context, limit);
+  context.submit([](std::span<char> data) { data.back() = 'z'; }, write(exact));
+  EXPECT_EQ(exact.map_read()[limit - 1], 'z');
+}
+
 // A small limit: a buffer of an upper size class (whose usual slab is 2 MiB) takes a smaller slab
 // instead of failing on an empty pool.
 TEST(HostMemory, NodeLimitBelowAClassesSlabStillFitsItsBuffers) {

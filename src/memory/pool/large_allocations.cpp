@@ -53,13 +53,19 @@ void* LargeAllocations::try_allocate(std::size_t bytes, bool* from_cache) {
   // Colouring: the node places consecutive blocks next to each other, so equal power-of-two sizes
   // would put the same element of different buffers exactly 2^k bytes apart — the same cache sets
   // and DRAM banks for every stream of c[i] = a[i] + b[i] (measured: half the bandwidth of arrays
-  // one page apart). Big blocks get 1..8 pages of padding, rotating, to break the pattern.
+  // one page apart). Big blocks get 1..8 pages of padding, rotating, to break the pattern. The
+  // padding is a speed hint: where the padded block does not fit the node's limit, the exact size is
+  // tried, so whether a request fits never depends on the colour it drew.
   std::size_t real = wanted;
   if (wanted >= colour_threshold) {
     std::lock_guard lock(mutex_);
     real += (next_color_++ % 8 + 1) * alignment_;
   }
   void* block = budget_.try_acquire(real, alignment_);
+  if (block == nullptr && real != wanted) {
+    real = wanted;
+    block = budget_.try_acquire(real, alignment_);
+  }
   if (block == nullptr) {
     std::lock_guard lock(mutex_);
     --allocations_;  // the pool retries or reports; count the request once
