@@ -12,8 +12,9 @@
 // on the range and grain, never on timing or the worker count, so for a given grain the result has
 // the same bits on every run and every number of workers. `reduce` must be associative; `identity`
 // is returned for an empty range. With grain 0 the grain depends on the worker count (about four
-// pieces per worker) — unless parallel.deterministic_mode is on, which fixes it (grain = count / 64,
-// so the halving tree has 64 to 128 leaves whatever the workers), so a floating-point reduction gives
+// pieces per worker: the next power of two at or above 4 × workers) — unless
+// parallel.deterministic_mode is on, which fixes it (grain = count / 64 rounded up, so the halving
+// tree has 64 leaves, or `count` below 64, whatever the workers), so a floating-point reduction gives
 // the same bits on every run and every worker count. As with parallel_for, the first exception
 // thrown by map or reduce, in time, is rethrown once every piece has finished.
 #pragma once
@@ -30,9 +31,11 @@
 namespace nerve {
 namespace detail {
 
+// Rounded up: with count / pieces rounded down, halves one index larger than the grain were split
+// once more, nearly doubling the pieces of a count that is not a multiple of a power of two.
 inline std::size_t auto_grain(const ContextImpl* context, std::size_t count) noexcept {
-  const std::size_t pieces = context_auto_pieces(context);
-  const std::size_t grain = count / (pieces == 0 ? 1 : pieces);
+  const std::size_t pieces = context_auto_pieces(context) == 0 ? 1 : context_auto_pieces(context);
+  const std::size_t grain = count / pieces + (count % pieces != 0 ? 1 : 0);
   return grain == 0 ? 1 : grain;
 }
 

@@ -56,5 +56,26 @@ TEST(DeterministicMode, FixesTheAutomaticSplit) {
   // split itself (not the bits, which might coincide) is what the mode guarantees.
 }
 
+// Grain 0 splits into the pieces it promises, whether or not the count divides evenly: four per
+// worker (rounded up to a power of two by the halving), 64 in deterministic mode.
+TEST(DeterministicMode, AutomaticGrainGivesThePromisedPiecesForAnyCount) {
+  for (const bool deterministic : {false, true}) {
+    for (unsigned workers : {1u, 2u, 4u}) {
+      Settings settings = make_settings(workers);
+      settings.set("parallel.deterministic_mode", deterministic ? "true" : "false");
+      Context context(settings);
+      const std::size_t expected = deterministic ? 64 : std::bit_ceil(4u * workers);
+      for (const std::size_t count :
+           {std::size_t{1'000'000}, std::size_t{1'000'001}, std::size_t{1'000'003}, std::size_t{999'999}}) {
+        const std::size_t pieces = parallel_reduce(
+            context, 0, count, 0, std::size_t{0}, [](std::size_t, std::size_t) { return std::size_t{1}; },
+            [](std::size_t a, std::size_t b) { return a + b; });
+        EXPECT_EQ(pieces, expected) << count << " items, " << workers << " workers"
+                                    << (deterministic ? ", deterministic" : "");
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace nerve::testing
