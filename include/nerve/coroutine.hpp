@@ -32,9 +32,11 @@
 // and its Task finishes cancelled. A coroutine that has started runs on; it sees the cancellation
 // as TaskCancelled from what it awaits, if that was cancelled.
 //
-// Errors: launch() or co_await of an empty CoTask (moved from, or already launched) throws
-// Error(invalid_argument); so does co_await, inside a launched coroutine (or a child it awaits), of
-// its own Task or of the TaskGroup it was launched into — neither could finish while it waits.
+// Errors: launch() or co_await of an empty CoTask (moved from, launched, or already awaited: a
+// CoTask runs once) throws Error(invalid_argument); so does co_await, inside a launched coroutine
+// (or a child it awaits), of its own Task, of the TaskGroup it was launched into, or of work ordered
+// after its Task (by accesses or `after`) — none could finish while it waits. The blocking waits
+// (Task::wait(), TaskGroup::wait(), ...) refuse the same inside a coroutine, as inside a task.
 //
 // Lifetime: as with any coroutine, arguments taken by reference must outlive it; the context must
 // outlive every coroutine launched in it (~Context waits for their Tasks like any others). A
@@ -185,14 +187,16 @@ class [[nodiscard]] CoTask {
     if (handle_) handle_.destroy();
   }
 
-  // valid(): it holds a coroutine (false once moved from or launched).
+  // valid(): it holds a coroutine (false once moved from, launched, or awaited).
   bool valid() const noexcept { return static_cast<bool>(handle_); }
 
-  // Awaiting a CoTask runs it on the awaiting coroutine's thread (symmetric transfer); awaiting an
-  // empty one throws Error(invalid_argument) in the awaiting coroutine.
+  // Awaiting a CoTask runs it on the awaiting coroutine's thread (symmetric transfer), once: its
+  // frame is freed when it returns and the CoTask is empty. Awaiting an empty one throws
+  // Error(invalid_argument) in the awaiting coroutine.
   bool await_ready() const {
     if (!handle_)
-      throw Error(ErrorCode::invalid_argument, "co_await on an empty CoTask (moved from or launched)");
+      throw Error(ErrorCode::invalid_argument,
+                  "co_await on an empty CoTask (moved from, launched, or already awaited)");
     return false;
   }
   template <class P>
@@ -201,7 +205,13 @@ class [[nodiscard]] CoTask {
     handle_.promise().root = detail::root_of(parent);
     return handle_;
   }
-  T await_resume() { return handle_.promise().take(); }
+  T await_resume() {
+    struct Destroy {
+      std::coroutine_handle<promise_type> handle;
+      ~Destroy() { handle.destroy(); }  // after take() has moved the result out
+    } finished{std::exchange(handle_, nullptr)};
+    return finished.handle.promise().take();
+  }
 
   // release() gives up ownership of the coroutine (launch() uses it).
   std::coroutine_handle<promise_type> release() noexcept { return std::exchange(handle_, nullptr); }
@@ -225,7 +235,7 @@ inline CoTask<void> CoPromise<void>::get_return_object() noexcept {
 inline Task launch_in(ContextImpl* context, GroupState* group, CoTask<> coroutine, const char* name) {
   if (!coroutine.valid()) {
     throw Error(ErrorCode::invalid_argument,
-                std::string("launch() of an empty CoTask (moved from, or already launched)") +
+                std::string("launch() of an empty CoTask (moved from, launched, or already awaited)") +
                     (name != nullptr ? std::string(": ") + name : std::string()));
   }
   TaskRecord* record = coroutine_task_create(context, name, group);

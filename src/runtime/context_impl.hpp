@@ -57,6 +57,14 @@ TaskRecord* running_task_record() noexcept;
 // be finished, even recycled, before the body returns).
 TaskRecord* running_task_unfinished() noexcept;
 [[noreturn]] void throw_waits_for_itself(const TaskRecord& running, const char* what);
+// The coroutine stretch the calling thread runs (coroutines.cpp): `step` is the stretch's task record
+// and `root` the Task record of the launched coroutine it runs for; {null, null} outside stretches.
+// Valid while running_task_record() == step (tasks run nested under a stretch's wait are not it).
+struct CoroutineStretch {
+  const TaskRecord* step = nullptr;
+  const TaskRecord* root = nullptr;
+};
+extern thread_local constinit CoroutineStretch running_stretch __attribute__((tls_model("initial-exec")));
 // throw_waits_for_dependent(): `running` waits for `waited`, which waits for `running` to finish.
 [[noreturn]] void throw_waits_for_dependent(const TaskRecord& running, const TaskRecord& waited,
                                             const char* what);
@@ -191,7 +199,7 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
 
   // --- coroutines (coroutines.cpp)
   // resume_group_continuation() resumes a coroutine that awaited a group that just emptied.
-  void resume_group_continuation(void* coroutine, const char* name) noexcept;
+  void resume_group_continuation(void* coroutine, const TaskRecord* root) noexcept;
 
   // --- waiting (waiting.cpp)
   std::int64_t in_flight() const noexcept;
@@ -307,9 +315,14 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   // them waits for (Error(buffer_misuse)). `what` names the wait (and `task`, the task waited for).
   template <class Blocked>
   void refuse_endless_wait(Blocked&& blocked, const char* what, const char* task = nullptr) {
-    if (const TaskRecord* running = running_task_record(); running != nullptr && blocked(running))
-        [[unlikely]]
-      throw_waits_for_itself(*running, what);
+    if (const TaskRecord* running = running_task_record(); running != nullptr) {
+      if (blocked(running)) [[unlikely]]
+        throw_waits_for_itself(*running, what);
+      // A coroutine's stretch is a task of its own; what the coroutine is (its Task, its group's
+      // member, what is ordered after it) is its launched record's.
+      if (running_stretch.step == running) [[unlikely]]
+        refuse_coroutine_endless_wait(*running_stretch.root, blocked, what);
+    }
     // Only a running task with successors can be waited behind (fork-join's have none: one load).
     if (const TaskRecord* running = running_task_unfinished();
         running != nullptr &&
@@ -319,6 +332,11 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
     }
     refuse_own_mapping_wait(blocked, what, task);
   }
+  // refuse_coroutine_endless_wait(): refuse_endless_wait()'s checks for the launched coroutine `root`
+  // whose stretch the calling thread runs (coroutines.cpp).
+  static void refuse_coroutine_endless_wait(const TaskRecord& root,
+                                            const std::function<bool(const TaskRecord*)>& blocked,
+                                            const char* what);
   // waits_for_all: the selector of wait_all(), which waits for every task but not for mappings.
   static bool waits_for_all(const TaskRecord* task) noexcept { return task->kind != TaskKind::host_access; }
   [[noreturn]] static void throw_waits_for_own_mapping(const TaskRecord& mapping, std::string_view what,
@@ -336,6 +354,8 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
 
 // The exception a cancelled task reports: TaskCancelled carrying the original cause (if any).
 std::exception_ptr cancellation_error(const TaskRecord* task);
+// ... naming what was cancelled as `subject` (a host mapping names its buffer and range).
+std::exception_ptr cancellation_error(const TaskRecord* task, const std::string& subject);
 
 // live(): the context behind a public handle; a moved-from nerve::Context has none, and using one
 // is Error(invalid_argument), not a crash.

@@ -18,11 +18,24 @@
 #include "util/log.hpp"
 
 namespace nerve::detail {
+
+constinit thread_local CoroutineStretch running_stretch __attribute__((tls_model("initial-exec")));
+
 namespace {
+
+// run_stretch() resumes the coroutine that runs for `root`, marking the calling thread's running
+// task (the stretch) as that coroutine's for the wait checks meanwhile.
+void run_stretch(void* coroutine, const TaskRecord* root) {
+  const CoroutineStretch outer = running_stretch;
+  running_stretch = {running_task_record(), root};
+  std::coroutine_handle<>::from_address(coroutine).resume();  // never throws: the promise keeps it
+  running_stretch = outer;
+}
 
 struct Resume {
   void* coroutine;
-  void operator()() const { std::coroutine_handle<>::from_address(coroutine).resume(); }
+  const TaskRecord* root;  // null: a coroutine nerve did not launch (no Task to check against)
+  void operator()() const { run_stretch(coroutine, root); }
 };
 
 // The first stretch of a launched coroutine: a task like any other of its group, it does not start
@@ -36,7 +49,7 @@ struct Start {
         launched->cancel_pending.load(std::memory_order_acquire) ||
         (launched->group != nullptr && launched->group->cancel_requested.load(std::memory_order_acquire));
     if (!cancelled) {
-      std::coroutine_handle<>::from_address(coroutine).resume();
+      run_stretch(coroutine, launched);
       return;
     }
     std::coroutine_handle<>::from_address(coroutine).destroy();
@@ -90,30 +103,30 @@ void coroutine_task_finish(TaskRecord* record, std::exception_ptr error) noexcep
 }
 
 void resume_coroutine(ContextImpl* context, void* coroutine, TaskRecord* after, const TaskRecord* root) {
-  submit_step(context, Resume{coroutine}, after, step_name(root));
+  submit_step(context, Resume{coroutine, root}, after, step_name(root));
 }
 
 void start_coroutine(ContextImpl* context, void* coroutine, TaskRecord* launched) {
   submit_step(context, Start{coroutine, launched}, nullptr, step_name(launched));
 }
 
-void ContextImpl::resume_group_continuation(void* coroutine, const char* name) noexcept {
+void ContextImpl::resume_group_continuation(void* coroutine, const TaskRecord* root) noexcept {
   try {
-    submit_step(this, Resume{coroutine}, nullptr, name != nullptr ? name : "coroutine");
+    submit_step(this, Resume{coroutine, root}, nullptr, step_name(root));
   } catch (const std::exception& error) {
     // No record for a continuation task (out of memory, context shutting down): resume here rather
     // than lose the coroutine; it runs on this thread's stack before the finish completes.
     log::warn("coroutine resumed inline: {}", error.what());
-    std::coroutine_handle<>::from_address(coroutine).resume();
+    run_stretch(coroutine, root);
   }
 }
 
 bool group_suspend(GroupState* group, void* coroutine, const TaskRecord* root) {
   void* expected = nullptr;
-  // The name first: the completer reads it after taking the continuation (acquire).
-  const char* previous_name = std::exchange(group->continuation_name, step_name(root));
+  // The root first: the completer reads it after taking the continuation (acquire).
+  const TaskRecord* previous_root = std::exchange(group->continuation_root, root);
   if (!group->continuation.compare_exchange_strong(expected, coroutine, std::memory_order_acq_rel)) {
-    group->continuation_name = previous_name;
+    group->continuation_root = previous_root;
     throw Error(ErrorCode::invalid_argument, "co_await on a TaskGroup another coroutine already awaits");
   }
   const std::int64_t before =
@@ -144,6 +157,33 @@ void refuse_coroutine_self_wait(const TaskRecord* root, const TaskRecord* task, 
                             "itself (it is one of the group's tasks)",
                             name));
   }
+  // Work ordered after the coroutine's Task cannot start before the coroutine ends.
+  const auto awaited = [&](const TaskRecord* candidate) {
+    return candidate != root && (candidate == task || (group != nullptr && candidate->group == group));
+  };
+  if (const TaskRecord* waited = ContextImpl::first_waiting_for(root, awaited)) {
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("co_await of {} inside coroutine '{}' would never resume: task '{}' is ordered "
+                            "after the coroutine's own Task (by its accesses or `after`), so it cannot "
+                            "start before the coroutine ends",
+                            task != nullptr ? "a Task" : "a TaskGroup", name,
+                            waited->name != nullptr ? waited->name : "(unnamed)"));
+  }
+}
+
+void ContextImpl::refuse_coroutine_endless_wait(const TaskRecord& root,
+                                                const std::function<bool(const TaskRecord*)>& blocked,
+                                                const char* what) {
+  const TaskRecord* waited = first_waiting_for(&root, blocked);
+  if (waited == nullptr) return;
+  const char* name = root.name != nullptr ? root.name : "(unnamed)";
+  if (waited == &root) {
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("{} inside coroutine '{}' would wait for that coroutine itself (its own Task, "
+                            "or the TaskGroup it was launched into) and never return",
+                            what, name));
+  }
+  throw_waits_for_dependent(root, *waited, what);
 }
 
 }  // namespace nerve::detail

@@ -30,12 +30,15 @@ const char* display_name(const TaskRecord* task) noexcept {
 }  // namespace
 
 std::exception_ptr cancellation_error(const TaskRecord* task) {
+  return cancellation_error(task, fmt::format("task '{}'", display_name(task)));
+}
+
+std::exception_ptr cancellation_error(const TaskRecord* task, const std::string& subject) {
   if (task->error == nullptr) {
     const char* why = task->cancel_cause == TaskRecord::CancelCause::dependency
                           ? "because a task it depends on was cancelled"
                           : "before it started";
-    return std::make_exception_ptr(
-        TaskCancelled(fmt::format("task '{}' was cancelled {}", display_name(task), why), nullptr));
+    return std::make_exception_ptr(TaskCancelled(fmt::format("{} was cancelled {}", subject, why), nullptr));
   }
   std::string cause = "a non-standard exception";
   try {
@@ -44,10 +47,8 @@ std::exception_ptr cancellation_error(const TaskRecord* task) {
     cause = error.what();
   } catch (...) {
   }
-  return std::make_exception_ptr(
-      TaskCancelled(fmt::format("task '{}' was cancelled because a task it depends on failed: {}",
-                                display_name(task), cause),
-                    task->error));
+  return std::make_exception_ptr(TaskCancelled(
+      fmt::format("{} was cancelled because a task it depends on failed: {}", subject, cause), task->error));
 }
 
 DepOverflow* DepOverflow::make(DepOverflow* next, std::size_t capacity) {
@@ -589,10 +590,10 @@ void ContextImpl::finish(TaskRecord* task, ThreadState& thread, std::uint32_t ou
       void* coroutine = (before & GroupState::coroutine_parked) != 0
                             ? group->continuation.exchange(nullptr, std::memory_order_acq_rel)
                             : nullptr;
-      // The parked coroutine keeps the group alive until it resumes: its name can be read now.
-      const char* name = coroutine != nullptr ? group->continuation_name : nullptr;
+      // The parked coroutine keeps the group alive until it resumes: its root can be read now.
+      const TaskRecord* root = coroutine != nullptr ? group->continuation_root : nullptr;
       scheduler.waiters().wake(group);  // by address only: the group may be gone already
-      if (coroutine != nullptr) resume_group_continuation(coroutine, name);
+      if (coroutine != nullptr) resume_group_continuation(coroutine, root);
     }
   }
   if (counted) thread.count_completed();

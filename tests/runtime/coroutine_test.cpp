@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -240,6 +241,100 @@ TEST_P(CoroutineTest, AwaitingItsOwnGroupOrTaskIsAnErrorNotAHang) {
     EXPECT_THAT(error.what(), HasSubstr("awaits itself")) << error.what();
   }
   own.reset();
+}
+
+// The blocking waits refuse inside a coroutine what they refuse inside a task: its stretches are
+// tasks of their own, but what the coroutine is (its Task, a member of its group, what is ordered
+// after it) counts. Each of these used to hang.
+CoTask<> wait_blocking(TaskGroup& group, std::string& message) {
+  try {
+    group.wait();
+    message = "returned";
+  } catch (const Error& error) {
+    message = error.what();
+  }
+  co_return;
+}
+
+// `mode`: 0 = Task::wait() on its own Task, 1 = wait() on a task ordered after its Task, 2 = co_await
+// of that task. `self` is published once launch() has returned it; `gate` holds the coroutine until then.
+CoTask<> wait_on_itself(Context& ctx, std::optional<Task>& self, Task gate, int mode, std::string& message) {
+  co_await gate;
+  try {
+    if (mode == 0) {
+      self->wait();
+    } else {
+      Task after = ctx.submit(TaskOptions{.name = "ordered after", .after = {*self}}, [] {});
+      if (mode == 1) {
+        after.wait();
+      } else {
+        co_await after;
+      }
+    }
+    message = "returned";
+  } catch (const Error& error) {
+    message = error.what();
+  }
+}
+
+TEST_P(CoroutineTest, BlockingWaitsForItselfInsideACoroutineAreErrorsNotHangs) {
+  {
+    TaskGroup group(*context);
+    std::string message;
+    Task task = launch(group, wait_blocking(group, message), "waits for its group");
+    group.wait();
+    EXPECT_THAT(message, HasSubstr("TaskGroup::wait() inside coroutine 'waits for its group' would wait for "
+                                   "that coroutine itself"));
+  }
+  for (const int mode : {0, 1, 2}) {
+    std::optional<Task> self;
+    std::atomic<bool> go{false};
+    Task gate = context->submit([&go] {
+      while (!go.load()) std::this_thread::yield();
+    });
+    std::string message;
+    self = launch(*context, wait_on_itself(*context, self, gate, mode, message), "self waiter");
+    go.store(true);
+    self->wait();
+    SCOPED_TRACE(mode);
+    if (mode == 0) {
+      EXPECT_THAT(message, HasSubstr("inside coroutine 'self waiter' would wait for that coroutine itself"));
+    } else if (mode == 1) {
+      EXPECT_THAT(message, HasSubstr("inside task 'self waiter' would wait for task 'ordered after'"));
+    } else {
+      EXPECT_THAT(message, HasSubstr("co_await of a Task inside coroutine 'self waiter' would never resume: "
+                                     "task 'ordered after' is ordered after the coroutine's own Task"));
+    }
+    self.reset();
+    context->wait_all();
+  }
+}
+
+// A CoTask runs once: awaiting it again, or launching it after it was awaited, is an error (it used
+// to resume a finished coroutine).
+TEST_P(CoroutineTest, ACoTaskAwaitedOnceIsEmptyAfterwards) {
+  auto child = [](int value) -> CoTask<int> { co_return value; };
+  auto twice = [](CoTask<int>& once, int& first, std::string& message) -> CoTask<> {
+    first = co_await once;
+    try {
+      (void)co_await once;
+      message = "awaited twice";
+    } catch (const Error& error) {
+      message = error.what();
+    }
+  };
+  CoTask<int> once = child(7);
+  int first = 0;
+  std::string message;
+  launch(*context, twice(once, first, message)).wait();
+  EXPECT_EQ(first, 7);
+  EXPECT_THAT(message, HasSubstr("empty CoTask (moved from, launched, or already awaited)"));
+  EXPECT_FALSE(once.valid());
+  auto plain = [](Context& ctx) -> CoTask<> { co_await ctx.submit([] {}); };
+  CoTask<> awaited = plain(*context);
+  auto awaits = [](CoTask<>& inner) -> CoTask<> { co_await inner; };
+  launch(*context, awaits(awaited)).wait();
+  EXPECT_THROW((void)launch(*context, std::move(awaited)), Error);
 }
 
 TEST_P(CoroutineTest, UnlaunchedCoroutineNeverRuns) {

@@ -74,7 +74,9 @@ struct GroupState {
   // A coroutine suspended in `co_await group` (its handle's address), resumed as a new task by the
   // completer that brings the count to zero (see coroutine.hpp). At most one at a time.
   std::atomic<void*> continuation{nullptr};
-  const char* continuation_name = nullptr;  // its launched coroutine's name: names the resumed stretch
+  // Its launched coroutine's Task record (null: none): names the resumed stretch and tells the
+  // wait checks which coroutine that stretch runs for.
+  const TaskRecord* continuation_root = nullptr;
 };
 
 // Two pointers, so that begin_task() returns it and commit_task() takes it in registers: a larger
@@ -182,8 +184,9 @@ NERVE_API PoolState* pool_create(ContextImpl* context, std::size_t expected_task
 NERVE_API void pool_launch(PoolState* pool);
 NERVE_API void pool_wait(PoolState* pool);  // rethrows the first error
 // pool_check_wait(): the errors a wait for `pool` raises before waiting (from inside one of its own
-// tasks; while holding a mapping one of them needs); pool_wait() checks them too.
-NERVE_API void pool_check_wait(PoolState* pool);
+// tasks; while holding a mapping one of them needs), naming the wait `what`; pool_wait() checks them
+// too.
+NERVE_API void pool_check_wait(PoolState* pool, const char* what);
 // pool_destroy_checked(): waits for a launched pool's tasks (discards an unlaunched one's), then frees
 // the pool. A wait that could never end (pool_check_wait's cases) is not done: the pool is detached
 // (its tasks still run when they can; the context frees it after them) and Error says why.
