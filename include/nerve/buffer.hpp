@@ -50,7 +50,8 @@ namespace detail {
 NERVE_API ContextImpl* context_impl(Context& context) noexcept;
 }
 
-// Mapped<T> is a host view of a buffer range, valid until unmap() or destruction. A mapping still
+// Mapped<T> is a host view of a buffer range, valid until unmap() or destruction; once unmapped (or
+// moved from, or default-constructed) it is empty: size() 0, data() null. A mapping still
 // held when its Context is destroyed keeps its data (the destruction warns); unmap() then ends it and
 // throws buffer_misuse, the destructor ends it quietly. If a pending task waits for that mapping and
 // the destroying thread holds it, the destruction would wait forever: a fatal error, reported.
@@ -78,11 +79,12 @@ class Mapped {
   ~Mapped() { unmap_quietly(); }
 
   T* data() const noexcept { return static_cast<T*>(mapping_.data); }
-  std::size_t size() const noexcept { return count_; }
-  std::span<T> span() const noexcept { return {data(), count_}; }
+  // count_ outlives the mapping (unmap()'s message names the range); the view does not.
+  std::size_t size() const noexcept { return mapping_.record != nullptr ? count_ : 0; }
+  std::span<T> span() const noexcept { return {data(), size()}; }
   T& operator[](std::size_t i) const noexcept { return data()[i]; }
   T* begin() const noexcept { return data(); }
-  T* end() const noexcept { return data() + count_; }
+  T* end() const noexcept { return data() + size(); }
 
   // unmap() ends the mapping; tasks waiting for it may start.
   void unmap() {
@@ -160,10 +162,13 @@ class Buffer {
   std::size_t offset() const noexcept { return offset_; }
   std::uint64_t id() const noexcept { return state_ != nullptr ? detail::buffer_id(state_) : 0; }
 
-  // slice() views elements [offset, offset + count) of this view. Throws on a range outside it.
+  // slice() views elements [offset, offset + count) of this view. Throws on a range outside it, and
+  // like every use, on an empty handle and on a buffer that was freed or whose context is gone.
   Buffer slice(std::size_t offset, std::size_t count) const {
+    if (state_ == nullptr) throw Error(ErrorCode::buffer_misuse, "slice of an empty buffer handle");
     if (offset > count_ || count > count_ - offset)
       detail::throw_slice_outside(state_, offset, count, offset_, count_);
+    detail::buffer_check_range(state_, (offset_ + offset) * sizeof(T), count * sizeof(T));
     Buffer view(*this);
     view.offset_ += offset;
     view.count_ = count;

@@ -189,7 +189,10 @@ typedef enum nerve_map_mode {
 
 /* nerve_buffer_alloc() allocates `bytes` (> 0) bytes of logical data. `preferred_device` is
  * NERVE_DEVICE_ANY or an existing device index (the design documents' DEVICE_GPU0 is such an index;
- * a CPU-only build has only NERVE_DEVICE_CPU). `properties` combines MEM_FLAG_* (the default task
+ * a CPU-only build has only NERVE_DEVICE_CPU): for a device attached to a known NUMA node, the
+ * buffer's host copy is in that node's memory, and CPU tasks using it prefer that node's workers
+ * (as BufferOptions::numa_node does); NERVE_DEVICE_ANY and NERVE_DEVICE_CPU leave the choice to
+ * memory.numa_policy. `properties` combines MEM_FLAG_* (the default task
  * access mode; 0 = read-write) and MEM_PROPERTY_* bits. The contents start undefined. NULL on error. */
 NERVE_API nerve_buffer_t* nerve_buffer_alloc(nerve_context_t* ctx, size_t bytes,
                                              nerve_device_t preferred_device, unsigned properties);
@@ -199,13 +202,15 @@ NERVE_API nerve_buffer_t* nerve_buffer_alloc_unified(nerve_context_t* ctx, size_
 
 /* nerve_buffer_map() gives the host a pointer to the whole buffer. It waits until every task that
  * conflicts with `mode` has finished, and tasks submitted later that conflict with it wait for
- * nerve_buffer_unmap(). One mapping per buffer at a time: mapping a mapped buffer is
- * NERVE_ERROR_BUFFER_MISUSE (waiting for itself would deadlock). Writing through a read mapping is a
+ * nerve_buffer_unmap(). One mapping per buffer at a time: mapping a mapped buffer, or one another
+ * thread's nerve_buffer_map() is still waiting to map, is NERVE_ERROR_BUFFER_MISUSE (waiting for
+ * itself would deadlock). Writing through a read mapping is a
  * bug. NULL on error (also when a task the mapping waited for failed: NERVE_ERROR_CANCELLED). Blocks. */
 NERVE_API void* nerve_buffer_map(nerve_buffer_t* buffer, nerve_map_mode_t mode);
 /* nerve_buffer_try_map() is nerve_buffer_map() without the wait: while a conflicting task or mapping
- * is pending it maps nothing and returns NULL with NERVE_ERROR_BUSY (retry later, or map and wait).
- * Its other errors are nerve_buffer_map()'s. Never blocks. */
+ * is pending (also another thread's nerve_buffer_map() of this buffer, still waiting) it maps nothing
+ * and returns NULL with NERVE_ERROR_BUSY (retry later, or map and wait). Its other errors are
+ * nerve_buffer_map()'s (a buffer already mapped: NERVE_ERROR_BUFFER_MISUSE). Never blocks. */
 NERVE_API void* nerve_buffer_try_map(nerve_buffer_t* buffer, nerve_map_mode_t mode);
 /* nerve_buffer_unmap() ends the mapping; NERVE_ERROR_BUFFER_MISUSE if the buffer is not mapped. */
 NERVE_API nerve_status_t nerve_buffer_unmap(nerve_buffer_t* buffer);

@@ -99,6 +99,11 @@ nerve_buffer_t* nerve_buffer_alloc(nerve_context_t* ctx, size_t bytes, nerve_dev
     nerve::BufferOptions options;
     options.sticky = (properties & MEM_PROPERTY_STICKY) != 0;
     options.host_cached = (properties & MEM_PROPERTY_HOST_CACHED) != 0;
+    // Data mainly used on a device lives, on the host, in the memory of the NUMA node the device is
+    // attached to: its copies then cross no inter-socket link, and CPU tasks on it run nearby.
+    if (preferred_device > NERVE_DEVICE_CPU) {
+      options.numa_node = context.runtime->devices().at(static_cast<std::size_t>(preferred_device)).numa_node;
+    }
     return allocate(context, bytes, properties, options);
   });
 }
@@ -126,6 +131,19 @@ void* map_buffer(const char* function, nerve_buffer_t* buffer, nerve_map_mode_t 
     {
       std::lock_guard lock(handle.lock);
       check_alive(handle, "map");
+      if (handle.mapping_state == MappingState::in_progress) {
+        // Another thread's map waits for its tasks: nothing is mapped yet, but this handle's one
+        // mapping is taken. try_map reports a pending mapping as busy, as documented.
+        if (!wait) {
+          fail(ErrorCode::busy, fmt::format("try_map of {}: another thread's nerve_buffer_map of it is "
+                                            "pending (nothing was mapped)",
+                                            describe(handle)));
+        }
+        fail(ErrorCode::buffer_misuse,
+             fmt::format("map of {} while another thread's nerve_buffer_map of it is pending (one mapping "
+                         "per buffer at a time)",
+                         describe(handle)));
+      }
       if (handle.mapping_state != MappingState::none) {
         fail(ErrorCode::buffer_misuse,
              fmt::format("map of {}, which is already mapped (unmap it first)", describe(handle)));

@@ -78,7 +78,7 @@ nerve_status_t nerve_task_pool_wait_all(nerve_task_pool_t* pool) {
   const nerve_status_t launched = guard("nerve_task_pool_wait_all", [&] {
     checked = &checked_pool(pool);
     nerve::detail::pool_launch(checked->state);
-    nerve::detail::pool_check_wait(checked->state);
+    nerve::detail::pool_check_wait(checked->state, "waiting for the pool");
   });
   if (launched != NERVE_OK) return launched;
   try {

@@ -189,13 +189,13 @@ void refuse_endless_pool_wait(PoolState* pool, const char* what) {
 }
 }  // namespace
 
-void pool_check_wait(PoolState* pool) { refuse_endless_pool_wait(pool, "TaskPool::wait_all()"); }
+void pool_check_wait(PoolState* pool, const char* what) { refuse_endless_pool_wait(pool, what); }
 
 void pool_wait(PoolState* pool) {
   check_pool_context(pool);
   pool->launch();
   ContextImpl& context = pool->context;
-  pool_check_wait(pool);
+  pool_check_wait(pool, "TaskPool::wait_all()");
   TaskDone target{pool->gate};
   context.scheduler.wait(context.current_thread(), target);
   if (pool->has_error.load(std::memory_order_acquire)) {

@@ -202,7 +202,16 @@ void ContextImpl::throw_waits_for_own_mapping(const TaskRecord& mapping, std::st
 }
 
 Mapping buffer_map(BufferState* buffer, std::size_t offset, std::size_t size, Access mode, bool wait) {
+  if (mode != Access::read && mode != Access::write && mode != Access::read_write) {
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("map of {}: {} is not an Access (read, write or read_write)", buffer->describe(),
+                            static_cast<int>(mode)));
+  }
   buffer_check_range(buffer, offset, size);
+  const auto describe_map = [&] {
+    return fmt::format("{} map of bytes [{}, {}) of {}", mode_name(mode), offset, offset + size,
+                       buffer->describe());
+  };
   ContextImpl& context = *buffer->context;
   // Room for this mapping in held_mappings first: once granted, recording it must not fail.
   struct RoomInHeldMappings {
@@ -255,8 +264,7 @@ Mapping buffer_map(BufferState* buffer, std::size_t offset, std::size_t size, Ac
       if (const TaskRecord* own = context.own_mapping_blocking([&](const TaskRecord* waiting) {
             return std::find(blockers.begin(), blockers.end(), waiting) != blockers.end();
           })) {
-        const std::string what = fmt::format("{} map of bytes [{}, {}) of {}", mode_name(mode), offset,
-                                             offset + size, buffer->describe());
+        const std::string what = describe_map();
         discard();
         ContextImpl::throw_waits_for_own_mapping(*own, what);
       }
@@ -276,7 +284,7 @@ Mapping buffer_map(BufferState* buffer, std::size_t offset, std::size_t size, Ac
   MappingGranted granted{task};
   context.scheduler.wait(thread, granted);
   if (task->load_status() == status_cancelled) {
-    std::exception_ptr error = cancellation_error(task);
+    std::exception_ptr error = cancellation_error(task, describe_map());
     context.release_task(task);  // the Mapping's reference; the runtime's went with the cancellation
     std::rethrow_exception(error);
   }

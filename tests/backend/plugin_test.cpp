@@ -2,11 +2,16 @@
 // its devices are selected by gpu.devices and run kernel tasks; a plugin of another ABI version, a
 // library without the entry symbol and a Backend that fails make context creation fail with a
 // message naming the file; a launch() that throws fails its task as a reported failure does.
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <iterator>
 #include <string>
+#include <thread>
 
+#include "nerve/nerve.h"
+
+#include "capi/handles.hpp"
 #include "opencl_support.hpp"
 
 namespace nerve::testing {
@@ -138,9 +143,22 @@ class SimPluginFails {
   SimPluginFails& operator=(const SimPluginFails&) = delete;
 };
 
+// thread_count(): the process's threads once the count has settled. A thread that was joined may
+// still be listed in /proc/self/task for a moment (it is reaped after its joiner returns), which
+// under load made a count taken right after a context's destruction one too high.
 std::size_t thread_count() {
-  const std::filesystem::directory_iterator tasks("/proc/self/task");
-  return static_cast<std::size_t>(std::distance(begin(tasks), end(tasks)));
+  const auto count = [] {
+    const std::filesystem::directory_iterator tasks("/proc/self/task");
+    return static_cast<std::size_t>(std::distance(begin(tasks), end(tasks)));
+  };
+  std::size_t last = count();
+  for (int stable = 0, round = 0; stable < 3 && round < 200; ++round) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    const std::size_t now = count();
+    stable = now == last ? stable + 1 : 0;
+    last = now;
+  }
+  return last;
 }
 
 const std::string sim_plugin_file = std::string(NERVE_TEST_PLUGIN_DIR) + "/libnerve-backend-sim.so";
@@ -269,6 +287,43 @@ TEST(BackendPlugin, ALaunchThatThrowsFailsTheTaskWithTaskFailed) {
 TEST(BackendPlugin, MissingDirectoriesOnThePathAreSkipped) {
   auto context = context_with_plugins("/nonexistent/nerve/plugins::" NERVE_TEST_PLUGIN_DIR, "sim");
   EXPECT_EQ(context->devices().size(), 3u);
+}
+
+// nerve_buffer_alloc's preferred_device: the host copy of a buffer meant for a device is in the memory
+// of the NUMA node the device is attached to (sim1 says node 1 under SIM_PLUGIN_NUMA); the CPU and
+// NERVE_DEVICE_ANY leave it to memory.numa_policy (node 0 for the application thread).
+TEST(BackendPlugin, ABufferPreferringADeviceLivesOnThatDevicesNumaNode) {
+  ::setenv("NERVE_PLUGIN_PATH", NERVE_TEST_PLUGIN_DIR, 1);
+  ::setenv("SIM_PLUGIN_NUMA", "1", 1);
+  const char* settings[] = {"topology.synthetic=pack:1 numa:2 core:1 pu:1", "gpu.devices=sim",
+                            "parallel.thread_pool_size=2"};
+  nerve_context_config_t config = NERVE_CONTEXT_CONFIG_DEFAULT;
+  config.settings = settings;
+  config.setting_count = std::size(settings);
+  config.use_environment = 0;  // NERVE_PLUGIN_PATH is no NERVE_<SECTION>_<KEY> setting: still read
+  nerve_context_t* ctx = nerve_init_with_config(&config);
+  ::unsetenv("NERVE_PLUGIN_PATH");
+  ::unsetenv("SIM_PLUGIN_NUMA");
+  ASSERT_NE(ctx, nullptr) << nerve_last_error();
+  ASSERT_EQ(ctx->runtime->devices().at(2).numa_node, 1);
+  constexpr std::size_t bytes = std::size_t{1} << 20;
+  const auto in_use = [&](std::size_t node) {
+    return ctx->runtime->stats().memory.host_pools.at(node).bytes_in_use;
+  };
+  const std::size_t before[2] = {in_use(0), in_use(1)};
+  nerve_buffer_t* for_sim1 = nerve_buffer_alloc(ctx, bytes, 2, 0);
+  ASSERT_NE(for_sim1, nullptr) << nerve_last_error();
+  EXPECT_GE(in_use(1) - before[1], bytes) << "on sim1's node";
+  EXPECT_LT(in_use(0) - before[0], bytes);
+  for (const nerve_device_t device : {NERVE_DEVICE_ANY, NERVE_DEVICE_CPU}) {
+    const std::size_t node1 = in_use(1);
+    nerve_buffer_t* anywhere = nerve_buffer_alloc(ctx, bytes, device, 0);
+    ASSERT_NE(anywhere, nullptr) << nerve_last_error();
+    EXPECT_EQ(in_use(1), node1) << "device " << device << ": the policy's node 0";
+    EXPECT_EQ(nerve_buffer_free(anywhere), NERVE_OK);
+  }
+  EXPECT_EQ(nerve_buffer_free(for_sim1), NERVE_OK);
+  nerve_shutdown(ctx);
 }
 
 }  // namespace

@@ -123,6 +123,44 @@ TEST_P(CapiBufferTest, TryMapIsBusyWhileATaskWritesAndNeverBlocks) {
   free_buffer(buffer);
 }
 
+// While another thread's nerve_buffer_map waits for a task, nothing is mapped yet: try_map says busy
+// (a pending mapping), map refuses (one mapping per buffer); once it is granted, the other thread
+// holds the buffer's mapping.
+TEST_P(CapiBufferTest, TryMapIsBusyWhileAnotherThreadsMapIsPending) {
+  nerve_buffer_t* buffer = alloc(16);
+  std::atomic<bool> release{false};
+  nerve_task_t* task = nerve_task_create(
+      +[](void* desc, nerve_device_t, nerve_stream_t) {
+        auto& go = *static_cast<std::atomic<bool>*>(desc);
+        while (!go.load()) std::this_thread::yield();
+      },
+      &release);
+  ASSERT_EQ(nerve_task_add_access(task, buffer, NERVE_ACCESS_WRITE, 0, 16), NERVE_OK);
+  ASSERT_EQ(nerve_task_submit(ctx.get(), task, NERVE_DEVICE_CPU), NERVE_OK);
+  std::atomic<void*> mapped{nullptr};
+  std::thread mapper([&] { mapped = nerve_buffer_map(buffer, NERVE_MAP_READ); });
+  // The mapper is inside nerve_buffer_map once a second map is refused for that reason.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (true) {
+    nerve_clear_last_error();
+    (void)nerve_buffer_try_map(buffer, NERVE_MAP_READ);
+    if (std::string(nerve_last_error()).find("another thread") != std::string::npos) break;
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << nerve_last_error();
+    std::this_thread::yield();
+  }
+  EXPECT_NERVE_ERROR(nerve_buffer_try_map(buffer, NERVE_MAP_READ), NERVE_ERROR_BUSY,
+                     "another thread's nerve_buffer_map of it is pending");
+  EXPECT_NERVE_ERROR(nerve_buffer_map(buffer, NERVE_MAP_READ), NERVE_ERROR_BUFFER_MISUSE,
+                     "another thread's nerve_buffer_map of it is pending");
+  release.store(true);
+  mapper.join();
+  ASSERT_NE(mapped.load(), nullptr);
+  EXPECT_NERVE_ERROR(nerve_buffer_try_map(buffer, NERVE_MAP_READ), NERVE_ERROR_BUFFER_MISUSE,
+                     "already mapped");
+  EXPECT_EQ(nerve_buffer_unmap(buffer), NERVE_OK);
+  free_buffer(buffer);
+}
+
 TEST_P(CapiBufferTest, MapTwiceAndFreeWhileMapped) {
   nerve_buffer_t* buffer = alloc(16);
   ASSERT_NE(nerve_buffer_map(buffer, NERVE_MAP_READ), nullptr);

@@ -2,6 +2,8 @@
 // members, failures, descriptors, and pools left to shutdown.
 #include <cstring>
 
+#include <gmock/gmock.h>
+
 #include "capi_test.hpp"
 
 namespace nerve::testing {
@@ -355,6 +357,7 @@ TEST_P(CapiPoolTest, DestroyingAPoolThatWaitsForThisThreadsMappingDetachesIt) {
 // hint, a huge one included.
 TEST_P(CapiPoolTest, WaitingForItsOwnPoolIsRefusedAndCapacityIsAHint) {
   static std::atomic<int> status{-1};
+  static std::string message;  // written in the task, read after the wait
   status = -1;
   nerve_task_pool_t* pool = nerve_task_pool_create(ctx.get(), SIZE_MAX);
   ASSERT_NE(pool, nullptr) << nerve_last_error();
@@ -364,11 +367,15 @@ TEST_P(CapiPoolTest, WaitingForItsOwnPoolIsRefusedAndCapacityIsAHint) {
   nerve_task_t* task = nerve_task_create(
       +[](void* desc, nerve_device_t, nerve_stream_t) {
         status = nerve_task_pool_wait_all(*static_cast<nerve_task_pool_t**>(desc));
+        message = nerve_last_error();
       },
       self);
   ASSERT_EQ(nerve_task_pool_submit(pool, task), NERVE_OK);
   EXPECT_EQ(nerve_task_pool_wait_all(pool), NERVE_OK) << nerve_last_error();
   EXPECT_EQ(status.load(), NERVE_ERROR_INVALID_ARGUMENT);
+  // In the C API's own words, not the C++ API's.
+  EXPECT_THAT(message, ::testing::StartsWith("nerve_task_pool_wait_all: waiting for the pool inside task"));
+  EXPECT_THAT(message, ::testing::Not(::testing::HasSubstr("TaskPool")));
   nerve_task_pool_destroy(pool);
 }
 

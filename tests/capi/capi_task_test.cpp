@@ -206,6 +206,10 @@ TEST_P(CapiTaskTest, FailurePropagates) {
   EXPECT_EQ(nerve_wait_all(ctx.get()), NERVE_OK) << "a failure is reported once";
   // A mapping that depends on the failed writer is cancelled too.
   EXPECT_NERVE_ERROR(nerve_buffer_map(shared, NERVE_MAP_READ), NERVE_ERROR_CANCELLED, "producer");
+  // ... and says which buffer, not an internal task name.
+  EXPECT_NERVE_ERROR(nerve_buffer_map(shared, NERVE_MAP_READ), NERVE_ERROR_CANCELLED,
+                     "read map of bytes [0, ");
+  EXPECT_EQ(std::string(nerve_last_error()).find("host mapping"), std::string::npos) << nerve_last_error();
   free_buffer(shared);
   free_buffer(unrelated);
 }

@@ -5,6 +5,8 @@
 #include <optional>
 #include <thread>
 
+#include <gmock/gmock.h>
+
 #include "runtime_test.hpp"
 
 namespace nerve::testing {
@@ -109,8 +111,27 @@ TEST_P(BuffersTest, MisuseIsAnErrorNamingWhatHappened) {
         << error.what();
   }
   EXPECT_THROW(Mapped<int>().unmap(), Error);
+  // An ended mapping is an empty view: iterating it visits nothing (it used to run over null + size).
+  EXPECT_EQ(mapping.size(), 0u);
+  EXPECT_EQ(mapping.begin(), mapping.end());
+  EXPECT_TRUE(mapping.span().empty());
+  Mapped<int> live = buffer.slice(0, 4).map_write();
+  Mapped<int> taken(std::move(live));
+  EXPECT_EQ(live.size(), 0u);  // NOLINT(bugprone-use-after-move): what this checks
+  EXPECT_EQ(taken.size(), 4u);
+  taken.unmap();
+  // A mode that is no Access is refused, not mapped.
+  try {
+    (void)buffer.map(static_cast<Access>(4));
+    FAIL() << "map with Access 4";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::invalid_argument);
+    EXPECT_THAT(error.what(), ::testing::HasSubstr("4 is not an Access"));
+  }
+  EXPECT_THROW((void)buffer.try_map(static_cast<Access>(0)), Error);
   Buffer<int> empty;
   EXPECT_THROW(empty.map_read(), Error);
+  EXPECT_THROW((void)empty.slice(0, 0), Error) << "an empty handle, even for an empty slice";
   EXPECT_THROW(context->spawn([](std::span<int>) {}, write(empty)), Error);
   EXPECT_THROW(Buffer<int>(*context, 4, BufferOptions{.numa_node = 99}), Error);
   Context other(make_settings(1));
@@ -140,6 +161,13 @@ TEST(BuffersAfterContext, AMappingHeldWhenTheContextGoesKeepsItsDataAndUnmapIsAn
   EXPECT_THROW(mapping.unmap(), Error) << "already ended";
   left_to_destructor.reset();  // no throw from a destructor
   EXPECT_THROW(buffer.map_read(), Error);
+  try {
+    (void)buffer.slice(0, 1);
+    FAIL() << "slice of a buffer whose context is gone";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::buffer_misuse);
+    EXPECT_THAT(error.what(), ::testing::HasSubstr("context that has been destroyed"));
+  }
 }
 
 // When the Buffer handle and then the Context went first, the mapping is the last thing holding the

@@ -10,7 +10,8 @@
 // or "open_null" (Backend::open of the second device, sim1, throws or returns nullptr, after sim0 was
 // opened), "launch_throw" (Device::launch throws instead of calling done); "slow_open" is no failure:
 // Backend::open takes 300 ms, as a device whose driver initialises slowly. "copy_fail":
-// copy_to_device reports a failure.
+// copy_to_device reports a failure. SIM_PLUGIN_NUMA set (read at describe): device i says it is
+// attached to NUMA node i.
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -133,6 +134,7 @@ class SimBackend final : public nerve::plugin::Backend {
     description.host_addressable = true;
     description.memory_bytes = std::size_t{64} << 20;
     description.compute_units = 1;
+    if (std::getenv("SIM_PLUGIN_NUMA") != nullptr) description.numa_node = static_cast<int>(index);
     return description;
   }
   std::unique_ptr<nerve::plugin::Device> open(std::size_t index,
