@@ -12,6 +12,18 @@ namespace {
 
 using CapiBufferTest = CapiTest;
 
+// submit_writer_until(): a task writing the first 16 bytes of `buffer` that runs until `release`.
+void submit_writer_until(nerve_context_t* ctx, nerve_buffer_t* buffer, std::atomic<bool>& release) {
+  nerve_task_t* task = nerve_task_create(
+      +[](void* desc, nerve_device_t, nerve_stream_t) {
+        auto& go = *static_cast<std::atomic<bool>*>(desc);
+        while (!go.load()) std::this_thread::yield();
+      },
+      &release);
+  ASSERT_EQ(nerve_task_add_access(task, buffer, NERVE_ACCESS_WRITE, 0, 16), NERVE_OK);
+  ASSERT_EQ(nerve_task_submit(ctx, task, NERVE_DEVICE_CPU), NERVE_OK);
+}
+
 TEST_P(CapiBufferTest, MapWriteThenRead) {
   nerve_buffer_t* buffer = alloc(64 * sizeof(int));
   EXPECT_EQ(nerve_buffer_size(buffer), 64 * sizeof(int));
@@ -103,14 +115,7 @@ TEST_P(CapiBufferTest, UnmapWithoutMap) {
 TEST_P(CapiBufferTest, TryMapIsBusyWhileATaskWritesAndNeverBlocks) {
   nerve_buffer_t* buffer = alloc(16);
   std::atomic<bool> release{false};
-  nerve_task_t* task = nerve_task_create(
-      +[](void* desc, nerve_device_t, nerve_stream_t) {
-        auto& go = *static_cast<std::atomic<bool>*>(desc);
-        while (!go.load()) std::this_thread::yield();
-      },
-      &release);
-  ASSERT_EQ(nerve_task_add_access(task, buffer, NERVE_ACCESS_WRITE, 0, 16), NERVE_OK);
-  ASSERT_EQ(nerve_task_submit(ctx.get(), task, NERVE_DEVICE_CPU), NERVE_OK);
+  ASSERT_NO_FATAL_FAILURE(submit_writer_until(ctx.get(), buffer, release));
   EXPECT_NERVE_ERROR(nerve_buffer_try_map(buffer, NERVE_MAP_READ), NERVE_ERROR_BUSY, "pending");
   EXPECT_STREQ(nerve_status_string(NERVE_ERROR_BUSY), "busy");
   release.store(true);
@@ -129,14 +134,7 @@ TEST_P(CapiBufferTest, TryMapIsBusyWhileATaskWritesAndNeverBlocks) {
 TEST_P(CapiBufferTest, TryMapIsBusyWhileAnotherThreadsMapIsPending) {
   nerve_buffer_t* buffer = alloc(16);
   std::atomic<bool> release{false};
-  nerve_task_t* task = nerve_task_create(
-      +[](void* desc, nerve_device_t, nerve_stream_t) {
-        auto& go = *static_cast<std::atomic<bool>*>(desc);
-        while (!go.load()) std::this_thread::yield();
-      },
-      &release);
-  ASSERT_EQ(nerve_task_add_access(task, buffer, NERVE_ACCESS_WRITE, 0, 16), NERVE_OK);
-  ASSERT_EQ(nerve_task_submit(ctx.get(), task, NERVE_DEVICE_CPU), NERVE_OK);
+  ASSERT_NO_FATAL_FAILURE(submit_writer_until(ctx.get(), buffer, release));
   std::atomic<void*> mapped{nullptr};
   std::thread mapper([&] { mapped = nerve_buffer_map(buffer, NERVE_MAP_READ); });
   // The mapper is inside nerve_buffer_map once a second map is refused for that reason.
