@@ -14,12 +14,18 @@
 // slice of a buffer is passed as a sub-buffer, clCreateSubBuffer); then each nerve::value(v) becomes
 // a by-value argument of sizeof(v) bytes (match the OpenCL C type: float, int, uint, ulong, ...;
 // C++ bool and size_t have no portable OpenCL C counterpart). A kernel whose parameter count differs
-// from accesses + values fails with a message saying so.
+// from accesses + values fails with a message saying so; so does an access given for a by-value
+// parameter, a value given for a pointer, and either given for a __local pointer, an image or a
+// sampler (nerve passes neither) — the task fails with Error(invalid_argument) naming the parameter
+// and its type. (The kinds come from the driver's argument information, which programs are built
+// to keep with -cl-kernel-arg-info; a driver that keeps none leaves only the count checked.)
 //
 // Slices: OpenCL can only point a sub-buffer at an offset that is a multiple of the device's
 // CL_DEVICE_MEM_BASE_ADDR_ALIGN (128 bytes on PoCL, 256–4096 on GPUs). A slice that starts elsewhere
 // fails the task with Error(invalid_argument) naming the kernel, the access, the offset and the
-// alignment; slice at multiples of 4 KiB to be safe everywhere. A slice at offset 0 is the buffer.
+// alignment, when the task is forced there (TaskOptions::device); placed by nerve, such a call runs
+// elsewhere (the CPU, when the kernel has a CPU body) and fails only where no other device runs it.
+// Slice at multiples of 4 KiB to be safe everywhere. A slice at offset 0 is the buffer.
 //
 // Work size: one-dimensional. By default the global size is the number of elements of access 0
 // (its bytes / the buffer's element size); Options::global_size computes it from the call instead

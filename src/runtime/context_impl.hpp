@@ -162,8 +162,9 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   bool has_devices() const noexcept { return !devices.empty(); }
   int choose_device(TaskRecord* task);
   // place_heft(): scheduler.policy heft's choice for a kernel call (heft_placement.cpp);
-  // `locality` is the locality-aware choice, its fallback while models calibrate.
-  int place_heft(TaskRecord* task, int locality);
+  // `locality` is the locality-aware choice, its fallback while models calibrate; `strict`: see
+  // placeable_on().
+  int place_heft(TaskRecord* task, int locality, bool strict);
   // heft_finished(): a task placed by heft finished (or failed before running): its device frees up.
   void heft_finished(const TaskRecord* task) noexcept;
   // memory_nodes(): every memory node, by index (host first).
@@ -188,6 +189,11 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   // and one for CUDA only needs such a device (`device` -1: any); else Error(invalid_argument).
   void check_closure_device(const TaskRecord& task, int device, const char* name) const;
   bool can_run_on(const TaskRecord& task, int device) const noexcept;
+  // placeable_on(): nerve's own placement may choose `device` for `task`: it runs the task and, when
+  // `strict`, takes its accesses as they are (Device::takes_accesses). strict_placement(): some
+  // device does both (else placement falls back to any device that runs it, where it fails saying why).
+  bool placeable_on(const TaskRecord& task, int device, bool strict) const noexcept;
+  bool strict_placement(const TaskRecord& task) const noexcept;
   // write_trace(): perf.trace at shutdown (a failure is logged, not thrown).
   void write_trace() noexcept;
   // perf.trace, or this context's own file when an earlier context of the process names the same

@@ -128,7 +128,8 @@ void ContextImpl::check_closure_device(const TaskRecord& task, int device, const
 }
 
 // Data locality first: the device holding the most bytes the task reads, the CPU workers on a tie
-// (or when no device can run it). An explicit TaskOptions::device wins.
+// (or when no device can run it). An explicit TaskOptions::device wins. A device that runs the
+// kernel but cannot take the task's accesses as they are is left out while another can run it.
 int ContextImpl::choose_device(TaskRecord* task) {
   if (task->device_hint >= 0) return task->device_hint;
   // Most tasks have one choice (closures, single-kind kernels): no need to weigh their data — unless
@@ -144,9 +145,10 @@ int ContextImpl::choose_device(TaskRecord* task) {
     }
     if (choices == 1) return only;
   }
+  const bool strict = strict_placement(*task);
   int best = -1;
   std::size_t best_bytes = 0;
-  if (can_run_on(*task, 0)) {
+  if (placeable_on(*task, 0, strict)) {
     best = 0;
     for (std::size_t i = 0; i < task->access_count; ++i) {
       const AccessRecord& access = task->accesses[i];
@@ -155,7 +157,7 @@ int ContextImpl::choose_device(TaskRecord* task) {
     }
   }
   for (auto& device : devices) {
-    if (!device->can_run(*task)) continue;
+    if (!placeable_on(*task, device->info().index, strict)) continue;
     std::size_t bytes = 0;
     for (std::size_t i = 0; i < task->access_count; ++i) {
       const AccessRecord& access = task->accesses[i];
@@ -168,7 +170,7 @@ int ContextImpl::choose_device(TaskRecord* task) {
     }
   }
   if (heft != nullptr && task->kernel != nullptr) [[unlikely]]
-    return place_heft(task, best);
+    return place_heft(task, best, strict);
   return best;
 }
 

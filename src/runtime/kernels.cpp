@@ -14,6 +14,18 @@ bool ContextImpl::can_run_on(const TaskRecord& task, int device) const noexcept 
   return devices[static_cast<std::size_t>(device) - 1]->can_run(task);
 }
 
+bool ContextImpl::placeable_on(const TaskRecord& task, int device, bool strict) const noexcept {
+  if (!can_run_on(task, device)) return false;
+  return !strict || device == 0 || devices[static_cast<std::size_t>(device) - 1]->takes_accesses(task);
+}
+
+bool ContextImpl::strict_placement(const TaskRecord& task) const noexcept {
+  for (int device = 0; device < static_cast<int>(device_count()); ++device) {
+    if (placeable_on(task, device, true)) return true;
+  }
+  return false;
+}
+
 // A kernel call must have somewhere to run: the named device, or any enabled one.
 void ContextImpl::check_placeable(const TaskRecord& task) const {
   if (task.device_hint >= 0) {

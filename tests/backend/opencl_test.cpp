@@ -13,6 +13,8 @@
 #include <string>
 #include <thread>
 
+#include <gmock/gmock.h>
+
 #include "backend/opencl/memory.hpp"
 #include "backend/opencl/platform.hpp"
 #include "backend/opencl/programs.hpp"
@@ -458,6 +460,66 @@ TEST_F(OpenclTest, LaunchErrorsFailTheTask) {
   }
   // The device still works afterwards.
   ctx.submit(TaskOptions{.device = 1}, make_scale(), read_write(w), value(2.0f)).wait();
+}
+
+// Arguments that do not fit their parameters fail the task with a message naming both; before,
+// a value given for a pointer was taken for a cl_mem handle (PoCL crashed the process) and a buffer
+// given for an 8-byte scalar passed its handle as a number.
+TEST_F(OpenclTest, ArgumentsOfTheWrongKindFailTheTaskNamingTheParameter) {
+  constexpr const char* source = R"(
+    __kernel void copy(__global float* y, __global const float* x) { y[get_global_id(0)] = x[get_global_id(0)]; }
+    __kernel void offset(__global float* y, ulong by) { y[get_global_id(0)] += (float)by; })";
+  Context& ctx = open(opencl_settings(2));
+  Kernel copy("copy");
+  opencl::attach(copy, source, "copy");
+  Kernel offset("offset");
+  opencl::attach(offset, source, "offset");
+  Buffer<float> y(ctx, std::vector<float>(64, 1.0f)), x(ctx, std::vector<float>(64, 2.0f));
+  const auto failure = [&](auto&&... arguments) {
+    try {
+      ctx.submit(TaskOptions{.device = 1}, arguments...).wait();
+    } catch (const Error& error) {
+      EXPECT_EQ(error.code(), ErrorCode::invalid_argument);
+      return std::string(error.what());
+    }
+    ADD_FAILURE() << "the call ran";
+    return std::string();
+  };
+  EXPECT_THAT(failure(copy, write(y), value(std::uint64_t{0x1234})),
+              ::testing::HasSubstr("value 0 goes to the __global pointer parameter 1 (float*) of OpenCL "
+                                   "function 'copy', but it takes a buffer access"));
+  Buffer<float> z(ctx, std::vector<float>(64, 1.0f));
+  EXPECT_THAT(failure(offset, read_write(z), read(x)),
+              ::testing::HasSubstr("access 1 goes to the by-value parameter 1 (ulong)"));
+  Buffer<float> w(ctx, std::vector<float>(64, 1.0f));
+  EXPECT_THAT(failure(offset, read_write(w), value(1.0f)),
+              ::testing::HasSubstr("value 0 has 4 bytes, not the size of the by-value parameter 1 (ulong)"));
+  // Arguments that fit still run.
+  Buffer<float> v(ctx, std::vector<float>(64, 1.0f));
+  ctx.submit(TaskOptions{.device = 1}, offset, read_write(v), value(std::uint64_t{2})).wait();
+  EXPECT_EQ(v.to_vector(), std::vector<float>(64, 3.0f));
+}
+
+// Placement by nerve never picks a device that cannot take a call's accesses as they are (a slice
+// off the sub-buffer alignment) when the CPU can run the kernel: with the data on the device, under
+// every policy, each such call used to fail there.
+TEST_F(OpenclTest, AutomaticPlacementAvoidsTheDeviceForSlicesItCannotTake) {
+  for (const char* policy : {"locality_aware_stealing", "eager", "heft"}) {
+    SCOPED_TRACE(policy);
+    Settings settings = opencl_settings(2);
+    settings.set("scheduler.policy", policy);
+    settings.set("perf.model_dir", (cache / "models").string());
+    run_in(settings, [&](Context& ctx) {
+      const Kernel scale = make_scale();
+      Buffer<float> data(ctx, std::vector<float>(10 * 1000, 1.0f));
+      ctx.submit(TaskOptions{.device = 1}, scale, read_write(data), value(2.0f)).wait();  // now on the device
+      std::vector<Task> chunks;
+      for (std::size_t chunk = 0; chunk < 10; ++chunk)  // 4000-byte slices: most start off 128 bytes
+        chunks.push_back(ctx.submit(scale, read_write(data.slice(chunk * 1000, 1000)), value(3.0f)));
+      for (Task& each : chunks) EXPECT_NO_THROW(each.wait());
+      EXPECT_EQ(data.to_vector(), std::vector<float>(10 * 1000, 6.0f));
+    });
+  }
 }
 
 TEST_F(OpenclTest, GpuDevicesNoneLeavesOnlyTheCpuAndOpenclOnlyKernelsAreRefused) {

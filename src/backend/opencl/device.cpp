@@ -39,6 +39,16 @@ bool OpenclDevice::can_run(const TaskRecord& task) const noexcept {
          task.kernel->implements(DeviceKind::opencl);
 }
 
+bool OpenclDevice::takes_accesses(const TaskRecord& task) const noexcept {
+  const std::size_t alignment = engine_->device().base_alignment;
+  for (std::size_t i = 0; i < task.access_count; ++i) {
+    const AccessRecord& access = task.accesses[i];
+    // Replicas start aligned, so an access starts aligned in its block exactly when its offset is.
+    if (access.size != 0 && alignment != 0 && access.offset % alignment != 0) return false;
+  }
+  return true;
+}
+
 void OpenclDevice::start(DeviceHost& host) {
   host_ = &host;
   launcher_.start([this](TaskRecord* task) { launch(task); });
@@ -113,7 +123,7 @@ void OpenclDevice::launch(TaskRecord* task) {
 }
 
 void OpenclDevice::bind_arguments(cl_kernel kernel, const DeviceLaunch& launch, const TaskRecord& task,
-                                  Operation& op) const {
+                                  Operation& op) {
   const KernelCall& call = launch.call;
   cl_uint parameters = 0;
   check(clGetKernelInfo(kernel, CL_KERNEL_NUM_ARGS, sizeof parameters, &parameters, nullptr),
@@ -124,6 +134,26 @@ void OpenclDevice::bind_arguments(cl_kernel kernel, const DeviceLaunch& launch, 
                             "access(es), then {} value(s))",
                             call.kernel_name, parameters, call.access_count + call.value_count,
                             call.access_count, call.value_count));
+  }
+  auto known = parameters_.find(kernel);
+  if (known == parameters_.end())
+    known = parameters_.emplace(kernel, kernel_parameters(kernel, parameters)).first;
+  const std::vector<KernelParameter>& kinds = known->second;
+  using Kind = KernelParameter::Kind;
+  for (std::size_t p = 0; p < kinds.size(); ++p) {
+    const bool access = p < call.access_count;
+    const Kind kind = kinds[p].kind;
+    if (kind == Kind::unknown || kind == (access ? Kind::pointer : Kind::value)) continue;
+    const std::string given =
+        access ? fmt::format("access {}", p) : fmt::format("value {}", p - call.access_count);
+    const char* wanted = kind == Kind::pointer ? "it takes a buffer access (read/write/read_write)"
+                         : kind == Kind::value ? "it takes a nerve::value"
+                                               : "nerve passes buffers and values only";
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("kernel '{}': {} goes to the {} of OpenCL function '{}', but {}; accesses come "
+                            "first, then values, in the function's parameter order",
+                            call.kernel_name, given, kinds[p].describe(static_cast<unsigned>(p)),
+                            static_cast<const OpenclProgram*>(launch.implementation)->entry, wanted));
   }
   const std::size_t alignment = engine_->device().base_alignment;
   for (std::size_t i = 0; i < call.access_count; ++i) {
@@ -165,9 +195,11 @@ void OpenclDevice::bind_arguments(cl_kernel kernel, const DeviceLaunch& launch, 
     const auto parameter = static_cast<cl_uint>(call.access_count + j);
     const cl_int status = clSetKernelArg(kernel, parameter, call.values[j].size, call.values[j].data);
     if (status == CL_INVALID_ARG_SIZE) {
-      throw Error(ErrorCode::invalid_argument,
-                  fmt::format("kernel '{}': value {} has {} bytes, not the size of its OpenCL parameter {}",
-                              call.kernel_name, j, call.values[j].size, parameter));
+      throw Error(
+          ErrorCode::invalid_argument,
+          fmt::format("kernel '{}': value {} has {} bytes, not the size of the {} (match the OpenCL C "
+                      "type: float 4, int/uint 4, long/ulong/double 8, ...)",
+                      call.kernel_name, j, call.values[j].size, kinds[parameter].describe(parameter)));
     }
     check(status, fmt::format("kernel '{}': value {} as parameter {}", call.kernel_name, j, parameter),
           ErrorCode::invalid_argument);

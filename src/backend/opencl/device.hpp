@@ -10,7 +10,7 @@
 // cl_kernel objects (clSetKernelArg is not thread safe on one kernel).
 //
 // Errors are the task's: a program that does not build (with the compiler log), an unaligned
-// slice, an argument count or size mismatch, a launch the driver refuses or a kernel that fails
+// slice, an argument count, kind or size mismatch, a launch the driver refuses or a kernel that fails
 // while running. The task fails with a nerve::Error saying which; its dependents are cancelled.
 //
 // Thread safety: submit(), can_run() and the queries may be called from any thread.
@@ -21,11 +21,14 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
+#include <vector>
 
 #include "backend/backend.hpp"
 #include "backend/device.hpp"
 #include "backend/launcher_thread.hpp"
 #include "backend/opencl/engine.hpp"
+#include "backend/opencl/kernel_parameters.hpp"
 #include "backend/opencl/memory.hpp"
 #include "backend/opencl/programs.hpp"
 
@@ -37,6 +40,7 @@ class OpenclDevice final : public Device {
   ~OpenclDevice() override;
 
   bool can_run(const TaskRecord& task) const noexcept override;
+  bool takes_accesses(const TaskRecord& task) const noexcept override;
   void submit(TaskRecord* task) override;
   void start(DeviceHost& host) override;
   void stop() noexcept override;
@@ -47,8 +51,7 @@ class OpenclDevice final : public Device {
 
  private:
   void launch(TaskRecord* task);
-  void bind_arguments(cl_kernel kernel, const DeviceLaunch& launch, const TaskRecord& task,
-                      Operation& op) const;
+  void bind_arguments(cl_kernel kernel, const DeviceLaunch& launch, const TaskRecord& task, Operation& op);
   std::size_t global_size(const OpenclProgram& program, const DeviceLaunch& launch,
                           const TaskRecord& task) const;
   static bool finish_launch(Engine& engine, Operation& op);
@@ -56,6 +59,9 @@ class OpenclDevice final : public Device {
   std::shared_ptr<Engine> engine_;
   OpenclMemoryNode* node_;
   ProgramCache programs_;  // the launcher thread's
+  // Each kernel's parameters (kernel_parameters.hpp), learnt at its first launch; the launcher
+  // thread's. Kernels live as long as programs_, so their handles stay valid keys.
+  std::unordered_map<cl_kernel, std::vector<KernelParameter>> parameters_;
   DeviceHost* host_ = nullptr;
 
   LauncherThread launcher_;  // last: stopped (joined) before the members its thread uses go

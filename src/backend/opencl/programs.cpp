@@ -34,6 +34,12 @@ std::string file_name(const std::string& material) {
                      fnv1a(material, 0x84222325cbf29ce4ULL));
 }
 
+// The options every program is built with: the kernel's own, and argument information, which
+// kernel_parameters() reads to check each call's arguments against the parameters.
+std::string with_argument_info(const std::string& options) {
+  return options.empty() ? std::string("-cl-kernel-arg-info") : options + " -cl-kernel-arg-info";
+}
+
 std::string build_log(cl_program program, cl_device_id device) {
   std::size_t size = 0;
   if (clGetProgramBuildInfo(program, device, CL_PROGRAM_BUILD_LOG, 0, nullptr, &size) != CL_SUCCESS)
@@ -83,7 +89,7 @@ cl_kernel ProgramCache::kernel(const OpenclProgram& program, const char* kernel_
   auto found = by_id_.find(program.id);
   if (found == by_id_.end()) {
     const std::string material =
-        fmt::format("nerve-opencl-cache-1\n{}\n{}\n{}\n{}\n{}", program.source, program.options.build_options,
+        fmt::format("nerve-opencl-cache-2\n{}\n{}\n{}\n{}\n{}", program.source, program.options.build_options,
                     device_.platform_name, device_.name, device_.driver_version);
     auto& built = by_content_[material];
     if (built == nullptr) {
@@ -132,8 +138,8 @@ ProgramCache::Built ProgramCache::build(const OpenclProgram& program, const std:
   cl_int status = CL_SUCCESS;
   cl_program created = clCreateProgramWithSource(context_, 1, &text, &length, &status);
   if (status == CL_SUCCESS) {
-    status =
-        clBuildProgram(created, 1, &device_.device, program.options.build_options.c_str(), nullptr, nullptr);
+    const std::string options = with_argument_info(program.options.build_options);
+    status = clBuildProgram(created, 1, &device_.device, options.c_str(), nullptr, nullptr);
   }
   if (status != CL_SUCCESS) {
     program_cache_counters().failed_builds.fetch_add(1, std::memory_order_relaxed);
@@ -178,7 +184,8 @@ cl_program ProgramCache::load_binary(const std::filesystem::path& file, const st
   cl_program program =
       clCreateProgramWithBinary(context_, 1, &device_.device, &size, &data, &binary_status, &status);
   if (status == CL_SUCCESS && binary_status == CL_SUCCESS) {
-    status = clBuildProgram(program, 1, &device_.device, options.c_str(), nullptr, nullptr);
+    status =
+        clBuildProgram(program, 1, &device_.device, with_argument_info(options).c_str(), nullptr, nullptr);
     if (status == CL_SUCCESS) return program;
   }
   log::debug("OpenCL program cache: {} is unusable ({}); rebuilding from source", file.string(),
