@@ -242,6 +242,8 @@ typedef struct nerve_task nerve_task_t;
  * nerve_buffer_get_device_ptr(). A C kernel reports failure with nerve_task_fail(). */
 typedef void (*nerve_kernel_fn)(void* desc, nerve_device_t device, nerve_stream_t stream);
 
+/* A WRITE access (and MEM_FLAG_WRITE) promises the task writes the whole range: its contents on
+ * entry are undefined (on a device nothing is copied in); a partial update is READ_WRITE. */
 typedef enum nerve_access_mode {
   NERVE_ACCESS_READ = 1,
   NERVE_ACCESS_WRITE = 2,

@@ -6,6 +6,11 @@
 // access — std::span<const T> for read(), std::span<T> for write() and read_write() — or nothing if
 // it takes no arguments.
 //
+// write() promises that the task writes every element of its range: the range's contents on entry
+// are undefined (a task on a device gets memory nothing was copied into, which may hold another
+// buffer's old bytes; on the CPU it happens to see the old data). A task that updates only part of
+// a range, or reads before it writes, declares read_write().
+//
 // Errors: an exception thrown by a task is captured. Tasks that consume a failed task's result — read
 // what it wrote (even in part, whatever else they declare), or are declared `after` it — are not
 // run: they are cancelled with that cause (recursively). Tasks that only overwrite its data or write
