@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <fstream>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "util/json_text.hpp"
@@ -58,15 +59,26 @@ bool plausible(const ModelEntry& entry) {
          entry.outliers <= entry.samples;
 }
 
-// A kernel name as a file name: letters, digits, '-', '_', '.' kept, the rest '_'.
+// A kernel name as a file name, one to one (two kernels never share a file): letters, digits, '-',
+// '_' and '.' kept, except a leading '.'; every other byte, '%' included, as %XX. (It used to map the
+// rest to '_', so "a/b" and "a_b" overwrote each other's models.)
 std::string file_stem(const std::string& kernel) {
   std::string stem;
-  for (char c : kernel) {
+  for (std::size_t i = 0; i < kernel.size(); ++i) {
+    const char c = kernel[i];
     const bool keep = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                      c == '-' || c == '_' || c == '.';
-    stem += keep ? c : '_';
+                      c == '-' || c == '_' || (c == '.' && i != 0);
+    stem += keep ? std::string(1, c) : fmt::format("%{:02X}", static_cast<unsigned char>(c));
   }
-  return stem.empty() || stem[0] == '.' ? "_" + stem : stem;
+  // File names end at 255 bytes: a longer name keeps its start and a hash of the whole (the file
+  // holds the full name; "%%" never comes out of the encoding above).
+  constexpr std::size_t longest = 200;
+  if (stem.size() > longest) {
+    std::uint64_t hash = 0xcbf29ce484222325ULL;
+    for (const char c : kernel) hash = (hash ^ static_cast<unsigned char>(c)) * 0x100000001b3ULL;
+    stem = fmt::format("{}%%{:016x}", stem.substr(0, longest - 18), hash);
+  }
+  return stem;
 }
 
 }  // namespace
@@ -185,6 +197,13 @@ void HistoryModels::load() {
       const nlohmann::json json = nlohmann::json::parse(in);
       if (json.value("schema", "") != "nerve.perfmodel/1") continue;
       const std::string kernel = json.at("kernel");
+      // A file another name maps to (an older version's name for a kernel with other characters)
+      // would shadow, or be shadowed by, the kernel's own: only the kernel's own file counts.
+      if (file.path().filename() != file_stem(kernel) + ".json") {
+        log::debug("performance model {} skipped: kernel '{}' is kept in {}.json", file.path().string(),
+                   kernel, file_stem(kernel));
+        continue;
+      }
       for (const auto& row : json.at("entries")) {
         ModelEntry entry;
         entry.samples = row.at("samples");

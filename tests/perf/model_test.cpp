@@ -102,13 +102,51 @@ TEST(HistoryModel, SavedAndLoaded) {
     for (int i = 0; i < 12; ++i) models.add("gemm/tile", "device:1", 4096, 500.0 + i);
     models.save();
   }
-  EXPECT_TRUE(std::filesystem::exists(directory / "gemm_tile.json"));
+  EXPECT_TRUE(std::filesystem::exists(directory / "gemm%2Ftile.json"));
   HistoryModels loaded(directory);
   loaded.load();
   const auto estimate = loaded.estimate("gemm/tile", "device:1", 4096);
   ASSERT_TRUE(estimate.has_value());
   EXPECT_EQ(estimate->samples, 12u);
   EXPECT_DOUBLE_EQ(estimate->mean_ns, 505.5);
+  std::filesystem::remove_all(directory);
+}
+
+// Kernel names map to file names one to one: "a/b" and "a_b" used to share a_b.json, so one
+// kernel's model overwrote the other's. A name too long for a file name is shortened with a hash;
+// a file another name maps to (an older version's) is not read as this kernel's.
+TEST(HistoryModel, EveryKernelNameHasAFileOfItsOwn) {
+  const auto directory = fresh_directory("nerve-models-names");
+  const std::string long_name(400, 'k');
+  const std::vector<std::string> names{"a/b",       "a_b",     "a%2Fb",        ".hidden",
+                                       "tile gemm", long_name, long_name + "x"};
+  {
+    HistoryModels models(directory);
+    for (std::size_t k = 0; k < names.size(); ++k) {
+      for (int i = 0; i < 12; ++i) models.add(names[k], "cpu", 64, 100.0 * static_cast<double>(k + 1));
+    }
+    models.save();
+  }
+  std::size_t files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(directory)) {
+    EXPECT_LE(entry.path().filename().string().size(), 255u);
+    EXPECT_NE(entry.path().filename().string()[0], '.') << "no hidden files";
+    ++files;
+  }
+  EXPECT_EQ(files, names.size());
+  {  // an older version's file for "a/b", under "a_b"'s name
+    std::ofstream out(directory / "a_b.json");
+    out << R"({"schema": "nerve.perfmodel/1", "kernel": "a/b", "entries": [
+      {"device": "cpu", "footprint": 64, "samples": 50, "mean_ns": 9999, "m2": 1}]})";
+  }
+  HistoryModels loaded(directory);
+  loaded.load();
+  for (std::size_t k = 0; k < names.size(); ++k) {
+    if (names[k] == "a_b") continue;  // its file was replaced by the stale one above
+    const auto estimate = loaded.estimate(names[k], "cpu", 64);
+    ASSERT_TRUE(estimate.has_value()) << names[k];
+    EXPECT_DOUBLE_EQ(estimate->mean_ns, 100.0 * static_cast<double>(k + 1)) << names[k];
+  }
   std::filesystem::remove_all(directory);
 }
 
