@@ -195,10 +195,11 @@ void ContextImpl::throw_waits_for_own_mapping(const TaskRecord& mapping, std::st
                                               const char* task) {
   const AccessRecord& held = mapping.accesses[0];
   const std::string waited = task != nullptr ? fmt::format(" for task '{}'", task) : std::string();
-  throw Error(ErrorCode::buffer_misuse,
-              fmt::format("{}{} would wait forever for the mapping of bytes [{}, {}) of {} that this thread "
-                          "still holds (unmap it first)",
-                          what, waited, held.offset, held.offset + held.size, held.buffer->describe()));
+  throw RefusedWait(
+      ErrorCode::buffer_misuse,
+      fmt::format("{}{} would wait forever for the mapping of bytes [{}, {}) of {} that this thread "
+                  "still holds (unmap it first)",
+                  what, waited, held.offset, held.offset + held.size, held.buffer->describe()));
 }
 
 Mapping buffer_map(BufferState* buffer, std::size_t offset, std::size_t size, Access mode, bool wait) {

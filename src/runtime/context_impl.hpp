@@ -33,6 +33,7 @@
 #include "perf/bus_model.hpp"
 #include "perf/decision_log.hpp"
 #include "perf/monitor.hpp"
+#include "runtime/refused_wait.hpp"
 #include "sched/heft.hpp"
 #include "sched/scheduler.hpp"
 #include "task/record_allocator.hpp"
@@ -343,8 +344,22 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   static void refuse_coroutine_endless_wait(const TaskRecord& root,
                                             const std::function<bool(const TaskRecord*)>& blocked,
                                             const char* what);
+  // wait_rechecking(): scheduler.wait() for `target`, which may gain tasks while it waits (wait_all,
+  // a group). The checks before a wait see only the work there then: work submitted meanwhile may
+  // come to wait for a mapping this thread holds, and the wait would never end. So a thread holding a
+  // mapping waits in slices and calls `recheck` (which throws for such a wait) after each.
+  template <class Target, class Recheck>
+  void wait_rechecking(ThreadState& thread, Target& target, Recheck&& recheck) {
+    if (!holds_mapping()) [[likely]] {
+      scheduler.wait(thread, target);
+      return;
+    }
+    constexpr auto slice = std::chrono::milliseconds(10);
+    while (!scheduler.wait(thread, target, Clock::now() + slice, true)) recheck();
+  }
   // waits_for_all: the selector of wait_all(), which waits for every task but not for mappings.
   static bool waits_for_all(const TaskRecord* task) noexcept { return task->kind != TaskKind::host_access; }
+  // Throws RefusedWait.
   [[noreturn]] static void throw_waits_for_own_mapping(const TaskRecord& mapping, std::string_view what,
                                                        const char* task = nullptr);
 

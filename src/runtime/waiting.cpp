@@ -35,7 +35,7 @@ void ContextImpl::wait_all() {
         "wait_all() called inside a task would wait for that task itself; wait for a TaskGroup instead");
   }
   AllDone all{this};
-  scheduler.wait(thread, all);
+  wait_rechecking(thread, all, [this] { refuse_own_mapping_wait(waits_for_all, "wait_all()"); });
   free_detached_pools();  // their tasks have ended
   std::exception_ptr error;
   std::uint64_t dropped = 0;

@@ -79,9 +79,11 @@ class Scheduler {
 
   // A Waitable has done(), before_park() (make the completer notice this waiter), after_park() and
   // address() (the registry key). wait() runs tasks while waiting if `thread` runs a slot or can
-  // claim the master slot, else parks. Returns false if `deadline` passed first.
+  // claim the master slot, else parks. Returns false if `deadline` passed first. A timed wait runs
+  // no task while other slots can (see below), unless `help` (a wait cut in slices, not a timeout).
   template <class Waitable>
-  bool wait(ThreadState& thread, Waitable& target, Clock::time_point deadline = Clock::time_point::max());
+  bool wait(ThreadState& thread, Waitable& target, Clock::time_point deadline = Clock::time_point::max(),
+            bool help = false);
 
   // help_once() runs one task if the thread runs (or can claim) a slot; false if it found none.
   bool help_once(ThreadState& thread);
@@ -190,12 +192,12 @@ class Scheduler {
 // --- template definitions -------------------------------------------------------------------------
 
 template <class Waitable>
-bool Scheduler::wait(ThreadState& thread, Waitable& target, Clock::time_point deadline) {
+bool Scheduler::wait(ThreadState& thread, Waitable& target, Clock::time_point deadline, bool help) {
   if (target.done()) return true;
   // A timed wait does not run tasks while other workers can: a task it took could run past the
   // deadline, and wait_for() would answer long after its timeout. With a single slot nobody else
   // would run them, so there it helps (and may overrun by the task it runs).
-  if (deadline != Clock::time_point::max() && slot_count() > 1)
+  if (deadline != Clock::time_point::max() && slot_count() > 1 && !help)
     return park_until(thread, target, deadline, false);
   if (thread.slot != nullptr) {
     // Fork-join fast path: what a task waits for is usually on top of its own deque (it just

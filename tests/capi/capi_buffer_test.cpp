@@ -244,6 +244,37 @@ TEST_P(CapiBufferTest, TasksWaitForUnmap) {
   free_buffer(buffer);
 }
 
+// The task that needs the mapping may be submitted while nerve_wait_all() is already waiting (here
+// by another application thread): the wait notices, and it is still the caller's misuse.
+TEST_P(CapiBufferTest, WaitAllRefusesWhenWorkForItsMappingArrivesDuringTheWait) {
+  nerve_buffer_t* buffer = alloc(sizeof(int));
+  auto* data = static_cast<int*>(nerve_buffer_map(buffer, NERVE_MAP_WRITE));
+  ASSERT_NE(data, nullptr);
+  data[0] = 3;
+  std::atomic<bool> release{false};
+  nerve_buffer_t* busy = alloc(16);
+  ASSERT_NO_FATAL_FAILURE(submit_writer_until(ctx.get(), busy, release));  // keeps the wait going
+  std::thread late([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    EXPECT_EQ(submit(ctx.get(),
+                     +[](void* desc, nerve_device_t device, nerve_stream_t) {
+                       *static_cast<int*>(
+                           nerve_buffer_get_device_ptr(static_cast<nerve_buffer_t*>(desc), device)) *= 10;
+                     },
+                     buffer, {buffer}),
+              NERVE_OK);
+    release.store(true);
+  });
+  EXPECT_EQ(nerve_wait_all(ctx.get()), NERVE_ERROR_BUFFER_MISUSE) << nerve_last_error();
+  EXPECT_NE(std::string(nerve_last_error()).find("still holds"), std::string::npos) << nerve_last_error();
+  late.join();
+  EXPECT_EQ(nerve_buffer_unmap(buffer), NERVE_OK);
+  ASSERT_EQ(nerve_wait_all(ctx.get()), NERVE_OK);
+  EXPECT_EQ(MappedC<int>(buffer, NERVE_MAP_READ)[0], 30);
+  free_buffer(buffer);
+  free_buffer(busy);
+}
+
 // Freeing a buffer right after submitting a task that uses it is fine: the task keeps the data alive
 // and still reaches it through the (freed) handle.
 TEST_P(CapiBufferTest, FreeWhileATaskStillUsesTheBuffer) {

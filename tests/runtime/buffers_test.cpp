@@ -309,6 +309,47 @@ TEST_P(BuffersTest, WaitingForAGroupOrPoolStuckBehindThisThreadsMappingIsAnError
   EXPECT_EQ(buffer.to_vector()[0] + buffer.to_vector()[1], 3);
 }
 
+// The work that comes to wait for this thread's mapping may be submitted while the wait is already
+// going on (here by a task that was running: nested submission): the wait notices and refuses
+// instead of hanging. Once the mapping ends, that work runs.
+TEST_P(BuffersTest, WorkThatComesToWaitForThisThreadsMappingDuringAWaitEndsTheWait) {
+  Buffer<int> buffer(*context, 8);
+  for (const bool group_wait : {false, true}) {
+    SCOPED_TRACE(group_wait ? "TaskGroup::wait()" : "wait_all()");
+    TaskGroup group(*context);
+    auto reading = buffer.map_read();
+    auto late_writer = [&context = *context, &group, &buffer, group_wait] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));  // the wait has begun
+      const auto write_it = [](std::span<int> x) { x[0] = 7; };
+      if (group_wait) {
+        group.spawn(write_it, write(buffer));
+      } else {
+        context.spawn(write_it, write(buffer));
+      }
+    };
+    if (group_wait) {
+      group.spawn(late_writer);
+    } else {
+      context->spawn(late_writer);
+    }
+    try {
+      if (group_wait) {
+        group.wait();
+      } else {
+        context->wait_all();
+      }
+      FAIL() << "the wait returned while a task waited for this thread's mapping";
+    } catch (const Error& error) {
+      EXPECT_EQ(error.code(), ErrorCode::buffer_misuse);
+      EXPECT_THAT(error.what(), ::testing::HasSubstr("would wait forever for the mapping of bytes [0, 32)"));
+    }
+    reading.unmap();
+    group.wait();
+    context->wait_all();
+    EXPECT_EQ(buffer.to_vector()[0], 7);
+  }
+}
+
 TEST_P(BuffersTest, BufferLivesUntilItsLastTaskFinishes) {
   std::atomic<int> value{0};
   {
