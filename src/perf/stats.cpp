@@ -103,6 +103,7 @@ ContextStats collect_stats(const ContextImpl& context) {
         device.tasks += worker.tasks_run;
         device.busy_ns += worker.busy_ns;
       }
+      device.tasks -= std::min(device.tasks, context.cancelled_unplaced.load(std::memory_order_relaxed));
     } else {
       const DeviceActivity& activity = perf.device(info.index);
       device.tasks = activity.tasks.load(std::memory_order_relaxed);

@@ -284,6 +284,9 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   // them) but not tasks the user submitted: the statistics subtract them.
   std::atomic<std::uint64_t> pool_gates_submitted{0};
   std::atomic<std::uint64_t> pool_gates_completed{0};
+  // Tasks the CPU workers cannot run (a kernel without a CPU body), cancelled before placement: a
+  // worker finishes them (place_with_data), which is no CPU run — the CPU's stats leave them out.
+  std::atomic<std::uint64_t> cancelled_unplaced{0};
 
   std::mutex buffers_mutex;
   std::unordered_set<BufferState*> buffers;

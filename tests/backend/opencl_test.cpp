@@ -522,6 +522,25 @@ TEST_F(OpenclTest, AutomaticPlacementAvoidsTheDeviceForSlicesItCannotTake) {
   }
 }
 
+// Calls of an OpenCL-only kernel cancelled before placement are finished by a worker, but they are
+// no CPU runs: neither recorded nor counted among the CPU's tasks (they were counted as both).
+TEST_F(OpenclTest, CancelledDeviceOnlyCallsAreNoCpuRuns) {
+  Settings settings = opencl_settings(2);
+  settings.set("perf.record_tasks", "true");
+  Context& ctx = open(settings);
+  Kernel broken("broken");
+  opencl::attach(broken, "__kernel void broken(__global int* x) { x[0] = undeclared; }", "broken");
+  Kernel increment("increment");  // no CPU body
+  opencl::attach(increment, "__kernel void inc(__global int* x) { x[get_global_id(0)] += 1; }", "inc");
+  Buffer<int> x(ctx, 64);
+  ctx.spawn(broken, write(x));
+  for (int i = 0; i < 20; ++i) ctx.spawn(increment, read_write(x));
+  EXPECT_THROW(ctx.wait_all(), Error);
+  const ContextStats stats = ctx.stats();
+  EXPECT_EQ(stats.devices.at(0).tasks, 0u) << "the CPU ran nothing";
+  for (const TaskTimes& record : stats.task_records) EXPECT_NE(record.device, 0) << record.name;
+}
+
 TEST_F(OpenclTest, GpuDevicesNoneLeavesOnlyTheCpuAndOpenclOnlyKernelsAreRefused) {
   Context& ctx = open(opencl_settings(2, "none"));
   EXPECT_EQ(ctx.devices().size(), 1u);
