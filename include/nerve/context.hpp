@@ -142,9 +142,14 @@ class TaskGroup {
     detail::context_release(context_, reference_);
   }
 
+  // The same overloads as Context's: plain callables and Kernel calls, with or without TaskOptions.
   template <NotKernel F, class... A>
   requires(BufferAccessor<A>&&...) void spawn(F&& fn, const A&... accesses) {
     detail::submit(context_, nullptr, &state_, nullptr, false, std::forward<F>(fn), accesses...);
+  }
+  template <NotKernel F, class... A>
+  requires(BufferAccessor<A>&&...) void spawn(const TaskOptions& options, F&& fn, const A&... accesses) {
+    detail::submit(context_, &options, &state_, nullptr, false, std::forward<F>(fn), accesses...);
   }
   template <NotKernel F, class... A>
   requires(BufferAccessor<A>&&...) Task submit(F&& fn, const A&... accesses) {
@@ -162,9 +167,18 @@ class TaskGroup {
     detail::submit_kernel_call(context_, nullptr, &state_, nullptr, false, kernel, args...);
   }
   template <KernelArgument... A>
+  void spawn(const TaskOptions& options, const Kernel& kernel, const A&... args) {
+    detail::submit_kernel_call(context_, &options, &state_, nullptr, false, kernel, args...);
+  }
+  template <KernelArgument... A>
   Task submit(const Kernel& kernel, const A&... args) {
     return Task::adopt(
         detail::submit_kernel_call(context_, nullptr, &state_, nullptr, true, kernel, args...));
+  }
+  template <KernelArgument... A>
+  Task submit(const TaskOptions& options, const Kernel& kernel, const A&... args) {
+    return Task::adopt(
+        detail::submit_kernel_call(context_, &options, &state_, nullptr, true, kernel, args...));
   }
 
   // wait() waits for the group's tasks; rethrows the first failure (once). Waiting while this
@@ -226,6 +240,10 @@ class TaskPool {
   template <KernelArgument... A>
   void add(const Kernel& kernel, const A&... args) {
     detail::submit_kernel_call(context_, nullptr, nullptr, pool_, false, kernel, args...);
+  }
+  template <KernelArgument... A>
+  void add(const TaskOptions& options, const Kernel& kernel, const A&... args) {
+    detail::submit_kernel_call(context_, &options, nullptr, pool_, false, kernel, args...);
   }
 
   void launch() { detail::pool_launch(pool_); }

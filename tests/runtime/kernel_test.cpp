@@ -1,6 +1,9 @@
 // Kernels: one implementation per device kind, arguments checked, placement limited to devices
 // that implement the kernel.
+#include <atomic>
+#include <chrono>
 #include <stdexcept>
+#include <thread>
 
 #include "memory/buffer_state.hpp"
 #include "runtime_test.hpp"
@@ -52,6 +55,36 @@ TEST_P(KernelTest, ArgumentMisuseFailsTheTaskWithAClearMessage) {
         << error.what();
   }
   EXPECT_NO_THROW(context->wait_all()) << "both failures were reported by their wait()";
+}
+
+// Groups and pools take TaskOptions for Kernel calls (and groups for plain callables) as Context
+// does: a device the context lacks is refused, `after` orders the call.
+TEST_P(KernelTest, GroupsAndPoolsTakeTaskOptionsForKernelCalls) {
+  const Kernel axpy = make_axpy();
+  Buffer<float> x(*context, std::vector<float>(8, 1.0f));
+  Buffer<float> y(*context, std::vector<float>(8, 0.0f));
+  const TaskOptions nowhere{.device = 5};
+  TaskGroup group(*context);
+  TaskPool pool(*context);
+  EXPECT_THROW(group.spawn(nowhere, axpy, read(x), read_write(y), value(1.0f)), Error);
+  EXPECT_THROW((void)group.submit(nowhere, axpy, read(x), read_write(y), value(1.0f)), Error);
+  EXPECT_THROW(group.spawn(nowhere, [] {}), Error);
+  EXPECT_THROW(pool.add(nowhere, axpy, read(x), read_write(y), value(1.0f)), Error);
+  std::atomic<bool> first_done{false};
+  Task first = group.submit(TaskOptions{.name = "first"}, [&first_done] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    first_done = true;
+  });
+  std::atomic<bool> ordered{false};
+  Kernel check("check");
+  check.cpu([&](const KernelArgs&) { ordered = first_done.load(); });
+  group.spawn(TaskOptions{.name = "after first", .after = {first}}, check);
+  group.spawn(TaskOptions{.device = 0}, axpy, read(x), read_write(y), value(2.0f));
+  pool.add(TaskOptions{.name = "pooled", .device = 0}, axpy, read(x), read_write(y.slice(0, 4)), value(1.0f));
+  group.wait();
+  pool.wait_all();
+  EXPECT_TRUE(ordered.load()) << "`after` ordered the kernel call behind `first`";
+  EXPECT_EQ(y.to_vector(), (std::vector<float>{3, 3, 3, 3, 2, 2, 2, 2}));
 }
 
 TEST_P(KernelTest, KernelWithoutAnImplementationForAnyDeviceIsAnErrorAtSubmit) {
