@@ -14,15 +14,17 @@
 // that implements none of the context's enabled devices is an error at submit time. Arguments are
 // the task's accesses (in order) and plain values (in order, each copied into the task).
 //
-// KernelArgs checks what a body asks for: span<T>(i) needs sizeof(T) to divide the access's size and
-// T to be const for read-only accesses; value<T>(i) needs the size the value was given with. A
-// mismatch throws Error(invalid_argument) naming the kernel, the argument and what was expected.
+// KernelArgs checks what a body asks for: span<T>(i) needs sizeof(T) to divide the access's size,
+// its start to be aligned for T, and T to be const for read-only accesses; value<T>(i) needs the size the
+// value was given with. A mismatch throws Error(invalid_argument) naming the kernel, the argument and what
+// was expected.
 //
 // Thread safety: a Kernel is configured before first use and then immutable; copies share the
 // implementations (reference counted), and may be used from any thread.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -83,6 +85,14 @@ class KernelArgs {
                                               " bytes, not a whole number of " +
                                               std::to_string(sizeof(Element)) + "-byte elements");
     }
+    // A slice of a buffer of another element type may start between two T's (a char buffer's
+    // slice at byte 1 as int): dereferencing such a span is undefined behaviour.
+    if (reinterpret_cast<std::uintptr_t>(view.data) % alignof(Element) != 0) {
+      detail::throw_kernel_argument_error(call_, "access", i,
+                                          "starts at an address that is not " +
+                                              std::to_string(alignof(Element)) +
+                                              "-byte aligned, as the element type needs");
+    }
     return {static_cast<T*>(view.data), view.size / sizeof(Element)};
   }
   // bytes(i): access i's address on the device and size in bytes (device pointers for device kernels).
@@ -129,6 +139,8 @@ struct KernelState;
 
 class NERVE_API Kernel {
  public:
+  // `name` keys the kernel's performance models, and names it in errors, traces and statistics:
+  // an empty one is Error(invalid_argument).
   explicit Kernel(std::string name);
 
   // cpu(): the implementation for CPU workers (and for simulated test devices).

@@ -301,8 +301,9 @@ NERVE_API nerve_status_t nerve_task_submit(nerve_context_t* ctx, nerve_task_t* t
 NERVE_API void nerve_task_destroy(nerve_task_t* task);
 /* nerve_task_fail() makes the running task fail with `message` once its kernel returns: tasks that
  * depend on it are cancelled, and the wait that reports it returns NERVE_ERROR_TASK_FAILED with
- * "task '<name>' failed: <message>". Only from inside a kernel (elsewhere it records
- * NERVE_ERROR_INVALID_ARGUMENT as this thread's last error and does nothing). The first call wins. */
+ * "task '<name>' failed: <message>" (a NULL or empty message reads "(nerve_task_fail gave no
+ * message)"). Only from inside a kernel (elsewhere it records NERVE_ERROR_INVALID_ARGUMENT as this
+ * thread's last error and does nothing). The first call wins. */
 NERVE_API void nerve_task_fail(const char* message);
 
 /* ---- Task pools ------------------------------------------------------------------------------- */

@@ -97,7 +97,7 @@ void RunningKernel::fail(const char* message) noexcept {
   if (failed_) return;
   failed_ = true;
   try {
-    message_ = message != nullptr ? message : "(no message)";
+    message_ = message != nullptr && *message != '\0' ? message : "(nerve_task_fail gave no message)";
   } catch (...) {
     message_.clear();  // out of memory: the failure still counts, without its text
   }

@@ -294,8 +294,16 @@ TEST(CapiTask, AnUnknownDeviceNumberListsEveryDeviceOfTheContext) {
   nerve_shutdown(ctx);
 }
 
-TEST(CapiTask, FailOutsideAKernelIsAnError) {
+TEST(CapiTask, FailOutsideAKernelIsAnErrorAndAnEmptyMessageSaysSo) {
   EXPECT_NERVE_ERROR(nerve_task_fail("nothing to fail"), NERVE_ERROR_INVALID_ARGUMENT, "outside");
+  // An empty message still says something.
+  ContextPtr ctx = make_context(2);
+  ASSERT_EQ(submit(
+                ctx.get(), +[](void*, nerve_device_t, nerve_stream_t) { nerve_task_fail(""); }, nullptr, {},
+                "silent"),
+            NERVE_OK);
+  EXPECT_NERVE_ERROR(nerve_wait_all(ctx.get()), NERVE_ERROR_TASK_FAILED,
+                     "task 'silent' failed: (nerve_task_fail gave no message)");
 }
 
 TEST_P(CapiTaskTest, UnnamedTaskFailure) {

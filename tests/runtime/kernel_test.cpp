@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include <gmock/gmock.h>
+
 #include "memory/buffer_state.hpp"
 #include "runtime_test.hpp"
 
@@ -54,7 +56,17 @@ TEST_P(KernelTest, ArgumentMisuseFailsTheTaskWithAClearMessage) {
     EXPECT_NE(std::string(error.what()).find("value 0 has 4 bytes, not 8"), std::string::npos)
         << error.what();
   }
-  EXPECT_NO_THROW(context->wait_all()) << "both failures were reported by their wait()";
+  Kernel misaligned("misaligned");
+  misaligned.cpu([](const KernelArgs& args) { (void)args.span<const int>(0); });
+  Buffer<char> bytes(*context, 64);
+  try {
+    context->submit(misaligned, read(bytes.slice(1, 8))).wait();
+    FAIL() << "an int span at byte 1";
+  } catch (const Error& error) {
+    EXPECT_THAT(error.what(),
+                ::testing::HasSubstr("access 0 starts at an address that is not 4-byte aligned"));
+  }
+  EXPECT_NO_THROW(context->wait_all()) << "the failures were reported by their wait()";
 }
 
 // Groups and pools take TaskOptions for Kernel calls (and groups for plain callables) as Context
