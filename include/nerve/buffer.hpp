@@ -186,7 +186,9 @@ class Buffer {
   // try_map() returns nothing (instead of waiting) while a conflicting task or mapping is pending —
   // also one that waits for a mapping the calling thread holds, where map() would throw: it returns
   // nothing until that mapping ends. Like map(), it throws TaskCancelled when the mapping would read
-  // data a failed task wrote.
+  // data a failed task wrote. It runs no task: in a context with one worker slot (slot 0, which
+  // runs only while some thread waits inside nerve: context.hpp), polling try_map() without ever
+  // waiting makes no progress — wait for the writer, or map(), instead.
   std::optional<Mapped<T>> try_map(Access mode) const {
     auto mapped = map_as<T>(mode, false);
     if (mapped.mapping_.record == nullptr) return std::nullopt;
