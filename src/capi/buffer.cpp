@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <mutex>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -129,15 +130,24 @@ void* map_buffer(const char* function, nerve_buffer_t* buffer, nerve_map_mode_t 
     nerve_buffer& handle = checked_buffer(buffer);
     const nerve::Access access = map_access(mode);
     {
-      std::lock_guard lock(handle.lock);
+      std::unique_lock lock(handle.lock);
+      // Another thread's try_map only probes, and never blocks: a map lets it finish rather than
+      // fail because of it (it was refused as "already mapped" for that instant).
+      while (wait && handle.mapping_state == MappingState::probing) {
+        lock.unlock();
+        std::this_thread::yield();
+        lock.lock();
+      }
       check_alive(handle, "map");
-      if (handle.mapping_state == MappingState::in_progress) {
-        // Another thread's map waits for its tasks: nothing is mapped yet, but this handle's one
-        // mapping is taken. try_map reports a pending mapping as busy, as documented.
+      if (handle.mapping_state == MappingState::waiting || handle.mapping_state == MappingState::probing) {
+        // Nothing is mapped yet, but this handle's one mapping is being taken. try_map reports a
+        // pending mapping as busy, as documented.
+        const char* other =
+            handle.mapping_state == MappingState::waiting ? "nerve_buffer_map" : "nerve_buffer_try_map";
         if (!wait) {
-          fail(ErrorCode::busy, fmt::format("try_map of {}: another thread's nerve_buffer_map of it is "
-                                            "pending (nothing was mapped)",
-                                            describe(handle)));
+          fail(ErrorCode::busy, fmt::format("try_map of {}: another thread's {} of it is pending (nothing "
+                                            "was mapped)",
+                                            describe(handle), other));
         }
         fail(ErrorCode::buffer_misuse,
              fmt::format("map of {} while another thread's nerve_buffer_map of it is pending (one mapping "
@@ -149,7 +159,7 @@ void* map_buffer(const char* function, nerve_buffer_t* buffer, nerve_map_mode_t 
              fmt::format("map of {}, which is already mapped (unmap it first)", describe(handle)));
       }
       // While a map is in progress or alive, free is refused, so `state` stays valid without a pin.
-      handle.mapping_state = MappingState::in_progress;
+      handle.mapping_state = wait ? MappingState::waiting : MappingState::probing;
     }
     nerve::detail::Mapping mapping{};
     try {

@@ -37,7 +37,8 @@ inline constexpr std::uint32_t buffer_magic = 0x4e425546;  // "NBUF": catches no
 
 enum class MappingState : std::uint8_t {
   none,
-  in_progress,  // a thread is blocked in nerve_buffer_map()
+  probing,  // a thread is in nerve_buffer_try_map() (which never blocks)
+  waiting,  // a thread is blocked in nerve_buffer_map()
   mapped,
 };
 

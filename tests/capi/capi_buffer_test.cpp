@@ -143,7 +143,7 @@ TEST_P(CapiBufferTest, TryMapIsBusyWhileAnotherThreadsMapIsPending) {
     nerve_clear_last_error();
     (void)nerve_buffer_try_map(buffer, NERVE_MAP_READ);
     if (std::string(nerve_last_error()).find("another thread") != std::string::npos) break;
-    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << nerve_last_error();
+    if (std::chrono::steady_clock::now() > deadline) break;  // fails below (the mapper is joined first)
     std::this_thread::yield();
   }
   EXPECT_NERVE_ERROR(nerve_buffer_try_map(buffer, NERVE_MAP_READ), NERVE_ERROR_BUSY,
