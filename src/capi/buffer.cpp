@@ -103,7 +103,10 @@ nerve_buffer_t* nerve_buffer_alloc(nerve_context_t* ctx, size_t bytes, nerve_dev
     // Data mainly used on a device lives, on the host, in the memory of the NUMA node the device is
     // attached to: its copies then cross no inter-socket link, and CPU tasks on it run nearby.
     if (preferred_device > NERVE_DEVICE_CPU) {
-      options.numa_node = context.runtime->devices().at(static_cast<std::size_t>(preferred_device)).numa_node;
+      const int node = context.runtime->devices().at(static_cast<std::size_t>(preferred_device)).numa_node;
+      // A node the topology lacks (a plugin's guess) is no place to put data: the policy decides.
+      if (node >= 0 && static_cast<std::size_t>(node) < context.runtime->topology().numa_nodes().size())
+        options.numa_node = node;
     }
     return allocate(context, bytes, properties, options);
   });
@@ -131,9 +134,11 @@ void* map_buffer(const char* function, nerve_buffer_t* buffer, nerve_map_mode_t 
     const nerve::Access access = map_access(mode);
     {
       std::unique_lock lock(handle.lock);
-      // Another thread's try_map only probes, and never blocks: a map lets it finish rather than
-      // fail because of it (it was refused as "already mapped" for that instant).
-      while (wait && handle.mapping_state == MappingState::probing) {
+      // Another thread's try_map only probes (it never waits for tasks): a map lets it finish rather
+      // than fail because of it. Not this thread's own probe, which it runs inside of (a kernel the
+      // probe ran while bringing the data back): that would wait for itself.
+      const std::thread::id self = std::this_thread::get_id();
+      while (wait && handle.mapping_state == MappingState::probing && handle.mapping_thread != self) {
         lock.unlock();
         std::this_thread::yield();
         lock.lock();
@@ -144,6 +149,11 @@ void* map_buffer(const char* function, nerve_buffer_t* buffer, nerve_map_mode_t 
         // pending mapping as busy, as documented.
         const char* other =
             handle.mapping_state == MappingState::waiting ? "nerve_buffer_map" : "nerve_buffer_try_map";
+        if (handle.mapping_thread == self) {
+          fail(ErrorCode::buffer_misuse,
+               fmt::format("map of {} inside this thread's own {} of it (one mapping per buffer at a time)",
+                           describe(handle), other));
+        }
         if (!wait) {
           fail(ErrorCode::busy, fmt::format("try_map of {}: another thread's {} of it is pending (nothing "
                                             "was mapped)",
@@ -160,6 +170,7 @@ void* map_buffer(const char* function, nerve_buffer_t* buffer, nerve_map_mode_t 
       }
       // While a map is in progress or alive, free is refused, so `state` stays valid without a pin.
       handle.mapping_state = wait ? MappingState::waiting : MappingState::probing;
+      handle.mapping_thread = self;
     }
     nerve::detail::Mapping mapping{};
     try {

@@ -165,12 +165,14 @@ nerve_status_t nerve_wait_all(nerve_context_t* ctx) {
       fail(nerve::ErrorCode::invalid_argument,
            "called from inside a task: it would wait for that task itself (wait for a task pool instead)");
     }
-    // A wait that could never end is the caller's misuse (BUFFER_MISUSE), not a task's failure.
+    // A wait that could never end is the caller's misuse (BUFFER_MISUSE), not a task's failure,
+    // whether it is seen at the start or while waiting (work submitted meanwhile).
     checked->impl()->refuse_own_mapping_wait(nerve::detail::ContextImpl::waits_for_all, "wait_all()");
+    checked->impl()->wait_for_all_tasks();
   });
   if (checked_status != NERVE_OK) return checked_status;
   try {
-    checked->runtime->wait_all();
+    checked->impl()->report_root_errors();
     return NERVE_OK;
   } catch (...) {
     return record_wait_exception("nerve_wait_all");

@@ -4,8 +4,6 @@
 #include <new>
 #include <string>
 
-#include "runtime/refused_wait.hpp"
-
 namespace nerve::capi {
 namespace {
 
@@ -59,8 +57,6 @@ nerve_status_t record_exception(const char* function, nerve_status_t fallback) n
 nerve_status_t record_wait_exception(const char* function) noexcept {
   try {
     throw;
-  } catch (const detail::RefusedWait& refused) {  // the caller's misuse, found during the wait
-    return set_last_error(static_cast<nerve_status_t>(refused.code()), function, refused.what());
   } catch (const Error& error) {
     const bool cancelled = error.code() == ErrorCode::cancelled;
     return set_last_error(cancelled ? NERVE_ERROR_CANCELLED : NERVE_ERROR_TASK_FAILED, function,

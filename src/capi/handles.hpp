@@ -21,6 +21,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <unordered_set>
 #include <vector>
 
@@ -37,7 +38,8 @@ inline constexpr std::uint32_t buffer_magic = 0x4e425546;  // "NBUF": catches no
 
 enum class MappingState : std::uint8_t {
   none,
-  probing,  // a thread is in nerve_buffer_try_map() (which never blocks)
+  probing,  // a thread is in nerve_buffer_try_map() (which never waits for tasks, but may run some
+            // while the host copy is brought back from a device)
   waiting,  // a thread is blocked in nerve_buffer_map()
   mapped,
 };
@@ -75,6 +77,7 @@ struct nerve_buffer {
   mutable nerve::SpinLock lock;  // guards the fields below
   bool freed = false;
   nerve::capi::MappingState mapping_state = nerve::capi::MappingState::none;
+  std::thread::id mapping_thread;  // who set mapping_state to probing or waiting
   nerve::detail::Mapping mapping{};
 };
 

@@ -171,6 +171,7 @@ const TaskRecord* ContextImpl::first_waiting_for(const TaskRecord* unfinished,
     const TaskRecord* task = frontier.back();
     frontier.pop_back();
     if (blocked(task)) return task;
+    if (const TaskRecord* root = coroutine_root_of(*task); root != nullptr && blocked(root)) return task;
     for_each_successor(task, [&](const TaskRecord* successor) {
       if (seen.insert(successor).second) frontier.push_back(successor);
     });
@@ -195,11 +196,10 @@ void ContextImpl::throw_waits_for_own_mapping(const TaskRecord& mapping, std::st
                                               const char* task) {
   const AccessRecord& held = mapping.accesses[0];
   const std::string waited = task != nullptr ? fmt::format(" for task '{}'", task) : std::string();
-  throw RefusedWait(
-      ErrorCode::buffer_misuse,
-      fmt::format("{}{} would wait forever for the mapping of bytes [{}, {}) of {} that this thread "
-                  "still holds (unmap it first)",
-                  what, waited, held.offset, held.offset + held.size, held.buffer->describe()));
+  throw Error(ErrorCode::buffer_misuse,
+              fmt::format("{}{} would wait forever for the mapping of bytes [{}, {}) of {} that this thread "
+                          "still holds (unmap it first)",
+                          what, waited, held.offset, held.offset + held.size, held.buffer->describe()));
 }
 
 Mapping buffer_map(BufferState* buffer, std::size_t offset, std::size_t size, Access mode, bool wait) {

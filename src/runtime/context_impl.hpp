@@ -33,7 +33,6 @@
 #include "perf/bus_model.hpp"
 #include "perf/decision_log.hpp"
 #include "perf/monitor.hpp"
-#include "runtime/refused_wait.hpp"
 #include "sched/heft.hpp"
 #include "sched/scheduler.hpp"
 #include "task/record_allocator.hpp"
@@ -58,6 +57,10 @@ TaskRecord* running_task_record() noexcept;
 // be finished, even recycled, before the body returns).
 TaskRecord* running_task_unfinished() noexcept;
 [[noreturn]] void throw_waits_for_itself(const TaskRecord& running, const char* what);
+// coroutine_root_of(): for a task that runs a stretch of a launched coroutine (not yet finished),
+// that coroutine's Task record; else null. A group's or Task's coroutine is its record, not its
+// stretches: the wait checks look through a stretch to it.
+const TaskRecord* coroutine_root_of(const TaskRecord& task) noexcept;
 // The coroutine stretch the calling thread runs (coroutines.cpp): `step` is the stretch's task record
 // and `root` the Task record of the launched coroutine it runs for; {null, null} outside stretches.
 // Valid while running_task_record() == step (tasks run nested under a stretch's wait are not it).
@@ -210,7 +213,15 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
 
   // --- waiting (waiting.cpp)
   std::int64_t in_flight() const noexcept;
-  void wait_all();
+  // wait_all() = wait_for_all_tasks() (the wait; Error(buffer_misuse) when it could never end: see
+  // wait_rechecking()), then report_root_errors() (rethrows the first failure not reported yet). The C
+  // API calls them apart: a refused wait is the caller's misuse, a rethrown failure a task's.
+  void wait_all() {
+    wait_for_all_tasks();
+    report_root_errors();
+  }
+  void wait_for_all_tasks();
+  void report_root_errors();
   // throttle_submission() checks the in-flight bound and the master deque's depth every
   // throttle_interval() + 1 submissions of a thread (a decrement and a branch on the fast path).
   // `submitted` is the task just submitted (it may have run and been recycled already: compared only).
@@ -353,7 +364,8 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   // mapping waits in slices and calls `recheck` (which throws for such a wait) after each.
   template <class Target, class Recheck>
   void wait_rechecking(ThreadState& thread, Target& target, Recheck&& recheck) {
-    if (!holds_mapping()) [[likely]] {
+    // No mapping anywhere (the usual case): one load, no call.
+    if (held_mapping_count.load(std::memory_order_acquire) == 0 || !holds_mapping()) [[likely]] {
       scheduler.wait(thread, target);
       return;
     }
@@ -362,7 +374,6 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   }
   // waits_for_all: the selector of wait_all(), which waits for every task but not for mappings.
   static bool waits_for_all(const TaskRecord* task) noexcept { return task->kind != TaskKind::host_access; }
-  // Throws RefusedWait.
   [[noreturn]] static void throw_waits_for_own_mapping(const TaskRecord& mapping, std::string_view what,
                                                        const char* task = nullptr);
 

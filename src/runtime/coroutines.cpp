@@ -27,7 +27,8 @@ namespace {
 // task (the stretch) as that coroutine's for the wait checks meanwhile.
 void run_stretch(void* coroutine, const TaskRecord* root) {
   const CoroutineStretch outer = running_stretch;
-  running_stretch = {running_task_record(), root};
+  // No root (a coroutine nerve did not launch): nothing to check against, the stretch is a plain task.
+  running_stretch = {root != nullptr ? running_task_record() : nullptr, root};
   std::coroutine_handle<>::from_address(coroutine).resume();  // never throws: the promise keeps it
   running_stretch = outer;
 }
@@ -123,12 +124,13 @@ void ContextImpl::resume_group_continuation(void* coroutine, const TaskRecord* r
 
 bool group_suspend(GroupState* group, void* coroutine, const TaskRecord* root) {
   void* expected = nullptr;
-  // The root first: the completer reads it after taking the continuation (acquire).
-  const TaskRecord* previous_root = std::exchange(group->continuation_root, root);
+  // The completer reads the root after seeing the parked bit (acquire) and taking the continuation.
   if (!group->continuation.compare_exchange_strong(expected, coroutine, std::memory_order_acq_rel)) {
-    group->continuation_root = previous_root;
     throw Error(ErrorCode::invalid_argument, "co_await on a TaskGroup another coroutine already awaits");
   }
+  // Only the parked coroutine writes it, before the parked bit that entitles a completer to read it
+  // (written before the CAS, a refused awaiter could overwrite the parked one's root meanwhile).
+  group->continuation_root = root;
   const std::int64_t before =
       group->pending.fetch_add(GroupState::coroutine_parked, std::memory_order_acq_rel);
   if ((before & GroupState::count_mask) != 0) return true;  // the last task to finish resumes it
@@ -144,6 +146,17 @@ void group_resumed(GroupState* group) noexcept {
 
 ContextImpl* task_context(const TaskRecord* record) noexcept { return record->context; }
 
+const TaskRecord* coroutine_root_of(const TaskRecord& task) noexcept {
+  // Steps are recognised by their closure type; their closures are inline (asserted here).
+  static_assert(sizeof(Closure<Resume>) <= inline_closure_bytes &&
+                sizeof(Closure<Start>) <= inline_closure_bytes);
+  if (task.ops == &Closure<Resume>::ops)
+    return static_cast<const Closure<Resume>*>(static_cast<const void*>(task.closure))->fn.root;
+  if (task.ops == &Closure<Start>::ops)
+    return static_cast<const Closure<Start>*>(static_cast<const void*>(task.closure))->fn.launched;
+  return nullptr;
+}
+
 void refuse_coroutine_self_wait(const TaskRecord* root, const TaskRecord* task, const GroupState* group) {
   const char* name = root->name != nullptr ? root->name : "(unnamed)";
   if (task == root) {
@@ -157,7 +170,9 @@ void refuse_coroutine_self_wait(const TaskRecord* root, const TaskRecord* task, 
                             "itself (it is one of the group's tasks)",
                             name));
   }
-  // Work ordered after the coroutine's Task cannot start before the coroutine ends.
+  // Work ordered after the coroutine's Task cannot start before the coroutine ends (a Task with no
+  // successors has none: one load, and no std::function is built).
+  if ((root->successors.load(std::memory_order_acquire) & ~closed_successors) == 0) return;
   const auto awaited = [&](const TaskRecord* candidate) {
     return candidate != root && (candidate == task || (group != nullptr && candidate->group == group));
   };

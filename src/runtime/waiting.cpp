@@ -27,7 +27,7 @@ std::int64_t ContextImpl::in_flight() const noexcept {
   return static_cast<std::int64_t>(submitted - completed);
 }
 
-void ContextImpl::wait_all() {
+void ContextImpl::wait_for_all_tasks() {
   ThreadState& thread = current_thread();
   if (thread.nesting > 0) {
     throw Error(
@@ -37,6 +37,9 @@ void ContextImpl::wait_all() {
   AllDone all{this};
   wait_rechecking(thread, all, [this] { refuse_own_mapping_wait(waits_for_all, "wait_all()"); });
   free_detached_pools();  // their tasks have ended
+}
+
+void ContextImpl::report_root_errors() {
   std::exception_ptr error;
   std::uint64_t dropped = 0;
   {

@@ -250,6 +250,13 @@ bool Scheduler::run_until(ThreadState& thread, Waitable& target, Clock::time_poi
       }
       tasks_since_check = (tasks_since_check + 1) & 63;
       next = run(task, thread, slot);
+      // A timed wait also reads the clock every 64 tasks: a wait cut in slices must come back
+      // between them while work never runs out.
+      if (deadline != Clock::time_point::max() && tasks_since_check == 0 && Clock::now() >= deadline) {
+        if (next != nullptr) requeue(std::exchange(next, nullptr), slot);
+        leave_idle(idle);
+        return target.done();
+      }
       continue;
     }
     tasks_since_check = 0;

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iterator>
+#include <memory>
 #include <string>
 #include <thread>
 
@@ -301,9 +302,11 @@ TEST(BackendPlugin, ABufferPreferringADeviceLivesOnThatDevicesNumaNode) {
   config.settings = settings;
   config.setting_count = std::size(settings);
   config.use_environment = 0;  // NERVE_PLUGIN_PATH is no NERVE_<SECTION>_<KEY> setting: still read
-  nerve_context_t* ctx = nerve_init_with_config(&config);
+  const std::unique_ptr<nerve_context_t, void (*)(nerve_context_t*)> context(nerve_init_with_config(&config),
+                                                                             nerve_shutdown);
   ::unsetenv("NERVE_PLUGIN_PATH");
   ::unsetenv("SIM_PLUGIN_NUMA");
+  nerve_context_t* ctx = context.get();
   ASSERT_NE(ctx, nullptr) << nerve_last_error();
   ASSERT_EQ(ctx->runtime->devices().at(2).numa_node, 1);
   constexpr std::size_t bytes = std::size_t{1} << 20;
@@ -323,7 +326,6 @@ TEST(BackendPlugin, ABufferPreferringADeviceLivesOnThatDevicesNumaNode) {
     EXPECT_EQ(nerve_buffer_free(anywhere), NERVE_OK);
   }
   EXPECT_EQ(nerve_buffer_free(for_sim1), NERVE_OK);
-  nerve_shutdown(ctx);
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <coroutine>
+#include <exception>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -335,6 +337,61 @@ TEST_P(CoroutineTest, ACoTaskAwaitedOnceIsEmptyAfterwards) {
   auto awaits = [](CoTask<>& inner) -> CoTask<> { co_await inner; };
   launch(*context, awaits(awaited)).wait();
   EXPECT_THROW((void)launch(*context, std::move(awaited)), Error);
+}
+
+// A coroutine type of the program's own (not CoTask) may co_await nerve Tasks too: its stretches have
+// no launched coroutine behind them, and a blocking wait inside one is an ordinary task's wait (the
+// wait checks looked for its launched coroutine and dereferenced null).
+struct Detached {
+  struct promise_type {
+    Detached get_return_object() noexcept { return {}; }
+    std::suspend_never initial_suspend() noexcept { return {}; }
+    std::suspend_never final_suspend() noexcept { return {}; }
+    void return_void() noexcept {}
+    void unhandled_exception() noexcept { std::terminate(); }
+  };
+};
+
+Detached own_coroutine_type(Context& ctx, std::atomic<int>& finished) {
+  // Not done when awaited: the rest runs as a resumed stretch, a task.
+  co_await ctx.submit([] { std::this_thread::sleep_for(std::chrono::milliseconds(10)); });
+  TaskGroup group(ctx);
+  group.spawn([] { std::this_thread::sleep_for(std::chrono::milliseconds(5)); });
+  group.wait();
+  finished = 1;
+}
+
+TEST_P(CoroutineTest, AnotherCoroutineTypeMayWaitInsideItsStretches) {
+  std::atomic<int> finished{0};
+  own_coroutine_type(*context, finished);
+  context->wait_all();
+  EXPECT_EQ(finished.load(), 1);
+}
+
+// A coroutine of a group submits, after the group's wait has begun, work that needs a mapping the
+// waiting thread holds, and awaits it: its stretch waits behind that work, so the group does, for
+// ever. The wait looks through the coroutine's stretches to the coroutine, and refuses.
+TEST_P(CoroutineTest, AGroupWhoseCoroutineComesToWaitForTheWaitersMappingIsRefused) {
+  Buffer<int> buffer(*context, 4);
+  TaskGroup group(*context);
+  auto reading = buffer.map_read();
+  launch(
+      group,
+      [](Context& ctx, Buffer<int>& data) -> CoTask<> {
+        co_await ctx.submit([] { std::this_thread::sleep_for(std::chrono::milliseconds(30)); });
+        co_await ctx.submit([](std::span<int> x) { x[0] = 9; }, write(data));
+      }(*context, buffer),
+      "late writer");
+  try {
+    group.wait();
+    FAIL() << "the group's coroutine waits for this thread's mapping";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::buffer_misuse);
+    EXPECT_THAT(error.what(), HasSubstr("would wait forever for the mapping"));
+  }
+  reading.unmap();
+  group.wait();
+  EXPECT_EQ(buffer.to_vector()[0], 9);
 }
 
 TEST_P(CoroutineTest, UnlaunchedCoroutineNeverRuns) {

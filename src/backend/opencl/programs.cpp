@@ -51,6 +51,29 @@ std::string build_log(cl_program program, cl_device_id device) {
   return log;
 }
 
+// argument_info_available(): the program's kernels report their parameters (kernel_parameters.hpp).
+// The OpenCL spec promises that only for programs built from source: a driver may drop it from a
+// binary, and then the checks of each call's arguments would silently stop.
+bool argument_info_available(cl_program program) {
+  cl_uint count = 0;
+  if (clCreateKernelsInProgram(program, 0, nullptr, &count) != CL_SUCCESS || count == 0) return true;
+  std::vector<cl_kernel> kernels(count);
+  if (clCreateKernelsInProgram(program, count, kernels.data(), nullptr) != CL_SUCCESS) return true;
+  bool available = true;
+  for (cl_kernel kernel : kernels) {
+    cl_uint arguments = 0;
+    if (available &&
+        clGetKernelInfo(kernel, CL_KERNEL_NUM_ARGS, sizeof arguments, &arguments, nullptr) == CL_SUCCESS &&
+        arguments > 0) {
+      cl_kernel_arg_address_qualifier address = 0;
+      available = clGetKernelArgInfo(kernel, 0, CL_KERNEL_ARG_ADDRESS_QUALIFIER, sizeof address, &address,
+                                     nullptr) == CL_SUCCESS;
+    }
+    clReleaseKernel(kernel);
+  }
+  return available;
+}
+
 void write_u64(std::ofstream& out, std::uint64_t value) {
   out.write(reinterpret_cast<const char*>(&value), 8);
 }
@@ -127,6 +150,14 @@ ProgramCache::Built ProgramCache::build(const OpenclProgram& program, const std:
   const std::filesystem::path file = directory.empty() ? directory : directory / file_name(material);
   if (!file.empty()) {
     built.program = load_binary(file, material, program.options.build_options);
+    if (built.program != nullptr && !argument_info_available(built.program)) {
+      log::debug(
+          "OpenCL program cache: {} keeps no kernel argument information on '{}'; building from "
+          "source, so that calls are checked",
+          file.string(), device_.name);
+      clReleaseProgram(built.program);
+      built.program = nullptr;
+    }
     if (built.program != nullptr) {
       program_cache_counters().binary_loads.fetch_add(1, std::memory_order_relaxed);
       return built;
