@@ -14,6 +14,10 @@
 // Errors (nerve::Error with ErrorCode::buffer_misuse): a slice outside the buffer, any use of a
 // buffer whose context has been destroyed or that was freed, unmap of a mapping already unmapped, a
 // map that conflicts with a mapping the calling thread still holds (it would wait for itself).
+// For that check, and the waits' (context.hpp), a mapping is held by the thread that made it until
+// it is unmapped — also while its Mapped<T> is in another thread's hands: unmap a mapping on the
+// thread that made it, or expect that thread's waits for what the mapping blocks to be refused (and
+// another thread's to wait).
 #pragma once
 
 #include <algorithm>

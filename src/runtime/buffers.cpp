@@ -1,5 +1,6 @@
 // buffers.cpp — buffer creation, reference counting, mapping and explicit free.
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <string_view>
 #include <thread>
@@ -115,11 +116,20 @@ void buffer_free(BufferState* buffer) {
 
 namespace {
 
-// A host mapping has no closure: its closure bytes hold the id of the thread that mapped it, so that
-// a second, conflicting map on that thread is an error instead of a wait for itself.
+// this_thread_token(): a number no other thread of the process has had, or will have. Not
+// std::thread::id: the system hands an exited thread's id to a later thread, which then counted as
+// holding the exited one's mappings (and was refused waits that would have ended).
+std::uint64_t this_thread_token() noexcept {
+  static std::atomic<std::uint64_t> issued{0};  // process-wide, like thread ids themselves
+  constinit thread_local std::uint64_t token = 0;
+  if (token == 0) token = issued.fetch_add(1, std::memory_order_relaxed) + 1;
+  return token;
+}
+
+// A host mapping has no closure: its closure bytes hold the token of the thread that mapped it, so
+// that a second, conflicting map on that thread is an error instead of a wait for itself.
 void set_mapping_thread(TaskRecord* task) noexcept {
-  const std::thread::id self = std::this_thread::get_id();
-  static_assert(sizeof self <= inline_closure_bytes && std::is_trivially_copyable_v<std::thread::id>);
+  const std::uint64_t self = this_thread_token();
   std::memcpy(task->closure, &self, sizeof self);
 }
 
@@ -134,9 +144,9 @@ const char* mode_name(Access mode) noexcept {
 
 bool mapped_by_this_thread(const TaskRecord* task) noexcept {
   if (task->kind != TaskKind::host_access) return false;
-  std::thread::id owner;
+  std::uint64_t owner = 0;
   std::memcpy(&owner, task->closure, sizeof owner);
-  return owner == std::this_thread::get_id();
+  return owner == this_thread_token();
 }
 
 // successors_of(): the tasks waiting for `task` (unfinished: its successor stack is open).

@@ -1,7 +1,9 @@
 #include "runtime/context_impl.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -164,17 +166,44 @@ void ContextImpl::release_sharded(ThreadState* shard) noexcept {
   if (shard->shared_references.fetch_sub(1, std::memory_order_acq_rel) == 1) drop_external_reference();
 }
 
+// A mapping this thread made that pending tasks wait for: the destruction would wait for ever, and a
+// destructor can neither do that nor leave the tasks behind with the runtime gone — unless the
+// mapping's Mapped<T> is in another thread's hands, which will unmap it: that thread gets a while.
+void ContextImpl::refuse_endless_destruction() noexcept {
+  const auto deadline = Clock::now() + std::chrono::seconds(2);
+  while (true) {
+    try {
+      refuse_own_mapping_wait(waits_for_all, "destroying the Context (it waits for every task)");
+      return;
+    } catch (const std::exception& error) {
+      if (Clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        continue;
+      }
+      log::error("{}; the program cannot continue", error.what());
+      std::abort();
+    }
+  }
+}
+
 void ContextImpl::shutdown() noexcept {
   if (shut_down) return;
-  try {
-    refuse_own_mapping_wait(waits_for_all, "destroying the Context (it waits for every task)");
-  } catch (const std::exception& error) {
-    // A destructor can neither wait (forever) nor leave the tasks behind with the runtime gone.
-    log::error("{}; the program cannot continue", error.what());
-    std::abort();
+  refuse_endless_destruction();
+  // Work that comes to wait for such a mapping during the wait ends it with buffer_misuse: the same
+  // check, then the wait again.
+  while (true) {
+    try {
+      wait_for_all_tasks();
+      break;
+    } catch (const Error& refused) {
+      if (refused.code() != ErrorCode::buffer_misuse) break;  // not a wait for a mapping: none to end
+      refuse_endless_destruction();
+    } catch (...) {
+      break;
+    }
   }
   try {
-    wait_all();
+    report_root_errors();
   } catch (const std::exception& error) {
     log::warn("context destroyed with an unreported task failure: {}", error.what());
   } catch (...) {

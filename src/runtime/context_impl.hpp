@@ -222,6 +222,8 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   }
   void wait_for_all_tasks();
   void report_root_errors();
+  // refuse_endless_destruction(): shutdown()'s own-mapping check (context_impl.cpp).
+  void refuse_endless_destruction() noexcept;
   // throttle_submission() checks the in-flight bound and the master deque's depth every
   // throttle_interval() + 1 submissions of a thread (a decrement and a branch on the fast path).
   // `submitted` is the task just submitted (it may have run and been recycled already: compared only).

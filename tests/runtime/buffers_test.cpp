@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <thread>
 
 #include <gmock/gmock.h>
@@ -348,6 +349,46 @@ TEST_P(BuffersTest, WorkThatComesToWaitForThisThreadsMappingDuringAWaitEndsTheWa
     context->wait_all();
     EXPECT_EQ(buffer.to_vector()[0], 7);
   }
+}
+
+// A mapping belongs to the thread that made it, not to a later thread the system gives the same
+// id (std::thread::id is reused once a thread has exited): that thread's wait is no wait for itself.
+TEST_P(BuffersTest, AThreadIsNotHeldToAMappingOfAnExitedThreadWithItsId) {
+  Buffer<int> buffer(*context, 4);
+  std::optional<Mapped<int>> handed;
+  std::thread([&] { handed.emplace(buffer.map_write()); }).join();
+  Task blocked = context->submit([](std::span<int> x) { x[0] = 4; }, write(buffer));
+  std::atomic<bool> waited{false};
+  std::string refused;
+  std::thread waiter([&] {
+    try {
+      blocked.wait();
+      waited = true;
+    } catch (const Error& error) {
+      refused = error.what();
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  handed->unmap();
+  waiter.join();
+  EXPECT_TRUE(waited.load()) << refused;
+  EXPECT_EQ(buffer.to_vector()[0], 4);
+}
+
+// A Context destroyed by the thread that made a mapping, whose Mapped<T> another thread holds and
+// unmaps a moment later: the destruction waits for it instead of declaring a deadlock and aborting.
+TEST(BuffersAfterContext, DestructionGivesAMappingHandedToAnotherThreadTimeToEnd) {
+  auto context = std::make_unique<Context>(make_settings(2));
+  Buffer<int> buffer(*context, 4);
+  Mapped<int> mapping = buffer.map_write();
+  context->spawn([](std::span<int> x) { x[0] += 1; }, read_write(buffer));
+  std::thread holder([held = std::move(mapping)]() mutable {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    held[0] = 41;
+    held.unmap();
+  });
+  context.reset();  // waits for the task, which waits for the holder's unmap
+  holder.join();
 }
 
 TEST_P(BuffersTest, BufferLivesUntilItsLastTaskFinishes) {
