@@ -327,6 +327,24 @@ TEST_P(CapiPoolTest, ShutdownUnmapsBeforeWaitingForPoolsThatNeedTheMapping) {
   EXPECT_EQ(seen.load(), 42) << "the pool's task ran after the mapping, with its bytes";
 }
 
+// A launched pool left to nerve_shutdown whose task failed, unreported: the failure is logged, as
+// nerve_shutdown promises for unreported failures (destroying the pool alone dropped it).
+TEST_P(CapiPoolTest, ShutdownLogsTheFailureOfAPoolNobodyWaitedFor) {
+  ContextPtr other = make_context(workers());
+  ASSERT_NE(other, nullptr);
+  nerve_task_pool_t* pool = nerve_task_pool_create(other.get(), 1);
+  ASSERT_NE(pool, nullptr) << nerve_last_error();
+  nerve_task_t* task = nerve_task_create(
+      +[](void*, nerve_device_t, nerve_stream_t) { nerve_task_fail("pool member broke"); }, nullptr);
+  ASSERT_EQ(nerve_task_pool_submit(pool, task), NERVE_OK);
+  ASSERT_EQ(nerve_task_pool_launch(pool), NERVE_OK);
+  ::testing::internal::CaptureStderr();
+  other.reset();
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_THAT(log, ::testing::HasSubstr("unreported task failure in a task pool"));
+  EXPECT_THAT(log, ::testing::HasSubstr("pool member broke"));
+}
+
 // Destroying a launched pool whose task waits for a mapping this thread holds would wait forever:
 // an error, and the pool is detached instead — its task runs once the mapping goes, its descriptor
 // still valid, and nothing leaks (LeakSanitizer).
