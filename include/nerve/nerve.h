@@ -136,8 +136,8 @@ NERVE_API nerve_context_t* nerve_init(void);
 NERVE_API nerve_context_t* nerve_init_with_config(const nerve_context_config_t* config);
 /* nerve_shutdown() unmaps mapped buffers, destroys task pools still alive, waits for every submitted
  * task, frees buffers still alive (with a warning on stderr), stops the workers and frees the
- * context. Unreported task failures are logged (a launched pool's too). NULL is accepted. Inside a task it does nothing but
- * log an error (and set nerve_last_error()). Blocks. */
+ * context. Unreported task failures are logged (a launched pool's too). NULL is accepted. Inside a
+ * task it does nothing but log an error (and set nerve_last_error()). Blocks. */
 NERVE_API void nerve_shutdown(nerve_context_t* ctx);
 
 /* nerve_context_get_device_count() is the number of devices that can run tasks (1 in a CPU-only
