@@ -260,7 +260,7 @@ TaskRecord* ContextImpl::commit_task(TaskDraft draft, const SubmitInfo& info) {
     task->group = info.group;
     task->compute_intensive = info.compute_intensive;
     task->priority = info.priority;
-    task->lean = true;
+    task->lean = lean_pristine;
     task->refs.store(1, std::memory_order_relaxed);
     if (info.group != nullptr) info.group->pending.fetch_add(1, std::memory_order_relaxed);
     thread.count_submitted();
@@ -313,7 +313,7 @@ TaskRecord* ContextImpl::commit_task(TaskDraft draft, const SubmitInfo& info) {
   }
   task->refs.store(info.keep_handle ? 2 : 1, std::memory_order_relaxed);
   if (task->access_count == 0 && info.after_count == 0 && !info.keep_handle) {
-    task->lean = true;
+    task->lean = lean_plain;
     if (info.group != nullptr) info.group->pending.fetch_add(1, std::memory_order_relaxed);
     thread.count_submitted();
     make_ready(task, thread, true);
@@ -602,6 +602,14 @@ void ContextImpl::finish(TaskRecord* task, ThreadState& thread, std::uint32_t ou
   // slot) may be the last one while every worker sleeps, so it must wake them itself.
   if (thread.slot == nullptr && root_parked.load(std::memory_order_seq_cst) > 0) {
     scheduler.waiters().wake(&root_parked);
+  }
+  // The fork-join fast path's task changed no cold field but its name, unless it failed or was
+  // cancelled (error), was recorded (times) or was placed (device: only where some device runs
+  // plain closures, host_bound_in_place()): its release need not look.
+  if (task->lean == lean_pristine && outcome == status_succeeded && recorder == nullptr &&
+      (coherence == nullptr || closure_devices == 0)) [[likely]] {
+    records.free_pristine(thread.records, task);
+    return;
   }
   release_task(task, thread);
 }

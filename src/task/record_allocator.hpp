@@ -54,17 +54,28 @@ class RecordAllocator {
 
   void free(Cache& cache, TaskRecord* record) noexcept {
     record->release_resources();
-    record->next.store(cache.head, std::memory_order_relaxed);
-    cache.head = record;
-    ++cache.count;
-    cache.live.store(cache.live.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
-    if (cache.count >= 2 * magazine_size) spill(cache);
+    push(cache, record);
+  }
+  // free_pristine(): free() for a record whose cold lines hold their recycled values but for its
+  // name — a lean task of the fork-join fast path that succeeded with no recording and no devices
+  // (ContextImpl::finish). release_resources() would read lines 2, 3 and 5 to find nothing to do:
+  // ~60 instructions and three cache lines per task of W1 and W2.
+  void free_pristine(Cache& cache, TaskRecord* record) noexcept {
+    record_fields::restore(record->name, nullptr);
+    push(cache, record);
   }
 
   std::int64_t live_records() const;
   std::size_t slab_count() const;
 
  private:
+  void push(Cache& cache, TaskRecord* record) noexcept {
+    record->next.store(cache.head, std::memory_order_relaxed);
+    cache.head = record;
+    ++cache.count;
+    cache.live.store(cache.live.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+    if (cache.count >= 2 * magazine_size) spill(cache);
+  }
   struct Magazine {
     TaskRecord* head;
   };

@@ -92,7 +92,8 @@ struct alignas(64) TaskRecord : QueueLink {
   std::atomic<bool> cancel_pending{false};  // a predecessor failed: do not run, cancel
   // Nothing can observe it: no accesses, no `after`, no handle, not in a pool. It then needs no
   // submission guard, no status exchange, no successor list and no atomic reference count.
-  bool lean = false;
+  // lean_pristine: made by the fork-join fast path, which writes no cold field but `name`.
+  std::uint8_t lean = 0;
   std::uint16_t access_count = 0;
   std::int32_t priority = 0;  // TaskOptions::priority (0: the deques; else the priority queue)
   const ClosureOps* ops = nullptr;
@@ -193,6 +194,9 @@ void restore(std::atomic<T>& field, U initial) noexcept {
 }
 }  // namespace record_fields
 
+inline constexpr std::uint8_t lean_plain = 1;
+inline constexpr std::uint8_t lean_pristine = 2;
+
 inline void TaskRecord::reuse() noexcept {
   pending.store(0, std::memory_order_relaxed);
   refs.store(0, std::memory_order_relaxed);
@@ -203,7 +207,7 @@ inline void TaskRecord::reuse() noexcept {
   closure_on_heap = false;
   compute_intensive = false;
   cancel_pending.store(false, std::memory_order_relaxed);
-  lean = false;
+  lean = 0;
   access_count = 0;
   priority = 0;
   ops = nullptr;
