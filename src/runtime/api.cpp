@@ -135,12 +135,10 @@ void check_pool_context(const PoolState* pool) {
 void group_wait(ContextImpl* context, GroupState* group) {
   ContextImpl& runtime = live(context);
   GroupDone target{group};
-  if (target.done()) {
-    group_done(group);
-    return;
+  if (!target.done()) {
+    refuse_group_deadlock(runtime, group);
+    runtime.wait_rechecking(runtime.current_thread(), target, [&] { refuse_group_deadlock(runtime, group); });
   }
-  refuse_group_deadlock(runtime, group);
-  runtime.wait_rechecking(runtime.current_thread(), target, [&] { refuse_group_deadlock(runtime, group); });
   group_done(group);
 }
 
