@@ -225,9 +225,8 @@ void MonitoredExecutor::execute(TaskRecord* task, ThreadState& thread) {
   if (heft.placer != nullptr && task->kernel != nullptr) heft.assignment = heft.placer->take(task);
   // A task the CPU workers cannot run (a kernel without a CPU body) reaches one only to be cancelled
   // before it was placed anywhere (place_with_data): no CPU run to record (docs/PERF_STATS.md).
-  const bool runs_here = task->kernel == nullptr ? !task->stream_only : context_.can_run_on(*task, 0);
   MonitoredRun run{task, perf.models() != nullptr && task->kernel != nullptr,
-                   perf.records_tasks() && runs_here};
+                   perf.records_tasks() && context_.can_run_on(*task, 0)};
   if (run.recorded)
     run.event = perf.begin_event(task, 0, thread.slot != nullptr ? static_cast<int>(thread.slot->index) : -1);
   run.start_ns = run.recorded ? run.event.start_ns : monotonic_ns();
