@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "util/fnv1a.hpp"
 #include "util/json_text.hpp"
 #include "util/log.hpp"
 
@@ -74,9 +75,7 @@ std::string file_stem(const std::string& kernel) {
   // holds the full name; "%%" never comes out of the encoding above).
   constexpr std::size_t longest = 200;
   if (stem.size() > longest) {
-    std::uint64_t hash = 0xcbf29ce484222325ULL;
-    for (const char c : kernel) hash = (hash ^ static_cast<unsigned char>(c)) * 0x100000001b3ULL;
-    stem = fmt::format("{}%%{:016x}", stem.substr(0, longest - 18), hash);
+    stem = fmt::format("{}%%{:016x}", stem.substr(0, longest - 18), fnv1a(kernel));
   }
   return stem;
 }

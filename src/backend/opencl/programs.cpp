@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "util/fnv1a.hpp"
 #include "util/log.hpp"
 
 namespace nerve::detail::opencl {
@@ -18,20 +19,10 @@ namespace {
 
 constexpr char magic[8] = {'N', 'E', 'R', 'V', 'E', 'C', 'L', '1'};
 
-std::uint64_t fnv1a(const std::string& text, std::uint64_t seed) {
-  std::uint64_t hash = seed;
-  for (const char c : text) {
-    hash ^= static_cast<unsigned char>(c);
-    hash *= 0x100000001b3ULL;
-  }
-  return hash;
-}
-
 // The file name: two independent 64-bit hashes of the key material (the material itself is stored
 // in the file and compared on load, so a collision costs a rebuild, never a wrong program).
 std::string file_name(const std::string& material) {
-  return fmt::format("{:016x}{:016x}.bin", fnv1a(material, 0xcbf29ce484222325ULL),
-                     fnv1a(material, 0x84222325cbf29ce4ULL));
+  return fmt::format("{:016x}{:016x}.bin", fnv1a(material), fnv1a(material, 0x84222325cbf29ce4ULL));
 }
 
 // The options every program is built with: the kernel's own, and argument information, which
