@@ -1,6 +1,7 @@
 #include "sched/scheduler.hpp"
 
 #include <algorithm>
+#include <array>
 #include <numeric>
 #include <random>
 #include <thread>
@@ -270,9 +271,15 @@ TaskRecord* Scheduler::find_work(ThreadState& thread, WorkerSlot& slot, IdleStat
 
 TaskRecord* Scheduler::steal(ThreadState& thread, WorkerSlot& slot) {
   if (thread.submitter_role != ThreadState::SubmitterRole::owner) {
-    if (TaskRecord* task = submitter_deque_.steal()) {
+    std::array<TaskRecord*, submitter_batch> batch;
+    if (const std::size_t count = submitter_deque_.steal_batch(batch); count != 0) {
       WorkerSlot::bump(slot.stats.steals);
-      return task;
+      // The rest into this slot's deque, newest first, so that its pops take them oldest first; a
+      // thief that finds it empty takes some from there.
+      bool was_empty = false;
+      for (std::size_t i = count; i-- > 1;) was_empty |= slot.deque.push(batch[i]);
+      if (was_empty) notify_work(&slot, -1);
+      return batch[0];
     }
   }
   const auto& victims = slot.victims;

@@ -178,7 +178,10 @@ class Scheduler {
   // external thread). It pops there while it waits; everyone else steals. It is owned for the
   // context's life: an owner that exits leaves its tasks stealable, and other threads borrow the
   // master slot as before.
-  ChaseLevDeque<TaskRecord*> submitter_deque_;
+  // Workers steal from it in batches (submitter_batch at most, half of what it holds): one thread
+  // feeding all the others would otherwise move its deque's lines to a thief once per task.
+  static constexpr std::size_t submitter_batch = 16;
+  ChaseLevDeque<TaskRecord*> submitter_deque_{256, submitter_batch};
   std::atomic_flag submitter_taken_;  // set by the owner's first submission
   WaiterRegistry waiters_;
   static constexpr std::chrono::milliseconds first_sleep_bound{1};
