@@ -115,10 +115,10 @@ typedef struct nerve_context_config {
   /* Convenience fields; NERVE_CONFIG_UNSET leaves the key alone. */
   int scheduler_spin_us;         /* scheduler.spin_us */
   int thread_pool_size;          /* parallel.thread_pool_size (0 = automatic) */
-  int enable_perf_counter;       /* perf.enable_counters (0 or 1) */
+  int enable_perf_counter;       /* perf.enable_counters (0: false, any other value: true) */
   int perf_counter_interval_ms;  /* perf.counter_interval_ms */
   int numa_memory_policy;        /* memory.numa_policy: 0 local, 1 interleave, 2+k preferred:k */
-  int enable_device_cache_hints; /* gpu.cache_hints (0 or 1) */
+  int enable_device_cache_hints; /* gpu.cache_hints (0: false, any other value: true) */
   int max_pending_transfers;     /* gpu.max_pending_transfers */
 } nerve_context_config_t;
 
@@ -301,8 +301,9 @@ NERVE_API nerve_status_t nerve_task_submit(nerve_context_t* ctx, nerve_task_t* t
 NERVE_API void nerve_task_destroy(nerve_task_t* task);
 /* nerve_task_fail() makes the running task fail with `message` once its kernel returns: tasks that
  * depend on it are cancelled, and the wait that reports it returns NERVE_ERROR_TASK_FAILED with
- * "task '<name>' failed: <message>" (a NULL or empty message reads "(nerve_task_fail gave no
- * message)"). Only from inside a kernel (elsewhere it records NERVE_ERROR_INVALID_ARGUMENT as this
+ * "<wait function>: task '<name>' failed: <message>" (a NULL or empty message reads
+ * "(nerve_task_fail gave no message)"; a C++ kernel that throws reads the same, with what() as
+ * the message). Only from inside a kernel (elsewhere it records NERVE_ERROR_INVALID_ARGUMENT as this
  * thread's last error and does nothing). The first call wins. */
 NERVE_API void nerve_task_fail(const char* message);
 

@@ -3,6 +3,7 @@
 
 #include <new>
 #include <string>
+#include <utility>
 
 namespace nerve::capi {
 namespace {
@@ -38,6 +39,16 @@ nerve_status_t set_last_error(nerve_status_t status, const char* function,
     last_error.message.clear();
   }
   return status;
+}
+
+SavedLastError::SavedLastError() noexcept
+    : status_(std::exchange(last_error.status, NERVE_OK)), message_(std::move(last_error.message)) {
+  last_error.message.clear();  // a moved-from string is valid but unspecified
+}
+
+SavedLastError::~SavedLastError() {
+  last_error.status = status_;
+  last_error.message.swap(message_);
 }
 
 nerve_status_t record_exception(const char* function, nerve_status_t fallback) noexcept {

@@ -29,6 +29,21 @@ nerve_status_t record_exception(const char* function,
 // exception type a C++ kernel used.
 nerve_status_t record_wait_exception(const char* function) noexcept;
 
+// A kernel's failing calls are the kernel's: a task run by a thread that waits (nerve_wait_all, a
+// pool's wait) must not change what that wait's caller reads from nerve_last_error() afterwards.
+// SavedLastError takes the thread's last error (the kernel starts with none) and puts it back.
+class SavedLastError {
+ public:
+  SavedLastError() noexcept;
+  ~SavedLastError();
+  SavedLastError(const SavedLastError&) = delete;
+  SavedLastError& operator=(const SavedLastError&) = delete;
+
+ private:
+  nerve_status_t status_;
+  std::string message_;
+};
+
 // fail() throws the Error a C function reports for a bad argument or misuse.
 [[noreturn]] void fail(ErrorCode code, const std::string& message);
 

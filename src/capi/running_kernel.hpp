@@ -13,6 +13,8 @@
 #include "nerve/detail/runtime_api.hpp"
 #include "nerve/nerve.h"
 
+#include "capi/errors.hpp"
+
 namespace nerve::capi {
 
 class RunningKernel {
@@ -42,6 +44,7 @@ class RunningKernel {
   const char* name_;
   const detail::AccessView* views_;
   RunningKernel* previous_;
+  SavedLastError caller_error_;  // restored when the kernel returns
   bool failed_ = false;
   std::string message_;
 };

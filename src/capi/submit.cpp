@@ -21,6 +21,10 @@ thread_local RunningKernel* current_kernel = nullptr;
 // A task record stores one access count in 16 bits.
 constexpr std::size_t max_task_accesses = std::numeric_limits<std::uint16_t>::max();
 
+[[noreturn]] void throw_named_failure(const RunningKernel& running, const char* message) {
+  throw Error(ErrorCode::task_failed, fmt::format("task '{}' failed: {}", running.name(), message));
+}
+
 // KernelClosure is what the runtime stores for a C task: the task object itself (fn, desc, accesses),
 // and its interned name. Its views are ignored: a C kernel finds its data with
 // nerve_buffer_get_device_ptr(), which checks the buffer against the task's accesses.
@@ -31,12 +35,18 @@ struct KernelClosure {
   static void invoke(void* self, const detail::AccessView* views) {
     const KernelClosure& closure = *static_cast<KernelClosure*>(self);
     RunningKernel running(*closure.task, closure.name, views);
-    closure.task->fn(closure.task->desc, detail::running_device(), detail::running_stream());
-    if (running.failed()) {
-      // Thrown after the kernel returned: C frames are never unwound.
-      throw Error(ErrorCode::task_failed,
-                  fmt::format("task '{}' failed: {}", running.name(), running.message()));
+    try {
+      closure.task->fn(closure.task->desc, detail::running_device(), detail::running_stream());
+    } catch (const Error& error) {
+      if (error.code() == ErrorCode::cancelled) throw;  // it waited for a cancelled task: not its failure
+      throw_named_failure(running, error.what());
+    } catch (const std::exception& error) {
+      throw_named_failure(running, error.what());  // a C++ kernel threw: the wait names the task
+    } catch (...) {
+      throw_named_failure(running, "an exception that is not a std::exception");
     }
+    // Thrown after the kernel returned: C frames are never unwound.
+    if (running.failed()) throw_named_failure(running, running.message().c_str());
   }
   static void destroy(void* self) noexcept { static_cast<KernelClosure*>(self)->~KernelClosure(); }
   static constexpr detail::ClosureOps ops{&invoke, &destroy};

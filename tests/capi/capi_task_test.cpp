@@ -1,6 +1,7 @@
 // C API: tasks — inferred dependencies (whole buffers and byte ranges), failure propagation,
 // compute-intensive placement, devices, and argument errors.
 #include <numeric>
+#include <stdexcept>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -304,6 +305,62 @@ TEST(CapiTask, FailOutsideAKernelIsAnErrorAndAnEmptyMessageSaysSo) {
             NERVE_OK);
   EXPECT_NERVE_ERROR(nerve_wait_all(ctx.get()), NERVE_ERROR_TASK_FAILED,
                      "task 'silent' failed: (nerve_task_fail gave no message)");
+}
+
+// Kernels that a waiting thread runs (with one slot, every kernel runs on the thread in
+// nerve_wait_all) make failing calls of their own; the wait succeeds, so the caller's last error
+// must be what it was before: "successful calls leave it alone".
+TEST_P(CapiTaskTest, KernelErrorsDoNotLeakIntoTheWaitersLastError) {
+  nerve_buffer_t* declared = nerve_buffer_alloc_unified(ctx.get(), 8, MEM_FLAG_READ_WRITE);
+  nerve_buffer_t* undeclared = nerve_buffer_alloc_unified(ctx.get(), 8, MEM_FLAG_READ_WRITE);
+  ASSERT_NE(declared, nullptr);
+  ASSERT_NE(undeclared, nullptr);
+  struct Probe {
+    nerve_buffer_t* undeclared;
+    std::thread::id waiter;
+    std::atomic<int> failed_calls{0};
+    std::atomic<int> on_waiter{0};
+  } probe{undeclared, std::this_thread::get_id()};
+  for (int i = 0; i < 16; ++i) {
+    ASSERT_EQ(submit(
+                  ctx.get(),
+                  +[](void* desc, nerve_device_t device, nerve_stream_t) {
+                    auto& p = *static_cast<Probe*>(desc);
+                    if (nerve_last_status() != NERVE_OK)
+                      return nerve_task_fail("kernel saw the caller's error");
+                    if (nerve_buffer_get_device_ptr(p.undeclared, device) == nullptr)
+                      p.failed_calls.fetch_add(1);
+                    if (std::this_thread::get_id() == p.waiter) p.on_waiter.fetch_add(1);
+                  },
+                  &probe, {declared}, "prober"),
+              NERVE_OK);
+  }
+  nerve_clear_last_error();
+  ASSERT_EQ(nerve_wait_all(nullptr), NERVE_ERROR_INVALID_ARGUMENT);
+  const std::string before = nerve_last_error();
+  ASSERT_FALSE(before.empty());
+  ASSERT_EQ(nerve_wait_all(ctx.get()), NERVE_OK) << nerve_last_error();
+  EXPECT_EQ(probe.failed_calls.load(), 16);
+  if (workers() == 1) EXPECT_EQ(probe.on_waiter.load(), 16) << "one slot: the waiter runs every kernel";
+  EXPECT_EQ(nerve_last_status(), NERVE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(std::string(nerve_last_error()), before);
+  EXPECT_EQ(nerve_buffer_free(declared), NERVE_OK);
+  EXPECT_EQ(nerve_buffer_free(undeclared), NERVE_OK);
+}
+
+// A C++ kernel behind the C API may throw: the wait's message names the task like nerve_task_fail.
+TEST_P(CapiTaskTest, ThrowingKernelIsNamedInTheWaitsMessage) {
+  ASSERT_EQ(submit(
+                ctx.get(), +[](void*, nerve_device_t, nerve_stream_t) { throw std::runtime_error("boom"); },
+                nullptr, {}, "thrower"),
+            NERVE_OK);
+  EXPECT_NERVE_ERROR(nerve_wait_all(ctx.get()), NERVE_ERROR_TASK_FAILED,
+                     "nerve_wait_all: task 'thrower' failed: boom");
+  ASSERT_EQ(submit(
+                ctx.get(), +[](void*, nerve_device_t, nerve_stream_t) { throw 42; }, nullptr, {}, "odd"),
+            NERVE_OK);
+  EXPECT_NERVE_ERROR(nerve_wait_all(ctx.get()), NERVE_ERROR_TASK_FAILED,
+                     "task 'odd' failed: an exception that is not a std::exception");
 }
 
 TEST_P(CapiTaskTest, UnnamedTaskFailure) {
