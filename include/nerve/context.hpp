@@ -191,8 +191,7 @@ class TaskGroup {
   // other task meanwhile unless the context has a single worker slot.
   template <class Rep, class Period>
   bool wait_for(std::chrono::duration<Rep, Period> timeout) {
-    return detail::group_wait_for(context_, &state_,
-                                  std::chrono::duration_cast<std::chrono::nanoseconds>(timeout).count());
+    return detail::group_wait_for(context_, &state_, detail::timeout_ns(timeout));
   }
   // cancel() cancels the group's tasks that have not started yet (TaskCancelled without a cause),
   // and those submitted before the next wait() returns; after that the group runs tasks again.

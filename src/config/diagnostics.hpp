@@ -2,7 +2,7 @@
 //
 // Every problem becomes one nerve::ConfigError whose message starts with where the value came from
 // ("config.yaml:7", "env NERVE_SCHEDULER_POLICY", "api"), so that it can be shown to a user as it is:
-//   config.yaml:7: scheduler.policy: 'eagr' is not one of eager, locality_aware_stealing (did you ...)
+//   config.yaml:7: scheduler.policy: 'eagr' is not one of eager, locality_aware_stealing, heft (did you ...)
 #pragma once
 
 #include <string>

@@ -60,6 +60,8 @@ NumaPolicy parse_numa_policy(std::string_view text) {
     if (word != "preferred" && !did_you_mean(word, words).empty()) {
       hint = fmt::format(" (did you mean 'preferred{}'?)", text.substr(colon));
     }
+  } else if (text == "preferred") {
+    hint = " (preferred needs the node: preferred:0)";
   } else {
     const std::vector<std::string> words{"local", "interleave", "preferred"};
     hint = did_you_mean(text, words);
@@ -92,7 +94,7 @@ std::pair<Compression, std::size_t> parse_compression(std::string_view text) {
   const std::vector<std::string> words{"none", "zstd"};
   throw ConfigError(fmt::format("distributed.compression: {} is not none, zstd or zstd:<threshold bytes> "
                                 "(0..1073741824){}",
-                                quote(text), did_you_mean(text, words)),
+                                quote(text), text.starts_with(prefix) ? "" : did_you_mean(text, words)),
                     "distributed.compression");
 }
 

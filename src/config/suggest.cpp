@@ -41,8 +41,9 @@ std::optional<std::string> closest_match(std::string_view word, std::span<const 
   std::size_t best_distance = allowed + 1;
   for (const std::string& candidate : candidates) {
     const std::size_t distance = edit_distance(word, candidate);
-    // A candidate that would have to be rewritten entirely is not a typo of `word`.
-    if (distance < best_distance && distance < candidate.size()) {
+    // A candidate that would have to be rewritten entirely is not a typo of `word`, and `word`
+    // itself is no suggestion: its problem is not its spelling (another letter case still is).
+    if (distance < best_distance && distance < candidate.size() && candidate != word) {
       best = candidate;
       best_distance = distance;
     }

@@ -20,8 +20,12 @@ namespace detail {
 namespace {
 
 Clock::time_point deadline_after(std::int64_t timeout_ns) {
-  if (timeout_ns < 0) return Clock::time_point::max();
-  return Clock::now() + std::chrono::nanoseconds(timeout_ns);
+  const Clock::time_point now = Clock::now();
+  // A timeout past the clock's range (timeout_ns() saturates at int64 max) means no limit.
+  if (timeout_ns < 0 || std::chrono::nanoseconds(timeout_ns) >= Clock::time_point::max() - now) {
+    return Clock::time_point::max();
+  }
+  return now + std::chrono::nanoseconds(timeout_ns);
 }
 
 }  // namespace

@@ -33,7 +33,7 @@ void ContextImpl::unregister_buffer(BufferState* buffer) noexcept {
 BufferState* buffer_create(ContextImpl* context, std::size_t bytes, std::size_t element_size,
                            const BufferOptions& options) {
   if (live(context).shut_down)
-    throw Error(ErrorCode::invalid_argument, "buffer created in a context being destroyed");
+    throw Error(ErrorCode::invalid_argument, "buffer created in a context that has been destroyed");
   const auto nodes = static_cast<int>(context->topology.numa_nodes().size());
   if (options.numa_node < -1 || options.numa_node >= nodes) {
     throw Error(ErrorCode::invalid_argument,

@@ -82,7 +82,7 @@ void submit_step(ContextImpl* context, Step step, TaskRecord* after, const char*
 
 TaskRecord* coroutine_task_create(ContextImpl* context, const char* name, GroupState* group) {
   if (live(context).shut_down)
-    throw Error(ErrorCode::invalid_argument, "coroutine launched in a context being destroyed");
+    throw Error(ErrorCode::invalid_argument, "coroutine launched in a context that has been destroyed");
   ThreadState& thread = context->current_thread();
   TaskRecord* task = context->allocate_record(thread);
   task->name = name != nullptr ? name : "coroutine";

@@ -2,9 +2,12 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <functional>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -217,6 +220,29 @@ TEST_P(ErrorsTest, WaitForTimesOut) {
   EXPECT_TRUE(blocked.wait_for(std::chrono::seconds(30)));
 }
 
+// A negative timeout is an immediate poll (it once meant "wait forever"), and a timeout too long for
+// int64 nanoseconds saturates instead of overflowing into a negative one.
+TEST_P(ErrorsTest, WaitForNegativeOrHugeTimeouts) {
+  Buffer<int> gate(*context, 1);
+  auto mapping = gate.map_write();
+  Task blocked = context->submit([](std::span<const int>) {}, read(gate));
+  TaskGroup group(*context);
+  group.spawn([](std::span<const int>) {}, read(gate));
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_FALSE(blocked.wait_for(std::chrono::nanoseconds(-1)));
+  EXPECT_FALSE(blocked.wait_for(std::chrono::milliseconds(-5)));
+  EXPECT_FALSE(blocked.wait_for(std::chrono::nanoseconds::min()));
+  EXPECT_FALSE(blocked.wait_for(std::chrono::duration<double>(-0.5)));
+  EXPECT_FALSE(group.wait_for(std::chrono::seconds(-1)));
+  EXPECT_FALSE(group.wait_for(std::chrono::nanoseconds::min()));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+  mapping.unmap();
+  EXPECT_TRUE(blocked.wait_for(std::chrono::seconds::max()));
+  EXPECT_TRUE(blocked.wait_for(std::chrono::hours::max()));
+  EXPECT_TRUE(group.wait_for(std::chrono::nanoseconds::max()));
+  EXPECT_TRUE(group.wait_for(std::chrono::duration<double>(1e30)));
+}
+
 // A timed wait does not run the task it waits for (or any other) while other workers can: a task
 // of 300 ms must not turn wait_for(10 ms) into a 300 ms wait that answers true.
 TEST_P(ErrorsTest, WaitForDoesNotRunTasksPastItsTimeout) {
@@ -403,6 +429,28 @@ TEST(OutlivingTheContext, GroupsMadeOnWorkersAndDestroyedElsewhereKeepTheRuntime
   EXPECT_LT(__sanitizer_get_current_allocated_bytes(), before + 64 * 1024)
       << "the runtime outlived its last group";
 #endif
+}
+
+// A group or pool may outlive its Context; using it then says the context is gone (it used to say
+// "being destroyed", as if waiting could help).
+TEST(ContextLifetime, GroupAndPoolAfterTheContextIsDestroyedSaySo) {
+  auto context = std::make_unique<Context>(make_settings(2));
+  TaskGroup group(*context);
+  TaskPool pool(*context);
+  context.reset();
+  for (const auto& use : std::initializer_list<std::function<void()>>{[&] { group.spawn([] {}); },
+                                                                      [&] {
+                                                                        pool.add([] {});
+                                                                        pool.launch();
+                                                                      }}) {
+    try {
+      use();
+      ADD_FAILURE() << "use after the context was destroyed did not throw";
+    } catch (const Error& error) {
+      EXPECT_EQ(error.code(), ErrorCode::invalid_argument);
+      EXPECT_NE(std::string(error.what()).find("has been destroyed"), std::string::npos) << error.what();
+    }
+  }
 }
 
 // Destructors can neither throw nor wait forever: a group or context destroyed while this thread

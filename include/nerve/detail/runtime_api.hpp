@@ -6,9 +6,11 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <limits>
 #include <memory>
 
 #include "nerve/export.hpp"
@@ -159,7 +161,18 @@ NERVE_API void retain(BufferState* buffer) noexcept;
 NERVE_API void release(BufferState* buffer) noexcept;
 
 // Task handles.
-NERVE_API int task_status(const TaskRecord* record) noexcept;           // a TaskStatus value
+NERVE_API int task_status(const TaskRecord* record) noexcept;  // a TaskStatus value
+// A timed wait's timeout in nanoseconds for task_wait / group_wait_for, whose -1 means "no limit":
+// a negative (or NaN) timeout is 0, an immediate poll, and one too long for int64 nanoseconds
+// (hours::max()) saturates instead of overflowing in the conversion.
+template <class Rep, class Period>
+constexpr std::int64_t timeout_ns(std::chrono::duration<Rep, Period> timeout) noexcept {
+  constexpr std::int64_t longest = std::numeric_limits<std::int64_t>::max();
+  const double ns = std::chrono::duration<double, std::nano>(timeout).count();
+  if (!(ns > 0)) return 0;
+  if (ns >= static_cast<double>(longest)) return longest;
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(timeout).count();
+}
 NERVE_API bool task_wait(TaskRecord* record, std::int64_t timeout_ns);  // false on timeout; rethrows
 NERVE_API std::exception_ptr task_error(const TaskRecord* record) noexcept;
 
