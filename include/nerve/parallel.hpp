@@ -14,7 +14,8 @@
 // is returned for an empty range. With grain 0 the grain depends on the worker count (about four
 // pieces per worker: the next power of two at or above 4 × workers) — unless
 // parallel.deterministic_mode is on, which fixes it (grain = count / 64 rounded up, so the halving
-// tree has 64 leaves, or `count` below 64, whatever the workers), so a floating-point reduction gives
+// tree has at most 64 leaves — 33 to 64 from 64 items up — or `count` below 64, whatever the
+// workers), so a floating-point reduction gives
 // the same bits on every run and every worker count. As with parallel_for, the first exception
 // thrown by map or reduce, in time, is rethrown once every piece has finished.
 #pragma once

@@ -1,9 +1,13 @@
 #include "perf/history_model.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
+#include <stdexcept>
+#include <string_view>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -63,7 +67,7 @@ bool plausible(const ModelEntry& entry) {
 // A kernel name as a file name, one to one (two kernels never share a file): letters, digits, '-',
 // '_' and '.' kept, except a leading '.'; every other byte, '%' included, as %XX. (It used to map the
 // rest to '_', so "a/b" and "a_b" overwrote each other's models.)
-std::string file_stem(const std::string& kernel) {
+std::string percent_encoded(const std::string& kernel) {
   std::string stem;
   for (std::size_t i = 0; i < kernel.size(); ++i) {
     const char c = kernel[i];
@@ -71,6 +75,29 @@ std::string file_stem(const std::string& kernel) {
                       c == '-' || c == '_' || (c == '.' && i != 0);
     stem += keep ? std::string(1, c) : fmt::format("%{:02X}", static_cast<unsigned char>(c));
   }
+  return stem;
+}
+
+// The inverse of percent_encoded(); nullopt for text it cannot have made.
+std::optional<std::string> percent_decoded(std::string_view text) {
+  std::string name;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '%') {
+      name += text[i];
+      continue;
+    }
+    unsigned value = 0;
+    if (i + 2 >= text.size()) return std::nullopt;
+    const auto [end, error] = std::from_chars(text.data() + i + 1, text.data() + i + 3, value, 16);
+    if (error != std::errc{} || end != text.data() + i + 3) return std::nullopt;
+    name += static_cast<char>(value);
+    i += 2;
+  }
+  return name;
+}
+
+std::string file_stem(const std::string& kernel) {
+  std::string stem = percent_encoded(kernel);
   // File names end at 255 bytes: a longer name keeps its start and a hash of the whole (the file
   // holds the full name; "%%" never comes out of the encoding above).
   constexpr std::size_t longest = 200;
@@ -195,7 +222,14 @@ void HistoryModels::load() {
       std::ifstream in(file.path());
       const nlohmann::json json = nlohmann::json::parse(in);
       if (json.value("schema", "") != "nerve.perfmodel/1") continue;
-      const std::string kernel = json.at("kernel");
+      // "kernel" is for people: bytes that are not UTF-8 read U+FFFD there. "kernel_bytes" (written
+      // since) holds the name itself, percent-encoded, so such a kernel finds its model again.
+      std::string kernel = json.at("kernel");
+      if (json.contains("kernel_bytes")) {
+        const std::optional<std::string> exact = percent_decoded(json.at("kernel_bytes").get<std::string>());
+        if (!exact) throw std::runtime_error("kernel_bytes is not a percent-encoded name");
+        kernel = *exact;
+      }
       // A file another name maps to (an older version's name for a kernel with other characters)
       // would shadow, or be shadowed by, the kernel's own: only the kernel's own file counts.
       if (file.path().filename() != file_stem(kernel) + ".json") {
@@ -249,9 +283,11 @@ void HistoryModels::save() const noexcept {
       const auto temporary = std::filesystem::path(path.string() + ".tmp");
       {
         std::ofstream out(temporary);
-        out << json_text(
-                   nlohmann::json{{"schema", "nerve.perfmodel/1"}, {"kernel", kernel}, {"entries", entries}},
-                   2)
+        out << json_text(nlohmann::json{{"schema", "nerve.perfmodel/1"},
+                                        {"kernel", kernel},
+                                        {"kernel_bytes", percent_encoded(kernel)},
+                                        {"entries", entries}},
+                         2)
             << '\n';
         if (!out) throw std::runtime_error("cannot write " + temporary.string());
       }

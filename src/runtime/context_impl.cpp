@@ -1,8 +1,12 @@
 #include "runtime/context_impl.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include <fmt/format.h>
@@ -10,6 +14,7 @@
 #include "nerve/error.hpp"
 
 #include "backend/registry.hpp"
+#include "config/diagnostics.hpp"
 #include "memory/buffer_state.hpp"
 #include "perf/trace.hpp"
 #include "runtime/pool_state.hpp"
@@ -41,10 +46,28 @@ ContextImpl::ContextImpl(const Settings& settings)
   log::debug("context {}: {} worker slots on {}", id, scheduler.slot_count(), topology.description());
   if (config.perf.records_tasks()) recorder = perf.get();
   times_tasks = config.perf.times_tasks();
-  if (!config.perf.trace.empty()) trace_path = claim_trace_path(config.perf.trace, id).string();
+  if (!config.perf.trace.empty()) {
+    trace_path = claim_trace_path(config.perf.trace, id).string();
+    // The trace is written when the context ends: a path that cannot be written is said now, not
+    // after the whole run. Probed by opening for appending (changing nothing), removed if it was new.
+    std::error_code ignored;
+    const bool existed = std::filesystem::exists(trace_path, ignored);
+    errno = 0;
+    if (!std::ofstream(trace_path, std::ios::app)) {
+      config::rethrow_with_origin(config,
+                                  ConfigError(fmt::format("perf.trace: cannot write '{}': {}", trace_path,
+                                                          errno != 0 ? std::strerror(errno) : "open failed"),
+                                              "perf.trace"));
+    }
+    if (!existed) std::filesystem::remove(trace_path, ignored);
+  }
   if (config.scheduler.policy == SchedulerPolicy::heft &&
       (!config.perf.decision_log.empty() || config.perf.records_tasks())) {
-    decisions = std::make_unique<DecisionLog>(config.perf.decision_log, config.perf.records_tasks());
+    try {
+      decisions = std::make_unique<DecisionLog>(config.perf.decision_log, config.perf.records_tasks());
+    } catch (const ConfigError& error) {
+      config::rethrow_with_origin(config, error);  // a file that cannot be made: say where it was set
+    }
   }
   scheduler.start();
   try {

@@ -92,7 +92,9 @@ TaskRecord* ContextImpl::allocate_record(ThreadState& thread) {
 }
 
 TaskDraft ContextImpl::begin_task(std::size_t closure_size, std::size_t closure_align) {
-  if (shut_down) throw Error(ErrorCode::invalid_argument, "submit to a context that is being destroyed");
+  if (shut_down)
+    throw Error(ErrorCode::invalid_argument,
+                "submit to a context that has been destroyed (a TaskGroup or TaskPool outlived it)");
   ThreadState& thread = current_thread();
   TaskRecord* task = allocate_record(thread);
   void* closure = task->closure;
@@ -188,6 +190,24 @@ std::size_t ContextImpl::register_dependencies(TaskRecord* task, ThreadState& th
     if (recorder != nullptr) [[unlikely]]
       recorder->edge(thread, predecessor.task, task);
   };
+  // Recording: a dependency on a task that has already finished adds no edge, but the trace still
+  // draws its arrow (docs/TRACING.md: one per dependency), once per predecessor.
+  // Registration must not throw once it began: out of memory, an arrow is left out.
+  auto record_finished_sources = [&](const AccessRecord& access) noexcept {
+    std::vector<const TaskRecord*>& recorded = thread.scratch_finished_sources;
+    access.buffer->tracker.finished_sources(
+        access.offset, access.size, access.mode, [&](const TaskRecord* source) noexcept {
+          if (std::find(recorded.begin(), recorded.end(), source) != recorded.end()) return;
+          try {
+            recorded.push_back(source);
+          } catch (const std::bad_alloc&) {
+            return;
+          }
+          recorder->edge(thread, source, task);
+        });
+  };
+  if (recorder != nullptr) [[unlikely]]
+    thread.scratch_finished_sources.clear();
   // Every allocation registration needs is made first, with the locks held (the trackers' segments
   // and readers, the task's dependency nodes: on_predecessor adds at most one edge per report); a bad_alloc
   // there leaves the task out of the graph and the submission throws. Registering then cannot fail.
@@ -202,6 +222,8 @@ std::size_t ContextImpl::register_dependencies(TaskRecord* task, ThreadState& th
     const std::size_t bound = buffer->tracker.reserve_for(access.offset, access.size, access.mode, 1,
                                                           room > after_count ? room - after_count : 0);
     reserve_dep_nodes(task, bound + after_count);
+    if (recorder != nullptr) [[unlikely]]
+      record_finished_sources(access);
     buffer->tracker.register_access(task, access.offset, access.size, access.mode, on_predecessor);
   } else if (count > 1) {
     auto& buffers = thread.scratch_buffers;
@@ -238,6 +260,8 @@ std::size_t ContextImpl::register_dependencies(TaskRecord* task, ThreadState& th
     }
     for (std::size_t i = 0; i < count; ++i) {
       const AccessRecord& access = task->accesses[i];
+      if (recorder != nullptr) [[unlikely]]
+        record_finished_sources(access);
       access.buffer->tracker.register_access(task, access.offset, access.size, access.mode, on_predecessor,
                                              merge);
     }

@@ -75,6 +75,26 @@ class DependencyTracker {
   void register_access(TaskRecord* task, std::size_t offset, std::size_t size, Access mode,
                        OnPredecessor&& on_predecessor, bool merge = true);
 
+  // finished_sources() calls fn(task) for each finished task that an access would depend on were it
+  // still running: the writer (unless register_access() reports it: a failed one a read consumes),
+  // and for a write the readers still listed. register_access() leaves them out, as there is nothing
+  // to wait for; the trace's flow arrows want them, as the data still came from them. A task may be
+  // reported more than once.
+  template <class Fn>
+  void finished_sources(std::size_t offset, std::size_t size, Access mode, Fn&& fn) const {
+    const std::size_t end = offset + size;
+    for (const Segment& segment : segments_) {
+      if (segment.end <= offset || segment.begin >= end) continue;
+      if (segment.writer != nullptr && !unfinished(segment.writer) &&
+          !(reads(mode) && failed(segment.writer)))
+        fn(segment.writer);
+      if (!writes(mode)) continue;
+      for (const TaskRecord* reader : segment.readers) {
+        if (!unfinished(reader)) fn(reader);
+      }
+    }
+  }
+
   // would_wait() is true if an access would depend on a task that has not finished.
   bool would_wait(std::size_t offset, std::size_t size, Access mode) const {
     return first_blocker(offset, size, mode, [](const TaskRecord*) { return true; }) != nullptr;

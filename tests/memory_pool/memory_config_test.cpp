@@ -2,6 +2,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <tuple>
 
 #include <unistd.h>
 
@@ -13,6 +14,7 @@ namespace nerve::memory::testing {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 TEST(MemoryConfig, Defaults) {
   const Config config = config_with({});
@@ -80,6 +82,24 @@ TEST(MemoryConfig, BadValuesAreErrorsThatNameTheKey) {
   expect_config_error("memory.numa_policy", "preferred:one", "a NUMA node number 0..4095");
   expect_config_error("memory.numa_policy", "preferred:-1", "is not local, interleave or preferred:<node>");
   expect_config_error("memory.numa_policy", "preferred:4096", "is not local, interleave or preferred:<node>");
+}
+
+// A suggestion is never the value itself: 'preferred' is spelt right and lacks its node, and
+// 'zstd:' lacks its threshold; a wrong letter case still gets the right spelling.
+TEST(MemoryConfig, NoSuggestionRepeatsTheValue) {
+  for (const auto& [key, value, says] :
+       {std::tuple{"memory.numa_policy", "preferred", "preferred needs the node: preferred:0"},
+        std::tuple{"distributed.compression", "zstd:", "zstd:<threshold bytes>"},
+        std::tuple{"distributed.compression", "zstd:x", "zstd:<threshold bytes>"}}) {
+    try {
+      config_with({{key, value}});
+      ADD_FAILURE() << key << " = " << value << " was accepted";
+    } catch (const ConfigError& error) {
+      EXPECT_THAT(error.what(), HasSubstr(says));
+      EXPECT_THAT(error.what(), Not(HasSubstr("did you mean"))) << key << " = " << value;
+    }
+  }
+  expect_config_error("memory.numa_policy", "LOCAL", "did you mean 'local'?");
 }
 
 }  // namespace

@@ -10,6 +10,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::StartsWith;
 
 constexpr const char* two_nodes = "pack:1 numa:2 core:2 pu:1";
 
@@ -82,6 +83,7 @@ TEST(NumaPolicy, APreferredNodeTheMachineLacksIsAConfigError) {
     EXPECT_EQ(error.key(), "memory.numa_policy");
     EXPECT_THAT(error.what(), HasSubstr("preferred:2 names NUMA node 2"));
     EXPECT_THAT(error.what(), HasSubstr("has 2 NUMA nodes (0..1)"));
+    EXPECT_THAT(error.what(), StartsWith("api")) << "where the policy was set";
   }
   EXPECT_THROW(make_pool(config_with({{"topology.synthetic", two_nodes}}), 0, 5), Error) << "no node 5";
 }

@@ -528,6 +528,7 @@ TEST(Heft, DecisionLogOnlyUnderHeftAndHeftRunsWithoutDevices) {
     } catch (const Error& error) {
       EXPECT_EQ(error.code(), ErrorCode::invalid_config);
       EXPECT_NE(std::string(error.what()).find("perf.decision_log"), std::string::npos) << error.what();
+      EXPECT_EQ(std::string(error.what()).rfind("api", 0), 0u) << "where the key was set: " << error.what();
       EXPECT_NE(std::string(error.what()).find("No such file or directory"), std::string::npos)
           << error.what();
     }

@@ -112,14 +112,25 @@ TEST(HistoryModel, SavedAndLoaded) {
   std::filesystem::remove_all(directory);
 }
 
-// Kernel names map to file names one to one: "a/b" and "a_b" used to share a_b.json, so one
-// kernel's model overwrote the other's. A name too long for a file name is shortened with a hash;
-// a file another name maps to (an older version's) is not read as this kernel's.
+// Kernel names map to file names one to one (and names that are not valid UTF-8 come back intact): "a/b" and
+// "a_b" used to share a_b.json, so one kernel's model overwrote the other's. A name too long for a file name
+// is shortened with a hash; a file another name maps to (an older version's) is not read as this kernel's.
 TEST(HistoryModel, EveryKernelNameHasAFileOfItsOwn) {
   const auto directory = fresh_directory("nerve-models-names");
   const std::string long_name(400, 'k');
-  const std::vector<std::string> names{"a/b",       "a_b",     "a%2Fb",        ".hidden",
-                                       "tile gemm", long_name, long_name + "x"};
+  // Names that are not UTF-8 read U+FFFD in the file's "kernel": both must still find their model.
+  const std::vector<std::string> names{"a/b",
+                                       "a_b",
+                                       "a%2Fb",
+                                       ".hidden",
+                                       "tile gemm",
+                                       long_name,
+                                       long_name + "x",
+                                       "bad\xff"
+                                       "name",
+                                       "bad\xfe"
+                                       "name",
+                                       long_name + "\xc3"};
   {
     HistoryModels models(directory);
     for (std::size_t k = 0; k < names.size(); ++k) {

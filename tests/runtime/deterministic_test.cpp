@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <utility>
 
 #include "support/runtime_fixture.hpp"
 
@@ -73,6 +74,24 @@ TEST(DeterministicMode, AutomaticGrainGivesThePromisedPiecesForAnyCount) {
         EXPECT_EQ(pieces, expected) << count << " items, " << workers << " workers"
                                     << (deterministic ? ", deterministic" : "");
       }
+    }
+  }
+}
+
+// Small and uneven counts in deterministic mode: one piece per item below 64, and from 64 items the
+// halving tree of grain ceil(count / 64), 33 to 64 leaves (65 items: 33; 80: 48), on every worker count.
+TEST(DeterministicMode, SmallCountsSplitTheSameOnEveryWorkerCount) {
+  const std::pair<std::size_t, std::size_t> cases[] = {{1, 1},   {10, 10}, {63, 63},  {64, 64},
+                                                       {65, 33}, {80, 48}, {127, 64}, {129, 64}};
+  for (unsigned workers : {1u, 2u, 4u}) {
+    Settings settings = make_settings(workers);
+    settings.set("parallel.deterministic_mode", "true");
+    Context context(settings);
+    for (const auto& [count, expected] : cases) {
+      const std::size_t pieces = parallel_reduce(
+          context, 0, count, 0, std::size_t{0}, [](std::size_t, std::size_t) { return std::size_t{1}; },
+          [](std::size_t a, std::size_t b) { return a + b; });
+      EXPECT_EQ(pieces, expected) << count << " items, " << workers << " workers";
     }
   }
 }

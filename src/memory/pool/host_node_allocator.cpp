@@ -30,6 +30,16 @@ const MallocLibrary* library_for(const Config& config) {
   }
 }
 
+// binder_for(): the NUMA binding of memory.numa_policy; a preferred node the machine lacks is a
+// ConfigError naming where the policy was set.
+NumaBinder binder_for(const Config& config, const Topology& topology, int numa_node, bool migrate) {
+  try {
+    return NumaBinder(topology, config.memory.numa_policy, numa_node, migrate);
+  } catch (const ConfigError& error) {
+    config::rethrow_with_origin(config, error);
+  }
+}
+
 // map_aligned() maps `bytes` aligned to `alignment` by mapping alignment - page more and unmapping
 // the misaligned head and the tail.
 void* map_aligned(std::size_t bytes, std::size_t alignment) {
@@ -56,7 +66,7 @@ HostNodeAllocator::HostNodeAllocator(const Config& config, const Topology& topol
     : kind_(config.memory.allocator),
       library_(library_for(config)),
       numa_node_(numa_node),
-      binder_(topology, config.memory.numa_policy, numa_node, kind_ != MemoryAllocator::system) {
+      binder_(binder_for(config, topology, numa_node, kind_ != MemoryAllocator::system)) {
   // jemalloc and tcmalloc reuse a freed block's pages for their own small objects and trim them with
   // MADV_DONTNEED: advice given to their memory would outlive the block. Their own settings decide.
   if (config.memory.huge_pages && library_ == nullptr) huge_page_min_block_ = huge_page_min_block();
