@@ -246,9 +246,9 @@ int main(int argc, char** argv) {
 
   const WorkloadOptions& options = line.options;
   std::printf(
-      "nerve-bench-core: %u threads per runtime, %d repetitions + %d warm-up, %s sizes, settle %d ms\n",
-      options.threads, options.repetitions, options.warmup, options.quick ? "quick" : "full",
-      options.settle_ms);
+      "nerve-bench-core: %u thread%s per runtime, %d repetitions + %d warm-up, %s sizes, settle %d ms\n",
+      options.threads, options.threads == 1 ? "" : "s", options.repetitions, options.warmup,
+      options.quick ? "quick" : "full", options.settle_ms);
   std::printf("baselines: oneTBB %s, OpenMP %s; %s; %u hardware threads; %s\n",
               nerve::bench::have_tbb() ? "yes" : "no (not built in)",
               nerve::bench::have_openmp() ? "yes" : "no (not built in)", cpu_model().c_str(),

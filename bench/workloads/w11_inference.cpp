@@ -105,9 +105,10 @@ WorkloadResult run_w11_inference(const WorkloadOptions& options) {
   const std::size_t requests = options.quick ? 1'000 : 10'000;
   Serving serving;
   serving.rate = options.parameter("W11", "rate", serving.rate, 1, 1e7);
-  serving.max_batch = static_cast<int>(options.parameter("W11", "max_batch", serving.max_batch, 1, 4096));
-  serving.max_wait = std::chrono::microseconds(static_cast<long>(
-      options.parameter("W11", "max_wait_us", static_cast<double>(serving.max_wait.count()), 0, 1e7)));
+  serving.max_batch =
+      static_cast<int>(options.integer_parameter("W11", "max_batch", serving.max_batch, 1, 4096));
+  serving.max_wait = std::chrono::microseconds(
+      options.integer_parameter("W11", "max_wait_us", serving.max_wait.count(), 0, 10'000'000));
   const std::string case_name =
       "requests at " + format_count(static_cast<std::uint64_t>(serving.rate)) + "/s";
   WorkloadResult result{"W11",

@@ -1,6 +1,7 @@
 #include "workload.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 
 namespace nerve::bench {
@@ -27,6 +28,18 @@ double WorkloadOptions::parameter(const std::string& workload, const std::string
                                 std::to_string(low) + ", " + std::to_string(high) + "]");
   }
   return value;
+}
+
+long long WorkloadOptions::integer_parameter(const std::string& workload, const std::string& name,
+                                             long long fallback, long long low, long long high) const {
+  const double value = parameter(workload, name, static_cast<double>(fallback), static_cast<double>(low),
+                                 static_cast<double>(high));
+  if (value != std::floor(value)) {
+    throw std::invalid_argument(workload + "." + name + " = '" + parameters.at(workload + "." + name) +
+                                "': expected a whole number in [" + std::to_string(low) + ", " +
+                                std::to_string(high) + "]");
+  }
+  return static_cast<long long>(value);
 }
 
 std::optional<GoalCheck> check_goal(const WorkloadResult& result, const Goal& goal) {

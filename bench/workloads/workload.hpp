@@ -54,6 +54,9 @@ struct WorkloadOptions {
   // absent; throws std::invalid_argument (naming it) when the text is not a number in [low, high].
   double parameter(const std::string& workload, const std::string& name, double fallback, double low,
                    double high) const;
+  // integer_parameter(): the same for a count; a fraction (max_batch=1.5) throws rather than truncates.
+  long long integer_parameter(const std::string& workload, const std::string& name, long long fallback,
+                              long long low, long long high) const;
   // For the tests of the verification only (openclaw-benchmark's hidden --inject-fault): nerve's
   // variants corrupt their result after timing and before the check, which must then fail.
   bool inject_fault = false;

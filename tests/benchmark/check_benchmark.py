@@ -171,6 +171,14 @@ def case_usage(binary, directory):
     result = run(binary, *QUICK, "--only", "W1", "--json", probe, "--config", bad_config, expect=2)
     check("polcy" in result.stderr, f"a bad --config after the probe: {result.stderr}")
     check(not os.path.exists(probe), "the output probe left a file behind")
+    # An empty file name (an unset variable) is a usage error, not "skip that step".
+    for option in ("--config", "--json", "--html", "--compare", "--from-json"):
+        result = run(binary, *QUICK, "--only", "W1", option, "", expect=2)
+        check(option in result.stderr and "empty" in result.stderr, f"{option} '': {result.stderr}")
+        check("figures" not in result.stdout, f"{option} '': something ran: {result.stdout}")
+    result = run(binary, *QUICK, "--only", "W1", "--html", os.path.join(directory, "r.html"), "--trace", "",
+                 expect=2)
+    check("--trace" in result.stderr and "empty" in result.stderr, f"--trace '': {result.stderr}")
     for empty in ("", ",", " , "):  # an empty selection is a mistake, not "everything"
         result = run(binary, *QUICK, "--only", empty, expect=2)
         check("names no workload" in result.stderr, f"--only {empty!r}: {result.stderr}")
@@ -183,6 +191,17 @@ def case_config_error(binary, directory):
         f.write("scheduler:\n  spin_usec: 5\n")
     result = run(binary, *QUICK, "--only", "W1", "--config", config, expect=2)
     check("spin_usec" in result.stderr, f"the error does not name the key: {result.stderr}")
+    # Values only a context can check (devices, NUMA nodes the machine lacks) are found before anything
+    # runs too, with the same exit status.
+    for key, value in (("gpu.devices", "5"), ("memory.numa_policy", "preferred:3")):
+        section, name = key.split(".")
+        with open(config, "w") as f:
+            f.write(f"{section}:\n  {name}: {value}\n")
+        result = run(binary, *QUICK, "--only", "W1", "--config", config, expect=2)
+        check(key in result.stderr and f"{config}:2" in result.stderr,
+              f"{key}: {value}: the error does not name the key and its line: {result.stderr}")
+        check("figures" not in result.stdout and "CHECK FAILED" not in result.stdout,
+              f"{key}: {value}: something ran: {result.stdout}")
 
 
 def case_runtimes(binary, directory):
@@ -225,6 +244,9 @@ def case_param(binary, directory):
     # A value out of range: the workload cannot run, which fails the run.
     out_of_range = run(binary, *QUICK, "--only", "W11", "--runtimes", "nerve", "--param", "W11.max_batch=0", expect=1)
     check("W11.max_batch" in out_of_range.stdout + out_of_range.stderr, "out-of-range value not named")
+    # A fraction for a count is not truncated: it fails the run the same way.
+    fraction = run(binary, *QUICK, "--only", "W11", "--runtimes", "nerve", "--param", "W11.max_batch=1.5", expect=1)
+    check("whole number" in fraction.stdout + fraction.stderr, "a fractional max_batch was accepted")
 
 
 class Page(html.parser.HTMLParser):
@@ -296,6 +318,18 @@ def case_html(binary, directory):
         check(not parser.external and parser.scripts == 0, f"not self-contained: {parser.external}")
         check(("Timeline excerpt" in parser.headings) == trace, f"timeline section with trace={trace}")
         check("Scaling over workers" in parser.headings, "no scaling section")
+    # A trace that cannot be read (read after the run) costs the page its timeline, not the run.
+    page = os.path.join(directory, "no-trace.html")
+    result = run(binary, *QUICK, "--only", "W1", "--scaling", "none", "--html", page,
+                 "--trace", os.path.join(directory, "missing-trace.json"))
+    check("warning" in result.stderr and "missing-trace.json" in result.stderr, f"no warning: {result.stderr}")
+    with open(page, encoding="utf-8") as f:
+        check("Not shown" in f.read(), "the page does not say why the timeline is missing")
+    # Plain progress (not a terminal): one line per workload and case, however many repetitions.
+    result = run(binary, *QUICK[:1], "--repeat", "3", "--warmup", "0", "--settle-ms", "0", "--only", "W1,W2",
+                 "--scaling", "none")
+    cases = [line for line in result.stdout.splitlines() if "   case " in line]
+    check(len(cases) >= 3 and len(cases) == len(set(cases)), f"case lines missing or repeated: {cases}")
 
 
 def find_chromium():
@@ -345,6 +379,10 @@ def case_compare(binary, directory):
     path = os.path.join(directory, "planted.json")
     with open(path, "w") as f:
         json.dump(planted, f)
+    # --from-json runs nothing: an option that shapes a run is a usage error, not silently ignored.
+    for args in (["--quick"], ["--only", "W1"], ["--threads", "2"], ["--runtimes", "nerve"]):
+        ignored = run(binary, "--from-json", base, *args, expect=2)
+        check(args[0] in ignored.stderr and "--from-json" in ignored.stderr, f"{args}: {ignored.stderr}")
     worse = run(binary, "--from-json", base, "--compare", path, "--fail-over", "20", expect=3)
     check("REGRESSION" in worse.stderr and "worse +" not in worse.stdout and "worse -100%" in worse.stdout,
           f"regression not reported:\n{worse.stdout}\n{worse.stderr}")

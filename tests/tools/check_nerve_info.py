@@ -241,6 +241,13 @@ def case_usage(binary):
     check("--synthetic" in run(binary, "--help").stdout, "--help does not list --synthetic")
     run(binary, "--set", "no_equals_sign", expect_status=2)
     run(binary, "--no-such-option", expect_status=2)
+    # An empty --config (an unset variable) is a mistake, not "use NERVE_CONFIG instead".
+    with tempfile.TemporaryDirectory() as directory:
+        fallback = os.path.join(directory, "fallback.yaml")
+        with open(fallback, "w") as f:
+            f.write("scheduler:\n  spin_us: 77\n")
+        result = run(binary, "--config", "", env={"NERVE_CONFIG": fallback}, expect_status=2)
+        check("--config" in result.stderr and "empty" in result.stderr, f"--config '': {result.stderr}")
 
 
 def case_calibrate(binary):

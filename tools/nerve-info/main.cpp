@@ -71,7 +71,14 @@ int main(int argc, char** argv) {
   Options options;
   app.add_flag("--json", options.json, "print everything as one JSON document (docs/NERVE_INFO.md)");
   app.add_option("--config", options.config_file,
-                 "YAML configuration file (takes precedence over NERVE_CONFIG)");
+                 "YAML configuration file (takes precedence over NERVE_CONFIG)")
+      ->check(CLI::Validator(
+          [](const std::string& path) {
+            // Empty would fall back to NERVE_CONFIG: not what `--config "$UNSET"` meant.
+            return path.empty() ? std::string("needs a file name (it was given an empty one)")
+                                : std::string();
+          },
+          "FILE"));
   app.add_option("--set", options.settings, "set a configuration key, as the API does (repeatable)")
       ->type_name("KEY=VALUE")
       ->allow_extra_args(false);

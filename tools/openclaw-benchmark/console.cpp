@@ -69,10 +69,10 @@ std::string tuning_summary(const RunReport& report) {
 
 void print_table(const RunReport& report, const std::vector<Compared>* comparison) {
   std::printf(
-      "\nopenclaw-benchmark %s (commit %s): %u threads per runtime, %s sizes, median of %d after %d "
+      "\nopenclaw-benchmark %s (commit %s): %u thread%s per runtime, %s sizes, median of %d after %d "
       "warm-up\n",
-      report.tool_version.c_str(), report.git_commit.c_str(), report.threads, report.quick ? "quick" : "full",
-      report.repetitions, report.warmup);
+      report.tool_version.c_str(), report.git_commit.c_str(), report.threads, report.threads == 1 ? "" : "s",
+      report.quick ? "quick" : "full", report.repetitions, report.warmup);
   if (const std::string tuning = tuning_summary(report); !tuning.empty())
     std::printf("tuned with: %s (NERVE_* variables: see --json's config)\n", tuning.c_str());
   std::printf("%s, %u hardware threads. nerve ×: how many times faster nerve is (>1: nerve faster)\n",
@@ -119,9 +119,11 @@ void print_table(const RunReport& report, const std::vector<Compared>* compariso
       ++figures;
       failed += !m.verified;
     }
-  std::printf(
-      "\n%zu workload(s), %zu figures in %.1f s: %s\n", report.workloads.size(), figures, report.duration_s,
-      failed == 0 ? "every result verified" : (std::to_string(failed) + " FAILED VERIFICATION").c_str());
+  std::printf("\n%zu workload(s), %zu figure%s in %.1f s: %s\n", report.workloads.size(), figures,
+              figures == 1 ? "" : "s", report.duration_s,
+              figures == 0  ? "nothing ran (the workloads were skipped, or --runtimes has no variant in them)"
+              : failed == 0 ? "every result verified"
+                            : (std::to_string(failed) + " FAILED VERIFICATION").c_str());
   std::fflush(stdout);
 }
 
@@ -136,16 +138,15 @@ void Progress::start_workload(std::size_t index, std::size_t count, const std::s
                               const std::string& title) {
   clear();
   prefix_ = "[" + std::to_string(index + 1) + "/" + std::to_string(count) + "] " + id;
-  last_case_.clear();
+  cases_shown_.clear();
   if (!terminal_) std::printf("%s %s: running\n", prefix_.c_str(), title.c_str());
   std::fflush(stdout);
 }
 
 void Progress::update(const bench::Progress& progress) {
   if (!terminal_) {
-    if (progress.case_name != last_case_)
+    if (cases_shown_.insert(progress.case_name).second)
       std::printf("%s   case %s\n", prefix_.c_str(), progress.case_name.c_str());
-    last_case_ = progress.case_name;
     std::fflush(stdout);
     return;
   }

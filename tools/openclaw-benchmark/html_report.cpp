@@ -2,6 +2,7 @@
 // resource, so it opens from a file, offline, and archives as one file). Sections: the summary, one
 // chart per workload case (nerve against each baseline), W11's latencies, the scaling charts, the
 // trace timeline (only with --trace), the comparison (only with --compare), machine and config.
+#include <cstdio>
 #include <fstream>
 #include <stdexcept>
 
@@ -148,9 +149,10 @@ void write_html(const RunReport& report, const std::vector<Compared>* comparison
   char meta[512];
   std::snprintf(
       meta, sizeof meta,
-      "nerve %s, commit %s — %s, %.1f s — %u threads per runtime, %s sizes, median of %d after %d warm-up",
+      "nerve %s, commit %s — %s, %.1f s — %u thread%s per runtime, %s sizes, median of %d after %d warm-up",
       report.tool_version.c_str(), report.git_commit.c_str(), report.started_at.c_str(), report.duration_s,
-      report.threads, report.quick ? "quick" : "full", report.repetitions, report.warmup);
+      report.threads, report.threads == 1 ? "" : "s", report.quick ? "quick" : "full", report.repetitions,
+      report.warmup);
   html += "<p class=\"meta\">" + escape_html(meta) + "</p>";
   if (const std::string tuning = tuning_summary(report); !tuning.empty())
     html += "<p class=\"meta\">Tuned with: " + escape_html(tuning) + "</p>";
@@ -176,9 +178,17 @@ void write_html(const RunReport& report, const std::vector<Compared>* comparison
     }
   }
   if (trace) {
+    // The trace is read after the run (the run may be what wrote it): one that cannot be read costs
+    // the report its timeline, not the whole run's figures.
     std::string summary;
-    const std::string svg = trace_timeline_svg(*trace, &summary);
-    html += "<h2>Timeline excerpt</h2><p class=\"meta\">" + escape_html(summary) + "</p>" + svg;
+    try {
+      const std::string svg = trace_timeline_svg(*trace, &summary);
+      html += "<h2>Timeline excerpt</h2><p class=\"meta\">" + escape_html(summary) + "</p>" + svg;
+    } catch (const std::exception& error) {
+      std::fprintf(stderr, "openclaw-benchmark: warning: --trace: %s; the HTML report has no timeline\n",
+                   error.what());
+      html += "<h2>Timeline excerpt</h2><p class=\"meta\">Not shown: " + escape_html(error.what()) + "</p>";
+    }
   }
   if (comparison != nullptr) {
     std::size_t better = 0, worse = 0, same = 0;

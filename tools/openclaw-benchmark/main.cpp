@@ -21,6 +21,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include <unistd.h>
 
@@ -246,6 +247,17 @@ int main(int argc, char** argv) {
   }
 
   if (line.list) return list_workloads();
+  // A path option given an empty value ("--json ''", a variable that expanded to nothing) is a
+  // mistake to report, not a request to skip the step.
+  const std::pair<const char*, const std::string*> paths[] = {
+      {"--config", &line.config}, {"--json", &line.json},       {"--html", &line.html},
+      {"--trace", &line.trace},   {"--compare", &line.compare}, {"--from-json", &line.from_json}};
+  for (const auto& [option, value] : paths) {
+    if (app.count(option) != 0 && value->empty()) {
+      std::fprintf(stderr, "openclaw-benchmark: %s needs a file name (it was given an empty one)\n", option);
+      return 2;
+    }
+  }
   if (line.fail_over >= 0 && line.compare.empty()) {
     std::fprintf(stderr, "openclaw-benchmark: --fail-over needs --compare\n");
     return 2;
@@ -304,6 +316,17 @@ int main(int argc, char** argv) {
   };
   if (!line.compare.empty() && !read_report("--compare", line.compare, baseline)) return 2;
   if (!line.from_json.empty() && !read_report("--from-json", line.from_json, earlier)) return 2;
+  if (earlier) {
+    // Nothing runs: options that shape a run would be ignored, which the user should hear about.
+    for (const char* option : {"--quick", "--only", "--threads", "--repeat", "--warmup", "--settle-ms",
+                               "--runtimes", "--param", "--config", "--scaling"}) {
+      if (app.count(option) != 0) {
+        std::fprintf(stderr, "openclaw-benchmark: %s does not apply with --from-json (nothing runs)\n",
+                     option);
+        return 2;
+      }
+    }
+  }
   // So are outputs that cannot be written (a missing directory, no permission): the file is opened
   // for appending, as a probe that changes nothing, and removed again if the probe created it.
   const auto unwritable = [](const char* option, const std::string& path) {
@@ -326,11 +349,19 @@ int main(int argc, char** argv) {
       nerve::Settings settings;
       settings.use_environment(true);
       if (!line.config.empty()) settings.config_file(line.config);
+      // Validated before any workload starts: the keys, then what only a context can check against
+      // the machine (gpu.devices naming an accelerator that is not there, a NUMA node it lacks) —
+      // found by making one context as the workloads will, instead of failing each of them.
       try {
-        (void)nerve::Config::load(settings);  // validate before any workload starts
-      } catch (const std::exception& error) {
-        std::fprintf(stderr, "openclaw-benchmark: configuration: %s\n", error.what());
-        return 2;
+        (void)nerve::Config::load(settings);
+        nerve::Settings probe = settings;
+        probe.set("parallel.thread_pool_size", std::to_string(line.threads));
+        const nerve::Context context(probe);
+      } catch (const nerve::Error& error) {
+        const bool configuration = error.code() == nerve::ErrorCode::invalid_config;
+        std::fprintf(stderr, "openclaw-benchmark: %s: %s\n", configuration ? "configuration" : "error",
+                     error.what());
+        return configuration ? 2 : 1;
       }
       report.quick = line.quick;
       report.threads = line.threads;

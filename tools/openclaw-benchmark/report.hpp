@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -123,7 +124,8 @@ class Progress {
  private:
   void clear();
   bool terminal_;
-  std::string prefix_, last_case_;
+  std::string prefix_;
+  std::set<std::string> cases_shown_;  // plain output: one line per case, though repetitions interleave them
   bool drawn_ = false;
 };
 
