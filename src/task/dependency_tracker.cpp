@@ -41,7 +41,7 @@ void DependencyTracker::forget(const TaskRecord* task, std::size_t offset, std::
       release_task(reader);
       return true;
     });
-    segment.readers.erase(kept, segment.readers.end());
+    segment.readers.erase_from(kept);
   }
 }
 
@@ -121,13 +121,13 @@ void DependencyTracker::merge_around(std::size_t first, std::size_t last) {
                   segments_.begin() + static_cast<std::ptrdiff_t>(last));
 }
 
-void DependencyTracker::prune_finished(std::vector<TaskRecord*>& readers) noexcept {
+void DependencyTracker::prune_finished(ReaderList& readers) noexcept {
   auto keep = std::remove_if(readers.begin(), readers.end(), [](TaskRecord* reader) {
     if (unfinished(reader)) return false;
     release_task(reader);
     return true;
   });
-  readers.erase(keep, readers.end());
+  readers.erase_from(keep);
 }
 
 }  // namespace nerve::detail

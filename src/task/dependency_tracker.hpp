@@ -18,6 +18,7 @@
 
 #include "nerve/detail/runtime_api.hpp"
 
+#include "task/reader_list.hpp"
 #include "util/spin_lock.hpp"
 
 namespace nerve::detail {
@@ -117,7 +118,7 @@ class DependencyTracker {
     std::size_t begin;
     std::size_t end;
     TaskRecord* writer = nullptr;
-    std::vector<TaskRecord*> readers;
+    ReaderList readers;
   };
 
   static bool unfinished(const TaskRecord* task) noexcept;
@@ -160,7 +161,7 @@ class DependencyTracker {
   std::size_t reserve_in_segments(std::size_t offset, std::size_t size, Access mode, std::size_t own_accesses,
                                   std::size_t room);
   void merge_around(std::size_t first, std::size_t last);
-  static void prune_finished(std::vector<TaskRecord*>& readers) noexcept;
+  static void prune_finished(ReaderList& readers) noexcept;
 
   static constexpr std::size_t readers_prune_threshold = 32;
 
