@@ -189,10 +189,12 @@ class Buffer {
   Mapped<T> map(Access mode) const { return map_as<T>(mode, true); }
   // try_map() returns nothing (instead of waiting) while a conflicting task or mapping is pending —
   // also one that waits for a mapping the calling thread holds, where map() would throw: it returns
-  // nothing until that mapping ends. Like map(), it throws TaskCancelled when the mapping would read
-  // data a failed task wrote. It runs no task: in a context with one worker slot (slot 0, which
-  // runs only while some thread waits inside nerve: context.hpp), polling try_map() without ever
-  // waiting makes no progress — wait for the writer, or map(), instead.
+  // nothing until that mapping ends — and while data it reads must first come back from a device
+  // (written there, or its copy back still in flight): it asks for that copy, without waiting for
+  // it, so that a later try_map() maps the data. Like map(), it throws TaskCancelled when the mapping would
+  // read data a failed task wrote. It runs no task: in a context with one worker slot (slot 0, which runs
+  // only while some thread waits inside nerve: context.hpp), polling try_map() without ever waiting makes no
+  // progress — wait for the writer, or map(), instead.
   std::optional<Mapped<T>> try_map(Access mode) const {
     auto mapped = map_as<T>(mode, false);
     if (mapped.mapping_.record == nullptr) return std::nullopt;

@@ -209,7 +209,8 @@ NERVE_API nerve_buffer_t* nerve_buffer_alloc_unified(nerve_context_t* ctx, size_
 NERVE_API void* nerve_buffer_map(nerve_buffer_t* buffer, nerve_map_mode_t mode);
 /* nerve_buffer_try_map() is nerve_buffer_map() without the wait: while a conflicting task or mapping
  * is pending (also another thread's nerve_buffer_map() of this buffer, still waiting) it maps nothing
- * and returns NULL with NERVE_ERROR_BUSY (retry later, or map and wait). Its other errors are
+ * and returns NULL with NERVE_ERROR_BUSY (retry later, or map and wait); so it does while the data
+ * it would read must first be copied back from a device, a copy it starts. Its other errors are
  * nerve_buffer_map()'s (a buffer already mapped: NERVE_ERROR_BUFFER_MISUSE). Never blocks. */
 NERVE_API void* nerve_buffer_try_map(nerve_buffer_t* buffer, nerve_map_mode_t mode);
 /* nerve_buffer_unmap() ends the mapping; NERVE_ERROR_BUFFER_MISUSE if the buffer is not mapped. */

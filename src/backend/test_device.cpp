@@ -74,7 +74,7 @@ void TestMemoryNode::free_storage(std::byte* data, std::size_t /*bytes*/) noexce
 
 void TestMemoryNode::start_copy(MemoryNode& from, const std::byte* source, MemoryNode& to,
                                 std::byte* destination, std::size_t bytes, CopyCompletion& completion) {
-  dma_.post([this, &from, source, &to, destination, bytes, &completion] {
+  auto copy = [this, &from, source, &to, destination, bytes, &completion] {
     // The bytes land at the end of the simulated transfer, as a DMA's do: a copy the runtime failed
     // to order after another shows up as stale data.
     auto cost = std::chrono::duration<double>(options_.copy_latency);
@@ -95,7 +95,12 @@ void TestMemoryNode::start_copy(MemoryNode& from, const std::byte* source, Memor
       return;
     }
     completion.copy_done(true, {});
-  });
+  };
+  if (options_.synchronous_copies) {
+    copy();
+  } else {
+    dma_.post(std::move(copy));
+  }
 }
 
 namespace {

@@ -22,6 +22,9 @@ struct TestDeviceOptions {
   std::size_t memory_limit = std::size_t{1} << 30;
   std::chrono::microseconds copy_latency{0};
   double copy_bytes_per_second = 0;  // 0: as fast as memcpy
+  // Copies done inside start_copy(), completion included, as a driver may for small ones: the
+  // runtime must not assume a copy it starts is still in flight when the call returns.
+  bool synchronous_copies = false;
 };
 
 // A single worker thread with a FIFO of jobs.

@@ -128,9 +128,14 @@ std::uint64_t this_thread_token() noexcept {
 
 // A host mapping has no closure: its closure bytes hold the token of the thread that mapped it, so
 // that a second, conflicting map on that thread is an error instead of a wait for itself.
-void set_mapping_thread(TaskRecord* task) noexcept {
+// A mapping's closure bytes (it has no closure): the mapping thread's token, then whether it is a
+// try_map's prefetch.
+constexpr std::size_t prefetch_flag_offset = sizeof(std::uint64_t);
+
+void set_mapping_thread(TaskRecord* task, bool prefetch) noexcept {
   const std::uint64_t self = this_thread_token();
   std::memcpy(task->closure, &self, sizeof self);
+  task->closure[prefetch_flag_offset] = std::byte{prefetch ? std::uint8_t{1} : std::uint8_t{0}};
 }
 
 const char* mode_name(Access mode) noexcept {
@@ -159,6 +164,20 @@ void for_each_successor(const TaskRecord* task, Visit&& visit) {
 }
 
 }  // namespace
+
+bool ContextImpl::is_prefetch_mapping(const TaskRecord* task) noexcept {
+  return task->kind == TaskKind::host_access && task->closure[prefetch_flag_offset] != std::byte{0};
+}
+
+// The prefetch's copies are done: it ends as an unmap would, and gives back the only reference.
+void ContextImpl::end_prefetch_mapping(TaskRecord* task, ThreadState& thread) noexcept {
+  const AccessRecord& held = task->accesses[0];
+  {
+    std::lock_guard lock(held.buffer->tracker.lock());
+    held.buffer->tracker.forget(task, held.offset, held.size);
+  }
+  finish(task, thread, status_succeeded);
+}
 
 bool ContextImpl::holds_mapping() {
   if (held_mapping_count.load(std::memory_order_acquire) == 0) return false;
@@ -245,8 +264,15 @@ Mapping buffer_map(BufferState* buffer, std::size_t offset, std::size_t size, Ac
   TaskRecord* task = context.allocate_record(thread);
   task->kind = TaskKind::host_access;
   task->name = "host mapping";
-  set_mapping_thread(task);
-  task->refs.store(2, std::memory_order_relaxed);  // the runtime (until unmap) and the Mapping
+  // try_map never waits: data that must first come back from a device (written there, or its copy
+  // back still in flight) is asked for by a prefetch mapping that ends itself once it is here, and
+  // the call returns nothing; a later try_map finds it on the host.
+  const bool prefetch = !wait && (static_cast<unsigned>(mode) & static_cast<unsigned>(Access::read)) != 0 &&
+                        context.coherence != nullptr && !buffer->host_only.load(std::memory_order_acquire) &&
+                        context.coherence->valid_bytes(*buffer, offset, size, 0) < size;
+  set_mapping_thread(task, prefetch);
+  // The runtime (until unmap) and the Mapping; a prefetch has no Mapping.
+  task->refs.store(prefetch ? 1 : 2, std::memory_order_relaxed);
   open_submission_guard(task);
   std::size_t edges = 0;
   const AccessSpec spec{buffer, offset, size, mode};
@@ -292,6 +318,7 @@ Mapping buffer_map(BufferState* buffer, std::size_t offset, std::size_t size, Ac
     });
   }
   if (close_submission_guard(task, edges)) context.make_ready(task, thread, true);
+  if (prefetch) return {nullptr, nullptr};  // the record may be gone already: ended when granted
   MappingGranted granted{task};
   context.scheduler.wait(thread, granted);
   if (task->load_status() == status_cancelled) {

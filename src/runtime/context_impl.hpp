@@ -205,6 +205,10 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   std::string trace_path;
   void check_placeable(const TaskRecord& task) const;
   void grant_mapping(TaskRecord* task, ThreadState& thread);
+  // A try_map() whose data must first come back from a device asks for it with a prefetch mapping,
+  // which nobody holds: granted, it ends itself (buffers.cpp).
+  static bool is_prefetch_mapping(const TaskRecord* task) noexcept;
+  void end_prefetch_mapping(TaskRecord* task, ThreadState& thread) noexcept;
   void destroy_closure(TaskRecord* task) noexcept;
 
   // --- coroutines (coroutines.cpp)

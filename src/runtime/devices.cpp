@@ -209,7 +209,10 @@ void ContextImpl::acquire_and_dispatch(TaskRecord* task, ThreadState& thread, bo
     finish(task, thread, status_failed);
     return;
   }
-  if (ready) dispatch(task, thread, submission, /*waited=*/retried);
+  // Copies that acquire() started may all have finished before it returned: the data became valid
+  // now, not when the task became ready (a recorded task counts the bytes its copies moved).
+  const bool copied = recorder != nullptr && task->bytes_moved.load(std::memory_order_relaxed) != 0;
+  if (ready) dispatch(task, thread, submission, /*waited=*/retried || copied);
 }
 
 void ContextImpl::memory_freed(unsigned node) noexcept {

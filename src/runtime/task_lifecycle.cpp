@@ -413,6 +413,10 @@ void ContextImpl::grant_mapping(TaskRecord* task, ThreadState& thread) {
     finish(task, thread, status_cancelled);
     return;
   }
+  if (is_prefetch_mapping(task)) {
+    end_prefetch_mapping(task, thread);
+    return;
+  }
   task->phase.store(status_running, std::memory_order_seq_cst);
   if ((task->status.load(std::memory_order_seq_cst) & status_waiters_bit) != 0)
     scheduler.waiters().wake(task);

@@ -75,7 +75,10 @@ void ContextImpl::throttle_slow(ThreadState& thread, const TaskRecord* submitted
   // task nests one stack frame chain in another without bound. The task just submitted runs here at
   // once instead, like an undeferred OpenMP task (the stack grows only as deep as the task tree);
   // if it is not at hand (stolen, queued elsewhere, waiting for predecessors) the submission goes on.
+  // While over the bound it checks at every submission: checking only every interval-th, the
+  // submissions in between piled up without limit (a producer inside a task went 4000x past it).
   if (running_task_record() != nullptr) {
+    thread.submissions_until_check = 0;
     (void)scheduler.run_if_newest(thread, submitted);
     return;
   }

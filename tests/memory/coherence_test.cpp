@@ -1,7 +1,9 @@
 // Buffer replicas on separate-memory devices: transfers, invalidation, eviction, flags, errors.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <numeric>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 
@@ -407,6 +409,51 @@ TEST(Coherence, MappingWaitsForDeviceWritersAndWriteMappingInvalidatesDevices) {
       read(data));
   check.wait();
   EXPECT_EQ(bytes_moved(*context, 0, 1), n * sizeof(int));
+}
+
+// try_map never waits, not for a copy back from a device either (it used to block for the copy,
+// running other tasks meanwhile): it asks for the data and returns nothing; once the copy is done a
+// later try_map maps it. A write-only try_map needs no copy.
+TEST(Coherence, TryMapDoesNotWaitForACopyBackFromADevice) {
+  auto context = std::make_unique<Context>(make_settings(1));
+  detail::TestDeviceOptions slow;
+  slow.copy_latency = std::chrono::milliseconds(300);
+  context->impl()->add_test_device(slow);
+  for (const bool host_cached : {false, true}) {
+    Buffer<int> data(*context, 256, BufferOptions{.host_cached = host_cached});
+    context
+        ->submit(
+            TaskOptions{.device = 1}, [](std::span<int> d) { std::fill(d.begin(), d.end(), 6); }, write(data))
+        .wait();
+    std::atomic<bool> other_ran{false};
+    context->spawn([&] { other_ran = true; });  // one slot: only a waiting caller would run it
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_FALSE(data.try_map(Access::read).has_value()) << "host_cached " << host_cached;
+    EXPECT_FALSE(data.try_map(Access::read_write).has_value()) << "still in flight";
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(250))
+        << "try_map waited for the copy";
+    EXPECT_FALSE(other_ran.load()) << "try_map ran a task";
+    std::optional<Mapped<int>> mapped;
+    for (int polls = 0; !mapped && polls < 20000; ++polls) {
+      mapped = data.try_map(Access::read);
+      if (!mapped) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ASSERT_TRUE(mapped.has_value()) << "the copy asked for never arrived";
+    EXPECT_EQ((*mapped)[0], 6);
+    EXPECT_EQ((*mapped)[255], 6);
+    mapped->unmap();
+    context->wait_all();
+    EXPECT_TRUE(other_ran.load());
+  }
+  Buffer<int> written(*context, 256);
+  context
+      ->submit(
+          TaskOptions{.device = 1}, [](std::span<int> d) { std::fill(d.begin(), d.end(), 1); },
+          write(written))
+      .wait();
+  auto overwrite = written.try_map(Access::write);
+  ASSERT_TRUE(overwrite.has_value()) << "a write mapping needs no copy";
+  overwrite->unmap();
 }
 
 }  // namespace

@@ -80,63 +80,73 @@ TEST(PerfStats, CoroutineStretchesAreRecordedUnderTheLaunchName) {
 }
 
 TEST(PerfStats, RecordTasksGivesTimesDeviceAndBytesPerTask) {
-  Settings settings = make_settings(2);
-  settings.set("perf.record_tasks", "true");
-  Context context(settings);
-  context.impl()->add_test_device({});
-  Buffer<float> data(context, std::vector<float>(1024, 1.0f));
-  Kernel twice("twice");
-  twice.cpu([](const KernelArgs& args) {
-    auto values = args.span<float>(0);
-    for (float& v : values) v *= 2;
-  });
-  context.submit(TaskOptions{.name = "on-device", .device = 1}, twice, read_write(data));
-  context.submit(TaskOptions{.name = "on-cpu", .device = 0}, twice, read_write(data));
-  context.spawn(TaskOptions{.name = "lean"}, [] {});
-  context.wait_all();
-  EXPECT_EQ(data.to_vector(), std::vector<float>(1024, 4.0f));
+  for (const bool synchronous : {false, true}) {
+    SCOPED_TRACE(synchronous ? "synchronous copies" : "asynchronous copies");
+    Settings settings = make_settings(2);
+    settings.set("perf.record_tasks", "true");
+    Context context(settings);
+    detail::TestDeviceOptions device;
+    device.synchronous_copies = synchronous;  // copies done before placement returns
+    context.impl()->add_test_device(device);
+    Buffer<float> data(context, std::vector<float>(1024, 1.0f));
+    Kernel twice("twice");
+    twice.cpu([](const KernelArgs& args) {
+      auto values = args.span<float>(0);
+      for (float& v : values) v *= 2;
+    });
+    context.submit(TaskOptions{.name = "on-device", .device = 1}, twice, read_write(data));
+    context.submit(TaskOptions{.name = "on-cpu", .device = 0}, twice, read_write(data));
+    context.spawn(TaskOptions{.name = "lean"}, [] {});
+    context.wait_all();
+    EXPECT_EQ(data.to_vector(), std::vector<float>(1024, 4.0f));
 
-  const nlohmann::json json = dump_stats(context);
-  EXPECT_EQ(json["tasks"]["recorded"], true);
-  EXPECT_EQ(json["tasks"]["records_dropped"], 0);
-  const auto& records = json["tasks"]["records"];
-  ASSERT_EQ(records.size(), 3u);
-  std::map<std::string, nlohmann::json> by_name;
-  for (const auto& record : records) by_name[record["name"]] = record;
-  const auto& device_task = by_name.at("on-device");
-  const auto& cpu_task = by_name.at("on-cpu");
-  EXPECT_EQ(device_task["device"], 1);
-  EXPECT_EQ(device_task["worker"], -1);
-  EXPECT_EQ(cpu_task["device"], 0);
-  EXPECT_GE(cpu_task["worker"].get<int>(), 0);
-  for (const auto& record : {device_task, cpu_task, by_name.at("lean")}) {
-    const auto submitted = record["submitted_ns"].get<std::int64_t>();
-    const auto ready = record["ready_ns"].get<std::int64_t>();
-    const auto valid = record["data_valid_ns"].get<std::int64_t>();
-    const auto start = record["start_ns"].get<std::int64_t>();
-    const auto end = record["end_ns"].get<std::int64_t>();
-    EXPECT_GT(submitted, 0) << record;
-    EXPECT_LE(submitted, ready) << record;
-    EXPECT_LE(ready, valid) << record;
-    EXPECT_LE(valid, start) << record;
-    EXPECT_LE(start, end) << record;
+    const nlohmann::json json = dump_stats(context);
+    EXPECT_EQ(json["tasks"]["recorded"], true);
+    EXPECT_EQ(json["tasks"]["records_dropped"], 0);
+    const auto& records = json["tasks"]["records"];
+    ASSERT_EQ(records.size(), 3u);
+    std::map<std::string, nlohmann::json> by_name;
+    for (const auto& record : records) by_name[record["name"]] = record;
+    const auto& device_task = by_name.at("on-device");
+    const auto& cpu_task = by_name.at("on-cpu");
+    EXPECT_EQ(device_task["device"], 1);
+    EXPECT_EQ(device_task["worker"], -1);
+    EXPECT_EQ(cpu_task["device"], 0);
+    EXPECT_GE(cpu_task["worker"].get<int>(), 0);
+    for (const auto& record : {device_task, cpu_task, by_name.at("lean")}) {
+      const auto submitted = record["submitted_ns"].get<std::int64_t>();
+      const auto ready = record["ready_ns"].get<std::int64_t>();
+      const auto valid = record["data_valid_ns"].get<std::int64_t>();
+      const auto start = record["start_ns"].get<std::int64_t>();
+      const auto end = record["end_ns"].get<std::int64_t>();
+      EXPECT_GT(submitted, 0) << record;
+      EXPECT_LE(submitted, ready) << record;
+      EXPECT_LE(ready, valid) << record;
+      EXPECT_LE(valid, start) << record;
+      EXPECT_LE(start, end) << record;
+    }
+    EXPECT_LT(device_task["id"], cpu_task["id"]) << "ids follow submission order";
+    EXPECT_EQ(device_task["bytes_moved"], 4096) << "the buffer was copied to the device";
+    EXPECT_EQ(cpu_task["bytes_moved"], 4096) << "and back to the host";
+    // A copy was needed: the data became valid after the task was ready, even when the copy was done
+    // before placement returned (it used to say data_valid_ns = ready_ns then).
+    for (const auto& record : {device_task, cpu_task})
+      EXPECT_GT(record["data_valid_ns"].get<std::int64_t>(), record["ready_ns"].get<std::int64_t>())
+          << record;
+    EXPECT_LE(device_task["end_ns"].get<std::int64_t>(), cpu_task["start_ns"].get<std::int64_t>());
+    for (const auto& record : records) EXPECT_EQ(record["status"], "succeeded") << record;
+
+    ASSERT_EQ(json["devices"].size(), 2u);
+    const auto& test_device = json["devices"][1];
+    EXPECT_EQ(test_device["index"], 1);
+    EXPECT_EQ(test_device["kind"], "test");
+    EXPECT_EQ(test_device["tasks"], 1);
+    EXPECT_GT(test_device["busy_ns"].get<std::uint64_t>(), 0u);
+    EXPECT_EQ(test_device["bytes_in"], 4096);
+    EXPECT_EQ(test_device["bytes_out"], 4096);
+    EXPECT_EQ(json["devices"][0]["bytes_in"], 4096);
+    EXPECT_EQ(json["transfers"]["bytes"], 8192);
   }
-  EXPECT_LT(device_task["id"], cpu_task["id"]) << "ids follow submission order";
-  EXPECT_EQ(device_task["bytes_moved"], 4096) << "the buffer was copied to the device";
-  EXPECT_EQ(cpu_task["bytes_moved"], 4096) << "and back to the host";
-  EXPECT_LE(device_task["end_ns"].get<std::int64_t>(), cpu_task["start_ns"].get<std::int64_t>());
-  for (const auto& record : records) EXPECT_EQ(record["status"], "succeeded") << record;
-
-  ASSERT_EQ(json["devices"].size(), 2u);
-  const auto& test_device = json["devices"][1];
-  EXPECT_EQ(test_device["index"], 1);
-  EXPECT_EQ(test_device["kind"], "test");
-  EXPECT_EQ(test_device["tasks"], 1);
-  EXPECT_GT(test_device["busy_ns"].get<std::uint64_t>(), 0u);
-  EXPECT_EQ(test_device["bytes_in"], 4096);
-  EXPECT_EQ(test_device["bytes_out"], 4096);
-  EXPECT_EQ(json["devices"][0]["bytes_in"], 4096);
-  EXPECT_EQ(json["transfers"]["bytes"], 8192);
 }
 
 // Names are the user's bytes, not always UTF-8: a Latin-1 name is written as U+FFFD instead of

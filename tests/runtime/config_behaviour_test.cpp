@@ -455,6 +455,35 @@ TEST(ConfigBehaviour, NestedForkJoinUnderASmallMaxInFlightCompletes) {
   }
 }
 
+// A producer inside a task is held near the bound too: past it, every submission runs the task it
+// just submitted. It used to check only every eighth of the bound, and the submissions in between
+// piled up (66,671 in flight under a bound of 16).
+TEST(ConfigBehaviour, MaxInFlightBoundsAProducerInsideATask) {
+  for (const char* slots : {"1", "2"}) {
+    Context context(with({{"parallel.thread_pool_size", slots}, {"task_queue.max_in_flight", "64"}}));
+    std::atomic<long> in_flight{0};
+    std::atomic<long> most{0};
+    std::atomic<long> ran{0};
+    context
+        .submit([&] {
+          for (int i = 0; i < 20000; ++i) {
+            const long now = in_flight.fetch_add(1) + 1;
+            long seen = most.load();
+            while (now > seen && !most.compare_exchange_weak(seen, now)) {
+            }
+            context.spawn([&] {
+              ran.fetch_add(1);
+              in_flight.fetch_sub(1);
+            });
+          }
+        })
+        .wait();
+    context.wait_all();
+    EXPECT_EQ(ran.load(), 20000);
+    EXPECT_LE(most.load(), 4 * 64) << slots << " slots: tasks in flight went far past the bound";
+  }
+}
+
 // Tasks that wait for a mapping the submitting thread holds cannot finish until it unmaps: past the
 // bound its submit() goes on instead of waiting for them forever.
 TEST(ConfigBehaviour, MaxInFlightDoesNotWaitForTasksBehindTheSubmittersOwnMapping) {
