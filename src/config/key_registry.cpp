@@ -300,7 +300,19 @@ std::vector<KeySpec> build_key_table() {
        "bytes of buffer data each host NUMA node's pool may hold (0 = no limit); beyond it a new "
        "buffer is an out_of_memory error",
        [](Config& c, const ParsedValue& v) {
-         c.memory.host_node_limit = static_cast<std::size_t>(v.integer());
+         // Below this an empty pool cannot hold every buffer up to the limit: the block for a
+         // buffer of 32-64 KiB is a 128 KiB slab (size_classes.hpp).
+         constexpr std::size_t smallest = std::size_t{128} << 10;
+         const auto limit = static_cast<std::size_t>(v.integer());
+         if (limit != 0 && limit < smallest) {
+           throw ConfigError(
+               fmt::format("memory.host_node_limit: {} is below {} bytes, the smallest limit under "
+                           "which a pool holds every buffer up to the limit (its blocks for "
+                           "buffers of 32-64 KiB are 128 KiB)",
+                           limit, smallest),
+               "memory.host_node_limit");
+         }
+         c.memory.host_node_limit = limit;
        }},
       {"memory.huge_pages", boolean_type(), "true",
        "host blocks of 4 MiB and more use transparent huge pages (madvise MADV_HUGEPAGE)",

@@ -76,6 +76,8 @@ TEST(MemoryConfig, BadValuesAreErrorsThatNameTheKey) {
   expect_config_error("memory.per_thread_pool_size", "-1", "out of range");
   expect_config_error("memory.per_thread_pool_size", "1MiB", "is not an integer");
   expect_config_error("memory.global_pool", "sometimes", "is not a boolean");
+  expect_config_error("memory.host_node_limit", "65536", "is below 131072 bytes");
+  expect_config_error("memory.host_node_limit", "1", "is below 131072 bytes");
   expect_config_error("memory.numa_policy", "interleaved", "did you mean 'interleave'?");
   expect_config_error("memory.numa_policy", "prefered:1", "did you mean 'preferred:1'?");
   expect_config_error("memory.numa_policy", "preferred:", "is not local, interleave or preferred:<node>");
