@@ -70,10 +70,10 @@ struct BufferState {
 
   // The layout follows who touches what per task. A program over many small buffers (W4: 65,536 of
   // them) finds each buffer's lines out of cache, so a task pays for every line it touches per
-  // buffer: line 0 (validated at submission, read where the task runs and becomes ready), line 1
-  // (the submitter's: tracker, accesses begun), line 2 (the finisher's: accesses ended); the rest is
-  // cold. Lines 1 and 2 are apart so that a chain on one buffer does not move a line between the
-  // submitting core and the running one twice per task.
+  // buffer: line 0 (validated at submission, read where the task runs and becomes ready), lines 1-2
+  // (the submitter's: tracker, accesses begun), line 3 (the finisher's: accesses ended); the rest is
+  // cold. The submitter's lines and the finisher's are apart so that a chain on one buffer does not
+  // move a line between the submitting core and the running one twice per task.
   // --- line 0: read by every task, written almost never (first touch, free, a first device replica)
   ContextImpl* const context;
   const std::size_t bytes;
@@ -89,7 +89,8 @@ struct BufferState {
   const bool host_cached;  // BufferOptions::host_cached: device writes are copied back at once
   const std::size_t element_size;
   const std::uint64_t id;
-  // --- line 1: written by every submission over the buffer
+  // --- lines 1-2: written by every submission over the buffer (the tracker holds its one segment
+  // inline, readers included)
   alignas(64) DependencyTracker tracker;
   // Accesses of unfinished tasks (mappings included), counted without a counter that the submitter
   // and the finisher would both write: the submitter adds to `accesses_begun`, the finisher to
@@ -100,7 +101,7 @@ struct BufferState {
   static constexpr std::int64_t open_bias = std::int64_t{1} << 62;
   std::atomic<std::uint64_t> accesses_begun{0};
   std::atomic<std::int32_t> refs{1};  // handles and pins; tasks count in the accesses above
-  // --- line 2: written where the buffer's tasks finish
+  // --- line 3: written where the buffer's tasks finish
   alignas(64) std::atomic<std::int64_t> accesses_ended{open_bias};
   // --- cold
   alignas(64) const std::string name;

@@ -22,15 +22,14 @@ void DependencyTracker::retain_registering(TaskRecord* task) noexcept {
 }
 void DependencyTracker::release_task(TaskRecord* task) noexcept { release(task); }
 
-DependencyTracker::DependencyTracker(std::size_t bytes) : bytes_(bytes) {
-  segments_.push_back(Segment{0, bytes == 0 ? 1 : bytes, nullptr, {}});
-}
+DependencyTracker::DependencyTracker(std::size_t bytes)
+    : bytes_(bytes), single_{0, bytes == 0 ? 1 : bytes, nullptr, {}} {}
 
 DependencyTracker::~DependencyTracker() { clear(); }
 
 void DependencyTracker::forget(const TaskRecord* task, std::size_t offset, std::size_t size) noexcept {
   const std::size_t end = offset + size;
-  for (Segment& segment : segments_) {
+  for (Segment& segment : segments()) {
     if (segment.end <= offset || segment.begin >= end) continue;
     if (segment.writer == task) {
       release_task(segment.writer);
@@ -46,31 +45,40 @@ void DependencyTracker::forget(const TaskRecord* task, std::size_t offset, std::
 }
 
 void DependencyTracker::clear() noexcept {
-  for (Segment& segment : segments_) {
+  for (Segment& segment : segments()) {
     if (segment.writer != nullptr) release_task(segment.writer);
     for (TaskRecord* reader : segment.readers) release_task(reader);
     segment.writer = nullptr;
     segment.readers.clear();
   }
-  if (segments_.size() > 1) {
-    segments_.erase(segments_.begin() + 1, segments_.end());
-    segments_.front().end = bytes_ == 0 ? 1 : bytes_;
+  if (!spill_.empty()) {
+    single_ = std::move(spill_.front());
+    single_.end = bytes_ == 0 ? 1 : bytes_;
+    spill_.clear();
   }
 }
 
 std::size_t DependencyTracker::split_at(std::size_t position) {
-  auto it = std::upper_bound(segments_.begin(), segments_.end(), position,
+  const std::span<Segment> all = segments();
+  auto it = std::upper_bound(all.begin(), all.end(), position,
                              [](std::size_t value, const Segment& s) { return value < s.end; });
-  const auto index = static_cast<std::size_t>(it - segments_.begin());
-  if (index == segments_.size() || segments_[index].begin == position) return index;
-  // Split segments_[index] into [begin, position) and [position, end): both halves keep the state.
-  // The copy and the insertion may throw; the references are taken once both are done.
-  Segment right{position, segments_[index].end, segments_[index].writer, segments_[index].readers};
-  segments_.insert(segments_.begin() + static_cast<std::ptrdiff_t>(index) + 1, std::move(right));
-  Segment& inserted = segments_[index + 1];
+  const auto index = static_cast<std::size_t>(it - all.begin());
+  if (index == all.size() || all[index].begin == position) return index;
+  // Split the segment at `index` into [begin, position) and [position, end): both halves keep the
+  // state. The copy and the insertion may throw; the references are taken once both are done.
+  Segment right{position, all[index].end, all[index].writer, all[index].readers};
+  if (spill_.empty()) {  // the first split: the one segment moves out of single_ (index is 0)
+    spill_.reserve(4);
+    spill_.push_back(std::move(single_));  // into reserved room: a segment moves without throwing
+    single_.writer = nullptr;
+    spill_.push_back(std::move(right));
+  } else {
+    spill_.insert(spill_.begin() + static_cast<std::ptrdiff_t>(index) + 1, std::move(right));
+  }
+  Segment& inserted = spill_[index + 1];
   if (inserted.writer != nullptr) retain_task(inserted.writer);
   for (TaskRecord* reader : inserted.readers) retain_task(reader);
-  segments_[index].end = position;
+  spill_[index].end = position;
   return index + 1;
 }
 
@@ -84,12 +92,13 @@ std::size_t DependencyTracker::reserve_in_segments(std::size_t offset, std::size
   if (size == 0) return 0;
   const std::size_t end = offset + size;
   // The first segment ending after `offset`, as in split_at().
-  const auto first = std::upper_bound(segments_.begin(), segments_.end(), offset,
+  const std::span<Segment> all = segments();
+  const auto first = std::upper_bound(all.begin(), all.end(), offset,
                                       [](std::size_t value, const Segment& s) { return value < s.end; });
   // Every writer and, for a write, every reader may be reported: a bound that reads no other task's
   // status, whose line the core running that task is writing. Within `room` it is the answer.
   std::size_t named = 0;
-  for (auto it = first; it != segments_.end() && it->begin < end; ++it) {
+  for (auto it = first; it != all.end() && it->begin < end; ++it) {
     Segment& segment = *it;
     prefetch_named(segment, mode);
     named += named_in(segment, mode);
@@ -100,7 +109,7 @@ std::size_t DependencyTracker::reserve_in_segments(std::size_t offset, std::size
   // What register_access() will report, by its own tests: a task only ever leaves `unfinished`,
   // so the count can only fall before the registration (and it stays an upper bound).
   std::size_t predecessors = 0;
-  for (auto it = first; it != segments_.end() && it->begin < end; ++it) {
+  for (auto it = first; it != all.end() && it->begin < end; ++it) {
     const Segment& segment = *it;
     if (segment.writer != nullptr && (unfinished(segment.writer) || (reads(mode) && failed(segment.writer))))
       ++predecessors;
@@ -114,11 +123,15 @@ std::size_t DependencyTracker::reserve_in_segments(std::size_t offset, std::size
 // After a write, [first, last) all have the same writer and no readers: fold them into one.
 void DependencyTracker::merge_around(std::size_t first, std::size_t last) {
   for (std::size_t i = first + 1; i < last; ++i) {
-    if (segments_[i].writer != nullptr) release_task(segments_[i].writer);
+    if (spill_[i].writer != nullptr) release_task(spill_[i].writer);
   }
-  segments_[first].end = segments_[last - 1].end;
-  segments_.erase(segments_.begin() + static_cast<std::ptrdiff_t>(first) + 1,
-                  segments_.begin() + static_cast<std::ptrdiff_t>(last));
+  spill_[first].end = spill_[last - 1].end;
+  spill_.erase(spill_.begin() + static_cast<std::ptrdiff_t>(first) + 1,
+               spill_.begin() + static_cast<std::ptrdiff_t>(last));
+  if (spill_.size() == 1) {  // whole again: back into single_
+    single_ = std::move(spill_.front());
+    spill_.clear();
+  }
 }
 
 void DependencyTracker::prune_finished(ReaderList& readers) noexcept {

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstddef>
+#include <span>
 #include <vector>
 
 #include "nerve/detail/runtime_api.hpp"
@@ -51,13 +52,13 @@ class DependencyTracker {
   // tasks it names when they are no more than `room` (the edges the task can take without
   // allocating), else the unfinished ones among them.
   void split_for(std::size_t offset, std::size_t size) {
-    if (size == 0 || (segments_.size() == 1 && offset == 0 && size == bytes_)) return;  // the usual case
+    if (size == 0 || (spill_.empty() && offset == 0 && size == bytes_)) return;  // the usual case
     split_around(offset, size);
   }
   std::size_t reserve_for(std::size_t offset, std::size_t size, Access mode, std::size_t own_accesses,
                           std::size_t room) {
-    if (segments_.size() == 1 && size != 0) {  // the usual case, inline: one segment holds the access
-      const Segment& segment = segments_.front();
+    if (spill_.empty() && size != 0) {  // the usual case, inline: one segment holds the access
+      const Segment& segment = single_;
       prefetch_named(segment, mode);
       if (const std::size_t named = named_in(segment, mode);
           named <= room && (writes(mode) || readers_fit(segment, own_accesses)))
@@ -84,7 +85,7 @@ class DependencyTracker {
   template <class Fn>
   void finished_sources(std::size_t offset, std::size_t size, Access mode, Fn&& fn) const {
     const std::size_t end = offset + size;
-    for (const Segment& segment : segments_) {
+    for (const Segment& segment : segments()) {
       if (segment.end <= offset || segment.begin >= end) continue;
       if (segment.writer != nullptr && !unfinished(segment.writer) &&
           !(reads(mode) && failed(segment.writer)))
@@ -111,7 +112,7 @@ class DependencyTracker {
   // clear() forgets every access (buffer destruction).
   void clear() noexcept;
 
-  std::size_t segment_count() const noexcept { return segments_.size(); }
+  std::size_t segment_count() const noexcept { return spill_.empty() ? 1 : spill_.size(); }
 
  private:
   struct Segment {
@@ -167,14 +168,25 @@ class DependencyTracker {
 
   SpinLock lock_;
   std::size_t bytes_;
-  std::vector<Segment> segments_;  // sorted, disjoint, covering [0, bytes_)
+  // The segments, sorted, disjoint, covering [0, bytes_). Most buffers are only ever accessed whole:
+  // their one segment is single_, in the buffer's own line, rather than behind a pointer (a dependent
+  // miss on every access to a buffer another core touched last, W4's case). Split, every segment is
+  // in spill_, which is otherwise empty (never holds just one); single_ is then unused.
+  Segment single_;
+  std::vector<Segment> spill_;
+  std::span<Segment> segments() noexcept {
+    return spill_.empty() ? std::span<Segment>(&single_, 1) : std::span<Segment>(spill_);
+  }
+  std::span<const Segment> segments() const noexcept {
+    return spill_.empty() ? std::span<const Segment>(&single_, 1) : std::span<const Segment>(spill_);
+  }
 };
 
 template <class Which>
 const TaskRecord* DependencyTracker::first_blocker(std::size_t offset, std::size_t size, Access mode,
                                                    Which&& which) const {
   const std::size_t end = offset + size;
-  for (const Segment& segment : segments_) {
+  for (const Segment& segment : segments()) {
     if (segment.end <= offset || segment.begin >= end) continue;
     if (segment.writer != nullptr && unfinished(segment.writer) && which(segment.writer))
       return segment.writer;
@@ -192,13 +204,14 @@ void DependencyTracker::register_access(TaskRecord* task, std::size_t offset, st
                                         OnPredecessor&& on_predecessor, bool merge) {
   if (size == 0) return;
   std::size_t first = 0;
-  std::size_t last = segments_.size();  // exclusive
-  if (segments_.size() > 1 || offset != 0 || size != bytes_) {
+  std::size_t last = 1;  // exclusive
+  if (!spill_.empty() || offset != 0 || size != bytes_) {
     first = split_at(offset);
     last = split_at(offset + size);
   }
+  const std::span<Segment> all = segments();  // after the splits (split_for() made them already)
   for (std::size_t i = first; i < last; ++i) {
-    Segment& segment = segments_[i];
+    Segment& segment = all[i];
     if (segment.writer != nullptr &&
         (unfinished(segment.writer) || (reads(mode) && failed(segment.writer)))) {
       on_predecessor(Predecessor{segment.writer, reads(mode)});
