@@ -16,7 +16,9 @@
 // run: they are cancelled with that cause (recursively). Tasks that only overwrite its data or write
 // what it read (write-after-write, write-after-read) still run after it: their data does not come
 // from it. wait() on a failed task rethrows its exception;
-// on a cancelled task it throws TaskCancelled whose cause() is the original exception.
+// on a cancelled task it throws TaskCancelled whose cause() is the original exception, and whose
+// message names the task that failed when it had a name ("task 'b' was cancelled because task 'a',
+// which it depends on, failed: ...").
 #pragma once
 
 #include <chrono>

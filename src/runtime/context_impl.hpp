@@ -10,10 +10,12 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <string_view>
 #include <thread>
 #include <unordered_map>
@@ -389,7 +391,15 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   SpinLock root_error_lock;
   std::vector<std::exception_ptr> root_errors;
   std::uint64_t root_errors_dropped = 0;
-  std::uint32_t root_error_report = 1;          // the generation of wait_all()'s report, counted from 1
+  std::uint32_t root_error_report = 1;  // the generation of wait_all()'s report, counted from 1
+  // Which named task recent failures came from, for the messages of the tasks they cancel (whose
+  // cause() is the original exception, which does not say): note_failure_origin() when a task fails,
+  // failure_origin() when a cancellation is reported. The oldest are forgotten past the bound.
+  static constexpr std::size_t max_failure_origins = 64;
+  void note_failure_origin(const TaskRecord& failed) noexcept;
+  std::string failure_origin(const std::exception_ptr& cause);
+  std::mutex failure_origins_mutex;
+  std::deque<std::pair<std::exception_ptr, std::string>> failure_origins;
   alignas(64) std::atomic<int> root_parked{0};  // threads parked in wait_all()
 };
 

@@ -47,8 +47,31 @@ std::exception_ptr cancellation_error(const TaskRecord* task, const std::string&
     cause = error.what();
   } catch (...) {
   }
+  const std::string origin = task->context != nullptr ? task->context->failure_origin(task->error) : "";
   return std::make_exception_ptr(TaskCancelled(
-      fmt::format("{} was cancelled because a task it depends on failed: {}", subject, cause), task->error));
+      origin.empty() ? fmt::format("{} was cancelled because a task it depends on failed: {}", subject, cause)
+                     : fmt::format("{} was cancelled because task '{}', which it depends on, "
+                                   "failed: {}",
+                                   subject, origin, cause),
+      task->error));
+}
+
+void ContextImpl::note_failure_origin(const TaskRecord& failed) noexcept {
+  if (failed.name == nullptr || failed.error == nullptr) return;
+  try {
+    std::lock_guard lock(failure_origins_mutex);
+    if (failure_origins.size() == max_failure_origins) failure_origins.pop_front();
+    failure_origins.emplace_back(failed.error, failed.name);
+  } catch (...) {  // out of memory: the cancellations' messages just do not name it
+  }
+}
+
+std::string ContextImpl::failure_origin(const std::exception_ptr& cause) {
+  std::lock_guard lock(failure_origins_mutex);
+  for (auto it = failure_origins.rbegin(); it != failure_origins.rend(); ++it) {
+    if (it->first == cause) return it->second;
+  }
+  return {};
 }
 
 DepOverflow* DepOverflow::make(DepOverflow* next, std::size_t capacity) {
@@ -586,6 +609,7 @@ void ContextImpl::finish(TaskRecord* task, ThreadState& thread, std::uint32_t ou
   }
   const bool counted = task->kind != TaskKind::host_access;
   if (outcome == status_failed || outcome == status_cancelled) {
+    if (outcome == status_failed) note_failure_origin(*task);
     const bool requested = outcome == status_cancelled && task->error == nullptr;
     std::exception_ptr reported = outcome == status_failed ? task->error : cancellation_error(task);
     if (task->pool != nullptr && task->kind == TaskKind::function) {

@@ -26,6 +26,39 @@ namespace {
 
 using ErrorsTest = RuntimeTest;
 
+// A cancelled task's message names the failed task it depends on (its cause() is the original
+// exception, which does not say where it came from), through a chain too; an unnamed one is not named.
+TEST_P(ErrorsTest, CancellationNamesTheTaskThatFailed) {
+  Buffer<int> data(*context, 1);
+  Task producer = context->submit(
+      TaskOptions{.name = "producer"}, [](std::span<int>) { throw std::runtime_error("boom"); }, write(data));
+  Task consumer = context->submit(
+      TaskOptions{.name = "consumer"}, [](std::span<int>) {}, read_write(data));
+  Task last = context->submit([](std::span<const int>) {}, read(data));
+  EXPECT_THROW(producer.wait(), std::runtime_error);
+  for (const Task* cancelled : {&consumer, &last}) {
+    try {
+      cancelled->wait();
+      ADD_FAILURE() << "not cancelled";
+    } catch (const TaskCancelled& error) {
+      EXPECT_NE(std::string(error.what()).find("because task 'producer', which it depends on, failed: boom"),
+                std::string::npos)
+          << error.what();
+    }
+  }
+  Buffer<int> other(*context, 1);
+  context->spawn([](std::span<int>) { throw std::runtime_error("anonymous"); }, write(other));
+  try {
+    context->submit([](std::span<const int>) {}, read(other)).wait();
+    ADD_FAILURE() << "not cancelled";
+  } catch (const TaskCancelled& error) {
+    EXPECT_NE(std::string(error.what()).find("because a task it depends on failed: anonymous"),
+              std::string::npos)
+        << error.what();
+  }
+  EXPECT_THROW(context->wait_all(), std::runtime_error) << "the unnamed failure, not waited for";
+}
+
 TEST_P(ErrorsTest, FailureIsRethrownByWaitAndDependentsAreCancelled) {
   Buffer<int> data(*context, 1);
   Task writer =
