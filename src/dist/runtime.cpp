@@ -1,4 +1,5 @@
 // runtime.cpp — the distributed runtime: buffers, task plans, waiting and failure (see runtime_impl.hpp).
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -173,6 +174,18 @@ TaskPlan plan_task(RuntimeImpl* runtime, const AccessDescription* accesses, std:
   if (rank == -1) rank = count > 0 ? accesses[0].buffer->owner : 0;
   plan.rank = rank;
   const auto destination = static_cast<std::size_t>(rank);
+  // A payload MPI cannot count is refused here, on every rank alike, before anything changes: found
+  // by the sending rank's transport alone, it left the receiving rank waiting forever.
+  for (std::size_t i = 0; i < count; ++i) {
+    const BufferEntry& entry = *accesses[i].buffer;
+    if (accesses[i].mode == Access::write || entry.held[destination] == entry.version) continue;
+    if (entry.bytes > static_cast<std::size_t>(INT32_MAX)) {
+      throw Error(ErrorCode::not_supported,
+                  fmt::format("distributed task '{}' on rank {} reads buffer {} ({} bytes) from rank {}: "
+                              "payloads are limited to 2 GiB (MPI's int count); split the buffer",
+                              display(options.name), rank, entry.number, entry.bytes, entry.owner));
+    }
+  }
   for (std::size_t i = 0; i < count; ++i) {
     BufferEntry& entry = *accesses[i].buffer;
     if (accesses[i].mode == Access::write || entry.held[destination] == entry.version) continue;

@@ -7,6 +7,8 @@
 //                                     it, already wait in barrier(): they must leave it with the error
 //   mpirun -np N mpi_failure mismatch the ranks disagree on a buffer's size (a program bug): every rank
 //                                     fails and the job ends with a non-zero status
+//   mpirun -np N mpi_failure huge     a task on rank 0 reads a buffer of rank 1 over MPI's 2 GiB count:
+//                                     every rank refuses it at submit (it used to hang rank 0)
 //   mpi_failure twice                 (one process, backend mpi) a second Runtime after the first
 //                                     finalised MPI is Error(not_supported), not an abort inside MPI
 //
@@ -71,6 +73,22 @@ int main(int argc, char** argv) {
       world.wait_all();
       world.barrier();
     });
+  }
+  if (argc > 1 && std::strcmp(argv[1], "huge") == 0) {
+    // Never touched: the owner's host pages stay unmapped.
+    auto remote = world.buffer<char>((std::size_t{2} << 30) + 4096, 1);
+    try {
+      world.submit(
+          dist::TaskOptions{.name = "far", .rank = 0}, [](std::span<const char>) {}, dist::read(remote));
+      std::printf("rank %d: FAIL: a 2 GiB + 4 KiB transfer was accepted\n", world.rank());
+      return 1;
+    } catch (const nerve::Error& error) {
+      const bool ok = error.code() == nerve::ErrorCode::not_supported;
+      std::printf("rank %d: %s: %s\n", world.rank(), ok ? "PASS" : "FAIL", error.what());
+      world.wait_all();
+      world.barrier();
+      return ok ? 0 : 1;
+    }
   }
   if (barrier) {
     auto mine = world.buffer<int>(16, 1);
