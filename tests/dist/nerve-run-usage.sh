@@ -23,6 +23,10 @@ expect_usage_error "not '99999999999999999999999'" -np 99999999999999999999999 /
 expect_usage_error "not '0'" -n 0 /bin/echo ran-the-program
 expect_usage_error "not ''" -np "" /bin/echo ran-the-program
 expect_usage_error "unknown option --bogus" --bogus /bin/echo ran-the-program
+expect_usage_error "not '+4'" -np +4 /bin/echo ran-the-program
+expect_usage_error "not ' 4'" -np " 4" /bin/echo ran-the-program
+expect_usage_error "distributed.nodes is empty" --hostfile "${TMPDIR:-/tmp}/nerve-run-usage-hosts" --dry-run \
+  /bin/echo ran-the-program
 
 out=$("$run" --help 2>&1)
 status=$?

@@ -56,7 +56,9 @@ long parse_ranks(const char* text) {
   errno = 0;
   char* end = nullptr;
   const long value = std::strtol(text, &end, 10);
-  if (end == text || *end != '\0' || errno == ERANGE || value < 1 || value > 1'000'000)
+  // Digits only: strtol also takes blanks and a sign ("+4", " 4").
+  if (*text < '0' || *text > '9' || end == text || *end != '\0' || errno == ERANGE || value < 1 ||
+      value > 1'000'000)
     usage(std::string("-np needs a whole number of ranks from 1 to 1000000, not '") + text + "'");
   return value;
 }
@@ -154,6 +156,13 @@ int main(int argc, char** argv) {
     hosts += node.host + " slots=" + std::to_string(node.slots) + "\n";
   }
   if (ranks == 0) ranks = slots > 0 ? slots : 1;
+  if (!hostfile.empty() && slots == 0) {
+    // --hostfile names where distributed.nodes is written, not a file for mpirun to read: with no
+    // nodes it would be dropped without a word.
+    usage("--hostfile " + hostfile +
+          ": distributed.nodes is empty, so there is no hostfile to write (set distributed.nodes, "
+          "or give mpirun its own --hostfile)");
+  }
 
   std::vector<std::string> command{std::getenv("NERVE_MPIRUN") != nullptr ? std::getenv("NERVE_MPIRUN")
                                                                           : NERVE_MPIRUN};
