@@ -5,6 +5,7 @@
 #include <limits>
 #include <memory>
 #include <new>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -249,12 +250,32 @@ std::size_t ContextImpl::register_dependencies(TaskRecord* task, ThreadState& th
       record_finished_sources(access);
     buffer->tracker.register_access(task, access.offset, access.size, access.mode, on_predecessor);
   } else if (count > 1) {
-    auto& buffers = thread.scratch_buffers;
-    buffers.clear();
-    buffers.reserve(count);
-    for (std::size_t i = 0; i < count; ++i) buffers.push_back(task->accesses[i].buffer);
-    std::sort(buffers.begin(), buffers.end());
-    buffers.erase(std::unique(buffers.begin(), buffers.end()), buffers.end());
+    // The distinct buffers in address order: most tasks have a few, sorted in place on the stack by
+    // insertion (std::sort and the vector's bookkeeping cost a W4 task ~75 instructions).
+    constexpr std::size_t few = 8;
+    BufferState* few_buffers[few];
+    std::span<BufferState*> buffers;
+    if (count <= few) {
+      std::size_t distinct = 0;
+      for (std::size_t i = 0; i < count; ++i) {
+        BufferState* buffer = task->accesses[i].buffer;
+        std::size_t at = distinct;
+        while (at > 0 && few_buffers[at - 1] > buffer) --at;
+        if (at > 0 && few_buffers[at - 1] == buffer) continue;
+        std::copy_backward(few_buffers + at, few_buffers + distinct, few_buffers + distinct + 1);
+        few_buffers[at] = buffer;
+        ++distinct;
+      }
+      buffers = std::span<BufferState*>(few_buffers, distinct);
+    } else {
+      auto& many = thread.scratch_buffers;
+      many.clear();
+      many.reserve(count);
+      for (std::size_t i = 0; i < count; ++i) many.push_back(task->accesses[i].buffer);
+      std::sort(many.begin(), many.end());
+      many.erase(std::unique(many.begin(), many.end()), many.end());
+      buffers = many;
+    }
     // A task with two accesses to one buffer keeps the segments its accesses split (no merge).
     const bool merge = buffers.size() == count;
     const auto accesses_to = [&](const BufferState* buffer) {

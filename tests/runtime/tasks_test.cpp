@@ -368,6 +368,40 @@ TEST_P(RuntimeTest, LargeClosuresAndManyAccesses) {
   for (auto& buffer : buffers) EXPECT_EQ(buffer.to_vector(), std::vector<int>(4, 3));
 }
 
+// Accesses that repeat buffers in any order: the submission locks each distinct buffer once, in
+// address order — sorted on the stack up to 8 accesses, in a vector past that — and the task still
+// waits for each buffer's writer.
+TEST_P(RuntimeTest, RepeatedBuffersInFewAndManyAccesses) {
+  std::vector<Buffer<int>> in;
+  for (int i = 0; i < 3; ++i) in.emplace_back(*context, 8);
+  Buffer<int> out(*context, 2);
+  Kernel sum("sum_slices");
+  sum.cpu([](const KernelArgs& args) {
+    int total = 0;
+    for (std::size_t k = 0; k + 1 < args.access_count(); ++k)
+      for (const int v : args.span<const int>(k)) total += v;
+    args.span<int>(args.access_count() - 1)[0] = total;
+  });
+  for (int round = 1; round <= 3; ++round) {
+    for (auto& buffer : in) {
+      context->spawn(
+          [round](std::span<int> d) {
+            std::this_thread::sleep_for(std::chrono::microseconds(200));
+            std::fill(d.begin(), d.end(), round);
+          },
+          write(buffer));
+    }
+    // 5 accesses over 3 buffers, out of address order (8 ints read in all), then 12 over 3 (24 read).
+    context->spawn(sum, read(in[2].slice(0, 2)), read(in[0].slice(0, 2)), read(in[2].slice(2, 2)),
+                   read(in[1].slice(0, 2)), write(out.slice(0, 1)));
+    context->spawn(sum, read(in[1].slice(0, 2)), read(in[0].slice(0, 2)), read(in[2].slice(0, 2)),
+                   read(in[1].slice(2, 2)), read(in[0].slice(2, 2)), read(in[2].slice(2, 2)),
+                   read(in[1].slice(4, 2)), read(in[0].slice(4, 2)), read(in[2].slice(4, 2)),
+                   read(in[1].slice(6, 2)), read(in[0].slice(6, 2)), write(out.slice(1, 1)));
+    EXPECT_EQ(out.to_vector(), (std::vector<int>{8 * round, 22 * round})) << "round " << round;
+  }
+}
+
 // The first application thread to submit pushes into a deque of its own. Its tasks must still run
 // while it does not wait (workers steal them), be run by another thread's wait (with a single slot
 // only that thread can), and outlive the thread that submitted them.
