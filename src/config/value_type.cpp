@@ -60,7 +60,8 @@ ParsedValue parse_integer(std::string_view text, const ValueType& type) {
     }
     throw;
   }
-  if (number < type.min || number > type.max) {
+  // "-0" is below a range that starts at 0 as much as "-1" is: no key takes a sign.
+  if (number < type.min || number > type.max || (text.starts_with('-') && type.min >= 0)) {
     throw Problem{fmt::format("{} is out of range (expected {})", quote(text), type.expected())};
   }
   if (number == 0 && !type.zero_word.empty()) return {std::string(type.zero_word), number};
@@ -92,8 +93,10 @@ ParsedValue parse_duration(std::string_view text, const ValueType& type) {
   }
   if (digits.empty()) throw Problem{fmt::format("{} is not {}", quote(text), type.expected())};
   const std::int64_t count = parse_digits(digits, text, type);
-  // Compare before multiplying so that a huge count cannot overflow.
-  if (count < type.min / scale || count > type.max / scale || count * scale < type.min) {
+  // Compare before multiplying so that a huge count cannot overflow. "-0" is below a range that
+  // starts at 0, as for integers.
+  if (count < type.min / scale || count > type.max / scale || count * scale < type.min ||
+      (digits.starts_with('-') && type.min >= 0)) {
     throw Problem{fmt::format("{} is out of range (expected {})", quote(text), type.expected())};
   }
   const nanoseconds value{count * scale};
