@@ -1,6 +1,7 @@
 // sanitizer_canary.cpp — one deliberate bug per mode, so that the sanitizer suites prove they catch
 // what they are for, with the options `make test-tsan` / `make test-asan` pass (expect-report.sh checks
 // the report and the failing exit status). Built only in sanitizer builds.
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -10,7 +11,15 @@ namespace {
 
 int shared_counter = 0;  // written by two threads without synchronisation in `race`
 
+std::atomic<int> arrived{0};
+
+// Both threads write while both are alive: under a loaded CTest run the other thread once finished
+// before the main one started writing, and ThreadSanitizer missed the race (seen once). The
+// meeting is relaxed, so it orders nothing: the writes still race.
 [[gnu::noinline]] void increment_without_lock() {
+  arrived.fetch_add(1, std::memory_order_relaxed);
+  while (arrived.load(std::memory_order_relaxed) < 2) {
+  }
   for (int i = 0; i < 1000; ++i) shared_counter = shared_counter + 1;
 }
 
