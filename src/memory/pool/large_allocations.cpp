@@ -13,7 +13,7 @@ std::size_t LargeAllocations::rounded_size(std::size_t bytes) noexcept {
 LargeAllocations::~LargeAllocations() {
   release_cached();
   std::lock_guard lock(mutex_);
-  for (const auto& [block, bytes] : live_) budget_.release(block, bytes);
+  for (const auto& [block, live] : live_) budget_.release(block, live.bytes, live.charged);
   live_.clear();
 }
 
@@ -29,11 +29,12 @@ void* LargeAllocations::try_allocate(std::size_t bytes, bool* from_cache) {
   {
     std::lock_guard lock(mutex_);
     ++allocations_;
-    // Best fit among cached blocks no more than 1/8 larger than needed.
+    // Best fit among cached blocks no more than 1/8 larger than needed, whose charge covers the
+    // request (a block keeps the charge it was made with: its padding never counts).
     std::size_t best = cache_.size();
     for (std::size_t i = 0; i < cache_.size(); ++i) {
       const std::size_t size = cache_[i].bytes;
-      if (size >= wanted && size - wanted <= wanted / 8 &&
+      if (cache_[i].charged >= wanted && size - wanted <= wanted / 8 &&
           (best == cache_.size() || size < cache_[best].bytes)) {
         best = i;
       }
@@ -42,7 +43,7 @@ void* LargeAllocations::try_allocate(std::size_t bytes, bool* from_cache) {
       const CachedBlock hit = cache_[best];
       cache_.erase(cache_.begin() + static_cast<std::ptrdiff_t>(best));
       cached_bytes_ -= hit.bytes;
-      live_.emplace(hit.block, hit.bytes);
+      live_.emplace(hit.block, LiveBlock{hit.bytes, hit.charged});
       live_bytes_ += hit.bytes;
       ++from_cache_;
       *from_cache = true;
@@ -54,17 +55,18 @@ void* LargeAllocations::try_allocate(std::size_t bytes, bool* from_cache) {
   // would put the same element of different buffers exactly 2^k bytes apart — the same cache sets
   // and DRAM banks for every stream of c[i] = a[i] + b[i] (measured: half the bandwidth of arrays
   // one page apart). Big blocks get 1..8 pages of padding, rotating, to break the pattern. The
-  // padding is a speed hint: where the padded block does not fit the node's limit, the exact size is
-  // tried, so whether a request fits never depends on the colour it drew.
+  // padding is a speed hint: it does not count against the node's limit (only `wanted` is charged),
+  // and where the padded block cannot be had the exact size is tried, so whether a request fits
+  // never depends on the colour it drew, nor on other blocks' colours.
   std::size_t real = wanted;
   if (wanted >= colour_threshold) {
     std::lock_guard lock(mutex_);
     real += (next_color_++ % 8 + 1) * alignment_;
   }
-  void* block = budget_.try_acquire(real, alignment_);
+  void* block = budget_.try_acquire(real, alignment_, wanted);
   if (block == nullptr && real != wanted) {
     real = wanted;
-    block = budget_.try_acquire(real, alignment_);
+    block = budget_.try_acquire(real, alignment_, wanted);
   }
   if (block == nullptr) {
     std::lock_guard lock(mutex_);
@@ -73,10 +75,10 @@ void* LargeAllocations::try_allocate(std::size_t bytes, bool* from_cache) {
   }
   try {
     std::lock_guard lock(mutex_);
-    live_.emplace(block, real);
+    live_.emplace(block, LiveBlock{real, wanted});
     live_bytes_ += real;
   } catch (...) {
-    budget_.release(block, real);
+    budget_.release(block, real, wanted);
     throw;
   }
   return block;
@@ -95,6 +97,7 @@ void LargeAllocations::free(void* block, std::size_t bytes) noexcept {
     }
   }
   std::size_t size = 0;
+  std::size_t charged = 0;
   {
     std::lock_guard lock(mutex_);
     const auto it = live_.find(block);
@@ -103,12 +106,13 @@ void LargeAllocations::free(void* block, std::size_t bytes) noexcept {
                  bytes);
       return;
     }
-    size = it->second;
+    size = it->second.bytes;
+    charged = it->second.charged;
     live_.erase(it);
     live_bytes_ -= size;
     if (may_cache && size <= max_cached_bytes_) {
       try {
-        cache_.push_back({block, size});
+        cache_.push_back({block, size, charged});
         cached_bytes_ += size;
         block = nullptr;
       } catch (...) {  // no memory for the cache entry: release the block instead
@@ -120,8 +124,8 @@ void LargeAllocations::free(void* block, std::size_t bytes) noexcept {
       }
     }
   }
-  if (block != nullptr) budget_.release(block, size);
-  for (const CachedBlock& old : evicted) budget_.release(old.block, old.bytes);
+  if (block != nullptr) budget_.release(block, size, charged);
+  for (const CachedBlock& old : evicted) budget_.release(old.block, old.bytes, old.charged);
 }
 
 std::size_t LargeAllocations::release_cached() noexcept {
@@ -133,7 +137,7 @@ std::size_t LargeAllocations::release_cached() noexcept {
   }
   std::size_t released = 0;
   for (const CachedBlock& old : cached) {
-    budget_.release(old.block, old.bytes);
+    budget_.release(old.block, old.bytes, old.charged);
     released += old.bytes;
   }
   return released;

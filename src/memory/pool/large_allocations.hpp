@@ -59,6 +59,11 @@ class LargeAllocations {
   struct CachedBlock {
     void* block;
     std::size_t bytes;
+    std::size_t charged;  // what the budget counts: the bytes without the colour padding
+  };
+  struct LiveBlock {
+    std::size_t bytes;
+    std::size_t charged;
   };
 
   NodeBudget& budget_;
@@ -66,9 +71,9 @@ class LargeAllocations {
   const std::size_t max_cached_bytes_;
   const std::size_t max_cached_blocks_;
   mutable std::mutex mutex_;
-  std::unordered_map<void*, std::size_t> live_;  // block -> its real size
-  unsigned next_color_ = 0;                      // guarded by mutex_
-  std::vector<CachedBlock> cache_;               // most recently freed last
+  std::unordered_map<void*, LiveBlock> live_;  // block -> its real size and charge
+  unsigned next_color_ = 0;                    // guarded by mutex_
+  std::vector<CachedBlock> cache_;             // most recently freed last
   std::size_t cached_bytes_ = 0;
   std::size_t live_bytes_ = 0;
   std::uint64_t allocations_ = 0;

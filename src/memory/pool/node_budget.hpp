@@ -29,27 +29,35 @@ class NodeBudget {
   // one) are "over the limit" before any arithmetic on them can wrap.
   static constexpr std::size_t max_block_bytes = SIZE_MAX / 4;
 
-  void* try_acquire(std::size_t bytes, std::size_t alignment) {
-    if (bytes > max_block_bytes || (limit_ != 0 && bytes > limit_)) return nullptr;
-    const std::size_t after = reserved_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  // `charged` (at most `bytes`) is what counts against the limit: a block's speed padding does not
+  // (LargeAllocations' colouring), so whether a buffer fits never depends on other blocks' colours.
+  void* try_acquire(std::size_t bytes, std::size_t alignment) { return try_acquire(bytes, alignment, bytes); }
+  void* try_acquire(std::size_t bytes, std::size_t alignment, std::size_t charged) {
+    if (bytes > max_block_bytes || (limit_ != 0 && charged > limit_)) return nullptr;
+    const std::size_t after = charged_.fetch_add(charged, std::memory_order_relaxed) + charged;
     if (limit_ != 0 && after > limit_) {
-      reserved_.fetch_sub(bytes, std::memory_order_relaxed);
+      charged_.fetch_sub(charged, std::memory_order_relaxed);
       return nullptr;
     }
     try {
-      return node_.allocate_block(bytes, alignment);
+      void* block = node_.allocate_block(bytes, alignment);
+      reserved_.fetch_add(bytes, std::memory_order_relaxed);
+      return block;
     } catch (...) {
-      reserved_.fetch_sub(bytes, std::memory_order_relaxed);
+      charged_.fetch_sub(charged, std::memory_order_relaxed);
       throw;
     }
   }
 
-  void release(void* block, std::size_t bytes) noexcept {
+  void release(void* block, std::size_t bytes) noexcept { release(block, bytes, bytes); }
+  void release(void* block, std::size_t bytes, std::size_t charged) noexcept {
     node_.free_block(block, bytes);
     reserved_.fetch_sub(bytes, std::memory_order_relaxed);
+    charged_.fetch_sub(charged, std::memory_order_relaxed);
     released_.fetch_add(bytes, std::memory_order_relaxed);
   }
 
+  // reserved(): the bytes obtained from the node; what counts against the limit may be less.
   std::size_t reserved() const noexcept { return reserved_.load(std::memory_order_relaxed); }
   std::size_t limit() const noexcept { return limit_; }
   // released_total() counts every byte ever given back (compact() reports the difference).
@@ -60,6 +68,7 @@ class NodeBudget {
   NodeAllocator& node_;
   const std::size_t limit_;
   std::atomic<std::size_t> reserved_{0};
+  std::atomic<std::size_t> charged_{0};  // against limit_
   std::atomic<std::uint64_t> released_{0};
 };
 
