@@ -7,6 +7,8 @@
  *   - NULL checks after allocation and mapping (the seed has none; a NULL there would crash);
  *   - casts where the seed compares size_t with int, and num_devices, which the seed computes but never
  *     uses, is printed;
+ *   - each task declares only its own chunk of buf_c (nerve_task_add_access), as a WRITE access must
+ *     be written whole;
  *   - main() (not in the seed): nerve_init, run_nerve_style, report, nerve_shutdown.
  * The seed's §3.1 DEVICE_GPU0 has no counterpart here: a CPU-only build has NERVE_DEVICE_CPU (0) and
  * NERVE_DEVICE_ANY, and this code never names a device at all — the scheduler places the tasks.
@@ -92,7 +94,11 @@ int run_nerve_style(int N, nerve_context_t* ctx) {
     // Create the task: bind the descriptor to the task function
     nerve_task_t* task = nerve_task_create(vec_add_kernel_launcher, desc);
     // Task properties: compute intensive, accesses buf_a, buf_b, buf_c
-    nerve_task_set_memory_deps(task, 3, (nerve_buffer_t*[]){buf_a, buf_b, buf_c});
+    // CHANGE: buf_c by the task's own chunk. The seed declares all of buf_c for every task, but a
+    // WRITE access promises to write its whole range (nerve.h): elsewhere than in host memory each
+    // task's replica of the rest would be garbage.
+    nerve_task_set_memory_deps(task, 2, (nerve_buffer_t*[]){buf_a, buf_b});
+    nerve_task_add_access(task, buf_c, NERVE_ACCESS_WRITE, start * sizeof(float), count * sizeof(float));
     nerve_task_set_compute_intensive(task, true);
 
     // Submit to the pool; the scheduler decides when and on which device it runs

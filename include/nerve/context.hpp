@@ -209,11 +209,12 @@ class TaskGroup {
 // TaskPool: a bulk launch of mutually independent tasks (the seed's nerve_task_pool_*). Tasks added
 // to a pool never depend on each other, whatever their accesses (so TaskOptions::after is refused
 // there: Error(invalid_argument)); the pool as a whole is ordered against everything outside it by
-// the union of its tasks' accesses, at its place in the submission order when it is launched (work
-// submitted before launch() does not wait for it). Tasks start at launch(). The pool fails as a
-// whole: after one of its tasks failed, later work touching any of the pool's accesses is cancelled
-// with that cause until a write replaces the data. The expected task count is a hint.
-// Destroying a pool that was never launched discards its tasks without running them; destroying a
+// the union of its tasks' accesses (the ranges they touch, not the span between them: work on a gap
+// neither waits for the pool nor is cancelled by it), at its place in the submission order when it
+// is launched (work submitted before launch() does not wait for it). Tasks start at launch(). The
+// pool fails as a whole: after one of its tasks failed, later work that reads any range the pool's
+// tasks wrote is cancelled with that cause until a write replaces the data. The expected task count is a
+// hint. Destroying a pool that was never launched discards its tasks without running them; destroying a
 // launched one waits for its tasks, unless that wait could never end (this thread holds a mapping
 // they wait for, or runs one of them): then the error is logged and the pool is detached — its tasks
 // run when they can, and the context frees it after them (at the next wait_all() or pool). A pool may outlive

@@ -148,9 +148,10 @@ NERVE_API int nerve_context_get_device_count(nerve_context_t* ctx);
 NERVE_API int nerve_context_get_worker_count(nerve_context_t* ctx);
 /* nerve_wait_all() waits for every task submitted so far, then reports the first failure among them
  * that nobody waited for otherwise (each failure is reported once): NERVE_ERROR_TASK_FAILED with the
- * task's message. Tasks cancelled because of that failure are not reported again. Inside a task it is
- * NERVE_ERROR_INVALID_ARGUMENT; while the calling thread holds a mapping that a pending task waits
- * for (the wait would never end) it is NERVE_ERROR_BUFFER_MISUSE, naming the mapping. Blocks. */
+ * task's message. A launched pool's tasks are waited for too, but their failures are the pool's,
+ * reported by nerve_task_pool_wait_all(). Tasks cancelled because of that failure are not reported again.
+ * Inside a task it is NERVE_ERROR_INVALID_ARGUMENT; while the calling thread holds a mapping that a pending
+ * task waits for (the wait would never end) it is NERVE_ERROR_BUFFER_MISUSE, naming the mapping. Blocks. */
 NERVE_API nerve_status_t nerve_wait_all(nerve_context_t* ctx);
 /* nerve_context_dump_perf_stats() writes the runtime's counters as JSON to `path`
  * (docs/PERF_STATS.md); NERVE_ERROR_INVALID_ARGUMENT if the file cannot be written. */
@@ -317,11 +318,14 @@ typedef struct nerve_task_pool nerve_task_pool_t;
 
 /* A task pool is a bulk launch of mutually independent tasks: tasks submitted to one pool never
  * depend on each other, whatever their accesses; the pool as a whole is ordered against everything
- * outside it by the union of its tasks' accesses, and its tasks start together at launch. The pool
+ * outside it by the union of its tasks' accesses (the ranges they touch, not the span between them),
+ * and its tasks start together at launch. The pool
  * takes its place in the submission order when it is launched (not when its tasks are submitted):
  * work submitted before the launch does not wait for it. It fails as a whole: if one of its tasks
- * fails, later work touching any of the pool's accesses is cancelled with that cause, until a write
- * (or write-only mapping) replaces the data.
+ * fails, later work that reads any range the pool's tasks wrote is cancelled with that cause, until
+ * a write (or write-only mapping) replaces the data. Its failures are reported by
+ * nerve_task_pool_wait_all(), never by nerve_wait_all(); destroying a launched pool whose failure
+ * nobody waited for logs it as a warning.
  * nerve_task_pool_create() makes a pool for about `capacity` tasks (a hint: more work, they grow the
  * pool; a huge hint is only a hint). NULL on error. */
 NERVE_API nerve_task_pool_t* nerve_task_pool_create(nerve_context_t* ctx, size_t capacity);

@@ -228,6 +228,16 @@ void pool_destroy_checked(PoolState* pool) {
       context.scheduler.wait(context.current_thread(), target);
     } catch (...) {
     }
+    // Nobody waited for the pool: its failure would go unseen (wait_all() does not report a pool's).
+    if (pool->has_error.load(std::memory_order_acquire) && pool->first_error != nullptr) {
+      try {
+        std::rethrow_exception(pool->first_error);
+      } catch (const std::exception& error) {
+        log::warn("task pool destroyed with an unreported task failure: {}", error.what());
+      } catch (...) {
+        log::warn("task pool destroyed with an unreported task failure");
+      }
+    }
   }
   free_pool(pool);
 }

@@ -1,7 +1,9 @@
 #include "runtime/pool_state.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
+#include <vector>
 
 #include "nerve/error.hpp"
 
@@ -21,29 +23,80 @@ void PoolState::add(TaskRecord* member) noexcept {
   members.push_back(member);  // make_room() made the room: no allocation
 }
 
+namespace {
+
+// A buffer's pieces past this fold into the range covering them: the gate is one record, whose
+// accesses are counted in 16 bits, and each piece is one access to register.
+constexpr std::size_t max_pieces_per_buffer = 1024;
+
+Access mode_of(unsigned bits) noexcept { return static_cast<Access>(bits); }
+
+// append_union(): `accesses` of one buffer as disjoint pieces (sorted, adjacent pieces of one mode
+// joined), each read and/or written as the accesses covering it are.
+void append_union(BufferState* buffer, const std::vector<const AccessRecord*>& accesses,
+                  std::vector<AccessSpec>& specs) {
+  std::vector<std::size_t> bounds;
+  bounds.reserve(2 * accesses.size());
+  for (const AccessRecord* access : accesses) {
+    bounds.push_back(access->offset);
+    bounds.push_back(access->offset + access->size);
+  }
+  std::sort(bounds.begin(), bounds.end());
+  bounds.erase(std::unique(bounds.begin(), bounds.end()), bounds.end());
+  // Readers and writers covering each elementary interval [bounds[k], bounds[k + 1]), by differences.
+  std::vector<std::int64_t> readers(bounds.size(), 0), writers(bounds.size(), 0);
+  const auto index_of = [&](std::size_t position) {
+    return static_cast<std::size_t>(std::lower_bound(bounds.begin(), bounds.end(), position) -
+                                    bounds.begin());
+  };
+  for (const AccessRecord* access : accesses) {
+    const std::size_t first = index_of(access->offset), last = index_of(access->offset + access->size);
+    const auto mode = static_cast<unsigned>(access->mode);
+    if ((mode & static_cast<unsigned>(Access::read)) != 0) ++readers[first], --readers[last];
+    if ((mode & static_cast<unsigned>(Access::write)) != 0) ++writers[first], --writers[last];
+  }
+  const std::size_t begin_count = specs.size();
+  std::int64_t reading = 0, writing = 0;
+  for (std::size_t k = 0; k + 1 < bounds.size(); ++k) {
+    reading += readers[k];
+    writing += writers[k];
+    const unsigned bits = (reading > 0 ? static_cast<unsigned>(Access::read) : 0u) |
+                          (writing > 0 ? static_cast<unsigned>(Access::write) : 0u);
+    if (bits == 0) continue;  // a gap no member touches
+    const std::size_t size = bounds[k + 1] - bounds[k];
+    if (specs.size() > begin_count && specs.back().offset + specs.back().size == bounds[k] &&
+        specs.back().mode == mode_of(bits)) {
+      specs.back().size += size;
+    } else {
+      specs.push_back(AccessSpec{buffer, bounds[k], size, mode_of(bits)});
+    }
+  }
+  if (specs.size() - begin_count > max_pieces_per_buffer) {
+    AccessSpec covering = specs[begin_count];
+    unsigned bits = 0;
+    for (std::size_t i = begin_count; i < specs.size(); ++i) bits |= static_cast<unsigned>(specs[i].mode);
+    covering.size = specs.back().offset + specs.back().size - covering.offset;
+    covering.mode = mode_of(bits);
+    specs.resize(begin_count);
+    specs.push_back(covering);
+  }
+}
+
+}  // namespace
+
 void PoolState::launch() {
   if (launched) return;
   ThreadState& thread = context.current_thread();
-  // The gate's accesses: per buffer, the range covering all members' accesses and the union mode.
-  std::map<BufferState*, AccessSpec> merged;
+  // The gate's accesses: per buffer, the union of the members' ranges, each piece with the union of
+  // the modes covering it. Work on a gap between them neither waits for the pool nor is cancelled by
+  // its failure (a range from the lowest to the highest byte did both).
+  std::map<BufferState*, std::vector<const AccessRecord*>> by_buffer;
   for (TaskRecord* member : members) {
-    for (std::size_t i = 0; i < member->access_count; ++i) {
-      const AccessRecord& access = member->accesses[i];
-      auto [it, inserted] = merged.try_emplace(
-          access.buffer, AccessSpec{access.buffer, access.offset, access.size, access.mode});
-      if (!inserted) {
-        AccessSpec& spec = it->second;
-        const std::size_t begin = std::min(spec.offset, access.offset);
-        const std::size_t end = std::max(spec.offset + spec.size, access.offset + access.size);
-        spec.offset = begin;
-        spec.size = end - begin;
-        spec.mode =
-            static_cast<Access>(static_cast<unsigned>(spec.mode) | static_cast<unsigned>(access.mode));
-      }
-    }
+    for (std::size_t i = 0; i < member->access_count; ++i)
+      by_buffer[member->accesses[i].buffer].push_back(&member->accesses[i]);
   }
   std::vector<AccessSpec> specs;
-  for (auto& entry : merged) specs.push_back(entry.second);
+  for (const auto& [buffer, accesses] : by_buffer) append_union(buffer, accesses, specs);
   release_list = std::make_unique<TaskRecord*[]>(members.size());
   std::copy(members.begin(), members.end(), release_list.get());
   gate = context.allocate_record(thread);

@@ -737,6 +737,18 @@ TEST_P(ErrorsTest, TaskPoolFailureAndDiscard) {
     pool.add([] {});
     EXPECT_THROW(pool.wait_all(), std::runtime_error);
   }
+  {  // launched, failed, destroyed without a wait: the failure is logged, not lost
+    ::testing::internal::CaptureStderr();
+    {
+      TaskPool unwatched(*context);
+      unwatched.add([] { throw std::runtime_error("nobody waited"); });
+      unwatched.launch();
+    }
+    const std::string log = ::testing::internal::GetCapturedStderr();
+    EXPECT_NE(log.find("task pool destroyed with an unreported task failure: nobody waited"),
+              std::string::npos)
+        << log;
+  }
   std::atomic<int> ran{0};
   {
     TaskPool never_launched(*context);
@@ -744,6 +756,33 @@ TEST_P(ErrorsTest, TaskPoolFailureAndDiscard) {
   }
   context->wait_all();
   EXPECT_EQ(ran.load(), 0) << "an unlaunched pool's tasks are discarded";
+}
+
+// A pool is ordered and poisoned by its members' accesses, not by the range spanning them: work on
+// a gap between them neither waits for the pool nor is cancelled by its failure, while work on a
+// member's range is; a piece only read by the members does not poison a later reader.
+TEST_P(ErrorsTest, APoolCoversItsMembersRangesNotTheGapsBetween) {
+  Buffer<int> data(*context, 100);
+  Buffer<int> gate(*context, 1);
+  auto held = gate.map_write();  // keeps the pool from starting
+  TaskPool pool(*context);
+  pool.add([](std::span<const int>, std::span<int>) { throw std::runtime_error("pool member failed"); },
+           read(gate), write(data.slice(0, 10)));
+  pool.add([](std::span<const int>, std::span<const int>) {}, read(gate), read(data.slice(90, 10)));
+  pool.launch();
+  std::atomic<bool> gap_ran{false};
+  Task gap = context->submit([&](std::span<int>) { gap_ran = true; }, write(data.slice(40, 10)));
+  Task tail = context->submit([](std::span<const int>) {}, read(data.slice(90, 10)));
+  Task head = context->submit([](std::span<const int>) {}, read(data.slice(0, 10)));
+  if (workers() > 1) {
+    EXPECT_TRUE(gap.wait_for(std::chrono::seconds(30))) << "the gap waited for a pool that has not started";
+  }
+  held.unmap();
+  EXPECT_THROW(pool.wait_all(), std::runtime_error);
+  EXPECT_NO_THROW(gap.wait()) << "the gap is no member's: not poisoned";
+  EXPECT_TRUE(gap_ran.load());
+  EXPECT_NO_THROW(tail.wait()) << "only read by the pool: nothing to poison";
+  EXPECT_THROW(head.wait(), TaskCancelled) << "reads what the failed member wrote";
 }
 
 TEST_P(ErrorsTest, DestroyingContextWithWorkInFlightDrains) {
