@@ -54,17 +54,7 @@ void destroy_remaining_pools(nerve_context& ctx) {
   if (!pools.empty())
     log::warn("nerve_shutdown: destroying {} task pool(s) the program did not destroy", pools.size());
   for (nerve_task_pool* pool : pools) {
-    // A launched pool's failure nobody waited for is an unreported task failure: logged, as nerve.h
-    // promises for those (destroying the pool alone drops it).
-    if (detail::pool_launched(pool->state)) {
-      try {
-        detail::pool_wait(pool->state);
-      } catch (const std::exception& error) {
-        log::warn("nerve_shutdown: unreported task failure in a task pool: {}", error.what());
-      } catch (...) {
-        log::warn("nerve_shutdown: unreported task failure in a task pool");
-      }
-    }
+    // A launched pool's failure nobody waited for is logged by its destruction (detail::pool_destroy).
     try {
       destroy_pool(pool);
     } catch (const std::exception& error) {
