@@ -13,6 +13,7 @@
 
 #include "dist/runtime_impl.hpp"
 #include "dist/wire.hpp"
+#include "util/exception_text.hpp"
 
 namespace nerve::distributed::detail {
 namespace {
@@ -54,16 +55,6 @@ std::unique_ptr<Transport> make_transport(const Config::Distributed& config) {
 }
 
 const char* display(const char* name) noexcept { return name != nullptr ? name : "(unnamed)"; }
-
-std::string what_of(const std::exception_ptr& error) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const std::exception& e) {
-    return e.what();
-  } catch (...) {
-    return "a non-standard exception";
-  }
-}
 
 }  // namespace
 
@@ -174,12 +165,16 @@ TaskPlan plan_task(RuntimeImpl* runtime, const AccessDescription* accesses, std:
   if (rank == -1) rank = count > 0 ? accesses[0].buffer->owner : 0;
   plan.rank = rank;
   const auto destination = static_cast<std::size_t>(rank);
+  // A read whose version the destination lacks moves the whole buffer there.
+  const auto needs_transfer = [&](std::size_t i) {
+    const BufferEntry& entry = *accesses[i].buffer;
+    return accesses[i].mode != Access::write && entry.held[destination] != entry.version;
+  };
   // A payload MPI cannot count is refused here, on every rank alike, before anything changes: found
   // by the sending rank's transport alone, it left the receiving rank waiting forever.
   for (std::size_t i = 0; i < count; ++i) {
     const BufferEntry& entry = *accesses[i].buffer;
-    if (accesses[i].mode == Access::write || entry.held[destination] == entry.version) continue;
-    if (entry.bytes > static_cast<std::size_t>(INT32_MAX)) {
+    if (needs_transfer(i) && entry.bytes > static_cast<std::size_t>(INT32_MAX)) {
       throw Error(ErrorCode::not_supported,
                   fmt::format("distributed task '{}' on rank {} reads buffer {} ({} bytes) from rank {}: "
                               "payloads are limited to 2 GiB (MPI's int count); split the buffer",
@@ -187,8 +182,8 @@ TaskPlan plan_task(RuntimeImpl* runtime, const AccessDescription* accesses, std:
     }
   }
   for (std::size_t i = 0; i < count; ++i) {
+    if (!needs_transfer(i)) continue;
     BufferEntry& entry = *accesses[i].buffer;
-    if (accesses[i].mode == Access::write || entry.held[destination] == entry.version) continue;
     const auto from = static_cast<std::size_t>(entry.owner);
     const std::uint64_t sequence =
         runtime->next_sequence[from * static_cast<std::size_t>(runtime->size) + destination]++;
@@ -234,8 +229,8 @@ void task_finished(RuntimeImpl* runtime, const char* name, std::uint64_t started
 
 void task_failed(RuntimeImpl* runtime, const char* name, const std::exception_ptr& error) noexcept {
   try {
-    std::string failure =
-        fmt::format("task '{}' failed on rank {}: {}", display(name), runtime->rank, what_of(error));
+    std::string failure = fmt::format("task '{}' failed on rank {}: {}", display(name), runtime->rank,
+                                      nerve::detail::what_of(error));
     {
       std::lock_guard lock(runtime->failure_mutex);
       if (!runtime->first_body_error) runtime->first_body_error = error;

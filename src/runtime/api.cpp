@@ -13,6 +13,7 @@
 #include "runtime/pool_state.hpp"
 #include "runtime/waitables.hpp"
 #include "task/task_graph.hpp"
+#include "util/exception_text.hpp"
 #include "util/log.hpp"
 
 namespace nerve {
@@ -231,11 +232,8 @@ void pool_destroy_checked(PoolState* pool) {
     // Nobody waited for the pool: its failure would go unseen (wait_all() does not report a pool's).
     if (pool->has_error.load(std::memory_order_acquire) && pool->first_error != nullptr) {
       try {
-        std::rethrow_exception(pool->first_error);
-      } catch (const std::exception& error) {
-        log::warn("task pool destroyed with an unreported task failure: {}", error.what());
-      } catch (...) {
-        log::warn("task pool destroyed with an unreported task failure");
+        log::warn("task pool destroyed with an unreported task failure: {}", what_of(pool->first_error));
+      } catch (...) {  // out of memory for the message: the failure stays unreported
       }
     }
   }

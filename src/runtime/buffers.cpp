@@ -169,8 +169,11 @@ bool ContextImpl::is_prefetch_mapping(const TaskRecord* task) noexcept {
   return task->kind == TaskKind::host_access && task->closure[prefetch_flag_offset] != std::byte{0};
 }
 
-// The prefetch's copies are done: it ends as an unmap would, and gives back the only reference.
-void ContextImpl::end_prefetch_mapping(TaskRecord* task, ThreadState& thread) noexcept {
+// A mapping is over (unmapped, or a prefetch whose copies are done): later accesses need not find it
+// in the tracker, load its status and drop their reference to it (over many buffers mapped once
+// each, as in W4 between its sweeps, those were cold misses in the next submission). The mapping's
+// access still holds the buffer here; it may not once finish() has retired it.
+void ContextImpl::end_mapping(TaskRecord* task, ThreadState& thread) noexcept {
   const AccessRecord& held = task->accesses[0];
   {
     std::lock_guard lock(held.buffer->tracker.lock());
@@ -347,17 +350,8 @@ void buffer_unmap(Mapping mapping) {
   // Ending the mapping may release the buffer, and with it the runtime (when the Context object
   // and every handle went first): hold the runtime until the mapping's record is given back.
   context.add_external_reference();
-  // The mapping is over once unmap is called: later accesses need not find it in the tracker, load
-  // its status and drop their reference to it (over many buffers mapped once each, as in W4 between
-  // its sweeps, those were cold misses in the next submission). The mapping's access still holds
-  // the buffer here; it may not once finish() has retired it.
-  const AccessRecord& held = task->accesses[0];
-  {
-    std::lock_guard lock(held.buffer->tracker.lock());
-    held.buffer->tracker.forget(task, held.offset, held.size);
-  }
-  context.finish(task, context.current_thread(), status_succeeded);
-  context.release_task(task);
+  context.end_mapping(task, context.current_thread());
+  context.release_task(task);  // the Mapping's reference
   context.drop_external_reference();
   if (context_gone) {
     throw Error(ErrorCode::buffer_misuse,

@@ -210,7 +210,8 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   // A try_map() whose data must first come back from a device asks for it with a prefetch mapping,
   // which nobody holds: granted, it ends itself (buffers.cpp).
   static bool is_prefetch_mapping(const TaskRecord* task) noexcept;
-  void end_prefetch_mapping(TaskRecord* task, ThreadState& thread) noexcept;
+  // end_mapping(): an unmap, or a granted prefetch: out of the tracker, finished.
+  void end_mapping(TaskRecord* task, ThreadState& thread) noexcept;
   void destroy_closure(TaskRecord* task) noexcept;
 
   // --- coroutines (coroutines.cpp)

@@ -17,6 +17,7 @@
 #include "runtime/context_impl.hpp"
 #include "runtime/pool_state.hpp"
 #include "task/task_graph.hpp"
+#include "util/exception_text.hpp"
 #include "util/monotonic_clock.hpp"
 
 namespace nerve::detail {
@@ -41,13 +42,7 @@ std::exception_ptr cancellation_error(const TaskRecord* task, const std::string&
                           : "before it started";
     return std::make_exception_ptr(TaskCancelled(fmt::format("{} was cancelled {}", subject, why), nullptr));
   }
-  std::string cause = "a non-standard exception";
-  try {
-    std::rethrow_exception(task->error);
-  } catch (const std::exception& error) {
-    cause = error.what();
-  } catch (...) {
-  }
+  const std::string cause = what_of(task->error);
   const std::string origin = task->context != nullptr ? task->context->failure_origin(task->error) : "";
   return std::make_exception_ptr(TaskCancelled(
       origin.empty() ? fmt::format("{} was cancelled because a task it depends on failed: {}", subject, cause)
@@ -458,7 +453,7 @@ void ContextImpl::grant_mapping(TaskRecord* task, ThreadState& thread) {
     return;
   }
   if (is_prefetch_mapping(task)) {
-    end_prefetch_mapping(task, thread);
+    end_mapping(task, thread);  // its only reference goes with it
     return;
   }
   task->phase.store(status_running, std::memory_order_seq_cst);
