@@ -109,6 +109,19 @@ struct BufferState {
   BufferReplicas replicas;
 };
 
+// prefetch_submission_lines() asks for the lines a submission touches (0-2, see the layout) before it
+// touches any. Over many buffers they are out of cache, and the locked instructions between those
+// touches (accesses_begun, the tracker's lock) keep the misses from overlapping: asked for at once,
+// a task's buffers cost about one miss's latency rather than one per line (W4: 378 -> 268 ns per
+// task, medians of 8 alternated runs).
+inline void prefetch_submission_lines(const BufferState* buffer) noexcept {
+  if (buffer == nullptr) return;
+  const auto* bytes = reinterpret_cast<const char*>(buffer);
+  __builtin_prefetch(bytes);
+  __builtin_prefetch(bytes + 64, 1);
+  __builtin_prefetch(bytes + 128, 1);
+}
+
 // A task's (or mapping's) access keeps the buffer alive until retire_task_access(), which may
 // destroy it: the caller must not touch the buffer afterwards.
 inline void begin_task_access(BufferState* buffer) noexcept {

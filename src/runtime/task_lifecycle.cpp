@@ -169,6 +169,8 @@ void ContextImpl::copy_accesses(TaskRecord* task, const AccessSpec* accesses, st
   // (the gate ends after the last of them).
   const bool gate = task->kind == TaskKind::pool_gate;
   if (!gate) {
+    // The first few: a core tracks only so many misses at once.
+    for (std::size_t i = 0; i < count && i < 8; ++i) prefetch_submission_lines(accesses[i].buffer);
     for (std::size_t i = 0; i < count; ++i) validate_access(accesses[i]);
   }
   if (count > inline_access_count) task->accesses = new AccessRecord[count];
@@ -331,6 +333,7 @@ TaskRecord* ContextImpl::commit_task(TaskDraft draft, const SubmitInfo& info) {
     throttle_submission(thread, task);
     return nullptr;
   }
+  RecordAllocator::prefetch_next(thread.records);
   // The cold lines are written only where a field differs from its recycled value (see TaskRecord).
   record_fields::restore(task->stream_launcher, info.stream_launcher);  // before the device checks
   record_fields::restore(task->stream_only, info.stream_only);

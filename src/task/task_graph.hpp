@@ -88,18 +88,6 @@ inline bool add_edge(TaskRecord* predecessor, TaskRecord* successor, bool consum
   }
 }
 
-// prefetch_record() asks for the lines of a record that releasing and running it read: line 0, the
-// closure, the cold line (kernel, accesses), the dependency nodes and the accesses (not line 3,
-// which only failures and recording use). A successor was submitted long before its last
-// predecessor finishes, so in a large graph its record is out of cache; fetched one line at a time
-// as each field is first read, releasing a successor was a chain of misses (W4: 40 % of the time
-// on one thread).
-inline void prefetch_record(const TaskRecord* record) noexcept {
-  const auto* bytes = reinterpret_cast<const char*>(record);
-  static_assert(sizeof(TaskRecord) == 7 * 64);
-  for (const int line : {0, 1, 2, 4, 5, 6}) __builtin_prefetch(bytes + 64 * line, 1);
-}
-
 template <class Ready>
 void close_and_release(TaskRecord* task, bool failed, Ready&& ready) {
   const std::uintptr_t head = task->successors.exchange(closed_successors, std::memory_order_acq_rel);

@@ -183,6 +183,18 @@ static_assert(sizeof(QueueLink) == 8);
 // never constructed again. Update this size with it.
 static_assert(sizeof(TaskRecord) == 448, "a TaskRecord field was added: restore it in release_resources()");
 
+// prefetch_record() asks for the lines of a record that submitting, releasing and running it touch:
+// line 0, the closure, the cold line (kernel, accesses), the dependency nodes and the accesses (not line 3,
+// which only failures and recording use). A successor was submitted long before its last
+// predecessor finishes, so in a large graph its record is out of cache; fetched one line at a time
+// as each field is first read, releasing a successor was a chain of misses (W4: 40 % of the time
+// on one thread).
+inline void prefetch_record(const TaskRecord* record) noexcept {
+  const auto* bytes = reinterpret_cast<const char*>(record);
+  static_assert(sizeof(TaskRecord) == 7 * 64);
+  for (const int line : {0, 1, 2, 4, 5, 6}) __builtin_prefetch(bytes + 64 * line, 1);
+}
+
 namespace record_fields {
 template <class T, class U>
 void restore(T& field, U initial) noexcept {
