@@ -36,9 +36,12 @@ class DeviceHost {
   // run_on_device(): run the task's CPU body here, synchronously, and finish it (test devices).
   virtual void run_on_device(TaskRecord* task, Device& device) = 0;
   // prepare_launch() / complete(): a backend launching asynchronously asks what to launch, then
-  // reports the outcome once (error == nullptr: success) from any thread.
+  // reports the outcome once (error == nullptr: success) from any thread; `end_ns`, when known, is
+  // when the device was seen done with it (monotonic_ns(); 0: now), which may be well before the
+  // report when reports are queued behind each other.
   virtual DeviceLaunch prepare_launch(TaskRecord* task, Device& device) = 0;
-  virtual void complete(TaskRecord* task, Device& device, std::exception_ptr error) noexcept = 0;
+  virtual void complete(TaskRecord* task, Device& device, std::exception_ptr error,
+                        std::int64_t end_ns = 0) noexcept = 0;
   // launch_closure(): a C kernel in the launcher form (TaskRecord::stream_launcher) is called here,
   // on the device's launcher thread, with the device's index, `stream` and its data's addresses on
   // the device; it only enqueues work. Returns what it threw (or reported failing), else null; the

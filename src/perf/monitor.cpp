@@ -60,12 +60,23 @@ void PerfMonitor::task_ready(TaskRecord* task, bool submission) noexcept {
   task->data_valid_ns = now;  // dispatch() moves it later when copies were needed
 }
 
+void DeviceActivity::add_run(std::int64_t start_ns, std::int64_t end_ns) noexcept {
+  std::int64_t covered = busy_until.load(std::memory_order_relaxed);
+  while (end_ns > covered) {
+    const std::int64_t from = std::max(start_ns, covered);
+    if (busy_until.compare_exchange_weak(covered, end_ns, std::memory_order_relaxed)) {
+      busy_ns.fetch_add(static_cast<std::uint64_t>(end_ns - from), std::memory_order_relaxed);
+      return;
+    }
+  }
+}
+
 void PerfMonitor::device_task(ThreadState& thread, const TaskRecord& task, std::int64_t start_ns,
-                              std::uint32_t outcome) {
-  const std::int64_t end = monotonic_ns();
+                              std::int64_t end_ns, std::uint32_t outcome) {
+  const std::int64_t end = std::max(end_ns, start_ns);
   DeviceActivity& activity = devices_[task.device];
   activity.tasks.fetch_add(1, std::memory_order_relaxed);
-  activity.busy_ns.fetch_add(static_cast<std::uint64_t>(end - start_ns), std::memory_order_relaxed);
+  activity.add_run(start_ns, end);
   if (outcome == status_succeeded)
     model_sample(task, task.device, end - start_ns);  // a failure is no run time
   if (!records_tasks_) return;

@@ -68,9 +68,15 @@ struct TaskLog {
 };
 
 // Per device (by index; 0 = CPU workers, unused): tasks run and time spent running them.
+// A device's busy time is the time at least one of its tasks was running: tasks running at once on
+// its several queues count once (summed, a device looked busy 100 % of the time it was 65 %). Each
+// task adds the part of its run past `busy_until`, the latest end so far: exact for tasks reported in
+// the order they ended, which is how devices report them.
 struct DeviceActivity {
   std::atomic<std::uint64_t> tasks{0};
   std::atomic<std::uint64_t> busy_ns{0};
+  std::atomic<std::int64_t> busy_until{0};
+  void add_run(std::int64_t start_ns, std::int64_t end_ns) noexcept;
 };
 
 class PerfMonitor final : public TransferObserver {
@@ -85,9 +91,11 @@ class PerfMonitor final : public TransferObserver {
   DeviceActivity& device(int index) noexcept { return devices_[index]; }
   const DeviceActivity& device(int index) const noexcept { return devices_[index]; }
 
-  // device_task(): `task` ran on its device from start_ns until now (always; records it when
-  // recording). Called before the task finishes, from the device's thread.
-  void device_task(ThreadState& thread, const TaskRecord& task, std::int64_t start_ns, std::uint32_t outcome);
+  // device_task(): `task` ran on its device from start_ns until end_ns (always; records it when
+  // recording). Called before the task finishes, from the device's thread, in the order the device
+  // finished its tasks (the busy time it adds is exact then: see DeviceActivity).
+  void device_task(ThreadState& thread, const TaskRecord& task, std::int64_t start_ns, std::int64_t end_ns,
+                   std::uint32_t outcome);
 
   // --- recording (only called when records_tasks())
   // task_submitted(): numbers a task that may have predecessors (before its edges are added).

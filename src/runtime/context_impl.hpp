@@ -138,6 +138,7 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   // copy_accesses() validates and stores accesses in `task`, and each keeps its buffer alive until
   // the task finishes (begin_task_access); a pool gate's, already validated, do neither.
   void validate_access(const AccessSpec& access) const;
+  [[noreturn]] __attribute__((cold, noinline)) void reject_access(const AccessSpec& access) const;
   void copy_accesses(TaskRecord* task, const AccessSpec* accesses, std::size_t count);
   // register_dependencies() infers `task`'s predecessors from its accesses and adds the edges, under
   // the task's submission guard (task_graph.hpp); returns how many it added, for the guard's release.
@@ -159,7 +160,8 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   // add_device(): a device from a backend (numbered device_count(), owning memory node of that index).
   int add_device(std::unique_ptr<Device> device);
   DeviceLaunch prepare_launch(TaskRecord* task, Device& device) override;
-  void complete(TaskRecord* task, Device& device, std::exception_ptr error) noexcept override;
+  void complete(TaskRecord* task, Device& device, std::exception_ptr error,
+                std::int64_t end_ns) noexcept override;
   std::exception_ptr launch_closure(TaskRecord* task, Device& device, void* stream) noexcept override;
   // device_views(): the task's accesses in `device`'s memory (their replicas there must be valid).
   std::vector<AccessView> device_views(const TaskRecord& task, const Device& device) const;

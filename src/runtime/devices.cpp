@@ -67,7 +67,8 @@ DeviceLaunch ContextImpl::prepare_launch(TaskRecord* task, Device& device) {
   return launch;
 }
 
-void ContextImpl::complete(TaskRecord* task, Device& /*device*/, std::exception_ptr error) noexcept {
+void ContextImpl::complete(TaskRecord* task, Device& /*device*/, std::exception_ptr error,
+                           std::int64_t end_ns) noexcept {
   destroy_closure(task);
   std::uint32_t outcome = status_succeeded;
   if (error != nullptr) {
@@ -75,7 +76,7 @@ void ContextImpl::complete(TaskRecord* task, Device& /*device*/, std::exception_
     outcome = status_failed;
   }
   ThreadState& thread = current_thread();
-  perf->device_task(thread, *task, task->start_ns, outcome);
+  perf->device_task(thread, *task, task->start_ns, end_ns != 0 ? end_ns : monotonic_ns(), outcome);
   if (heft != nullptr) heft_finished(task);
   finish(task, thread, outcome);
 }
@@ -253,7 +254,7 @@ void ContextImpl::run_on_device(TaskRecord* task, Device& device) {
     const std::vector<AccessView> views = device_views(*task, device);
     const std::int64_t start = monotonic_ns();
     outcome = invoke_closure(task, thread, views.data());
-    perf->device_task(thread, *task, start, outcome);
+    perf->device_task(thread, *task, start, monotonic_ns(), outcome);
   } else if (task->cancel_cause == TaskRecord::CancelCause::data) {
     outcome = status_failed;  // its input could not be brought: it fails, it was not cancelled
   }

@@ -141,21 +141,27 @@ void ContextImpl::abandon_task(TaskDraft draft) noexcept {
   records.free(current_thread().records, task);
 }
 
-// validate_access() throws for an access nerve cannot honour; the checks are ordered so that a
-// valid access costs a few compares (the messages are built only on failure).
-void ContextImpl::validate_access(const AccessSpec& access) const {
+// validate_access() throws for an access nerve cannot honour. A valid access costs a few compares,
+// inlined into the submission; reject_access(), out of line, finds which check failed and says so.
+inline void ContextImpl::validate_access(const AccessSpec& access) const {
+  const BufferState* buffer = access.buffer;
+  if (buffer == nullptr || buffer->life.load(std::memory_order_acquire) != BufferLife::alive ||
+      buffer->context != this || access.offset > buffer->bytes || access.size > buffer->bytes - access.offset)
+      [[unlikely]] {
+    reject_access(access);
+  }
+}
+
+void ContextImpl::reject_access(const AccessSpec& access) const {
   const BufferState* buffer = access.buffer;
   if (buffer == nullptr) throw Error(ErrorCode::buffer_misuse, "a task accesses an empty buffer handle");
-  if (buffer->life.load(std::memory_order_acquire) != BufferLife::alive) [[unlikely]] {
-    buffer->check_usable("submit");
-  }
-  if (buffer->context != this) [[unlikely]] {
+  if (buffer->life.load(std::memory_order_acquire) != BufferLife::alive) buffer->check_usable("submit");
+  if (buffer->context != this) {
     throw Error(ErrorCode::buffer_misuse,
                 fmt::format("a task accesses {} of another context", buffer->describe()));
   }
-  if (access.offset > buffer->bytes || access.size > buffer->bytes - access.offset) [[unlikely]] {
-    buffer_check_range(buffer, access.offset, access.size);
-  }
+  buffer_check_range(buffer, access.offset, access.size);
+  throw Error(ErrorCode::internal, "an access failed validation for no reason found");  // not reached
 }
 
 void ContextImpl::copy_accesses(TaskRecord* task, const AccessSpec* accesses, std::size_t count) {

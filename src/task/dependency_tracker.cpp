@@ -6,20 +6,7 @@
 #include "task/task_record.hpp"
 
 namespace nerve::detail {
-bool DependencyTracker::unfinished(const TaskRecord* task) noexcept {
-  return task->load_status() < status_succeeded;
-}
-
-// A failed or cancelled task still matters to readers of its data: they are cancelled with its error.
-bool DependencyTracker::failed(const TaskRecord* task) noexcept {
-  const std::uint32_t status = task->load_status();
-  return status == status_failed || status == status_cancelled;
-}
-
 void DependencyTracker::retain_task(TaskRecord* task) noexcept { retain_record(task); }
-void DependencyTracker::retain_registering(TaskRecord* task) noexcept {
-  task->refs.store(task->refs.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-}
 void DependencyTracker::release_task(TaskRecord* task) noexcept { release(task); }
 
 DependencyTracker::DependencyTracker(std::size_t bytes)

@@ -1,5 +1,9 @@
 // perf.models: history models per (kernel, device, footprint) — learning, calibration marker,
 // robustness to outliers, drift, regression over sizes, persistence between contexts.
+#include <fstream>
+#include <iterator>
+#include <string>
+
 #include "perf/history_model.hpp"
 #include "perf/perf_test.hpp"
 
@@ -158,6 +162,30 @@ TEST(HistoryModel, EveryKernelNameHasAFileOfItsOwn) {
     ASSERT_TRUE(estimate.has_value()) << names[k];
     EXPECT_DOUBLE_EQ(estimate->mean_ns, 100.0 * static_cast<double>(k + 1)) << names[k];
   }
+  std::filesystem::remove_all(directory);
+}
+
+// bus.json in the model directory is heft's bus model: a kernel named "bus" must not take its file (each
+// overwrote the other, and heft measured the bus again in every run).
+TEST(HistoryModel, AKernelNamedBusLeavesTheBusModelItsFile) {
+  const auto directory = fresh_directory("nerve-models-bus");
+  std::filesystem::create_directories(directory);
+  const std::string bus_model = R"({"schema": "nerve.busmodel/1", "links": []})";
+  std::ofstream(directory / "bus.json") << bus_model;
+  {
+    HistoryModels models(directory);
+    for (int i = 0; i < 12; ++i) models.add("bus", "cpu", 64, 300.0);
+    models.save();
+  }
+  std::ifstream in(directory / "bus.json");
+  const std::string kept((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(kept, bus_model);
+  EXPECT_TRUE(std::filesystem::exists(directory / "%62us.json"));
+  HistoryModels loaded(directory);
+  loaded.load();
+  const auto estimate = loaded.estimate("bus", "cpu", 64);
+  ASSERT_TRUE(estimate.has_value());
+  EXPECT_DOUBLE_EQ(estimate->mean_ns, 300.0);
   std::filesystem::remove_all(directory);
 }
 

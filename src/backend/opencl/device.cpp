@@ -233,7 +233,9 @@ bool OpenclDevice::finish_launch(Engine& engine, Operation& op) {
   }
   for (cl_mem slice : op.sub_buffers) clReleaseMemObject(slice);
   op.sub_buffers.clear();
-  device.host_->complete(task, device, error);
+  // Ended when its completion was seen: the next kernel on its queue starts then (queue_free_ns), so
+  // a report queued behind others must not stretch this one over that one.
+  device.host_->complete(task, device, error, op.completed_ns);
   return true;
 }
 

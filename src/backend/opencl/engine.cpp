@@ -123,8 +123,9 @@ void CL_CALLBACK Engine::on_event(cl_event /*event*/, cl_int status, void* user)
 
 void Engine::completed(Operation* op) noexcept {
   std::lock_guard lock(mutex_);
+  const std::int64_t now = monotonic_ns();
+  op->completed_ns = now;
   if (op->queue != nullptr && op->status >= 0) {
-    const std::int64_t now = monotonic_ns();
     auto found = std::find_if(queue_done_.begin(), queue_done_.end(),
                               [&](const QueueDone& entry) { return entry.queue == op->queue; });
     if (found == queue_done_.end()) {

@@ -71,6 +71,7 @@ struct Operation {
   cl_command_queue queue = nullptr;      // where its event was enqueued (launches and copies), on success
   std::int64_t enqueued_ns = 0;          // just before it was enqueued
   std::int64_t queue_free_ns = 0;        // at completion: when the queue's previous operation completed
+  std::int64_t completed_ns = 0;         // when its completion was seen (the driver's callback)
   Engine* peer = nullptr;                // the other device of a device-to-device copy
   bool counts_as_transfer = false;       // holds a place under max_pending_transfers
   std::string error;                     // why it failed, when not from `status`
