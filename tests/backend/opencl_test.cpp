@@ -272,13 +272,7 @@ TEST_F(OpenclTest, StreamCountSpreadsLaunchesOverThatManyQueues) {
   }
 }
 
-// A kernel enqueued behind a long one on the same in-order queue starts when that one completes: its
-// record's start (and the run time heft's models learn) counts from there, not from its enqueue.
-TEST_F(OpenclTest, AQueuedKernelsTimeCountsFromWhenItsQueueWasFree) {
-  Settings settings = opencl_settings(2);
-  settings.set("gpu.stream_count", "1");
-  settings.set("perf.record_tasks", "true");
-  Context& ctx = open(settings);
+Kernel make_spin() {
   Kernel spin("spin");
   opencl::attach(spin, R"(
     __kernel void spin(__global float* x, int rounds) {
@@ -288,6 +282,17 @@ TEST_F(OpenclTest, AQueuedKernelsTimeCountsFromWhenItsQueueWasFree) {
       x[i] = v;
     })",
                  "spin");
+  return spin;
+}
+
+// A kernel enqueued behind a long one on the same in-order queue starts when that one completes: its
+// record's start (and the run time heft's models learn) counts from there, not from its enqueue.
+TEST_F(OpenclTest, AQueuedKernelsTimeCountsFromWhenItsQueueWasFree) {
+  Settings settings = opencl_settings(2);
+  settings.set("gpu.stream_count", "1");
+  settings.set("perf.record_tasks", "true");
+  Context& ctx = open(settings);
+  const Kernel spin = make_spin();
   Buffer<float> x(ctx, std::vector<float>(4096, 1.0f)), y(ctx, std::vector<float>(4096, 1.0f));
   ctx.submit(TaskOptions{.device = 1}, spin, read_write(y), value(1)).wait();  // built, data there
   ctx.submit(TaskOptions{.device = 1}, spin, read_write(x), value(1)).wait();
@@ -306,19 +311,6 @@ TEST_F(OpenclTest, AQueuedKernelsTimeCountsFromWhenItsQueueWasFree) {
   EXPECT_GE(short_start, long_start + 0.8 * (long_end - long_start))
       << "the short kernel waited in the queue behind the long one: its run starts when that one ended";
   EXPECT_LE(short_start, short_end);
-}
-
-Kernel make_spin() {
-  Kernel spin("spin");
-  opencl::attach(spin, R"(
-    __kernel void spin(__global float* x, int rounds) {
-      const size_t i = get_global_id(0);
-      float v = x[i];
-      for (int k = 0; k < rounds; ++k) v = v * 0.999999f + 0.000001f;
-      x[i] = v;
-    })",
-                 "spin");
-  return spin;
 }
 
 // The device's kernels' [start_ns, end_ns) from the stats' records, sorted by start.
