@@ -187,8 +187,9 @@ class TaskGroup {
   // accesses or `after`), is Error(invalid_argument) (either would never end; wait for a nested
   // group of independent work instead).
   void wait() { detail::group_wait(context_, &state_); }
-  // wait_for(): false if the group is not done within `timeout`; like Task::wait_for(), it runs no
-  // other task meanwhile unless the context has a single worker slot.
+  // wait_for(): false if the group is not done within `timeout`; true when it is, after rethrowing
+  // the first failure as wait() does (once: a later wait() or wait_for() returns quietly). Like
+  // Task::wait_for(), it runs no other task meanwhile unless the context has a single worker slot.
   template <class Rep, class Period>
   bool wait_for(std::chrono::duration<Rep, Period> timeout) {
     return detail::group_wait_for(context_, &state_, detail::timeout_ns(timeout));
@@ -247,7 +248,8 @@ class TaskPool {
   }
 
   void launch() { detail::pool_launch(pool_); }
-  // wait_all() launches if needed, waits for every task of the pool and rethrows the first failure.
+  // wait_all() launches if needed, waits for every task of the pool and rethrows the first failure
+  // (once: a later wait_all() returns quietly).
   // From inside one of the pool's own tasks, or inside a task the pool is ordered after, it is
   // Error(invalid_argument): it would never return.
   void wait_all() { detail::pool_wait(pool_); }

@@ -15,7 +15,8 @@
 // suspended it holds no worker and no thread, so any number of coroutines may wait at once. Its
 // Task (from launch()) finishes when the coroutine returns, or fails with the exception that
 // escaped it — exactly as a task body that throws: Task::wait() rethrows it, and wait_all() reports
-// it when nobody else did.
+// it when nobody else did. Its status() is TaskStatus::running from launch() until then, suspended
+// or not: a coroutine is under way from its launch, never `pending` or `ready`.
 //
 // What a coroutine can co_await:
 //   Task             resumes once the task has finished, whatever its outcome; then rethrows its

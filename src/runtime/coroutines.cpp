@@ -85,7 +85,9 @@ TaskRecord* coroutine_task_create(ContextImpl* context, const char* name, GroupS
     throw Error(ErrorCode::invalid_argument, "coroutine launched in a context that has been destroyed");
   ThreadState& thread = context->current_thread();
   TaskRecord* task = context->allocate_record(thread);
-  task->name = name != nullptr ? name : "coroutine";
+  // Unnamed, it stays so in messages ("a task it depends on failed"); its stretches are still named
+  // "coroutine" in the trace and the stats (step_name()).
+  task->name = name;
   task->group = group;
   task->phase.store(status_running, std::memory_order_relaxed);
   task->status.store(status_running, std::memory_order_relaxed);

@@ -53,7 +53,8 @@ std::exception_ptr cancellation_error(const TaskRecord* task, const std::string&
 }
 
 void ContextImpl::note_failure_origin(const TaskRecord& failed) noexcept {
-  if (failed.name == nullptr || failed.error == nullptr) return;
+  // A pool's gate fails with its failed member's exception: the member, noted first, is the origin.
+  if (failed.name == nullptr || failed.error == nullptr || failed.kind == TaskKind::pool_gate) return;
   try {
     std::lock_guard lock(failure_origins_mutex);
     if (failure_origins.size() == max_failure_origins) failure_origins.pop_front();

@@ -110,6 +110,19 @@ TEST_P(CoroutineTest, AnEscapingExceptionFailsItsTask) {
   EXPECT_NO_THROW(context->wait_all()) << "like a failed task's: task.wait() reported it, once";
 }
 
+// An unnamed coroutine is unnamed in messages too, like an unnamed task: no "task 'coroutine'".
+TEST_P(CoroutineTest, AnUnnamedCoroutinesFailureIsNotGivenAName) {
+  Task task = launch(*context, throws_after_a_task(*context));
+  Task after = context->submit(TaskOptions{.name = "after", .after = {task}}, [] {});
+  try {
+    after.wait();
+    FAIL() << "not cancelled";
+  } catch (const TaskCancelled& error) {
+    EXPECT_THAT(error.what(), HasSubstr("because a task it depends on failed: coroutine failed on purpose"));
+  }
+  EXPECT_THROW(task.wait(), std::runtime_error);
+}
+
 CoTask<> catches_a_failed_task(Context& context, std::string& caught) {
   try {
     co_await context.submit([] { throw std::runtime_error("task failed on purpose"); });

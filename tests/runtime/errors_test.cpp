@@ -59,6 +59,30 @@ TEST_P(ErrorsTest, CancellationNamesTheTaskThatFailed) {
   EXPECT_THROW(context->wait_all(), std::runtime_error) << "the unnamed failure, not waited for";
 }
 
+// A pool member's failure is named after the member, not after the pool's internal gate (whose
+// failure carries the same exception): 'task pool' named no task of the program.
+TEST_P(ErrorsTest, CancellationByAPoolMemberNamesTheMember) {
+  for (const char* member : {"member7", static_cast<const char*>(nullptr)}) {
+    Buffer<int> data(*context, 10);
+    TaskPool pool(*context);
+    pool.add(
+        TaskOptions{.name = member}, [](std::span<int>) { throw std::runtime_error("pw"); }, write(data));
+    pool.launch();
+    Task reader = context->submit(
+        TaskOptions{.name = "reader"}, [](std::span<const int>) {}, read(data));
+    try {
+      reader.wait();
+      ADD_FAILURE() << "not cancelled";
+    } catch (const TaskCancelled& error) {
+      const std::string expected = member != nullptr
+                                       ? "because task 'member7', which it depends on, failed: pw"
+                                       : "because a task it depends on failed: pw";
+      EXPECT_NE(std::string(error.what()).find(expected), std::string::npos) << error.what();
+    }
+    EXPECT_THROW(pool.wait_all(), std::runtime_error);
+  }
+}
+
 TEST_P(ErrorsTest, FailureIsRethrownByWaitAndDependentsAreCancelled) {
   Buffer<int> data(*context, 1);
   Task writer =
