@@ -8,8 +8,9 @@
 #                      [LIBRARIES nerve_opencl_backend])
 #
 # FUNCTION (and WHY_UNSUPPORTED, when given) are functions in namespace nerve::bench with the
-# signatures of workload.hpp: `WorkloadResult run(const WorkloadOptions&)` and `std::string why()`
-# ("" when the workload can run on this machine, e.g. a device is present; otherwise the reason).
+# signatures of workload.hpp: `WorkloadResult run(const WorkloadOptions&)` and
+# `std::string why(const nerve::Settings&)` ("" when the workload can run on this machine under the
+# run's settings, e.g. a device is present; otherwise the reason).
 # The SOURCES are compiled into the workload library (nerve_workloads, so they can include
 # "workload.hpp" and "measure.hpp") and the entry joins workload_registry() in id order; nothing
 # else changes: --list, --only, the reports and the fault tests (tests/benchmark) pick it up.
@@ -47,7 +48,7 @@ function(nerve_generate_workload_registrations target output)
     if(count GREATER 3)
       list(GET fields 3 why_function)
       if(why_function)
-        string(APPEND declarations "std::string ${why_function}();\n")
+        string(APPEND declarations "std::string ${why_function}(const nerve::Settings& settings);\n")
         set(why "&${why_function}")
       endif()
     endif()

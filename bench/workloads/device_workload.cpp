@@ -12,8 +12,13 @@ namespace nerve::bench {
 
 std::unique_ptr<nerve::Context> open_device_context(const WorkloadOptions& options, std::string& why) {
   nerve::Settings settings = nerve_settings(options);
-  bool chosen = std::getenv("NERVE_GPU_DEVICES") != nullptr;
-  for (const auto& [key, value] : settings.values()) chosen = chosen || key == "gpu.devices";
+  // gpu.devices chosen anywhere (--config's file, the environment, the API) is the run's choice: only
+  // left at its default is it made `opencl` here.
+  bool chosen = false;
+  try {
+    chosen = nerve::Config::load(settings).origin("gpu.devices").source != nerve::ConfigSource::default_value;
+  } catch (const nerve::ConfigError&) {  // the context below reports it
+  }
   if (!chosen) settings.set("gpu.devices", "opencl");
   std::unique_ptr<nerve::Context> context;
   try {
@@ -29,10 +34,12 @@ std::unique_ptr<nerve::Context> open_device_context(const WorkloadOptions& optio
   return context;
 }
 
-std::string needs_opencl_device() {
-  // The same discovery the workloads make, with the environment's settings (NERVE_GPU_DEVICES...).
+std::string needs_opencl_device(const nerve::Settings& settings) {
+  // The same discovery the workloads make, under the run's settings.
   WorkloadOptions options;
   options.threads = 1;
+  options.settings = settings;
+  options.settings.set("perf.trace", "");  // a look, not a run: the run's first context keeps the trace file
   std::string why;
   return open_device_context(options, why) != nullptr ? std::string() : why;
 }

@@ -302,7 +302,7 @@ void add_mixed_graph(std::vector<Measurement>& out, const WorkloadOptions& optio
 
 std::vector<Measurement> run_w6_devices(const WorkloadOptions& options) {
   std::vector<Measurement> out;
-  if (!needs_opencl_device().empty()) return out;
+  if (!needs_opencl_device(options.settings).empty()) return out;
   BlasThreads single(1);
   add_cholesky(out, options, options.quick ? 512 : 1024, 128);
   add_mixed_graph(out, options, 128, options.quick ? 8 : 16);

@@ -59,7 +59,7 @@ std::optional<GoalCheck> check_goal(const WorkloadResult& result, const Goal& go
 
 namespace {
 
-std::string needs_blas() {
+std::string needs_blas(const nerve::Settings& /*settings*/) {
   return have_blas() ? "" : "built without OpenBLAS and LAPACKE (libopenblas-dev liblapacke-dev)";
 }
 

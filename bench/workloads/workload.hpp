@@ -132,7 +132,9 @@ WorkloadResult run_w5_heterogeneous(const WorkloadOptions& options);
 // a device. run_w6_cholesky() appends them.
 std::vector<Measurement> run_w6_devices(const WorkloadOptions& options);
 WorkloadResult run_w12_streaming(const WorkloadOptions& options);
-std::string needs_opencl_device();
+// needs_opencl_device(): "" when a context under `settings` (the run's: --config, the environment)
+// opens an OpenCL device, else why not.
+std::string needs_opencl_device(const nerve::Settings& settings);
 
 // The registry. An entry is a workload this library knows; supported() says whether it can run in
 // this build on this machine (a BLAS workload without OpenBLAS, a device workload without a device)
@@ -144,13 +146,14 @@ struct WorkloadEntry {
   const char* id;
   const char* title;
   WorkloadResult (*run)(const WorkloadOptions&);
-  // why_unsupported() is "" when the workload can run here; nullptr: always supported.
-  std::string (*why_unsupported)() = nullptr;
+  // why_unsupported(settings) is "" when the workload can run here under the run's settings (a
+  // --config that opens no device leaves a device workload nothing to run on); nullptr: always.
+  std::string (*why_unsupported)(const nerve::Settings&) = nullptr;
   // The parameters it reads (WorkloadOptions::parameters), space-separated, e.g. "rate max_batch".
   const char* parameters = "";
 
-  bool supported(std::string* reason = nullptr) const {
-    const std::string why = why_unsupported != nullptr ? why_unsupported() : std::string();
+  bool supported(const nerve::Settings& settings, std::string* reason = nullptr) const {
+    const std::string why = why_unsupported != nullptr ? why_unsupported(settings) : std::string();
     if (reason != nullptr) *reason = why;
     return why.empty();
   }

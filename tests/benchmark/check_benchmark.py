@@ -202,6 +202,20 @@ def case_config_error(binary, directory):
               f"{key}: {value}: the error does not name the key and its line: {result.stderr}")
         check("figures" not in result.stdout and "CHECK FAILED" not in result.stdout,
               f"{key}: {value}: something ran: {result.stdout}")
+    # A --config that opens no device leaves the device workloads nothing to run on: they are
+    # skipped, as with NERVE_GPU_DEVICES=none (they used to open the OpenCL device regardless).
+    with open(config, "w") as f:
+        f.write("gpu:\n  devices: none\n")
+    listing = run(binary, "--list", "--config", config)
+    for line in listing.stdout.splitlines():
+        if line.startswith("W12 "):
+            check("not supported" in line, f"--config with gpu.devices: none lists W12 as runnable: {line}")
+    out = os.path.join(directory, "nodevice.json")
+    run(binary, *QUICK, "--only", "W5,W12", "--runtimes", "nerve", "--config", config, "--json", out)
+    with open(out) as f:
+        doc = json.load(f)
+    ran = [m["variant"] for w in doc["workloads"] for m in w["measurements"]]
+    check(not any("OpenCL" in variant for variant in ran), f"a device variant ran with gpu.devices: none: {ran}")
 
 
 def case_runtimes(binary, directory):
@@ -325,6 +339,17 @@ def case_html(binary, directory):
     check("warning" in result.stderr and "missing-trace.json" in result.stderr, f"no warning: {result.stderr}")
     with open(page, encoding="utf-8") as f:
         check("Not shown" in f.read(), "the page does not say why the timeline is missing")
+    # The documented recipe: NERVE_TRACE=trace.json with --trace trace.json shows the first workload's
+    # timeline (the configuration probe and the device check made earlier contexts that took the name).
+    trace = os.path.join(directory, "recipe-trace.json")
+    page = os.path.join(directory, "recipe.html")
+    result = run(binary, *QUICK, "--only", "W3", "--scaling", "none", "--runtimes", "nerve", "--html", page,
+                 "--trace", trace, nerve_environment={"NERVE_TRACE": trace})
+    with open(trace) as f:
+        events = json.load(f)["traceEvents"]
+    check(any(event.get("ph") == "X" for event in events), f"{trace} has no task: {result.stderr[-2000:]}")
+    with open(page, encoding="utf-8") as f:
+        check("Timeline excerpt" in f.read(), "the recipe's page has no timeline")
     # Plain progress (not a terminal): one line per workload and case, however many repetitions.
     result = run(binary, *QUICK[:1], "--repeat", "3", "--warmup", "0", "--settle-ms", "0", "--only", "W1,W2",
                  "--scaling", "none")

@@ -66,10 +66,13 @@ bool contains(const std::vector<std::string>& list, const std::string& item) {
   return std::find(list.begin(), list.end(), item) != list.end();
 }
 
-int list_workloads() {
+int list_workloads(const std::string& config) {
+  nerve::Settings settings;  // what a run would use: the environment and --config
+  settings.use_environment(true);
+  if (!config.empty()) settings.config_file(config);
   for (const auto& entry : nerve::bench::workload_registry()) {
     std::string reason;
-    const bool ok = entry.supported(&reason);
+    const bool ok = entry.supported(settings, &reason);
     std::printf("%-4s %-22s %s", entry.id, entry.title,
                 ok ? "supported" : ("not supported: " + reason).c_str());
     if (*entry.parameters != '\0') std::printf("; --param %s.{%s}", entry.id, entry.parameters);
@@ -154,7 +157,7 @@ void run_suite(const CommandLine& line, const std::vector<std::string>& only, co
   for (const auto& entry : nerve::bench::workload_registry()) {
     if (!only.empty() && !contains(only, entry.id)) continue;
     std::string reason;
-    if (!entry.supported(&reason)) {
+    if (!entry.supported(settings, &reason)) {
       report.skipped.push_back({entry.id, entry.title, reason});
       continue;
     }
@@ -246,7 +249,7 @@ int main(int argc, char** argv) {
     return app.exit(error) == 0 ? 0 : 2;
   }
 
-  if (line.list) return list_workloads();
+  if (line.list) return list_workloads(line.config);
   // A path option given an empty value ("--json ''", a variable that expanded to nothing) is a
   // mistake to report, not a request to skip the step.
   const std::pair<const char*, const std::string*> paths[] = {
@@ -353,9 +356,13 @@ int main(int argc, char** argv) {
       // the machine (gpu.devices naming an accelerator that is not there, a NUMA node it lacks) —
       // found by making one context as the workloads will, instead of failing each of them.
       try {
-        (void)nerve::Config::load(settings);
+        const nerve::Config config = nerve::Config::load(settings);
         nerve::Settings probe = settings;
         probe.set("parallel.thread_pool_size", std::to_string(line.threads));
+        // The probe traces nothing: the first context to name a trace file keeps it, and that must
+        // be the first workload's (docs/BENCHMARKS.md, --trace). Its path is checked here instead.
+        probe.set("perf.trace", "");
+        if (unwritable("perf.trace", config.perf.trace)) return 2;
         const nerve::Context context(probe);
       } catch (const nerve::Error& error) {
         const bool configuration = error.code() == nerve::ErrorCode::invalid_config;
