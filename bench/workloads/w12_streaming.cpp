@@ -52,7 +52,8 @@ class Streamer {
     on_device_.device = 1;
   }
 
-  Trial run(bool pipelined) {
+  // inject_fault: one element of the first chunk is read back wrong (tests of the check only).
+  Trial run(bool pipelined, bool inject_fault) {
     wrong_.store(0, std::memory_order_relaxed);
     Stopwatch watch;
     for (std::size_t chunk = 0; chunk < stream_.chunks; ++chunk) {
@@ -64,9 +65,12 @@ class Streamer {
           nerve::write(slot));
       context_.spawn(on_device_, kernel_, nerve::read_write(slot));
       nerve::Task consumed = context_.submit(
-          [this, chunk](std::span<const float> x) {
+          [this, chunk, inject_fault](std::span<const float> x) {
             std::uint64_t wrong = 0;
-            for (std::size_t i = 0; i < x.size(); i += 61) wrong += x[i] != 2.0f * produced(chunk, i) + 1.0f;
+            for (std::size_t i = 0; i < x.size(); i += 61) {
+              const float value = inject_fault && chunk == 0 && i == 0 ? x[i] + 1.0f : x[i];
+              wrong += value != 2.0f * produced(chunk, i) + 1.0f;
+            }
             wrong_.fetch_add(wrong, std::memory_order_relaxed);
           },
           nerve::read(slot));
@@ -121,7 +125,7 @@ WorkloadResult run_w12_streaming(const WorkloadOptions& options) {
                       false,
                       stream.chunks * 3,
                       {},
-                      [&] { return streamer.run(true); },
+                      [&] { return streamer.run(true, options.inject_fault); },
                       describe});
   variants.push_back({case_name,
                       "nerve",
@@ -130,7 +134,7 @@ WorkloadResult run_w12_streaming(const WorkloadOptions& options) {
                       false,
                       stream.chunks * 3,
                       {},
-                      [&] { return streamer.run(false); },
+                      [&] { return streamer.run(false, options.inject_fault); },
                       describe});
   result.measurements = measure_interleaved(variants, options);
   result.goals.push_back({case_name, {"nerve serial"}, 1.6, ">= 1.6x serial transfer-compute-transfer"});

@@ -67,7 +67,8 @@ class VectorAdd {
   }
 
   // run(): every `stride`-th chunk on device 1, the others on the CPU workers (stride 0: CPU only).
-  Trial run(std::size_t stride) {
+  // inject_fault: the result read back is corrupted in one element (tests of the check only).
+  Trial run(std::size_t stride, bool inject_fault) {
     Stopwatch watch;
     for (std::size_t first = 0, index = 0; first < n_; first += chunk_, ++index) {
       nerve::TaskOptions placement;
@@ -79,7 +80,10 @@ class VectorAdd {
     const auto c = c_.map_read();  // the device's chunks come back: part of the work
     const double seconds = watch.elapsed_ns() / 1e9;
     std::uint64_t wrong = 0;
-    for (std::size_t i = 0; i < n_; ++i) wrong += c[i] != a_of(i) + b_of(i);
+    for (std::size_t i = 0; i < n_; ++i) {
+      const float value = inject_fault && i == n_ / 2 ? c[i] + 1.0f : c[i];
+      wrong += value != a_of(i) + b_of(i);
+    }
     return {12.0 * static_cast<double>(n_) / seconds / 1e9,
             expect_equal("wrong elements", wrong, std::uint64_t{0})};
   }
@@ -132,7 +136,7 @@ WorkloadResult run_w5_heterogeneous(const WorkloadOptions& options) {
                         false,
                         n / chunk,
                         [&] { add.prepare(); },
-                        [&] { return add.run(2); },
+                        [&] { return add.run(2, options.inject_fault); },
                         {}});
   }
   variants.push_back({case_name,
@@ -142,7 +146,7 @@ WorkloadResult run_w5_heterogeneous(const WorkloadOptions& options) {
                       false,
                       n / chunk,
                       [&] { add.prepare(); },
-                      [&] { return add.run(0); },
+                      [&] { return add.run(0, options.inject_fault); },
                       {}});
   variants.push_back({case_name,
                       "STREAM",

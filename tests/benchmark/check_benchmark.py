@@ -428,6 +428,7 @@ def case_fault(binary, directory, workload):
         return SKIP
     result = run(binary, *QUICK, "--only", workload, "--runtimes", "nerve", "--inject-fault", workload, expect=1)
     check("CHECK FAILED" in result.stdout and "FAILED" in result.stderr, f"no failure reported:\n{result.stdout}")
+    check(f"  {workload} " in result.stderr, f"stderr does not name {workload}: {result.stderr}")
     run(binary, *QUICK, "--only", workload, "--runtimes", "nerve")  # and the same run without the fault passes
 
 

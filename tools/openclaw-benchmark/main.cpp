@@ -66,6 +66,27 @@ bool contains(const std::vector<std::string>& list, const std::string& item) {
   return std::find(list.begin(), list.end(), item) != list.end();
 }
 
+// report_failures(): on stderr, each result that did not verify, by workload, case and variant,
+// with what failed (the table says it too, among everything else).
+void report_failures(const nb::RunReport& report) {
+  std::fprintf(stderr, "openclaw-benchmark: FAILED: a result did not verify:\n");
+  for (const auto& run : report.workloads) {
+    for (const auto& m : run.result.measurements) {
+      if (!m.verified)
+        std::fprintf(stderr, "  %s %s / %s: %s\n", run.result.id.c_str(), m.case_name.c_str(),
+                     m.variant.c_str(), m.note.empty() ? "did not verify" : m.note.c_str());
+    }
+  }
+  for (const auto& series : report.scaling) {
+    for (const auto& point : series.points) {
+      if (!point.verified)
+        std::fprintf(stderr, "  %s %s / %s at %u worker(s) (scaling): did not verify\n",
+                     series.workload.c_str(), series.case_name.c_str(), series.variant.c_str(),
+                     point.threads);
+    }
+  }
+}
+
 int list_workloads(const std::string& config) {
   nerve::Settings settings;  // what a run would use: the environment and --config
   settings.use_environment(true);
@@ -399,7 +420,7 @@ int main(int argc, char** argv) {
     }
     if (!line.json.empty()) std::printf("JSON report: %s\n", std::filesystem::absolute(line.json).c_str());
     if (!report.verified()) {
-      std::fprintf(stderr, "openclaw-benchmark: FAILED: a result did not verify (see the table)\n");
+      report_failures(report);
       return 1;
     }
     if (comparison && line.fail_over >= 0) {
