@@ -17,8 +17,10 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <iterator>
 #include <memory>
 #include <span>
 #include <string>
@@ -183,6 +185,13 @@ struct Problem {
 
 double gflops(std::size_t n, double ns) { return static_cast<double>(n) * n * n / 3.0 / ns; }
 
+// The tile tasks of one factorisation over t = n / nb tiles a side: t POTRF, t(t-1)/2 TRSM and as many
+// SYRK, t(t-1)(t-2)/6 GEMM.
+std::uint64_t tile_tasks(std::size_t n, std::size_t nb) {
+  const std::uint64_t t = n / nb;
+  return t + t * (t - 1) + t * (t - 1) * (t - 2) / 6;
+}
+
 // other_policies(): the scheduler policies other than the one `context` (the "nerve" variant) runs.
 std::vector<nerve::SchedulerPolicy> other_policies(const nerve::Context& context) {
   std::vector<nerve::SchedulerPolicy> policies;
@@ -242,7 +251,7 @@ void add_case(std::vector<Measurement>& out, nerve::Context& context, std::size_
                       "nerve tile tasks",
                       "GFLOP/s",
                       false,
-                      0,
+                      tile_tasks(n, nb),
                       [&] { problem.reset_nerve(); },
                       [&]() -> Trial {
                         if (!std::exchange(nerve_checked, true)) {
@@ -264,14 +273,16 @@ void add_case(std::vector<Measurement>& out, nerve::Context& context, std::size_
                                 {{"bytes moved", bytes}}};
                       },
                       {}});
+  // The baselines, listed after every nerve variant (the policies' below).
+  std::vector<Variant> baselines;
 #if NERVE_HAVE_OPENMP
-  variants.push_back(
+  baselines.push_back(
       {name,
        "OpenMP",
        "OpenMP tile tasks (depend)",
        "GFLOP/s",
        false,
-       0,
+       tile_tasks(n, nb),
        [&] { std::copy(problem.input_tiles.begin(), problem.input_tiles.end(), problem.omp_tiles.begin()); },
        [&]() -> Trial {
          if (!std::exchange(omp_checked, true)) {
@@ -286,37 +297,37 @@ void add_case(std::vector<Measurement>& out, nerve::Context& context, std::size_
        },
        {}});
 #endif
-  variants.push_back({name,
-                      "BLAS",
-                      "LAPACK dpotrf (OpenBLAS, T threads)",
-                      "GFLOP/s",
-                      false,
-                      0,
-                      [&] { std::copy(problem.input.begin(), problem.input.end(), problem.work.begin()); },
-                      [&]() -> Trial {
-                        if (!std::exchange(lapack_checked, true)) {
-                          std::vector<double> a = spd_matrix(check_size, 6), l = a;
-                          BlasThreads blas(static_cast<int>(threads));
-                          std::string failure = factor_lapack(check_size, l.data());
-                          if (failure.empty())
-                            failure = describe_error("residual", cholesky_residual(check_size, a, l));
-                          if (!failure.empty()) return {0, "n=1024 check: " + failure};
-                        }
-                        std::string failure;
-                        double ns = 0;
-                        {
-                          BlasThreads blas(static_cast<int>(threads));
-                          Stopwatch watch;
-                          failure = factor_lapack(n, problem.work.data());
-                          ns = watch.elapsed_ns();
-                        }
-                        std::this_thread::sleep_for(blas_settle);
-                        if (failure.empty())
-                          failure = describe_error("probe error",
-                                                   cholesky_probe_error(n, problem.input, problem.work));
-                        return {gflops(n, ns), failure};
-                      },
-                      {}});
+  baselines.push_back({name,
+                       "BLAS",
+                       "LAPACK dpotrf (OpenBLAS, T threads)",
+                       "GFLOP/s",
+                       false,
+                       0,
+                       [&] { std::copy(problem.input.begin(), problem.input.end(), problem.work.begin()); },
+                       [&]() -> Trial {
+                         if (!std::exchange(lapack_checked, true)) {
+                           std::vector<double> a = spd_matrix(check_size, 6), l = a;
+                           BlasThreads blas(static_cast<int>(threads));
+                           std::string failure = factor_lapack(check_size, l.data());
+                           if (failure.empty())
+                             failure = describe_error("residual", cholesky_residual(check_size, a, l));
+                           if (!failure.empty()) return {0, "n=1024 check: " + failure};
+                         }
+                         std::string failure;
+                         double ns = 0;
+                         {
+                           BlasThreads blas(static_cast<int>(threads));
+                           Stopwatch watch;
+                           failure = factor_lapack(n, problem.work.data());
+                           ns = watch.elapsed_ns();
+                         }
+                         std::this_thread::sleep_for(blas_settle);
+                         if (failure.empty())
+                           failure = describe_error("probe error",
+                                                    cholesky_probe_error(n, problem.input, problem.work));
+                         return {gflops(n, ns), failure};
+                       },
+                       {}});
   // One variant per other scheduler policy, each in its own context over its own copy of the matrix,
   // in the same interleaved rounds as the others (heft with HEFT's rank priorities, above).
   std::vector<std::unique_ptr<PolicyRun>> policy_runs;
@@ -329,7 +340,7 @@ void add_case(std::vector<Measurement>& out, nerve::Context& context, std::size_
                         label,
                         "GFLOP/s",
                         false,
-                        0,
+                        tile_tasks(n, nb),
                         [&run, &problem] {
                           auto mapped = run.tiles.map_write();
                           std::copy(problem.input_tiles.begin(), problem.input_tiles.end(), mapped.begin());
@@ -352,6 +363,7 @@ void add_case(std::vector<Measurement>& out, nerve::Context& context, std::size_
                         },
                         {}});
   }
+  std::move(baselines.begin(), baselines.end(), std::back_inserter(variants));
   auto measured = measure_interleaved(variants, options);
   out.insert(out.end(), measured.begin(), measured.end());
 }

@@ -13,6 +13,7 @@
 // run_w6_cholesky() appends these when an OpenCL device is there.
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <span>
@@ -163,6 +164,8 @@ void add_cholesky(std::vector<Measurement>& out, const WorkloadOptions& options,
   std::vector<std::unique_ptr<DeviceRun>> runs;
   std::vector<std::unique_ptr<nerve::Buffer<double>>> matrices;
   std::vector<Variant> variants;
+  const std::uint64_t t = n / nb;  // tiles a side: t POTRF, t(t-1)/2 TRSM and SYRK, t(t-1)(t-2)/6 GEMM
+  const std::uint64_t tasks = t + t * (t - 1) + t * (t - 1) * (t - 2) / 6;
   for (const nerve::SchedulerPolicy policy : all_policies) {
     auto run = open_run(options, policy);
     if (run == nullptr) return;
@@ -180,7 +183,7 @@ void add_cholesky(std::vector<Measurement>& out, const WorkloadOptions& options,
                         std::string("nerve tile kernels (") + policy_name(policy) + ")",
                         "GFLOP/s",
                         false,
-                        0,
+                        tasks,
                         reset,
                         [&, device, matrix, reset]() -> Trial {
                           if (device->heft && !std::exchange(device->calibrated, true)) {

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <set>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
@@ -82,6 +83,8 @@ std::string trace_timeline_svg(const std::filesystem::path& path, std::string* s
   if (spans.empty()) throw std::runtime_error(path.string() + ": no complete (X) or begin/end (B/E) events");
   std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.start < b.start; });
   const std::size_t total = spans.size();
+  std::set<std::pair<long long, long long>> all_lanes;  // the trace's threads, not only the excerpt's
+  for (const Span& s : spans) all_lanes.insert(s.lane);
   if (spans.size() > excerpt_spans) spans.resize(excerpt_spans);
   const double t0 = spans.front().start;
   double t1 = t0;
@@ -121,7 +124,7 @@ std::string trace_timeline_svg(const std::filesystem::path& path, std::string* s
                      " of " + std::to_string(total) + " spans") +
          "</text></svg>";
   if (summary != nullptr) {
-    *summary = std::to_string(total) + " spans on " + std::to_string(lanes.size()) + " thread(s) in " +
+    *summary = std::to_string(total) + " spans on " + std::to_string(all_lanes.size()) + " thread(s) in " +
                path.filename().string() + "; the excerpt shows the first " + std::to_string(spans.size()) +
                " (" + format_figure(t1 - t0) + " µs)";
   }
