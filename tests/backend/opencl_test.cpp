@@ -346,8 +346,10 @@ TEST_F(OpenclTest, KernelsOnOneQueueHaveRecordsThatDoNotOverlap) {
     EXPECT_LE(runs[k].first, runs[k].second);
     overlaps += runs[k].first < runs[k - 1].second ? 1 : 0;
   }
-  // PoCL's callbacks now and then arrive out of order (docs/PERF_STATS.md): a pair may overlap then.
-  EXPECT_LE(overlaps, 2u) << overlaps << " of " << runs.size() - 1 << " kernels overlap the one before";
+  // PoCL's callbacks now and then arrive out of order (docs/PERF_STATS.md), more often on a loaded
+  // machine: such a pair may overlap (3 of 24 under ASan). Before, nearly every pair did (29 of 32).
+  EXPECT_LT(overlaps, (runs.size() - 1) / 2)
+      << overlaps << " of " << runs.size() - 1 << " kernels overlap the one before";
 }
 
 // A device's busy time is the time some kernel of it was running: with several queues running

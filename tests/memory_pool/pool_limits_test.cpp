@@ -160,6 +160,46 @@ TEST_F(PoolFixture, CompactReturnsFreeSlabsAndCachedBlocks) {
   }
 }
 
+// With per-thread heaps, chunks a thread allocated and others freed go back to that thread's heap,
+// which took them in only when it next ran short: an idle thread kept their slabs for ever, compact()
+// could not return them, and under a limit a block was refused with nothing in use.
+TEST_F(PoolFixture, CompactReturnsSlabsOtherThreadsEmptiedInAnIdleThreadsHeap) {
+  constexpr std::size_t limit = std::size_t{4} << 20;
+  auto pool = make_pool(config_with({{"memory.global_pool", "false"}}), limit);
+  std::vector<void*> chunks;
+  std::mutex mutex;
+  std::condition_variable changed;
+  bool allocated = false, done = false;
+  std::thread owner([&] {
+    std::vector<void*> mine;
+    for (int i = 0; i < 3000; ++i) mine.push_back(pool->allocate(1000));
+    std::unique_lock lock(mutex);
+    chunks = std::move(mine);
+    allocated = true;
+    changed.notify_all();
+    changed.wait(lock, [&] { return done; });  // stays alive and idle: its heap stays attached
+  });
+  {
+    std::unique_lock lock(mutex);
+    changed.wait(lock, [&] { return allocated; });
+  }
+  for (void* chunk : chunks) pool->deallocate(chunk, 1000);  // remote frees to the owner's heap
+  EXPECT_EQ(pool->stats().bytes_in_use, 0u);
+  EXPECT_GT(pool->stats().bytes_reserved, std::size_t{2} << 20);
+  void* whole = nullptr;
+  EXPECT_NO_THROW(whole = pool->allocate(limit)) << "the limit admits it: nothing is in use";
+  if (whole != nullptr) pool->deallocate(whole, limit);
+  pool->compact();
+  EXPECT_EQ(pool->stats().bytes_reserved, 0u);
+  {
+    std::lock_guard lock(mutex);
+    done = true;
+  }
+  changed.notify_all();
+  owner.join();
+  expect_nothing_in_use(*pool);
+}
+
 TEST_F(PoolFixture, CompactKeepsWhatIsInUse) {
   auto pool = make_pool(config_with({}));
   std::vector<void*> chunks;

@@ -120,16 +120,20 @@ std::uint32_t HostPool::take_chunks(ThreadCache* cache, unsigned size_class, std
                                     FreeChunk** list, bool* made_slab) {
   if (cache != nullptr && !global_pool_) {
     // A heap: its chunks that other threads freed, then its own slabs, then a new slab of its own.
-    if (FreeChunk* remote = cache->take_remote(size_class)) {
-      std::uint32_t got = 1;
-      FreeChunk* last = remote;
-      for (; last->next != nullptr; last = last->next) ++got;
-      last->next = *list;
-      *list = remote;
-      return got;
+    {
+      std::lock_guard heap(cache->heap_lock);
+      if (FreeChunk* remote = cache->take_remote(size_class)) {
+        std::uint32_t got = 1;
+        FreeChunk* last = remote;
+        for (; last->next != nullptr; last = last->next) ++got;
+        last->next = *list;
+        *list = remote;
+        return got;
+      }
+      if (const std::uint32_t got = cache->own[size_class].take(want, list); got != 0) return got;
     }
-    if (const std::uint32_t got = cache->own[size_class].take(want, list); got != 0) return got;
-    SlabHeader* slab = new_slab(size_class, cache);
+    SlabHeader* slab = new_slab(size_class, cache);  // may compact() first: not under heap_lock
+    std::lock_guard heap(cache->heap_lock);
     cache->own[size_class].add(slab);
     *made_slab = true;
     return cache->own[size_class].take(want, list);
@@ -217,6 +221,7 @@ void HostPool::give_back_one(ThreadCache* cache, unsigned size_class, FreeChunk*
     std::lock_guard lock(central.lock);
     emptied = central.slabs.put(chunk, slab);
   } else if (slab->owner == cache) {
+    std::lock_guard heap(cache->heap_lock);
     emptied = cache->own[size_class].put(chunk, slab);
   } else {
     slab->owner->push_remote(size_class, chunk);  // another thread's heap
@@ -249,7 +254,12 @@ void HostPool::flush(ThreadCache* cache) noexcept {
     list.head = nullptr;
     if (chunks != nullptr) give_back(cache, k, chunks);
     if (!global_pool_) {
-      if (FreeChunk* remote = cache->take_remote(k)) give_back(cache, k, remote);
+      FreeChunk* remote = nullptr;
+      {
+        std::lock_guard heap(cache->heap_lock);
+        remote = cache->take_remote(k);
+      }
+      if (remote != nullptr) give_back(cache, k, remote);
     }
   }
   cache->cached_bytes = 0;
@@ -307,13 +317,27 @@ std::size_t HostPool::free_slab(SlabHeader* slab) noexcept {
   return bytes;
 }
 
-std::size_t HostPool::release_own_empty_slabs(ThreadCache* cache) noexcept {
+std::size_t HostPool::reclaim_heap(ThreadCache* cache) noexcept {
+  SlabHeader* emptied = nullptr;
+  {
+    std::lock_guard heap(cache->heap_lock);
+    for (unsigned k = 0; k < size_class_count; ++k) {
+      // The chunks other threads freed go back to their slabs (this heap's: push_remote() goes to a
+      // slab's owner) whether or not the owner ever allocates again.
+      for (FreeChunk* chunk = cache->take_remote(k); chunk != nullptr;) {
+        FreeChunk* next = chunk->next;
+        if (SlabHeader* slab = cache->own[k].put(chunk, slab_of(chunk, k))) push_emptied(emptied, slab);
+        chunk = next;
+      }
+      cache->own[k].detach_empty([&](SlabHeader* slab) { push_emptied(emptied, slab); });
+    }
+  }
   std::size_t released = 0;
-  for (unsigned k = 0; k < size_class_count; ++k) {
-    cache->own[k].detach_empty([&](SlabHeader* slab) {
-      slab_counts_[k].fetch_sub(1, std::memory_order_relaxed);
-      released += free_slab(slab);
-    });
+  while (emptied != nullptr) {
+    SlabHeader* next = emptied->next;
+    slab_counts_[emptied->size_class].fetch_sub(1, std::memory_order_relaxed);
+    released += free_slab(emptied);
+    emptied = next;
   }
   return released;
 }

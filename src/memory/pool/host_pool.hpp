@@ -133,7 +133,9 @@ class HostPool final : public NodePool {
   void trim(ThreadCache* cache, unsigned size_class) noexcept;
   // flush() empties a cache's lists (and, for a heap, its remote stacks) into the slabs.
   void flush(ThreadCache* cache) noexcept;
-  std::size_t release_own_empty_slabs(ThreadCache* cache) noexcept;
+  // reclaim_heap() (global_pool: false) puts the chunks other threads freed to a heap back into its
+  // slabs and gives its empty slabs back to the node; from any thread (compact()). Returns the bytes.
+  std::size_t reclaim_heap(ThreadCache* cache) noexcept;
 
   SlabHeader* new_slab(unsigned size_class, ThreadCache* owner);
   // retire() takes an empty slab out of its class: kept for reuse, or back to the node.

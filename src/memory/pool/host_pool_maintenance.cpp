@@ -31,6 +31,7 @@ ThreadCache* HostPool::acquire_thread_cache() {
 void HostPool::release_thread_cache(ThreadCache* cache) noexcept {
   flush(cache);  // called by the exiting owner, so its lists and heap are still its own
   if (!global_pool_) {
+    std::lock_guard heap(cache->heap_lock);
     for (unsigned k = 0; k < size_class_count; ++k) {
       cache->own[k].detach_empty([&](SlabHeader* slab) { retire(slab); });
     }
@@ -45,10 +46,7 @@ std::size_t HostPool::compact() {
   // Whatever goes back to the node during the call counts, including slabs the flush below empties
   // beyond what the empty-slab cache keeps.
   const std::uint64_t released_before = budget_.released_total();
-  if (ThreadCache* cache = attached_cache(*this)) {
-    flush(cache);
-    if (!global_pool_) release_own_empty_slabs(cache);
-  }
+  if (ThreadCache* cache = attached_cache(*this)) flush(cache);
   trim_epoch_.fetch_add(1, std::memory_order_relaxed);  // other threads flush at their next slow path
 
   for (unsigned k = 0; k < size_class_count; ++k) {
@@ -67,12 +65,14 @@ std::size_t HostPool::compact() {
       emptied = next;
     }
   }
-  if (!global_pool_) {  // heaps of exited threads have no owner to do it
+  if (!global_pool_) {
+    // Every heap gives back its empty slabs, and first takes in the chunks other threads freed to it:
+    // an idle thread, which never runs short, would keep the slabs they emptied for ever (and a
+    // limited pool then refused a buffer with nothing in use). Heaps of exited threads are flushed
+    // too: they have no owner to do it.
     std::lock_guard lock(caches_mutex_);
-    for (ThreadCache* cache = released_caches_; cache != nullptr; cache = cache->next_released) {
-      flush(cache);
-      release_own_empty_slabs(cache);
-    }
+    for (ThreadCache* cache = released_caches_; cache != nullptr; cache = cache->next_released) flush(cache);
+    for (const auto& cache : caches_) reclaim_heap(cache.get());
   }
   std::vector<SlabHeader*> spare;
   {

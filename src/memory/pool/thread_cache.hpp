@@ -15,10 +15,12 @@
 // at most one cache per pool (thread_registry.hpp); when it exits, the cache is emptied back into the
 // pool and kept for the next thread, which adopts it — with its slabs, when it is a heap.
 //
-// Thread safety: `lists`, `cached_bytes`, `own` and `seen_trim_epoch` belong to the attached thread
-// (or to whoever holds the pool's cache mutex while no thread is attached). `remote` is pushed by any
-// thread (release CAS) and drained by the owner (acquire exchange; a single consumer takes the whole
-// stack, so there is no ABA). The counters are written by the owner only, with a relaxed load and
+// Thread safety: `lists`, `cached_bytes` and `seen_trim_epoch` belong to the attached thread (or to
+// whoever holds the pool's cache mutex while no thread is attached). `own` is guarded by `heap_lock`,
+// which the owner takes on its slow path only and HostPool::compact() takes from any thread: an idle
+// thread's heap would otherwise keep, forever, slabs that other threads' frees emptied. `remote` is
+// pushed by any thread (release CAS) and drained under `heap_lock` (acquire exchange; a consumer takes
+// the whole stack, so there is no ABA). The counters are written by the owner only, with a relaxed load and
 // store, and read by stats() from any thread.
 #pragma once
 
@@ -28,6 +30,7 @@
 
 #include "memory/pool/size_classes.hpp"
 #include "memory/pool/slab.hpp"
+#include "util/spin_lock.hpp"
 
 namespace nerve::memory {
 
@@ -60,6 +63,7 @@ struct alignas(64) ThreadCache {
   OwnerCounter from_central;  // allocations served from the central list or the thread's own slabs
   OwnerCounter from_node;     // allocations that needed a new slab
 
+  SpinLock heap_lock;                                     // global_pool: false; guards `own`
   SlabSet own[size_class_count];                          // global_pool: false
   std::atomic<FreeChunk*> remote[size_class_count] = {};  // global_pool: false
 
@@ -74,7 +78,7 @@ struct alignas(64) ThreadCache {
       chunk->next = head;
     } while (!stack.compare_exchange_weak(head, chunk, std::memory_order_release, std::memory_order_relaxed));
   }
-  // take_remote() takes every chunk other threads gave back (owner only).
+  // take_remote() takes every chunk other threads gave back (holding heap_lock).
   FreeChunk* take_remote(unsigned size_class) noexcept {
     if (remote[size_class].load(std::memory_order_relaxed) == nullptr) return nullptr;
     return remote[size_class].exchange(nullptr, std::memory_order_acquire);
