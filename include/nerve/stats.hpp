@@ -20,7 +20,7 @@ struct WorkerStats {
   bool bound = false;               // its thread is pinned to the core's hardware threads
   bool application_thread = false;  // slot 0: run by whichever application thread waits in it
   std::uint64_t tasks_run = 0;
-  std::uint64_t steals = 0;  // tasks taken from another worker's queues
+  std::uint64_t steals = 0;  // tasks taken from other workers' or the submitting thread's queues
   std::uint64_t sleeps = 0;  // times it parked after spinning scheduler.spin_us in vain
   // Time the slot was run (slot 0: while application threads waited inside nerve), split into
   // busy (running tasks, finding them) and idle (spinning or sleeping without work).

@@ -55,7 +55,11 @@ Scheduler::Scheduler(const Config& config, const Topology& topology, TaskExecuto
     WorkerSlot& slot = *slots_.back();
     slot.core = placements[i].core;
     slot.numa_node = std::max(0, placements[i].numa_node);
-    slots_by_node_[static_cast<std::size_t>(slot.numa_node) % slots_by_node_.size()].push_back(i);
+    // Slot 0 is the application thread's, which runs tasks only while it waits: it serves no node
+    // (with others there). Counted, tasks whose data lived on its node waited for a waiter under
+    // strict affinity, and Task::wait_for() timed out, as no worker of another node takes them.
+    if (i != 0 || count == 1)
+      slots_by_node_[static_cast<std::size_t>(slot.numa_node) % slots_by_node_.size()].push_back(i);
   }
   // The combination is contradictory on any machine (CONFIG.md promises the warning without condition).
   if (numa_affinity_ == NumaAffinity::strict && policy_ == SchedulerPolicy::eager) {
@@ -273,7 +277,7 @@ TaskRecord* Scheduler::steal(ThreadState& thread, WorkerSlot& slot) {
   if (thread.submitter_role != ThreadState::SubmitterRole::owner) {
     std::array<TaskRecord*, submitter_batch> batch;
     if (const std::size_t count = submitter_deque_.steal_batch(batch); count != 0) {
-      WorkerSlot::bump(slot.stats.steals);
+      WorkerSlot::bump(slot.stats.steals, count);  // tasks taken, as the stats document
       // The rest into this slot's deque, newest first, so that its pops take them oldest first; a
       // thief that finds it empty takes some from there.
       bool was_empty = false;

@@ -273,6 +273,39 @@ TEST(ConfigBehaviour, StrictNumaAffinityWithoutAWorkerOnTheDataNodeRunsAnywhere)
   EXPECT_EQ(data.to_vector()[0], 7);
 }
 
+// The application thread's slot 0 runs tasks only while it waits: it is no worker of its NUMA node.
+// Counted as one, node 0's data had a worker nobody else may stand in for under strict, and a task on
+// it ran only when someone waited (wait_for() timed out; no warning named the node).
+TEST(ConfigBehaviour, StrictNumaAffinityDoesNotCountTheApplicationThreadAsANodesWorker) {
+  ::testing::internal::CaptureStderr();
+  Context context(with({{"topology.synthetic", "pack:2 numa:1 core:1 pu:1"},
+                        {"parallel.thread_pool_size", "2"},
+                        {"scheduler.numa_affinity", "strict"}}));
+  const std::string logged = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(logged.find("NUMA node 0 has no worker"), std::string::npos) << logged;
+  ASSERT_EQ(context.stats().workers[1].numa_node, 1);
+  Buffer<int> data(context, 16, BufferOptions{.numa_node = 0});
+  Task task = context.submit([](std::span<int> values) { values[0] = 7; }, write(data));
+  EXPECT_TRUE(task.wait_for(std::chrono::seconds(20))) << "node 1's worker runs it";
+  task.wait();
+  EXPECT_EQ(data.to_vector()[0], 7);
+}
+
+// WorkerStats::steals counts tasks taken from other queues, batches included (it counted batches).
+TEST(ConfigBehaviour, StealsCountTasksNotBatches) {
+  Context context(with({{"parallel.thread_pool_size", "2"}}));
+  constexpr int tasks = 400;
+  std::atomic<int> ran{0};
+  for (int i = 0; i < tasks; ++i) context.spawn([&] { ran.fetch_add(1); });
+  while (ran.load() < tasks)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));  // no waiting in nerve
+  const WorkerStats worker = context.stats().workers[1];
+  EXPECT_GT(worker.tasks_run, 0u);
+  EXPECT_EQ(worker.steals, worker.tasks_run)
+      << "every task the worker ran it took from the submitter's queue";
+  context.wait_all();
+}
+
 TEST(ConfigBehaviour, QueueTypeSelectsTheImplementation) {
   for (const char* type : {"lock_free_mpsc", "mutex"}) {
     Context context(with({{"parallel.thread_pool_size", "4"}, {"task_queue.type", type}}));
