@@ -154,6 +154,8 @@ def case_usage(binary, directory):
         f.write("{}\n")
     for args, says in ((["--repeat", "0"], "--repeat"), (["--threads", "0"], "--threads"), (["--bogus"], "--bogus"),
                        (["--scaling", "W99"], "W99"), (["--trace", "t.json"], "--html"),
+                       (["--json", os.path.join(directory, "r"), "--html", os.path.join(directory, ".", "r")],
+                        "same file"),
                        (["--param", "W11.max_batch=abc"], "not a number"),
                        (["--compare", os.path.join(directory, "missing.json")], "missing.json"),
                        (["--compare", not_a_report], "not-a-report.json"),

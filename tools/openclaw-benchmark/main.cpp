@@ -364,6 +364,15 @@ int main(int argc, char** argv) {
                    std::strerror(errno));
     return !ok;
   };
+  if (!line.json.empty() && !line.html.empty() &&
+      std::filesystem::absolute(line.json).lexically_normal() ==
+          std::filesystem::absolute(line.html).lexically_normal()) {
+    std::fprintf(
+        stderr,
+        "openclaw-benchmark: --json and --html name the same file (%s): one would overwrite the other\n",
+        line.json.c_str());
+    return 2;
+  }
   if (unwritable("--json", line.json) || unwritable("--html", line.html)) return 2;
   const auto start = std::chrono::steady_clock::now();
   try {
