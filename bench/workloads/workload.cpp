@@ -1,8 +1,10 @@
 #include "workload.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <stdexcept>
+#include <system_error>
 
 namespace nerve::bench {
 
@@ -11,19 +13,21 @@ bool WorkloadResult::verified() const {
                      [](const Measurement& m) { return m.verified; });
 }
 
+std::optional<double> parse_number(std::string_view text) {
+  double value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || error != std::errc{} || end != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
 double WorkloadOptions::parameter(const std::string& workload, const std::string& name, double fallback,
                                   double low, double high) const {
   const std::string key = workload + "." + name;
   const auto found = parameters.find(key);
   if (found == parameters.end()) return fallback;
-  std::size_t used = 0;
-  double value = 0;
-  try {
-    value = std::stod(found->second, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != found->second.size() || !(value >= low && value <= high)) {
+  const std::optional<double> parsed = parse_number(found->second);
+  const double value = parsed.value_or(0);
+  if (!parsed || !(value >= low && value <= high)) {
     throw std::invalid_argument(key + " = '" + found->second + "': expected a number in [" +
                                 std::to_string(low) + ", " + std::to_string(high) + "]");
   }

@@ -15,6 +15,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -135,6 +136,10 @@ WorkloadResult run_w12_streaming(const WorkloadOptions& options);
 // needs_opencl_device(): "" when a context under `settings` (the run's: --config, the environment)
 // opens an OpenCL device, else why not.
 std::string needs_opencl_device(const nerve::Settings& settings);
+
+// parse_number(): a decimal number, the whole of `text` ("12", "0.5", "1e6"; not "0x10", " 5", "+5"),
+// else nullopt. What --param values must be.
+std::optional<double> parse_number(std::string_view text);
 
 // The registry. An entry is a workload this library knows; supported() says whether it can run in
 // this build on this machine (a BLAS workload without OpenBLAS, a device workload without a device)

@@ -151,10 +151,8 @@ std::string parse_parameters(const std::vector<std::string>& arguments,
       // Every parameter is a number (WorkloadOptions::parameter): anything else is a usage error here;
       // a number out of the workload's range fails its run.
       const std::string value = item.substr(equals + 1);
-      char* end = nullptr;
-      (void)std::strtod(value.c_str(), &end);
-      if (value.empty() || end != value.c_str() + value.size())
-        return "--param " + item + ": '" + value + "' is not a number";
+      if (!nerve::bench::parse_number(value))
+        return "--param " + item + ": '" + value + "' is not a (decimal) number";
       out[id + "." + name] = value;
     }
   }
