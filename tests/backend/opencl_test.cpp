@@ -285,13 +285,27 @@ Kernel make_spin() {
   return spin;
 }
 
+// Recording, on device 1 with `streams` queues.
+Settings recording_settings(int streams) {
+  Settings settings = opencl_settings(2);
+  settings.set("gpu.stream_count", std::to_string(streams));
+  settings.set("perf.record_tasks", "true");
+  return settings;
+}
+
+// spin_each(): `kernels` spin kernels of `rounds` on device 1, each on a buffer of its own, waited for.
+void spin_each(Context& ctx, const Kernel& spin, int kernels, int rounds) {
+  std::vector<Buffer<float>> buffers;
+  for (int k = 0; k < kernels; ++k) buffers.emplace_back(ctx, std::vector<float>(1024, 1.0f));
+  ctx.wait_all();
+  for (auto& buffer : buffers) ctx.spawn(TaskOptions{.device = 1}, spin, read_write(buffer), value(rounds));
+  ctx.wait_all();
+}
+
 // A kernel enqueued behind a long one on the same in-order queue starts when that one completes: its
 // record's start (and the run time heft's models learn) counts from there, not from its enqueue.
 TEST_F(OpenclTest, AQueuedKernelsTimeCountsFromWhenItsQueueWasFree) {
-  Settings settings = opencl_settings(2);
-  settings.set("gpu.stream_count", "1");
-  settings.set("perf.record_tasks", "true");
-  Context& ctx = open(settings);
+  Context& ctx = open(recording_settings(1));
   const Kernel spin = make_spin();
   Buffer<float> x(ctx, std::vector<float>(4096, 1.0f)), y(ctx, std::vector<float>(4096, 1.0f));
   ctx.submit(TaskOptions{.device = 1}, spin, read_write(y), value(1)).wait();  // built, data there
@@ -327,18 +341,10 @@ std::vector<std::pair<std::int64_t, std::int64_t>> device_runs(const nlohmann::j
 // its completion was seen, which is when the next one's run begins. Ends taken when the completion
 // thread got round to each report overlapped the next kernel by up to 17 ms, 29 times in 32.
 TEST_F(OpenclTest, KernelsOnOneQueueHaveRecordsThatDoNotOverlap) {
-  Settings settings = opencl_settings(2);
-  settings.set("gpu.stream_count", "1");
-  settings.set("perf.record_tasks", "true");
-  Context& ctx = open(settings);
+  Context& ctx = open(recording_settings(1));
   const Kernel spin = make_spin();
-  Buffer<float> x(ctx, std::vector<float>(4096, 1.0f));
-  ctx.submit(TaskOptions{.device = 1}, spin, read_write(x), value(1)).wait();  // built, data there
-  std::vector<Buffer<float>> buffers;
-  for (int k = 0; k < 24; ++k) buffers.emplace_back(ctx, std::vector<float>(1024, 1.0f));
-  ctx.wait_all();
-  for (auto& buffer : buffers) ctx.spawn(TaskOptions{.device = 1}, spin, read_write(buffer), value(2000));
-  ctx.wait_all();
+  spin_each(ctx, spin, 1, 1);  // built, before the runs compared
+  spin_each(ctx, spin, 24, 2000);
   const auto runs = device_runs(dump_stats(ctx), 1);
   ASSERT_EQ(runs.size(), 25u);
   std::size_t overlaps = 0;
@@ -356,15 +362,8 @@ TEST_F(OpenclTest, KernelsOnOneQueueHaveRecordsThatDoNotOverlap) {
 // kernels at once, the union of their runs, not their sum (which made utilisation read 1.0 on a
 // device busy 65 % of the time).
 TEST_F(OpenclTest, DeviceBusyTimeCountsKernelsRunningAtOnceOnce) {
-  Settings settings = opencl_settings(2);
-  settings.set("gpu.stream_count", "4");
-  settings.set("perf.record_tasks", "true");
-  Context& ctx = open(settings);
-  const Kernel spin = make_spin();
-  std::vector<Buffer<float>> buffers;
-  for (int k = 0; k < 16; ++k) buffers.emplace_back(ctx, std::vector<float>(1024, 1.0f));
-  for (auto& buffer : buffers) ctx.spawn(TaskOptions{.device = 1}, spin, read_write(buffer), value(20000));
-  ctx.wait_all();
+  Context& ctx = open(recording_settings(4));
+  spin_each(ctx, make_spin(), 16, 20000);
   const nlohmann::json stats = dump_stats(ctx);
   const auto runs = device_runs(stats, 1);
   ASSERT_EQ(runs.size(), 16u);
