@@ -164,6 +164,21 @@ TEST(CudaManagedMemory, NeverAsksForMoreThanIsFree) {
   managed.free_block(block, std::size_t{512} << 10);
 }
 
+// As in CUDA, an event may be destroyed while a record of it is still queued on a stream; the queued
+// work still runs (here when the stream is destroyed). An engine destroys its event pool before its
+// streams, and the fake driver's queued record wrote into the freed event (ThreadSanitizer saw it in
+// CI's run; AddressSanitizer sees it here every time).
+TEST(CudaFakeDriver, AnEventDestroyedWhileRecordedLeavesTheQueuedRecordHarmless) {
+  FakeDriver driver(FakeOptions{.hold_work = true});
+  const auto stream = driver.create_stream(0, 0);
+  const auto event = driver.create_event(0);
+  driver.record_event(event, stream);
+  driver.stream_wait_event(stream, event);
+  driver.destroy_event(event);
+  driver.destroy_stream(0, stream);  // runs the record and the wait
+  EXPECT_EQ(driver.calls("destroy_stream"), 1u);
+}
+
 struct Done {
   std::atomic<int> count{0};
   static bool finish(Engine&, Operation& op) {

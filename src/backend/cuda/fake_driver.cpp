@@ -263,7 +263,7 @@ Event FakeDriver::create_event(int device) {
   std::lock_guard lock(mutex_);
   check_device(device);
   count("create_event");
-  auto event = std::make_unique<FakeEvent>();
+  auto event = std::make_shared<FakeEvent>();
   event->device = device;
   FakeEvent* handle = event.get();
   events_[handle] = std::move(event);
@@ -279,7 +279,7 @@ void FakeDriver::destroy_event(Event event) noexcept {
 void FakeDriver::record_event(Event event, Stream stream) {
   std::lock_guard lock(mutex_);
   count("record_event");
-  FakeEvent* e = events_.at(static_cast<FakeEvent*>(event)).get();
+  std::shared_ptr<FakeEvent> e = events_.at(static_cast<FakeEvent*>(event));
   e->complete = false;
   enqueue(stream, [e] {
     e->complete = true;
@@ -307,7 +307,7 @@ void FakeDriver::synchronize_event(Event event) {
 void FakeDriver::stream_wait_event(Stream stream, Event event) {
   std::lock_guard lock(mutex_);
   count("stream_wait_event");
-  FakeEvent* e = events_.at(static_cast<FakeEvent*>(event)).get();
+  std::shared_ptr<FakeEvent> e = events_.at(static_cast<FakeEvent*>(event));
   enqueue(stream, [e] { return e->complete; });
 }
 

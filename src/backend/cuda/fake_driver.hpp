@@ -129,7 +129,10 @@ class FakeDriver final : public Driver {
   std::vector<std::size_t> used_;
   std::vector<std::size_t> free_override_;  // SIZE_MAX: none
   std::map<FakeStream*, std::unique_ptr<FakeStream>> streams_;
-  std::map<FakeEvent*, std::unique_ptr<FakeEvent>> events_;
+  // Shared with the stream work that records or waits for an event: as in CUDA, an event may be
+  // destroyed while such work is queued (an engine's event pool goes before its streams, whose
+  // destruction runs what is left), and that work still completes.
+  std::map<FakeEvent*, std::shared_ptr<FakeEvent>> events_;
   bool fail_next_launch_ = false;
 };
 
