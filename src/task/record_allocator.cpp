@@ -1,6 +1,7 @@
 #include "task/record_allocator.hpp"
 
 #include <algorithm>
+#include <span>
 
 namespace nerve::detail {
 
@@ -12,47 +13,52 @@ void RecordAllocator::register_cache(Cache& cache) {
 }
 
 void RecordAllocator::refill(Cache& cache) {
-  std::lock_guard lock(mutex_);
-  if (!depot_.empty()) {
-    cache.head = depot_.back().head;
-    cache.count = magazine_size;
-    depot_.pop_back();
-    return;
+  {
+    std::lock_guard lock(mutex_);
+    if (!depot_.empty()) {
+      std::copy(depot_.back().begin(), depot_.back().end(), cache.free.begin());
+      depot_.pop_back();
+    } else {
+      add_slab(cache);
+    }
   }
-  // A new slab: one magazine goes to the cache, the rest to the depot. Everything that may throw
-  // bad_alloc happens before the slab is handed out, so a failure loses nothing.
+  cache.count = magazine_size;
+  // The first allocations' records; allocate() asks for the later ones as it goes.
+  for (std::size_t i = 1; i <= prefetch_distance; ++i) prefetch_task_header(cache.free[magazine_size - i]);
+}
+
+void RecordAllocator::add_slab(Cache& cache) {
+  // One magazine goes to the cache, the rest to the depot. Everything that may throw bad_alloc
+  // happens before the slab is handed out, so a failure loses nothing. The depot is reserved for
+  // every record in a magazine there, so spill() never allocates.
   std::unique_ptr<TaskRecord, SlabDeleter> owned(static_cast<TaskRecord*>(
       ::operator new (sizeof(TaskRecord) * slab_records, std::align_val_t{alignof(TaskRecord)})));
-  if (const std::size_t more = slab_records / magazine_size; depot_.capacity() - depot_.size() < more)
-    depot_.reserve(std::max(2 * depot_.capacity(), depot_.size() + more));
+  constexpr std::size_t magazines_per_slab = slab_records / magazine_size;
+  if (const std::size_t needed = (slabs_.size() + 1) * magazines_per_slab; depot_.capacity() < needed)
+    depot_.reserve(std::max(2 * depot_.capacity(), needed));
   slabs_.push_back(std::move(owned));
   TaskRecord* slab = slabs_.back().get();
-  for (std::size_t start = 0; start < slab_records; start += magazine_size) {
-    for (std::size_t i = start; i < start + magazine_size; ++i) {
-      ::new (static_cast<void*>(&slab[i])) TaskRecord;  // recycled from now on (TaskRecord::reuse)
-      slab[i].next.store(i + 1 < start + magazine_size ? &slab[i + 1] : nullptr, std::memory_order_relaxed);
-    }
-    if (start == 0) {
-      cache.head = &slab[0];
-      cache.count = magazine_size;
-    } else {
-      depot_.push_back(Magazine{&slab[start]});
-    }
+  for (std::size_t i = 0; i < slab_records; ++i) {
+    ::new (static_cast<void*>(&slab[i])) TaskRecord;  // recycled from now on (TaskRecord::reuse)
+  }
+  // Handed out in address order, which the hardware prefetcher follows: a stack's top is taken
+  // first, and the depot's last magazine.
+  const auto fill = [&](std::span<TaskRecord*, magazine_size> magazine, std::size_t start) {
+    for (std::size_t i = 0; i < magazine_size; ++i) magazine[i] = &slab[start + magazine_size - 1 - i];
+  };
+  fill(std::span<TaskRecord*, magazine_size>(cache.free.data(), magazine_size), 0);
+  for (std::size_t start = slab_records - magazine_size; start > 0; start -= magazine_size) {
+    fill(depot_.emplace_back(), start);
   }
 }
 
 void RecordAllocator::spill(Cache& cache) noexcept {
-  // Detach exactly one magazine from the front of the cache's list.
-  TaskRecord* first = cache.head;
-  TaskRecord* last = first;
-  for (std::size_t i = 1; i < magazine_size; ++i) {
-    last = static_cast<TaskRecord*>(last->next.load(std::memory_order_relaxed));
-  }
-  cache.head = static_cast<TaskRecord*>(last->next.load(std::memory_order_relaxed));
-  last->next.store(nullptr, std::memory_order_relaxed);
-  cache.count -= magazine_size;
+  // The older magazine goes; the records freed last, likely still in this core's cache, stay.
   std::lock_guard lock(mutex_);
-  depot_.push_back(Magazine{first});
+  Magazine& magazine = depot_.emplace_back();
+  std::copy_n(cache.free.begin(), magazine_size, magazine.begin());
+  std::copy(cache.free.begin() + magazine_size, cache.free.end(), cache.free.begin());
+  cache.count -= magazine_size;
 }
 
 std::int64_t RecordAllocator::live_records() const {

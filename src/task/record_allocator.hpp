@@ -1,16 +1,23 @@
 // record_allocator.hpp — task records without malloc on the fast path.
 //
 // Records live in slabs owned by the allocator (freed with it). Each thread allocates from and
-// frees into its own Cache (a free list, no atomics); a cache that grows past two magazines hands
-// one magazine (a list of `magazine_size` records) to the shared depot, and an empty cache takes one
-// back — Bonwick's magazine scheme. Records freed on another thread than the one that allocated
+// frees into its own Cache (a stack of pointers, no atomics); a cache that fills up (two magazines)
+// hands its older magazine (`magazine_size` pointers) to the shared depot, and an empty cache takes
+// one back — Bonwick's magazine scheme. Records freed on another thread than the one that allocated
 // them simply change caches.
+//
+// The caches hold pointers, not lists threaded through the records: a thread that allocates records
+// another core freed (one thread submits, the workers run and free) would otherwise read each record
+// to find the next, one cross-core miss after the other. With the pointers at hand, allocate() asks
+// for the record prefetch_distance allocations ahead, so its lines are on their way well before
+// they are written (W1, where this chain of misses set the pace: see docs/BENCHMARKS.md).
 //
 // Thread safety: a Cache is used by its owner thread only; the depot is mutex-protected and is
 // touched once per magazine_size operations. live_records() sums the caches' counters (exact when
 // no thread is allocating or freeing).
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -26,9 +33,12 @@ class RecordAllocator {
  public:
   static constexpr std::size_t magazine_size = 64;
   static constexpr std::size_t slab_records = 512;
+  // Allocations between asking for a record's lines and writing them: about one cross-core line
+  // transfer at the pace of a tight submission loop.
+  static constexpr std::size_t prefetch_distance = 16;
 
   struct Cache {
-    TaskRecord* head = nullptr;
+    std::array<TaskRecord*, 2 * magazine_size> free{};  // [0, count): a stack, last freed on top
     std::size_t count = 0;
     std::atomic<std::int64_t> live{0};  // allocations minus frees through this cache (owner writes)
   };
@@ -43,10 +53,9 @@ class RecordAllocator {
   void register_cache(Cache& cache);
 
   TaskRecord* allocate(Cache& cache) {
-    if (cache.head == nullptr) refill(cache);
-    TaskRecord* record = cache.head;
-    cache.head = static_cast<TaskRecord*>(record->next.load(std::memory_order_relaxed));
-    --cache.count;
+    if (cache.count == 0) refill(cache);
+    TaskRecord* record = cache.free[--cache.count];
+    if (cache.count >= prefetch_distance) prefetch_task_header(cache.free[cache.count - prefetch_distance]);
     cache.live.store(cache.live.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     record->reuse();
     return record;
@@ -58,7 +67,7 @@ class RecordAllocator {
   // 88 -> 71, medians of alternated runs). Not for the fork-join fast path, whose records mostly
   // stay on one core and which writes two lines.
   static void prefetch_next(const Cache& cache) noexcept {
-    if (cache.head != nullptr) prefetch_record(cache.head);
+    if (cache.count != 0) prefetch_record(cache.free[cache.count - 1]);
   }
 
   void free(Cache& cache, TaskRecord* record) noexcept {
@@ -79,16 +88,13 @@ class RecordAllocator {
 
  private:
   void push(Cache& cache, TaskRecord* record) noexcept {
-    record->next.store(cache.head, std::memory_order_relaxed);
-    cache.head = record;
-    ++cache.count;
+    cache.free[cache.count++] = record;
     cache.live.store(cache.live.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
-    if (cache.count >= 2 * magazine_size) spill(cache);
+    if (cache.count == cache.free.size()) spill(cache);
   }
-  struct Magazine {
-    TaskRecord* head;
-  };
+  using Magazine = std::array<TaskRecord*, magazine_size>;
   void refill(Cache& cache);
+  void add_slab(Cache& cache);  // mutex_ held
   void spill(Cache& cache) noexcept;
 
   mutable std::mutex mutex_;

@@ -1,5 +1,7 @@
-// cpu.hpp — processor hints for spin loops.
+// cpu.hpp — processor hints: spin loops, prefetches, the cache line size.
 #pragma once
+
+#include <cstddef>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -13,6 +15,18 @@ inline void cpu_relax() noexcept {
   _mm_pause();
 #elif defined(__aarch64__)
   asm volatile("yield" ::: "memory");
+#endif
+}
+
+// prefetch_for_write() asks for the line holding `address` in a state this core can write (x86
+// PREFETCHW, which processors without it execute as a no-op). A line that another core modified
+// last comes over in one transfer, where a read prefetch shares it and the first store must then
+// take it from the other core again.
+inline void prefetch_for_write(const void* address) noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  asm volatile("prefetchw %0" : : "m"(*static_cast<const char*>(address)));
+#else
+  __builtin_prefetch(address, 1);
 #endif
 }
 
