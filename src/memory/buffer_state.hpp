@@ -21,6 +21,7 @@
 #include "memory/coherence.hpp"
 #include "memory/host_memory_node.hpp"
 #include "task/dependency_tracker.hpp"
+#include "util/cpu.hpp"
 
 namespace nerve::detail {
 
@@ -118,8 +119,8 @@ inline void prefetch_submission_lines(const BufferState* buffer) noexcept {
   if (buffer == nullptr) return;
   const auto* bytes = reinterpret_cast<const char*>(buffer);
   __builtin_prefetch(bytes);
-  __builtin_prefetch(bytes + 64, 1);
-  __builtin_prefetch(bytes + 128, 1);
+  prefetch_for_write(bytes + 64);
+  prefetch_for_write(bytes + 128);
 }
 
 // A task's (or mapping's) access keeps the buffer alive until retire_task_access(), which may

@@ -193,7 +193,7 @@ static_assert(sizeof(TaskRecord) == 448, "a TaskRecord field was added: restore 
 inline void prefetch_record(const TaskRecord* record) noexcept {
   const auto* bytes = reinterpret_cast<const char*>(record);
   static_assert(sizeof(TaskRecord) == 7 * 64);
-  for (const int line : {0, 1, 2, 4, 5, 6}) __builtin_prefetch(bytes + 64 * line, 1);
+  for (const int line : {0, 1, 2, 4, 5, 6}) prefetch_for_write(bytes + 64 * line);
 }
 
 // prefetch_task_header() asks, for writing, for the lines that running a task of the fork-join
