@@ -12,7 +12,8 @@
 // on the range and grain, never on timing or the worker count, so for a given grain the result has
 // the same bits on every run and every number of workers. `reduce` must be associative; `identity`
 // is returned for an empty range. With grain 0 the grain depends on the worker count (about four
-// pieces per worker: the next power of two at or above 4 × workers) — unless
+// pieces per worker: grain = count / (4 × workers) rounded up, so the halving tree has at most 2^k
+// leaves for the smallest 2^k ≥ 4 × workers, and fewer when halves fall below the grain) — unless
 // parallel.deterministic_mode is on, which fixes it (grain = count / 64 rounded up, so the halving
 // tree has at most 64 leaves — 33 to 64 from 64 items up — or `count` below 64, whatever the
 // workers), so a floating-point reduction gives

@@ -197,11 +197,14 @@ class Scheduler {
 template <class Waitable>
 bool Scheduler::wait(ThreadState& thread, Waitable& target, Clock::time_point deadline, bool help) {
   if (target.done()) return true;
-  // A timed wait does not run tasks while other workers can: a task it took could run past the
-  // deadline, and wait_for() would answer long after its timeout. With a single slot nobody else
-  // would run them, so there it helps (and may overrun by the task it runs).
-  if (deadline != Clock::time_point::max() && slot_count() > 1 && !help)
-    return park_until(thread, target, deadline, false);
+  if (deadline != Clock::time_point::max()) {
+    // A deadline already past only polls: no task is run, however many are queued.
+    if (Clock::now() >= deadline) return false;
+    // A timed wait does not run tasks while other workers can: a task it took could run past the
+    // deadline, and wait_for() would answer long after its timeout. With a single slot nobody else
+    // would run them, so there it helps (and may overrun by the task it runs, see run_until).
+    if (slot_count() > 1 && !help) return park_until(thread, target, deadline, false);
+  }
   if (thread.slot != nullptr) {
     // Fork-join fast path: what a task waits for is usually on top of its own deque (it just
     // spawned it), so pop and run that before setting up the general loop — unless tasks with a
@@ -253,9 +256,9 @@ bool Scheduler::run_until(ThreadState& thread, Waitable& target, Clock::time_poi
       }
       tasks_since_check = (tasks_since_check + 1) & 63;
       next = run(task, thread, slot);
-      // A timed wait also reads the clock every 64 tasks: a wait cut in slices must come back
-      // between them while work never runs out.
-      if (deadline != Clock::time_point::max() && tasks_since_check == 0 && Clock::now() >= deadline) {
+      // A timed wait reads the clock after every task: it may overrun its deadline by the task it
+      // ran, not by more, and a wait cut in slices comes back between them while work never runs out.
+      if (deadline != Clock::time_point::max() && Clock::now() >= deadline) {
         if (next != nullptr) requeue(std::exchange(next, nullptr), slot);
         leave_idle(idle);
         return target.done();

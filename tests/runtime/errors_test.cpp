@@ -313,6 +313,42 @@ TEST_P(ErrorsTest, WaitForDoesNotRunTasksPastItsTimeout) {
   EXPECT_TRUE(group.wait_for(std::chrono::seconds(60)));
 }
 
+// With one slot a timed wait runs tasks itself, but returns late by at most the task it ran: the
+// deadline is read after each task (it was read every 64, so wait_for(0) ran up to 64 tasks), and a
+// zero or negative timeout only polls.
+TEST(WaitForOneSlot, ATimedWaitOverrunsByOneTaskAtMostAndAZeroTimeoutRunsNone) {
+  Context context(Settings().use_environment(false).set("parallel.thread_pool_size", "1"));
+  std::atomic<int> ran{0};
+  Task target = context.submit([&] { ran.fetch_add(1); });
+  // Submitted after the target, so a waiter popping the newest first meets them before it.
+  for (int i = 0; i < 20; ++i) {
+    context.spawn([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      ran.fetch_add(1);
+    });
+  }
+  EXPECT_FALSE(target.wait_for(std::chrono::milliseconds(0)));
+  EXPECT_FALSE(target.wait_for(std::chrono::milliseconds(-1)));
+  EXPECT_EQ(ran.load(), 0) << "a zero or negative timeout only polls";
+  EXPECT_FALSE(target.wait_for(std::chrono::milliseconds(1)));
+  EXPECT_LE(ran.load(), 1) << "a 1 ms wait ran more than the one 5 ms task it may overrun by";
+  TaskGroup group(context);
+  group.spawn([&] { ran.fetch_add(1); });
+  for (int i = 0; i < 10; ++i) {
+    group.spawn([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      ran.fetch_add(1);
+    });
+  }
+  const int before = ran.load();
+  EXPECT_FALSE(group.wait_for(std::chrono::milliseconds(0)));
+  EXPECT_EQ(ran.load(), before);
+  EXPECT_TRUE(target.wait_for(std::chrono::seconds(60)));
+  EXPECT_TRUE(group.wait_for(std::chrono::seconds(60)));
+  context.wait_all();
+  EXPECT_EQ(ran.load(), 32);
+}
+
 // With one slot a polling loop of short timed waits still gets the task run (by the waiter).
 TEST_P(ErrorsTest, PollingWithWaitForFinishes) {
   std::atomic<bool> ran{false};
