@@ -90,6 +90,11 @@ struct BufferState {
   const bool host_cached;  // BufferOptions::host_cached: device writes are copied back at once
   const std::size_t element_size;
   const std::uint64_t id;
+  // The buffer of this context created next (ContextImpl::register_buffer), an address to prefetch
+  // and never to dereference: that buffer may be gone. Programs tend to sweep buffers in the order
+  // they made them (tiles, cells, chunks), so a submission that touches this buffer asks for that
+  // one's lines too, a task ahead of its use (prefetch_next_created).
+  std::atomic<const BufferState*> created_next{nullptr};
   // --- lines 1-2: written by every submission over the buffer (the tracker holds its one segment
   // inline, readers included)
   alignas(64) DependencyTracker tracker;
@@ -121,6 +126,13 @@ inline void prefetch_submission_lines(const BufferState* buffer) noexcept {
   __builtin_prefetch(bytes);
   prefetch_for_write(bytes + 64);
   prefetch_for_write(bytes + 128);
+}
+
+// prefetch_next_created() asks for the submission lines of the buffer created after `buffer` (see
+// BufferState::created_next): in a sweep, the next task's buffer, whose lines would otherwise come
+// from memory while that submission waits (W4: one new buffer per task).
+inline void prefetch_next_created(const BufferState* buffer) noexcept {
+  prefetch_submission_lines(buffer->created_next.load(std::memory_order_relaxed));
 }
 
 // A task's (or mapping's) access keeps the buffer alive until retire_task_access(), which may

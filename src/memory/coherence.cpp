@@ -41,13 +41,6 @@ constexpr NodeMask bit(unsigned node) noexcept { return NodeMask{1} << node; }
 // A replica's size on a device node: a zero-byte buffer still takes one byte, so that it has an address.
 std::size_t replica_bytes(const BufferState& buffer) noexcept { return buffer.bytes == 0 ? 1 : buffer.bytes; }
 
-bool reads(Access mode) noexcept {
-  return (static_cast<unsigned>(mode) & static_cast<unsigned>(Access::read)) != 0;
-}
-bool writes(Access mode) noexcept {
-  return (static_cast<unsigned>(mode) & static_cast<unsigned>(Access::write)) != 0;
-}
-
 }  // namespace
 
 BufferReplicas::BufferReplicas(std::size_t bytes, std::byte* host) : bytes_(bytes) {

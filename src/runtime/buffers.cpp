@@ -23,11 +23,15 @@ namespace nerve::detail {
 void ContextImpl::register_buffer(BufferState* buffer) {
   std::lock_guard lock(buffers_mutex);
   buffers.insert(buffer);
+  // Under the mutex, so the buffer written into is still registered, i.e. alive.
+  if (last_created != nullptr) last_created->created_next.store(buffer, std::memory_order_relaxed);
+  last_created = buffer;
 }
 
 void ContextImpl::unregister_buffer(BufferState* buffer) noexcept {
   std::lock_guard lock(buffers_mutex);
   buffers.erase(buffer);
+  if (last_created == buffer) last_created = nullptr;
 }
 
 BufferState* buffer_create(ContextImpl* context, std::size_t bytes, std::size_t element_size,
@@ -270,8 +274,8 @@ Mapping buffer_map(BufferState* buffer, std::size_t offset, std::size_t size, Ac
   // try_map never waits: data that must first come back from a device (written there, or its copy
   // back still in flight) is asked for by a prefetch mapping that ends itself once it is here, and
   // the call returns nothing; a later try_map finds it on the host.
-  const bool prefetch = !wait && (static_cast<unsigned>(mode) & static_cast<unsigned>(Access::read)) != 0 &&
-                        context.coherence != nullptr && !buffer->host_only.load(std::memory_order_acquire) &&
+  const bool prefetch = !wait && reads(mode) && context.coherence != nullptr &&
+                        !buffer->host_only.load(std::memory_order_acquire) &&
                         context.coherence->valid_bytes(*buffer, offset, size, 0) < size;
   set_mapping_thread(task, prefetch);
   // The runtime (until unmap) and the Mapping; a prefetch has no Mapping.

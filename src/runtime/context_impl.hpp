@@ -312,6 +312,7 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
 
   std::mutex buffers_mutex;
   std::unordered_set<BufferState*> buffers;
+  BufferState* last_created = nullptr;  // whose created_next the next buffer sets (buffers_mutex)
   std::atomic<std::uint64_t> buffer_ids{0};
 
   // Host mappings granted and not unmapped yet, of every thread (few: map() and wait_all() look

@@ -12,10 +12,6 @@
 namespace nerve::detail {
 namespace {
 
-bool reads(Access mode) noexcept {
-  return (static_cast<unsigned>(mode) & static_cast<unsigned>(Access::read)) != 0;
-}
-
 nlohmann::json explain(const TaskRecord& task, std::uint64_t footprint, const HeftDecision& decision,
                        const std::vector<HeftCandidate>& candidates, std::int64_t time_ns) {
   nlohmann::json rows = nlohmann::json::array();

@@ -176,8 +176,16 @@ void ContextImpl::copy_accesses(TaskRecord* task, const AccessSpec* accesses, st
   // (the gate ends after the last of them).
   const bool gate = task->kind == TaskKind::pool_gate;
   if (!gate) {
-    // The first few: a core tracks only so many misses at once.
-    for (std::size_t i = 0; i < count && i < 8; ++i) prefetch_submission_lines(accesses[i].buffer);
+    // The first few: a core tracks only so many misses at once. Then the buffers created after the
+    // ones it writes: in a sweep, the next submission's. Not after the ones it reads: those lines
+    // (W4: the cell above's right neighbour) are the workers', finishing the row above (a measured
+    // W4 loss; written ones only: 230 -> 168 ns/task, medians of 12 alternated runs).
+    const std::size_t ahead = std::min<std::size_t>(count, 8);
+    for (std::size_t i = 0; i < ahead; ++i) prefetch_submission_lines(accesses[i].buffer);
+    for (std::size_t i = 0; i < ahead; ++i) {
+      if (accesses[i].buffer != nullptr && writes(accesses[i].mode))
+        prefetch_next_created(accesses[i].buffer);
+    }
     for (std::size_t i = 0; i < count; ++i) validate_access(accesses[i]);
   }
   if (count > inline_access_count) task->accesses = new AccessRecord[count];

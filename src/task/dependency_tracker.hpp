@@ -132,12 +132,6 @@ class DependencyTracker {
     const std::uint32_t status = task->load_status();
     return status == status_failed || status == status_cancelled;
   }
-  static bool writes(Access mode) noexcept {
-    return (static_cast<unsigned>(mode) & static_cast<unsigned>(Access::write)) != 0;
-  }
-  static bool reads(Access mode) noexcept {
-    return (static_cast<unsigned>(mode) & static_cast<unsigned>(Access::read)) != 0;
-  }
   static void retain_task(TaskRecord* task) noexcept;
   // retain_registering(): a reference to the task being registered, by its submitter while every
   // tracker the task is registered in is locked (call it nowhere else). Until those are unlocked

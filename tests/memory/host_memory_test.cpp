@@ -5,11 +5,13 @@
 #include <cstring>
 #include <future>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <vector>
 
 #include <gmock/gmock.h>
 
+#include "memory/buffer_state.hpp"
 #include "memory/host_pinning.hpp"
 #include "memory/pool/huge_pages.hpp"
 #include "support/runtime_fixture.hpp"
@@ -88,6 +90,34 @@ TEST(HostMemory, BufferDataComesFromTheHostPool) {
     EXPECT_EQ(reinterpret_cast<std::uintptr_t>(large.map_read().data()) % 4096, 0u);
   }
   EXPECT_EQ(context.stats().memory.host_bytes_in_use, before) << "dropping the buffers returns their bytes";
+}
+
+// Each buffer names the one created after it (a prefetch hint for sweeps in creation order), and the
+// hint is only ever written into a buffer still alive: after the newest buffer goes, the next one
+// created is nobody's successor (under ASan, a write into the gone buffer would be reported).
+TEST(HostMemory, BuffersNameTheirSuccessorInCreationOrderWhileAlive) {
+  Context context(make_settings(2));
+  Buffer<int> first(context, 4);
+  Buffer<int> second(context, 4);
+  const auto next_of = [](const Buffer<int>& buffer) {
+    return buffer.state()->created_next.load(std::memory_order_relaxed);
+  };
+  std::optional<Buffer<int>> third(std::in_place, context, 4);
+  const detail::BufferState* third_state = third->state();
+  EXPECT_EQ(next_of(first), second.state());
+  EXPECT_EQ(next_of(second), third_state);
+  EXPECT_EQ(next_of(*third), nullptr);
+  third.reset();
+  Buffer<int> fourth(context, 4);
+  EXPECT_EQ(next_of(second), third_state) << "a hint, left as it was (never dereferenced)";
+  Buffer<int> fifth(context, 4);
+  EXPECT_EQ(next_of(fourth), fifth.state());
+  // Sweeping them in that order still computes the right thing.
+  for (Buffer<int>* buffer : {&first, &second, &fourth, &fifth}) {
+    context.spawn([](std::span<int> data) { data[0] = 7; }, write(buffer->slice(0, 1)));
+  }
+  context.wait_all();
+  for (Buffer<int>* buffer : {&first, &second, &fourth, &fifth}) EXPECT_EQ(buffer->map_read()[0], 7);
 }
 
 TEST(HostMemory, RecreatedBuffersReuseThePool) {

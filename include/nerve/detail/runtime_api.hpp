@@ -36,6 +36,13 @@ struct BufferState;
 struct PoolState;
 struct ThreadState;
 
+constexpr bool reads(Access mode) noexcept {
+  return (static_cast<unsigned>(mode) & static_cast<unsigned>(Access::read)) != 0;
+}
+constexpr bool writes(Access mode) noexcept {
+  return (static_cast<unsigned>(mode) & static_cast<unsigned>(Access::write)) != 0;
+}
+
 // One declared access of a task: a byte range of a buffer and the mode.
 struct AccessSpec {
   BufferState* buffer;
