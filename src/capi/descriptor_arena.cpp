@@ -11,14 +11,22 @@ namespace {
 constexpr std::size_t alignment = alignof(std::max_align_t);
 constexpr std::size_t default_first_block = 16;
 constexpr std::size_t max_first_block = std::size_t{1} << 16;
+constexpr std::size_t max_first_block_bytes = std::size_t{1} << 20;
+
+std::size_t rounded_size(std::size_t descriptor_size) {
+  return descriptor_size == 0 ? alignment : (descriptor_size + alignment - 1) / alignment * alignment;
+}
 
 }  // namespace
 
 DescriptorArena::DescriptorArena(std::size_t capacity, std::size_t descriptor_size)
-    : descriptor_size_(descriptor_size == 0 ? alignment
-                                            : (descriptor_size + alignment - 1) / alignment * alignment),
-      // The capacity is a hint: a huge one starts with a bounded block and grows by doubling.
-      next_block_descriptors_(capacity != 0 ? std::min(capacity, max_first_block) : default_first_block) {}
+    : descriptor_size_(rounded_size(descriptor_size)),
+      // The capacity is a hint: a huge one starts with a block bounded in count and in bytes (one
+      // descriptor at least: large descriptors with a large hint once asked for terabytes) and
+      // grows by doubling.
+      next_block_descriptors_(std::max<std::size_t>(
+          1, std::min(capacity != 0 ? std::min(capacity, max_first_block) : default_first_block,
+                      max_first_block_bytes / descriptor_size_))) {}
 
 void DescriptorArena::BlockDeleter::operator()(std::byte* block) const noexcept {
   ::operator delete (block, std::align_val_t{alignment});

@@ -372,6 +372,23 @@ TEST_P(CapiPoolTest, DestroyingAPoolThatWaitsForThisThreadsMappingDetachesIt) {
   free_buffer(buffer);
 }
 
+// Large descriptors with a large capacity hint: the hint must not turn into one block of hint ×
+// descriptor bytes (2048 × 16 MiB once asked for 32 GiB and failed the first allocation).
+TEST_P(CapiPoolTest, AHugeHintWithLargeDescriptorsStillAllocates) {
+  constexpr std::size_t large = std::size_t{16} << 20;
+  for (const std::size_t hint : {std::size_t{2048}, std::size_t{1} << 20, SIZE_MAX}) {
+    nerve_task_pool_t* pool = nerve_task_pool_create_ex(ctx.get(), hint, large);
+    ASSERT_NE(pool, nullptr) << nerve_last_error();
+    for (int i = 0; i < 3; ++i) {
+      auto* desc = static_cast<unsigned char*>(nerve_task_pool_alloc_desc(pool));
+      ASSERT_NE(desc, nullptr) << "hint " << hint << ": " << nerve_last_error();
+      EXPECT_EQ(desc[0], 0);
+      EXPECT_EQ(desc[large - 1], 0);
+    }
+    nerve_task_pool_destroy(pool);
+  }
+}
+
 // A kernel waiting for its own pool would wait for itself: an error, not a hang. The capacity is a
 // hint, a huge one included.
 TEST_P(CapiPoolTest, WaitingForItsOwnPoolIsRefusedAndCapacityIsAHint) {
