@@ -91,7 +91,8 @@ class NERVE_API Context {
   // threads submit meanwhile (a thread that never stops submitting keeps it waiting: wait for a Task
   // or a TaskGroup to wait for a fixed set) — then rethrows the first failure among tasks
   // submitted outside groups and pools since the last wait_all() that Task::wait() has not already
-  // rethrown (each failure is reported once). Inside a task it throws
+  // rethrown (each failure is reported once: the others of the same wait are logged on stderr, not
+  // rethrown later). Inside a task it throws
   // Error(invalid_argument): it would wait for that very task (use a TaskGroup there). While this
   // thread holds a mapping that a pending task waits for, it throws Error(buffer_misuse) (the wait
   // would never end; unmap first).

@@ -136,7 +136,7 @@ NERVE_API nerve_context_t* nerve_init(void);
 NERVE_API nerve_context_t* nerve_init_with_config(const nerve_context_config_t* config);
 /* nerve_shutdown() unmaps mapped buffers, destroys task pools still alive, waits for every submitted
  * task, frees buffers still alive (with a warning on stderr), stops the workers and frees the
- * context. Unreported task failures are logged (a launched pool's too). NULL is accepted. Inside a
+ * context. Unreported task failures are logged, every one (a launched pool's too). NULL is accepted. Inside a
  * task it does nothing but log an error (and set nerve_last_error()). Blocks. */
 NERVE_API void nerve_shutdown(nerve_context_t* ctx);
 
@@ -148,10 +148,11 @@ NERVE_API int nerve_context_get_device_count(nerve_context_t* ctx);
 NERVE_API int nerve_context_get_worker_count(nerve_context_t* ctx);
 /* nerve_wait_all() waits for every task submitted so far, then reports the first failure among them
  * that nobody waited for otherwise (each failure is reported once): NERVE_ERROR_TASK_FAILED with the
- * task's message. A launched pool's tasks are waited for too, but their failures are the pool's,
- * reported by nerve_task_pool_wait_all(). Tasks cancelled because of that failure are not reported again.
- * Inside a task it is NERVE_ERROR_INVALID_ARGUMENT; while the calling thread holds a mapping that a pending
- * task waits for (the wait would never end) it is NERVE_ERROR_BUFFER_MISUSE, naming the mapping. Blocks. */
+ * task's message; the other such failures are logged on stderr, not reported by a later wait. A launched
+ * pool's tasks are waited for too, but their failures are the pool's, reported by nerve_task_pool_wait_all().
+ * Tasks cancelled because of that failure are not reported again. Inside a task it is
+ * NERVE_ERROR_INVALID_ARGUMENT; while the calling thread holds a mapping that a pending task waits for (the
+ * wait would never end) it is NERVE_ERROR_BUFFER_MISUSE, naming the mapping. Blocks. */
 NERVE_API nerve_status_t nerve_wait_all(nerve_context_t* ctx);
 /* nerve_context_dump_perf_stats() writes the runtime's counters as JSON to `path`
  * (docs/PERF_STATS.md); NERVE_ERROR_INVALID_ARGUMENT if the file cannot be written. */
@@ -273,7 +274,9 @@ NERVE_API nerve_status_t nerve_task_add_access(nerve_task_t* task, nerve_buffer_
 NERVE_API nerve_status_t nerve_task_set_compute_intensive(nerve_task_t* task, bool compute_intensive);
 /* nerve_task_set_priority() sets the order in which ready tasks start (TaskOptions::priority):
  * higher first; NERVE_PRIORITY_HIGH, NERVE_PRIORITY_NORMAL (the default) and NERVE_PRIORITY_LOW are
- * the usual levels, any int works. */
+ * the usual levels, any int works. One exception, under the locality_aware_stealing and heft
+ * policies: a normal-priority task released by a finishing task may run next on that thread, ahead
+ * of prioritized tasks already queued (task.hpp, TaskOptions::priority, has the whole order). */
 #define NERVE_PRIORITY_LOW (-100)
 #define NERVE_PRIORITY_NORMAL 0
 #define NERVE_PRIORITY_HIGH 100

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -9,6 +10,8 @@
 
 #include "runtime/context_impl.hpp"
 #include "runtime/waitables.hpp"
+#include "util/exception_text.hpp"
+#include "util/log.hpp"
 
 namespace nerve::detail {
 
@@ -40,22 +43,32 @@ void ContextImpl::wait_for_all_tasks() {
 }
 
 void ContextImpl::report_root_errors() {
-  std::exception_ptr error;
+  std::vector<std::exception_ptr> errors;
   std::uint64_t dropped = 0;
   {
     std::lock_guard lock(root_error_lock);
-    if (!root_errors.empty()) error = root_errors.front();
+    errors = std::move(root_errors);
     root_errors.clear();
     dropped = std::exchange(root_errors_dropped, 0);
     if (++root_error_report == 0) root_error_report = 1;  // earlier drops no longer count
   }
-  if (error != nullptr) std::rethrow_exception(error);
-  if (dropped > 0) {
-    throw Error(ErrorCode::task_failed,
-                fmt::format("{} tasks failed and nobody waited for them (their errors were not kept: more "
-                            "than {} failures were pending)",
-                            dropped, max_root_errors));
+  if (errors.empty() && dropped == 0) return;
+  // One failure is rethrown; the others of the same wait are logged rather than lost (they are not
+  // rethrown by a later wait: each failure is reported once).
+  constexpr std::size_t logged = 16;
+  for (std::size_t i = 1; i < errors.size() && i <= logged; ++i) {
+    log::warn("another task failure, not rethrown by this wait: {}", what_of(errors[i]));
   }
+  const std::uint64_t unlisted = (errors.size() > logged + 1 ? errors.size() - logged - 1 : 0) + dropped;
+  if (!errors.empty() && unlisted > 0) {
+    log::warn("and {} more task failures, not rethrown by this wait{}", unlisted,
+              dropped > 0 ? " (some of their errors were not kept)" : "");
+  }
+  if (!errors.empty()) std::rethrow_exception(errors.front());
+  throw Error(ErrorCode::task_failed,
+              fmt::format("{} tasks failed and nobody waited for them (their errors were not kept: more "
+                          "than {} failures were pending)",
+                          dropped, max_root_errors));
 }
 
 void ContextImpl::on_slot_idle() noexcept {

@@ -375,6 +375,25 @@ TEST_P(ErrorsTest, WaitAllReportsOnlyFailuresNobodyWaitedFor) {
   EXPECT_NO_THROW(context->wait_all()) << "and only once";
 }
 
+// wait_all() rethrows one failure; the others of the same wait are logged, not silently dropped, and
+// not rethrown by a later wait.
+TEST_P(ErrorsTest, WaitAllLogsTheFailuresItDoesNotRethrow) {
+  context->spawn([] { throw std::runtime_error("failure A"); });
+  context->spawn([] { throw std::runtime_error("failure B"); });
+  ::testing::internal::CaptureStderr();
+  std::string rethrown;
+  try {
+    context->wait_all();
+  } catch (const std::runtime_error& error) {
+    rethrown = error.what();
+  }
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(rethrown == "failure A" || rethrown == "failure B") << rethrown;
+  const std::string other = rethrown == "failure A" ? "failure B" : "failure A";
+  EXPECT_THAT(log, ::testing::HasSubstr(other)) << "the failure not rethrown must be logged";
+  EXPECT_NO_THROW(context->wait_all()) << "and not rethrown later";
+}
+
 // Past the 256 failures wait_all() keeps, the rest are only counted — and a failure Task::wait()
 // reported must come off that count too (once, however often it is waited for), or wait_all()
 // reports failures that were seen. Drops from before a wait_all() report do not count after it.
