@@ -1,5 +1,7 @@
 // C API: tasks — inferred dependencies (whole buffers and byte ranges), failure propagation,
 // compute-intensive placement, devices, and argument errors.
+#include <algorithm>
+#include <cstdint>
 #include <numeric>
 #include <stdexcept>
 
@@ -245,6 +247,42 @@ nerve_context_t* context_without_accelerators() {
 
 // A C kernel placed on a separate-memory device gets that device's index and a pointer into the
 // device's replica; the host sees the result after the runtime copies it back.
+// The most accesses a task may declare (65535), all to one buffer: each segment it splits reserves
+// room for the task's accesses that overlap it, not for all of them (that was n slots in each of n
+// segments: 16,000 one-byte ranges took 2 GB and 7 s, 65535 would have needed ~34 GB). Overlapping
+// ranges too, then a writer of the whole buffer that must wait for both readers.
+TEST_P(CapiTaskTest, TheMostAccessesATaskMayDeclareAllToOneBuffer) {
+  constexpr std::size_t most = 65535;
+  nerve_buffer_t* buffer = alloc(most + 64);
+  {
+    MappedC<unsigned char> init(buffer, NERVE_MAP_WRITE);
+    std::fill(init.data(), init.data() + most + 64, std::uint8_t{1});
+  }
+  static std::atomic<int> readers_done{0};
+  static std::atomic<bool> writer_saw_readers{false};
+  readers_done = 0;
+  writer_saw_readers = false;
+  const auto reader = +[](void*, nerve_device_t, nerve_stream_t) { readers_done.fetch_add(1); };
+  nerve_task_t* disjoint = nerve_task_create(reader, nullptr);
+  for (std::size_t i = 0; i < most; ++i) {
+    ASSERT_EQ(nerve_task_add_access(disjoint, buffer, NERVE_ACCESS_READ, i, 1), NERVE_OK)
+        << nerve_last_error();
+  }
+  ASSERT_EQ(nerve_task_submit(ctx.get(), disjoint, NERVE_DEVICE_ANY), NERVE_OK) << nerve_last_error();
+  nerve_task_t* overlapping = nerve_task_create(reader, nullptr);
+  for (std::size_t i = 0; i < 4000; ++i) {  // each range overlaps ~130 others
+    ASSERT_EQ(nerve_task_add_access(overlapping, buffer, NERVE_ACCESS_READ, i, 64), NERVE_OK);
+  }
+  ASSERT_EQ(nerve_task_submit(ctx.get(), overlapping, NERVE_DEVICE_ANY), NERVE_OK) << nerve_last_error();
+  nerve_task_t* writer = nerve_task_create(
+      +[](void*, nerve_device_t, nerve_stream_t) { writer_saw_readers = readers_done.load() == 2; }, nullptr);
+  ASSERT_EQ(nerve_task_add_access(writer, buffer, NERVE_ACCESS_WRITE, 0, most + 64), NERVE_OK);
+  ASSERT_EQ(nerve_task_submit(ctx.get(), writer, NERVE_DEVICE_ANY), NERVE_OK) << nerve_last_error();
+  ASSERT_EQ(nerve_wait_all(ctx.get()), NERVE_OK) << nerve_last_error();
+  EXPECT_TRUE(writer_saw_readers.load()) << "the writer ran before both readers had finished";
+  free_buffer(buffer);
+}
+
 TEST(CapiTask, KernelOnADeviceSeesTheDeviceReplica) {
   nerve_context_t* ctx = context_without_accelerators();
   ASSERT_NE(ctx, nullptr) << nerve_last_error();
