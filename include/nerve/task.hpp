@@ -80,7 +80,9 @@ class Task {
   // true or, like wait(), rethrows its failure (which then counts as reported). It runs no other task
   // meanwhile (one could outlast the timeout) — except in a context with a single worker slot,
   // where nobody else would run them: there it helps, and may return late by the task it ran.
-  // A zero or negative timeout only polls; one longer than int64 nanoseconds waits without limit.
+  // A zero or negative timeout only polls (with a single slot: after running one task at most, so
+  // that a polling loop still gets the work done); one longer than int64 nanoseconds waits without
+  // limit.
   template <class Rep, class Period>
   bool wait_for(std::chrono::duration<Rep, Period> timeout) const {
     return detail::task_wait(checked(), detail::timeout_ns(timeout));

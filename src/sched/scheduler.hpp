@@ -197,27 +197,35 @@ class Scheduler {
 template <class Waitable>
 bool Scheduler::wait(ThreadState& thread, Waitable& target, Clock::time_point deadline, bool help) {
   if (target.done()) return true;
-  if (deadline != Clock::time_point::max()) {
-    // A deadline already past only polls: no task is run, however many are queued.
-    if (Clock::now() >= deadline) return false;
+  const bool timed = deadline != Clock::time_point::max();
+  if (timed) {
     // A timed wait does not run tasks while other workers can: a task it took could run past the
     // deadline, and wait_for() would answer long after its timeout. With a single slot nobody else
-    // would run them, so there it helps (and may overrun by the task it runs, see run_until).
+    // would run them, so there it helps, overrunning by at most the task it runs (see run_until) —
+    // and a deadline already past runs one task at most, so that a loop polling wait_for(0) still
+    // gets its work done. Elsewhere a deadline already past only polls.
+    if (Clock::now() >= deadline) {
+      if (slot_count() == 1 && help_once(thread)) return target.done();
+      return false;
+    }
     if (slot_count() > 1 && !help) return park_until(thread, target, deadline, false);
   }
   if (thread.slot != nullptr) {
     // Fork-join fast path: what a task waits for is usually on top of its own deque (it just
     // spawned it), so pop and run that before setting up the general loop — unless tasks with a
-    // priority are waiting, which the general loop serves first.
+    // priority are waiting, which the general loop serves first. Not for a timed wait: it runs
+    // successors without reading the clock.
     if constexpr (!Waitable::expensive) {
-      WorkerSlot& slot = *thread.slot;
-      while (!prioritized_.maybe_nonempty()) {
-        TaskRecord* task = slot.deque.pop();
-        if (task == nullptr) break;
-        do {
-          task = run(task, thread, slot);
-        } while (task != nullptr);
-        if (target.done()) return true;
+      if (!timed) {
+        WorkerSlot& slot = *thread.slot;
+        while (!prioritized_.maybe_nonempty()) {
+          TaskRecord* task = slot.deque.pop();
+          if (task == nullptr) break;
+          do {
+            task = run(task, thread, slot);
+          } while (task != nullptr);
+          if (target.done()) return true;
+        }
       }
     }
     return run_until(thread, target, deadline);
