@@ -182,9 +182,9 @@ class TaskGroup {
         detail::submit_kernel_call(context_, &options, &state_, nullptr, true, kernel, args...));
   }
 
-  // wait() waits for the group's tasks; rethrows the first failure (once). Waiting while this
-  // thread holds a mapping that one of them waits for is Error(buffer_misuse), and waiting from
-  // inside one of the group's own tasks, or inside a task one of them is ordered after (by its
+  // wait() waits for the group's tasks; rethrows the first failure (once: of several threads waiting at once,
+  // one). Waiting while this thread holds a mapping that one of them waits for is Error(buffer_misuse), and
+  // waiting from inside one of the group's own tasks, or inside a task one of them is ordered after (by its
   // accesses or `after`), is Error(invalid_argument) (either would never end; wait for a nested
   // group of independent work instead).
   void wait() { detail::group_wait(context_, &state_); }
@@ -250,7 +250,8 @@ class TaskPool {
 
   void launch() { detail::pool_launch(pool_); }
   // wait_all() launches if needed, waits for every task of the pool and rethrows the first failure
-  // (once: a later wait_all() returns quietly).
+  // (once: a later wait_all() returns quietly). Several threads may call it at once: the pool is
+  // launched once, and one of them rethrows the failure.
   // From inside one of the pool's own tasks, or inside a task the pool is ordered after, it is
   // Error(invalid_argument): it would never return.
   void wait_all() { detail::pool_wait(pool_); }

@@ -94,10 +94,7 @@ std::exception_ptr task_error(const TaskRecord* record) noexcept {
 }
 
 static void rethrow_group_error(GroupState* group) {
-  if (!group->has_error.load(std::memory_order_acquire)) return;
-  std::exception_ptr error = std::exchange(group->first_error, nullptr);
-  group->has_error.store(false, std::memory_order_release);
-  if (error != nullptr) std::rethrow_exception(error);
+  if (std::exception_ptr error = group->first_error.take()) std::rethrow_exception(error);
 }
 
 ThreadState* context_retain(ContextImpl* context) noexcept {
@@ -205,11 +202,7 @@ void pool_wait(PoolState* pool) {
   pool_check_wait(pool, "TaskPool::wait_all()");
   TaskDone target{pool->gate};
   context.scheduler.wait(context.current_thread(), target);
-  if (pool->has_error.load(std::memory_order_acquire)) {
-    std::exception_ptr error = std::exchange(pool->first_error, nullptr);
-    pool->has_error.store(false, std::memory_order_release);
-    if (error != nullptr) std::rethrow_exception(error);
-  }
+  if (std::exception_ptr error = pool->first_error.take()) std::rethrow_exception(error);
 }
 
 void pool_destroy_checked(PoolState* pool) {
@@ -230,9 +223,10 @@ void pool_destroy_checked(PoolState* pool) {
     } catch (...) {
     }
     // Nobody waited for the pool: its failure would go unseen (wait_all() does not report a pool's).
-    if (pool->has_error.load(std::memory_order_acquire) && pool->first_error != nullptr) {
+    if (pool->first_error.present() && pool->first_error.kept() != nullptr) {
       try {
-        log::warn("task pool destroyed with an unreported task failure: {}", what_of(pool->first_error));
+        log::warn("task pool destroyed with an unreported task failure: {}",
+                  what_of(pool->first_error.kept()));
       } catch (...) {  // out of memory for the message: the failure stays unreported
       }
     }

@@ -14,7 +14,8 @@
 namespace nerve::detail {
 
 void PoolState::make_room() {
-  if (launched) throw Error(ErrorCode::invalid_argument, "task added to a task pool after launch()");
+  if (launched.load(std::memory_order_acquire))
+    throw Error(ErrorCode::invalid_argument, "task added to a task pool after launch()");
   if (members.size() == members.capacity()) members.reserve(members.size() * 2 + 16);
 }
 
@@ -85,7 +86,9 @@ void append_union(BufferState* buffer, const std::vector<const AccessRecord*>& a
 }  // namespace
 
 void PoolState::launch() {
-  if (launched) return;
+  if (launched.load(std::memory_order_acquire)) return;
+  std::lock_guard lock(launch_mutex);
+  if (launched.load(std::memory_order_relaxed)) return;
   ThreadState& thread = context.current_thread();
   // The gate's accesses: per buffer, the union of the members' ranges, each piece with the union of
   // the modes covering it. Work on a gap between them neither waits for the pool nor is cancelled by
@@ -114,7 +117,7 @@ void PoolState::launch() {
     gate = nullptr;
     throw;
   }
-  launched = true;
+  launched.store(true, std::memory_order_release);
   thread.count_submitted();
   context.pool_gates_submitted.fetch_add(1, std::memory_order_release);  // after: stats read it first
   for (std::size_t i = 0; i < members.size(); ++i) thread.count_submitted();
@@ -144,14 +147,12 @@ void PoolState::mark_cancelled(TaskRecord* member) noexcept {
   member->cancel_pending.store(true, std::memory_order_release);
 }
 
-void PoolState::record_error(const std::exception_ptr& error) noexcept {
-  if (!has_error.exchange(true, std::memory_order_acq_rel)) first_error = error;
-}
+void PoolState::record_error(const std::exception_ptr& error) noexcept { first_error.record(error); }
 
 void PoolState::member_finished(TaskRecord* /*member*/, ThreadState& thread) {
   if (remaining.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
-  if (has_error.load(std::memory_order_acquire)) {
-    gate->error = first_error;
+  if (first_error.present()) {
+    gate->error = first_error.kept();
     context.finish(gate, thread, status_failed);
   } else {
     context.finish(gate, thread, status_succeeded);

@@ -5,7 +5,8 @@
 // gate's predecessors are done it releases every member, and it finishes when the last member does
 // — failed if any member failed, so tasks that read the pool's output are cancelled.
 //
-// Thread safety: add() and launch() are called by the pool's owner; member_finished() by workers.
+// Thread safety: add() is called by one thread at a time (the pool's filler); launch() by any
+// number at once (wait_all() launches); member_finished() by workers.
 #pragma once
 
 #include <atomic>
@@ -45,9 +46,11 @@ struct PoolState {
   // The members to release, copied at launch (release_members() runs on a worker and must not
   // allocate; the last member may finish the pool while it iterates, so it iterates its own copy).
   std::unique_ptr<TaskRecord*[]> release_list;
-  bool launched = false;
-  std::atomic<bool> has_error{false};
-  std::exception_ptr first_error;
+  // Set once launch() has registered the gate; launch() runs once even when wait_all() calls it
+  // from several threads at once.
+  std::atomic<bool> launched{false};
+  std::mutex launch_mutex;
+  KeptFailure first_error;
 };
 
 // free_pool(): releases a pool whose tasks have all ended (a launched one's gate is done), or

@@ -680,8 +680,7 @@ void ContextImpl::finish(TaskRecord* task, ThreadState& thread, std::uint32_t ou
       task->pool->record_error(reported);
     } else if (task->group != nullptr) {
       GroupState& group = *task->group;
-      if (!requested && !group.has_error.exchange(true, std::memory_order_acq_rel))
-        group.first_error = reported;
+      if (!requested) group.first_error.record(reported);
     } else if (outcome == status_failed && task->kind == TaskKind::function) {
       record_root_error(*task);  // reported is its error
     }

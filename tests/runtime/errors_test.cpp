@@ -418,6 +418,47 @@ TEST_P(ErrorsTest, WaitAllLogsTheFailuresItDoesNotRethrow) {
   EXPECT_NO_THROW(context->wait_all()) << "and not rethrown later";
 }
 
+// Several threads may wait for one group or pool: exactly one of them rethrows its failure (two
+// once both took the same exception_ptr, rethrew it and released it twice: a corrupted heap), and
+// wait_all() on an unlaunched pool launches it once however many threads call it.
+TEST(ConcurrentWaits, OneOfSeveralWaitersRethrowsAGroupsOrPoolsFailure) {
+  Context context(Settings().use_environment(false).set("parallel.thread_pool_size", "2"));
+  constexpr int waiters = 3;
+  const auto wait_from_threads = [&](auto&& wait) {
+    std::atomic<int> rethrown{0};
+    std::atomic<int> ready{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < waiters; ++t) {
+      threads.emplace_back([&] {
+        ready.fetch_add(1);
+        while (ready.load() < waiters) std::this_thread::yield();
+        try {
+          wait();
+        } catch (const std::runtime_error&) {
+          rethrown.fetch_add(1);
+        }
+      });
+    }
+    for (auto& thread : threads) thread.join();
+    return rethrown.load();
+  };
+  for (int round = 0; round < 30; ++round) {
+    TaskGroup group(context);
+    group.spawn([] { throw std::runtime_error("group member failed"); });
+    group.spawn([] { std::this_thread::sleep_for(std::chrono::microseconds(200)); });
+    EXPECT_EQ(wait_from_threads([&] { group.wait(); }), 1) << "group, round " << round;
+
+    std::atomic<int> ran{0};
+    TaskPool pool(context);
+    pool.add([] { throw std::runtime_error("pool member failed"); });
+    for (int i = 0; i < 4; ++i) pool.add([&] { ran.fetch_add(1); });
+    // Not launched: every waiter's wait_all() launches it, once.
+    EXPECT_EQ(wait_from_threads([&] { pool.wait_all(); }), 1) << "pool, round " << round;
+    EXPECT_EQ(ran.load(), 4) << "each member ran once";
+  }
+  context.wait_all();
+}
+
 // Past the 256 failures wait_all() keeps, the rest are only counted — and a failure Task::wait()
 // reported must come off that count too (once, however often it is waited for), or wait_all()
 // reports failures that were seen. Drops from before a wait_all() report do not count after it.

@@ -66,6 +66,51 @@ struct ClosureOps {
   DestroyFn destroy;
 };
 
+// The first failure of a group or a pool: recorded by the thread that finishes the failed task,
+// taken by one wait — several threads may wait at once, and only one of them gets it (two once
+// both rethrew it and released it twice).
+class KeptFailure {
+ public:
+  // record() keeps `error` unless one is kept already (it waits out a take in progress).
+  void record(const std::exception_ptr& error) noexcept {
+    while (true) {
+      std::uint8_t expected = empty;
+      if (state_.compare_exchange_weak(expected, writing, std::memory_order_acquire,
+                                       std::memory_order_relaxed)) {
+        error_ = error;
+        state_.store(ready, std::memory_order_release);
+        return;
+      }
+      if (expected == writing || expected == ready) return;  // the first one is kept
+      // `taking`: a wait is emptying it; this failure is the next one.
+    }
+  }
+  // take() returns the kept error and empties it, to exactly one caller; null if none.
+  std::exception_ptr take() noexcept {
+    std::uint8_t expected = ready;
+    if (state_.load(std::memory_order_acquire) != ready ||
+        !state_.compare_exchange_strong(expected, taking, std::memory_order_acquire,
+                                        std::memory_order_relaxed))
+      return nullptr;
+    std::exception_ptr error = std::move(error_);
+    error_ = nullptr;
+    state_.store(empty, std::memory_order_release);
+    return error;
+  }
+  // present() / kept(): whether one is kept, and it (only while nobody can take it: the pool's
+  // last member reads it for the gate before any wait for the pool can end).
+  bool present() const noexcept { return state_.load(std::memory_order_acquire) == ready; }
+  const std::exception_ptr& kept() const noexcept { return error_; }
+
+ private:
+  static constexpr std::uint8_t empty = 0;
+  static constexpr std::uint8_t writing = 1;
+  static constexpr std::uint8_t ready = 2;
+  static constexpr std::uint8_t taking = 3;
+  std::atomic<std::uint8_t> state_{empty};
+  std::exception_ptr error_;
+};
+
 // Completion counting for a TaskGroup / TaskPool, embedded in the user-visible object so that
 // creating a group allocates nothing.
 struct GroupState {
@@ -77,9 +122,8 @@ struct GroupState {
   static constexpr std::int64_t parked_one = std::int64_t{1} << 40;
   static constexpr std::int64_t coroutine_parked = std::int64_t{1} << 62;
   std::atomic<std::int64_t> pending{0};
-  std::atomic<bool> has_error{false};
+  KeptFailure first_error;
   std::atomic<bool> cancel_requested{false};
-  std::exception_ptr first_error;  // written once, by the thread that sets has_error
   // A coroutine suspended in `co_await group` (its handle's address), resumed as a new task by the
   // completer that brings the count to zero (see coroutine.hpp). At most one at a time.
   std::atomic<void*> continuation{nullptr};
