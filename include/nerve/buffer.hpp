@@ -231,13 +231,21 @@ class Buffer {
   std::size_t count_ = 0;   // elements
 };
 
-// A task's declared access to a buffer view. Made by read(), write() and read_write().
+// A task's declared access to a buffer view. Made by read(), write() and read_write(). It holds the
+// view (which bytes of which buffer), not the handle it was made from, so an access made from a
+// temporary slice — `auto in = read(b.slice(0, 50));` — stays valid after that slice is gone; the
+// buffer itself must stay alive, through any handle, until the task is submitted.
 template <class T, Access Mode>
 struct BufferAccess {
-  const Buffer<T>* buffer;
-  detail::AccessSpec spec() const noexcept {
-    return {buffer->state(), buffer->offset() * sizeof(T), buffer->size() * sizeof(T), Mode};
-  }
+  BufferAccess(const Buffer<T>* buffer) noexcept  // NOLINT(google-explicit-constructor): {&buffer}
+      : state(buffer->state()),
+        offset_bytes(buffer->offset() * sizeof(T)),
+        size_bytes(buffer->size() * sizeof(T)) {}
+  detail::AccessSpec spec() const noexcept { return {state, offset_bytes, size_bytes, Mode}; }
+
+  detail::BufferState* state;
+  std::size_t offset_bytes;
+  std::size_t size_bytes;
 };
 
 template <class T>

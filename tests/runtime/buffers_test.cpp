@@ -27,6 +27,29 @@ TEST_P(BuffersTest, InitialContentsAndToVector) {
 
 // A moved-from Buffer is empty, not a handle that still claims the old size: its size is 0 and
 // every use is a clear error; assigning to it makes it usable again.
+// An access made from a temporary slice and kept in a variable names the slice's bytes: it holds the
+// view, not a pointer to the slice handle (gone at the end of its statement: ASan reported
+// stack-use-after-scope at submission).
+TEST_P(BuffersTest, AnAccessOutlivesTheTemporarySliceItWasMadeFrom) {
+  Buffer<int> source(*context, 100);
+  Buffer<int> target(*context, 100);
+  {
+    auto fill = source.map_write();
+    for (int i = 0; i < 100; ++i) fill[static_cast<std::size_t>(i)] = i;
+  }
+  const auto in = read(source.slice(50, 25));
+  const auto out = write(target.slice(10, 25));
+  std::vector<std::vector<int>> scratch;  // reuses the stack and heap the slices lived in
+  for (int i = 0; i < 8; ++i) scratch.emplace_back(64, -1);
+  context
+      ->submit([](std::span<const int> from,
+                  std::span<int> to) { std::copy(from.begin(), from.end(), to.begin()); },
+               in, out)
+      .wait();
+  const std::vector<int> got = target.slice(10, 25).to_vector();
+  for (int i = 0; i < 25; ++i) EXPECT_EQ(got[static_cast<std::size_t>(i)], 50 + i);
+}
+
 TEST_P(BuffersTest, AMovedFromBufferIsEmpty) {
   Buffer<int> original(*context, 10);
   Buffer<int> moved(std::move(original));
