@@ -1,5 +1,7 @@
 #include "perf/monitor.hpp"
 
+#include <algorithm>
+#include <iterator>
 #include <new>
 #include <utility>
 
@@ -61,13 +63,38 @@ void PerfMonitor::task_ready(TaskRecord* task, bool submission) noexcept {
 }
 
 void DeviceActivity::add_run(std::int64_t start_ns, std::int64_t end_ns) noexcept {
-  std::int64_t covered = busy_until.load(std::memory_order_relaxed);
-  while (end_ns > covered) {
-    const std::int64_t from = std::max(start_ns, covered);
-    if (busy_until.compare_exchange_weak(covered, end_ns, std::memory_order_relaxed)) {
-      busy_ns.fetch_add(static_cast<std::uint64_t>(end_ns - from), std::memory_order_relaxed);
-      return;
+  std::lock_guard lock(lock_);
+  start_ns = std::max(start_ns, forgotten_until_);
+  if (end_ns <= start_ns) return;
+  // The runs overlapping or touching [start, end): merged into it, their lengths not counted again.
+  auto first = std::lower_bound(recent_.begin(), recent_.end(), start_ns,
+                                [](const auto& run, std::int64_t at) { return run.second < at; });
+  auto last = first;
+  std::int64_t added = end_ns - start_ns;
+  std::int64_t merged_start = start_ns;
+  std::int64_t merged_end = end_ns;
+  for (; last != recent_.end() && last->first <= end_ns; ++last) {
+    added -= std::max<std::int64_t>(0, std::min(end_ns, last->second) - std::max(start_ns, last->first));
+    merged_start = std::min(merged_start, last->first);
+    merged_end = std::max(merged_end, last->second);
+  }
+  busy_ns.fetch_add(static_cast<std::uint64_t>(added), std::memory_order_relaxed);
+  if (first != last) {
+    *first = {merged_start, merged_end};
+    recent_.erase(first + 1, last);
+  } else {
+    try {
+      recent_.insert(first, {merged_start, merged_end});
+    } catch (const std::bad_alloc&) {  // counted; later reports may count part of it again
     }
+  }
+  // Forget what ended long before the latest end.
+  const std::int64_t latest = recent_.empty() ? end_ns : std::max(end_ns, recent_.back().second);
+  auto keep = recent_.begin();
+  while (keep != recent_.end() && keep->second < latest - horizon_ns) ++keep;
+  if (keep != recent_.begin()) {
+    forgotten_until_ = std::max(forgotten_until_, std::prev(keep)->second);
+    recent_.erase(recent_.begin(), keep);
   }
 }
 

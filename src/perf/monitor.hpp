@@ -72,11 +72,21 @@ struct TaskLog {
 // its several queues count once (summed, a device looked busy 100 % of the time it was 65 %). Each
 // task adds the part of its run past `busy_until`, the latest end so far: exact for tasks reported in
 // the order they ended, which is how devices report them.
+// A device's busy time is the union of its tasks' runs. Runs are reported as completions are seen,
+// which on several queues (and with PoCL's callbacks) is not in the order of their starts or ends:
+// the recent runs are kept, merged, so that a late report counts only the part no other run covered.
+// Runs that ended more than `horizon_ns` before the latest end are dropped from the list (a report
+// later than that counts only from there on).
 struct DeviceActivity {
+  static constexpr std::int64_t horizon_ns = 1'000'000'000;
   std::atomic<std::uint64_t> tasks{0};
   std::atomic<std::uint64_t> busy_ns{0};
-  std::atomic<std::int64_t> busy_until{0};
   void add_run(std::int64_t start_ns, std::int64_t end_ns) noexcept;
+
+ private:
+  SpinLock lock_;
+  std::vector<std::pair<std::int64_t, std::int64_t>> recent_;  // disjoint, by start; guarded by lock_
+  std::int64_t forgotten_until_ = 0;                           // runs before this are no longer listed
 };
 
 class PerfMonitor final : public TransferObserver {
@@ -93,7 +103,8 @@ class PerfMonitor final : public TransferObserver {
 
   // device_task(): `task` ran on its device from start_ns until end_ns (always; records it when
   // recording). Called before the task finishes, from the device's thread, in the order the device
-  // finished its tasks (the busy time it adds is exact then: see DeviceActivity).
+  // saw their completions (the busy time is the union of the runs whatever that order: see
+  // DeviceActivity).
   void device_task(ThreadState& thread, const TaskRecord& task, std::int64_t start_ns, std::int64_t end_ns,
                    std::uint32_t outcome);
 

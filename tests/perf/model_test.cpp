@@ -3,14 +3,41 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "perf/history_model.hpp"
+#include "perf/monitor.hpp"
 #include "perf/perf_test.hpp"
 
 namespace nerve::testing {
 namespace {
 
 using detail::HistoryModels;
+
+// A device's busy time is the union of its runs whatever order they are reported in: queues finish
+// out of order, and PoCL's callbacks arrive out of order. A run reported after a later one that
+// already covered past its end once counted nothing, its own stretch included.
+TEST(DeviceActivity, BusyTimeIsTheUnionOfRunsReportedInAnyOrder) {
+  detail::DeviceActivity in_order;
+  detail::DeviceActivity reversed;
+  detail::DeviceActivity shuffled;
+  // [0,10) [5,20) [30,40) [35,36) [50,60): union 20 + 10 + 10 = 40
+  const std::vector<std::pair<std::int64_t, std::int64_t>> runs = {
+      {0, 10}, {5, 20}, {30, 40}, {35, 36}, {50, 60}};
+  for (const auto& [start, end] : runs) in_order.add_run(start, end);
+  for (auto it = runs.rbegin(); it != runs.rend(); ++it) reversed.add_run(it->first, it->second);
+  for (const std::size_t i : {3u, 0u, 4u, 2u, 1u}) shuffled.add_run(runs[i].first, runs[i].second);
+  EXPECT_EQ(in_order.busy_ns.load(), 40u);
+  EXPECT_EQ(reversed.busy_ns.load(), 40u);
+  EXPECT_EQ(shuffled.busy_ns.load(), 40u);
+  // A run bridging two: only the gap is new.
+  detail::DeviceActivity bridge;
+  bridge.add_run(0, 10);
+  bridge.add_run(20, 30);
+  bridge.add_run(5, 25);
+  EXPECT_EQ(bridge.busy_ns.load(), 30u);
+}
 
 TEST(HistoryModel, MeanVarianceAndCalibratingMarker) {
   HistoryModels models({});
