@@ -323,9 +323,25 @@ std::size_t ContextImpl::register_dependencies(TaskRecord* task, ThreadState& th
     }
     // A task with two accesses to one buffer keeps the segments its accesses split (no merge).
     const bool merge = buffers.size() == count;
-    const std::vector<std::size_t> overlaps =
-        merge ? std::vector<std::size_t>{}
-              : own_overlaps(std::span<const AccessRecord>(task->accesses, count));
+    // A few accesses are counted pairwise on the stack; more, in n log n (own_overlaps).
+    std::size_t few_overlaps[few];
+    std::vector<std::size_t> many_overlaps;
+    std::span<const std::size_t> overlaps;
+    if (!merge && count <= few) {
+      for (std::size_t i = 0; i < count; ++i) {
+        const AccessRecord& a = task->accesses[i];
+        std::size_t n = 0;
+        for (std::size_t j = 0; j < count; ++j) {
+          const AccessRecord& b = task->accesses[j];
+          n += b.buffer == a.buffer && b.offset < a.offset + a.size && a.offset < b.offset + b.size ? 1 : 0;
+        }
+        few_overlaps[i] = std::max<std::size_t>(n, 1);
+      }
+      overlaps = std::span<const std::size_t>(few_overlaps, count);
+    } else if (!merge) {
+      many_overlaps = own_overlaps(std::span<const AccessRecord>(task->accesses, count));
+      overlaps = many_overlaps;
+    }
     for (BufferState* buffer : buffers) buffer->tracker.lock().lock();
     try {
       for (std::size_t i = 0; i < count; ++i) {

@@ -23,8 +23,9 @@ inline void cpu_relax() noexcept {
 // last comes over in one transfer, where a read prefetch shares it and the first store must then
 // take it from the other core again.
 inline void prefetch_for_write(const void* address) noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-  asm volatile("prefetchw %0" : : "m"(*static_cast<const char*>(address)));
+#if defined(__x86_64__) || defined(__PRFCHW__)
+  // An address operand, not a memory one: the line may belong to a freed object (a hint).
+  asm volatile("prefetchw (%0)" : : "r"(address));
 #else
   __builtin_prefetch(address, 1);
 #endif
