@@ -27,9 +27,9 @@
 // Errors: allocate() throws nerve::Error(out_of_memory) when the pool's byte limit (or the machine)
 // cannot satisfy the request even after returning cached memory; the message names the node, the
 // size asked, the limit and the bytes in use — or, when the system allocator itself refused, the
-// node and the block size asked of the system, with the system's reason. The constructor throws ConfigError for an allocator
-// library that cannot be loaded (key memory.allocator) or a preferred NUMA node the topology lacks
-// (key memory.numa_policy), and Error(invalid_argument) for a `numa_node` that does not exist.
+// node and the block size asked of the system, with the system's reason. The constructor throws ConfigError
+// for an allocator library that cannot be loaded (key memory.allocator) or a preferred NUMA node the topology
+// lacks (key memory.numa_policy), and Error(invalid_argument) for a `numa_node` that does not exist.
 #pragma once
 
 #include <cstddef>
