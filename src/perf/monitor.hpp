@@ -68,15 +68,12 @@ struct TaskLog {
 };
 
 // Per device (by index; 0 = CPU workers, unused): tasks run and time spent running them.
-// A device's busy time is the time at least one of its tasks was running: tasks running at once on
-// its several queues count once (summed, a device looked busy 100 % of the time it was 65 %). Each
-// task adds the part of its run past `busy_until`, the latest end so far: exact for tasks reported in
-// the order they ended, which is how devices report them.
-// A device's busy time is the union of its tasks' runs. Runs are reported as completions are seen,
-// which on several queues (and with PoCL's callbacks) is not in the order of their starts or ends:
-// the recent runs are kept, merged, so that a late report counts only the part no other run covered.
-// Runs that ended more than `horizon_ns` before the latest end are dropped from the list (a report
-// later than that counts only from there on).
+// A device's busy time is the union of its tasks' runs: tasks running at once on its several queues
+// count once (summed, a device looked busy 100 % of the time it was 65 %). Runs are reported as
+// completions are seen, which on several queues (and with PoCL's callbacks) is not in the order of
+// their starts or ends: the recent runs are kept, merged, so that a late report counts only the part
+// no other run covered. Runs that ended more than `horizon_ns` before the latest end are dropped
+// from the list (a report later than that counts only from there on).
 struct DeviceActivity {
   static constexpr std::int64_t horizon_ns = 1'000'000'000;
   std::atomic<std::uint64_t> tasks{0};

@@ -223,7 +223,7 @@ void pool_destroy_checked(PoolState* pool) {
     } catch (...) {
     }
     // Nobody waited for the pool: its failure would go unseen (wait_all() does not report a pool's).
-    if (pool->first_error.present() && pool->first_error.kept() != nullptr) {
+    if (pool->first_error.present()) {
       try {
         log::warn("task pool destroyed with an unreported task failure: {}",
                   what_of(pool->first_error.kept()));

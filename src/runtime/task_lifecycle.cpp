@@ -24,11 +24,25 @@ namespace nerve::detail {
 namespace {
 
 // own_overlaps(): for each of a task's accesses, how many of its accesses to the same buffer overlap
-// that one's range — the most a segment inside it can receive from the task, which its readers
-// reserve room for. Counted from the accesses sorted by start and by end, so n accesses to one
+// that one's range (into `out`, one per access) — the most a segment inside it can receive from the
+// task, which its readers reserve room for. A few accesses are compared pairwise, without
+// allocating; more are counted from the accesses sorted by start and by end, so n accesses to one
 // buffer cost n log n (counting all of them per access made 16,000 ranges of one buffer take 7 s
-// and 2 GB, reserving n slots in each of n segments).
-std::vector<std::size_t> own_overlaps(std::span<const AccessRecord> accesses) {
+// and 2 GB, reserving n slots in each of n segments). An empty access may be over-counted, which
+// only reserves more.
+void own_overlaps(std::span<const AccessRecord> accesses, std::span<std::size_t> out) {
+  constexpr std::size_t pairwise = 8;
+  if (accesses.size() <= pairwise) {
+    for (std::size_t i = 0; i < accesses.size(); ++i) {
+      const AccessRecord& a = accesses[i];
+      std::size_t n = 0;
+      for (const AccessRecord& b : accesses) {
+        n += b.buffer == a.buffer && b.offset < a.offset + a.size && a.offset < b.offset + b.size ? 1 : 0;
+      }
+      out[i] = std::max<std::size_t>(n, 1);
+    }
+    return;
+  }
   using Key = std::pair<const BufferState*, std::size_t>;
   std::vector<Key> starts;
   std::vector<Key> ends;
@@ -40,20 +54,17 @@ std::vector<std::size_t> own_overlaps(std::span<const AccessRecord> accesses) {
   }
   std::sort(starts.begin(), starts.end());
   std::sort(ends.begin(), ends.end());
-  std::vector<std::size_t> overlaps;
-  overlaps.reserve(accesses.size());
-  for (const AccessRecord& access : accesses) {
+  for (std::size_t i = 0; i < accesses.size(); ++i) {
+    const AccessRecord& access = accesses[i];
     const Key first{access.buffer, 0};
-    // Started before this one ends, less those that ended before it starts: exactly the overlapping
-    // ones (an empty access is counted where it lies; an over-count only reserves more).
+    // Started before this one ends, less those that ended before it starts: the overlapping ones.
     const auto started =
         std::lower_bound(starts.begin(), starts.end(), Key{access.buffer, access.offset + access.size}) -
         std::lower_bound(starts.begin(), starts.end(), first);
     const auto ended = std::upper_bound(ends.begin(), ends.end(), Key{access.buffer, access.offset}) -
                        std::lower_bound(ends.begin(), ends.end(), first);
-    overlaps.push_back(static_cast<std::size_t>(std::max<std::ptrdiff_t>(started - ended, 1)));
+    out[i] = static_cast<std::size_t>(std::max<std::ptrdiff_t>(started - ended, 1));
   }
-  return overlaps;
 }
 
 constexpr std::size_t max_inline_views = 16;
@@ -323,24 +334,14 @@ std::size_t ContextImpl::register_dependencies(TaskRecord* task, ThreadState& th
     }
     // A task with two accesses to one buffer keeps the segments its accesses split (no merge).
     const bool merge = buffers.size() == count;
-    // A few accesses are counted pairwise on the stack; more, in n log n (own_overlaps).
     std::size_t few_overlaps[few];
     std::vector<std::size_t> many_overlaps;
-    std::span<const std::size_t> overlaps;
-    if (!merge && count <= few) {
-      for (std::size_t i = 0; i < count; ++i) {
-        const AccessRecord& a = task->accesses[i];
-        std::size_t n = 0;
-        for (std::size_t j = 0; j < count; ++j) {
-          const AccessRecord& b = task->accesses[j];
-          n += b.buffer == a.buffer && b.offset < a.offset + a.size && a.offset < b.offset + b.size ? 1 : 0;
-        }
-        few_overlaps[i] = std::max<std::size_t>(n, 1);
-      }
-      overlaps = std::span<const std::size_t>(few_overlaps, count);
-    } else if (!merge) {
-      many_overlaps = own_overlaps(std::span<const AccessRecord>(task->accesses, count));
-      overlaps = many_overlaps;
+    std::span<std::size_t> overlaps;
+    if (!merge) {
+      if (count > few) many_overlaps.resize(count);
+      overlaps =
+          count > few ? std::span<std::size_t>(many_overlaps) : std::span<std::size_t>(few_overlaps, count);
+      own_overlaps(std::span<const AccessRecord>(task->accesses, count), overlaps);
     }
     for (BufferState* buffer : buffers) buffer->tracker.lock().lock();
     try {

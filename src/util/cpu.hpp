@@ -18,8 +18,8 @@ inline void cpu_relax() noexcept {
 #endif
 }
 
-// prefetch_for_write() asks for the line holding `address` in a state this core can write (x86
-// PREFETCHW, which processors without it execute as a no-op). A line that another core modified
+// prefetch_for_write() asks for the line holding `address` in a state this core can write (x86-64
+// PREFETCHW, which 64-bit processors without it execute as a no-op). A line another core modified
 // last comes over in one transfer, where a read prefetch shares it and the first store must then
 // take it from the other core again.
 inline void prefetch_for_write(const void* address) noexcept {

@@ -259,6 +259,16 @@ TEST(ConfigBehaviour, StrictNumaAffinityUnderEagerWarnsAtStartOnAnyMachine) {
   EXPECT_EQ(::testing::internal::GetCapturedStderr().find("has no effect"), std::string::npos);
 }
 
+// A task writing data on `node` runs without this thread's help: wait_for() does not run tasks while
+// workers can, so only a worker can finish it within the timeout.
+void expect_a_worker_runs_a_task_on_node(Context& context, int node, const char* why) {
+  Buffer<int> data(context, 16, BufferOptions{.numa_node = node});
+  Task task = context.submit([](std::span<int> values) { values[0] = 7; }, write(data));
+  EXPECT_TRUE(task.wait_for(std::chrono::seconds(20))) << why;
+  task.wait();
+  EXPECT_EQ(data.to_vector()[0], 7);
+}
+
 // Both workers on node 0, the data on node 1: the task must not wait for an application thread to
 // help (it used to: only node-1 workers were woken, and there are none).
 TEST(ConfigBehaviour, StrictNumaAffinityWithoutAWorkerOnTheDataNodeRunsAnywhere) {
@@ -266,11 +276,7 @@ TEST(ConfigBehaviour, StrictNumaAffinityWithoutAWorkerOnTheDataNodeRunsAnywhere)
                         {"parallel.thread_pool_size", "2"},
                         {"scheduler.numa_affinity", "strict"}}));
   ASSERT_EQ(context.stats().workers[1].numa_node, 0);
-  Buffer<int> data(context, 16, BufferOptions{.numa_node = 1});
-  Task task = context.submit([](std::span<int> values) { values[0] = 7; }, write(data));
-  EXPECT_TRUE(task.wait_for(std::chrono::seconds(20))) << "a dedicated worker runs it";
-  task.wait();
-  EXPECT_EQ(data.to_vector()[0], 7);
+  expect_a_worker_runs_a_task_on_node(context, 1, "a dedicated worker runs it");
 }
 
 // The application thread's slot 0 runs tasks only while it waits: it is no worker of its NUMA node.
@@ -284,11 +290,7 @@ TEST(ConfigBehaviour, StrictNumaAffinityDoesNotCountTheApplicationThreadAsANodes
   const std::string logged = ::testing::internal::GetCapturedStderr();
   EXPECT_NE(logged.find("NUMA node 0 has no worker"), std::string::npos) << logged;
   ASSERT_EQ(context.stats().workers[1].numa_node, 1);
-  Buffer<int> data(context, 16, BufferOptions{.numa_node = 0});
-  Task task = context.submit([](std::span<int> values) { values[0] = 7; }, write(data));
-  EXPECT_TRUE(task.wait_for(std::chrono::seconds(20))) << "node 1's worker runs it";
-  task.wait();
-  EXPECT_EQ(data.to_vector()[0], 7);
+  expect_a_worker_runs_a_task_on_node(context, 0, "node 1's worker runs it");
 }
 
 // WorkerStats::steals counts tasks taken from other queues, batches included (it counted batches).
