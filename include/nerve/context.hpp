@@ -134,12 +134,14 @@ class TaskGroup {
       : context_(context.impl()), reference_(detail::context_retain(context_)) {}
   TaskGroup(const TaskGroup&) = delete;
   TaskGroup& operator=(const TaskGroup&) = delete;
-  // The destructor waits for unfinished tasks; their errors are dropped (call wait() to see them).
-  // Where that wait could never end (the cases wait() refuses), it cannot return either: the group
-  // lives in the caller's frame and its tasks will use it. That is a fatal error, reported.
+  // The destructor waits for unfinished tasks; a failure no wait() rethrew is logged on stderr, not
+  // thrown (call wait() to see it). Where that wait could never end (the cases wait() refuses), it
+  // cannot return either: the group lives in the caller's frame and its tasks will use it. That is
+  // a fatal error, reported.
   ~TaskGroup() {
-    if ((state_.pending.load(std::memory_order_acquire) & detail::GroupState::count_mask) != 0)
-      detail::group_destroy_wait(context_, &state_);
+    if ((state_.pending.load(std::memory_order_acquire) & detail::GroupState::count_mask) != 0 ||
+        state_.first_error.present())
+      detail::group_destroy(context_, &state_);
     detail::context_release(context_, reference_);
   }
 
@@ -183,10 +185,11 @@ class TaskGroup {
   }
 
   // wait() waits for the group's tasks; rethrows the first failure (once: of several threads waiting at once,
-  // one). Waiting while this thread holds a mapping that one of them waits for is Error(buffer_misuse), and
-  // waiting from inside one of the group's own tasks, or inside a task one of them is ordered after (by its
-  // accesses or `after`), is Error(invalid_argument) (either would never end; wait for a nested
-  // group of independent work instead).
+  // one). The group's other failures are logged on stderr as they happen (16, then a count at the wait).
+  // Waiting while this thread holds a mapping that one of them waits for is Error(buffer_misuse), and waiting
+  // from inside one of the group's own tasks, or inside a task one of them is ordered after (by its accesses
+  // or `after`), is Error(invalid_argument) (either would never end; wait for a nested group of independent
+  // work instead).
   void wait() { detail::group_wait(context_, &state_); }
   // wait_for(): false if the group is not done within `timeout`; true when it is, after rethrowing
   // the first failure as wait() does (once: a later wait() or wait_for() returns quietly). Like
@@ -250,7 +253,8 @@ class TaskPool {
 
   void launch() { detail::pool_launch(pool_); }
   // wait_all() launches if needed, waits for every task of the pool and rethrows the first failure
-  // (once: a later wait_all() returns quietly). Several threads may call it at once: the pool is
+  // (once: a later wait_all() returns quietly); the others are logged on stderr as they happen (16,
+  // then a count at the wait). Several threads may call it at once: the pool is
   // launched once, and one of them rethrows the failure.
   // From inside one of the pool's own tasks, or inside a task the pool is ordered after, it is
   // Error(invalid_argument): it would never return.

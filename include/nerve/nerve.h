@@ -347,15 +347,15 @@ NERVE_API nerve_status_t nerve_task_pool_submit(nerve_task_pool_t* pool, nerve_t
  * for any submitted task). */
 NERVE_API nerve_status_t nerve_task_pool_launch(nerve_task_pool_t* pool);
 /* nerve_task_pool_wait_all() launches the pool if needed and waits for all its tasks; then reports the
- * first failure among them (once). Blocks. */
+ * first failure among them (once); the others are logged on stderr as they happen (16, then a count).
+ * Blocks. */
 NERVE_API nerve_status_t nerve_task_pool_wait_all(nerve_task_pool_t* pool);
-/* nerve_task_pool_destroy() waits for a launched pool's tasks (their errors are dropped: wait first to
- * see them), discards the tasks of a pool never launched, and frees the descriptors. NULL is
- * accepted. Blocks — except where the wait could never end (this thread holds a mapping the tasks
- * wait for, or runs one of them): then the pool is detached instead, its tasks run when they can and
- * their descriptors stay valid until nerve_shutdown, and the call fails with
- * NERVE_ERROR_BUFFER_MISUSE / NERVE_ERROR_INVALID_ARGUMENT (nerve_last_status()). The handle is
- * invalid afterwards either way. */
+/* nerve_task_pool_destroy() waits for a launched pool's tasks (a failure no wait reported is logged on
+ * stderr, not returned: wait first to see it), discards the tasks of a pool never launched, and frees the
+ * descriptors. NULL is accepted. Blocks — except where the wait could never end (this thread holds a mapping
+ * the tasks wait for, or runs one of them): then the pool is detached instead, its tasks run when they can
+ * and their descriptors stay valid until nerve_shutdown, and the call fails with NERVE_ERROR_BUFFER_MISUSE /
+ * NERVE_ERROR_INVALID_ARGUMENT (nerve_last_status()). The handle is invalid afterwards either way. */
 NERVE_API void nerve_task_pool_destroy(nerve_task_pool_t* pool);
 
 #ifdef __cplusplus

@@ -10,6 +10,7 @@
 #include "memory/buffer_state.hpp"
 #include "perf/stats.hpp"
 #include "runtime/context_impl.hpp"
+#include "runtime/failure_log.hpp"
 #include "runtime/pool_state.hpp"
 #include "runtime/waitables.hpp"
 #include "task/task_graph.hpp"
@@ -94,7 +95,10 @@ std::exception_ptr task_error(const TaskRecord* record) noexcept {
 }
 
 static void rethrow_group_error(GroupState* group) {
-  if (std::exception_ptr error = group->first_error.take()) std::rethrow_exception(error);
+  if (std::exception_ptr error = group->first_error.take()) {
+    log_unlisted_failures(group->first_error, "task group");
+    std::rethrow_exception(error);
+  }
 }
 
 ThreadState* context_retain(ContextImpl* context) noexcept {
@@ -152,22 +156,25 @@ bool group_wait_for(ContextImpl* context, GroupState* group, std::int64_t timeou
   return true;
 }
 
-void group_destroy_wait(ContextImpl* context, GroupState* group) noexcept {
+void group_destroy(ContextImpl* context, GroupState* group) noexcept {
   if (context == nullptr) return;  // a moved-from Context's group never had a task
-  try {
-    refuse_group_deadlock(*context, group);
-  } catch (const std::exception& error) {
-    // The group lives on the destroying thread's stack and its tasks will use it: neither returning
-    // nor waiting is possible.
-    log::error("~TaskGroup: {}; the program cannot continue", error.what());
-    std::abort();
+  if ((group->pending.load(std::memory_order_acquire) & GroupState::count_mask) != 0) {
+    try {
+      refuse_group_deadlock(*context, group);
+    } catch (const std::exception& error) {
+      // The group lives on the destroying thread's stack and its tasks will use it: neither returning
+      // nor waiting is possible.
+      log::error("~TaskGroup: {}; the program cannot continue", error.what());
+      std::abort();
+    }
+    try {
+      GroupDone target{group};
+      context->scheduler.wait(context->current_thread(), target);
+    } catch (...) {
+    }
+    end_cancel(group);
   }
-  try {
-    GroupDone target{group};
-    context->scheduler.wait(context->current_thread(), target);
-  } catch (...) {
-  }
-  end_cancel(group);
+  log_unreported_failure(group->first_error, "task group");
 }
 
 PoolState* pool_create(ContextImpl* context, std::size_t expected_tasks) {
@@ -202,7 +209,10 @@ void pool_wait(PoolState* pool) {
   pool_check_wait(pool, "TaskPool::wait_all()");
   TaskDone target{pool->gate};
   context.scheduler.wait(context.current_thread(), target);
-  if (std::exception_ptr error = pool->first_error.take()) std::rethrow_exception(error);
+  if (std::exception_ptr error = pool->first_error.take()) {
+    log_unlisted_failures(pool->first_error, "task pool");
+    std::rethrow_exception(error);
+  }
 }
 
 void pool_destroy_checked(PoolState* pool) {
@@ -223,13 +233,7 @@ void pool_destroy_checked(PoolState* pool) {
     } catch (...) {
     }
     // Nobody waited for the pool: its failure would go unseen (wait_all() does not report a pool's).
-    if (pool->first_error.present()) {
-      try {
-        log::warn("task pool destroyed with an unreported task failure: {}",
-                  what_of(pool->first_error.kept()));
-      } catch (...) {  // out of memory for the message: the failure stays unreported
-      }
-    }
+    log_unreported_failure(pool->first_error, "task pool");
   }
   free_pool(pool);
 }

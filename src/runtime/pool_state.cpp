@@ -147,8 +147,6 @@ void PoolState::mark_cancelled(TaskRecord* member) noexcept {
   member->cancel_pending.store(true, std::memory_order_release);
 }
 
-void PoolState::record_error(const std::exception_ptr& error) noexcept { first_error.record(error); }
-
 void PoolState::member_finished(TaskRecord* /*member*/, ThreadState& thread) {
   if (remaining.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   if (first_error.present()) {

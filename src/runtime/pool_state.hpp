@@ -35,7 +35,6 @@ struct PoolState {
   void launch();
   void release_members(ThreadState& thread);
   void member_finished(TaskRecord* member, ThreadState& thread);
-  void record_error(const std::exception_ptr& error) noexcept;
   void discard() noexcept;  // destroy members of a pool that was never launched
   void mark_cancelled(TaskRecord* member) noexcept;
 

@@ -15,6 +15,7 @@
 
 #include "memory/buffer_state.hpp"
 #include "runtime/context_impl.hpp"
+#include "runtime/failure_log.hpp"
 #include "runtime/pool_state.hpp"
 #include "task/task_graph.hpp"
 #include "util/exception_text.hpp"
@@ -693,11 +694,15 @@ void ContextImpl::finish(TaskRecord* task, ThreadState& thread, std::uint32_t ou
     if (outcome == status_failed) note_failure_origin(*task);
     const bool requested = outcome == status_cancelled && task->error == nullptr;
     std::exception_ptr reported = outcome == status_failed ? task->error : cancellation_error(task);
+    // A group or pool keeps its first failure for its wait; the others are logged (cancellations
+    // caused by the kept one would only repeat it).
     if (task->pool != nullptr && task->kind == TaskKind::function) {
-      task->pool->record_error(reported);
+      if (!task->pool->first_error.record(reported) && outcome == status_failed)
+        log_unkept_failure(task->pool->first_error, reported, "task pool");
     } else if (task->group != nullptr) {
-      GroupState& group = *task->group;
-      if (!requested) group.first_error.record(reported);
+      KeptFailure& kept = task->group->first_error;
+      if (!requested && !kept.record(reported) && outcome == status_failed)
+        log_unkept_failure(kept, reported, "task group");
     } else if (outcome == status_failed && task->kind == TaskKind::function) {
       record_root_error(*task);  // reported is its error
     }

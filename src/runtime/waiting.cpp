@@ -9,6 +9,7 @@
 #include "nerve/error.hpp"
 
 #include "runtime/context_impl.hpp"
+#include "runtime/failure_log.hpp"
 #include "runtime/waitables.hpp"
 #include "util/exception_text.hpp"
 #include "util/log.hpp"
@@ -55,11 +56,11 @@ void ContextImpl::report_root_errors() {
   if (errors.empty() && dropped == 0) return;
   // One failure is rethrown; the others of the same wait are logged rather than lost (they are not
   // rethrown by a later wait: each failure is reported once).
-  constexpr std::size_t logged = 16;
-  for (std::size_t i = 1; i < errors.size() && i <= logged; ++i) {
+  for (std::size_t i = 1; i < errors.size() && i <= logged_failures; ++i) {
     log::warn("another task failure, not rethrown by this wait: {}", what_of(errors[i]));
   }
-  const std::uint64_t unlisted = (errors.size() > logged + 1 ? errors.size() - logged - 1 : 0) + dropped;
+  const std::uint64_t unlisted =
+      (errors.size() > logged_failures + 1 ? errors.size() - logged_failures - 1 : 0) + dropped;
   if (!errors.empty() && unlisted > 0) {
     log::warn("and {} more task failures, not rethrown by this wait{}", unlisted,
               dropped > 0 ? " (some of their errors were not kept)" : "");

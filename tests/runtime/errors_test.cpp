@@ -1,4 +1,5 @@
 // Failures, cancellation, task groups and task pools.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -9,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <gmock/gmock.h>
@@ -457,6 +459,68 @@ TEST(ConcurrentWaits, OneOfSeveralWaitersRethrowsAGroupsOrPoolsFailure) {
     EXPECT_EQ(ran.load(), 4) << "each member ran once";
   }
   context.wait_all();
+}
+
+// A group or pool rethrows its first failure; the others are logged as they happen (16 of them,
+// then a count at the wait), and destroying one with a failure no wait took logs that too.
+TEST_P(ErrorsTest, GroupsAndPoolsLogTheFailuresTheyDoNotRethrow) {
+  const auto failures = [](auto& owner, auto spawn, int count) {
+    for (int i = 0; i < count; ++i) spawn(owner, i);
+  };
+  const auto fail = [](int i) { throw std::runtime_error("failure " + std::to_string(i)); };
+  for (const int count : {2, 20}) {
+    SCOPED_TRACE(count);
+    ::testing::internal::CaptureStderr();
+    std::string group_rethrown;
+    {
+      TaskGroup group(*context);
+      failures(
+          group, [&](TaskGroup& g, int i) { g.spawn([=] { fail(i); }); }, count);
+      try {
+        group.wait();
+      } catch (const std::runtime_error& error) {
+        group_rethrown = error.what();
+      }
+    }
+    std::string pool_rethrown;
+    {
+      TaskPool pool(*context);
+      failures(
+          pool, [&](TaskPool& p, int i) { p.add([=] { fail(100 + i); }); }, count);
+      try {
+        pool.wait_all();
+      } catch (const std::runtime_error& error) {
+        pool_rethrown = error.what();
+      }
+    }
+    const std::string log = ::testing::internal::GetCapturedStderr();
+    for (const auto& [rethrown, first] : {std::pair{group_rethrown, 0}, std::pair{pool_rethrown, 100}}) {
+      ASSERT_THAT(rethrown, ::testing::StartsWith("failure "));
+      int logged = 0;
+      for (int i = first; i < first + count; ++i) {
+        const std::string message = "failure " + std::to_string(i) + "\n";
+        if (log.find(message) != std::string::npos) {
+          ++logged;
+          EXPECT_NE(rethrown + "\n", message) << "the rethrown failure is not logged too";
+        }
+      }
+      EXPECT_EQ(logged, std::min(count - 1, 16)) << log;
+    }
+    if (count == 20) {
+      EXPECT_THAT(log, ::testing::HasSubstr("and 3 more task failures in this task group"));
+      EXPECT_THAT(log, ::testing::HasSubstr("and 3 more task failures in this task pool"));
+    }
+  }
+  // Destroyed without a wait: the kept failure is logged, once.
+  ::testing::internal::CaptureStderr();
+  {
+    TaskGroup group(*context);
+    group.spawn([] { throw std::runtime_error("never waited for"); });
+    context->wait_all();  // the group's failure is its own: wait_all() does not rethrow it
+  }
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_THAT(log,
+              ::testing::HasSubstr("task group destroyed with an unreported task failure: never waited for"));
 }
 
 // Past the 256 failures wait_all() keeps, the rest are only counted — and a failure Task::wait()

@@ -71,20 +71,25 @@ struct ClosureOps {
 // both rethrew it and released it twice).
 class KeptFailure {
  public:
-  // record() keeps `error` unless one is kept already (it waits out a take in progress).
-  void record(const std::exception_ptr& error) noexcept {
+  // record() keeps `error` unless one is kept already (it waits out a take in progress); returns
+  // whether it kept it.
+  bool record(const std::exception_ptr& error) noexcept {
     while (true) {
       std::uint8_t expected = empty;
       if (state_.compare_exchange_weak(expected, writing, std::memory_order_acquire,
                                        std::memory_order_relaxed)) {
         error_ = error;
         state_.store(ready, std::memory_order_release);
-        return;
+        return true;
       }
-      if (expected == writing || expected == ready) return;  // the first one is kept
+      if (expected == writing || expected == ready) return false;  // the first one is kept
       // `taking`: a wait is emptying it; this failure is the next one.
     }
   }
+  // count_other() counts a failure that was not kept (the runtime logs the first few) and returns
+  // how many were counted before it; take_others() returns the count and restarts it.
+  std::uint32_t count_other() noexcept { return others_.fetch_add(1, std::memory_order_relaxed); }
+  std::uint32_t take_others() noexcept { return others_.exchange(0, std::memory_order_relaxed); }
   // take() returns the kept error and empties it, to exactly one caller; null if none.
   std::exception_ptr take() noexcept {
     std::uint8_t expected = ready;
@@ -108,6 +113,7 @@ class KeptFailure {
   static constexpr std::uint8_t ready = 2;
   static constexpr std::uint8_t taking = 3;
   std::atomic<std::uint8_t> state_{empty};
+  std::atomic<std::uint32_t> others_{0};
   std::exception_ptr error_;
 };
 
@@ -238,9 +244,9 @@ NERVE_API void require_context(const ContextImpl* context);
 // Groups.
 NERVE_API void group_wait(ContextImpl* context, GroupState* group);  // rethrows the first error
 NERVE_API bool group_wait_for(ContextImpl* context, GroupState* group, std::int64_t timeout_ns);
-// group_destroy_wait(): the destructor's wait; errors are dropped. A wait that could never end (the
-// calling thread holds a mapping the group's tasks wait for) is a fatal error, reported, not a hang.
-NERVE_API void group_destroy_wait(ContextImpl* context, GroupState* group) noexcept;
+// group_destroy(): the destructor's wait, when tasks are pending or a failure is kept; a kept failure
+// is logged. A wait that could never end (the cases wait() refuses) is a fatal error, reported.
+NERVE_API void group_destroy(ContextImpl* context, GroupState* group) noexcept;
 
 // Task pools: tasks added to a pool are mutually independent and start together at launch, once
 // the pool's predecessors (inferred from the union of its tasks' accesses) have finished.
