@@ -158,6 +158,10 @@ def case_usage(binary, directory):
                         "same file"),
                        (["--param", "W11.max_batch=abc"], "not a (decimal) number"),
                        (["--param", "W11.rate=0x10"], "not a (decimal) number"),
+                       (["--param", "W11.max_batch=1 6"], "a blank inside"),
+                       (["--param", "W11.max_batch= 5"], "a blank inside"),
+                       (["--runtimes", ""], "names no runtime"),
+                       (["--scaling", ","], "names no workload"),
                        (["--compare", os.path.join(directory, "missing.json")], "missing.json"),
                        (["--compare", not_a_report], "not-a-report.json"),
                        (["--from-json", not_a_report], "not-a-report.json"),
@@ -205,6 +209,13 @@ def case_config_error(binary, directory):
               f"{key}: {value}: the error does not name the key and its line: {result.stderr}")
         check("figures" not in result.stdout and "CHECK FAILED" not in result.stdout,
               f"{key}: {value}: something ran: {result.stdout}")
+    # A workload --only names that the machine cannot run fails the run (exit 1), saying why.
+    with open(config, "w") as f:
+        f.write("gpu:\n  devices: none\n")
+    listing = run(binary, "--list", "--config", config)
+    if any(line.startswith("W12 ") for line in listing.stdout.splitlines()):
+        result = run(binary, *QUICK, "--only", "W12", "--config", config, expect=1)
+        check("W12 could not run here" in result.stderr, f"--only W12 without a device: {result.stderr}")
     # A --config that opens no device leaves the device workloads nothing to run on: they are
     # skipped, as with NERVE_GPU_DEVICES=none (they used to open the OpenCL device regardless).
     with open(config, "w") as f:
@@ -214,7 +225,7 @@ def case_config_error(binary, directory):
         if line.startswith("W12 "):
             check("not supported" in line, f"--config with gpu.devices: none lists W12 as runnable: {line}")
     out = os.path.join(directory, "nodevice.json")
-    run(binary, *QUICK, "--only", "W5,W12", "--runtimes", "nerve", "--config", config, "--json", out)
+    run(binary, *QUICK, "--only", "W5,W12", "--runtimes", "nerve", "--config", config, "--json", out, expect=1)
     with open(out) as f:
         doc = json.load(f)
     ran = [m["variant"] for w in doc["workloads"] for m in w["measurements"]]
@@ -242,7 +253,7 @@ def case_param(binary, directory):
         print("W11 is not supported in this build: skipped")
         return SKIP
     out = os.path.join(directory, "run.json")
-    run(binary, *QUICK, "--only", "W11", "--runtimes", "nerve", "--param", "W11.max_batch=8,w11.rate=4000",
+    run(binary, *QUICK, "--only", "W11", "--runtimes", "nerve", "--param", " W11.max_batch=8, w11.rate=4000 ",
         "--param", "W11.max_wait_us=300", "--json", out)
     with open(out) as f:
         doc = json.load(f)
@@ -335,6 +346,13 @@ def case_html(binary, directory):
         check(not parser.external and parser.scripts == 0, f"not self-contained: {parser.external}")
         check(("Timeline excerpt" in parser.headings) == trace, f"timeline section with trace={trace}")
         check("Scaling over workers" in parser.headings, "no scaling section")
+    # --scaling names what to time, whether or not --only runs it; the default list is narrowed to --only.
+    for scaling, expected in ((["--scaling", "W1"], ["W1"]), ([], [])):
+        page, out = os.path.join(directory, "scaled.html"), os.path.join(directory, "scaled.json")
+        run(binary, *QUICK, "--only", "W3", "--runtimes", "nerve", *scaling, "--html", page, "--json", out)
+        with open(out) as f:
+            scaled = [series["workload"] for series in json.load(f)["scaling"]]
+        check(scaled == expected, f"--only W3 {' '.join(scaling)}: scaled {scaled}, expected {expected}")
     # A trace that cannot be read (read after the run) costs the page its timeline, not the run.
     page = os.path.join(directory, "no-trace.html")
     result = run(binary, *QUICK, "--only", "W1", "--scaling", "none", "--html", page,

@@ -62,7 +62,8 @@ std::vector<std::string> split(const std::string& text, bool upper) {
   return items;
 }
 
-bool contains(const std::vector<std::string>& list, const std::string& item) {
+template <class T, class U>
+bool contains(const std::vector<T>& list, const U& item) {
   return std::find(list.begin(), list.end(), item) != list.end();
 }
 
@@ -131,7 +132,16 @@ std::string parse_runtimes(const std::string& text, std::vector<std::string>& ou
 std::string parse_parameters(const std::vector<std::string>& arguments,
                              std::map<std::string, std::string>& out) {
   for (const std::string& argument : arguments) {
-    for (const std::string& item : split(argument, false)) {
+    std::stringstream items(argument);
+    std::string item;
+    while (std::getline(items, item, ',')) {
+      // Blanks around an item are separators ("a=1, b=2"); one inside it is a mistake to report, not
+      // to squeeze out ("W11.max_batch=1 6" is not 16).
+      const auto first = item.find_first_not_of(" \t");
+      if (first == std::string::npos) continue;
+      item = item.substr(first, item.find_last_not_of(" \t") - first + 1);
+      if (item.find_first_of(" \t\n\r\f\v") != std::string::npos)
+        return "--param '" + item + "': a blank inside a parameter (expected W<n>.<name>=<value>)";
       const auto equals = item.find('='), dot = item.find('.');
       if (equals == std::string::npos || dot == std::string::npos || dot > equals)
         return "--param " + item + ": expected W<n>.<name>=<value>";
@@ -211,11 +221,24 @@ void run_suite(const CommandLine& line, const std::vector<std::string>& only, co
     report.workloads.push_back(std::move(run));
   }
   if (!line.html.empty() && line.scaling != "none") {
+    // The default list is narrowed to the workloads run (--only); a list given is run as given.
+    const bool named = line.scaling != "default";
     std::vector<std::string> wanted =
-        line.scaling == "default" ? std::vector<std::string>{"W1", "W5", "W6"} : split(line.scaling, true);
+        named ? split(line.scaling, true) : std::vector<std::string>{"W1", "W5", "W6"};
     std::vector<const nerve::bench::WorkloadEntry*> scaled;
-    for (const auto* entry : selected)
-      if (contains(wanted, entry->id)) scaled.push_back(entry);
+    for (const auto& entry : nerve::bench::workload_registry()) {
+      if (!contains(wanted, entry.id)) continue;
+      if (contains(selected, &entry)) {
+        scaled.push_back(&entry);
+      } else if (named) {
+        std::string reason;
+        if (entry.supported(settings, &reason)) {
+          scaled.push_back(&entry);
+        } else {
+          progress.message(std::string(entry.id) + " " + entry.title + ": not scaled (" + reason + ")");
+        }
+      }
+    }
     if (!scaled.empty()) report.scaling = nb::run_scaling(scaled, options, progress);
   }
 }
@@ -314,6 +337,14 @@ int main(int argc, char** argv) {
 
   if (const std::string error = parse_runtimes(line.runtimes, line.runtime_list); !error.empty()) {
     std::fprintf(stderr, "openclaw-benchmark: %s\n", error.c_str());
+    return 2;
+  }
+  if (app.count("--runtimes") != 0 && line.runtime_list.empty()) {
+    std::fprintf(stderr, "openclaw-benchmark: --runtimes names no runtime\n");
+    return 2;
+  }
+  if (app.count("--scaling") != 0 && split(line.scaling, true).empty()) {
+    std::fprintf(stderr, "openclaw-benchmark: --scaling names no workload (use 'none' for none)\n");
     return 2;
   }
 
@@ -428,6 +459,14 @@ int main(int argc, char** argv) {
     if (!line.json.empty()) std::printf("JSON report: %s\n", std::filesystem::absolute(line.json).c_str());
     if (!report.verified()) {
       report_failures(report);
+      return 1;
+    }
+    // A workload --only asks for by name and this machine cannot run is a run that failed; without
+    // --only, the ones that cannot run here are only skipped.
+    if (!earlier && !only.empty() && !report.skipped.empty()) {
+      for (const auto& skipped : report.skipped)
+        std::fprintf(stderr, "openclaw-benchmark: %s could not run here: %s\n", skipped.id.c_str(),
+                     skipped.reason.c_str());
       return 1;
     }
     if (comparison && line.fail_over >= 0) {
