@@ -179,7 +179,10 @@ class Buffer {
     return view;
   }
 
-  // map_*() waits for the tasks the mapping conflicts with. A mapping is a task on the host: one that
+  // map_*() waits for the tasks the mapping conflicts with. Inside a task, a map that would wait for
+  // that very task (its own accesses conflict with the mapping) or for a task ordered after it (which
+  // cannot start before it ends) would never return: it throws Error(invalid_argument) naming the
+  // task instead. A mapping is a task on the host: one that
   // reads data a failed task wrote (map_read, map_read_write) throws TaskCancelled with that cause,
   // and after a failed map_read_write the mapped range counts as failed for later readers until a
   // write replaces it, as after a cancelled read_write task.

@@ -47,7 +47,8 @@ class NERVE_API Context {
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
 
-  // submit() schedules `fn` with the given accesses and returns a handle to it.
+  // submit() schedules `fn` with the given accesses and returns a handle to it. An access to a
+  // buffer of another context, or to a freed one, is Error(buffer_misuse).
   template <NotKernel F, class... A>
   requires(BufferAccessor<A>&&...) Task submit(F&& fn, const A&... accesses) {
     return Task::adopt(
@@ -125,7 +126,9 @@ class NERVE_API Context {
   detail::ContextImpl* impl_;
 };
 
-// TaskGroup: fork-join over a set of tasks. wait() waits for exactly the group's tasks.
+// TaskGroup: fork-join over a set of tasks. wait() waits for exactly the group's tasks — though, as
+// every wait, it runs other ready tasks on the calling thread meanwhile, and returns once the one it
+// is running has ended (Task::wait()).
 class TaskGroup {
  public:
   // A group may outlive its Context object (it keeps the runtime's memory alive); submitting to it
@@ -199,7 +202,9 @@ class TaskGroup {
     return detail::group_wait_for(context_, &state_, detail::timeout_ns(timeout));
   }
   // cancel() cancels the group's tasks that have not started yet (TaskCancelled without a cause),
-  // and those submitted before the next wait() returns; after that the group runs tasks again.
+  // and those submitted before the next wait() returns; after that the group runs tasks again. A
+  // task still waiting for predecessors is cancelled when they end (it keeps its place in the graph,
+  // so what is ordered after it still waits for them): wait() waits for those predecessors too.
   void cancel() noexcept { state_.cancel_requested.store(true, std::memory_order_release); }
 
   detail::ContextImpl* impl() const noexcept { return context_; }
@@ -257,7 +262,8 @@ class TaskPool {
   // then a count at the wait). Several threads may call it at once: the pool is
   // launched once, and one of them rethrows the failure.
   // From inside one of the pool's own tasks, or inside a task the pool is ordered after, it is
-  // Error(invalid_argument): it would never return.
+  // Error(invalid_argument): it would never return; so is, with Error(buffer_misuse), a wait while
+  // this thread holds a mapping one of the pool's tasks waits for.
   void wait_all() { detail::pool_wait(pool_); }
   std::size_t size() const noexcept { return detail::pool_size(pool_); }
   bool launched() const noexcept { return detail::pool_launched(pool_); }

@@ -95,7 +95,8 @@ class KernelArgs {
     }
     return {static_cast<T*>(view.data), view.size / sizeof(Element)};
   }
-  // bytes(i): access i's address on the device and size in bytes (device pointers for device kernels).
+  // data(i), size_bytes(i): access i's address on the device and its size in bytes (device pointers
+  // for device kernels).
   void* data(std::size_t i) const { return checked_view(i).data; }
   std::size_t size_bytes(std::size_t i) const { return checked_view(i).size; }
 

@@ -23,8 +23,9 @@
  * other tasks meanwhile). Exceptions: a nerve_task_t is built by one thread; a task pool is filled,
  * launched and destroyed by one thread at a time; nerve_wait_all() and nerve_shutdown() are refused
  * inside a task (they would wait for that task itself); nerve_shutdown() must not race with any other
- * call on the same context. Mapping, inside a kernel, a buffer its own task uses deadlocks (the mapping
- * waits for the task). Blocking calls are marked "Blocks".
+ * call on the same context. Mapping, inside a kernel, a buffer range its own task accesses in a
+ * conflicting mode (or that a task ordered after it does) is refused: the mapping would wait for the
+ * task (NERVE_ERROR_INVALID_ARGUMENT). Blocking calls are marked "Blocks".
  *
  * Memory ordering: what a thread wrote before submitting a task (or unmapping a buffer) is visible to
  * the task's kernel; what a kernel wrote is visible to the tasks and mappings that depend on it, and
@@ -206,7 +207,8 @@ NERVE_API nerve_buffer_t* nerve_buffer_alloc_unified(nerve_context_t* ctx, size_
  * conflicts with `mode` has finished, and tasks submitted later that conflict with it wait for
  * nerve_buffer_unmap(). One mapping per buffer at a time: mapping a mapped buffer, or one another
  * thread's nerve_buffer_map() is still waiting to map, is NERVE_ERROR_BUFFER_MISUSE (waiting for
- * itself would deadlock). Writing through a read mapping is a
+ * itself would deadlock). Inside a kernel, a mapping that would wait for its own task (directly or
+ * through tasks ordered after it) is NERVE_ERROR_INVALID_ARGUMENT. Writing through a read mapping is a
  * bug. NULL on error (also when a task the mapping waited for failed: NERVE_ERROR_CANCELLED). Blocks. */
 NERVE_API void* nerve_buffer_map(nerve_buffer_t* buffer, nerve_map_mode_t mode);
 /* nerve_buffer_try_map() is nerve_buffer_map() without the wait: while a conflicting task or mapping

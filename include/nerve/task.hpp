@@ -70,8 +70,12 @@ class Task {
   // done() is true once the task succeeded, failed or was cancelled.
   bool done() const { return status() >= TaskStatus::succeeded; }
 
-  // wait() blocks until the task is done (a worker thread runs other tasks meanwhile), then rethrows
-  // its failure (which Context::wait_all() then does not report again), or throws TaskCancelled.
+  // wait() blocks until the task is done, then rethrows its failure (which Context::wait_all() then
+  // does not report again), or throws TaskCancelled. Meanwhile the calling thread runs other ready
+  // tasks (in slot 0, or its own worker slot: context.hpp), so it returns once the task is done and
+  // the task it is running then has ended — a long unrelated task picked up while waiting delays the
+  // return by its length (wait_for() runs none, except with a single slot). Waiting while this thread
+  // holds a mapping that the task waits for (directly or through others) is Error(buffer_misuse).
   // Called by the task's own body, or inside a task that the waited-for task is ordered after (its
   // accesses or `after` make it wait for the running task, directly or through others), it would
   // never return: Error(invalid_argument) naming both.

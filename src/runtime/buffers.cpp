@@ -296,21 +296,28 @@ Mapping buffer_map(BufferState* buffer, std::size_t offset, std::size_t size, Ac
       discard();
       return {nullptr, nullptr};
     }
-    // A blocking map that would wait for a mapping this thread holds, directly or through the tasks
-    // it waits for, would wait forever.
-    if (wait && context.held_mapping_count.load(std::memory_order_acquire) != 0 &&
+    // A blocking map that would wait forever is refused: for the task this thread runs (which
+    // accesses the range itself, or is ordered before a task that does), or for a mapping this
+    // thread holds, directly or through the tasks it waits for.
+    if (wait &&
+        (context.held_mapping_count.load(std::memory_order_acquire) != 0 ||
+         running_task_record() != nullptr) &&
         buffer->tracker.would_wait(offset, size, mode)) {
       std::vector<const TaskRecord*> blockers;
       (void)buffer->tracker.first_blocker(offset, size, mode, [&](const TaskRecord* blocker) {
         blockers.push_back(blocker);
         return false;
       });
-      if (const TaskRecord* own = context.own_mapping_blocking([&](const TaskRecord* waiting) {
-            return std::find(blockers.begin(), blockers.end(), waiting) != blockers.end();
-          })) {
+      try {
         const std::string what = describe_map();
+        context.refuse_endless_wait(
+            [&](const TaskRecord* waiting) {
+              return std::find(blockers.begin(), blockers.end(), waiting) != blockers.end();
+            },
+            what.c_str());
+      } catch (...) {
         discard();
-        ContextImpl::throw_waits_for_own_mapping(*own, what);
+        throw;
       }
     }
     try {  // the allocations registration needs, before it (see register_dependencies())

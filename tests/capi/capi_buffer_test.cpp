@@ -2,6 +2,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <thread>
 
 #include "capi_test.hpp"
@@ -39,6 +40,37 @@ TEST_P(CapiBufferTest, MapWriteThenRead) {
   EXPECT_NE(unified, nullptr);
   EXPECT_EQ(nerve_buffer_get_device_ptr(buffer, NERVE_DEVICE_CPU), unified);
   EXPECT_EQ(nerve_buffer_get_device_ptr(buffer, NERVE_DEVICE_ANY), unified);
+  free_buffer(buffer);
+}
+
+// Mapping, inside a kernel, a buffer its own task writes would wait for that task: refused with
+// NERVE_ERROR_INVALID_ARGUMENT (it used to hang), and the task and later maps go on.
+TEST_P(CapiBufferTest, MapInsideItsOwnTaskIsRefusedNotAHang) {
+  nerve_buffer_t* buffer = alloc(16);
+  struct Seen {
+    nerve_buffer_t* buffer;
+    void* mapped = reinterpret_cast<void*>(1);
+    nerve_status_t status = NERVE_OK;
+    std::string message;
+  } seen{buffer};
+  nerve_task_t* task = nerve_task_create(
+      +[](void* desc, nerve_device_t, nerve_stream_t) {
+        auto& s = *static_cast<Seen*>(desc);
+        s.mapped = nerve_buffer_map(s.buffer, NERVE_MAP_READ);
+        s.status = nerve_last_status();
+        s.message = nerve_last_error();
+      },
+      &seen);
+  nerve_task_set_name(task, "writer");
+  ASSERT_EQ(nerve_task_add_access(task, buffer, NERVE_ACCESS_WRITE, 0, 16), NERVE_OK);
+  ASSERT_EQ(nerve_task_submit(ctx.get(), task, NERVE_DEVICE_CPU), NERVE_OK);
+  ASSERT_EQ(nerve_wait_all(ctx.get()), NERVE_OK) << nerve_last_error();
+  EXPECT_EQ(seen.mapped, nullptr);
+  EXPECT_EQ(seen.status, NERVE_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(seen.message.find("inside task 'writer' would wait for that task itself"), std::string::npos)
+      << seen.message;
+  EXPECT_NE(nerve_buffer_map(buffer, NERVE_MAP_READ), nullptr) << nerve_last_error();
+  EXPECT_EQ(nerve_buffer_unmap(buffer), NERVE_OK);
   free_buffer(buffer);
 }
 

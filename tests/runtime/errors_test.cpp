@@ -938,6 +938,69 @@ TEST_P(ErrorsTest, WaitingInsideATaskForWorkOrderedAfterItIsAnErrorNotAHang) {
   EXPECT_THAT(messages[2], ::testing::HasSubstr("would wait for task 'task pool'"));
 }
 
+// Mapping, inside a task, a buffer range the task itself accesses in a conflicting mode — or one a task
+// ordered after it accesses — would wait for the running task: Error(invalid_argument), not a hang.
+// A mapping that does not conflict is granted; nothing of a refused one is left behind.
+TEST_P(ErrorsTest, MappingInsideATaskThatWouldWaitForItIsAnErrorNotAHang) {
+  Buffer<int> data(*context, 4);
+  Buffer<int> other(*context, 4);
+  std::vector<std::string> messages;
+  std::mutex lock;
+  const auto outcome = [&](auto map) {
+    std::string said = "granted";
+    try {
+      map();
+    } catch (const Error& error) {
+      said = error.code() == ErrorCode::invalid_argument ? error.what() : "wrong code";
+    }
+    std::lock_guard guard(lock);
+    messages.push_back(said);
+  };
+  context->submit(
+      TaskOptions{.name = "writes data"}, [&](std::span<int>) { outcome([&] { (void)data.map_read(); }); },
+      write(data));
+  context->wait_all();  // one at a time: each refusal is for the running task itself
+  context->submit(
+      TaskOptions{.name = "reads data"},
+      [&](std::span<const int>) { outcome([&] { (void)data.map_write(); }); }, read(data));
+  context->wait_all();
+  context->submit(
+      TaskOptions{.name = "updates data"}, [&](std::span<int>) { outcome([&] { (void)data.to_vector(); }); },
+      read_write(data));
+  context->wait_all();
+  context->submit(
+      TaskOptions{.name = "reads slice"},
+      [&](std::span<const int>) {
+        outcome([&] { (void)data.map_read(); });               // readers do not conflict
+        outcome([&] { (void)data.slice(2, 2).map_write(); });  // nor does a range it does not access
+      },
+      read(data.slice(0, 2)));
+  context->wait_all();
+  // Through a task ordered after it: 'later' writes what the running task reads.
+  Task later;
+  std::atomic<bool> go{false};
+  context->submit(
+      TaskOptions{.name = "reads other"},
+      [&](std::span<const int>) {
+        while (!go.load()) std::this_thread::yield();
+        outcome([&] { (void)other.map_read(); });
+      },
+      read(other));
+  later = context->submit(
+      TaskOptions{.name = "later"}, [](std::span<int> o) { o[0] = 7; }, write(other));
+  go.store(true);
+  context->wait_all();
+  EXPECT_EQ(other.to_vector()[0], 7) << "the refused mapping left nothing behind";
+  ASSERT_EQ(messages.size(), 6u);
+  EXPECT_THAT(messages[0], ::testing::HasSubstr("inside task 'writes data' would wait for that task itself"));
+  EXPECT_THAT(messages[1], ::testing::HasSubstr("inside task 'reads data' would wait for that task itself"));
+  EXPECT_THAT(messages[2],
+              ::testing::HasSubstr("inside task 'updates data' would wait for that task itself"));
+  EXPECT_EQ(messages[3], "granted");
+  EXPECT_EQ(messages[4], "granted");
+  EXPECT_THAT(messages[5], ::testing::HasSubstr("inside task 'reads other' would wait for task 'later'"));
+}
+
 TEST_P(ErrorsTest, TaskPoolFailureAndDiscard) {
   {
     TaskPool pool(*context);
