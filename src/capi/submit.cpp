@@ -49,7 +49,7 @@ struct KernelClosure {
     if (running.failed()) throw_named_failure(running, running.message().c_str());
   }
   static void destroy(void* self) noexcept { static_cast<KernelClosure*>(self)->~KernelClosure(); }
-  static constexpr detail::ClosureOps ops{&invoke, &destroy};
+  static constexpr detail::ClosureOps ops{&invoke, &destroy, true};
 };
 
 // BufferPins hold a reference on each buffer of a task while it is submitted, so that a concurrent

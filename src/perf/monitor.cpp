@@ -39,8 +39,9 @@ std::uint64_t footprint_of(const TaskRecord& task) noexcept {
 }
 
 void PerfMonitor::model_sample(const TaskRecord& task, int device, std::int64_t ns) {
-  if (models_ == nullptr || task.kernel == nullptr) return;
-  models_->add(task.kernel->name, model_device(device), footprint_of(task), static_cast<double>(ns));
+  const char* kernel = model_name(task);
+  if (models_ == nullptr || kernel == nullptr) return;
+  models_->add(kernel, model_device(device), footprint_of(task), static_cast<double>(ns));
 }
 
 void PerfMonitor::task_submitted(TaskRecord* task) noexcept {
@@ -260,10 +261,11 @@ void MonitoredExecutor::execute(TaskRecord* task, ThreadState& thread) {
       if (assignment.device >= 0) placer->done(assignment);
     }
   } heft{context_.heft.get(), {}};
-  if (heft.placer != nullptr && task->kernel != nullptr) heft.assignment = heft.placer->take(task);
+  const bool modelled = model_name(*task) != nullptr;
+  if (heft.placer != nullptr && modelled) heft.assignment = heft.placer->take(task);
   // A task the CPU workers cannot run (a kernel without a CPU body) reaches one only to be cancelled
   // before it was placed anywhere (place_with_data): no CPU run to record (docs/PERF_STATS.md).
-  MonitoredRun run{task, perf.models() != nullptr && task->kernel != nullptr,
+  MonitoredRun run{task, perf.models() != nullptr && modelled,
                    perf.records_tasks() && context_.can_run_on(*task, 0)};
   if (run.recorded)
     run.event = perf.begin_event(task, 0, thread.slot != nullptr ? static_cast<int>(thread.slot->index) : -1);
@@ -287,7 +289,7 @@ void PerfMonitor::cpu_run_finished(ThreadState& thread, MonitoredRun& run, std::
   const std::int64_t end = monotonic_ns();
   run.finished = true;
   if (run.modelled && outcome == status_succeeded)
-    models_->add(run.task->kernel->name, model_device(0), footprint_of(*run.task),
+    models_->add(model_name(*run.task), model_device(0), footprint_of(*run.task),
                  static_cast<double>(end - run.start_ns));
   if (!run.recorded) return;
   run.event.end_ns = end;

@@ -170,7 +170,7 @@ int ContextImpl::choose_device(TaskRecord* task) {
       best_bytes = bytes;
     }
   }
-  if (heft != nullptr && task->kernel != nullptr) [[unlikely]]
+  if (heft != nullptr && model_name(*task) != nullptr) [[unlikely]]
     return place_heft(task, best, strict);
   return best;
 }

@@ -34,7 +34,7 @@ nlohmann::json explain(const TaskRecord& task, std::uint64_t footprint, const He
           {"time_ns", time_ns},
           {"task", task.trace_id},
           {"name", task.name != nullptr ? task.name : ""},
-          {"kernel", task.kernel->name},
+          {"kernel", model_name(task)},
           {"footprint", footprint},
           {"mode", name(decision.mode)},
           {"chosen", candidates[decision.chosen].device},
@@ -76,7 +76,7 @@ int ContextImpl::place_heft(TaskRecord* task, int locality, bool strict) {
         candidate.host_cores = std::clamp(info.compute_units, 1u, scheduler.slot_count());
     }
     const std::string key = model_device(device);
-    if (const auto estimate = models.estimate(task->kernel->name, key, footprint)) {
+    if (const auto estimate = models.estimate(model_name(*task), key, footprint)) {
       candidate.modelled = true;
       candidate.calibrating = estimate->calibrating;
       candidate.run_ns = estimate->mean_ns;

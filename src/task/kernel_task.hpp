@@ -12,6 +12,8 @@
 
 #include "nerve/kernel.hpp"
 
+#include "task/task_record.hpp"
+
 namespace nerve::detail {
 
 struct KernelState {
@@ -24,6 +26,14 @@ struct KernelState {
                                    : by_kind[static_cast<std::size_t>(kind)] != nullptr;
   }
 };
+
+// model_name(): the name a task's run times are learnt under by the performance models and heft:
+// its Kernel's, or a named C kernel's (nerve_task_set_name); nullptr for a task with no kernel
+// identity (a C++ closure, an unnamed C kernel).
+inline const char* model_name(const TaskRecord& task) noexcept {
+  if (task.kernel != nullptr) return task.kernel->name.c_str();
+  return task.ops != nullptr && task.ops->named_kernel ? task.name : nullptr;
+}
 
 struct KernelTask {
   std::shared_ptr<const KernelState> kernel;

@@ -2,8 +2,12 @@
 // compute-intensive placement, devices, and argument errors.
 #include <algorithm>
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <numeric>
 #include <stdexcept>
+
+#include <unistd.h>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -591,6 +595,50 @@ TEST(CapiPriority, OneWorkerStartsTasksByPriority) {
   ASSERT_EQ(nerve_wait_all(ctx.get()), NERVE_OK);
   EXPECT_EQ(order, (std::vector<int>{NERVE_PRIORITY_HIGH + 1, NERVE_PRIORITY_HIGH, 7, NERVE_PRIORITY_NORMAL,
                                      NERVE_PRIORITY_LOW}));
+}
+
+// A named C kernel has an identity (its task's name): performance models learn its run times and
+// heft places it by them; an unnamed one, like a C++ closure, is not modelled.
+TEST(CapiModels, NamedCKernelsAreModelled) {
+  const std::string directory =
+      (std::filesystem::temp_directory_path() / fmt::format("nerve-capi-models-{}", ::getpid())).string();
+  const std::string model_dir = "perf.model_dir=" + directory;
+  const char* settings[] = {"scheduler.policy=heft", model_dir.c_str(), "gpu.devices=none"};
+  nerve_context_config_t config = NERVE_CONTEXT_CONFIG_DEFAULT;
+  config.use_environment = 0;
+  config.thread_pool_size = 2;
+  config.settings = settings;
+  config.setting_count = 3;
+  ContextPtr ctx(nerve_init_with_config(&config));
+  ASSERT_NE(ctx, nullptr) << nerve_last_error();
+  nerve_buffer_t* buffer = nerve_buffer_alloc_unified(ctx.get(), 4096, MEM_FLAG_READ_WRITE);
+  ASSERT_NE(buffer, nullptr) << nerve_last_error();
+  const auto submit = [&](const char* name) {
+    nerve_task_t* task = nerve_task_create(
+        +[](void*, nerve_device_t, nerve_stream_t) {}, nullptr);
+    if (name != nullptr) ASSERT_EQ(nerve_task_set_name(task, name), NERVE_OK);
+    ASSERT_EQ(nerve_task_set_memory_deps(task, 1, &buffer), NERVE_OK);
+    ASSERT_EQ(nerve_task_submit(ctx.get(), task, NERVE_DEVICE_ANY), NERVE_OK) << nerve_last_error();
+  };
+  for (int i = 0; i < 12; ++i) submit("c_spin");
+  for (int i = 0; i < 3; ++i) submit(nullptr);
+  ASSERT_EQ(nerve_wait_all(ctx.get()), NERVE_OK) << nerve_last_error();
+  const std::string path = directory + "/stats.json";
+  std::filesystem::create_directories(directory);
+  ASSERT_EQ(nerve_context_dump_perf_stats(ctx.get(), path.c_str()), NERVE_OK) << nerve_last_error();
+  std::ifstream in(path);
+  const nlohmann::json stats = nlohmann::json::parse(in);
+  ASSERT_TRUE(stats["models"]["enabled"].get<bool>());
+  std::uint64_t samples = 0;
+  for (const auto& entry : stats["models"]["entries"]) {
+    EXPECT_EQ(entry["kernel"], "c_spin") << "only the named kernel is modelled";
+    if (entry["kernel"] == "c_spin" && entry["device"] == "cpu")
+      samples += entry["samples"].get<std::uint64_t>();
+  }
+  EXPECT_EQ(samples, 12u);
+  ASSERT_EQ(nerve_buffer_free(buffer), NERVE_OK);
+  ctx.reset();
+  std::filesystem::remove_all(directory);
 }
 
 }  // namespace

@@ -64,6 +64,9 @@ using DestroyFn = void (*)(void* closure) noexcept;
 struct ClosureOps {
   InvokeFn invoke;
   DestroyFn destroy;
+  // A C kernel (nerve_task_create): its task's name is its kernel identity, under which performance
+  // models learn its run times (C++ closures have none; Kernel calls have their Kernel's name).
+  bool named_kernel = false;
 };
 
 // The first failure of a group or a pool: recorded by the thread that finishes the failed task,
