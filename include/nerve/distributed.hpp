@@ -257,6 +257,7 @@ class Runtime {
   // same buffers in the same order. Only the owner allocates the data now; other ranks allocate a
   // replica when a task there first reads it.
   template <class T>
+  // NOLINTNEXTLINE(performance-unnecessary-value-param): it is moved (a clang-tidy 14 bug, llvm#43943)
   DistributedBuffer<T> buffer(std::size_t count, int owner, std::string name = {}) {
     auto data = std::make_shared<detail::BufferData<T>>();
     data->entry = detail::register_buffer(impl_, owner, count * sizeof(T));

@@ -138,7 +138,8 @@ NERVE_API nerve_context_t* nerve_init_with_config(const nerve_context_config_t* 
 /* nerve_shutdown() unmaps mapped buffers, destroys task pools still alive, waits for every submitted
  * task, frees buffers still alive (with a warning on stderr), stops the workers and frees the
  * context. Unreported task failures are logged, every one (a launched pool's too). NULL is accepted. Inside a
- * task it does nothing but log an error (and set nerve_last_error(), NERVE_ERROR_INVALID_ARGUMENT). Blocks. */
+ * task it does nothing but log an error (and set nerve_last_error(), NERVE_ERROR_INVALID_ARGUMENT). Blocks.
+ */
 NERVE_API void nerve_shutdown(nerve_context_t* ctx);
 
 /* nerve_context_get_device_count() is the number of devices that can run tasks (1 in a CPU-only
@@ -220,10 +221,10 @@ NERVE_API void* nerve_buffer_try_map(nerve_buffer_t* buffer, nerve_map_mode_t mo
 /* nerve_buffer_unmap() ends the mapping; NERVE_ERROR_BUFFER_MISUSE if the buffer is not mapped. */
 NERVE_API nerve_status_t nerve_buffer_unmap(nerve_buffer_t* buffer);
 /* nerve_buffer_get_device_ptr() is the address of byte 0 of the buffer on `device` (NERVE_DEVICE_ANY:
- * the device the calling kernel runs on; outside a kernel, the host). Inside a kernel it is valid only for buffers the task
- * declared (others: NERVE_ERROR_BUFFER_MISUSE), and only the declared byte ranges may be touched, in
- * the declared modes; it stays valid even if the buffer was freed after the task was submitted. Outside
- * a kernel it is the host address (device 0), to be used only while mapped or while no task uses the
+ * the device the calling kernel runs on; outside a kernel, the host). Inside a kernel it is valid only for
+ * buffers the task declared (others: NERVE_ERROR_BUFFER_MISUSE), and only the declared byte ranges may be
+ * touched, in the declared modes; it stays valid even if the buffer was freed after the task was submitted.
+ * Outside a kernel it is the host address (device 0), to be used only while mapped or while no task uses the
  * buffer. Any other device (inside a kernel: one the task does not run on) is
  * NERVE_ERROR_INVALID_ARGUMENT: the data has no address there for this caller. NULL on error. */
 NERVE_API void* nerve_buffer_get_device_ptr(nerve_buffer_t* buffer, nerve_device_t device);

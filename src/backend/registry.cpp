@@ -110,6 +110,7 @@ std::vector<std::unique_ptr<Device>> discover_devices(const Config& config, cons
   if (config.gpu.devices.empty()) return devices;  // gpu.devices = none: no driver is even loaded
   const std::vector<FoundDevice> found = find_devices(topology);
   std::vector<DeviceInfo> infos;
+  infos.reserve(found.size());
   for (const FoundDevice& device : found) infos.push_back(device.info);
   const std::vector<std::size_t> selected = selected_devices(config, infos);
   if (selected.size() + static_cast<std::size_t>(first_index) > max_memory_nodes) {

@@ -79,7 +79,7 @@ void TestMemoryNode::start_copy(MemoryNode& from, const std::byte* source, Memor
     // to order after another shows up as stale data.
     auto cost = std::chrono::duration<double>(options_.copy_latency);
     if (options_.copy_bytes_per_second > 0)
-      cost += std::chrono::duration<double>(bytes / options_.copy_bytes_per_second);
+      cost += std::chrono::duration<double>(static_cast<double>(bytes) / options_.copy_bytes_per_second);
     std::this_thread::sleep_for(std::chrono::duration_cast<std::chrono::nanoseconds>(cost));
     try {
       // A peer whose memory the CPU cannot reach (an OpenCL device) copies its side itself.

@@ -134,7 +134,9 @@ Config Config::load(const Settings& settings, const std::map<std::string, std::s
   // C API's settings override its convenience fields this way): only the last value of each key counts.
   const auto& api_values = settings.values();
   for (std::size_t i = 0; i < api_values.size(); ++i) {
-    const auto& [key, value] = api_values[i];
+    // Named references, not a structured binding: clang 14 rejects a lambda that captures a binding.
+    const auto& key = api_values[i].first;
+    const auto& value = api_values[i].second;
     const auto later = std::find_if(api_values.begin() + static_cast<std::ptrdiff_t>(i) + 1, api_values.end(),
                                     [&](const auto& entry) { return entry.first == key; });
     if (later != api_values.end()) continue;

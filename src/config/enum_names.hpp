@@ -53,6 +53,7 @@ inline constexpr std::array<EnumName<CommunicationBackend>, 2> communication_bac
 template <class Enum, std::size_t N>
 std::vector<std::string_view> names_of(const std::array<EnumName<Enum>, N>& table) {
   std::vector<std::string_view> names;
+  names.reserve(N);
   for (const auto& entry : table) names.push_back(entry.name);
   return names;
 }

@@ -83,9 +83,9 @@ ParsedValue parse_duration(std::string_view text, const ValueType& type) {
   if (unit == "ns") {
     scale = 1;
   } else if (unit == "ms") {
-    scale = 1000 * 1000;
+    scale = std::int64_t{1000} * 1000;
   } else if (unit == "s") {
-    scale = 1000 * 1000 * 1000;
+    scale = std::int64_t{1000} * 1000 * 1000;
   } else if (!unit.empty() && unit != "us") {
     if (digits.empty()) throw Problem{fmt::format("{} is not {}", quote(text), type.expected())};
     throw Problem{
@@ -152,7 +152,8 @@ ParsedValue parse_list(const std::vector<std::string>& items, const ValueType& t
     const std::string_view item = trim(raw_item);
     if (item.empty() || item.find(',') != std::string_view::npos)
       throw Problem{fmt::format("has an empty item (expected {})", type.expected())};
-    joined += (joined.empty() ? "" : ",") + std::string(item);
+    if (!joined.empty()) joined += ',';
+    joined += item;
   }
   if (joined.empty()) throw Problem{fmt::format("is empty (expected {})", type.expected())};
   return {joined, joined};

@@ -1,6 +1,7 @@
 #include "memory/coherence.hpp"
 
 #include <algorithm>
+#include <new>
 
 #include <fmt/format.h>
 
@@ -41,6 +42,17 @@ constexpr NodeMask bit(unsigned node) noexcept { return NodeMask{1} << node; }
 // A replica's size on a device node: a zero-byte buffer still takes one byte, so that it has an address.
 std::size_t replica_bytes(const BufferState& buffer) noexcept { return buffer.bytes == 0 ? 1 : buffer.bytes; }
 
+// lands_over(): `later` copies into the node `earlier` copies into, over some of the same bytes.
+bool lands_over(const PendingCopy& later, const PendingCopy& earlier) noexcept {
+  return earlier.to == later.to && earlier.begin < later.end && later.begin < earlier.end;
+}
+
+// make_room_for_one(): after it, one push_back cannot throw. Grows geometrically, as push_back does.
+template <class T>
+void make_room_for_one(std::vector<T>& values) {
+  if (values.size() == values.capacity()) values.reserve(std::max<std::size_t>(4, 2 * values.size()));
+}
+
 }  // namespace
 
 BufferReplicas::BufferReplicas(std::size_t bytes, std::byte* host) : bytes_(bytes) {
@@ -77,7 +89,7 @@ CoherenceEngine::CoherenceEngine(std::vector<MemoryNode*> nodes, DataListener& l
     : nodes_(std::move(nodes)),
       listener_(listener),
       residents_(new NodeResidents[max_memory_nodes]),
-      transfers_(new TransferCounters[max_memory_nodes * max_memory_nodes]) {
+      transfers_(new TransferCounters[std::size_t{max_memory_nodes} * max_memory_nodes]) {
   if (nodes_.size() > max_memory_nodes) {
     throw Error(ErrorCode::not_supported,
                 fmt::format("at most {} memory nodes are supported", max_memory_nodes));
@@ -265,12 +277,21 @@ void CoherenceEngine::queue_copy(BufferReplicas& state, PendingCopy* copy,
   // wrote in turn, or a read's fetch of bytes newer than a copy-back still in flight. The epochs keep
   // the older copy from marking those bytes valid, but its data could still land last.
   for (PendingCopy* earlier : state.copies_) {
-    if (earlier->to != copy->to || earlier->end <= copy->begin || copy->end <= earlier->begin) continue;
+    if (!lands_over(*copy, *earlier)) continue;
     earlier->followers.push_back(copy);
     ++copy->blockers;
   }
   state.copies_.push_back(copy);
   if (copy->blockers == 0) started.push_back(copy);
+}
+
+void CoherenceEngine::reserve_queue_copy(BufferReplicas& state, const PendingCopy& copy,
+                                         std::vector<PendingCopy*>& started) {
+  for (PendingCopy* earlier : state.copies_) {
+    if (lands_over(copy, *earlier)) make_room_for_one(earlier->followers);
+  }
+  make_room_for_one(state.copies_);
+  make_room_for_one(started);
 }
 
 void CoherenceEngine::start_copies(std::vector<PendingCopy*>& started) {
@@ -355,28 +376,41 @@ void CoherenceEngine::release(TaskRecord* task, unsigned node) noexcept {
     bool seen_before = false;
     for (std::size_t k = 0; k < i; ++k) seen_before |= task->accesses[k].buffer == &buffer;
     if (seen_before) continue;
+    // Out of memory, a stretch is not copied back now (every allocation comes before any change):
+    // what the device wrote stays valid there only, and a host access fetches it, as it would for a
+    // buffer without HOST_CACHED.
     written.clear();
-    for (std::size_t k = i; k < task->access_count; ++k) {
-      const AccessRecord& access = task->accesses[k];
-      if (access.buffer == &buffer && writes(access.mode) && access.size != 0)
-        written.emplace_back(access.offset, access.offset + access.size);
+    try {
+      for (std::size_t k = i; k < task->access_count; ++k) {
+        const AccessRecord& access = task->accesses[k];
+        if (access.buffer == &buffer && writes(access.mode) && access.size != 0)
+          written.emplace_back(access.offset, access.offset + access.size);
+      }
+    } catch (const std::bad_alloc&) {
+      continue;
     }
     std::sort(written.begin(), written.end());
     auto& state = buffer.replicas;
     for (std::size_t k = 0; k < written.size();) {
       auto [begin, end] = written[k];
       for (++k; k < written.size() && written[k].first <= end; ++k) end = std::max(end, written[k].second);
-      auto* copy = new PendingCopy{};
-      copy->engine = this;
-      copy->buffer = &buffer;
-      copy->from = node;
-      copy->to = 0;
-      copy->begin = begin;
-      copy->end = end;
-      copy->start_epoch = state.epoch_;
+      std::unique_ptr<PendingCopy> copy;
+      try {
+        copy = std::make_unique<PendingCopy>();
+        copy->engine = this;
+        copy->buffer = &buffer;
+        copy->from = node;
+        copy->to = 0;
+        copy->begin = begin;
+        copy->end = end;
+        copy->start_epoch = state.epoch_;
+        reserve_queue_copy(state, *copy, started);
+      } catch (const std::bad_alloc&) {
+        continue;
+      }
       hold_access(&buffer);  // the finishing task's access is still pending
       ++state.replicas_[node].pins;
-      queue_copy(state, copy, started);
+      queue_copy(state, copy.release(), started);
     }
   }
   start_copies(started);
@@ -485,6 +519,7 @@ std::size_t CoherenceEngine::evict(unsigned node, std::size_t wanted, const Buff
     return std::pair{buffer->sticky, buffer->replicas.replicas_[node].last_use};
   };
   std::vector<std::pair<std::pair<bool, std::uint64_t>, BufferState*>> order;
+  order.reserve(candidates.size());
   for (BufferState* buffer : candidates) order.emplace_back(key(buffer), buffer);
   std::sort(order.begin(), order.end());
   std::size_t freed = 0;
@@ -534,7 +569,7 @@ void CoherenceEngine::write_back_exclusive(BufferState& buffer, unsigned node) {
     nodes_[node]->copy_sync(*nodes_[node], state.replicas_[node].data + range.begin, *nodes_[0],
                             state.replicas_[0].data + range.begin, range.end - range.begin);
     range.valid |= bit(0);
-    TransferCounters& counters = transfers_[node * max_memory_nodes];
+    TransferCounters& counters = transfers_[std::size_t{node} * max_memory_nodes];
     counters.copies.fetch_add(1, std::memory_order_relaxed);
     counters.bytes.fetch_add(range.end - range.begin, std::memory_order_relaxed);
   }

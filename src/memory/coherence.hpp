@@ -167,6 +167,10 @@ class CoherenceEngine {
   // queue_copy(): `copy` joins the buffer's copies in flight, and starts (goes into `started`) unless
   // an earlier copy still lands on bytes it writes: then it starts when the last such one lands.
   static void queue_copy(BufferReplicas& state, PendingCopy* copy, std::vector<PendingCopy*>& started);
+  // reserve_queue_copy() makes every allocation queue_copy(copy) would make, so that it then cannot
+  // throw; throws std::bad_alloc having changed nothing.
+  static void reserve_queue_copy(BufferReplicas& state, const PendingCopy& copy,
+                                 std::vector<PendingCopy*>& started);
   void start_copies(std::vector<PendingCopy*>& started);
 
  public:

@@ -108,6 +108,7 @@ void BusModel::measure_locked(const std::vector<MemoryNode*>& nodes, const BusCa
   const std::size_t n = nodes.size();
   std::vector<BusLink> links(n * n);
   std::vector<std::unique_ptr<Scratch>> scratch;
+  scratch.reserve(n);
   for (MemoryNode* node : nodes) scratch.push_back(std::make_unique<Scratch>(*node, sizes.large_bytes));
   for (std::size_t from = 0; from < n; ++from) {
     for (std::size_t to = 0; to < n; ++to) {

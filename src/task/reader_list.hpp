@@ -67,7 +67,7 @@ class ReaderList {
   // push_back() after reserve() (the tracker makes every allocation before it registers anything);
   // without room it grows, and may throw.
   void push_back(TaskRecord* task) {
-    if (size_ == capacity_) reserve(std::max<std::size_t>(2 * capacity_, inline_capacity));
+    if (size_ == capacity_) reserve(std::max<std::size_t>(std::size_t{2} * capacity_, inline_capacity));
     data()[size_++] = task;
   }
   // erase_from() drops [first, end()): the tail std::remove_if leaves.

@@ -192,8 +192,8 @@ static_assert(sizeof(TaskRecord) == 448, "a TaskRecord field was added: restore 
 // on one thread).
 inline void prefetch_record(const TaskRecord* record) noexcept {
   const auto* bytes = reinterpret_cast<const char*>(record);
-  static_assert(sizeof(TaskRecord) == 7 * 64);
-  for (const int line : {0, 1, 2, 4, 5, 6}) prefetch_for_write(bytes + 64 * line);
+  static_assert(sizeof(TaskRecord) == 7 * cache_line_size);
+  for (const std::size_t line : {0, 1, 2, 4, 5, 6}) prefetch_for_write(bytes + line * cache_line_size);
 }
 
 // prefetch_task_header() asks, for writing, for the lines that running a task of the fork-join

@@ -36,6 +36,7 @@ std::vector<Line> cache_lines(const Topology& topology, const std::vector<int>& 
                               std::vector<int> levels) {
   if (levels.empty()) {
     std::vector<Line> lines;
+    lines.reserve(cores.size());
     for (int core : cores) lines.push_back(Line{core_label(topology.cores()[core]), {}});
     return lines;
   }
@@ -62,8 +63,8 @@ std::vector<int> levels_from_top(const Topology& topology) {
   std::vector<int> levels;
   for (const Cache& cache : topology.caches()) levels.push_back(cache.level);
   std::ranges::sort(levels, std::greater<>());
-  const auto duplicates = std::ranges::unique(levels);
-  levels.erase(duplicates.begin(), duplicates.end());
+  // std::unique, not std::ranges::unique: the latter does not compile under clang 14 with libstdc++ 12.
+  levels.erase(std::unique(levels.begin(), levels.end()), levels.end());
   return levels;
 }
 

@@ -32,6 +32,7 @@ class CudaBackend final : public Backend {
       return {};
     }
     std::vector<DeviceInfo> found;
+    found.reserve(static_cast<std::size_t>(count));
     for (int ordinal = 0; ordinal < count; ++ordinal) found.push_back(describe(ordinal, topology));
     return found;
   }
@@ -68,7 +69,7 @@ class CudaBackend final : public Backend {
     }
     cuda.completion = completion_mode_from_environment();
     cuda.pool = pool_kind_from_environment();
-    return std::make_unique<CudaDevice>(driver_, ordinal, std::move(info), options, cuda);
+    return std::make_unique<CudaDevice>(driver_, ordinal, info, options, cuda);
   }
 
   std::string unavailable_reason() const override {

@@ -309,7 +309,7 @@ class CudartDriver final : public Driver {
     auto context = std::make_unique<FlagWrite>(FlagWrite{flag, value});
     check(cudaLaunchHostFunc_(static_cast<cudaStream_t>(stream), &FlagWrite::run, context.get()),
           "cudaLaunchHostFunc");
-    context.release();  // FlagWrite::run deletes it
+    static_cast<void>(context.release());  // FlagWrite::run deletes it
   }
 
   void check_launch(int /*device*/) override { check(cudaGetLastError_(), "launching the kernel"); }

@@ -35,7 +35,7 @@ bool cancelled(const TaskRecord& task) noexcept {
 
 }  // namespace
 
-CudaDevice::CudaDevice(std::shared_ptr<Driver> driver, int ordinal, DeviceInfo info,
+CudaDevice::CudaDevice(std::shared_ptr<Driver> driver, int ordinal, const DeviceInfo& info,
                        const DeviceOpenOptions& options, const CudaDeviceOptions& cuda)
     : Device(info, make_node(driver, ordinal, info, options, cuda)),
       driver_(std::move(driver)),

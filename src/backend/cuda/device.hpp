@@ -45,8 +45,8 @@ struct CudaDeviceOptions {
 
 class CudaDevice final : public Device {
  public:
-  CudaDevice(std::shared_ptr<Driver> driver, int ordinal, DeviceInfo info, const DeviceOpenOptions& options,
-             const CudaDeviceOptions& cuda);
+  CudaDevice(std::shared_ptr<Driver> driver, int ordinal, const DeviceInfo& info,
+             const DeviceOpenOptions& options, const CudaDeviceOptions& cuda);
   ~CudaDevice() override;
 
   bool can_run(const TaskRecord& task) const noexcept override;

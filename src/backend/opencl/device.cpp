@@ -187,7 +187,7 @@ void OpenclDevice::bind_arguments(cl_kernel kernel, const DeviceLaunch& launch, 
       op.sub_buffers.push_back(slice);
       mem = slice;
     }
-    check(clSetKernelArg(kernel, static_cast<cl_uint>(i), sizeof mem, &mem),
+    check(clSetKernelArg(kernel, static_cast<cl_uint>(i), sizeof(cl_mem), &mem),
           fmt::format("kernel '{}': access {} as parameter {}", call.kernel_name, i, i),
           ErrorCode::invalid_argument);
   }

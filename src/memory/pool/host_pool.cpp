@@ -22,7 +22,7 @@ std::size_t empty_bucket(std::size_t slab_size) noexcept {
 std::uint32_t refill_count(std::size_t chunk_bytes, std::size_t budget) noexcept {
   if (chunk_bytes > budget) return 1;
   const std::size_t batch = std::min<std::size_t>(
-      {63, std::max<std::size_t>(1, 32 * 1024 / chunk_bytes), budget / (2 * chunk_bytes)});
+      {63, std::max<std::size_t>(1, std::size_t{32} * 1024 / chunk_bytes), budget / (2 * chunk_bytes)});
   return static_cast<std::uint32_t>(1 + batch);
 }
 

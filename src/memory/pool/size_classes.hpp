@@ -22,10 +22,10 @@
 namespace nerve::memory {
 
 inline constexpr std::size_t chunk_alignment = 16;
-inline constexpr std::size_t max_small_size = 64 * 1024;
+inline constexpr std::size_t max_small_size = std::size_t{64} * 1024;
 inline constexpr unsigned size_class_count = 44;
-inline constexpr std::size_t min_slab_bytes = 64 * 1024;
-inline constexpr std::size_t max_slab_bytes = 2 * 1024 * 1024;
+inline constexpr std::size_t min_slab_bytes = std::size_t{64} * 1024;
+inline constexpr std::size_t max_slab_bytes = std::size_t{2} * 1024 * 1024;
 
 // computed_size_class_of() maps a request of 1..max_small_size bytes to its class index by arithmetic.
 constexpr unsigned computed_size_class_of(std::size_t bytes) noexcept {
