@@ -27,6 +27,13 @@ TaskRecord* PriorityQueue::pop(std::int32_t minimum) {
   return task;
 }
 
+bool PriorityQueue::top_priority(std::int32_t& priority) {
+  std::lock_guard lock(mutex_);
+  if (heap_.empty()) return false;
+  priority = heap_.front().priority;
+  return true;
+}
+
 bool PriorityQueue::has_at_least(std::int32_t minimum) {
   std::lock_guard lock(mutex_);
   return !heap_.empty() && heap_.front().priority >= minimum;

@@ -4,7 +4,8 @@
 // priority (higher first), then by arrival (FIFO among equals). Workers take positive priorities
 // before looking anywhere else and negative ones only when they found nothing else to do, so a
 // high-priority task overtakes every normal one that has not started, and a low-priority one waits
-// for all of them. NUMA placement does not apply to these tasks.
+// for all of them. NUMA placement applies to them under strict affinity only: the scheduler then
+// keeps one queue per NUMA node besides the global one (Scheduler::node_prioritized_).
 //
 // Thread safety: any thread may push or pop (one mutex; these tasks are the exception, not the
 // bulk). `size()` is a relaxed hint for the workers' fast check: a pusher increments it before it
@@ -29,6 +30,8 @@ class PriorityQueue {
   bool maybe_nonempty() const noexcept { return size_.load(std::memory_order_seq_cst) != 0; }
   // has_at_least(): a task of priority >= `minimum` is queued (a hint, read under the lock).
   bool has_at_least(std::int32_t minimum);
+  // top_priority(): the highest queued priority (a hint, read under the lock); false if empty.
+  bool top_priority(std::int32_t& priority);
 
  private:
   struct Entry {

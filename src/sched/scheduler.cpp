@@ -67,6 +67,10 @@ Scheduler::Scheduler(const Config& config, const Topology& topology, TaskExecuto
         "scheduler.numa_affinity strict has no effect under scheduler.policy eager (first come, "
         "first served); use locality_aware_stealing or heft to keep tasks on their data's node");
   }
+  if (numa_placement_ && numa_affinity_ == NumaAffinity::strict && policy_ != SchedulerPolicy::eager) {
+    for (std::size_t node = 0; node < slots_by_node_.size(); ++node)
+      node_prioritized_.push_back(std::make_unique<PriorityQueue>());
+  }
   if (numa_placement_ && numa_affinity_ == NumaAffinity::strict) {
     for (std::size_t node = 0; node < slots_by_node_.size(); ++node) {
       if (slots_by_node_[node].empty()) {
@@ -242,10 +246,32 @@ void Scheduler::requeue(TaskRecord* task, WorkerSlot& slot) {
   if (slot.deque.push(task)) notify_work(&slot, -1);
 }
 
+PriorityQueue* Scheduler::node_priorities(const WorkerSlot& slot) const noexcept {
+  if (node_prioritized_.empty()) [[likely]]
+    return nullptr;
+  // A slot that serves no node (the application thread's, with workers elsewhere) serves no node queue.
+  const auto& serving = slots_by_node_[static_cast<std::size_t>(slot.numa_node) % slots_by_node_.size()];
+  if (std::find(serving.begin(), serving.end(), slot.index) == serving.end()) return nullptr;
+  return node_prioritized_[static_cast<std::size_t>(slot.numa_node) % node_prioritized_.size()].get();
+}
+
+TaskRecord* Scheduler::pop_prioritized(PriorityQueue* local, std::int32_t minimum) {
+  if (local == nullptr) return prioritized_.pop(minimum);
+  // The higher of the two tops first (ties: the node's own); the other if that one was taken meanwhile.
+  std::int32_t global_top = 0;
+  std::int32_t local_top = 0;
+  const bool has_global = prioritized_.top_priority(global_top);
+  const bool has_local = local->top_priority(local_top);
+  PriorityQueue* first = has_local && (!has_global || local_top >= global_top) ? local : &prioritized_;
+  if (TaskRecord* task = first->pop(minimum)) return task;
+  return (first == local ? &prioritized_ : local)->pop(minimum);
+}
+
 TaskRecord* Scheduler::find_work(ThreadState& thread, WorkerSlot& slot, IdleState& idle) {
-  const bool prioritized = prioritized_.maybe_nonempty();
+  PriorityQueue* const local = node_priorities(slot);
+  const bool prioritized = prioritized_.maybe_nonempty() || (local != nullptr && local->maybe_nonempty());
   if (prioritized) [[unlikely]] {
-    if (TaskRecord* task = prioritized_.pop(1)) return task;
+    if (TaskRecord* task = pop_prioritized(local, 1)) return task;
   }
   if (TaskRecord* task = slot.deque.pop()) return task;
   if (thread.submitter_role == ThreadState::SubmitterRole::owner) {
@@ -262,7 +288,7 @@ TaskRecord* Scheduler::find_work(ThreadState& thread, WorkerSlot& slot, IdleStat
     if (!prioritized || slot.inbox.maybe_nonempty() ||
         (policy_ == SchedulerPolicy::eager && shared_.maybe_nonempty()))
       return nullptr;
-    return prioritized_.pop(INT32_MIN);
+    return pop_prioritized(local, INT32_MIN);
   };
   if (steal_threshold_.count() > 0) {
     // Measured from when the slot went idle, not from its last sleep: a worker that the stealable
@@ -307,7 +333,7 @@ TaskRecord* Scheduler::steal(ThreadState& thread, WorkerSlot& slot) {
 
 bool Scheduler::has_work_for(const WorkerSlot& slot) const noexcept {
   if (!slot.deque.empty() || slot.inbox.maybe_nonempty()) return true;
-  if (prioritized_.maybe_nonempty() || !submitter_deque_.empty()) return true;
+  if (prioritized_for(slot) || !submitter_deque_.empty()) return true;
   if (policy_ == SchedulerPolicy::eager && shared_.maybe_nonempty()) return true;
   for (unsigned victim : slot.victims) {
     if (!slots_[victim]->deque.empty() || slots_[victim]->inbox.maybe_nonempty()) return true;
@@ -363,6 +389,12 @@ bool Scheduler::may_run_on(const WorkerSlot& slot, int numa_node) const noexcept
 
 void Scheduler::enqueue(TaskRecord* task, ThreadState& thread, bool submission, int numa_node) {
   if (task->priority != 0) [[unlikely]] {
+    // Under strict affinity a prioritized task stays on its data's node too (when it has workers).
+    if (!node_prioritized_.empty() && numa_node >= 0 && has_workers_on(numa_node)) {
+      node_prioritized_[static_cast<std::size_t>(numa_node) % node_prioritized_.size()]->push(task);
+      notify_work(thread.slot, numa_node);
+      return;
+    }
     prioritized_.push(task);
     notify_work(thread.slot, -1);
     return;

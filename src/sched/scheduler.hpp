@@ -172,6 +172,20 @@ class Scheduler {
   std::vector<std::vector<unsigned>> slots_by_node_;
   ReadyQueue shared_;          // eager's FIFO
   PriorityQueue prioritized_;  // ready tasks with a priority other than normal
+  // Under strict NUMA affinity (locality_aware_stealing, heft): a priority queue per NUMA node, for
+  // prioritized tasks whose data lives on a node with workers; only that node's workers serve it.
+  // Empty otherwise.
+  std::vector<std::unique_ptr<PriorityQueue>> node_prioritized_;
+  // node_priorities(): the node queue `slot` serves besides prioritized_, or nullptr.
+  PriorityQueue* node_priorities(const WorkerSlot& slot) const noexcept;
+  bool prioritized_for(const WorkerSlot& slot) const noexcept {
+    if (prioritized_.maybe_nonempty()) return true;
+    const PriorityQueue* local = node_priorities(slot);
+    return local != nullptr && local->maybe_nonempty();
+  }
+  // pop_prioritized(): the highest-priority task of at least `minimum` among prioritized_ and
+  // `local` (may be nullptr), or nullptr.
+  TaskRecord* pop_prioritized(PriorityQueue* local, std::int32_t minimum);
   // The deque of the application thread that submits most (in practice: the first to submit from
   // outside a slot). It pushes there with plain stores, where borrowing the master slot's deque
   // costs a compare-and-swap and a release store per task (oneTBB likewise keeps a slot for its
@@ -218,7 +232,7 @@ bool Scheduler::wait(ThreadState& thread, Waitable& target, Clock::time_point de
     if constexpr (!Waitable::expensive) {
       if (!timed) {
         WorkerSlot& slot = *thread.slot;
-        while (!prioritized_.maybe_nonempty()) {
+        while (!prioritized_for(slot)) {
           TaskRecord* task = slot.deque.pop();
           if (task == nullptr) break;
           do {

@@ -207,7 +207,8 @@ TEST(ConfigBehaviour, TopologyAwarenessOrdersVictimsByDistance) {
   EXPECT_TRUE(any_far_first) << "without topology awareness the order ignores distance";
 }
 
-std::set<int> nodes_that_ran(const char* numa_affinity, const char* policy = "locality_aware_stealing") {
+std::set<int> nodes_that_ran(const char* numa_affinity, const char* policy = "locality_aware_stealing",
+                             int priority = 0) {
   Context context(with({{"topology.synthetic", "pack:1 numa:2 core:2 pu:1"},
                         {"scheduler.numa_affinity", numa_affinity},
                         {"scheduler.policy", policy}}));
@@ -217,6 +218,7 @@ std::set<int> nodes_that_ran(const char* numa_affinity, const char* policy = "lo
   std::set<int> nodes;
   for (auto& buffer : buffers) {
     context.spawn(
+        TaskOptions{.priority = priority},
         [&](std::span<int> data) {
           std::this_thread::sleep_for(std::chrono::microseconds(200));
           data[0] = 1;
@@ -237,6 +239,12 @@ TEST(ConfigBehaviour, NumaAffinityPlacesTasksWithTheirData) {
   EXPECT_EQ(nodes_that_ran("strict", "heft"), (std::set<int>{1})) << "heft keeps strict too";
   EXPECT_TRUE(nodes_that_ran("strict", "eager").count(0) == 1)
       << "eager serves first come, first served: node 0's worker takes some (documented)";
+  // Prioritized tasks keep strict placement too (through their node's priority queue); under
+  // preferred they go through the global priority queue, which node 0's worker serves as well.
+  EXPECT_EQ(nodes_that_ran("strict", "locality_aware_stealing", 100), (std::set<int>{1}));
+  EXPECT_EQ(nodes_that_ran("strict", "heft", -100), (std::set<int>{1}));
+  EXPECT_TRUE(nodes_that_ran("preferred", "locality_aware_stealing", 100).count(0) == 1)
+      << "preferred: priority wins over placement";
 }
 
 // CONFIG.md: strict under eager is ignored, "with a warning at start" — on any machine, one NUMA
