@@ -282,21 +282,21 @@ TaskRecord* Scheduler::find_work(ThreadState& thread, WorkerSlot& slot, IdleStat
     if (QueueLink* link = shared_.try_pop()) return as_task(link);
   }
   // Low priorities last: only when nothing else could be found — and not merely because another
-  // worker held a queue's consumer role a moment ago (try_pop() then fails with tasks inside): the
-  // caller looks again instead.
-  const auto lowest = [&]() -> TaskRecord* {
+  // worker held a queue's consumer role a moment ago (try_pop() then fails with tasks inside), or a
+  // steal lost a race with the deque's owner (with tasks left): the caller looks again instead.
+  const auto lowest = [&](bool stole) -> TaskRecord* {
     if (!prioritized || slot.inbox.maybe_nonempty() ||
-        (policy_ == SchedulerPolicy::eager && shared_.maybe_nonempty()))
+        (policy_ == SchedulerPolicy::eager && shared_.maybe_nonempty()) || (stole && stealable_work(slot)))
       return nullptr;
     return pop_prioritized(local, INT32_MIN);
   };
   if (steal_threshold_.count() > 0) {
     // Measured from when the slot went idle, not from its last sleep: a worker that the stealable
     // work keeps from sleeping (has_work_for) would otherwise restart the clock forever.
-    if (!idle.idle || Clock::now() - idle.started < steal_threshold_) return lowest();
+    if (!idle.idle || Clock::now() - idle.started < steal_threshold_) return lowest(false);
   }
   if (TaskRecord* task = steal(thread, slot)) return task;
-  return lowest();
+  return lowest(true);
 }
 
 TaskRecord* Scheduler::steal(ThreadState& thread, WorkerSlot& slot) {
@@ -331,14 +331,18 @@ TaskRecord* Scheduler::steal(ThreadState& thread, WorkerSlot& slot) {
   return nullptr;
 }
 
-bool Scheduler::has_work_for(const WorkerSlot& slot) const noexcept {
-  if (!slot.deque.empty() || slot.inbox.maybe_nonempty()) return true;
-  if (prioritized_for(slot) || !submitter_deque_.empty()) return true;
-  if (policy_ == SchedulerPolicy::eager && shared_.maybe_nonempty()) return true;
+bool Scheduler::stealable_work(const WorkerSlot& slot) const noexcept {
+  if (!submitter_deque_.empty()) return true;
   for (unsigned victim : slot.victims) {
     if (!slots_[victim]->deque.empty() || slots_[victim]->inbox.maybe_nonempty()) return true;
   }
   return false;
+}
+
+bool Scheduler::has_work_for(const WorkerSlot& slot) const noexcept {
+  if (!slot.deque.empty() || slot.inbox.maybe_nonempty() || prioritized_for(slot)) return true;
+  if (policy_ == SchedulerPolicy::eager && shared_.maybe_nonempty()) return true;
+  return stealable_work(slot);
 }
 
 namespace {

@@ -130,6 +130,8 @@ class Scheduler {
   TaskRecord* find_work(ThreadState& thread, WorkerSlot& slot, IdleState& idle);
   TaskRecord* steal(ThreadState& thread, WorkerSlot& slot);
   bool has_work_for(const WorkerSlot& slot) const noexcept;
+  // stealable_work(): the submitter's deque or one of `slot`'s victims' queues holds a task.
+  bool stealable_work(const WorkerSlot& slot) const noexcept;
   void enter_idle(IdleState& idle) noexcept;
   void leave_idle(IdleState& idle) noexcept;
   // run() executes `task` and returns the successor it released for this thread to run next (or
