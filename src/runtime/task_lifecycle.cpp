@@ -639,6 +639,10 @@ std::uint32_t ContextImpl::invoke_closure(TaskRecord* task, ThreadState& thread,
   const int outer_device = std::exchange(running_device_index, task->device < 0 ? 0 : task->device);
   TaskRecord* const outer_task = std::exchange(running_task, task);
   const bool outer_deferred = std::exchange(running_task_deferred, false);
+  // The bypass (a released successor kept to run next) is for the finishing of a task only: tasks
+  // the body releases (a pool it launches, a mapping it ends) must be queued, or a wait of the body
+  // for them would never end — nobody else could see them.
+  const bool outer_bypass = std::exchange(thread.bypass_enabled, false);
   ++thread.nesting;
   try {
     task->ops->invoke(task->closure_storage(), views);
@@ -647,6 +651,7 @@ std::uint32_t ContextImpl::invoke_closure(TaskRecord* task, ThreadState& thread,
     outcome = status_failed;
   }
   --thread.nesting;
+  thread.bypass_enabled = outer_bypass;
   running_task = outer_task;
   running_device_index = outer_device;
   // A body that threw is not deferred (the contract: nothing may throw after deferring).

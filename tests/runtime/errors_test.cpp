@@ -1001,6 +1001,36 @@ TEST_P(ErrorsTest, MappingInsideATaskThatWouldWaitForItIsAnErrorNotAHang) {
   EXPECT_THAT(messages[5], ::testing::HasSubstr("inside task 'reads other' would wait for task 'later'"));
 }
 
+// A task that launches a pool (or ends a mapping) releases tasks from inside its body: they must be
+// queued, not kept as the finishing task's next one — the body's wait for them hung (the released
+// task sat where nobody looked).
+TEST_P(ErrorsTest, APoolWaitedForInsideATaskRunsItsTasks) {
+  std::atomic<int> ran{0};
+  for (int round = 0; round < 50; ++round) {
+    context
+        ->submit([&] {
+          TaskPool pool(*context, 1);
+          pool.add([&] { ran.fetch_add(1); });
+          pool.wait_all();
+        })
+        .wait();
+  }
+  EXPECT_EQ(ran.load(), 50);
+  Buffer<int> data(*context, 1);
+  context
+      ->submit([&] {
+        Task writer;
+        {
+          auto mapped = data.map_write();
+          mapped[0] = 1;
+          writer = context->submit([](std::span<int> d) { d[0] += 1; }, read_write(data));
+        }  // unmapped inside the body: the writer is released here
+        writer.wait();
+      })
+      .wait();
+  EXPECT_EQ(data.to_vector()[0], 2);
+}
+
 TEST_P(ErrorsTest, TaskPoolFailureAndDiscard) {
   {
     TaskPool pool(*context);
