@@ -68,8 +68,12 @@ Scheduler::Scheduler(const Config& config, const Topology& topology, TaskExecuto
         "first served); use locality_aware_stealing or heft to keep tasks on their data's node");
   }
   if (numa_placement_ && numa_affinity_ == NumaAffinity::strict && policy_ != SchedulerPolicy::eager) {
-    for (std::size_t node = 0; node < slots_by_node_.size(); ++node)
+    slot_node_queue_.assign(slots_.size(), nullptr);
+    for (const auto& serving : slots_by_node_) {
       node_prioritized_.push_back(std::make_unique<PriorityQueue>());
+      // A slot that serves no node (the application thread's, with workers elsewhere) gets none.
+      for (unsigned index : serving) slot_node_queue_[index] = node_prioritized_.back().get();
+    }
   }
   if (numa_placement_ && numa_affinity_ == NumaAffinity::strict) {
     for (std::size_t node = 0; node < slots_by_node_.size(); ++node) {
@@ -246,15 +250,6 @@ void Scheduler::requeue(TaskRecord* task, WorkerSlot& slot) {
   if (slot.deque.push(task)) notify_work(&slot, -1);
 }
 
-PriorityQueue* Scheduler::node_priorities(const WorkerSlot& slot) const noexcept {
-  if (node_prioritized_.empty()) [[likely]]
-    return nullptr;
-  // A slot that serves no node (the application thread's, with workers elsewhere) serves no node queue.
-  const auto& serving = slots_by_node_[static_cast<std::size_t>(slot.numa_node) % slots_by_node_.size()];
-  if (std::find(serving.begin(), serving.end(), slot.index) == serving.end()) return nullptr;
-  return node_prioritized_[static_cast<std::size_t>(slot.numa_node) % node_prioritized_.size()].get();
-}
-
 TaskRecord* Scheduler::pop_prioritized(PriorityQueue* local, std::int32_t minimum) {
   if (local == nullptr) return prioritized_.pop(minimum);
   // The higher of the two tops first (ties: the node's own); the other if that one was taken meanwhile.
@@ -269,7 +264,7 @@ TaskRecord* Scheduler::pop_prioritized(PriorityQueue* local, std::int32_t minimu
 
 TaskRecord* Scheduler::find_work(ThreadState& thread, WorkerSlot& slot, IdleState& idle) {
   PriorityQueue* const local = node_priorities(slot);
-  const bool prioritized = prioritized_.maybe_nonempty() || (local != nullptr && local->maybe_nonempty());
+  const bool prioritized = any_prioritized(prioritized_, local);
   if (prioritized) [[unlikely]] {
     if (TaskRecord* task = pop_prioritized(local, 1)) return task;
   }

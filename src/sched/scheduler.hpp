@@ -178,12 +178,17 @@ class Scheduler {
   // prioritized tasks whose data lives on a node with workers; only that node's workers serve it.
   // Empty otherwise.
   std::vector<std::unique_ptr<PriorityQueue>> node_prioritized_;
-  // node_priorities(): the node queue `slot` serves besides prioritized_, or nullptr.
-  PriorityQueue* node_priorities(const WorkerSlot& slot) const noexcept;
+  // The node queue each slot serves besides prioritized_ (by slot index; nullptr for a slot that
+  // serves no node). Empty unless node_prioritized_ is not: the common case costs one test.
+  std::vector<PriorityQueue*> slot_node_queue_;
+  PriorityQueue* node_priorities(const WorkerSlot& slot) const noexcept {
+    return slot_node_queue_.empty() ? nullptr : slot_node_queue_[slot.index];
+  }
+  static bool any_prioritized(const PriorityQueue& global, const PriorityQueue* local) noexcept {
+    return global.maybe_nonempty() || (local != nullptr && local->maybe_nonempty());
+  }
   bool prioritized_for(const WorkerSlot& slot) const noexcept {
-    if (prioritized_.maybe_nonempty()) return true;
-    const PriorityQueue* local = node_priorities(slot);
-    return local != nullptr && local->maybe_nonempty();
+    return any_prioritized(prioritized_, node_priorities(slot));
   }
   // pop_prioritized(): the highest-priority task of at least `minimum` among prioritized_ and
   // `local` (may be nullptr), or nullptr.

@@ -28,6 +28,25 @@ namespace {
 
 using ErrorsTest = RuntimeTest;
 
+// Refusals records, from any thread, what each call threw as Error(invalid_argument) (its message),
+// "wrong error: ..." for anything else it threw, or `returned` when it returned.
+struct Refusals {
+  std::mutex lock;
+  std::vector<std::string> messages;
+  template <class F>
+  void record(F&& call, const char* returned) {
+    std::string said = returned;
+    try {
+      call();
+    } catch (const Error& error) {
+      said = error.code() == ErrorCode::invalid_argument ? error.what()
+                                                         : std::string("wrong error: ") + error.what();
+    }
+    std::lock_guard guard(lock);
+    messages.push_back(std::move(said));
+  }
+};
+
 // A cancelled task's message names the failed task it depends on (its cause() is the original
 // exception, which does not say where it came from), through a chain too; an unnamed one is not named.
 TEST_P(ErrorsTest, CancellationNamesTheTaskThatFailed) {
@@ -886,21 +905,9 @@ TEST_P(ErrorsTest, WaitingForItselfIsAnErrorNotAHang) {
 TEST_P(ErrorsTest, WaitingInsideATaskForWorkOrderedAfterItIsAnErrorNotAHang) {
   Buffer<int> data(*context, 1);
   Buffer<int> other(*context, 1);
-  std::vector<std::string> messages;
-  std::mutex lock;
-  const auto expect_refused = [&](auto wait) {
-    try {
-      wait();
-    } catch (const Error& error) {
-      if (error.code() == ErrorCode::invalid_argument) {
-        std::lock_guard guard(lock);
-        messages.emplace_back(error.what());
-        return;
-      }
-    }
-    std::lock_guard guard(lock);
-    messages.emplace_back("not refused");
-  };
+  Refusals refusals;
+  std::vector<std::string>& messages = refusals.messages;
+  const auto expect_refused = [&](auto wait) { refusals.record(wait, "not refused"); };
   std::atomic<int> independent{0};
   context
       ->submit(
@@ -944,18 +951,9 @@ TEST_P(ErrorsTest, WaitingInsideATaskForWorkOrderedAfterItIsAnErrorNotAHang) {
 TEST_P(ErrorsTest, MappingInsideATaskThatWouldWaitForItIsAnErrorNotAHang) {
   Buffer<int> data(*context, 4);
   Buffer<int> other(*context, 4);
-  std::vector<std::string> messages;
-  std::mutex lock;
-  const auto outcome = [&](auto map) {
-    std::string said = "granted";
-    try {
-      map();
-    } catch (const Error& error) {
-      said = error.code() == ErrorCode::invalid_argument ? error.what() : "wrong code";
-    }
-    std::lock_guard guard(lock);
-    messages.push_back(said);
-  };
+  Refusals refusals;
+  std::vector<std::string>& messages = refusals.messages;
+  const auto outcome = [&](auto map) { refusals.record(map, "granted"); };
   context->submit(
       TaskOptions{.name = "writes data"}, [&](std::span<int>) { outcome([&] { (void)data.map_read(); }); },
       write(data));
