@@ -4,18 +4,23 @@
 //   copy bandwidth    device-to-device (cudaMemcpyAsync, 1 GiB), host->device and device->host from
 //                     pinned memory, and both directions at once
 //   W5                vector add on one GPU: one raw kernel launch, and nerve tasks over slices,
-//                     as memory traffic (12 bytes per element) against the device-to-device copy's
-//   W12               host -> device -> kernel -> host streaming in chunks: a raw 4-stream pipeline
-//                     from pinned memory, and nerve (each chunk updated in place on the host by a CPU
-//                     task, transformed by a GPU task, read by a CPU task; and the same with the CPU
-//                     task filling the whole chunk), against the copy bandwidths
+//                     as memory traffic (12 bytes per element) against the device-to-device copy's;
+//                     and with cold inputs (w5cold): input buffers made anew from host vectors every
+//                     run, page-locked in place and not, timed in parts (make, tasks, release)
+//   W12               host -> device -> kernel -> host streaming of 4 GiB in chunks: raw serial (one
+//                     stream) and a raw 4-stream pipeline from pinned memory, and nerve (each chunk
+//                     updated in place on the host by a CPU task, transformed by a GPU task, read by a
+//                     CPU task, at each chunk size of --w12-mib; and with the CPU task filling the whole
+//                     chunk), against the copy bandwidths
 //   completion        round-trip latency of an empty kernel observed by cudaStreamSynchronize,
 //                     cudaEventSynchronize, and a host-mapped flag the GPU writes (cuStreamWriteValue32);
 //                     and of a nerve task with NERVE_CUDA_COMPLETION = flag and = event
 //   device pools      allocate/free pairs through nerve's DeviceArena and the stream-ordered pool
 //
 // Prints one line per measurement and, with --json PATH, writes them all. Without a CUDA device it
-// prints "no CUDA device" and exits 0. --quick shrinks every size 16x (a smoke run).
+// prints "no CUDA device" and exits 0. --quick shrinks every size 16x (a smoke run); --only LIST runs
+// some of w5,w5cold,w12,latency,pools (the copy bandwidths always: they are the baselines); --w12-mib LIST
+// sets W12's chunk sizes in MiB (default 16; the first is also the raw pipelines' and the fill's).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -24,6 +29,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -47,7 +53,32 @@ using Clock = std::chrono::steady_clock;
 struct Options {
   std::string json;
   std::size_t scale = 1;  // sizes are divided by it (--quick: 16)
+  std::string only = "w5,w5cold,w12,latency,pools";
+  std::vector<std::size_t> w12_mib{16};
+  bool runs(std::string_view name) const {
+    std::string_view rest = only;
+    while (!rest.empty()) {
+      const std::size_t comma = rest.find(',');
+      if (rest.substr(0, comma) == name) return true;
+      rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+    }
+    return false;
+  }
 };
+
+std::vector<std::size_t> parse_sizes(std::string_view list) {
+  std::vector<std::size_t> sizes;
+  while (!list.empty()) {
+    const std::size_t comma = list.find(',');
+    const std::string item(list.substr(0, comma));
+    char* end = nullptr;
+    const unsigned long value = std::strtoul(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || value == 0) return {};
+    sizes.push_back(value);
+    list = comma == std::string_view::npos ? std::string_view{} : list.substr(comma + 1);
+  }
+  return sizes;
+}
 
 nlohmann::json results = nlohmann::json::array();
 
@@ -130,6 +161,16 @@ nerve::Settings cuda_settings() {
   return settings;
 }
 
+nerve::Kernel vector_add_kernel() {
+  nerve::Kernel add("vector_add");
+  nerve::cuda::attach(add, [](const nerve::KernelArgs& args, int, void* stream) {
+    bench_cuda::launch_vector_add(static_cast<const float*>(args.data(0)),
+                                  static_cast<const float*>(args.data(1)), static_cast<float*>(args.data(2)),
+                                  args.size_bytes(2) / sizeof(float), stream);
+  });
+  return add;
+}
+
 void w5(std::size_t n, const Bandwidths& copies) {
   const double gb = 12.0 * static_cast<double>(n) / 1e9;
   {  // raw: one launch over device arrays
@@ -150,12 +191,7 @@ void w5(std::size_t n, const Bandwidths& copies) {
     cudaFree(c);
   }
   nerve::Context context(cuda_settings());
-  nerve::Kernel add("vector_add");
-  nerve::cuda::attach(add, [](const nerve::KernelArgs& args, int, void* stream) {
-    bench_cuda::launch_vector_add(static_cast<const float*>(args.data(0)),
-                                  static_cast<const float*>(args.data(1)), static_cast<float*>(args.data(2)),
-                                  args.size_bytes(2) / sizeof(float), stream);
-  });
+  const nerve::Kernel add = vector_add_kernel();
   std::vector<float> host(n, 1.0f);
   nerve::Buffer<float> a(context, std::span<const float>(host)), b(context, std::span<const float>(host));
   nerve::Buffer<float> c(context, n);
@@ -175,11 +211,94 @@ void w5(std::size_t n, const Bandwidths& copies) {
   if (result[n / 2] != 2.0f) std::printf("  W5 nerve: WRONG result %f\n", result[n / 2]);
 }
 
-void w12(std::size_t n, std::size_t chunk, const Bandwidths& copies) {
+// W5 with cold inputs: the input buffers are made anew from host vectors every run (a program that
+// does not keep its data in nerve buffers), with the host copies page-locked on first transfer
+// (gpu.pin_host_buffers, the default) and not; each run split into making the buffers, the tasks
+// (upload, add) and the buffers' release. Baselines: page-locking and unlocking one input in place.
+void w5_cold(std::size_t n, std::size_t chunk) {
+  const double gb = 12.0 * static_cast<double>(n) / 1e9;
+  std::vector<float> a(n, 1.0f), b(n, 2.0f);
+  {
+    const auto start = Clock::now();
+    check(cudaHostRegister(a.data(), n * sizeof(float), cudaHostRegisterPortable), "cudaHostRegister");
+    const double registering = seconds_since(start);
+    const auto unregister_start = Clock::now();
+    check(cudaHostUnregister(a.data()), "cudaHostUnregister");
+    report("W5 cold: cudaHostRegister of one input", registering * 1e3, "ms",
+           "unregister " + std::to_string(seconds_since(unregister_start) * 1e3) + " ms");
+  }
+  {  // making an input buffer: the constructor's copy, and the same copy split over the workers
+    nerve::Context context(cuda_settings());
+    std::vector<double> serial, parallel;
+    for (int r = 0; r < 4; ++r) {
+      auto start = Clock::now();
+      { nerve::Buffer<float> x(context, std::span<const float>(a)); }
+      serial.push_back(seconds_since(start) * 1e3);
+      start = Clock::now();
+      {
+        nerve::Buffer<float> x(context, n);
+        auto mapped = x.map_write();
+        nerve::parallel_for(context, 0, n, std::size_t{1} << 20, [&](std::size_t begin, std::size_t end) {
+          std::copy(a.begin() + static_cast<std::ptrdiff_t>(begin),
+                    a.begin() + static_cast<std::ptrdiff_t>(end),
+                    mapped.begin() + static_cast<std::ptrdiff_t>(begin));
+        });
+      }
+      parallel.push_back(seconds_since(start) * 1e3);
+    }
+    report("W5 cold: make + free one input buffer", median(serial), "ms",
+           "copy split over the workers: " + std::to_string(median(parallel)) + " ms");
+  }
+  const nerve::Kernel add = vector_add_kernel();
+  for (const bool pin : {true, false}) {
+    nerve::Settings settings = cuda_settings();
+    settings.set("gpu.pin_host_buffers", pin ? "true" : "false");
+    nerve::Context context(settings);
+    nerve::Buffer<float> c(context, n);
+    std::vector<double> make, tasks, release, total;
+    for (int r = 0; r < 4; ++r) {
+      const auto t0 = Clock::now();
+      auto fa = std::make_optional<nerve::Buffer<float>>(context, std::span<const float>(a));
+      auto fb = std::make_optional<nerve::Buffer<float>>(context, std::span<const float>(b));
+      const auto t1 = Clock::now();
+      for (std::size_t start = 0; start < n; start += chunk) {
+        const std::size_t count = std::min(chunk, n - start);
+        context.spawn(nerve::TaskOptions{.device = 1}, add, nerve::read(fa->slice(start, count)),
+                      nerve::read(fb->slice(start, count)), nerve::write(c.slice(start, count)));
+      }
+      context.wait_all();
+      const auto t2 = Clock::now();
+      fa.reset();
+      fb.reset();
+      const auto t3 = Clock::now();
+      (void)c.map_read();  // the result back on the host
+      const auto t4 = Clock::now();
+      if (r == 0) continue;  // warm-up
+      make.push_back(std::chrono::duration<double>(t1 - t0).count() * 1e3);
+      tasks.push_back(std::chrono::duration<double>(t2 - t1).count() * 1e3);
+      release.push_back(std::chrono::duration<double>(t3 - t2).count() * 1e3);
+      total.push_back(std::chrono::duration<double>(t4 - t0).count() * 1e3);
+    }
+    const std::string mode = pin ? "page-locked in place" : "not page-locked";
+    report("W5 cold, " + mode, median(total), "ms",
+           std::to_string(static_cast<int>(gb / median(total) * 1e3)) + " GB/s; make " +
+               std::to_string(median(make)) + " ms, tasks " + std::to_string(median(tasks)) +
+               " ms, release " + std::to_string(median(release)) + " ms");
+    if (c.to_vector()[n / 2] != 3.0f) std::printf("  W5 cold: WRONG result\n");
+  }
+}
+
+// W12 (WORKLOADS.md): stream `n` floats through host -> device -> kernel -> host in chunks of each
+// size in `chunks`; the bound is the measured copy bandwidth (in and out overlap when the link is
+// full duplex). Baselines in the same run: the same chunks serial on one stream (no overlap), and a
+// raw 4-stream pipeline from pinned memory.
+void w12(std::size_t n, const std::vector<std::size_t>& chunks, const Bandwidths& copies) {
   const double in_gb = 4.0 * static_cast<double>(n) / 1e9;
-  // The bound: in and out overlap when the link is full duplex.
   const double ideal = std::max(in_gb / copies.h2d, in_gb / copies.d2h);
-  {  // raw: pinned host memory, 4 streams, copy in / kernel / copy out per chunk
+  const auto percent = [&](double t) { return ideal / t * 100; };
+  const auto rate = [&](double t) { return std::to_string(static_cast<int>(2 * in_gb / t)) + " GB/s"; };
+  const std::size_t raw_chunk = chunks.front();
+  {  // raw: pinned host memory, copy in / kernel / copy out per chunk
     float *hx = nullptr, *hy = nullptr, *dx = nullptr, *dy = nullptr;
     check(cudaHostAlloc(reinterpret_cast<void**>(&hx), n * sizeof(float), cudaHostAllocDefault),
           "cudaHostAlloc");
@@ -189,18 +308,26 @@ void w12(std::size_t n, std::size_t chunk, const Bandwidths& copies) {
     check(cudaMalloc(&dy, n * sizeof(float)), "cudaMalloc");
     std::vector<cudaStream_t> streams(4);
     for (auto& s : streams) check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
-    const double t = best_of(3, [&] {
-      std::size_t k = 0;
-      for (std::size_t start = 0; start < n; start += chunk, ++k) {
-        cudaStream_t s = streams[k % streams.size()];
-        const std::size_t bytes = chunk * sizeof(float);
-        check(cudaMemcpyAsync(dx + start, hx + start, bytes, cudaMemcpyHostToDevice, s), "h2d");
-        bench_cuda::launch_transform(dx + start, dy + start, chunk, s);
-        check(cudaMemcpyAsync(hy + start, dy + start, bytes, cudaMemcpyDeviceToHost, s), "d2h");
-      }
-      check(cudaDeviceSynchronize(), "sync");
-    });
-    report("W12 raw 4-stream pipeline (pinned)", ideal / t * 100, "%", "of the copy-bandwidth bound");
+    const auto pipeline = [&](std::size_t stream_count) {
+      return best_of(3, [&] {
+        std::size_t k = 0;
+        for (std::size_t start = 0; start < n; start += raw_chunk, ++k) {
+          cudaStream_t s = streams[k % stream_count];
+          const std::size_t count = std::min(raw_chunk, n - start), bytes = count * sizeof(float);
+          check(cudaMemcpyAsync(dx + start, hx + start, bytes, cudaMemcpyHostToDevice, s), "h2d");
+          bench_cuda::launch_transform(dx + start, dy + start, count, s);
+          check(cudaMemcpyAsync(hy + start, dy + start, bytes, cudaMemcpyDeviceToHost, s), "d2h");
+        }
+        check(cudaDeviceSynchronize(), "sync");
+      });
+    };
+    const std::string mib = std::to_string(raw_chunk * sizeof(float) >> 20) + " MiB chunks";
+    const double serial = pipeline(1);
+    report("W12 raw serial (one stream, " + mib + ")", percent(serial), "%",
+           "of the copy-bandwidth bound, " + rate(serial));
+    const double raw = pipeline(4);
+    report("W12 raw 4-stream pipeline (" + mib + ")", percent(raw), "%",
+           "of the copy-bandwidth bound, " + rate(raw));
     for (auto& s : streams) cudaStreamDestroy(s);
     cudaFreeHost(hx);
     cudaFreeHost(hy);
@@ -215,13 +342,14 @@ void w12(std::size_t n, std::size_t chunk, const Bandwidths& copies) {
   });
   nerve::Buffer<float> x(context, n), y(context, n);
   std::atomic<double> checksum{0};
-  // How each chunk comes to be new on the host: a CPU task fills it whole (1 GiB of CPU writes per
-  // run, which on a 16-core H200 host took 6.4 ms per 16 MiB chunk and bounded the run), or updates it
-  // in place (one element: the chunk is new on the host all the same and travels again), which is
-  // the raw pipeline's situation — data already in host memory.
-  const auto run = [&](bool fill) {
+  // How each chunk comes to be new on the host: a CPU task fills it whole (on a 16-core H200 host
+  // 6.4 ms per 16 MiB chunk, which bounded the run), or updates it in place (one element: the chunk
+  // is new on the host all the same and travels again), which is the raw pipeline's situation —
+  // data already in host memory.
+  const auto run = [&](bool fill, std::size_t chunk) {
     for (std::size_t start = 0; start < n; start += chunk) {
-      auto xs = x.slice(start, chunk), ys = y.slice(start, chunk);
+      const std::size_t count = std::min(chunk, n - start);
+      auto xs = x.slice(start, count), ys = y.slice(start, count);
       if (fill) {
         context.spawn(
             nerve::TaskOptions{.device = 0}, [](std::span<float> v) { std::fill(v.begin(), v.end(), 1.0f); },
@@ -238,13 +366,17 @@ void w12(std::size_t n, std::size_t chunk, const Bandwidths& copies) {
     }
     context.wait_all();
   };
-  run(true);  // the first run fills x and page-locks x and y
-  const double t = best_of(3, [&] { run(false); });
-  report("W12 nerve (host data, GPU, CPU reads)", ideal / t * 100, "%",
-         "of the copy-bandwidth bound (goal >= 85%), " + std::to_string(2 * in_gb / t) + " GB/s");
-  const double filled = best_of(3, [&] { run(true); });
-  report("W12 nerve (CPU fills, GPU, CPU reads)", ideal / filled * 100, "%",
-         "of the copy-bandwidth bound, the CPU fill of every chunk included");
+  run(true, chunks.front());  // the first run fills x and page-locks x and y
+  for (const std::size_t chunk : chunks) {
+    const double t = best_of(3, [&] { run(false, chunk); });
+    report("W12 nerve, host data (" + std::to_string(chunk * sizeof(float) >> 20) + " MiB chunks)",
+           percent(t), "%", "of the copy-bandwidth bound (goal >= 85%), " + rate(t));
+  }
+  const double filled = best_of(3, [&] { run(true, chunks.front()); });
+  report("W12 nerve, CPU fills each chunk", percent(filled), "%",
+         "of the copy-bandwidth bound, the CPU fill included, " + rate(filled));
+  if (const auto result = y.to_vector(); result[n / 2] != 3.0f)
+    std::printf("  W12 nerve: WRONG result %f\n", result[n / 2]);
 }
 
 void latency(int iterations) {
@@ -348,15 +480,25 @@ void pools(int pairs) {
 
 int main(int argc, char** argv) {
   Options options;
+  const auto usage = [] {
+    std::fprintf(stderr,
+                 "usage: nerve-bench-cuda [--json PATH] [--quick] [--only w5,w5cold,w12,latency,pools] "
+                 "[--w12-mib MIB[,MIB...]]\n");
+    return 2;
+  };
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
     if (arg == "--json" && i + 1 < argc) {
       options.json = argv[++i];
     } else if (arg == "--quick") {
       options.scale = 16;
+    } else if (arg == "--only" && i + 1 < argc) {
+      options.only = argv[++i];
+    } else if (arg == "--w12-mib" && i + 1 < argc) {
+      options.w12_mib = parse_sizes(argv[++i]);
+      if (options.w12_mib.empty()) return usage();
     } else {
-      std::fprintf(stderr, "usage: nerve-bench-cuda [--json PATH] [--quick]\n");
-      return 2;
+      return usage();
     }
   }
   int count = 0;
@@ -375,10 +517,15 @@ int main(int argc, char** argv) {
   report("copy host->device (pinned)", copies.h2d, "GB/s");
   report("copy device->host (pinned)", copies.d2h, "GB/s");
   report("copy both directions at once", copies.both, "GB/s");
-  w5((std::size_t{1} << 28) / s, copies);
-  w12((std::size_t{1} << 28) / s, (std::size_t{1} << 22) / s, copies);
-  latency(s == 1 ? 2000 : 200);
-  pools(s == 1 ? 20000 : 2000);
+  if (options.runs("w5")) w5((std::size_t{1} << 28) / s, copies);
+  if (options.runs("w5cold")) w5_cold((std::size_t{1} << 28) / s, (std::size_t{1} << 24) / s);
+  if (options.runs("w12")) {
+    std::vector<std::size_t> chunks;  // in floats
+    for (const std::size_t mib : options.w12_mib) chunks.push_back(std::max<std::size_t>(1, (mib << 18) / s));
+    w12((std::size_t{1} << 30) / s, chunks, copies);
+  }
+  if (options.runs("latency")) latency(s == 1 ? 2000 : 200);
+  if (options.runs("pools")) pools(s == 1 ? 20000 : 2000);
   if (!options.json.empty()) {
     std::ofstream(options.json) << nlohmann::json{{"device", prop.name}, {"results", results}}.dump(2)
                                 << "\n";
