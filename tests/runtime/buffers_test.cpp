@@ -1,6 +1,7 @@
 // Buffers: mapping, try_map, misuse errors, slices.
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
@@ -23,6 +24,35 @@ TEST_P(BuffersTest, InitialContentsAndToVector) {
   EXPECT_EQ(buffer.to_vector(), values);
   EXPECT_EQ(buffer.slice(1, 2).to_vector(), (std::vector<double>{2, 3}));
   EXPECT_EQ(buffer.slice(1, 3).slice(1, 1).to_vector(), (std::vector<double>{3}));
+}
+
+// Large initial contents are copied by the workers in pieces (parallel_copy.cpp): every byte arrives,
+// for sizes that are not whole pieces, for element sizes that do not divide a piece, and for a buffer
+// made inside a task body (whose copy is split from a worker).
+TEST_P(BuffersTest, LargeInitialContentsArriveWhole) {
+  struct Record {
+    std::uint32_t index;
+    std::uint8_t tag[9];
+  };
+  const auto check_made_from = [this](std::size_t count) {
+    std::vector<Record> values(count);
+    for (std::size_t i = 0; i < count; ++i) {
+      values[i].index = static_cast<std::uint32_t>(i);
+      for (std::size_t k = 0; k < 9; ++k) values[i].tag[k] = static_cast<std::uint8_t>(i * 31 + k);
+    }
+    Buffer<Record> buffer(*context, std::span<const Record>(values));
+    const auto mapped = buffer.map_read();
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < count; ++i)
+      wrong += std::memcmp(&mapped[i], &values[i], sizeof(Record)) != 0 ? 1 : 0;
+    return wrong;
+  };
+  constexpr std::size_t mib = std::size_t{1} << 20;
+  EXPECT_EQ(check_made_from(16 * mib / sizeof(Record) + 1), 0u);
+  EXPECT_EQ(check_made_from(37 * mib / sizeof(Record) + 5), 0u);
+  std::size_t wrong_in_task = 1;
+  context->submit([&] { wrong_in_task = check_made_from(20 * mib / sizeof(Record) + 3); }).wait();
+  EXPECT_EQ(wrong_in_task, 0u);
 }
 
 // A moved-from Buffer is empty, not a handle that still claims the old size: its size is 0 and

@@ -273,6 +273,9 @@ NERVE_API bool pool_launched(const PoolState* pool) noexcept;
 NERVE_API BufferState* buffer_create(ContextImpl* context, std::size_t bytes, std::size_t element_size,
                                      const BufferOptions& options);
 NERVE_API std::size_t buffer_bytes(const BufferState* buffer) noexcept;
+// copy_into_new_buffer(): a new buffer's initial contents, copied by the context's workers when large.
+NERVE_API void copy_into_new_buffer(ContextImpl* context, void* destination, const void* source,
+                                    std::size_t bytes);
 NERVE_API std::uint64_t buffer_id(const BufferState* buffer) noexcept;
 // Throws Error(buffer_misuse) for a slice of `count` elements at `offset` outside a view of
 // `view_count` elements starting at element `view_offset` of `buffer`, naming the buffer.
