@@ -18,6 +18,7 @@
 #include "memory/buffer_state.hpp"
 #include "perf/trace.hpp"
 #include "runtime/pool_state.hpp"
+#include "runtime/thread_exit.hpp"
 #include "util/log.hpp"
 
 namespace nerve::detail {
@@ -91,6 +92,7 @@ ContextImpl::ContextImpl(const Settings& settings)
   }
   // Its first sample marks the end of construction: workers and devices up, the bus measured.
   perf->start_counters();
+  enter_context_directory(id, *this);  // from now on exiting threads hand their states back
 }
 
 ContextImpl::~ContextImpl() {
@@ -127,6 +129,7 @@ void ContextImpl::release_owner() noexcept {
         "for; the program cannot continue (destroy it outside its tasks)");
     std::abort();
   }
+  leave_context_directory(id);  // before the workers stop: their exits hand nothing back
   shutdown();
   free_detached_pools();  // every task has ended: their gates are done
   // Every task has ended, so no thread changes its `owned_references` again, and the tasks' ends
@@ -278,41 +281,67 @@ void ContextImpl::shutdown() noexcept {
 }
 
 ThreadState& ContextImpl::register_current_thread() {
-  std::lock_guard lock(threads_mutex);
-  auto [it, inserted] = threads_by_id.try_emplace(std::this_thread::get_id(), nullptr);
-  if (inserted) {
-    const std::size_t index = thread_count.load(std::memory_order_relaxed);
-    if (index == max_threads) {
-      threads_by_id.erase(it);
-      throw Error(ErrorCode::invalid_argument,
-                  fmt::format("more than {} threads have used this nerve context", max_threads));
+  ThreadState* state = nullptr;
+  bool new_to_this_thread = false;
+  {
+    std::lock_guard lock(threads_mutex);
+    auto [it, inserted] = threads_by_id.try_emplace(std::this_thread::get_id(), nullptr);
+    if (inserted && !released_states.empty()) {  // an exited thread's, handed back under this mutex
+      it->second = released_states.back();
+      released_states.pop_back();
+    } else if (inserted) {
+      it->second = make_thread_state(it);
     }
-    // Every allocation comes first: a bad_alloc there leaves the thread unregistered, not registered
-    // with no state (a later call would dereference it).
-    std::unique_ptr<ThreadState> owned;
-    try {
-      owned = std::make_unique<ThreadState>();
-      if (thread_storage.size() == thread_storage.capacity())
-        thread_storage.reserve(2 * thread_storage.size() + 8);
-      records.register_cache(owned->records);
-    } catch (...) {
-      threads_by_id.erase(it);
-      throw;
-    }
-    ThreadState* state = owned.get();
-    thread_storage.push_back(std::move(owned));  // the room is reserved: cannot throw
-    state->context = this;
-    if (!reference_shards_closed) {  // the shard's own reference (release_owner() closes it)
-      state->shared_references.store(shard_open_bias, std::memory_order_relaxed);
-      add_external_reference();
-    }
-    state->random_state ^= static_cast<std::uint64_t>(index + 1) * 0x9E3779B97F4A7C15ull;
-    thread_list[index].store(state, std::memory_order_relaxed);
-    thread_count.store(index + 1, std::memory_order_release);
-    it->second = state;
+    state = it->second;
+    new_to_this_thread = inserted;
   }
-  thread_cache = {id, it->second};
-  return *it->second;
+  // Outside threads_mutex: the hand-back list may consult the context directory, whose mutex comes
+  // first. Where it cannot be noted, the state stays tied to this thread's id.
+  if (new_to_this_thread) static_cast<void>(hand_back_at_exit(id, state));
+  thread_cache = {id, state};
+  return *state;
+}
+
+ThreadState* ContextImpl::make_thread_state(
+    std::unordered_map<std::thread::id, ThreadState*>::iterator entry) {
+  const std::size_t index = thread_count.load(std::memory_order_relaxed);
+  if (index == max_threads) {
+    threads_by_id.erase(entry);
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("more than {} threads are using this nerve context at once", max_threads));
+  }
+  // Every allocation comes first: a bad_alloc there leaves the thread unregistered, not registered
+  // with no state (a later call would dereference it).
+  std::unique_ptr<ThreadState> owned;
+  try {
+    owned = std::make_unique<ThreadState>();
+    if (thread_storage.size() == thread_storage.capacity())
+      thread_storage.reserve(2 * thread_storage.size() + 8);
+    released_states.reserve(thread_storage.capacity());  // take_back_thread_state() cannot fail
+    records.register_cache(owned->records);
+  } catch (...) {
+    threads_by_id.erase(entry);
+    throw;
+  }
+  ThreadState* state = owned.get();
+  thread_storage.push_back(std::move(owned));  // the room is reserved: cannot throw
+  state->context = this;
+  if (!reference_shards_closed) {  // the shard's own reference (release_owner() closes it)
+    state->shared_references.store(shard_open_bias, std::memory_order_relaxed);
+    add_external_reference();
+  }
+  state->random_state ^= static_cast<std::uint64_t>(index + 1) * 0x9E3779B97F4A7C15ull;
+  thread_list[index].store(state, std::memory_order_relaxed);
+  thread_count.store(index + 1, std::memory_order_release);
+  return state;
+}
+
+void ContextImpl::take_back_thread_state(ThreadState* state) noexcept {
+  std::lock_guard lock(threads_mutex);
+  const auto it = threads_by_id.find(std::this_thread::get_id());
+  if (it == threads_by_id.end() || it->second != state) return;
+  threads_by_id.erase(it);
+  released_states.push_back(state);  // room reserved when the state was made
 }
 
 const ThreadState* ContextImpl::registered_thread() noexcept {

@@ -118,6 +118,12 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
     return register_current_thread();
   }
   ThreadState& register_current_thread();
+  // take_back_thread_state(): `state`'s thread is exiting (thread_exit.hpp): the next thread to
+  // register takes it over.
+  void take_back_thread_state(ThreadState* state) noexcept;
+  // make_thread_state(): a new state for the thread of `entry` (threads_mutex held); on failure the
+  // entry is erased and the error thrown.
+  ThreadState* make_thread_state(std::unordered_map<std::thread::id, ThreadState*>::iterator entry);
   // calling_worker_numa() is the NUMA node of the worker slot the calling thread runs, or -1.
   int calling_worker_numa() const noexcept {
     if (thread_cache.context_id != id || thread_cache.state->slot == nullptr) return -1;
@@ -300,6 +306,7 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   std::mutex threads_mutex;
   std::unordered_map<std::thread::id, ThreadState*> threads_by_id;
   std::vector<std::unique_ptr<ThreadState>> thread_storage;
+  std::vector<ThreadState*> released_states;  // of exited threads; room for all of thread_storage
   std::unique_ptr<std::atomic<ThreadState*>[]> thread_list { new std::atomic<ThreadState*>[ max_threads ] };
   std::atomic<std::size_t> thread_count{0};
   // Task pools' gates, counted in the threads' submitted/completed counters (so in_flight() covers
