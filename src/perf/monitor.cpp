@@ -136,6 +136,18 @@ void PerfMonitor::edge(ThreadState& thread, const TaskRecord* from, const TaskRe
   }
 }
 
+void PerfMonitor::pool_launched(ThreadState& thread, TaskRecord* gate,
+                                std::span<TaskRecord* const> members) noexcept {
+  // Numbered apart from the tasks (whose ids run from 1 in submission order, without gaps).
+  gate->trace_id = gate_id_bit | (next_gate_id_.fetch_add(1, std::memory_order_relaxed) + 1);
+  try {
+    TaskLog& log = log_of(thread);
+    std::lock_guard lock(log.lock);
+    for (const TaskRecord* member : members) log.pool_members.push_back({gate->trace_id, member->trace_id});
+  } catch (const std::bad_alloc&) {
+  }
+}
+
 const char* outcome_name(std::uint32_t outcome) noexcept {
   switch (outcome) {
     case status_succeeded: return "succeeded";
@@ -226,6 +238,7 @@ std::vector<Event> PerfMonitor::gather(std::deque<Event> TaskLog::*member) const
 
 std::vector<TaskEvent> PerfMonitor::tasks() const { return gather(&TaskLog::tasks); }
 std::vector<EdgeEvent> PerfMonitor::edges() const { return gather(&TaskLog::edges); }
+std::vector<PoolMemberEvent> PerfMonitor::pool_members() const { return gather(&TaskLog::pool_members); }
 
 std::vector<TransferEvent> PerfMonitor::transfers() const {
   std::lock_guard lock(transfers_mutex_);
@@ -293,7 +306,7 @@ void PerfMonitor::cpu_run_finished(ThreadState& thread, MonitoredRun& run, std::
                  static_cast<double>(end - run.start_ns));
   if (!run.recorded) return;
   run.event.end_ns = end;
-  run.event.outcome = outcome;
+  run.event.outcome = run.coroutine_failed && outcome == status_succeeded ? status_failed : outcome;
   record(thread, std::move(run.event));
 }
 

@@ -15,6 +15,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,13 @@ struct EdgeEvent {
   std::uint64_t to;
 };
 
+// A task pool's member: the pool's gate (bookkeeping, never drawn) stands for its members in edges,
+// so an edge into the gate is drawn into each member and one out of it from each member.
+struct PoolMemberEvent {
+  std::uint64_t gate;
+  std::uint64_t member;
+};
+
 struct TransferEvent {
   unsigned from_node, to_node;
   std::uint64_t bytes;
@@ -62,6 +70,7 @@ struct TaskLog {
   SpinLock lock;
   std::deque<TaskEvent> tasks;  // chunked: growing never copies what is recorded
   std::deque<EdgeEvent> edges;
+  std::deque<PoolMemberEvent> pool_members;
   // Records this thread may still add (taken from the global bound in batches). Atomic: a thread
   // that finds the bound taken uses another thread's unused quota before dropping a record.
   std::atomic<std::uint64_t> quota{0};
@@ -112,6 +121,9 @@ class PerfMonitor final : public TransferObserver {
   void task_ready(TaskRecord* task, bool submission) noexcept;
   // edge(): records that `to` waits for `from`; under memory exhaustion the edge is left out.
   void edge(ThreadState& thread, const TaskRecord* from, const TaskRecord* to) noexcept;
+  // pool_launched(): a task pool's gate (numbered now, in an id space of its own) and its members;
+  // under memory exhaustion the members are left out (their arrows with them).
+  void pool_launched(ThreadState& thread, TaskRecord* gate, std::span<TaskRecord* const> members) noexcept;
   // record(): append a finished task's event to `thread`'s log (unless max_task_records is reached).
   void record(ThreadState& thread, TaskEvent&& event);
   TaskEvent begin_event(const TaskRecord* task, int device, int worker) const;
@@ -122,6 +134,7 @@ class PerfMonitor final : public TransferObserver {
   // --- reading (any thread, any time)
   std::vector<TaskEvent> tasks() const;
   std::vector<EdgeEvent> edges() const;
+  std::vector<PoolMemberEvent> pool_members() const;
   std::vector<TransferEvent> transfers() const;
   std::uint64_t dropped() const noexcept { return dropped_.load(std::memory_order_relaxed); }
   CounterStats counters() const;
@@ -152,6 +165,8 @@ class PerfMonitor final : public TransferObserver {
   const Config::Perf config_;
   std::unique_ptr<DeviceActivity[]> devices_;
   std::atomic<std::uint64_t> next_id_{0};
+  static constexpr std::uint64_t gate_id_bit = std::uint64_t{1} << 63;  // pool gates' ids
+  std::atomic<std::uint64_t> next_gate_id_{0};
   std::atomic<std::uint64_t> taken_{0};
   std::atomic<std::uint64_t> dropped_{0};
   std::atomic<std::uint64_t> published_{0};  // of taken_, the records added to a thread's quota
@@ -172,6 +187,9 @@ struct MonitoredRun {
   bool modelled;  // a kernel call while perf.models is on: learn its run time
   bool recorded;  // perf.record_tasks: `event` is filed
   bool finished = false;
+  // A coroutine's exception escaped during this stretch: the stretch's record says failed, although
+  // the stretch task itself succeeds (the coroutine's Task carries the failure, reported once).
+  bool coroutine_failed = false;
   std::int64_t start_ns = 0;
   TaskEvent event{};
 };

@@ -4,7 +4,9 @@
 #include <fstream>
 #include <mutex>
 #include <set>
+#include <span>
 #include <unordered_map>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -22,6 +24,7 @@ constexpr int process_id = 1;
 constexpr int device_track_base = 1000;
 constexpr int transfer_track_base = 2000;
 constexpr std::size_t utilisation_buckets = 100;
+constexpr std::size_t max_arrows_per_edge = 65536;
 
 int task_track(const TaskEvent& task) {
   return task.device == 0 ? 1 + task.worker : device_track_base + task.device;
@@ -116,12 +119,21 @@ nlohmann::json trace_to_json(const ContextImpl& context) {
                       {"args", std::move(args)}});
   }
 
-  // Flow arrows: from the predecessor's slice to the successor's (both must have been recorded).
+  // Flow arrows: from the predecessor's slice to the successor's (both must have been recorded). A
+  // task pool's gate stands for its members: an edge into it is drawn into each member, one out of it
+  // from each member (at most max_arrows_per_edge for one edge: two large pools, one after the other).
+  std::unordered_map<std::uint64_t, std::vector<std::uint64_t>> members_of;
+  for (const PoolMemberEvent& entry : perf.pool_members()) members_of[entry.gate].push_back(entry.member);
+  const auto ends_of = [&](const std::uint64_t& id) -> std::span<const std::uint64_t> {
+    const auto pool = members_of.find(id);
+    return pool != members_of.end() ? std::span<const std::uint64_t>(pool->second)
+                                    : std::span<const std::uint64_t>(&id, 1);
+  };
   std::uint64_t flow = 0;
-  for (const EdgeEvent& edge : perf.edges()) {
-    const auto from = by_id.find(edge.from);
-    const auto to = by_id.find(edge.to);
-    if (from == by_id.end() || to == by_id.end()) continue;
+  const auto arrow = [&](std::uint64_t from_id, std::uint64_t to_id) {
+    const auto from = by_id.find(from_id);
+    const auto to = by_id.find(to_id);
+    if (from == by_id.end() || to == by_id.end()) return;
     ++flow;
     events.push_back({{"ph", "s"},
                       {"cat", "dependency"},
@@ -138,6 +150,16 @@ nlohmann::json trace_to_json(const ContextImpl& context) {
                       {"ts", us(to->second->start_ns)},
                       {"pid", process_id},
                       {"tid", task_track(*to->second)}});
+  };
+  for (const EdgeEvent& edge : perf.edges()) {
+    std::size_t drawn = 0;
+    for (const std::uint64_t from : ends_of(edge.from)) {
+      for (const std::uint64_t to : ends_of(edge.to)) {
+        if (drawn == max_arrows_per_edge) break;
+        ++drawn;
+        arrow(from, to);
+      }
+    }
   }
 
   // Transfer engines: one track per (source, destination) memory node pair.

@@ -109,6 +109,9 @@ void PoolState::launch() {
   gate->refs.store(2, std::memory_order_relaxed);  // the runtime and the pool
   open_submission_guard(gate);
   std::size_t edges = 0;
+  // Recording: the gate is numbered like a task, and stands for the members in the trace's arrows.
+  if (context.recorder != nullptr) [[unlikely]]
+    context.recorder->pool_launched(thread, gate, members);
   try {  // out of memory: the pool stays unlaunched, as it was (a gate's accesses count nowhere)
     context.copy_accesses(gate, specs.data(), specs.size());
     edges = context.register_dependencies(gate, thread, nullptr, 0);

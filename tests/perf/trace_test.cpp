@@ -1,9 +1,11 @@
 // Timeline trace (perf.trace / NERVE_TRACE): Chrome trace-event JSON written when the context is
 // destroyed, loaded by a JSON parser; tracks per worker, device queue and transfer engine, flow
 // arrows along dependencies, utilisation counters.
+#include <chrono>
 #include <map>
 #include <set>
 #include <stdexcept>
+#include <thread>
 
 #include "perf/perf_test.hpp"
 
@@ -33,6 +35,28 @@ TraceSummary summarise(const nlohmann::json& trace) {
     if (ph == "C") summary.counter_names.insert(event.at("name"));
   }
   return summary;
+}
+
+// arrows_of(): the trace's flow arrows as (source task, destination task) names; an arrow's ends are
+// found by the track and start time of the slice they sit on.
+using Arrows = std::multiset<std::pair<std::string, std::string>>;
+Arrows arrows_of(const nlohmann::json& trace) {
+  std::map<std::pair<int, double>, std::string> name_at;
+  for (const auto& event : trace["traceEvents"]) {
+    if (event["ph"] == "X") name_at[{event["tid"].get<int>(), event["ts"].get<double>()}] = event["name"];
+  }
+  const auto slice_under = [&](const nlohmann::json& event) {
+    return name_at.at({event["tid"].get<int>(), event["ts"].get<double>()});
+  };
+  std::map<std::string, std::string> flow_from;  // flow id → source task
+  for (const auto& event : trace["traceEvents"]) {
+    if (event["ph"] == "s") flow_from[event["id"].dump()] = slice_under(event);
+  }
+  Arrows arrows;
+  for (const auto& event : trace["traceEvents"]) {
+    if (event["ph"] == "f") arrows.insert({flow_from.at(event["id"].dump()), slice_under(event)});
+  }
+  return arrows;
 }
 
 TEST(Trace, WrittenAtShutdownWithTracksFlowsAndCounters) {
@@ -171,22 +195,43 @@ TEST(Trace, FlowArrowsFromTasksThatHadAlreadyFinished) {
   }
   const nlohmann::json trace = load_json(path);
   std::filesystem::remove(path);
-  std::map<double, std::string> name_at;
-  for (const auto& event : trace["traceEvents"]) {
-    if (event["ph"] == "X") name_at[event["ts"].get<double>()] = event["name"];
-  }
-  std::map<std::string, std::string> flow_from;  // flow id → source task
-  std::multiset<std::pair<std::string, std::string>> arrows;
-  for (const auto& event : trace["traceEvents"]) {
-    if (event["ph"] == "s") flow_from[event["id"].dump()] = name_at.at(event["ts"].get<double>());
-  }
-  for (const auto& event : trace["traceEvents"]) {
-    if (event["ph"] == "f")
-      arrows.insert({flow_from.at(event["id"].dump()), name_at.at(event["ts"].get<double>())});
-  }
-  const std::multiset<std::pair<std::string, std::string>> expected{
+  const Arrows expected{
       {"producer", "half"}, {"producer", "consumer"}, {"half", "consumer"}, {"consumer", "overwriter"}};
-  EXPECT_EQ(arrows, expected);
+  EXPECT_EQ(arrows_of(trace), expected);
+}
+
+// A task pool is ordered as a whole against other work by its buffers: a task it waits for has an
+// arrow to each of its tasks, a task that waits for it one from each (docs/TRACING.md). Its tasks,
+// independent of one another, have none between them.
+TEST(Trace, FlowArrowsReachEveryTaskOfAPool) {
+  const auto path = temp_file("nerve-trace-pool-flow");
+  {
+    Settings settings = make_settings(1);  // everything is submitted before anything runs
+    settings.set("perf.trace", path.string());
+    Context context(settings);
+    Buffer<int> data(context, 8);
+    // Each body lasts a while, so that no two slices start in the same microsecond.
+    const auto pause = [] { std::this_thread::sleep_for(std::chrono::microseconds(200)); };
+    context.spawn(
+        TaskOptions{.name = "before"}, [&](std::span<int> d) { d[0] = 1, pause(); }, write(data));
+    TaskPool pool(context);
+    for (const char* name : {"member 0", "member 1", "member 2"})
+      pool.add(
+          TaskOptions{.name = name}, [&](std::span<const int>) { pause(); }, read(data));
+    pool.launch();
+    context.spawn(
+        TaskOptions{.name = "after"}, [&](std::span<int> d) { d[0] = 2, pause(); }, write(data));
+    context.wait_all();
+  }
+  const nlohmann::json trace = load_json(path);
+  std::filesystem::remove(path);
+  Arrows expected;
+  for (const char* member : {"member 0", "member 1", "member 2"}) {
+    expected.insert({"before", member});
+    expected.insert({member, "after"});
+  }
+  expected.insert({"before", "after"});  // write after write: the later writer also follows the first
+  EXPECT_EQ(arrows_of(trace), expected);
 }
 
 // Failures are visible on the timeline: a failed task's slice says so, its cancelled dependent too.
