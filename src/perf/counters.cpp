@@ -83,7 +83,13 @@ CounterSampler::CounterSampler(std::chrono::milliseconds interval) : interval_(i
   source_ = Source::hardware;
   if (!open_thread(self)) {
     source_ = Source::software;
-    if (!open_thread(self)) source_ = Source::rusage;
+    const std::array<std::uint64_t, 3> before = rusage_values();
+    if (open_thread(self)) {
+      task_clock_before_ = before[0];
+      page_faults_before_ = before[2];
+    } else {
+      source_ = Source::rusage;
+    }
   }
   stats_.enabled = true;
   stats_.source = source_ == Source::hardware   ? "perf_event hardware"
@@ -144,7 +150,11 @@ void CounterSampler::sample() {
     }
     // A switch happens in the kernel, which a user-only event (exclude_kernel, all that
     // perf_event_paranoid 2 allows) never counts: the process's own count comes from getrusage.
-    if (source_ == Source::software) point.values[1] = rusage_values()[1];
+    if (source_ == Source::software) {
+      point.values[0] += task_clock_before_;
+      point.values[1] = rusage_values()[1];
+      point.values[2] += page_faults_before_;
+    }
   }
   std::lock_guard lock(mutex_);
   if (stats_.samples.size() < max_samples) stats_.samples.push_back(std::move(point));

@@ -50,6 +50,9 @@ class CounterSampler {
   std::chrono::milliseconds interval_;
   Source source_ = Source::rusage;
   std::map<int, std::vector<int>> fds_;  // tid -> one fd per event
+  // Software events count from when they were opened: what the process had spent before (CPU time,
+  // page faults, from getrusage) is added, so every source's values are the process's whole life.
+  std::uint64_t task_clock_before_ = 0, page_faults_before_ = 0;
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   bool stopping_ = false;

@@ -100,6 +100,13 @@ TaskRecord* coroutine_task_create(ContextImpl* context, const char* name, GroupS
 
 void coroutine_task_finish(TaskRecord* record, std::exception_ptr error) noexcept {
   ContextImpl& context = *record->context;
+  // Recording: the stretch the exception escaped from is the coroutine's failed work (the records
+  // and the trace have no entry for the coroutine's Task itself).
+  if (error != nullptr && context.times_tasks) {
+    if (MonitoredRun* run = context.current_thread().perf_run;
+        run != nullptr && run->task == running_task_record())
+      run->coroutine_failed = true;
+  }
   record->error = std::move(error);
   context.finish(record, context.current_thread(),
                  record->error != nullptr ? status_failed : status_succeeded);

@@ -2,6 +2,13 @@
 // available (hardware perf_event, software perf_event, getrusage) named; never a failure.
 #include "perf/counters.hpp"
 
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <sys/resource.h>
+
 #include "perf/perf_test.hpp"
 
 namespace nerve::testing {
@@ -45,6 +52,30 @@ TEST(Counters, SampledWhileTheContextLivesAndNamed) {
   if (source != "perf_event hardware") EXPECT_GT(last[1], first[1]) << "context switches are counted";
   for (std::size_t i = 1; i < samples.size(); ++i)
     EXPECT_LE(samples[i - 1]["time_ns"].get<std::int64_t>(), samples[i]["time_ns"].get<std::int64_t>());
+}
+
+// The software counters and getrusage are cumulative for the whole process (PERF_STATS.md): what it
+// spent before the context opened its sampler counts too, as getrusage counts it.
+TEST(Counters, SoftwareCountersCountFromTheProcessStart) {
+  volatile std::uint64_t sink = 0;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
+  while (std::chrono::steady_clock::now() < until) sink = sink + 1;  // CPU time before the context
+  rusage before{};
+  getrusage(RUSAGE_SELF, &before);
+  const std::uint64_t cpu_ns =
+      (static_cast<std::uint64_t>(before.ru_utime.tv_sec + before.ru_stime.tv_sec) * 1'000'000 +
+       static_cast<std::uint64_t>(before.ru_utime.tv_usec + before.ru_stime.tv_usec)) *
+      1000;
+  const auto faults = static_cast<std::uint64_t>(before.ru_minflt + before.ru_majflt);
+  Settings settings = make_settings(2);
+  settings.set("perf.enable_counters", "true");
+  Context context(settings);
+  const nlohmann::json json = dump_stats(context);
+  const std::string source = json["counters"]["source"];
+  if (source == "perf_event hardware") GTEST_SKIP() << "hardware counters count from the sampler's start";
+  const auto first = json["counters"]["samples"].front()["values"].get<std::vector<std::uint64_t>>();
+  EXPECT_GE(first[0], cpu_ns) << source << ": task_clock_ns includes the CPU time spent before";
+  EXPECT_GE(first[2], faults) << source << ": page_faults includes the faults taken before";
 }
 
 TEST(Counters, IntervalSetsTheSampleRate) {

@@ -1,7 +1,11 @@
 // Monitoring: dump_perf_stats() JSON (schema nerve.perf_stats/1, docs/PERF_STATS.md) — workers,
 // devices, transfers, per-task records — loaded by a JSON parser and checked field by field.
+#include <algorithm>
 #include <map>
 #include <set>
+#include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "nerve/coroutine.hpp"
 
@@ -77,6 +81,34 @@ TEST(PerfStats, CoroutineStretchesAreRecordedUnderTheLaunchName) {
   for (const TaskTimes& record : stats.task_records) named += record.name == "pipeline" ? 1 : 0;
   EXPECT_EQ(named, 3u) << "the first stretch, the one after the task, the one after the group";
   EXPECT_EQ(stats.tasks_completed, stats.task_records.size() + 1) << "all but the coroutine's own Task";
+}
+
+CoTask<> throw_after_a_task(Context& context) {
+  co_await context.submit([] {});
+  throw std::runtime_error("the coroutine failed");
+}
+
+CoTask<> throw_at_once() {
+  throw std::runtime_error("the coroutine failed at once");
+  co_return;
+}
+
+// The stretch a coroutine's exception escaped from is recorded as failed (its Task has no record):
+// the first stretch of one that throws after a suspension succeeded, its second failed; one that
+// throws before suspending fails in its only stretch. The failure is reported once, by the Task.
+TEST(PerfStats, TheStretchACoroutinesExceptionEscapedFromIsRecordedAsFailed) {
+  Settings settings = make_settings(2);
+  settings.set("perf.record_tasks", "true");
+  Context context(settings);
+  EXPECT_THROW(launch(context, throw_after_a_task(context), "later").wait(), std::runtime_error);
+  EXPECT_THROW(launch(context, throw_at_once(), "at once").wait(), std::runtime_error);
+  context.wait_all();                                        // nothing else to report
+  std::map<std::string, std::vector<std::string>> statuses;  // by name, in submission order
+  std::vector<TaskTimes> records = context.stats().task_records;
+  std::sort(records.begin(), records.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+  for (const TaskTimes& record : records) statuses[record.name].push_back(record.status);
+  EXPECT_EQ(statuses["later"], (std::vector<std::string>{"succeeded", "failed"}));
+  EXPECT_EQ(statuses["at once"], (std::vector<std::string>{"failed"}));
 }
 
 TEST(PerfStats, RecordTasksGivesTimesDeviceAndBytesPerTask) {
