@@ -197,6 +197,27 @@ TEST(HostMemory, NodeLimitBelowAClassesSlabStillFitsItsBuffers) {
   EXPECT_LE(context.stats().memory.host_bytes_reserved, std::size_t{1} << 20);
 }
 
+// Memory a freed buffer left cached goes back to the node before a class takes a slab smaller than
+// the limit allows: after a 600 kB buffer came and went, a 1 MiB limit still holds fifteen buffers of
+// 64 KiB (CONFIG.md), as on an empty pool (with the cached block in the way they took 256 KiB slabs,
+// one chunk short each, and twelve fitted).
+TEST(HostMemory, NodeLimitHoldsAsManyAfterAFreedBufferAsBefore) {
+  const auto how_many_fit = [](Context& context) {
+    std::vector<Buffer<char>> buffers;
+    try {
+      for (int i = 0; i < 100; ++i) buffers.emplace_back(context, 65536);
+    } catch (const Error& error) {
+      EXPECT_EQ(error.code(), ErrorCode::out_of_memory) << error.what();
+    }
+    return buffers.size();
+  };
+  Context fresh(settings_with({{"memory.host_node_limit", "1048576"}}));
+  EXPECT_EQ(how_many_fit(fresh), 15u);
+  Context used(settings_with({{"memory.host_node_limit", "1048576"}}));
+  { Buffer<char> passing(used, 600000); }
+  EXPECT_EQ(how_many_fit(used), 15u);
+}
+
 // Buffers created and dropped inside tasks: their memory must not stay cached in the (now idle)
 // workers where the limit cannot reach it.
 TEST(HostMemory, NodeLimitGetsBackWhatWorkersFreed) {

@@ -344,15 +344,21 @@ std::size_t HostPool::reclaim_heap(ThreadCache* cache) noexcept {
 
 // Under a limit the class's usual slab may not fit where a smaller one does (a 1 MiB limit and 2 MiB
 // slabs): the slab halves down to the smallest holding one chunk, keeping the usual alignment so that
-// slab_of() still finds it. Before giving up, cached and empty memory goes back to the node.
+// slab_of() still finds it. A slab smaller than the limit allows costs room (each has a header, and a
+// chunk of 64 KiB in a 128 KiB slab leaves most of it unused), so cached and empty memory goes back
+// to the node before one is taken — with a 1 MiB limit, a freed 600 kB buffer left in the cache
+// made the next 64 KiB buffers take 256 KiB slabs: 12 fitted where 15 do.
 void* HostPool::reserve_slab(unsigned size_class, std::size_t& bytes) {
   const std::size_t usual = slab_bytes(size_class);
   const std::size_t smallest =
       budget_.limit() == 0
           ? usual
           : std::max(min_slab_bytes, std::bit_ceil(SlabHeader::header_bytes + class_size(size_class)));
+  std::size_t within_limit = usual;  // what an empty pool would take
+  while (budget_.limit() != 0 && within_limit > smallest && within_limit > budget_.limit()) within_limit /= 2;
   for (int attempt = 0; attempt < 2; ++attempt) {
-    for (bytes = usual; bytes >= smallest; bytes /= 2) {
+    const std::size_t least = attempt == 0 ? within_limit : smallest;
+    for (bytes = usual; bytes >= least; bytes /= 2) {
       if (void* block = budget_.try_acquire(bytes, usual)) return block;
     }
     if (attempt == 0) compact();  // make room
