@@ -263,7 +263,15 @@ ParsedValue parse_value(std::string_view key, const ValueType& type, const RawVa
       case ValueKind::choice: return parse_choice(text, type);
       case ValueKind::text: return {std::string(text), std::string(text)};
       case ValueKind::readable_file: return parse_readable_file(text, origin);
-      case ValueKind::list: return parse_list(split_commas(text), type);
+      case ValueKind::list: {
+        // A YAML flow sequence written as text (from the API or the environment: "[0, 2]") means
+        // what it means in a file.
+        if (text.size() >= 2 && text.front() == '[' && text.back() == ']') {
+          const std::string_view inside = trim(text.substr(1, text.size() - 2));
+          return parse_list(inside.empty() ? std::vector<std::string>{} : split_commas(inside), type);
+        }
+        return parse_list(split_commas(text), type);
+      }
     }
     throw Problem{"has a type this build does not know"};
   } catch (const Problem& problem) {

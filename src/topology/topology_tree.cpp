@@ -19,11 +19,12 @@ struct Line {
   std::vector<Line> children;
 };
 
+// Rounded to the nearest unit, as nerve-info's summary lines round (23.5 GiB is "24 GiB" in both).
 std::string format_bytes(std::uint64_t bytes) {
   constexpr std::uint64_t kib = 1024, mib = kib * 1024, gib = mib * 1024;
-  if (bytes >= 10 * gib) return fmt::format("{} GiB", bytes / gib);
-  if (bytes >= mib) return fmt::format("{} MiB", bytes / mib);
-  return fmt::format("{} KiB", bytes / kib);
+  if (bytes >= 10 * gib) return fmt::format("{} GiB", (bytes + gib / 2) / gib);
+  if (bytes >= mib) return fmt::format("{} MiB", (bytes + mib / 2) / mib);
+  return fmt::format("{} KiB", (bytes + kib / 2) / kib);
 }
 
 std::string core_label(const Core& core) {

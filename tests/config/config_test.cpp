@@ -185,6 +185,21 @@ TEST(ConfigKeys, EveryKeyFromTheApi) {
   }
 }
 
+// A list key's value written as a YAML flow sequence means the same from the API and the
+// environment as in a file (CONFIG.md: API values are text written as in the file).
+TEST(ConfigKeys, AListWrittenAsAFlowSequenceIsTheListFromEverySource) {
+  const Config api = Config::load(hermetic().set("gpu.devices", "[0, 2]"));
+  EXPECT_EQ(api.gpu.devices, (std::vector<std::string>{"0", "2"}));
+  EXPECT_EQ(entry(api, "gpu.devices").value, "0,2");
+  const Config env = Config::load(Settings(), {{"NERVE_GPU_DEVICES", " [ pthread ] "}});
+  EXPECT_EQ(env.gpu.devices, (std::vector<std::string>{"pthread"}));
+  TempDir dir;
+  const Config file = Config::load(hermetic().config_file(dir.write("c.yaml", "gpu:\n  devices: [0, 2]\n")));
+  EXPECT_EQ(file.gpu.devices, api.gpu.devices);
+  EXPECT_THROW(Config::load(hermetic().set("gpu.devices", "[]")), ConfigError);
+  EXPECT_THROW(Config::load(hermetic().set("gpu.devices", "[0,,1]")), ConfigError);
+}
+
 TEST(ConfigKeys, TopologyXmlNamesAnExistingFileFromEverySource) {
   TempDir dir;
   const auto xml = dir.write("machine.xml", "<topology/>\n");

@@ -148,6 +148,11 @@ def case_synthetic(binary):
     check(sorted(worker["core"] for worker in document["workers"]) == list(range(16)), "workers share cores")
     origin = config_entry(document, "topology.synthetic")["origin"]
     check(origin["source"] == "api", f"--synthetic gives origin {origin}")
+    # --synthetic "" is --set topology.synthetic= : the real machine, whatever the environment says.
+    document = run_json(binary, "--synthetic", "", env={"NERVE_TOPOLOGY_SYNTHETIC": SYNTHETIC})
+    check(not document["topology"]["synthetic"], "--synthetic '' left the environment's synthetic machine")
+    origin = config_entry(document, "topology.synthetic")["origin"]
+    check(origin["source"] == "api", f"--synthetic '' gives origin {origin}")
 
 
 def case_large(binary):
@@ -241,6 +246,12 @@ def case_usage(binary):
     check("--synthetic" in run(binary, "--help").stdout, "--help does not list --synthetic")
     run(binary, "--set", "no_equals_sign", expect_status=2)
     run(binary, "--no-such-option", expect_status=2)
+    # --help and --version do not hide a mistake elsewhere on the line.
+    for args in (("--version", "--bogus"), ("--bogus", "--version"), ("--help", "--bogus"), ("--version", "stray")):
+        result = run(binary, *args, expect_status=2)
+        check("--bogus" in result.stderr or "stray" in result.stderr, f"{args}: {result.stderr}")
+    run(binary, "--version", "--json")  # other valid options are fine
+    run(binary, "--set", "parallel.thread_pool_size=2", "--version")
     # An empty --config (an unset variable) is a mistake, not "use NERVE_CONFIG instead".
     with tempfile.TemporaryDirectory() as directory:
         fallback = os.path.join(directory, "fallback.yaml")

@@ -30,6 +30,7 @@ struct Options {
   std::string config_file;
   std::vector<std::string> settings;  // "key=value"
   std::string synthetic;
+  bool synthetic_given = false;  // --synthetic "" too: topology.synthetic set to nothing, as --set does
   bool no_environment = false;
   bool calibrate = false;
 };
@@ -40,7 +41,7 @@ nerve::Settings make_settings(const Options& options) {
   nerve::Settings settings;
   if (!options.config_file.empty()) settings.config_file(options.config_file);
   if (options.no_environment) settings.use_environment(false);
-  if (!options.synthetic.empty()) settings.set("topology.synthetic", options.synthetic);
+  if (options.synthetic_given) settings.set("topology.synthetic", options.synthetic);
   for (const std::string& setting : options.settings) {
     const std::size_t equals = setting.find('=');
     if (equals == std::string::npos || equals == 0)
@@ -59,6 +60,20 @@ void print_text(const nerve::info::Report& report) {
   out += nerve::info::print_devices(report.devices);
   for (const std::string& note : report.backend_notes) out += "  " + note + "\n";
   std::fwrite(out.data(), 1, out.size(), stdout);
+}
+
+// unknown_argument(): the first argument that names no option of `app` (or is a stray value), or
+// empty. CLI11 answers --help and --version as soon as it meets them, before it has looked at the
+// rest: this keeps `nerve-info --version --bogus` a usage error, as `nerve-info --bogus` is.
+std::string unknown_argument(CLI::App& app, int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string argument = argv[i];
+    const std::string name = argument.substr(0, argument.find('='));
+    const CLI::Option* option = name.starts_with("-") ? app.get_option_no_throw(name) : nullptr;
+    if (option == nullptr) return argument;
+    if (option->get_expected_max() > 0 && name.size() == argument.size()) ++i;  // its value follows
+  }
+  return {};
 }
 
 }  // namespace
@@ -82,9 +97,10 @@ int main(int argc, char** argv) {
   app.add_option("--set", options.settings, "set a configuration key, as the API does (repeatable)")
       ->type_name("KEY=VALUE")
       ->allow_extra_args(false);
-  app.add_option("--synthetic", options.synthetic,
-                 "use an hwloc synthetic topology, e.g. \"pack:2 numa:2 core:4 pu:1\" "
-                 "(shorthand for --set topology.synthetic=...)");
+  CLI::Option* synthetic =
+      app.add_option("--synthetic", options.synthetic,
+                     "use an hwloc synthetic topology, e.g. \"pack:2 numa:2 core:4 pu:1\" "
+                     "(shorthand for --set topology.synthetic=...)");
   app.add_flag("--no-env", options.no_environment, "ignore the NERVE_* environment (NERVE_CONFIG included)");
   app.add_flag("--calibrate", options.calibrate,
                "measure the bus (latency, bandwidth) between every pair of memory nodes again, save it to "
@@ -93,6 +109,7 @@ int main(int argc, char** argv) {
 
   try {
     app.parse(argc, argv);
+    options.synthetic_given = synthetic->count() > 0;
     if (options.calibrate) {
       std::string save_error;
       const std::string out = nerve::info::calibrate_bus(make_settings(options), options.json, save_error);
@@ -113,6 +130,13 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     return std::ferror(stdout) ? exit_failure : 0;
   } catch (const CLI::ParseError& error) {
+    if (error.get_exit_code() == 0) {  // --help or --version: only if nothing else is wrong
+      if (const std::string unknown = unknown_argument(app, argc, argv); !unknown.empty()) {
+        std::cerr << "The following argument was not expected: " << unknown
+                  << "\nRun with --help for more information.\n";
+        return exit_usage;
+      }
+    }
     const int status = app.exit(error);  // prints help/version to stdout, a usage error to stderr
     return status == 0 ? 0 : exit_usage;
   } catch (const nerve::ConfigError& error) {
