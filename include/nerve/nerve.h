@@ -210,7 +210,8 @@ NERVE_API nerve_buffer_t* nerve_buffer_alloc_unified(nerve_context_t* ctx, size_
  * thread's nerve_buffer_map() is still waiting to map, is NERVE_ERROR_BUFFER_MISUSE (waiting for
  * itself would deadlock). Inside a kernel, a mapping that would wait for its own task (directly or
  * through tasks ordered after it) is NERVE_ERROR_INVALID_ARGUMENT. Writing through a read mapping is a
- * bug. NULL on error (also when a task the mapping waited for failed: NERVE_ERROR_CANCELLED). Blocks. */
+ * bug. NULL on error (also, for a read or read-write mapping, when a task the mapping waited for
+ * failed: NERVE_ERROR_CANCELLED; a write mapping replaces the data and succeeds). Blocks. */
 NERVE_API void* nerve_buffer_map(nerve_buffer_t* buffer, nerve_map_mode_t mode);
 /* nerve_buffer_try_map() is nerve_buffer_map() without the wait: while a conflicting task or mapping
  * is pending (also another thread's nerve_buffer_map() of this buffer, still waiting) it maps nothing
@@ -232,7 +233,8 @@ NERVE_API void* nerve_buffer_get_device_ptr(nerve_buffer_t* buffer, nerve_device
  * that shares the host's address space (all of them in a CPU-only build). The same rules as for a
  * device pointer apply to using it. NULL on error. */
 NERVE_API void* nerve_buffer_get_unified_ptr(nerve_buffer_t* buffer);
-/* nerve_buffer_size() is the size in bytes; 0 on error (freed buffer: NERVE_ERROR_BUFFER_MISUSE). */
+/* nerve_buffer_size() is the size in bytes; 0 on error (freed buffer: NERVE_ERROR_BUFFER_MISUSE —
+ * except inside a kernel of a task that declared it, which still holds it, as for its pointers). */
 NERVE_API size_t nerve_buffer_size(const nerve_buffer_t* buffer);
 /* nerve_buffer_free() gives the buffer back. Tasks already submitted that use it still run; the data
  * is released when the last of them finishes. Freeing a mapped buffer, a second free and any later use

@@ -251,6 +251,11 @@ void* nerve_buffer_get_unified_ptr(nerve_buffer_t* buffer) {
 size_t nerve_buffer_size(const nerve_buffer_t* buffer) {
   return guard_value<size_t>("nerve_buffer_size", 0, [&] {
     nerve_buffer& handle = checked_buffer(buffer);
+    // Inside a kernel of a task that declared it, the buffer is the task's, freed since or not: its
+    // size is there as its pointers are (data_pointer()). `bytes` never changes.
+    if (const RunningKernel* kernel = RunningKernel::current();
+        kernel != nullptr && kernel->declares(&handle))
+      return handle.bytes;
     std::lock_guard lock(handle.lock);
     check_alive(handle, "size");
     return handle.bytes;

@@ -311,7 +311,8 @@ TEST_P(CapiBufferTest, WaitAllRefusesWhenWorkForItsMappingArrivesDuringTheWait) 
 }
 
 // Freeing a buffer right after submitting a task that uses it is fine: the task keeps the data alive
-// and still reaches it through the (freed) handle.
+// and still reaches it through the (freed) handle — its pointer and its size (a kernel sizing its loop
+// with nerve_buffer_size() did nothing when that call refused the freed handle).
 TEST_P(CapiBufferTest, FreeWhileATaskStillUsesTheBuffer) {
   nerve_buffer_t* input = alloc(sizeof(int));
   nerve_buffer_t* output = alloc(sizeof(int));
@@ -325,7 +326,7 @@ TEST_P(CapiBufferTest, FreeWhileATaskStillUsesTheBuffer) {
         wait_until([] { return release.load(); });
         const int* in = static_cast<const int*>(nerve_buffer_get_device_ptr(pair[0], device));
         int* out = static_cast<int*>(nerve_buffer_get_device_ptr(pair[1], device));
-        if (in == nullptr || out == nullptr) {
+        if (in == nullptr || out == nullptr || nerve_buffer_size(pair[0]) != sizeof(int)) {
           nerve_task_fail(nerve_last_error());
           return;
         }
