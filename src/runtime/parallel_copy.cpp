@@ -7,9 +7,18 @@
 // 20 ms. Small copies stay on the calling thread (a split costs task submissions), and so does any
 // copy that would decide where pages land: under memory.numa_policy `local` on a machine of several
 // NUMA nodes the first writer places the pages, which is the calling thread by contract.
+//
+// The pieces are claimed from a counter by the calling thread and by helper tasks alike, and the
+// calling thread waits only for pieces a helper has claimed and is copying — never for a helper to
+// start, and it never runs other tasks meanwhile (a constructor is not a wait: it must not pick up
+// unrelated work, which may need a mapping this thread holds). A helper that starts after the copy
+// is over finds nothing left to claim; the job it shares is freed by whoever lets go of it last.
+#include <atomic>
 #include <cstring>
+#include <memory>
+#include <thread>
 
-#include "nerve/parallel.hpp"
+#include "nerve/task.hpp"
 
 #include "runtime/context_impl.hpp"
 
@@ -24,6 +33,25 @@ bool first_touch_places_pages(const ContextImpl& context) {
          context.topology.numa_nodes().size() > 1;
 }
 
+struct CopyJob {
+  std::byte* to;
+  const std::byte* from;
+  std::size_t bytes;
+  std::size_t pieces;
+  std::atomic<std::size_t> next{0};  // the next piece to claim
+  std::atomic<std::size_t> done{0};  // pieces copied
+
+  void copy_pieces() noexcept {
+    for (;;) {
+      const std::size_t piece = next.fetch_add(1, std::memory_order_relaxed);
+      if (piece >= pieces) return;
+      const std::size_t offset = piece * piece_bytes;
+      std::memcpy(to + offset, from + offset, std::min(piece_bytes, bytes - offset));
+      done.fetch_add(1, std::memory_order_release);
+    }
+  }
+};
+
 }  // namespace
 
 void copy_into_new_buffer(ContextImpl* context, void* destination, const void* source, std::size_t bytes) {
@@ -32,19 +60,21 @@ void copy_into_new_buffer(ContextImpl* context, void* destination, const void* s
     std::memcpy(destination, source, bytes);
     return;
   }
-  auto* to = static_cast<std::byte*>(destination);
-  const auto* from = static_cast<const std::byte*>(source);
-  const std::size_t pieces = (bytes + piece_bytes - 1) / piece_bytes;
-  const auto copy = [=](std::size_t begin, std::size_t end) {
-    const std::size_t offset = begin * piece_bytes;
-    std::memcpy(to + offset, from + offset, std::min(end * piece_bytes, bytes) - offset);
-  };
-  ForShared<decltype(copy)> shared{copy, {}};
+  auto job = std::make_shared<CopyJob>();
+  job->to = static_cast<std::byte*>(destination);
+  job->from = static_cast<const std::byte*>(source);
+  job->bytes = bytes;
+  job->pieces = (bytes + piece_bytes - 1) / piece_bytes;
+  const std::size_t helpers = std::min<std::size_t>(workers - 1, job->pieces - 1);
+  static const TaskOptions helper_options{.name = "buffer initial copy"};
   try {
-    parallel_for_range(context, 0, pieces, auto_grain(context, pieces), shared);
-  } catch (...) {
-    shared.first.rethrow_first();  // a refused submission (the context is closing): its own error
+    for (std::size_t i = 0; i < helpers; ++i)
+      submit(context, &helper_options, nullptr, nullptr, false, [job] { job->copy_pieces(); });
+  } catch (...) {  // no helper could be submitted (out of memory, the context closing): copy alone
   }
+  job->copy_pieces();
+  // What is left is being copied by helpers that claimed it: a few pieces, each well under a millisecond.
+  while (job->done.load(std::memory_order_acquire) < job->pieces) std::this_thread::yield();
 }
 
 }  // namespace nerve::detail

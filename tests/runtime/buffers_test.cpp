@@ -1,5 +1,6 @@
 // Buffers: mapping, try_map, misuse errors, slices.
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -53,6 +54,44 @@ TEST_P(BuffersTest, LargeInitialContentsArriveWhole) {
   std::size_t wrong_in_task = 1;
   context->submit([&] { wrong_in_task = check_made_from(20 * mib / sizeof(Record) + 3); }).wait();
   EXPECT_EQ(wrong_in_task, 0u);
+}
+
+// Making a buffer is not a wait: the calling thread copies (with helpers) but runs no other task
+// meanwhile — such a task may map a buffer this thread holds mapped, which would then be refused as a
+// wait for itself.
+TEST_P(BuffersTest, MakingALargeBufferRunsNoOtherTaskOnTheCallingThread) {
+  Buffer<int> held(*context, 4);
+  auto mapping = held.map_write();
+  const std::thread::id self = std::this_thread::get_id();
+  std::atomic<bool> constructing{false};
+  std::atomic<int> ran_here{0}, refused{0};
+  const std::vector<char> data(std::size_t{48} << 20, 'x');
+  constructing = true;
+  std::thread other([&] {  // keeps work queued while this thread makes buffers
+    while (constructing.load()) {
+      for (int i = 0; i < 20; ++i) {
+        context->spawn([&] {
+          if (constructing.load() && std::this_thread::get_id() == self) ran_here.fetch_add(1);
+          std::this_thread::sleep_for(std::chrono::microseconds(20));
+        });
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  });
+  for (int round = 0; round < 4; ++round) {
+    try {
+      Buffer<char> made(*context, std::span<const char>(data));
+      EXPECT_EQ(made.map_read()[data.size() - 1], 'x');
+    } catch (const Error&) {
+      refused.fetch_add(1);
+    }
+  }
+  constructing = false;
+  other.join();
+  mapping.unmap();
+  context->wait_all();
+  EXPECT_EQ(ran_here.load(), 0) << "tasks ran on the constructing thread";
+  EXPECT_EQ(refused.load(), 0);
 }
 
 // A moved-from Buffer is empty, not a handle that still claims the old size: its size is 0 and
