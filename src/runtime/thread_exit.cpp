@@ -1,8 +1,12 @@
 #include "runtime/thread_exit.hpp"
 
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 #include <vector>
+
+#include <pthread.h>
 
 #include "runtime/context_impl.hpp"
 
@@ -20,14 +24,26 @@ ContextDirectory& directory() {
   return *instance;
 }
 
+struct Held {
+  std::uint64_t context_id;
+  ThreadState* state;
+};
+
+// hand_back(): the exiting thread's states go back to the contexts still alive.
+void hand_back(const std::vector<Held>& held) noexcept {
+  thread_cache = {};  // a later use from another thread-exit destructor registers anew
+  ContextDirectory& dir = directory();
+  std::lock_guard lock(dir.mutex);
+  for (const Held& entry : held) {
+    if (const auto context = dir.live.find(entry.context_id); context != dir.live.end())
+      context->second->take_back_thread_state(entry.state);
+  }
+}
+
 constinit thread_local bool thread_exiting = false;
 
 // HeldStates is the calling thread's list of states to hand back; its destructor runs at thread exit.
 struct HeldStates {
-  struct Held {
-    std::uint64_t context_id;
-    ThreadState* state;
-  };
   std::vector<Held> held;
 
   HeldStates() = default;
@@ -35,13 +51,7 @@ struct HeldStates {
   HeldStates& operator=(const HeldStates&) = delete;
   ~HeldStates() {
     thread_exiting = true;
-    thread_cache = {};  // a later use from another thread-local destructor registers anew
-    ContextDirectory& dir = directory();
-    std::lock_guard lock(dir.mutex);
-    for (const Held& entry : held) {
-      if (const auto context = dir.live.find(entry.context_id); context != dir.live.end())
-        context->second->take_back_thread_state(entry.state);
-    }
+    hand_back(held);
   }
 
   // forget_dead_contexts(): a long-lived thread that uses many short-lived contexts keeps a short list.
@@ -53,6 +63,35 @@ struct HeldStates {
 };
 
 thread_local HeldStates held_states;
+
+// A registration made after ~HeldStates ran (a thread_local destroyed later used a context) is handed
+// back by a thread-specific value's destructor, which glibc runs after every C++ thread_local's (and
+// again, up to PTHREAD_DESTRUCTOR_ITERATIONS times, if one of those registers once more).
+void hand_back_late(void* list) noexcept {
+  const std::unique_ptr<std::vector<Held>> held(static_cast<std::vector<Held>*>(list));
+  hand_back(*held);
+}
+
+bool hand_back_late_at_exit(std::uint64_t context_id, ThreadState* state) noexcept {
+  static const std::optional<pthread_key_t> key = []() -> std::optional<pthread_key_t> {
+    pthread_key_t made{};
+    if (pthread_key_create(&made, &hand_back_late) != 0) return std::nullopt;
+    return made;
+  }();
+  if (!key) return false;
+  try {
+    auto* held = static_cast<std::vector<Held>*>(pthread_getspecific(*key));
+    if (held == nullptr) {
+      auto made = std::make_unique<std::vector<Held>>();
+      if (pthread_setspecific(*key, made.get()) != 0) return false;
+      held = made.release();  // hand_back_late() deletes it
+    }
+    held->push_back({context_id, state});
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
 
 }  // namespace
 
@@ -72,7 +111,7 @@ void leave_context_directory(std::uint64_t context_id) noexcept {
 }
 
 bool hand_back_at_exit(std::uint64_t context_id, ThreadState* state) noexcept {
-  if (thread_exiting) return false;  // held_states is being (or has been) destroyed
+  if (thread_exiting) return hand_back_late_at_exit(context_id, state);  // held_states is gone
   try {
     if (held_states.held.size() >= 16) held_states.forget_dead_contexts();
     held_states.held.push_back({context_id, state});

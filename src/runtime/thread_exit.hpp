@@ -13,8 +13,9 @@
 // workers stop), and both the hand-back and the leaving happen under the directory's mutex. Lock
 // order: the directory's mutex, then a context's threads_mutex.
 //
-// Where a state cannot be handed back (the thread is already exiting, or no memory for the note), it
-// stays tied to the thread's id as before.
+// A thread_local destroyed after that hand-back may use a context again: that registration is handed
+// back by a pthread key's destructor, which glibc runs after the C++ thread_locals'. Where a state
+// cannot be noted at all (no memory, no key), it stays tied to the thread's id as before.
 #pragma once
 
 #include <cstdint>

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <numeric>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -471,6 +472,29 @@ TEST_P(RuntimeTest, AnExitedThreadsStateGoesToTheNextThreadInOrder) {
   context->wait_all();
   EXPECT_EQ(ran.load(), 60);
   EXPECT_LE(context->impl()->thread_count.load(), states + 3);  // at most one per parent's child at once
+}
+
+// A thread_local destroyed after the thread handed its states back may use the context again (here:
+// releasing a Task): that state is handed back too, not left tied to the exited thread's id.
+TEST_P(RuntimeTest, AStateUsedByALateThreadLocalDestructorIsHandedBackToo) {
+  const auto ids_known = [this] {
+    detail::ContextImpl& impl = *context->impl();
+    std::lock_guard lock(impl.threads_mutex);
+    return impl.threads_by_id.size();
+  };
+  context->submit([] {}).wait();  // this thread's own state first
+  const std::size_t before = ids_known();
+  for (int i = 0; i < 10; ++i) {
+    std::thread short_lived([&] {
+      // Constructed before the thread's first use of the context, so destroyed after the hand-back.
+      thread_local std::optional<Task> last;
+      last.reset();
+      last.emplace(context->submit([] {}));
+      last->wait();
+    });
+    short_lived.join();
+  }
+  EXPECT_EQ(ids_known(), before) << "an exited thread's id still holds a state";
 }
 
 // Records are recycled without being constructed again: a record that carried a failure, a name,
