@@ -268,7 +268,14 @@ ParsedValue parse_value(std::string_view key, const ValueType& type, const RawVa
         // what it means in a file.
         if (text.size() >= 2 && text.front() == '[' && text.back() == ']') {
           const std::string_view inside = trim(text.substr(1, text.size() - 2));
-          return parse_list(inside.empty() ? std::vector<std::string>{} : split_commas(inside), type);
+          std::vector<std::string> items = inside.empty() ? std::vector<std::string>{} : split_commas(inside);
+          for (std::string& item : items) {  // a quoted item is its text, as YAML reads it
+            const std::string_view bare = trim(item);
+            if (bare.size() >= 2 && (bare.front() == '"' || bare.front() == '\'') &&
+                bare.back() == bare.front())
+              item = std::string(bare.substr(1, bare.size() - 2));
+          }
+          return parse_list(items, type);
         }
         return parse_list(split_commas(text), type);
       }

@@ -193,6 +193,8 @@ TEST(ConfigKeys, AListWrittenAsAFlowSequenceIsTheListFromEverySource) {
   EXPECT_EQ(entry(api, "gpu.devices").value, "0,2");
   const Config env = Config::load(Settings(), {{"NERVE_GPU_DEVICES", " [ pthread ] "}});
   EXPECT_EQ(env.gpu.devices, (std::vector<std::string>{"pthread"}));
+  const Config quoted = Config::load(hermetic().set("gpu.devices", R"(["NVIDIA H200", 'pthread'])"));
+  EXPECT_EQ(quoted.gpu.devices, (std::vector<std::string>{"NVIDIA H200", "pthread"}));
   TempDir dir;
   const Config file = Config::load(hermetic().config_file(dir.write("c.yaml", "gpu:\n  devices: [0, 2]\n")));
   EXPECT_EQ(file.gpu.devices, api.gpu.devices);

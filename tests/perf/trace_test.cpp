@@ -232,6 +232,7 @@ TEST(Trace, FlowArrowsReachEveryTaskOfAPool) {
   }
   expected.insert({"before", "after"});  // write after write: the later writer also follows the first
   EXPECT_EQ(arrows_of(trace), expected);
+  EXPECT_EQ(trace["otherData"]["pool_arrows_dropped"], 0);
 }
 
 // Failures are visible on the timeline: a failed task's slice says so, its cancelled dependent too.

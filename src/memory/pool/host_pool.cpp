@@ -348,6 +348,14 @@ std::size_t HostPool::reclaim_heap(ThreadCache* cache) noexcept {
 // chunk of 64 KiB in a 128 KiB slab leaves most of it unused), so cached and empty memory goes back
 // to the node before one is taken — with a 1 MiB limit, a freed 600 kB buffer left in the cache
 // made the next 64 KiB buffers take 256 KiB slabs: 12 fitted where 15 do.
+bool HostPool::holds_free_memory() const {
+  {
+    std::lock_guard lock(slabs_mutex_);
+    if (empty_slab_bytes_ != 0) return true;
+  }
+  return large_.stats().bytes_cached != 0;
+}
+
 void* HostPool::reserve_slab(unsigned size_class, std::size_t& bytes) {
   const std::size_t usual = slab_bytes(size_class);
   const std::size_t smallest =
@@ -357,7 +365,9 @@ void* HostPool::reserve_slab(unsigned size_class, std::size_t& bytes) {
   std::size_t within_limit = usual;  // what an empty pool would take
   while (budget_.limit() != 0 && within_limit > smallest && within_limit > budget_.limit()) within_limit /= 2;
   for (int attempt = 0; attempt < 2; ++attempt) {
-    const std::size_t least = attempt == 0 ? within_limit : smallest;
+    // Compacting flushes every thread's cache: before a smaller slab only when the pool holds
+    // something to give back (near a limit, every new slab would compact otherwise).
+    const std::size_t least = attempt == 0 && holds_free_memory() ? within_limit : smallest;
     for (bytes = usual; bytes >= least; bytes /= 2) {
       if (void* block = budget_.try_acquire(bytes, usual)) return block;
     }

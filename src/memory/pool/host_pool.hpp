@@ -143,6 +143,8 @@ class HostPool final : public NodePool {
   std::size_t free_slab(SlabHeader* slab) noexcept;
   // reserve_slab(): a block for a new slab of `size_class` (its size in `bytes`), within the limit.
   void* reserve_slab(unsigned size_class, std::size_t& bytes);
+  // holds_free_memory(): empty slabs or large blocks are cached (compact() would give them back).
+  bool holds_free_memory() const;
   [[noreturn]] void throw_out_of_memory(std::size_t requested, std::size_t block_bytes) const;
   std::size_t bytes_in_use() const;
 
