@@ -14,6 +14,7 @@
 // unrelated work, which may need a mapping this thread holds). A helper that starts after the copy
 // is over finds nothing left to claim; the job it shares is freed by whoever lets go of it last.
 #include <atomic>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <thread>
@@ -67,11 +68,17 @@ void copy_into_new_buffer(ContextImpl* context, void* destination, const void* s
   job->pieces = (bytes + piece_bytes - 1) / piece_bytes;
   const std::size_t helpers = std::min<std::size_t>(workers - 1, job->pieces - 1);
   static const TaskOptions helper_options{.name = "buffer initial copy"};
+  // A few helpers past the in-flight bound: their submissions skip the throttle, which would have this
+  // thread run queued tasks to relieve a full queue.
+  ThreadState& thread = context->current_thread();
+  const std::uint32_t until_check = thread.submissions_until_check;
+  thread.submissions_until_check = UINT32_MAX;
   try {
     for (std::size_t i = 0; i < helpers; ++i)
       submit(context, &helper_options, nullptr, nullptr, false, [job] { job->copy_pieces(); });
   } catch (...) {  // no helper could be submitted (out of memory, the context closing): copy alone
   }
+  thread.submissions_until_check = until_check;
   job->copy_pieces();
   // What is left is being copied by helpers that claimed it: a few pieces, each well under a millisecond.
   while (job->done.load(std::memory_order_acquire) < job->pieces) std::this_thread::yield();

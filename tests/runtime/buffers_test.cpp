@@ -67,15 +67,17 @@ TEST_P(BuffersTest, MakingALargeBufferRunsNoOtherTaskOnTheCallingThread) {
   std::atomic<int> ran_here{0}, refused{0};
   const std::vector<char> data(std::size_t{48} << 20, 'x');
   constructing = true;
-  std::thread other([&] {  // keeps work queued while this thread makes buffers
-    while (constructing.load()) {
-      for (int i = 0; i < 20; ++i) {
+  // Keeps work queued while this thread makes buffers — never more than the master deque's depth
+  // (1024), past which any submission from this thread runs queued tasks to relieve it (documented).
+  std::thread other([&] {
+    for (int batch = 0; batch < 40 && constructing.load(); ++batch) {
+      for (int i = 0; i < 10; ++i) {
         context->spawn([&] {
           if (constructing.load() && std::this_thread::get_id() == self) ran_here.fetch_add(1);
           std::this_thread::sleep_for(std::chrono::microseconds(20));
         });
       }
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   });
   for (int round = 0; round < 4; ++round) {
