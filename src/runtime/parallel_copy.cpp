@@ -42,12 +42,17 @@ struct CopyJob {
   std::atomic<std::size_t> next{0};  // the next piece to claim
   std::atomic<std::size_t> done{0};  // pieces copied
 
+  // Pieces end on piece_bytes boundaries of the destination's addresses (the first one may be
+  // shorter): each huge page is first touched by one thread, not faulted in by two at once.
+  std::size_t head = 0;  // the first piece's bytes
+
   void copy_pieces() noexcept {
     for (;;) {
       const std::size_t piece = next.fetch_add(1, std::memory_order_relaxed);
       if (piece >= pieces) return;
-      const std::size_t offset = piece * piece_bytes;
-      std::memcpy(to + offset, from + offset, std::min(piece_bytes, bytes - offset));
+      const std::size_t offset = piece == 0 ? 0 : head + (piece - 1) * piece_bytes;
+      const std::size_t length = piece == 0 ? head : std::min(piece_bytes, bytes - offset);
+      std::memcpy(to + offset, from + offset, length);
       done.fetch_add(1, std::memory_order_release);
     }
   }
@@ -65,7 +70,9 @@ void copy_into_new_buffer(ContextImpl* context, void* destination, const void* s
   job->to = static_cast<std::byte*>(destination);
   job->from = static_cast<const std::byte*>(source);
   job->bytes = bytes;
-  job->pieces = (bytes + piece_bytes - 1) / piece_bytes;
+  const std::size_t misalignment = reinterpret_cast<std::uintptr_t>(destination) % piece_bytes;
+  job->head = misalignment == 0 ? piece_bytes : piece_bytes - misalignment;  // bytes >= 16 MiB > head
+  job->pieces = 1 + (bytes - job->head + piece_bytes - 1) / piece_bytes;
   const std::size_t helpers = std::min<std::size_t>(workers - 1, job->pieces - 1);
   static const TaskOptions helper_options{.name = "buffer initial copy"};
   // A few helpers past the in-flight bound: their submissions skip the throttle, which would have this
