@@ -5,9 +5,9 @@
 // to copy (a reference count); the data is released when the last handle and the last task using it
 // are gone. slice(offset, count) gives a view of a sub-range; tasks that access disjoint slices of
 // one buffer do not depend on each other. A buffer made from a span copies it in before the
-// constructor returns; from 16 MiB on the context's workers share that copy (the calling thread takes
-// part and waits for it, as in parallel_for), except under memory.numa_policy `local` on a machine of
-// several NUMA nodes, where the calling thread writes every page itself and so places them.
+// constructor returns; from 16 MiB on the context's idle workers share that copy (the calling thread
+// copies too and runs no other task meanwhile), except under memory.numa_policy `local` on a machine
+// of several NUMA nodes, where the calling thread writes every page itself and so places them.
 //
 // Host access goes through map(): a mapping waits until every task that conflicts with it (writers
 // for a read mapping, readers and writers for a write mapping) has finished, and tasks submitted

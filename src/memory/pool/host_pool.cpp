@@ -342,12 +342,6 @@ std::size_t HostPool::reclaim_heap(ThreadCache* cache) noexcept {
   return released;
 }
 
-// Under a limit the class's usual slab may not fit where a smaller one does (a 1 MiB limit and 2 MiB
-// slabs): the slab halves down to the smallest holding one chunk, keeping the usual alignment so that
-// slab_of() still finds it. A slab smaller than the limit allows costs room (each has a header, and a
-// chunk of 64 KiB in a 128 KiB slab leaves most of it unused), so cached and empty memory goes back
-// to the node before one is taken — with a 1 MiB limit, a freed 600 kB buffer left in the cache
-// made the next 64 KiB buffers take 256 KiB slabs: 12 fitted where 15 do.
 bool HostPool::holds_free_memory() const {
   {
     std::lock_guard lock(slabs_mutex_);
@@ -356,6 +350,12 @@ bool HostPool::holds_free_memory() const {
   return large_.stats().bytes_cached != 0;
 }
 
+// Under a limit the class's usual slab may not fit where a smaller one does (a 1 MiB limit and 2 MiB
+// slabs): the slab halves down to the smallest holding one chunk, keeping the usual alignment so that
+// slab_of() still finds it. A slab smaller than the limit allows costs room (each has a header, and a
+// chunk of 64 KiB in a 128 KiB slab leaves most of it unused), so cached and empty memory goes back
+// to the node before one is taken — with a 1 MiB limit, a freed 600 kB buffer left in the cache
+// made the next 64 KiB buffers take 256 KiB slabs: 12 fitted where 15 do.
 void* HostPool::reserve_slab(unsigned size_class, std::size_t& bytes) {
   const std::size_t usual = slab_bytes(size_class);
   const std::size_t smallest =
