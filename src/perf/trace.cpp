@@ -24,7 +24,6 @@ constexpr int process_id = 1;
 constexpr int device_track_base = 1000;
 constexpr int transfer_track_base = 2000;
 constexpr std::size_t utilisation_buckets = 100;
-constexpr std::size_t max_arrows_per_edge = 65536;
 constexpr std::size_t max_pool_arrows = 262144;
 
 int task_track(const TaskEvent& task) {
@@ -122,8 +121,7 @@ nlohmann::json trace_to_json(const ContextImpl& context) {
 
   // Flow arrows: from the predecessor's slice to the successor's (both must have been recorded). A
   // task pool's gate stands for its members: an edge into it is drawn into each member, one out of it
-  // from each member (at most max_arrows_per_edge for one edge: two large pools, one after the other;
-  // at most max_pool_arrows in all).
+  // from each member.
   std::unordered_map<std::uint64_t, std::vector<std::uint64_t>> members_of;
   for (const PoolMemberEvent& entry : perf.pool_members()) members_of[entry.gate].push_back(entry.member);
   const auto ends_of = [&](const std::uint64_t& id) -> std::span<const std::uint64_t> {
@@ -164,7 +162,7 @@ nlohmann::json trace_to_json(const ContextImpl& context) {
       continue;
     }
     const std::size_t wanted = sources.size() * targets.size();
-    const std::size_t drawn = std::min({wanted, max_arrows_per_edge, pool_arrows_left});
+    const std::size_t drawn = std::min(wanted, pool_arrows_left);
     pool_arrows_dropped += wanted - drawn;
     pool_arrows_left -= drawn;
     for (std::size_t i = 0; i < drawn; ++i) arrow(sources[i / targets.size()], targets[i % targets.size()]);
