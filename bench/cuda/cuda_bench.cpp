@@ -19,8 +19,9 @@
 //
 // Prints one line per measurement and, with --json PATH, writes them all. Without a CUDA device it
 // prints "no CUDA device" and exits 0. --quick shrinks every size 16x (a smoke run); --only LIST runs
-// some of w5,w5cold,w12,latency,pools (the copy bandwidths always: they are the baselines); --w12-mib LIST
-// sets W12's chunk sizes in MiB (default 16; the first is also the raw pipelines' and the fill's).
+// some of w5,w5cold,w12,latency,pools (the copy bandwidths always: they are the baselines; another name is a
+// usage error, exit 2); --w12-mib LIST sets W12's chunk sizes in MiB (default 16; the first is also the raw
+// pipelines' and the fill's).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -50,32 +51,45 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+constexpr std::string_view measurements[] = {"w5", "w5cold", "w12", "latency", "pools"};
+
+// split_commas(): the items of a comma-separated list ("" for an empty item).
+std::vector<std::string> split_commas(std::string_view list) {
+  std::vector<std::string> items;
+  for (std::size_t start = 0;;) {
+    const std::size_t comma = list.find(',', start);
+    items.emplace_back(list.substr(start, comma == std::string_view::npos ? list.npos : comma - start));
+    if (comma == std::string_view::npos) return items;
+    start = comma + 1;
+  }
+}
+
 struct Options {
   std::string json;
   std::size_t scale = 1;  // sizes are divided by it (--quick: 16)
-  std::string only = "w5,w5cold,w12,latency,pools";
+  std::vector<std::string> only{std::begin(measurements), std::end(measurements)};
   std::vector<std::size_t> w12_mib{16};
-  bool runs(std::string_view name) const {
-    std::string_view rest = only;
-    while (!rest.empty()) {
-      const std::size_t comma = rest.find(',');
-      if (rest.substr(0, comma) == name) return true;
-      rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
-    }
-    return false;
-  }
+  bool runs(std::string_view name) const { return std::find(only.begin(), only.end(), name) != only.end(); }
 };
 
+// parse_only(): the measurements named, or nothing when one is not a measurement's name.
+std::vector<std::string> parse_only(std::string_view list) {
+  std::vector<std::string> names = split_commas(list);
+  for (const std::string& name : names) {
+    if (std::find(std::begin(measurements), std::end(measurements), name) == std::end(measurements))
+      return {};
+  }
+  return names;
+}
+
+// parse_sizes(): positive decimal numbers, or nothing when an item is not one.
 std::vector<std::size_t> parse_sizes(std::string_view list) {
   std::vector<std::size_t> sizes;
-  while (!list.empty()) {
-    const std::size_t comma = list.find(',');
-    const std::string item(list.substr(0, comma));
+  for (const std::string& item : split_commas(list)) {
     char* end = nullptr;
     const unsigned long value = std::strtoul(item.c_str(), &end, 10);
     if (item.empty() || *end != '\0' || value == 0) return {};
     sizes.push_back(value);
-    list = comma == std::string_view::npos ? std::string_view{} : list.substr(comma + 1);
   }
   return sizes;
 }
@@ -493,7 +507,8 @@ int main(int argc, char** argv) {
     } else if (arg == "--quick") {
       options.scale = 16;
     } else if (arg == "--only" && i + 1 < argc) {
-      options.only = argv[++i];
+      options.only = parse_only(argv[++i]);
+      if (options.only.empty()) return usage();
     } else if (arg == "--w12-mib" && i + 1 < argc) {
       options.w12_mib = parse_sizes(argv[++i]);
       if (options.w12_mib.empty()) return usage();
