@@ -74,7 +74,11 @@ void copy_into_new_buffer(ContextImpl* context, void* destination, const void* s
   job->head = misalignment == 0 ? piece_bytes : piece_bytes - misalignment;  // bytes >= 16 MiB > head
   job->pieces = 1 + (bytes - job->head + piece_bytes - 1) / piece_bytes;
   const std::size_t helpers = std::min<std::size_t>(workers - 1, job->pieces - 1);
-  static const TaskOptions helper_options{.name = "buffer initial copy"};
+  static const TaskOptions helper_options = [] {
+    TaskOptions options;
+    options.name = "buffer initial copy";
+    return options;
+  }();
   // A few helpers past the in-flight bound: their submissions skip the throttle, which would have this
   // thread run queued tasks to relieve a full queue.
   ThreadState& thread = context->current_thread();
