@@ -1,6 +1,8 @@
 #include "perf/counters.hpp"
 
+#include <algorithm>
 #include <array>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -26,15 +28,35 @@ int open_event(std::uint32_t type, std::uint64_t config, int tid) {
   return static_cast<int>(syscall(SYS_perf_event_open, &attr, tid, -1, -1, PERF_FLAG_FD_CLOEXEC));
 }
 
-std::vector<int> thread_ids() {
-  std::vector<int> ids;
+// start_time(tid): the thread's start in clock ticks since boot (field 22 of its stat), which tells
+// a thread from a later one the kernel gave the same id; 0 when it has already gone.
+std::uint64_t start_time(int tid) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/self/task/%d/stat", tid);
+  std::FILE* file = std::fopen(path, "re");
+  if (file == nullptr) return 0;
+  char text[1024];
+  const std::size_t length = std::fread(text, 1, sizeof text - 1, file);
+  std::fclose(file);
+  text[length] = '\0';
+  // The command name (field 2) is in parentheses and may hold spaces: count from its last ')'.
+  const char* field = std::strrchr(text, ')');
+  if (field == nullptr) return 0;
+  for (int skipped = 2; skipped < 22 && field != nullptr; ++skipped) field = std::strchr(field + 1, ' ');
+  return field == nullptr ? 0 : std::strtoull(field + 1, nullptr, 10);
+}
+
+std::vector<CounterSampler::ThreadKey> live_threads() {
+  std::vector<CounterSampler::ThreadKey> threads;
   if (DIR* dir = opendir("/proc/self/task")) {
     while (const dirent* entry = readdir(dir)) {
-      if (entry->d_name[0] != '.') ids.push_back(std::atoi(entry->d_name));
+      if (entry->d_name[0] == '.') continue;
+      const int tid = std::atoi(entry->d_name);
+      if (const std::uint64_t start = start_time(tid); start != 0) threads.push_back({tid, start});
     }
     closedir(dir);
   }
-  return ids;
+  return threads;
 }
 
 // rusage_values(): the software events' figures for the whole process: CPU time (ns), context
@@ -64,22 +86,41 @@ const std::vector<CounterSampler::Event>& CounterSampler::events() const {
   return source_ == Source::hardware ? hardware : software;  // rusage reports the software names
 }
 
-bool CounterSampler::open_thread(int tid) {
+bool CounterSampler::open_thread(ThreadKey thread) {
   std::vector<int> fds;
   for (const Event& event : events()) {
-    const int fd = open_event(event.type, event.config, tid);
+    const int fd = open_event(event.type, event.config, thread.tid);
     if (fd < 0) {
       for (int open : fds) close(open);
       return false;
     }
     fds.push_back(fd);
   }
-  fds_[tid] = std::move(fds);
+  fds_[thread] = std::move(fds);
   return true;
 }
 
+// retire_exited(): an exited thread's events hold its final counts: they join `retired_`, and its
+// descriptors close, so a program that starts and ends threads by the thousand never runs out.
+void CounterSampler::retire_exited(const std::vector<ThreadKey>& live) {
+  for (auto it = fds_.begin(); it != fds_.end();) {
+    if (std::find(live.begin(), live.end(), it->first) != live.end()) {
+      ++it;
+      continue;
+    }
+    for (std::size_t i = 0; i < it->second.size(); ++i) {
+      std::uint64_t value = 0;
+      if (read(it->second[i], &value, sizeof value) == static_cast<ssize_t>(sizeof value))
+        retired_[i] += value;
+      close(it->second[i]);
+    }
+    it = fds_.erase(it);
+  }
+}
+
 CounterSampler::CounterSampler(std::chrono::milliseconds interval) : interval_(interval) {
-  const int self = static_cast<int>(syscall(SYS_gettid));
+  const int tid = static_cast<int>(syscall(SYS_gettid));
+  const ThreadKey self{tid, start_time(tid)};
   source_ = Source::hardware;
   if (!open_thread(self)) {
     source_ = Source::software;
@@ -96,24 +137,30 @@ CounterSampler::CounterSampler(std::chrono::milliseconds interval) : interval_(i
                   : source_ == Source::software ? "perf_event software"
                                                 : "getrusage";
   for (const Event& event : events()) stats_.names.emplace_back(event.name);
+  retired_.assign(events().size(), 0);
   sample();
   thread_ = std::thread([this] { run(); });
 }
 
 CounterSampler::~CounterSampler() {
   stop();
-  for (auto& [tid, fds] : fds_) {
+  for (auto& [thread, fds] : fds_) {
     for (int fd : fds) close(fd);
   }
 }
 
+// run(): samples on a fixed grid (start + k × interval), so the time a sample takes does not add up
+// into drift; ticks a descheduled sampler missed are skipped, not caught up in a burst.
 void CounterSampler::run() {
   std::unique_lock lock(mutex_);
+  auto next = std::chrono::steady_clock::now() + interval_;
   while (!stopping_) {
-    wake_.wait_for(lock, interval_);
-    if (stopping_) break;
+    if (wake_.wait_until(lock, next, [this] { return stopping_; })) break;
     lock.unlock();
     sample();
+    const auto now = std::chrono::steady_clock::now();
+    next += interval_;
+    if (next <= now) next += (now - next) / interval_ * interval_ + interval_;
     lock.lock();
   }
 }
@@ -138,10 +185,13 @@ void CounterSampler::sample() {
     const std::array<std::uint64_t, 3> usage = rusage_values();
     point.values.assign(usage.begin(), usage.end());
   } else {
-    for (int tid : thread_ids()) {
-      if (!fds_.contains(tid)) open_thread(tid);  // a thread it may not watch is skipped
+    const std::vector<ThreadKey> live = live_threads();
+    retire_exited(live);
+    for (const ThreadKey& thread : live) {
+      if (!fds_.contains(thread)) open_thread(thread);  // a thread it may not watch is skipped
     }
-    for (const auto& [tid, fds] : fds_) {
+    point.values = retired_;
+    for (const auto& [thread, fds] : fds_) {
       for (std::size_t i = 0; i < fds.size(); ++i) {
         std::uint64_t value = 0;
         if (read(fds[i], &value, sizeof value) == static_cast<ssize_t>(sizeof value))

@@ -5,7 +5,8 @@
 // misses), perf_event_open software events (task clock, context switches, page faults), getrusage
 // (the same software figures). perf_event counters are opened per thread of the process (threads
 // are found in /proc/self/task at each sample) and added up; a thread that exits keeps its final
-// count. Nothing here ever fails the context: a missing source falls through to the next.
+// count, and its descriptors are closed. Nothing here ever fails the context: a missing source falls through
+// to the next.
 #pragma once
 
 #include <chrono>
@@ -35,6 +36,14 @@ class CounterSampler {
 
   static constexpr std::size_t max_samples = 100'000;
 
+  // A thread as the kernel names it: its id, and its start time (ticks since boot), since the
+  // kernel hands an exited thread's id to a later one.
+  struct ThreadKey {
+    int tid;
+    std::uint64_t start;
+    auto operator<=>(const ThreadKey&) const = default;
+  };
+
  private:
   enum class Source { hardware, software, rusage };
   struct Event {
@@ -43,13 +52,15 @@ class CounterSampler {
     const char* name;
   };
   const std::vector<Event>& events() const;
-  bool open_thread(int tid);  // opens every event for `tid`; false if one cannot be opened
+  bool open_thread(ThreadKey thread);  // opens every event for it; false if one cannot be opened
+  void retire_exited(const std::vector<ThreadKey>& live);
   void sample();
   void run();
 
   std::chrono::milliseconds interval_;
   Source source_ = Source::rusage;
-  std::map<int, std::vector<int>> fds_;  // tid -> one fd per event
+  std::map<ThreadKey, std::vector<int>> fds_;  // a live thread -> one fd per event
+  std::vector<std::uint64_t> retired_;         // per event: the final counts of exited threads
   // Software events count from when they were opened: what the process had spent before (CPU time,
   // page faults, from getrusage) is added, so every source's values are the process's whole life.
   std::uint64_t task_clock_before_ = 0, page_faults_before_ = 0;

@@ -4,7 +4,9 @@
 
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <sys/resource.h>
@@ -91,6 +93,45 @@ TEST(Counters, IntervalSetsTheSampleRate) {
   // a loaded machine may delay the sampler.
   EXPECT_GT(samples_in("1"), samples_in("1000"));
   EXPECT_EQ(samples_in("1000"), 1u);
+}
+
+std::size_t open_descriptors() {
+  std::size_t count = 0;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) ++count;
+  return count;
+}
+
+// Each watched thread holds a descriptor per event: a program that starts and ends threads by the
+// hundred must not run out of them (an open() elsewhere would fail), and what the exited threads
+// counted stays in the totals.
+TEST(Counters, ThreadsThatExitGiveTheirDescriptorsBackAndKeepTheirCounts) {
+  detail::CounterSampler sampler(std::chrono::milliseconds(1));
+  const std::size_t before = open_descriptors();
+  std::uint64_t burned_ns = 0;
+  for (int i = 0; i < 400; ++i) {
+    std::thread([&] {
+      const auto start = std::chrono::steady_clock::now();
+      volatile std::uint64_t sink = 0;
+      while (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(3)) sink = sink + 1;
+    }).join();
+    burned_ns += 3'000'000;
+    EXPECT_LE(open_descriptors(), before + 3 * 3) << "after thread " << i;
+    if (::testing::Test::HasFailure()) break;
+  }
+  sampler.stop();
+  const CounterStats stats = sampler.snapshot();
+  if (stats.source == "getrusage") GTEST_SKIP() << "no perf_event here: nothing is opened per thread";
+  const auto& samples = stats.samples;
+  EXPECT_GT(samples.size(), 100u);
+  for (std::size_t i = 1; i < samples.size(); ++i) {
+    for (std::size_t e = 0; e < samples[i].values.size(); ++e)
+      EXPECT_LE(samples[i - 1].values[e], samples[i].values[e])
+          << "cumulative, sample " << i << " event " << e;
+  }
+  if (stats.source == "perf_event software") {
+    // Most of each thread's 3 ms is seen (a thread that starts and ends between two samples is not).
+    EXPECT_GT(samples.back().values[0] - samples.front().values[0], burned_ns / 2);
+  }
 }
 
 TEST(Counters, OffByDefault) {
