@@ -5,7 +5,7 @@
 // until a piece holds at most `grain` indices (grain 0: about four pieces per worker). The calling
 // thread works on the range too and returns when every piece is done; the first exception thrown by
 // fn, in time, is rethrown (other pieces still finish first), whichever piece — the calling thread's
-// own or a spawned one — threw it.
+// own or a spawned one — threw it; how many more fn threw is logged as one warning.
 //
 // parallel_reduce(context, begin, end, grain, identity, map, reduce) returns
 // reduce(... reduce(map(b0, e0), map(b1, e1)) ...) over the same halving tree: the tree depends only
@@ -18,11 +18,13 @@
 // tree has at most 64 leaves — 33 to 64 from 64 items up — or `count` below 64, whatever the
 // workers), so a floating-point reduction gives
 // the same bits on every run and every worker count. As with parallel_for, the first exception
-// thrown by map or reduce, in time, is rethrown once every piece has finished.
+// thrown by map or reduce, in time, is rethrown once every piece has finished, and the count of the
+// others is logged as one warning.
 #pragma once
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <exception>
 #include <optional>
 #include <type_traits>
@@ -44,26 +46,39 @@ inline std::size_t auto_grain(const ContextImpl* context, std::size_t count) noe
 // FirstError: the first exception that one parallel_for or parallel_reduce call's user code threw.
 // A failure also unwinds through its piece's task and each enclosing group, which report in the order
 // they are waited for, not the order of the throws: the calling thread's own chunk would win over a
-// spawned piece that threw long before it.
+// spawned piece that threw long before it. The others are counted, and logged as one line when the
+// loop ends rather than one line per piece by the groups they unwind through.
 struct FirstError {
   std::atomic<bool> set{false};
   std::exception_ptr error;  // written once, by the thread that set `set`; read after every piece ended
+  std::atomic<std::uint64_t> others{0};
 
   template <class Call>
   decltype(auto) guard(Call&& call) {
     try {
       return call();
     } catch (...) {
-      if (!set.exchange(true, std::memory_order_acq_rel)) error = std::current_exception();
+      if (!set.exchange(true, std::memory_order_acq_rel)) {
+        error = std::current_exception();
+      } else {
+        others.fetch_add(1, std::memory_order_relaxed);
+      }
       throw;
     }
   }
   // Called while handling what reached the top: every piece has ended (the groups were waited for),
   // so `error` is settled. What did not come from user code (a refused submission) passes through.
-  [[noreturn]] void rethrow_first() {
+  [[noreturn]] void rethrow_first(const char* loop) {
+    if (const std::uint64_t dropped = others.load(std::memory_order_relaxed); dropped != 0)
+      log_dropped_exceptions(loop, dropped);
     if (error != nullptr) std::rethrow_exception(error);
     throw;
   }
+};
+
+// A loop's group: the body's exceptions are counted by FirstError, not logged by the group.
+struct LoopGroup : GroupState {
+  LoopGroup() noexcept { quiet_failures = true; }
 };
 
 // One parallel_for call's function and first error, shared by its pieces through one pointer, so that
@@ -105,7 +120,7 @@ void parallel_for_range(ContextImpl* context, std::size_t begin, std::size_t end
     shared.first.guard([&] { call_chunk(shared.fn, begin, end); });
     return;
   }
-  GroupState group;
+  LoopGroup group;
   try {
     while (end - begin > grain) {
       const std::size_t middle = begin + (end - begin) / 2;
@@ -127,7 +142,7 @@ T parallel_reduce_range(ContextImpl* context, std::size_t begin, std::size_t end
                         ReduceShared<Map, Reduce>& shared) {
   if (end - begin <= grain) return shared.first.guard([&]() -> T { return shared.map(begin, end); });
   const std::size_t middle = begin + (end - begin) / 2;
-  GroupState group;
+  LoopGroup group;
   std::optional<T> right;  // T need not be default-constructible
   std::optional<T> left;
   try {
@@ -154,7 +169,7 @@ void parallel_for(Context& context, std::size_t begin, std::size_t end, std::siz
   try {
     detail::parallel_for_range(context.impl(), begin, end, grain, shared);
   } catch (...) {
-    shared.first.rethrow_first();
+    shared.first.rethrow_first("parallel_for");
   }
 }
 
@@ -170,7 +185,7 @@ T parallel_reduce(Context& context, std::size_t begin, std::size_t end, std::siz
   try {
     return detail::parallel_reduce_range<T>(context.impl(), begin, end, grain, shared);
   } catch (...) {
-    shared.first.rethrow_first();
+    shared.first.rethrow_first("parallel_reduce");
   }
 }
 

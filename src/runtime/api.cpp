@@ -96,7 +96,7 @@ std::exception_ptr task_error(const TaskRecord* record) noexcept {
 
 static void rethrow_group_error(GroupState* group) {
   if (std::exception_ptr error = group->first_error.take()) {
-    log_unlisted_failures(group->first_error, "task group");
+    if (!group->quiet_failures) log_unlisted_failures(group->first_error, "task group");
     std::rethrow_exception(error);
   }
 }
@@ -248,6 +248,14 @@ void pool_destroy(PoolState* pool) noexcept {
 
 std::size_t pool_size(const PoolState* pool) noexcept { return pool->members.size(); }
 bool pool_launched(const PoolState* pool) noexcept { return pool->launched; }
+
+void log_dropped_exceptions(const char* loop, std::uint64_t count) noexcept {
+  try {
+    log::warn("{}: {} more exception{} thrown by its body, not rethrown (it rethrows the first)", loop, count,
+              count == 1 ? " was" : "s were");
+  } catch (...) {  // out of memory for the message
+  }
+}
 
 unsigned context_worker_count(const ContextImpl* context) noexcept {
   return context != nullptr ? context->scheduler.slot_count() : 1;

@@ -706,7 +706,7 @@ void ContextImpl::finish(TaskRecord* task, ThreadState& thread, std::uint32_t ou
         log_unkept_failure(task->pool->first_error, reported, "task pool");
     } else if (task->group != nullptr) {
       KeptFailure& kept = task->group->first_error;
-      if (!requested && !kept.record(reported) && outcome == status_failed)
+      if (!requested && !kept.record(reported) && outcome == status_failed && !task->group->quiet_failures)
         log_unkept_failure(kept, reported, "task group");
     } else if (outcome == status_failed && task->kind == TaskKind::function) {
       record_root_error(*task);  // reported is its error

@@ -7,8 +7,11 @@
 #include <numeric>
 #include <optional>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
+
+#include <gmock/gmock.h>
 
 #include "runtime_test.hpp"
 #include "support/fork_join.hpp"
@@ -337,6 +340,52 @@ TEST_P(RuntimeTest, ParallelReduceRethrowsTheFirstExceptionNotTheCallersOwn) {
         },
         [](int a, int b) { return a + b; });
   });
+}
+
+// A body that throws for every index: the loop rethrows one exception and logs one line counting
+// the others — not one line per piece, naming a task group the caller never made (10,000 pieces
+// gave 4,095 such lines).
+TEST_P(RuntimeTest, ParallelLoopsLogTheExceptionsTheyDropAsOneCount) {
+  constexpr std::size_t count = 2000;
+  const auto run_logged = [](auto&& loop) {
+    ::testing::internal::CaptureStderr();
+    std::string rethrown;
+    try {
+      loop();
+    } catch (const std::runtime_error& error) {
+      rethrown = error.what();
+    }
+    return std::pair{rethrown, ::testing::internal::GetCapturedStderr()};
+  };
+  const auto [for_rethrown, for_log] = run_logged([&] {
+    parallel_for(*context, 0, count, 1,
+                 [](std::size_t i) { throw std::runtime_error("bad " + std::to_string(i)); });
+  });
+  EXPECT_THAT(for_rethrown, ::testing::StartsWith("bad "));
+  EXPECT_THAT(for_log, ::testing::Not(::testing::HasSubstr("task group"))) << for_log.substr(0, 500);
+  EXPECT_THAT(for_log, ::testing::HasSubstr("parallel_for: " + std::to_string(count - 1) +
+                                            " more exceptions were thrown by its body"));
+  EXPECT_EQ(std::count(for_log.begin(), for_log.end(), '\n'), 1) << for_log.substr(0, 500);
+
+  const auto [reduce_rethrown, reduce_log] = run_logged([&] {
+    (void)parallel_reduce(
+        *context, 0, count, 1, 0,
+        [](std::size_t i, std::size_t) -> int { throw std::runtime_error("bad " + std::to_string(i)); },
+        [](int a, int b) { return a + b; });
+  });
+  EXPECT_THAT(reduce_rethrown, ::testing::StartsWith("bad "));
+  EXPECT_THAT(reduce_log, ::testing::HasSubstr("parallel_reduce: " + std::to_string(count - 1) +
+                                               " more exceptions were thrown by its body"));
+  EXPECT_EQ(std::count(reduce_log.begin(), reduce_log.end(), '\n'), 1) << reduce_log.substr(0, 500);
+
+  // One exception: nothing to log.
+  const auto [one_rethrown, one_log] = run_logged([&] {
+    parallel_for(*context, 0, count, 1, [](std::size_t i) {
+      if (i == 7) throw std::runtime_error("bad 7");
+    });
+  });
+  EXPECT_EQ(one_rethrown, "bad 7");
+  EXPECT_EQ(one_log, "");
 }
 
 TEST_P(RuntimeTest, SubmissionFromManyApplicationThreads) {

@@ -133,6 +133,9 @@ struct GroupState {
   std::atomic<std::int64_t> pending{0};
   KeptFailure first_error;
   std::atomic<bool> cancel_requested{false};
+  // A parallel loop's group: failures past the first are not logged one by one (parallel_for and
+  // parallel_reduce count the exceptions of their body themselves and log one line at the end).
+  bool quiet_failures = false;
   // A coroutine suspended in `co_await group` (its handle's address), resumed as a new task by the
   // completer that brings the count to zero (see coroutine.hpp). At most one at a time.
   std::atomic<void*> continuation{nullptr};
@@ -312,6 +315,9 @@ NERVE_API void complete_deferred(TaskRecord* task, std::exception_ptr error) noe
 
 // parallel_for/reduce worker count and the calling thread's worker index (or -1).
 inline constexpr std::size_t deterministic_pieces = 64;
+// log_dropped_exceptions(): one warning for the `count` exceptions a parallel loop's body threw
+// after the first (which the loop rethrows).
+NERVE_API void log_dropped_exceptions(const char* loop, std::uint64_t count) noexcept;
 NERVE_API unsigned context_worker_count(const ContextImpl* context) noexcept;
 // How many pieces a grain-0 loop is split into: 4 per worker, or a fixed count in deterministic mode.
 NERVE_API std::size_t context_auto_pieces(const ContextImpl* context) noexcept;
