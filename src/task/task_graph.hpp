@@ -7,7 +7,7 @@
 // A failure propagates only along consuming edges (the successor reads the failed task's output,
 // or it was declared with `after`).
 // close_and_release() is called once by the thread finishing a task; it closes the successor stack
-// and calls `ready(successor)` for each successor whose last predecessor this was.
+// and calls `ready(successor)`, in submission order, for each successor whose last predecessor this was.
 // Memory ordering: everything a task did before close_and_release() happens-before its successors run.
 #pragma once
 
@@ -91,7 +91,16 @@ inline bool add_edge(TaskRecord* predecessor, TaskRecord* successor, bool consum
 template <class Ready>
 void close_and_release(TaskRecord* task, bool failed, Ready&& ready) {
   const std::uintptr_t head = task->successors.exchange(closed_successors, std::memory_order_acq_rel);
-  auto* node = reinterpret_cast<DepNode*>(head);
+  // The stack holds the newest edge first: turned around, successors are released in the order they
+  // were submitted (eager's shared queue then serves them first come, first served). Nothing else
+  // reads the closed stack, and no successor can run before this thread's decrement below.
+  DepNode* node = nullptr;
+  for (auto* rest = reinterpret_cast<DepNode*>(head); rest != nullptr;) {
+    DepNode* next = rest->next;
+    rest->next = node;
+    node = rest;
+    rest = next;
+  }
   // First collect a batch of successors, asking for their records as each is found: the misses then
   // overlap instead of following one another. Until this thread decrements a successor's count, the
   // successor cannot run, so its node stays valid.

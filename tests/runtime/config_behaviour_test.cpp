@@ -73,9 +73,31 @@ std::vector<int> completion_order(const char* policy) {
   return order;
 }
 
+// Tasks one finishing task releases together: eager's FIFO serves them in submission order too
+// (they were released newest first, so they ran 7 6 5 ... 0).
+std::vector<int> released_order(const char* policy) {
+  Context context(with({{"parallel.thread_pool_size", "1"}, {"scheduler.policy", policy}}));
+  Buffer<int> data(context, 1);
+  std::vector<int> order;
+  std::atomic<bool> go{false};
+  context.spawn(
+      [&go](std::span<int> d) {
+        while (!go.load()) std::this_thread::yield();
+        d[0] = 1;
+      },
+      write(data));
+  for (int i = 0; i < 8; ++i)
+    context.spawn([&order, i](std::span<const int>) { order.push_back(i); }, read(data));
+  go = true;
+  context.wait_all();
+  return order;
+}
+
 TEST(ConfigBehaviour, PolicyEagerIsFifoLocalityIsLifo) {
   EXPECT_EQ(completion_order("eager"), (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}))
       << "eager: one shared FIFO";
+  EXPECT_EQ(released_order("eager"), (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}))
+      << "eager: successors released together are served in submission order";
   EXPECT_EQ(completion_order("locality_aware_stealing"), (std::vector<int>{7, 6, 5, 4, 3, 2, 1, 0}))
       << "locality: the submitter's own deque, newest (cache-hot) first";
 }
