@@ -53,6 +53,9 @@ class MemoryNode {
   virtual void drain() noexcept {}
   // compact() gives the node's free pooled memory back to the system or driver; the bytes returned.
   virtual std::size_t compact() { return 0; }
+  // staging_bytes_reserved(): pinned staging memory a device node holds for its host copies, free
+  // or in use (the host's own staging pool is counted by HostMemoryNode).
+  virtual std::size_t staging_bytes_reserved() const { return 0; }
 
   static void copy(MemoryNode& from, const std::byte* source, MemoryNode& to, std::byte* destination,
                    std::size_t bytes, CopyCompletion& completion);

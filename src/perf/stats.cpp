@@ -88,6 +88,8 @@ ContextStats collect_stats(const ContextImpl& context) {
   stats.memory.host_bytes_reserved = memory.bytes_reserved;
   stats.memory.host_bytes_in_use = memory.bytes_in_use;
   stats.memory.staging_bytes_reserved = memory.staging.bytes_reserved;
+  for (const auto& device : context.devices)
+    stats.memory.staging_bytes_reserved += device->memory().staging_bytes_reserved();
 
   const auto elapsed = static_cast<std::uint64_t>(std::max<std::int64_t>(stats.elapsed_ns, 1));
   for (const DeviceInfo& info : context.device_infos()) {

@@ -182,6 +182,11 @@ TEST_F(OpenclTest, StagedCopiesMoveDataPieceByPiece) {
   const auto result = x.to_vector();
   for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(result[i], 2.0f * initial[i]) << i;
   EXPECT_GE(counters_of(ctx, 1).staged_copies, 2u) << "in and out through staging";
+  // The device's staging pool is counted with the host's, and compaction gives its free buffers back.
+  const std::size_t staged = ctx.stats().memory.staging_bytes_reserved;
+  EXPECT_GE(staged, std::size_t{4} << 20) << "one 4 MiB staging buffer at least";
+  EXPECT_GE(ctx.memory_compact(), staged);
+  EXPECT_EQ(ctx.stats().memory.staging_bytes_reserved, 0u);
 }
 
 TEST_F(OpenclTest, SlicesAndValuesReachTheKernel) {

@@ -66,7 +66,8 @@ class CudaMemoryNode final : public MemoryNode, private DmaRegistrar {
   const std::shared_ptr<Engine>& shared_engine() const noexcept { return engine_; }
   bool unified_memory() const noexcept { return options_.unified_memory; }
   memory::NodePool& pool() noexcept { return *pool_; }
-  std::size_t compact() override { return pool_->compact(); }
+  std::size_t compact() override { return pool_->compact() + staging_.compact(); }
+  std::size_t staging_bytes_reserved() const override { return staging_.stats().bytes_reserved; }
   memory::StagingPool& staging() noexcept { return staging_; }
   // direct_peer(): copies from `other` go device to device (gpu.peer_access and the driver agree);
   // peer access is enabled both ways the first time it is asked.

@@ -75,7 +75,8 @@ class OpenclMemoryNode final : public MemoryNode {
   // blocks(): the driver buffers the replicas are carved from.
   std::size_t blocks() const { return addresses_.size(); }
   const memory::DeviceArena& replicas() const noexcept { return *replicas_; }
-  std::size_t compact() override { return replicas_->compact(); }
+  std::size_t compact() override { return replicas_->compact() + staging_.compact(); }
+  std::size_t staging_bytes_reserved() const override { return staging_.stats().bytes_reserved; }
   // direct_peer(): copies from `other` go device to device, without host staging.
   bool direct_peer(const OpenclMemoryNode& other) const noexcept;
   bool staging_host_copies() const noexcept { return stage_host_copies_; }
