@@ -60,6 +60,9 @@ struct MemoryPoolStats {
   std::size_t limit_bytes = 0;     // the pool's limit; 0 = none
   std::size_t bytes_reserved = 0;  // obtained from the node: slabs and large blocks, cached ones included
   std::size_t bytes_in_use = 0;    // allocated and not deallocated, in whole chunks and blocks
+  // What counts against limit_bytes: bytes_reserved less the colour padding of blocks of 1 MiB and
+  // more (docs/MEMORY.md), so it never exceeds the limit while bytes_reserved may, by that padding.
+  std::size_t bytes_charged = 0;
 
   // Where allocations were served from; the three add up to `allocations`.
   std::uint64_t allocations = 0;

@@ -62,6 +62,11 @@ TestMemoryNode::~TestMemoryNode() { dma_.stop(); }
 // The simulated device memory is plain heap memory of its own, so a missed transfer shows up as
 // wrong data rather than as shared host bytes.
 std::byte* TestMemoryNode::allocate_storage(std::size_t bytes) {
+  if (bytes > options_.max_allocation) {
+    throw Error(ErrorCode::out_of_memory,
+                fmt::format("a replica of {} bytes is larger than {} allows for one allocation ({} bytes)",
+                            bytes, name(), options_.max_allocation));
+  }
   const std::size_t rounded = (std::max<std::size_t>(bytes, 1) + 63) / 64 * 64;
   void* data = std::aligned_alloc(64, rounded);
   if (data == nullptr) {

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <mutex>
@@ -25,6 +26,9 @@ struct TestDeviceOptions {
   // Copies done inside start_copy(), completion included, as a driver may for small ones: the
   // runtime must not assume a copy it starts is still in flight when the call returns.
   bool synchronous_copies = false;
+  // The largest single allocation, as a driver bounds it (OpenCL's CL_DEVICE_MAX_MEM_ALLOC_SIZE):
+  // a larger replica is refused with out_of_memory, whatever the limit leaves free.
+  std::size_t max_allocation = SIZE_MAX;
 };
 
 // A single worker thread with a FIFO of jobs.

@@ -468,7 +468,17 @@ std::byte* CoherenceEngine::allocate_evicting(unsigned node, std::size_t bytes, 
   // dying buffer). Bounded: a device's allocator may fail below the limit, and then room never helps.
   int room_retries = 0;
   while (true) {
-    if (std::byte* data = memory.try_allocate(bytes)) return data;
+    try {
+      if (std::byte* data = memory.try_allocate(bytes)) return data;
+    } catch (const Error& error) {
+      // The node refused the size itself (a device's largest single allocation): say which buffer
+      // asked and what the node holds, as the limit's message does.
+      if (error.code() != ErrorCode::out_of_memory) throw;
+      throw Error(ErrorCode::out_of_memory,
+                  fmt::format("memory node '{}' cannot hold {} bytes for {}: {}; limit {} bytes, {} in use",
+                              memory.name(), bytes, requester.describe(), error.what(), memory.limit(),
+                              memory.used()));
+    }
     if (evict(node, bytes, requester) != 0) continue;
     // Nothing more can be evicted. If other tasks hold replicas here, memory frees up when they
     // finish: the task waits. If the task alone cannot fit, waiting would never end: fail.

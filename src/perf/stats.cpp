@@ -196,6 +196,7 @@ nlohmann::json stats_to_json(const ContextStats& stats) {
     pools.push_back({{"node", pool.node},
                      {"limit_bytes", pool.limit_bytes},
                      {"bytes_reserved", pool.bytes_reserved},
+                     {"bytes_charged", pool.bytes_charged},
                      {"bytes_in_use", pool.bytes_in_use},
                      {"allocations", pool.allocations},
                      {"from_thread_cache", pool.from_thread_cache},

@@ -7,6 +7,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include <gmock/gmock.h>
+
 #include "coherence_support.hpp"
 
 namespace nerve::testing {
@@ -125,6 +127,29 @@ TEST(Coherence, CpuTasksReadDeviceResultsAndLocalityPicksTheDeviceWithTheData) {
       TaskOptions{.device = 0}, [](std::span<const int> d) { EXPECT_EQ(d[n - 1], 5); }, read(data));
   cpu.wait();
   EXPECT_EQ(bytes_moved(*context, 1, 0), n * sizeof(int));
+}
+
+// A device that refuses the size itself (a driver's largest allocation, below the node's limit): the
+// error names the node, the buffer and what the node holds, as the limit's own error does; the
+// driver's reason stays in it.
+TEST(Coherence, ARefusedAllocationSaysWhichBufferAndNode) {
+  detail::TestDeviceOptions capped;
+  capped.max_allocation = n * sizeof(int) / 2;
+  auto context = context_with_devices(2, 1, capped);
+  Buffer<int> data(*context, n, BufferOptions{.name = "too_big"});
+  try {
+    context
+        ->submit(
+            TaskOptions{.device = 1}, [](std::span<int>) {}, write(data))
+        .wait();
+    ADD_FAILURE() << "the replica was refused";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::out_of_memory);
+    EXPECT_THAT(error.what(), ::testing::HasSubstr("memory node 'test1'"));
+    EXPECT_THAT(error.what(), ::testing::HasSubstr("'too_big'"));
+    EXPECT_THAT(error.what(), ::testing::HasSubstr("allows for one allocation"));
+    EXPECT_THAT(error.what(), ::testing::HasSubstr("0 in use"));
+  }
 }
 
 TEST(Coherence, EvictionUnderASmallLimitLosesNothing) {

@@ -41,6 +41,30 @@ TEST_F(PoolFixture, ALimitIsAClearOutOfMemoryErrorNotACrash) {
   expect_nothing_in_use(*pool);
 }
 
+// A block of 1 MiB and more carries colour padding, which does not count against the limit: the
+// stats and the error say what does, so a full pool never looks past its limit (it said "1052672
+// bytes are in use" under a limit of 1048576).
+TEST_F(PoolFixture, WhatCountsAgainstTheLimitIsReportedWithoutThePadding) {
+  constexpr std::size_t mib = std::size_t{1} << 20;
+  auto pool = make_pool(config_with({}), mib);
+  void* block = pool->allocate(mib);
+  const MemoryPoolStats stats = pool->stats();
+  EXPECT_EQ(stats.bytes_charged, mib);
+  EXPECT_GT(stats.bytes_reserved, mib) << "the padding is real memory";
+  try {
+    void* more = pool->allocate(4096);
+    pool->deallocate(more, 4096);
+    ADD_FAILURE() << "a full pool gave 4 KiB more";
+  } catch (const Error& error) {
+    EXPECT_THAT(error.what(), HasSubstr("limit is 1048576 bytes, 1048576 bytes count against it"))
+        << error.what();
+  }
+  pool->deallocate(block, mib);
+  pool->compact();
+  EXPECT_EQ(pool->stats().bytes_charged, 0u);
+  expect_nothing_in_use(*pool);
+}
+
 TEST_F(PoolFixture, AnUncappedPoolSaysItHasNoLimit) {
   auto pool = make_pool(config_with({}), 0);
   try {

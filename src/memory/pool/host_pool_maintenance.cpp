@@ -100,10 +100,11 @@ void HostPool::throw_out_of_memory(std::size_t requested, std::size_t block_byte
                                 : std::string("more than any node can hold");
   throw Error(
       ErrorCode::out_of_memory,
-      fmt::format("{}: out of memory: cannot allocate {} bytes ({}): the pool {}, {} bytes are in use "
-                  "and {} reserved from the node",
-                  node_->describe(), requested, block, describe_limit(budget_.limit()), bytes_in_use(),
-                  budget_.reserved()));
+      fmt::format("{}: out of memory: cannot allocate {} bytes ({}): the pool {}, {} bytes count against "
+                  "it; {} bytes are in use and {} reserved from the node (with blocks' colour padding, "
+                  "which does not count)",
+                  node_->describe(), requested, block, describe_limit(budget_.limit()), budget_.charged(),
+                  bytes_in_use(), budget_.reserved()));
 }
 
 MemoryPoolStats HostPool::stats() const {
@@ -111,6 +112,7 @@ MemoryPoolStats HostPool::stats() const {
   result.node = node_->describe();
   result.limit_bytes = budget_.limit();
   result.bytes_reserved = budget_.reserved();
+  result.bytes_charged = budget_.charged();
   std::uint64_t allocations[size_class_count] = {};
   std::uint64_t frees[size_class_count] = {};
   std::uint64_t small_from_central = 0;

@@ -60,6 +60,8 @@ class NodeBudget {
   // reserved(): the bytes obtained from the node; what counts against the limit may be less.
   std::size_t reserved() const noexcept { return reserved_.load(std::memory_order_relaxed); }
   std::size_t limit() const noexcept { return limit_; }
+  // charged(): what counts against the limit (reserved() less the blocks' speed padding).
+  std::size_t charged() const noexcept { return charged_.load(std::memory_order_relaxed); }
   // released_total() counts every byte ever given back (compact() reports the difference).
   std::uint64_t released_total() const noexcept { return released_.load(std::memory_order_relaxed); }
   NodeAllocator& node() const noexcept { return node_; }
