@@ -16,7 +16,10 @@ bool WorkloadResult::verified() const {
 std::optional<double> parse_number(std::string_view text) {
   double value = 0;
   const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || error != std::errc{} || end != text.data() + text.size()) return std::nullopt;
+  // from_chars also reads "nan" and "inf": no parameter or percentage means either, and a NaN slips
+  // past every range check (NaN < low and NaN > high are both false).
+  if (text.empty() || error != std::errc{} || end != text.data() + text.size() || !std::isfinite(value))
+    return std::nullopt;
   return value;
 }
 

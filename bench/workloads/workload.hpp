@@ -137,8 +137,8 @@ WorkloadResult run_w12_streaming(const WorkloadOptions& options);
 // opens an OpenCL device, else why not.
 std::string needs_opencl_device(const nerve::Settings& settings);
 
-// parse_number(): a decimal number, the whole of `text` ("12", "0.5", "1e6"; not "0x10", " 5", "+5"),
-// else nullopt. What --param values must be.
+// parse_number(): a finite decimal number, the whole of `text` ("12", "0.5", "1e6"; not "0x10", " 5",
+// "+5", "nan", "inf"), else nullopt. What --param values and openclaw-benchmark's --fail-over must be.
 std::optional<double> parse_number(std::string_view text);
 
 // The registry. An entry is a workload this library knows; supported() says whether it can run in

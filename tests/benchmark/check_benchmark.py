@@ -7,8 +7,9 @@ Usage: check_benchmark.py <openclaw-benchmark> <case> [argument]; each case is o
                   NERVE_* variable recorded in the effective configuration with their origins
   config_error    a bad --config fails with exit 2 and names the key
   usage           every usage error exits 2 before anything runs: options unknown or out of range,
-                  unknown --scaling workloads, --trace without --html, a non-numeric --param, a
-                  --compare or --from-json file that is missing or not a report
+                  unknown --scaling workloads, --trace without --html, a non-numeric --param or
+                  --fail-over (nan, inf, 0x10), a --compare or --from-json file that is missing or
+                  not a report
   param           --param sets W11's batching (recorded in the JSON, used by the run); a bad name
                   is a usage error, a value out of range fails the run
   runtimes        an unknown --runtimes name is a usage error (exit 2) naming it and listing the valid
@@ -160,6 +161,13 @@ def case_usage(binary, directory):
                        (["--param", "W11.rate=0x10"], "not a (decimal) number"),
                        (["--param", "W11.max_batch=1 6"], "a blank inside"),
                        (["--param", "W11.max_batch= 5"], "a blank inside"),
+                       # CLI11 alone took nan (past its range check: the regression check was off),
+                       # and hexadecimal.
+                       (["--fail-over", "nan"], "--fail-over: 'nan' is not a (decimal) number"),
+                       (["--fail-over", "NaN"], "--fail-over: 'NaN' is not a (decimal) number"),
+                       (["--fail-over", "inf"], "--fail-over: 'inf' is not a (decimal) number"),
+                       (["--fail-over", "0x10"], "--fail-over: '0x10' is not a (decimal) number"),
+                       (["--fail-over", "-1"], "--fail-over: '-1' is out of range"),
                        (["--runtimes", ""], "names no runtime"),
                        (["--scaling", ","], "names no workload"),
                        (["--compare", os.path.join(directory, "missing.json")], "missing.json"),
@@ -433,6 +441,9 @@ def case_compare(binary, directory):
     check("REGRESSION" in worse.stderr and "worse +" not in worse.stdout and "worse -100%" in worse.stdout,
           f"regression not reported:\n{worse.stdout}\n{worse.stderr}")
     run(binary, "--from-json", base, "--compare", path)  # without --fail-over it is reported, not fatal
+    # A limit that is not a number is a usage error, not a check that never fires.
+    nan = run(binary, "--from-json", base, "--compare", path, "--fail-over", "nan", expect=2)
+    check("--fail-over" in nan.stderr and "REGRESSION" not in nan.stderr, f"--fail-over nan: {nan.stderr}")
     # Planted improvement: the baseline figure doubled; flagged better, passes.
     nerve["value"] *= 4
     with open(path, "w") as f:

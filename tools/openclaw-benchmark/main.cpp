@@ -62,6 +62,25 @@ std::vector<std::string> split(const std::string& text, bool upper) {
   return items;
 }
 
+// decimal_number() checks a number option's text before CLI11 converts it: a finite decimal number
+// (nerve::bench::parse_number(), what --param takes) from `low` to `high`. CLI11 alone takes "0x10"
+// as 16, and "nan", which CLI::Range lets through (every comparison with NaN is false): --fail-over
+// nan would turn the regression check off.
+CLI::Validator decimal_number(double low, double high) {
+  return CLI::Validator(
+      [low, high](std::string& text) -> std::string {
+        const std::optional<double> value = nerve::bench::parse_number(text);
+        if (!value) return "'" + text + "' is not a (decimal) number";
+        if (*value < low || *value > high) {
+          char range[64];
+          std::snprintf(range, sizeof range, "%.15g to %.15g", low, high);
+          return "'" + text + "' is out of range (" + range + ")";
+        }
+        return "";
+      },
+      "NUMBER");
+}
+
 template <class T, class U>
 bool contains(const std::vector<T>& list, const U& item) {
   return std::find(list.begin(), list.end(), item) != list.end();
@@ -276,7 +295,7 @@ int main(int argc, char** argv) {
                  "mark each figure better/worse/same against this earlier --json file");
   app.add_option("--fail-over", line.fail_over,
                  "with --compare: exit 3 when a nerve figure is worse by more than PCT %")
-      ->check(CLI::Range(0.0, 1e6));
+      ->check(decimal_number(0, 1e6));
   app.add_option("--scaling", line.scaling,
                  "workloads timed at 1..threads workers for the HTML report (default W1,W5,W6; 'none')");
   app.add_option("--from-json", line.from_json,
