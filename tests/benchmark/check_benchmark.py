@@ -12,8 +12,8 @@ Usage: check_benchmark.py <openclaw-benchmark> <case> [argument]; each case is o
                   not a report
   param           --param sets W11's batching (recorded in the JSON, used by the run); a bad name
                   is a usage error, a value out of range fails the run
-  runtimes        an unknown --runtimes name is a usage error (exit 2) naming it and listing the valid
-                  ones; a known name in other case runs only that runtime's variants
+  runtimes        an unknown --runtimes name, or none, is a usage error (exit 2) naming it and listing
+                  the valid ones; a known name in other case runs only that runtime's variants
   html            the --html page: every chart's SVG present, self-contained, timeline only with --trace
   chromium        the page loads in headless Chromium, every chart in its DOM, no console error
                   (exit 77, a CTest skip, when chromium is not installed)
@@ -241,12 +241,14 @@ def case_config_error(binary, directory):
 
 
 def case_runtimes(binary, directory):
-    for runtimes in ("bogus", "nerve,bogus"):
+    # An unknown name, or none at all (an empty selection is a mistake, not "every runtime").
+    for runtimes, says in (("bogus", "'bogus'"), ("nerve,bogus", "'bogus'"), ("", "names no runtime"),
+                           (",", "names no runtime"), (" , ", "names no runtime")):
         bad = run(binary, *QUICK, "--only", "W1", "--runtimes", runtimes, expect=2)
-        check("'bogus'" in bad.stderr, f"--runtimes {runtimes}: the error does not name 'bogus': {bad.stderr}")
+        check(says in bad.stderr, f"--runtimes {runtimes!r}: the error does not say {says!r}: {bad.stderr}")
         for valid in ("nerve", "oneTBB", "OpenMP", "naive", "BLAS", "STREAM"):
-            check(valid in bad.stderr, f"--runtimes {runtimes}: the error does not list {valid}: {bad.stderr}")
-        check("figures" not in bad.stdout, f"--runtimes {runtimes}: something ran: {bad.stdout}")
+            check(valid in bad.stderr, f"--runtimes {runtimes!r}: the error does not list {valid}: {bad.stderr}")
+        check("figures" not in bad.stdout, f"--runtimes {runtimes!r}: something ran: {bad.stdout}")
     out = os.path.join(directory, "run.json")
     run(binary, *QUICK, "--only", "W1", "--runtimes", "NERVE", "--json", out)
     with open(out) as f:

@@ -124,8 +124,9 @@ int list_workloads(const std::string& config) {
 
 // parse_runtimes() checks --runtimes "nerve,openmp" against the runtimes of the workloads
 // (nerve::bench::runtime_names()), ignoring case and spaces, and fills `out` with their exact names;
-// "" or the error, which names the bad name and lists the valid ones.
-std::string parse_runtimes(const std::string& text, std::vector<std::string>& out) {
+// "" or the error, which names the bad name, or says that a `given` list names none, and lists the
+// valid ones.
+std::string parse_runtimes(const std::string& text, bool given, std::vector<std::string>& out) {
   const auto normal = [](std::string name) {
     std::string result;
     for (const unsigned char c : name)
@@ -133,16 +134,15 @@ std::string parse_runtimes(const std::string& text, std::vector<std::string>& ou
     return result;
   };
   const auto& known = nerve::bench::runtime_names();
+  std::string valid;
+  for (const std::string& k : known) valid += (valid.empty() ? "" : ", ") + k;
   for (const std::string& name : split(text, false)) {
     const auto match = std::find_if(known.begin(), known.end(),
                                     [&](const std::string& k) { return normal(k) == normal(name); });
-    if (match == known.end()) {
-      std::string valid;
-      for (const std::string& k : known) valid += (valid.empty() ? "" : ", ") + k;
-      return "--runtimes: no runtime '" + name + "' (valid: " + valid + ")";
-    }
+    if (match == known.end()) return "--runtimes: no runtime '" + name + "' (valid: " + valid + ")";
     if (!contains(out, *match)) out.push_back(*match);
   }
+  if (given && out.empty()) return "--runtimes names no runtime (valid: " + valid + ")";
   return {};
 }
 
@@ -354,12 +354,10 @@ int main(int argc, char** argv) {
       unknown_workload("--scaling", split(line.scaling, true)))
     return 2;
 
-  if (const std::string error = parse_runtimes(line.runtimes, line.runtime_list); !error.empty()) {
+  if (const std::string error =
+          parse_runtimes(line.runtimes, app.count("--runtimes") != 0, line.runtime_list);
+      !error.empty()) {
     std::fprintf(stderr, "openclaw-benchmark: %s\n", error.c_str());
-    return 2;
-  }
-  if (app.count("--runtimes") != 0 && line.runtime_list.empty()) {
-    std::fprintf(stderr, "openclaw-benchmark: --runtimes names no runtime\n");
     return 2;
   }
   if (app.count("--scaling") != 0 && split(line.scaling, true).empty()) {
