@@ -452,6 +452,29 @@ def case_compare(binary, directory):
         json.dump(planted, f)
     better = run(binary, "--from-json", base, "--compare", path, "--fail-over", "20")
     check("better +" in better.stdout, f"improvement not reported:\n{better.stdout}")
+    # A file that is not a report is a usage error however it is wrong, and the error says where.
+    for corrupt, says in BAD_REPORTS:
+        with open(base) as f:
+            doc = json.load(f)
+        corrupt(doc)
+        bad = os.path.join(directory, "bad.json")
+        with open(bad, "w") as f:
+            json.dump(doc, f)
+        for args in (["--from-json", bad], ["--from-json", base, "--compare", bad]):
+            result = run(binary, *args, expect=2)
+            check("bad.json" in result.stderr and all(fragment in result.stderr for fragment in says),
+                  f"{' '.join(args)}: the error does not say {says}: {result.stderr}")
+            check("figures" not in result.stdout, f"{' '.join(args)}: a report was printed: {result.stdout}")
+
+
+# Ways a --compare or --from-json file is not a report (applied to a quick run of W1 and W3), and
+# what the error must say.
+BAD_REPORTS = (
+    # A null (or any non-array) "workloads" once read as no workloads: nothing to compare, exit 0.
+    (lambda doc: doc.update(workloads=None), ['"workloads"', "expected an array, found null"]),
+    (lambda doc: doc.update(skipped={}), ['"skipped"', "expected an array, found object"]),
+    (lambda doc: doc["workloads"][0].update(measurements=3), ['"measurements"', "expected an array, found number"]),
+)
 
 
 def case_fault(binary, directory, workload):

@@ -55,6 +55,18 @@ T get(const Json& json, const char* key) {
   return json.at(key).get<T>();
 }
 
+// container() is json[key], which must be an array (or, with `object`, an object): iterating a null
+// or a number yields nothing, so "workloads": null read as a report of no workloads, which --compare
+// matched nothing against and --fail-over never failed.
+const Json& container(const Json& json, const char* key, bool object = false) {
+  if (!json.contains(key)) throw std::runtime_error(std::string("missing field \"") + key + "\"");
+  const Json& value = json.at(key);
+  if (object ? !value.is_object() : !value.is_array())
+    throw std::runtime_error(std::string("field \"") + key + "\": expected " +
+                             (object ? "an object" : "an array") + ", found " + value.type_name());
+  return value;
+}
+
 }  // namespace
 
 void write_json(const RunReport& report, const std::vector<Compared>* comparison,
@@ -167,14 +179,14 @@ RunReport read_json(const std::filesystem::path& path) {
     report.numa_nodes = get<int>(topology, "numa_nodes");
     report.cores = get<int>(topology, "cores");
     report.pus = get<int>(topology, "pus");
-    for (const auto& c : topology.at("caches"))
+    for (const auto& c : container(topology, "caches"))
       report.caches.emplace_back(get<int>(c, "level"), get<std::uint64_t>(c, "size_bytes"));
-    for (const auto& [name, version] : doc.at("versions").items())
+    for (const auto& [name, version] : container(doc, "versions", true).items())
       report.versions.emplace_back(name, version.is_null() ? "" : version.get<std::string>());
-    for (const auto& e : doc.at("config"))
+    for (const auto& e : container(doc, "config"))
       report.config.push_back(
           {get<std::string>(e, "key"), get<std::string>(e, "value"), get<std::string>(e, "origin")});
-    for (const auto& w : doc.at("workloads")) {
+    for (const auto& w : container(doc, "workloads")) {
       WorkloadRun run;
       run.result.id = get<std::string>(w, "id");
       run.result.title = get<std::string>(w, "title");
@@ -182,7 +194,7 @@ RunReport read_json(const std::filesystem::path& path) {
       run.duration_s = get<double>(w, "duration_s");
       run.load_before = w.at("load_average").at("before").get<double>();
       run.load_after = w.at("load_average").at("after").get<double>();
-      for (const auto& j : w.at("measurements")) {
+      for (const auto& j : container(w, "measurements")) {
         Measurement m;
         m.case_name = get<std::string>(j, "case");
         m.runtime = get<std::string>(j, "runtime");
@@ -197,20 +209,20 @@ RunReport read_json(const std::filesystem::path& path) {
         m.tasks = get<std::uint64_t>(j, "tasks");
         m.verified = get<bool>(j, "verified");
         m.note = get<std::string>(j, "note");
-        for (const auto& [name, value] : j.at("extra").items())
+        for (const auto& [name, value] : container(j, "extra", true).items())
           m.extra.emplace_back(name, value.get<double>());
         run.result.measurements.push_back(std::move(m));
       }
       report.workloads.push_back(std::move(run));
     }
-    for (const auto& s : doc.at("skipped"))
+    for (const auto& s : container(doc, "skipped"))
       report.skipped.push_back(
           {get<std::string>(s, "id"), get<std::string>(s, "title"), get<std::string>(s, "reason")});
-    for (const auto& s : doc.at("scaling")) {
+    for (const auto& s : container(doc, "scaling")) {
       ScalingSeries series{get<std::string>(s, "workload"), get<std::string>(s, "case"),
                            get<std::string>(s, "variant"),  get<std::string>(s, "unit"),
                            get<bool>(s, "lower_is_better"), {}};
-      for (const auto& p : s.at("points"))
+      for (const auto& p : container(s, "points"))
         series.points.push_back({get<unsigned>(p, "threads"), get<double>(p, "value"), get<double>(p, "mad"),
                                  get<bool>(p, "verified")});
       report.scaling.push_back(std::move(series));
