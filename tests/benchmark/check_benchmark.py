@@ -18,7 +18,8 @@ Usage: check_benchmark.py <openclaw-benchmark> <case> [argument]; each case is o
   chromium        the page loads in headless Chromium, every chart in its DOM, no console error
                   (exit 77, a CTest skip, when chromium is not installed)
   compare         an unchanged run compares "same" and passes --fail-over; a figure planted 2x worse
-                  is flagged and fails it; a planted improvement is flagged "better" and passes
+                  is flagged and fails it; a planted improvement is flagged "better" and passes; a
+                  corrupted report is a usage error that names the bad field and where it is
   fault <Wn>      the hidden --inject-fault corrupts nerve's result in Wn: the run must fail (exit 1)
 Standard library only. Runs get an environment without NERVE_* variables.
 """
@@ -471,9 +472,17 @@ def case_compare(binary, directory):
 # what the error must say.
 BAD_REPORTS = (
     # A null (or any non-array) "workloads" once read as no workloads: nothing to compare, exit 0.
-    (lambda doc: doc.update(workloads=None), ['"workloads"', "expected an array, found null"]),
-    (lambda doc: doc.update(skipped={}), ['"skipped"', "expected an array, found object"]),
-    (lambda doc: doc["workloads"][0].update(measurements=3), ['"measurements"', "expected an array, found number"]),
+    (lambda doc: doc.update(workloads=None), ['field "workloads": expected an array, found null']),
+    (lambda doc: doc.update(skipped={}), ['field "skipped": expected an array, found an object']),
+    (lambda doc: doc["workloads"][0].update(measurements=3),
+     ['workloads[0] "W1" field "measurements": expected an array, found 3']),
+    # A wrong or missing field is named with the workload and measurement it is in.
+    (lambda doc: doc["workloads"][0]["measurements"][2].update(mad="x"),
+     ['workloads[0] "W1" measurements[2] "', 'field "mad": expected a number, found a string']),
+    (lambda doc: doc["workloads"][1]["measurements"][0].pop("unit"),
+     ['workloads[1] "W3" measurements[0] "', ': missing field "unit"']),
+    (lambda doc: doc["options"].update(threads=2.5), ['options field "threads": expected a whole number, found 2.5']),
+    (lambda doc: doc["machine"]["topology"].pop("pus"), ['machine topology: missing field "pus"']),
 )
 
 

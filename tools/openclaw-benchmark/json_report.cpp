@@ -1,7 +1,16 @@
 // json_report.cpp — the --json document (schema "openclaw.benchmark/1", docs/BENCHMARK_JSON.md) and
 // reading it back (--compare, --from-json).
+#include <cerrno>
+#include <concepts>
+#include <cstdint>
+#include <cstring>
 #include <fstream>
+#include <initializer_list>
+#include <map>
 #include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -49,23 +58,108 @@ Json comparison_json(const std::vector<Compared>& comparison) {
   return list;
 }
 
-template <class T>
-T get(const Json& json, const char* key) {
-  if (!json.contains(key)) throw std::runtime_error(std::string("missing field \"") + key + "\"");
-  return json.at(key).get<T>();
+// Reading a report back. A field that is missing or of the wrong type is a BadField, whose text says
+// where it is from the top of the document, e.g. `workloads[0] "W1" measurements[2] "10^6
+// independent tasks / oneTBB task_group" field "mad": expected a number, found a string` (nlohmann's
+// own "type must be number, but is string" said neither which field nor where).
+struct BadField : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// found() names what a value is: "a string", "an array", "null", or the number or boolean itself.
+std::string found(const Json& value) {
+  if (value.is_number() || value.is_boolean() || value.is_null()) return value.dump();
+  const std::string type = value.type_name();
+  return (type == "object" || type == "array" ? "an " : "a ") + type;
 }
 
-// container() is json[key], which must be an array (or, with `object`, an object): iterating a null
-// or a number yields nothing, so "workloads": null read as a report of no workloads, which --compare
-// matched nothing against and --fail-over never failed.
-const Json& container(const Json& json, const char* key, bool object = false) {
-  if (!json.contains(key)) throw std::runtime_error(std::string("missing field \"") + key + "\"");
-  const Json& value = json.at(key);
-  if (object ? !value.is_object() : !value.is_array())
-    throw std::runtime_error(std::string("field \"") + key + "\": expected " +
-                             (object ? "an object" : "an array") + ", found " + value.type_name());
-  return value;
+[[noreturn]] void wrong_type(const std::string& where, const char* expected, const Json& value) {
+  throw BadField(where + ": expected " + expected + ", found " + found(value));
 }
+
+// read() converts one value after checking its type (nlohmann would turn 2.5 into the int 2).
+void read(const Json& value, const std::string& where, std::string& out) {
+  if (!value.is_string()) wrong_type(where, "a string", value);
+  out = value.get<std::string>();
+}
+void read(const Json& value, const std::string& where, double& out) {
+  if (!value.is_number()) wrong_type(where, "a number", value);
+  out = value.get<double>();
+}
+void read(const Json& value, const std::string& where, bool& out) {
+  if (!value.is_boolean()) wrong_type(where, "true or false", value);
+  out = value.get<bool>();
+}
+template <std::integral T>
+void read(const Json& value, const std::string& where, T& out) {
+  if (!value.is_number_integer()) wrong_type(where, "a whole number", value);
+  if (value.is_number_unsigned() ? !std::in_range<T>(value.get<std::uint64_t>())
+                                 : !std::in_range<T>(value.get<std::int64_t>()))
+    throw BadField(where + ": " + value.dump() + " is out of range");
+  out = value.get<T>();
+}
+void read(const Json& value, const std::string& where, std::map<std::string, std::string>& out) {
+  if (!value.is_object()) wrong_type(where, "an object", value);
+  for (const auto& [key, item] : value.items()) read(item, where + " \"" + key + "\"", out[key]);
+}
+template <class T>
+void read(const Json& value, const std::string& where, std::vector<T>& out) {
+  if (!value.is_array()) wrong_type(where, "an array", value);
+  out.resize(value.size());
+  for (std::size_t i = 0; i < value.size(); ++i)
+    read(value[i], where + "[" + std::to_string(i) + "]", out[i]);
+}
+
+std::string join(const std::string& where, const std::string& name) {
+  return where.empty() ? name : where + " " + name;
+}
+
+// Object is an object of the document and where it is (`where`: "" for the document itself).
+class Object {
+ public:
+  Object(const Json& json, std::string where) : json_(json), where_(std::move(where)) {
+    if (!json_.is_object()) wrong_type(where_.empty() ? "the document" : where_, "an object", json_);
+  }
+  const Json& json() const { return json_; }
+  bool contains(const std::string& key) const { return json_.contains(key); }
+
+  template <class T>
+  T get(const std::string& key) const {
+    T value{};
+    read(at(key), field(key), value);
+    return value;
+  }
+  Object object(const std::string& key) const { return {at(key), join(where_, key)}; }
+  // items() is the array `key`, which must be an array ("workloads": null would iterate as no
+  // workloads), as Objects named by their index and the text of their fields `labels`, e.g.
+  // `workloads[2] "W5"`.
+  std::vector<Object> items(const std::string& key, std::initializer_list<const char*> labels = {}) const {
+    const Json& list = at(key);
+    if (!list.is_array()) wrong_type(field(key), "an array", list);
+    std::vector<Object> objects;
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      std::string label;
+      for (const char* name : labels) {
+        if (list[i].is_object() && list[i].contains(name) && list[i][name].is_string())
+          label += (label.empty() ? "" : " / ") + list[i][name].get<std::string>();
+      }
+      objects.emplace_back(list[i], join(where_, key + "[" + std::to_string(i) + "]") +
+                                        (label.empty() ? "" : " \"" + label + "\""));
+    }
+    return objects;
+  }
+
+ private:
+  const Json& at(const std::string& key) const {
+    if (!json_.contains(key))
+      throw BadField(where_ + (where_.empty() ? "" : ": ") + "missing field \"" + key + "\"");
+    return json_.at(key);
+  }
+  std::string field(const std::string& key) const { return join(where_, "field \"" + key + "\""); }
+
+  const Json& json_;
+  std::string where_;
+};
 
 }  // namespace
 
@@ -148,90 +242,91 @@ void write_json(const RunReport& report, const std::vector<Compared>* comparison
 
 RunReport read_json(const std::filesystem::path& path) {
   std::ifstream in(path);
-  if (!in) throw std::runtime_error("cannot read " + path.string());
-  Json doc;
+  if (!in) throw std::runtime_error(path.string() + ": cannot read this file: " + std::strerror(errno));
   try {
-    doc = Json::parse(in);
-    if (get<std::string>(doc, "schema") != schema)
-      throw std::runtime_error("schema is \"" + get<std::string>(doc, "schema") + "\", expected \"" + schema +
-                               "\"");
+    const Json json = Json::parse(in);
+    const Object doc(json, "");
+    if (const auto found_schema = doc.get<std::string>("schema"); found_schema != schema)
+      throw BadField("field \"schema\" is \"" + found_schema + "\", expected \"" + schema + "\"");
     RunReport report;
-    report.tool_version = doc.at("tool").at("version").get<std::string>();
-    report.git_commit = doc.at("tool").at("git_commit").get<std::string>();
-    report.started_at = get<std::string>(doc, "started_at");
-    report.duration_s = get<double>(doc, "duration_s");
-    const Json& options = doc.at("options");
-    report.quick = get<bool>(options, "quick");
-    report.threads = get<unsigned>(options, "threads");
-    report.repetitions = get<int>(options, "repetitions");
-    report.warmup = get<int>(options, "warmup");
-    report.settle_ms = get<int>(options, "settle_ms");
-    report.only = get<std::vector<std::string>>(options, "only");
+    const Object tool = doc.object("tool");
+    report.tool_version = tool.get<std::string>("version");
+    report.git_commit = tool.get<std::string>("git_commit");
+    report.started_at = doc.get<std::string>("started_at");
+    report.duration_s = doc.get<double>("duration_s");
+    const Object options = doc.object("options");
+    report.quick = options.get<bool>("quick");
+    report.threads = options.get<unsigned>("threads");
+    report.repetitions = options.get<int>("repetitions");
+    report.warmup = options.get<int>("warmup");
+    report.settle_ms = options.get<int>("settle_ms");
+    report.only = options.get<std::vector<std::string>>("only");
     if (options.contains("parameters"))  // absent in files of the first tool version
-      report.parameters = options.at("parameters").get<std::map<std::string, std::string>>();
-    const Json& machine = doc.at("machine");
-    report.hostname = get<std::string>(machine, "hostname");
-    report.cpu_model = get<std::string>(machine, "cpu_model");
-    report.hardware_threads = get<unsigned>(machine, "hardware_threads");
-    const Json& topology = machine.at("topology");
-    report.topology_description = get<std::string>(topology, "description");
-    report.packages = get<int>(topology, "packages");
-    report.numa_nodes = get<int>(topology, "numa_nodes");
-    report.cores = get<int>(topology, "cores");
-    report.pus = get<int>(topology, "pus");
-    for (const auto& c : container(topology, "caches"))
-      report.caches.emplace_back(get<int>(c, "level"), get<std::uint64_t>(c, "size_bytes"));
-    for (const auto& [name, version] : container(doc, "versions", true).items())
-      report.versions.emplace_back(name, version.is_null() ? "" : version.get<std::string>());
-    for (const auto& e : container(doc, "config"))
+      report.parameters = options.get<std::map<std::string, std::string>>("parameters");
+    const Object machine = doc.object("machine");
+    report.hostname = machine.get<std::string>("hostname");
+    report.cpu_model = machine.get<std::string>("cpu_model");
+    report.hardware_threads = machine.get<unsigned>("hardware_threads");
+    const Object topology = machine.object("topology");
+    report.topology_description = topology.get<std::string>("description");
+    report.packages = topology.get<int>("packages");
+    report.numa_nodes = topology.get<int>("numa_nodes");
+    report.cores = topology.get<int>("cores");
+    report.pus = topology.get<int>("pus");
+    for (const Object& c : topology.items("caches"))
+      report.caches.emplace_back(c.get<int>("level"), c.get<std::uint64_t>("size_bytes"));
+    const Object versions = doc.object("versions");
+    for (const auto& [name, version] : versions.json().items())
+      report.versions.emplace_back(name, version.is_null() ? "" : versions.get<std::string>(name));
+    for (const Object& e : doc.items("config", {"key"}))
       report.config.push_back(
-          {get<std::string>(e, "key"), get<std::string>(e, "value"), get<std::string>(e, "origin")});
-    for (const auto& w : container(doc, "workloads")) {
+          {e.get<std::string>("key"), e.get<std::string>("value"), e.get<std::string>("origin")});
+    for (const Object& w : doc.items("workloads", {"id"})) {
       WorkloadRun run;
-      run.result.id = get<std::string>(w, "id");
-      run.result.title = get<std::string>(w, "title");
-      run.result.size = get<std::string>(w, "size");
-      run.duration_s = get<double>(w, "duration_s");
-      run.load_before = w.at("load_average").at("before").get<double>();
-      run.load_after = w.at("load_average").at("after").get<double>();
-      for (const auto& j : container(w, "measurements")) {
+      run.result.id = w.get<std::string>("id");
+      run.result.title = w.get<std::string>("title");
+      run.result.size = w.get<std::string>("size");
+      run.duration_s = w.get<double>("duration_s");
+      const Object load = w.object("load_average");
+      run.load_before = load.get<double>("before");
+      run.load_after = load.get<double>("after");
+      for (const Object& j : w.items("measurements", {"case", "variant"})) {
         Measurement m;
-        m.case_name = get<std::string>(j, "case");
-        m.runtime = get<std::string>(j, "runtime");
-        m.variant = get<std::string>(j, "variant");
-        m.value = get<double>(j, "value");
-        m.unit = get<std::string>(j, "unit");
-        m.lower_is_better = get<bool>(j, "lower_is_better");
-        m.min = get<double>(j, "min");
-        m.max = get<double>(j, "max");
-        m.mad = get<double>(j, "mad");
-        m.samples = get<std::vector<double>>(j, "samples");
-        m.tasks = get<std::uint64_t>(j, "tasks");
-        m.verified = get<bool>(j, "verified");
-        m.note = get<std::string>(j, "note");
-        for (const auto& [name, value] : container(j, "extra", true).items())
-          m.extra.emplace_back(name, value.get<double>());
+        m.case_name = j.get<std::string>("case");
+        m.runtime = j.get<std::string>("runtime");
+        m.variant = j.get<std::string>("variant");
+        m.value = j.get<double>("value");
+        m.unit = j.get<std::string>("unit");
+        m.lower_is_better = j.get<bool>("lower_is_better");
+        m.min = j.get<double>("min");
+        m.max = j.get<double>("max");
+        m.mad = j.get<double>("mad");
+        m.samples = j.get<std::vector<double>>("samples");
+        m.tasks = j.get<std::uint64_t>("tasks");
+        m.verified = j.get<bool>("verified");
+        m.note = j.get<std::string>("note");
+        const Object extra = j.object("extra");
+        for (const auto& item : extra.json().items())
+          m.extra.emplace_back(item.key(), extra.get<double>(item.key()));
         run.result.measurements.push_back(std::move(m));
       }
       report.workloads.push_back(std::move(run));
     }
-    for (const auto& s : container(doc, "skipped"))
+    for (const Object& s : doc.items("skipped", {"id"}))
       report.skipped.push_back(
-          {get<std::string>(s, "id"), get<std::string>(s, "title"), get<std::string>(s, "reason")});
-    for (const auto& s : container(doc, "scaling")) {
-      ScalingSeries series{get<std::string>(s, "workload"), get<std::string>(s, "case"),
-                           get<std::string>(s, "variant"),  get<std::string>(s, "unit"),
-                           get<bool>(s, "lower_is_better"), {}};
-      for (const auto& p : container(s, "points"))
-        series.points.push_back({get<unsigned>(p, "threads"), get<double>(p, "value"), get<double>(p, "mad"),
-                                 get<bool>(p, "verified")});
+          {s.get<std::string>("id"), s.get<std::string>("title"), s.get<std::string>("reason")});
+    for (const Object& s : doc.items("scaling", {"workload"})) {
+      ScalingSeries series{s.get<std::string>("workload"), s.get<std::string>("case"),
+                           s.get<std::string>("variant"),  s.get<std::string>("unit"),
+                           s.get<bool>("lower_is_better"), {}};
+      for (const Object& p : s.items("points"))
+        series.points.push_back({p.get<unsigned>("threads"), p.get<double>("value"), p.get<double>("mad"),
+                                 p.get<bool>("verified")});
       report.scaling.push_back(std::move(series));
     }
     return report;
-  } catch (const nlohmann::json::exception& error) {
+  } catch (const std::exception& error) {  // BadField, or nlohmann's parse error
     throw std::runtime_error(path.string() + ": not an openclaw-benchmark JSON report: " + error.what());
-  } catch (const std::runtime_error& error) {
-    throw std::runtime_error(path.string() + ": " + error.what());
   }
 }
 

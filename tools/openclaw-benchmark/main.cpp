@@ -379,8 +379,8 @@ int main(int argc, char** argv) {
     try {
       into = nb::read_json(path);
       return true;
-    } catch (const std::exception& error) {
-      std::fprintf(stderr, "openclaw-benchmark: %s %s: %s\n", option.c_str(), path.c_str(), error.what());
+    } catch (const std::exception& error) {  // its text names the file first
+      std::fprintf(stderr, "openclaw-benchmark: %s %s\n", option.c_str(), error.what());
       return false;
     }
   };

@@ -99,7 +99,9 @@ std::string format_ratio(double ratio);
 void print_table(const RunReport& report, const std::vector<Compared>* comparison);
 void write_json(const RunReport& report, const std::vector<Compared>* comparison,
                 const std::filesystem::path& path);
-RunReport read_json(const std::filesystem::path& path);  // throws std::runtime_error
+// read_json() reads a --json file back; it throws std::runtime_error, whose text names the file and
+// what is wrong in it (which field, where).
+RunReport read_json(const std::filesystem::path& path);
 void write_html(const RunReport& report, const std::vector<Compared>* comparison,
                 const std::optional<std::filesystem::path>& trace, const std::filesystem::path& path);
 
