@@ -154,12 +154,22 @@ def case_usage(binary, directory):
     not_a_report = os.path.join(directory, "not-a-report.json")
     with open(not_a_report, "w") as f:
         f.write("{}\n")
-    for args, says in ((["--repeat", "0"], "--repeat"), (["--threads", "0"], "--threads"), (["--bogus"], "--bogus"),
+    for args, says in ((["--repeat", "0"], "--repeat: '0' is out of range (1 to 1000)"),
+                       (["--threads", "0"], "--threads: '0' is out of range (1 to 1024)"), (["--bogus"], "--bogus"),
+                       # A count that is not a whole number is not "out of range" (CLI11's message).
+                       (["--repeat", "3.5"], "--repeat: '3.5' is not a whole number"),
+                       (["--threads", "abc"], "--threads: 'abc' is not a whole number"),
+                       (["--threads", "2.0"], "--threads: '2.0' is not a whole number"),
+                       (["--warmup", "1e1"], "--warmup: '1e1' is not a whole number"),
+                       (["--settle-ms", "0x10"], "--settle-ms: '0x10' is not a whole number"),
                        (["--scaling", "W99"], "W99"), (["--trace", "t.json"], "--html"),
+                       # Quoted as given (not upper-cased), with the way to ask for no scaling.
+                       (["--scaling", "None"], "--scaling: no workload 'None' in this build (see --list; 'none'"),
                        (["--json", os.path.join(directory, "r"), "--html", os.path.join(directory, ".", "r")],
                         "same file"),
                        (["--param", "W11.max_batch=abc"], "not a (decimal) number"),
                        (["--param", "W11.rate=0x10"], "not a (decimal) number"),
+                       (["--param", "W11.rate=nan"], "not a (decimal) number"),
                        (["--param", "W11.max_batch=1 6"], "a blank inside"),
                        (["--param", "W11.max_batch= 5"], "a blank inside"),
                        # CLI11 alone took nan (past its range check: the regression check was off),

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -62,6 +63,13 @@ std::vector<std::string> split(const std::string& text, bool upper) {
   return items;
 }
 
+// range() is "1 to 1000", the text of an option's range in its errors.
+std::string range(double low, double high) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.15g to %.15g", low, high);
+  return text;
+}
+
 // decimal_number() checks a number option's text before CLI11 converts it: a finite decimal number
 // (nerve::bench::parse_number(), what --param takes) from `low` to `high`. CLI11 alone takes "0x10"
 // as 16, and "nan", which CLI::Range lets through (every comparison with NaN is false): --fail-over
@@ -71,14 +79,27 @@ CLI::Validator decimal_number(double low, double high) {
       [low, high](std::string& text) -> std::string {
         const std::optional<double> value = nerve::bench::parse_number(text);
         if (!value) return "'" + text + "' is not a (decimal) number";
-        if (*value < low || *value > high) {
-          char range[64];
-          std::snprintf(range, sizeof range, "%.15g to %.15g", low, high);
-          return "'" + text + "' is out of range (" + range + ")";
-        }
+        if (*value < low || *value > high) return "'" + text + "' is out of range (" + range(low, high) + ")";
         return "";
       },
       "NUMBER");
+}
+
+// whole_number() does the same for a count: decimal digits, a minus sign allowed, from `low` to
+// `high`. CLI::Range called "3.5", "2.0" and "abc" "not in range", which sends the user looking for
+// a bigger or smaller number.
+CLI::Validator whole_number(long long low, long long high) {
+  return CLI::Validator(
+      [low, high](std::string& text) -> std::string {
+        long long value = 0;
+        const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+        if (error == std::errc::invalid_argument || end != text.data() + text.size())
+          return "'" + text + "' is not a whole number (" + range(low, high) + ")";
+        if (error == std::errc::result_out_of_range || value < low || value > high)
+          return "'" + text + "' is out of range (" + range(low, high) + ")";
+        return "";
+      },
+      "INT");
 }
 
 template <class T, class U>
@@ -273,13 +294,13 @@ int main(int argc, char** argv) {
                "smaller sizes, 3 repetitions: the whole suite in under a minute (CI smoke run)");
   app.add_option("--only", line.only, "run only these workloads, e.g. W5,W6");
   app.add_option("--threads", line.threads, "threads for every runtime, the calling thread included")
-      ->check(CLI::Range(1u, 1024u));
+      ->check(whole_number(1, 1024));
   app.add_option("--repeat", line.repeat, "timed repetitions per variant (default 5, quick 3)")
-      ->check(CLI::Range(1, 1000));
+      ->check(whole_number(1, 1000));
   app.add_option("--warmup", line.warmup, "untimed, verified repetitions first (default 1)")
-      ->check(CLI::Range(0, 100));
+      ->check(whole_number(0, 100));
   app.add_option("--settle-ms", line.settle_ms, "pause between variants (default 20)")
-      ->check(CLI::Range(0, 10000));
+      ->check(whole_number(0, 10000));
   app.add_option("--runtimes", line.runtimes,
                  "run only these runtimes' variants (nerve, oneTBB, OpenMP, naive, BLAS, STREAM, 'glibc "
                  "malloc', jemalloc, tcmalloc)");
@@ -334,24 +355,26 @@ int main(int argc, char** argv) {
   std::transform(line.inject_fault.begin(), line.inject_fault.end(), line.inject_fault.begin(),
                  [](unsigned char c) { return std::toupper(c); });
   const std::vector<std::string> only = split(line.only, true);
-  const auto unknown_workload = [](const char* option, const std::vector<std::string>& ids) {
+  // An unknown name is quoted as the user wrote it (ids are matched in upper case).
+  const auto unknown_workload = [](const char* option, const std::string& text, const char* hint) {
     const auto& all = nerve::bench::workload_registry();
-    for (const std::string& id : ids) {
-      if (std::none_of(all.begin(), all.end(), [&](const auto& entry) { return id == entry.id; })) {
-        std::fprintf(stderr, "openclaw-benchmark: %s: no workload %s in this build (see --list)\n", option,
-                     id.c_str());
+    const std::vector<std::string> names = split(text, false), ids = split(text, true);
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      if (std::none_of(all.begin(), all.end(), [&](const auto& entry) { return ids[i] == entry.id; })) {
+        std::fprintf(stderr, "openclaw-benchmark: %s: no workload '%s' in this build (see --list%s)\n",
+                     option, names[i].c_str(), hint);
         return true;
       }
     }
     return false;
   };
-  if (unknown_workload("--only", only)) return 2;
+  if (unknown_workload("--only", line.only, "")) return 2;
   if (app.count("--only") != 0 && only.empty()) {
     std::fprintf(stderr, "openclaw-benchmark: --only names no workload (see --list)\n");
     return 2;
   }
   if (line.scaling != "none" && line.scaling != "default" &&
-      unknown_workload("--scaling", split(line.scaling, true)))
+      unknown_workload("--scaling", line.scaling, "; 'none' for no scaling runs"))
     return 2;
 
   if (const std::string error =
