@@ -17,6 +17,7 @@ expect_usage_error() {  # expect_usage_error FRAGMENT ARGS...
 }
 
 expect_usage_error "--config needs a file, not ''" --config "" /bin/echo ran-the-program
+expect_usage_error "--hostfile needs a file, not ''" --hostfile "" /bin/echo ran-the-program
 expect_usage_error "not '3abc'" -np 3abc /bin/echo ran-the-program
 expect_usage_error "not '2.9'" -np 2.9 /bin/echo ran-the-program
 expect_usage_error "not '99999999999999999999999'" -np 99999999999999999999999 /bin/echo ran-the-program
@@ -29,6 +30,7 @@ expect_usage_error "not ' 4'" -np " 4" /bin/echo ran-the-program
   unset NERVE_DISTRIBUTED_NODES
   expect_usage_error "distributed.nodes is empty" --hostfile "${TMPDIR:-/tmp}/nerve-run-usage-hosts" --dry-run \
     /bin/echo ran-the-program
+  expect_usage_error "--hostfile needs a file, not ''" --hostfile "" /bin/echo ran-the-program
 )
 
 out=$("$run" --help 2>&1)

@@ -124,6 +124,8 @@ int main(int argc, char** argv) {
       ranks = parse_ranks(argv[++first]);
     } else if (arg == "--hostfile" && first + 1 < argc) {
       hostfile = argv[++first];
+      // An empty path (a variable that expanded to nothing) would quietly mean a temporary file.
+      if (hostfile.empty()) usage("--hostfile needs a file, not ''");
     } else if (arg == "--dry-run") {
       dry_run = true;
     } else if (arg == "--") {
