@@ -33,6 +33,18 @@ expect_usage_error "not ' 4'" -np " 4" /bin/echo ran-the-program
   expect_usage_error "--hostfile needs a file, not ''" --hostfile "" /bin/echo ran-the-program
 )
 
+# The configuration is checked as loading it checks (keys, types, ranges: exit 2, naming the key)
+# but not against this machine: the ranks may run elsewhere (docs/DISTRIBUTED.md).
+config_dir=$(mktemp -d)
+trap 'rm -rf "$config_dir"' EXIT
+printf 'scheduler:\n  spin_us: -5\n' >"$config_dir/range.yaml"
+printf 'scheduler:\n  polcy: eager\n' >"$config_dir/key.yaml"
+printf 'gpu:\n  devices: 5\nmemory:\n  numa_policy: preferred:3\n' >"$config_dir/machine.yaml"
+expect_usage_error "scheduler.spin_us" --config "$config_dir/range.yaml" /bin/echo ran-the-program
+expect_usage_error "scheduler.polcy" --config "$config_dir/key.yaml" /bin/echo ran-the-program
+out=$("$run" --dry-run --config "$config_dir/machine.yaml" /bin/echo ran 2>&1) ||
+  echo "FAIL: a configuration for other machines (gpu.devices: 5, preferred:3) was refused: $out"
+
 out=$("$run" --help 2>&1)
 status=$?
 [ "$status" = 0 ] || echo "FAIL: --help exited $status"

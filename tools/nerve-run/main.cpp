@@ -2,8 +2,11 @@
 //
 //   nerve-run [--config FILE] [-np N] [--hostfile PATH] [--dry-run] [--] PROGRAM [ARGS...]
 //
-// It loads the configuration as a Context would (defaults, FILE or NERVE_CONFIG, NERVE_* variables),
-// writes distributed.nodes to an MPI hostfile (`host slots=N` per line; PATH, or a temporary file
+// It loads the configuration as a Context would (defaults, FILE or NERVE_CONFIG, NERVE_* variables;
+// an unknown key, a value of the wrong type or out of range is an error, exit 2) but makes no
+// context: what depends on the machine (an accelerator gpu.devices names, a NUMA node) is checked
+// by each rank's context on the machine it runs on, which need not be this one. It writes
+// distributed.nodes to an MPI hostfile (`host slots=N` per line; PATH, or a temporary file
 // nerve-run-hosts.XXXXXX in $TMPDIR, else /tmp, removed when mpirun exits, whatever its outcome),
 // and runs
 //
