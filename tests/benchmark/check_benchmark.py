@@ -454,6 +454,15 @@ def case_compare(binary, directory):
     check("REGRESSION" in worse.stderr and "worse +" not in worse.stdout and "worse -100%" in worse.stdout,
           f"regression not reported:\n{worse.stdout}\n{worse.stderr}")
     run(binary, "--from-json", base, "--compare", path)  # without --fail-over it is reported, not fatal
+    # --json (or --html) naming the baseline, however spelt, would overwrite it: a usage error.
+    with open(base, "rb") as f:
+        recorded = f.read()
+    for output in ("--json", "--html"):
+        for spelling in (os.path.relpath(base), os.path.join(directory, ".", "base.json")):
+            clash = run(binary, "--from-json", base, "--compare", base, output, spelling, expect=2)
+            check("--compare name the same file" in clash.stderr, f"{output} {spelling}: {clash.stderr}")
+    with open(base, "rb") as f:
+        check(f.read() == recorded, "the baseline was overwritten")
     # A limit that is not a number is a usage error, not a check that never fires.
     nan = run(binary, "--from-json", base, "--compare", path, "--fail-over", "nan", expect=2)
     check("--fail-over" in nan.stderr and "REGRESSION" not in nan.stderr, f"--fail-over nan: {nan.stderr}")

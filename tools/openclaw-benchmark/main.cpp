@@ -22,6 +22,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 
 #include <unistd.h>
@@ -433,14 +434,22 @@ int main(int argc, char** argv) {
                    std::strerror(errno));
     return !ok;
   };
-  if (!line.json.empty() && !line.html.empty() &&
-      std::filesystem::absolute(line.json).lexically_normal() ==
-          std::filesystem::absolute(line.html).lexically_normal()) {
-    std::fprintf(
-        stderr,
-        "openclaw-benchmark: --json and --html name the same file (%s): one would overwrite the other\n",
-        line.json.c_str());
-    return 2;
+  // An output naming the file of another output, or the baseline of --compare, would overwrite it
+  // (the same path however spelt: relative or absolute, with "." or "..").
+  const auto same_file = [](const std::string& a, const std::string& b) {
+    return !a.empty() && !b.empty() &&
+           std::filesystem::absolute(a).lexically_normal() == std::filesystem::absolute(b).lexically_normal();
+  };
+  const std::tuple<const char*, const std::string*, const char*, const std::string*> overwrites[] = {
+      {"--json", &line.json, "--html", &line.html},
+      {"--json", &line.json, "--compare", &line.compare},
+      {"--html", &line.html, "--compare", &line.compare}};
+  for (const auto& [output, path, other, other_path] : overwrites) {
+    if (same_file(*path, *other_path)) {
+      std::fprintf(stderr, "openclaw-benchmark: %s and %s name the same file (%s): %s would overwrite it\n",
+                   output, other, path->c_str(), output);
+      return 2;
+    }
   }
   if (unwritable("--json", line.json) || unwritable("--html", line.html)) return 2;
   const auto start = std::chrono::steady_clock::now();
