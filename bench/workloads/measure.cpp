@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <stdexcept>
 #include <thread>
@@ -108,6 +109,20 @@ std::string format_count(std::uint64_t value) {
     out += digits[i];
   }
   return out;
+}
+
+void note_share_of(std::vector<Measurement>& measurements, const std::string& reference,
+                   const std::string& label) {
+  const auto found = std::find_if(measurements.begin(), measurements.end(),
+                                  [&](const Measurement& m) { return m.variant == reference; });
+  if (found == measurements.end() || !(found->value > 0)) return;
+  const double base = found->value;
+  for (Measurement& m : measurements) {
+    if (&m == &*found || !m.verified) continue;
+    char share[32];
+    std::snprintf(share, sizeof share, "%.0f%% of ", 100 * m.value / base);
+    m.note += (m.note.empty() ? "" : "; ") + std::string(share) + label;
+  }
 }
 
 }  // namespace nerve::bench

@@ -78,4 +78,11 @@ std::string expect_equal(const char* what, const T& got, const T& expected) {
 // format_count() writes 1000000 as "1,000,000" (sizes in titles).
 std::string format_count(std::uint64_t value);
 
+// note_share_of() adds "N% of <label>" to the note of every verified measurement but the variant
+// `reference` (W5: "97% of STREAM add", what the memory gives, measured in the same run); nothing
+// when the reference did not run (--runtimes) or measured 0. A failed measurement's note stays what
+// failed.
+void note_share_of(std::vector<Measurement>& measurements, const std::string& reference,
+                   const std::string& label);
+
 }  // namespace nerve::bench

@@ -12,8 +12,6 @@
 #include <cstdint>
 #include <span>
 
-#include <fmt/format.h>
-
 #include "nerve/nerve.hpp"
 #include "nerve/opencl.hpp"
 
@@ -158,14 +156,7 @@ WorkloadResult run_w5_heterogeneous(const WorkloadOptions& options) {
                       [&, threads = options.threads] { return stream_add(a, b, c, threads); },
                       {}});
   result.measurements = measure_interleaved(variants, options);
-  const Measurement* stream = nullptr;
-  for (const Measurement& m : result.measurements)
-    if (m.variant == "STREAM add (device case)") stream = &m;
-  for (Measurement& m : result.measurements) {
-    if (stream != nullptr && &m != stream && stream->value > 0)
-      m.note +=
-          fmt::format("{}{:.0f}% of STREAM add", m.note.empty() ? "" : "; ", 100 * m.value / stream->value);
-  }
+  note_share_of(result.measurements, "STREAM add (device case)", "STREAM add");
   return result;
 }
 

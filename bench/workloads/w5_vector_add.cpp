@@ -237,6 +237,7 @@ WorkloadResult run_w5_vector_add(const WorkloadOptions& options) {
                       },
                       {}});
   result.measurements = measure_interleaved(variants, options);
+  note_share_of(result.measurements, "STREAM add", "STREAM add");  // WORKLOADS.md's second figure
   // With an OpenCL device: the chunks spread over the CPU workers and the device, as a case of its own.
   if (options.runtimes.empty() ||
       std::find(options.runtimes.begin(), options.runtimes.end(), "nerve") != options.runtimes.end()) {

@@ -4,7 +4,8 @@
 Usage: check_benchmark.py <openclaw-benchmark> <case> [argument]; each case is one CTest test
 (tests/benchmark/CMakeLists.txt). Cases:
   json            a quick run's --json validated against the documented schema; --config and a
-                  NERVE_* variable recorded in the effective configuration with their origins
+                  NERVE_* variable recorded in the effective configuration with their origins; W5's
+                  variants carry their % of the STREAM add
   config_error    a bad --config fails with exit 2 and names the key
   usage           every usage error exits 2 before anything runs: options unknown or out of range,
                   unknown --scaling workloads, --trace without --html, a non-numeric --param or
@@ -132,12 +133,18 @@ def case_json(binary, directory):
         f.write("scheduler:\n  spin_us: 120\n")
     out = os.path.join(directory, "run.json")
     # A NERVE_* variable applies on top of the file, and the report says where each value came from.
-    run(binary, *QUICK, "--only", "W1,W3", "--config", config, "--json", out,
+    run(binary, *QUICK, "--only", "W1,W3,W5", "--config", config, "--json", out,
         nerve_environment={"NERVE_SCHEDULER_POLICY": "eager"})
     with open(out) as f:
         doc = json.load(f)
     check_schema(doc)
-    check([w["id"] for w in doc["workloads"]] == ["W1", "W3"], "workloads run")
+    check([w["id"] for w in doc["workloads"]] == ["W1", "W3", "W5"], "workloads run")
+    # W5's second figure (WORKLOADS.md): each variant's % of the STREAM add of the same run, in every
+    # case (the CPU case lacked it).
+    for m in doc["workloads"][2]["measurements"]:
+        if m["runtime"] != "STREAM":
+            check(re.search(r"\d+% of STREAM add", m["note"]) is not None,
+                  f"W5 {m['case']} / {m['variant']}: no % of STREAM add in its note {m['note']!r}")
     check(doc["verified"] and doc["options"]["config_file"] == config, "verified / config_file")
     spin = [e for e in doc["config"] if e["key"] == "scheduler.spin_us"]
     check(spin and spin[0]["value"] == "120" and spin[0]["origin"].startswith("file"), f"spin_us entry {spin}")
