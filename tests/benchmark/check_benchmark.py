@@ -6,7 +6,8 @@ Usage: check_benchmark.py <openclaw-benchmark> <case> [argument]; each case is o
   json            a quick run's --json validated against the documented schema; --config and a
                   NERVE_* variable recorded in the effective configuration with their origins; W5's
                   variants carry their % of the STREAM add
-  config_error    a bad --config fails with exit 2 and names the key
+  config_error    a bad --config fails with exit 2 and names the key; a workload --only names that
+                  cannot run fails the run (exit 1), and the table and the JSON say so
   usage           every usage error exits 2 before anything runs: options unknown or out of range,
                   unknown --scaling workloads, --trace without --html, a non-numeric --param or
                   --fail-over (nan, inf, 0x10), a --compare or --from-json file that is missing or
@@ -240,8 +241,18 @@ def case_config_error(binary, directory):
         f.write("gpu:\n  devices: none\n")
     listing = run(binary, "--list", "--config", config)
     if any(line.startswith("W12 ") for line in listing.stdout.splitlines()):
-        result = run(binary, *QUICK, "--only", "W12", "--config", config, expect=1)
+        out = os.path.join(directory, "only.json")
+        result = run(binary, *QUICK, "--only", "W1,W12", "--config", config, "--json", out, expect=1)
         check("W12 could not run here" in result.stderr, f"--only W12 without a device: {result.stderr}")
+        # The table, its summary and the JSON say so too (they said "skipped", "every result verified").
+        check(re.search(r"^W12 .*CHECK FAILED: could not run here: ", result.stdout, re.M) is not None
+              and "every result verified" not in result.stdout, f"--only W12 without a device:\n{result.stdout}")
+        with open(out) as f:
+            doc = json.load(f)
+        check_schema(doc)
+        check(doc["verified"] is False and [s["id"] for s in doc["skipped"]] == ["W12"],
+              f"--only W12 without a device: verified {doc['verified']}, skipped {doc['skipped']}")
+        run(binary, "--from-json", out, expect=1)  # read back, it is still a failed run
     # A --config that opens no device leaves the device workloads nothing to run on: they are
     # skipped, as with NERVE_GPU_DEVICES=none (they used to open the OpenCL device regardless).
     with open(config, "w") as f:

@@ -101,8 +101,11 @@ void print_table(const RunReport& report, const std::vector<Compared>* compariso
       }
     }
   }
-  for (const auto& skipped : report.skipped)
-    std::printf("\n%s %s — skipped: %s\n", skipped.id.c_str(), skipped.title.c_str(), skipped.reason.c_str());
+  for (const auto& skipped : report.skipped) {
+    const bool named = report.named(skipped);
+    std::printf("\n%s %s — %s: %s\n", skipped.id.c_str(), skipped.title.c_str(),
+                named ? "CHECK FAILED: could not run here" : "skipped", skipped.reason.c_str());
+  }
   if (!report.scaling.empty()) {
     std::printf("\nscaling (nerve alone, quick sizes):\n");
     for (const auto& series : report.scaling) {
@@ -119,11 +122,16 @@ void print_table(const RunReport& report, const std::vector<Compared>* compariso
       ++figures;
       failed += !m.verified;
     }
+  const std::vector<const Skipped*> not_run = report.not_run();
+  std::string verdict = failed == 0 ? "" : std::to_string(failed) + " FAILED VERIFICATION";
+  if (!not_run.empty())
+    verdict += (verdict.empty() ? "" : "; ") + std::to_string(not_run.size()) +
+               " workload(s) named by --only COULD NOT RUN";
+  if (verdict.empty())
+    verdict = figures == 0 ? "nothing ran (the workloads were skipped, or --runtimes has no variant in them)"
+                           : "every result verified";
   std::printf("\n%zu workload(s), %zu figure%s in %.1f s: %s\n", report.workloads.size(), figures,
-              figures == 1 ? "" : "s", report.duration_s,
-              figures == 0  ? "nothing ran (the workloads were skipped, or --runtimes has no variant in them)"
-              : failed == 0 ? "every result verified"
-                            : (std::to_string(failed) + " FAILED VERIFICATION").c_str());
+              figures == 1 ? "" : "s", report.duration_s, verdict.c_str());
   std::fflush(stdout);
 }
 

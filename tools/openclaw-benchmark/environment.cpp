@@ -108,7 +108,19 @@ void describe_machine(RunReport& report, const nerve::Settings& settings) {
 #endif
 }
 
+bool RunReport::named(const Skipped& workload) const {
+  return std::find(only.begin(), only.end(), workload.id) != only.end();
+}
+
+std::vector<const Skipped*> RunReport::not_run() const {
+  std::vector<const Skipped*> workloads_not_run;
+  for (const auto& s : skipped)
+    if (named(s)) workloads_not_run.push_back(&s);
+  return workloads_not_run;
+}
+
 bool RunReport::verified() const {
+  if (!not_run().empty()) return false;
   for (const auto& run : workloads)
     if (!run.result.verified()) return false;
   for (const auto& series : scaling)

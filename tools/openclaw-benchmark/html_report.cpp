@@ -163,9 +163,13 @@ void write_html(const RunReport& report, const std::vector<Compared>* comparison
           "These figures come from "
           "one machine at one moment; the load average is given per workload.</p>";
   html += "<h2>Summary</h2>" + summary_table(report);
-  for (const auto& skipped : report.skipped)
-    html += "<p class=\"meta\">" +
-            escape_html(skipped.id + " " + skipped.title + ": skipped — " + skipped.reason) + "</p>";
+  for (const auto& skipped : report.skipped) {
+    const bool named = report.named(skipped);
+    html += std::string("<p class=\"") + (named ? "fail" : "meta") + "\">" +
+            escape_html(skipped.id + " " + skipped.title +
+                        (named ? ": CHECK FAILED, could not run here — " : ": skipped — ") + skipped.reason) +
+            "</p>";
+  }
   for (const auto& run : report.workloads) html += workload_section(run, comparison);
   if (!report.scaling.empty()) {
     html +=

@@ -108,23 +108,32 @@ bool contains(const std::vector<T>& list, const U& item) {
   return std::find(list.begin(), list.end(), item) != list.end();
 }
 
-// report_failures(): on stderr, each result that did not verify, by workload, case and variant,
-// with what failed (the table says it too, among everything else).
+// report_failures(): on stderr, each workload --only names that could not run here, and each result
+// that did not verify, by workload, case and variant, with what failed (the table says it too, among
+// everything else).
 void report_failures(const nb::RunReport& report) {
-  std::fprintf(stderr, "openclaw-benchmark: FAILED: a result did not verify:\n");
+  for (const nb::Skipped* skipped : report.not_run())
+    std::fprintf(stderr, "openclaw-benchmark: %s could not run here: %s\n", skipped->id.c_str(),
+                 skipped->reason.c_str());
+  bool header = false;
+  const auto failed = [&header] {
+    if (!header) std::fprintf(stderr, "openclaw-benchmark: FAILED: a result did not verify:\n");
+    header = true;
+  };
   for (const auto& run : report.workloads) {
     for (const auto& m : run.result.measurements) {
-      if (!m.verified)
-        std::fprintf(stderr, "  %s %s / %s: %s\n", run.result.id.c_str(), m.case_name.c_str(),
-                     m.variant.c_str(), m.note.empty() ? "did not verify" : m.note.c_str());
+      if (m.verified) continue;
+      failed();
+      std::fprintf(stderr, "  %s %s / %s: %s\n", run.result.id.c_str(), m.case_name.c_str(),
+                   m.variant.c_str(), m.note.empty() ? "did not verify" : m.note.c_str());
     }
   }
   for (const auto& series : report.scaling) {
     for (const auto& point : series.points) {
-      if (!point.verified)
-        std::fprintf(stderr, "  %s %s / %s at %u worker(s) (scaling): did not verify\n",
-                     series.workload.c_str(), series.case_name.c_str(), series.variant.c_str(),
-                     point.threads);
+      if (point.verified) continue;
+      failed();
+      std::fprintf(stderr, "  %s %s / %s at %u worker(s) (scaling): did not verify\n",
+                   series.workload.c_str(), series.case_name.c_str(), series.variant.c_str(), point.threads);
     }
   }
 }
@@ -506,16 +515,10 @@ int main(int argc, char** argv) {
       std::printf("HTML report: %s\n", std::filesystem::absolute(line.html).c_str());
     }
     if (!line.json.empty()) std::printf("JSON report: %s\n", std::filesystem::absolute(line.json).c_str());
+    // A result that failed its check, or a workload --only asks for by name and this machine cannot
+    // run (without --only, the ones that cannot run here are only skipped).
     if (!report.verified()) {
       report_failures(report);
-      return 1;
-    }
-    // A workload --only asks for by name and this machine cannot run is a run that failed; without
-    // --only, the ones that cannot run here are only skipped.
-    if (!earlier && !only.empty() && !report.skipped.empty()) {
-      for (const auto& skipped : report.skipped)
-        std::fprintf(stderr, "openclaw-benchmark: %s could not run here: %s\n", skipped.id.c_str(),
-                     skipped.reason.c_str());
       return 1;
     }
     if (comparison && line.fail_over >= 0) {

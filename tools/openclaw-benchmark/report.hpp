@@ -64,6 +64,11 @@ struct RunReport {
   std::vector<Skipped> skipped;
   std::vector<ScalingSeries> scaling;
 
+  // named() is true for a skipped workload that --only names: asked for by name, it fails the run
+  // (without --only, the workloads this build or machine cannot run are only skipped).
+  bool named(const Skipped& skipped) const;
+  std::vector<const Skipped*> not_run() const;  // the skipped workloads named()
+  // verified() is true when every result verified and every workload --only names ran.
   bool verified() const;
 };
 
