@@ -102,6 +102,17 @@ void runtime_destroy(RuntimeImpl* runtime) noexcept {
       runtime->transport->abort(1);
     }
     runtime->transport->shutdown();
+  } else {
+    // One rank, no MPI job: nothing to end, but a failure nobody may have seen is still said.
+    std::optional<std::string> failure;
+    {
+      std::lock_guard lock(runtime->failure_mutex);
+      failure = runtime->local_failure;
+    }
+    if (failure) {
+      std::fprintf(stderr, "nerve: rank 0: distributed run failed: %s\n", failure->c_str());
+      std::fflush(stderr);
+    }
   }
   delete runtime;
 }

@@ -159,8 +159,29 @@ TEST(DistributedLocal, LocalFailuresReachWaitAllAndStick) {
     expect_task_failed([&] { world.submit([](std::span<int> x) { x[0] = 1; }, dist::write(b)); });
     expect_task_failed([&] { world.wait_all(); });
     expect_task_failed([&] { world.barrier(); });
+    ::testing::internal::CaptureStderr();
   }
+  EXPECT_NE(::testing::internal::GetCapturedStderr().find(
+                "nerve: rank 0: distributed run failed: task 'boom' failed on rank 0: injected"),
+            std::string::npos)
+      << "destroying the Runtime says the failure, as under MPI";
   EXPECT_NO_THROW(context.wait_all());
+}
+
+// A failure nobody waited for is not lost when the one-rank Runtime goes.
+TEST(DistributedLocal, AFailureNobodyWaitedForIsPrintedWhenTheRuntimeGoes) {
+  Context context(with({}));
+  ::testing::internal::CaptureStderr();
+  {
+    dist::Runtime world(context);
+    auto a = world.buffer<int>(10, 0);
+    world.submit(
+        dist::TaskOptions{.name = "unseen"}, [](std::span<int>) { throw std::runtime_error("injected"); },
+        dist::write(a));
+  }
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("distributed run failed: task 'unseen' failed on rank 0: injected"), std::string::npos)
+      << log;
 }
 
 TEST(DistributedLocal, BackendNoneUnderAnMpirunOfSeveralRanksIsAnError) {
