@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <string>
 
+#include <fmt/format.h>
+
 #include "report.hpp"
 
 namespace nerve::benchmark {
@@ -145,7 +147,7 @@ void Progress::clear() {
 void Progress::start_workload(std::size_t index, std::size_t count, const std::string& id,
                               const std::string& title) {
   clear();
-  prefix_ = "[" + std::to_string(index + 1) + "/" + std::to_string(count) + "] " + id;
+  prefix_ = fmt::format("[{}/{}] {}", index + 1, count, id);
   cases_shown_.clear();
   if (!terminal_) std::printf("%s %s: running\n", prefix_.c_str(), title.c_str());
   std::fflush(stdout);
