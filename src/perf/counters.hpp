@@ -41,7 +41,10 @@ class CounterSampler {
   struct ThreadKey {
     int tid;
     std::uint64_t start;
-    auto operator<=>(const ThreadKey&) const = default;
+    bool operator==(const ThreadKey&) const = default;
+    bool operator<(const ThreadKey& other) const noexcept {
+      return tid != other.tid ? tid < other.tid : start < other.start;
+    }
   };
 
  private:
