@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <exception>
+#include <vector>
 
 #include "task/task_record.hpp"
 
@@ -91,35 +92,48 @@ inline bool add_edge(TaskRecord* predecessor, TaskRecord* successor, bool consum
 template <class Ready>
 void close_and_release(TaskRecord* task, bool failed, Ready&& ready) {
   const std::uintptr_t head = task->successors.exchange(closed_successors, std::memory_order_acq_rel);
-  // The stack holds the newest edge first: turned around, successors are released in the order they
-  // were submitted (eager's shared queue then serves them first come, first served). Nothing else
-  // reads the closed stack, and no successor can run before this thread's decrement below.
-  DepNode* node = nullptr;
-  for (auto* rest = reinterpret_cast<DepNode*>(head); rest != nullptr;) {
-    DepNode* next = rest->next;
-    rest->next = node;
-    node = rest;
-    rest = next;
+  const DepNode* node = reinterpret_cast<const DepNode*>(head);
+  if (node == nullptr) return;
+  const auto release = [&](TaskRecord* successor, bool consumes) {
+    if (failed && consumes) mark_cancelled_by(successor, failure_cause(task));
+    if (successor->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) ready(successor);
+  };
+  // The stack holds the newest edge first. Every edge is read before any successor is released —
+  // until this thread's decrement a successor cannot run, so its node stays valid — and they are
+  // released oldest first: in submission order, which eager's shared queue then serves first come,
+  // first served. Each successor's record is asked for as its edge is found, so the misses overlap.
+  // The nodes are only read: a wait check may walk this stack at the same time (first_waiting_for).
+  struct Edge {
+    TaskRecord* successor;
+    bool consumes;
+  };
+  constexpr std::size_t inline_edges = 32;
+  Edge edges[inline_edges];
+  std::size_t count = 0;
+  for (; node != nullptr && count < inline_edges; node = node->next) {
+    prefetch_record(node->successor);
+    edges[count++] = Edge{node->successor, node->consumes};
   }
-  // First collect a batch of successors, asking for their records as each is found: the misses then
-  // overlap instead of following one another. Until this thread decrements a successor's count, the
-  // successor cannot run, so its node stays valid.
-  constexpr std::size_t batch = 8;
-  TaskRecord* successors[batch];
-  bool consumes[batch];
-  while (node != nullptr) {
-    std::size_t count = 0;
-    for (; node != nullptr && count < batch; node = node->next, ++count) {
-      successors[count] = node->successor;
-      consumes[count] = node->consumes;
-      prefetch_record(node->successor);
+  if (node != nullptr) {  // a wide fan-out: the older edges go to the heap
+    std::vector<Edge> older;
+    try {
+      for (const DepNode* rest = node; rest != nullptr; rest = rest->next) {
+        prefetch_record(rest->successor);
+        older.push_back(Edge{rest->successor, rest->consumes});
+      }
+    } catch (...) {  // out of memory: the older ones in the stack's order, before the newer ones
+      older.clear();
+      for (; node != nullptr;) {
+        const Edge edge{node->successor, node->consumes};
+        node = node->next;  // read before its successor may run and recycle the node
+        release(edge.successor, edge.consumes);
+      }
     }
-    // `node` (the rest of the list) is read before this batch's successors may run and recycle it.
-    for (std::size_t i = 0; i < count; ++i) {
-      TaskRecord* successor = successors[i];
-      if (failed && consumes[i]) mark_cancelled_by(successor, failure_cause(task));
-      if (successor->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) ready(successor);
-    }
+    for (auto it = older.rbegin(); it != older.rend(); ++it) release(it->successor, it->consumes);
+  }
+  while (count > 0) {
+    --count;
+    release(edges[count].successor, edges[count].consumes);
   }
 }
 
