@@ -98,9 +98,10 @@ class Device {
 
   // can_run(): the device implements the task's kernel.
   virtual bool can_run(const TaskRecord& task) const noexcept = 0;
-  // takes_accesses(): the task's accesses can be handed to its kernel here as they are (OpenCL: a
-  // slice's sub-buffer must start at an aligned offset). Placement by nerve avoids a device that
-  // cannot while another can run the task; a task forced there fails, saying why.
+  // takes_accesses(): the task can be handed to its kernel here as it is (OpenCL: a slice's
+  // sub-buffer must start at an aligned offset, and the kernel's program must not have failed to
+  // build here). Placement by nerve avoids a device that cannot while another can run the task; a
+  // task forced there fails, saying why.
   virtual bool takes_accesses(const TaskRecord& /*task*/) const noexcept { return true; }
   // submit(): run `task` (its data is valid in memory()) and call host.run_on_device from the
   // device's execution context. Never blocks on the task.

@@ -597,6 +597,46 @@ TEST_F(OpenclTest, AutomaticPlacementAvoidsTheDeviceForSlicesItCannotTake) {
   }
 }
 
+// A kernel whose OpenCL program does not build but whose CPU body works: once the build failed,
+// placement leaves the device out for its calls. heft, calibrating the device's model, kept sending
+// every call there (a failed call gives no sample): 39 of 40 calls failed. Now only the call that
+// found the failure does, with the compiler log.
+TEST_F(OpenclTest, AProgramThatDoesNotBuildSendsLaterCallsToTheCpuBody) {
+  Settings settings = opencl_settings(2);
+  settings.set("scheduler.policy", "heft");
+  settings.set("perf.model_dir", (cache / "models").string());
+  run_in(settings, [&](Context& ctx) {
+    Kernel half_broken("half broken");
+    half_broken.cpu([](const KernelArgs& args) {
+      for (float& v : args.span<float>(0)) v += 1.0f;
+    });
+    opencl::attach(half_broken, "__kernel void f(__global float* x) { x[0] = undeclared_name; }", "f");
+    std::vector<Buffer<float>> buffers;
+    for (int i = 0; i < 20; ++i) buffers.emplace_back(ctx, std::vector<float>(256, 0.0f));
+    int failed = 0;
+    for (auto& buffer : buffers) {
+      try {
+        ctx.submit(half_broken, read_write(buffer)).wait();
+      } catch (const Error& error) {
+        ++failed;
+        EXPECT_NE(std::string(error.what()).find("undeclared_name"), std::string::npos) << error.what();
+      }
+    }
+    EXPECT_LE(failed, 1) << "only the call that found the broken program";
+    int ran = 0;
+    for (auto& buffer : buffers) {
+      try {
+        ran += buffer.to_vector() == std::vector<float>(256, 1.0f) ? 1 : 0;
+      } catch (const TaskCancelled&) {  // the failed call's buffer: its read is cancelled
+      }
+    }
+    EXPECT_EQ(ran + failed, 20);
+    // Sent there on purpose, a call still fails at once.
+    Buffer<float> forced(ctx, 256);
+    EXPECT_THROW(ctx.submit(TaskOptions{.device = 1}, half_broken, write(forced)).wait(), Error);
+  });
+}
+
 // Calls of an OpenCL-only kernel cancelled before placement are finished by a worker, but they are
 // no CPU runs: neither recorded nor counted among the CPU's tasks (they were counted as both).
 TEST_F(OpenclTest, CancelledDeviceOnlyCallsAreNoCpuRuns) {

@@ -46,7 +46,16 @@ bool OpenclDevice::takes_accesses(const TaskRecord& task) const noexcept {
     // Replicas start aligned, so an access starts aligned in its block exactly when its offset is.
     if (access.size != 0 && alignment != 0 && access.offset % alignment != 0) return false;
   }
-  return true;
+  return !refused_program(task);
+}
+
+bool OpenclDevice::refused_program(const TaskRecord& task) const noexcept {
+  if (!any_refused_.load(std::memory_order_acquire) || task.kernel == nullptr) return false;
+  const auto* program = dynamic_cast<const OpenclProgram*>(
+      task.kernel->by_kind[static_cast<std::size_t>(DeviceKind::opencl)].get());
+  if (program == nullptr) return false;
+  std::lock_guard lock(refused_mutex_);
+  return refused_programs_.contains(program->id);
 }
 
 void OpenclDevice::start(DeviceHost& host) {
@@ -82,7 +91,18 @@ void OpenclDevice::launch(TaskRecord* task) {
                                                    "implementation",
                                                    launch.call.kernel_name, info().name));
     }
-    cl_kernel kernel = programs_.kernel(*program, launch.call.kernel_name);
+    cl_kernel kernel = nullptr;
+    try {
+      kernel = programs_.kernel(*program, launch.call.kernel_name);
+    } catch (...) {
+      try {
+        std::lock_guard lock(refused_mutex_);
+        refused_programs_.insert(program->id);
+        any_refused_.store(true, std::memory_order_release);
+      } catch (...) {  // out of memory: the device is not left out; the failure is still reported
+      }
+      throw;
+    }
     // The run starts now: building (or loading) the program on first use is not the kernel's time,
     // and would teach the performance models that a fast device is slow.
     task->start_ns = monotonic_ns();

@@ -22,6 +22,7 @@
 #include <mutex>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "backend/backend.hpp"
@@ -55,6 +56,15 @@ class OpenclDevice final : public Device {
   std::size_t global_size(const OpenclProgram& program, const DeviceLaunch& launch,
                           const TaskRecord& task) const;
   static bool finish_launch(Engine& engine, Operation& op);
+
+  // Programs (OpenclProgram::id) that did not build here or lack their entry: placement by nerve
+  // leaves this device out for their calls while another device can take them, so a broken OpenCL
+  // body does not fail calls its CPU body would run (heft, whose calibration would otherwise keep
+  // choosing a device that never yields a sample). A call sent here still fails at once.
+  bool refused_program(const TaskRecord& task) const noexcept;
+  mutable std::mutex refused_mutex_;
+  std::unordered_set<std::uint64_t> refused_programs_;
+  std::atomic<bool> any_refused_{false};
 
   std::shared_ptr<Engine> engine_;
   OpenclMemoryNode* node_;
