@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <fstream>
 #include <memory>
@@ -160,8 +161,18 @@ bool BusModel::load_locked(const std::vector<MemoryNode*>& nodes) {
         ++wanted;
         for (const auto& row : json.at("links")) {
           if (row.at("from") == nodes[from]->name() && row.at("to") == nodes[to]->name()) {
-            links[from * n + to] =
-                BusLink{row.at("latency_ns").get<double>(), row.at("bytes_per_second").get<double>() / 1e9};
+            const double latency_ns = row.at("latency_ns").get<double>();
+            const double bytes_per_second = row.at("bytes_per_second").get<double>();
+            // A day of latency or a petabyte per second is no measurement of this machine's bus.
+            if (!std::isfinite(latency_ns) || latency_ns < 0 || latency_ns > 8.64e13 ||
+                !std::isfinite(bytes_per_second) || bytes_per_second <= 0 || bytes_per_second > 1e15) {
+              log::warn(
+                  "bus model {}: link {} -> {} has impossible values (latency_ns {}, bytes_per_second "
+                  "{}): the bus is measured again",
+                  path.string(), nodes[from]->name(), nodes[to]->name(), latency_ns, bytes_per_second);
+              return false;
+            }
+            links[from * n + to] = BusLink{latency_ns, bytes_per_second / 1e9};
             ++found;
             break;
           }

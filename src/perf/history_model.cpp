@@ -61,7 +61,9 @@ void settle_calibration(ModelEntry& entry) {
 bool plausible(const ModelEntry& entry) {
   const auto time = [](double ns) { return std::isfinite(ns) && ns >= 0; };
   return entry.samples <= max_samples && time(entry.mean_ns) && time(entry.m2) && time(entry.recent_ns) &&
-         entry.outliers <= entry.samples;
+         entry.outliers <= entry.samples &&
+         std::all_of(entry.calibrating.begin(), entry.calibrating.end(), time) &&
+         (entry.calibrating.empty() || entry.calibrating.size() == entry.samples);
 }
 
 // A kernel name as a file name, one to one (two kernels never share a file): letters, digits, '-',
@@ -220,7 +222,8 @@ void HistoryModels::load() {
   if (!std::filesystem::is_directory(directory_, error)) return;
   std::lock_guard lock(mutex_);
   for (const auto& file : std::filesystem::directory_iterator(directory_, error)) {
-    if (file.path().extension() != ".json") continue;
+    // bus.json is the bus model's (BusModel), not a kernel's: a kernel named "bus" is kept in %62us.json.
+    if (file.path().extension() != ".json" || file.path().filename() == "bus.json") continue;
     try {
       std::ifstream in(file.path());
       const nlohmann::json json = nlohmann::json::parse(in);
@@ -248,6 +251,10 @@ void HistoryModels::load() {
         entry.recent_ns = row.value("recent_ns", entry.mean_ns);
         entry.outliers = row.value("outliers", std::uint64_t{0});
         entry.recalibrations = row.value("recalibrations", std::uint64_t{0});
+        // A calibrating entry's raw samples: its estimate (their median) and the clamping at the end of
+        // calibration need them, in a later process as in this one.
+        if (row.contains("calibration_ns"))
+          entry.calibrating = row.at("calibration_ns").get<std::vector<double>>();
         if (!plausible(entry)) {
           log::warn(
               "performance model {}: entry for '{}' on {} skipped: impossible values (samples {}, "
@@ -270,14 +277,16 @@ void HistoryModels::save() const noexcept {
   try {
     std::map<std::string, nlohmann::json> by_kernel;
     for (const ModelRow& row : rows()) {
-      by_kernel[row.kernel].push_back({{"device", row.device},
-                                       {"footprint", row.footprint},
-                                       {"samples", row.entry.samples},
-                                       {"mean_ns", row.entry.mean_ns},
-                                       {"m2", row.entry.m2},
-                                       {"recent_ns", row.entry.recent_ns},
-                                       {"outliers", row.entry.outliers},
-                                       {"recalibrations", row.entry.recalibrations}});
+      nlohmann::json entry = {{"device", row.device},
+                              {"footprint", row.footprint},
+                              {"samples", row.entry.samples},
+                              {"mean_ns", row.entry.mean_ns},
+                              {"m2", row.entry.m2},
+                              {"recent_ns", row.entry.recent_ns},
+                              {"outliers", row.entry.outliers},
+                              {"recalibrations", row.entry.recalibrations}};
+      if (!row.entry.calibrating.empty()) entry["calibration_ns"] = row.entry.calibrating;
+      by_kernel[row.kernel].push_back(std::move(entry));
     }
     if (by_kernel.empty()) return;
     std::filesystem::create_directories(directory_);

@@ -10,11 +10,12 @@
 // kernel is far less than half the mean, so an average of them could never show a lasting change.
 // An entry with fewer than `calibration_samples` samples is *calibrating*: its estimate is marked
 // so, and placement must not trust it alone. Calibration is robust too: while it lasts, the estimate
-// is the median of the samples seen in this process (a first call that paid for a program build or
+// is the median of its samples, kept in the model file too (a first call that paid for a program build or
 // cold caches does not make a fast device look slow), and when it completes, samples beyond 4× or
 // below ¼ of that median are clamped there (counted as outliers) before the mean and variance are
-// taken. Entries loaded from a file carry on from their stored mean. For a footprint not yet seen, estimate()
-// fits a least-squares line through the known footprints' means of that kernel and device.
+// taken. Entries loaded from a file carry on from their stored mean (and calibration samples). For a
+// footprint not yet seen, estimate() fits a least-squares line through the known footprints' means of that
+// kernel and device.
 //
 // Persistence: load()/save() read and write one JSON file per kernel, `<dir>/<kernel>.json`
 // (schema "nerve.perfmodel/1"), written to a temporary file and renamed.
@@ -40,7 +41,7 @@ struct ModelEntry {
   double recent_ns = 0;  // EWMA of the clamped samples
   std::uint64_t outliers = 0;
   std::uint64_t recalibrations = 0;
-  std::vector<double> calibrating;  // this process's raw samples while calibrating (not persisted)
+  std::vector<double> calibrating;  // the raw samples while calibrating (persisted as calibration_ns)
   std::vector<double> drifting;     // the current run of raw samples off the mean one way (not persisted)
   double stddev_ns() const noexcept;
 };

@@ -55,6 +55,20 @@ TEST(BusModel, MeasuresASimulatedLinkPersistsAndReloads) {
     bus.calibrate(nodes, quick_sizes);  // nerve-info --calibrate: measures on request
     EXPECT_EQ(bus.measurements(), 1u);
   }
+  // A damaged file (a negative latency, no bandwidth) is not believed: the bus is measured again.
+  for (const char* link :
+       {R"("latency_ns": -1000000, "bytes_per_second": 1e9)", R"("latency_ns": 1000, "bytes_per_second": 0)",
+        R"("latency_ns": 1e300, "bytes_per_second": 1e9)"}) {
+    SCOPED_TRACE(link);
+    std::ofstream(directory / "bus.json") << R"({"schema": "nerve.busmodel/1", "links": [)"
+                                          << R"({"from": ")" << nodes[0]->name() << R"(", "to": ")"
+                                          << nodes[1]->name() << R"(", )" << link << "}, "
+                                          << R"({"from": ")" << nodes[1]->name() << R"(", "to": ")"
+                                          << nodes[0]->name() << R"(", )" << link << "}]}";
+    detail::BusModel bus(directory);
+    EXPECT_TRUE(bus.ensure_calibrated(nodes, quick_sizes)) << "measured again";
+    EXPECT_GT(bus.link(0, 1).latency_ns, 150e3);
+  }
   context.wait_all();
   std::filesystem::remove_all(directory);
 }

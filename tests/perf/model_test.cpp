@@ -126,6 +126,34 @@ TEST(HistoryModel, RegressionForFootprintsNotSeen) {
   EXPECT_FALSE(models.estimate("other", "cpu", 2000).has_value());
 }
 
+// Calibration spread over two processes behaves as in one: the samples are kept in the file while the
+// entry calibrates, so the estimate stays their median (it became the mean, the cold call included:
+// 28 ms instead of 10) and the cold call is still clamped when calibration completes.
+TEST(HistoryModel, ACalibratingEntryKeepsItsSamplesAcrossProcesses) {
+  const auto directory = fresh_directory("nerve-models-calibrating");
+  {
+    HistoryModels models(directory);
+    models.add("k", "device:1", 64, 100e6);  // cold
+    for (int i = 0; i < 4; ++i) models.add("k", "device:1", 64, 10e6);
+    models.save();
+  }
+  HistoryModels loaded(directory);
+  loaded.load();
+  const auto estimate = loaded.estimate("k", "device:1", 64);
+  ASSERT_TRUE(estimate.has_value());
+  EXPECT_TRUE(estimate->calibrating);
+  EXPECT_DOUBLE_EQ(estimate->mean_ns, 10e6) << "the median of the 5 samples";
+  for (int i = 0; i < 5; ++i) loaded.add("k", "device:1", 64, 10e6);
+  const auto settled = loaded.estimate("k", "device:1", 64);
+  EXPECT_FALSE(settled->calibrating);
+  EXPECT_DOUBLE_EQ(settled->mean_ns, (40e6 + 9 * 10e6) / 10) << "the cold call counts as 4x the median";
+  EXPECT_EQ(loaded.rows().at(0).entry.outliers, 1u);
+  loaded.save();
+  EXPECT_FALSE(load_json(directory / "k.json")["entries"][0].contains("calibration_ns"))
+      << "a calibrated entry keeps no samples";
+  std::filesystem::remove_all(directory);
+}
+
 TEST(HistoryModel, SavedAndLoaded) {
   const auto directory = fresh_directory("nerve-models-unit");
   {
@@ -227,6 +255,8 @@ TEST(HistoryModel, EntriesWithImpossibleValuesAreSkippedOnLoad) {
       {"device": "cpu", "footprint": 8, "samples": 100, "mean_ns": -5, "m2": -1},
       {"device": "device:1", "footprint": 8, "samples": 18446744073709551615, "mean_ns": 10, "m2": 1},
       {"device": "device:2", "footprint": 8, "samples": 20, "mean_ns": 10, "m2": 1, "recent_ns": -3},
+      {"device": "device:4", "footprint": 8, "samples": 2, "mean_ns": 5, "m2": 0, "calibration_ns": [5, -5]},
+      {"device": "device:5", "footprint": 8, "samples": 3, "mean_ns": 5, "m2": 0, "calibration_ns": [5]},
       {"device": "device:3", "footprint": 8, "samples": 12, "mean_ns": 700, "m2": 1200}]})";
   }
   HistoryModels models(directory);
@@ -234,6 +264,8 @@ TEST(HistoryModel, EntriesWithImpossibleValuesAreSkippedOnLoad) {
   EXPECT_FALSE(models.estimate("scale", "cpu", 8).has_value()) << "a negative time";
   EXPECT_FALSE(models.estimate("scale", "device:1", 8).has_value()) << "a count no run reaches";
   EXPECT_FALSE(models.estimate("scale", "device:2", 8).has_value()) << "a negative recent average";
+  EXPECT_FALSE(models.estimate("scale", "device:4", 8).has_value()) << "a negative calibration sample";
+  EXPECT_FALSE(models.estimate("scale", "device:5", 8).has_value()) << "fewer samples kept than counted";
   const auto kept = models.estimate("scale", "device:3", 8);
   ASSERT_TRUE(kept.has_value());
   EXPECT_DOUBLE_EQ(kept->mean_ns, 700.0);
