@@ -82,7 +82,10 @@ void submit_step(ContextImpl* context, Step step, TaskRecord* after, const char*
 
 TaskRecord* coroutine_task_create(ContextImpl* context, const char* name, GroupState* group) {
   if (live(context).shut_down)
-    throw Error(ErrorCode::invalid_argument, "coroutine launched in a context that has been destroyed");
+    throw Error(
+        ErrorCode::invalid_argument,
+        fmt::format("coroutine '{}' launched in a context that has been destroyed (a TaskGroup outlived it)",
+                    name != nullptr ? name : "coroutine"));
   ThreadState& thread = context->current_thread();
   TaskRecord* task = context->allocate_record(thread);
   // Unnamed, it stays so in messages ("a task it depends on failed"); its stretches are still named

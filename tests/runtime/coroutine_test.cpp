@@ -441,6 +441,26 @@ TEST_P(CoroutineTest, ACancelledGroupCancelsCoroutinesThatHaveNotStarted) {
   EXPECT_EQ(ran.load(), 101);
 }
 
+// A group that outlived its context: launching into it is an error naming the coroutine.
+TEST(Coroutines, LaunchingIntoAGroupWhoseContextIsGoneNamesTheCoroutine) {
+  std::optional<TaskGroup> group;
+  {
+    Context gone(make_settings(2));
+    group.emplace(gone);
+  }
+  try {
+    (void)launch(
+        *group, []() -> CoTask<> { co_return; }(), "my-coroutine");
+    ADD_FAILURE() << "the context is gone";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::invalid_argument);
+    EXPECT_NE(std::string(error.what())
+                  .find("coroutine 'my-coroutine' launched in a context that has been destroyed"),
+              std::string::npos)
+        << error.what();
+  }
+}
+
 TEST_P(CoroutineTest, AnEmptyCoTaskIsAnErrorNotACrash) {
   auto coroutine = [](Context& ctx) -> CoTask<> { co_await ctx.submit([] {}); }(*context);
   EXPECT_TRUE(coroutine.valid());
