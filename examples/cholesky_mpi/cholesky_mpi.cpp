@@ -1,13 +1,14 @@
 // cholesky_mpi — tiled Cholesky and GEMM over MPI ranks on a 2D block-cyclic grid.
 //
-//   mpirun -np 4 cholesky_mpi [--n 2048] [--tile 256] [--gemm] [--check]
+//   nerve-run -np 4 cholesky_mpi [--n 2048] [--tile 256] [--gemm] [--check]
+//   (or: NERVE_DISTRIBUTED_COMMUNICATION_BACKEND=mpi mpirun -np 4 cholesky_mpi ...)
 //
 // Every rank runs this same program (the sequential task flow): it creates every tile as a
 // distributed buffer owned per the 2D block-cyclic grid and submits every task; nerve runs each task
 // on the rank owning the tile it writes and moves the tiles it reads. --check collects the result on
-// rank 0 and compares it with the same tiled algorithm run in one process. Needs
-// distributed.communication_backend: mpi (NERVE_DISTRIBUTED_COMMUNICATION_BACKEND=mpi) under mpirun;
-// without it, it runs as one rank.
+// rank 0 and compares it with the same tiled algorithm run in one process. Run alone, it is one rank
+// (communication_backend: none, the default); under mpirun it needs distributed.communication_backend:
+// mpi, which nerve-run sets — without it every rank stops with nerve's message saying so (exit 2).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -275,9 +276,7 @@ std::vector<double> gemm_reference(const Options& options) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  const Options options = parse(argc, argv);
-  openblas_set_num_threads(1);  // nerve's workers are the parallelism
+int run(const Options& options) {
   nerve::Context context;
   dist::Runtime world(context);
   std::vector<double> result;
@@ -307,4 +306,15 @@ int main(int argc, char** argv) {
   std::printf("check against one process: largest relative difference %.3g: %s\n", worst,
               ok ? "PASS" : "FAIL");
   return ok ? 0 : 1;
+}
+
+int main(int argc, char** argv) {
+  const Options options = parse(argc, argv);
+  openblas_set_num_threads(1);  // nerve's workers are the parallelism
+  try {
+    return run(options);
+  } catch (const nerve::Error& error) {  // e.g. a world of several ranks without the MPI backend
+    std::fprintf(stderr, "cholesky_mpi: %s\n", error.what());
+    return 2;
+  }
 }
