@@ -5,7 +5,9 @@
 # consumer in consumer/ four ways: find_package(nerve CONFIG) with nerve::nerve and nerve::nerve_static,
 # and a plain compiler command with `pkg-config nerve`, shared and static; then the C program in
 # c_consumer/ linked statically from a C-only CMake project and with `pkg-config --static` and the C
-# compiler. The compilers are $CXX and $CC (CTest passes the build's own), else c++ and cc. NERVE_KEEP_INSTALL_TEST=1 keeps the temporary directory.
+# compiler; and, with $NERVE_TEST_CUDA_COMPILER (CTest passes the build's nvcc), the CUDA program in
+# cuda_consumer/. The
+# compilers are $CXX and $CC (CTest passes the build's own), else c++ and cc. NERVE_KEEP_INSTALL_TEST=1 keeps the temporary directory.
 set -euo pipefail
 
 build_dir=$(cd "${1:?usage: run-install-test.sh <build-dir>}" && pwd)
@@ -118,4 +120,19 @@ run_consumer "$work/consumer_pkgconfig_static"
 expect_links "$work/c_consumer_pkgconfig_static" no
 run_consumer "$work/c_consumer_pkgconfig_static"
 
-step "PASS: the installed package works with find_package(nerve CONFIG) and pkg-config, shared and static, from C++ and C"
+# 4. A CUDA consumer, where nerve was built with a CUDA compiler: its .cu file includes nerve.hpp (C++20).
+nvcc=${NERVE_TEST_CUDA_COMPILER:-}
+if [[ -n "$nvcc" && -x "$nvcc" ]]; then
+  step "building the CUDA consumer with find_package(nerve CONFIG) ($nvcc)"
+  run cmake -S "$here/cuda_consumer" -B "$work/cuda-build" -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_CUDA_ARCHITECTURES=90 \
+    -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF \
+    -DCMAKE_FIND_USE_SYSTEM_PACKAGE_REGISTRY=OFF
+  run cmake --build "$work/cuda-build"
+  expect_links "$work/cuda-build/cuda_consumer" yes
+  run_consumer "$work/cuda-build/cuda_consumer"
+else
+  step "no CUDA compiler in this build: the CUDA consumer is not built"
+fi
+
+step "PASS: the installed package works with find_package(nerve CONFIG) and pkg-config, shared and static, from C++ and C (and CUDA where built)"
