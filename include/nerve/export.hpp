@@ -1,8 +1,9 @@
-// export.hpp — symbol visibility for the public API.
-//
-// The library is built with hidden visibility; only declarations marked NERVE_API are exported from
-// the shared library. The static library exports everything (visibility has no effect there).
-// Plain preprocessor macros only: the C header nerve.h includes this file too.
+/* export.hpp — symbol visibility for the public API.
+ *
+ * The library is built with hidden visibility; only declarations marked NERVE_API are exported from
+ * the shared library. The static library exports everything (visibility has no effect there).
+ * Plain preprocessor macros and C comments only: the C header nerve.h includes this file too, and
+ * must compile as C89. */
 #pragma once
 
 #if defined(NERVE_STATIC_DEFINE)
