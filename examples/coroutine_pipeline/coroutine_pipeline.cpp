@@ -77,7 +77,15 @@ int main(int argc, char** argv) {
       usage(stdout);
       return 0;
     }
+    const bool known = std::strcmp(argv[i], "--n") == 0 || std::strcmp(argv[i], "--chunk") == 0 ||
+                       std::strcmp(argv[i], "--depth") == 0;
+    if (!known) {
+      std::fprintf(stderr, "%s: unknown option %s\n", argv[0], argv[i]);
+      usage(stderr);
+      return 2;
+    }
     if (i + 1 == argc) {  // an option without its value
+      std::fprintf(stderr, "%s: %s needs a value\n", argv[0], argv[i]);
       usage(stderr);
       return 2;
     }
@@ -85,12 +93,8 @@ int main(int argc, char** argv) {
       n = parse(argv[i + 1]);
     else if (std::strcmp(argv[i], "--chunk") == 0)
       chunk = parse(argv[i + 1]);
-    else if (std::strcmp(argv[i], "--depth") == 0)
+    else
       depth = parse(argv[i + 1]);
-    else {
-      usage(stderr);
-      return 2;
-    }
   }
 
   nerve::Context context;

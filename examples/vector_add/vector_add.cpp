@@ -56,6 +56,9 @@ Options parse_options(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string_view arg = argv[i];
     if (nerve_examples::is_help(arg)) usage(argv[0], "");
+    const std::string_view name = arg.substr(0, arg.find('='));
+    if (name != "--n" && name != "--chunk" && name != "--repeat")
+      usage(argv[0], "unknown option " + std::string(name));
     std::string value;
     if (const auto equals = arg.find('='); equals != std::string_view::npos) {
       value = std::string(arg.substr(equals + 1));
@@ -73,10 +76,8 @@ Options parse_options(int argc, char** argv) {
       options.n = number;
     } else if (arg == "--chunk") {
       options.chunk = number;
-    } else if (arg == "--repeat") {
+    } else {  // --repeat
       options.repeat = static_cast<int>(std::min(number, 1000ull));
-    } else {
-      usage(argv[0], "unknown option " + std::string(arg));
     }
   }
   return options;
@@ -191,8 +192,19 @@ void add_on_cpu_and_device(nerve::Context& context, const nerve::Kernel& add, co
 
 }  // namespace
 
+int run(const Options& options);
+
 int main(int argc, char** argv) {
   const Options options = parse_options(argc, argv);
+  try {
+    return run(options);
+  } catch (const std::exception& error) {  // e.g. --n larger than the memory: std::bad_alloc
+    std::fprintf(stderr, "%s: --n %zu: %s\n", argv[0], options.n, error.what());
+    return 1;
+  }
+}
+
+int run(const Options& options) {
   const std::size_t n = options.n;
   const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
   const double gigabytes = 12.0 * static_cast<double>(n) / 1e9;
