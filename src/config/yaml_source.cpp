@@ -40,6 +40,12 @@ RawValue raw_value(const YAML::Node& node) {
 
 std::string read_whole_file(const std::filesystem::path& path, std::string_view named_by) {
   const ConfigOrigin origin = file_origin(path.string(), 0);
+  if (path.empty()) {  // the message would name no file: say what is wrong instead
+    throw_config_error(origin, "",
+                       fmt::format("the configuration file named by {} is an empty path: name a YAML "
+                                   "file, or leave it unset for none (or for NERVE_CONFIG's)",
+                                   named_by));
+  }
   std::error_code error;
   if (std::filesystem::is_directory(path, error)) {
     throw_config_error(origin, "",

@@ -516,5 +516,19 @@ TEST(ConfigBadFile, MissingFileNamesTheFileAndItsChooser) {
   }
 }
 
+// An empty path named no file in its message (": : cannot open the configuration file"): it says what
+// is wrong instead.
+TEST(ConfigBadFile, AnEmptyPathIsNamedAsSuch) {
+  try {
+    Config::load(testing::hermetic().config_file(""));
+    FAIL() << "expected a ConfigError";
+  } catch (const ConfigError& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("the configuration file named by Settings::config_file is an empty path"),
+              std::string::npos)
+        << message;
+  }
+}
+
 }  // namespace
 }  // namespace nerve
