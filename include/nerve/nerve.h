@@ -307,7 +307,10 @@ NERVE_API nerve_status_t nerve_task_set_device_kinds(nerve_task_t* task, uint32_
 NERVE_API nerve_status_t nerve_task_set_name(nerve_task_t* task, const char* name);
 /* nerve_task_submit() schedules the task on `device` (NERVE_DEVICE_ANY or an existing device index;
  * another index is NERVE_ERROR_INVALID_ARGUMENT). It consumes the task whether it succeeds or not:
- * the handle is invalid afterwards. A freed buffer among its accesses is NERVE_ERROR_BUFFER_MISUSE. */
+ * the handle is invalid afterwards. A freed buffer among its accesses is NERVE_ERROR_BUFFER_MISUSE.
+ * A task one of whose access declarations failed (nerve_task_add_access, nerve_task_set_memory_deps)
+ * is refused with that declaration's status and message, since it would run without that data —
+ * unless a later successful nerve_task_set_memory_deps replaced every declaration. */
 NERVE_API nerve_status_t nerve_task_submit(nerve_context_t* ctx, nerve_task_t* task, nerve_device_t device);
 /* nerve_task_destroy() discards a task that was never submitted. NULL is accepted. */
 NERVE_API void nerve_task_destroy(nerve_task_t* task);

@@ -103,6 +103,12 @@ struct nerve_task {
   bool compute_intensive = false;
   int priority = 0;
   std::uint32_t device_kinds = NERVE_DEVICE_KIND_CPU;  // nerve_task_set_device_kinds()
+  // An access declaration that failed (nerve_task_add_access, nerve_task_set_memory_deps): the task
+  // would run without that data, so its submission is refused with this error, until a successful
+  // nerve_task_set_memory_deps replaces every declaration.
+  bool declaration_failed = false;
+  std::string failed_declaration;  // "<function>: <message>"
+  nerve::ErrorCode failed_declaration_code = nerve::ErrorCode::invalid_argument;
 };
 
 struct nerve_task_pool {

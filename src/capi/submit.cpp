@@ -114,6 +114,12 @@ void RunningKernel::fail(const char* message) noexcept {
 }
 
 void submit_task(nerve_context& ctx, std::unique_ptr<nerve_task> task, detail::PoolState* pool, int device) {
+  if (task->declaration_failed) {
+    fail(task->failed_declaration_code,
+         fmt::format("not submitted: an access declaration of this task failed, and it would run without "
+                     "that data ({})",
+                     task->failed_declaration.empty() ? "no message" : task->failed_declaration));
+  }
   const std::size_t count = task->accesses.size();
   if (count > max_task_accesses) {
     fail(ErrorCode::invalid_argument,

@@ -36,6 +36,27 @@ TaskAccess declared_access(nerve_buffer* buffer, Access mode, std::size_t offset
   return {buffer, offset, size, mode};
 }
 
+// declare() runs an access declaration of `task`; if it fails, the task remembers why, and its
+// submission is refused (see nerve_task::declaration_failed).
+template <class Body>
+void declare(nerve_task& task, const char* function, Body&& body) {
+  try {
+    body();
+  } catch (const Error& error) {
+    task.declaration_failed = true;
+    task.failed_declaration_code = error.code();
+    try {
+      task.failed_declaration = fmt::format("{}: {}", function, error.what());
+    } catch (...) {  // out of memory for the text: still refused, without it
+    }
+    throw;
+  } catch (...) {  // out of memory: refused too
+    task.declaration_failed = true;
+    task.failed_declaration_code = ErrorCode::out_of_memory;
+    throw;
+  }
+}
+
 }  // namespace
 }  // namespace nerve::capi
 
@@ -57,16 +78,20 @@ nerve_task_t* nerve_task_create(nerve_kernel_fn fn, void* desc) {
 nerve_status_t nerve_task_set_memory_deps(nerve_task_t* task, size_t count, nerve_buffer_t* const* buffers) {
   return guard("nerve_task_set_memory_deps", [&] {
     nerve_task& checked = checked_task(task);
-    if (count != 0 && buffers == nullptr) {
-      fail(ErrorCode::invalid_argument, fmt::format("the buffer array is NULL but count is {}", count));
-    }
-    std::vector<TaskAccess> accesses;
-    accesses.reserve(count);
-    for (std::size_t i = 0; i < count; ++i) {
-      const nerve_buffer& handle = checked_buffer(buffers[i]);
-      accesses.push_back(declared_access(buffers[i], handle.default_mode, 0, 0, true));
-    }
-    checked.accesses = std::move(accesses);
+    declare(checked, "nerve_task_set_memory_deps", [&] {
+      if (count != 0 && buffers == nullptr) {
+        fail(ErrorCode::invalid_argument, fmt::format("the buffer array is NULL but count is {}", count));
+      }
+      std::vector<TaskAccess> accesses;
+      accesses.reserve(count);
+      for (std::size_t i = 0; i < count; ++i) {
+        const nerve_buffer& handle = checked_buffer(buffers[i]);
+        accesses.push_back(declared_access(buffers[i], handle.default_mode, 0, 0, true));
+      }
+      checked.accesses = std::move(accesses);
+      checked.declaration_failed = false;  // every earlier declaration is replaced
+      checked.failed_declaration.clear();
+    });
   });
 }
 
@@ -74,13 +99,15 @@ nerve_status_t nerve_task_add_access(nerve_task_t* task, nerve_buffer_t* buffer,
                                      size_t offset, size_t size) {
   return guard("nerve_task_add_access", [&] {
     nerve_task& checked = checked_task(task);
-    if (mode != NERVE_ACCESS_READ && mode != NERVE_ACCESS_WRITE && mode != NERVE_ACCESS_READ_WRITE) {
-      fail(ErrorCode::invalid_argument,
-           fmt::format("{} is not a nerve_access_mode_t", static_cast<int>(mode)));
-    }
-    if (size == 0) fail(ErrorCode::invalid_argument, "an access needs at least one byte");
-    checked.accesses.push_back(
-        declared_access(buffer, static_cast<nerve::Access>(mode), offset, size, false));
+    declare(checked, "nerve_task_add_access", [&] {
+      if (mode != NERVE_ACCESS_READ && mode != NERVE_ACCESS_WRITE && mode != NERVE_ACCESS_READ_WRITE) {
+        fail(ErrorCode::invalid_argument,
+             fmt::format("{} is not a nerve_access_mode_t", static_cast<int>(mode)));
+      }
+      if (size == 0) fail(ErrorCode::invalid_argument, "an access needs at least one byte");
+      checked.accesses.push_back(
+          declared_access(buffer, static_cast<nerve::Access>(mode), offset, size, false));
+    });
   });
 }
 

@@ -463,6 +463,32 @@ TEST_P(CapiTaskTest, SubmitAfterFreeIsMisuse) {
                      "use after free");
 }
 
+// A declaration that failed (here: an access past the buffer's end) leaves the task without that data:
+// submitting it anyway is refused with the declaration's error, and the kernel never runs (it ran with
+// no declared data, so code that did not check every setter lost its dependencies silently). A
+// successful nerve_task_set_memory_deps replaces every declaration, the failed one included.
+TEST_P(CapiTaskTest, ATaskWhoseDeclarationFailedIsNotSubmitted) {
+  static std::atomic<int> runs{0};
+  runs = 0;
+  nerve_buffer_t* buffer = alloc(16);
+  const auto kernel = +[](void*, nerve_device_t, nerve_stream_t) { runs.fetch_add(1); };
+  nerve_task_t* refused = nerve_task_create(kernel, nullptr);
+  EXPECT_NERVE_ERROR(nerve_task_add_access(refused, buffer, NERVE_ACCESS_WRITE, 8, 16),
+                     NERVE_ERROR_BUFFER_MISUSE, "outside");
+  EXPECT_NERVE_ERROR(nerve_task_submit(ctx.get(), refused, NERVE_DEVICE_ANY), NERVE_ERROR_BUFFER_MISUSE,
+                     "not submitted: an access declaration of this task failed");
+  EXPECT_NE(std::string(nerve_last_error()).find("nerve_task_add_access: access to bytes"), std::string::npos)
+      << nerve_last_error();
+
+  nerve_task_t* mended = nerve_task_create(kernel, nullptr);
+  EXPECT_EQ(nerve_task_add_access(mended, buffer, NERVE_ACCESS_WRITE, 8, 16), NERVE_ERROR_BUFFER_MISUSE);
+  ASSERT_EQ(nerve_task_set_memory_deps(mended, 1, &buffer), NERVE_OK);
+  ASSERT_EQ(nerve_task_submit(ctx.get(), mended, NERVE_DEVICE_ANY), NERVE_OK) << nerve_last_error();
+  EXPECT_EQ(nerve_wait_all(ctx.get()), NERVE_OK) << nerve_last_error();
+  EXPECT_EQ(runs.load(), 1) << "the refused task never ran";
+  free_buffer(buffer);
+}
+
 TEST_P(CapiTaskTest, SetMemoryDepsReplacesEarlierAccesses) {
   nerve_buffer_t* kept = alloc(16);
   nerve_buffer_t* dropped = alloc(16);
