@@ -443,16 +443,20 @@ int main(int argc, char** argv) {
                    std::strerror(errno));
     return !ok;
   };
-  // An output naming the file of another output, or the baseline of --compare, would overwrite it
-  // (the same path however spelt: relative or absolute, with "." or "..").
+  // An output naming the file of another output, or an input (the --compare baseline, the
+  // --from-json report, the --trace file), would overwrite it: the same path however spelt (relative
+  // or absolute, with "." or ".."), or the same file under two names (a link).
   const auto same_file = [](const std::string& a, const std::string& b) {
-    return !a.empty() && !b.empty() &&
-           std::filesystem::absolute(a).lexically_normal() == std::filesystem::absolute(b).lexically_normal();
+    if (a.empty() || b.empty()) return false;
+    std::error_code error;
+    return std::filesystem::absolute(a).lexically_normal() == std::filesystem::absolute(b).lexically_normal() ||
+           std::filesystem::equivalent(a, b, error);
   };
   const std::tuple<const char*, const std::string*, const char*, const std::string*> overwrites[] = {
-      {"--json", &line.json, "--html", &line.html},
-      {"--json", &line.json, "--compare", &line.compare},
-      {"--html", &line.html, "--compare", &line.compare}};
+      {"--json", &line.json, "--html", &line.html},          {"--json", &line.json, "--compare", &line.compare},
+      {"--html", &line.html, "--compare", &line.compare},    {"--json", &line.json, "--from-json", &line.from_json},
+      {"--html", &line.html, "--from-json", &line.from_json}, {"--json", &line.json, "--trace", &line.trace},
+      {"--html", &line.html, "--trace", &line.trace}};
   for (const auto& [output, path, other, other_path] : overwrites) {
     if (same_file(*path, *other_path)) {
       std::fprintf(stderr, "openclaw-benchmark: %s and %s name the same file (%s): %s would overwrite it\n",
