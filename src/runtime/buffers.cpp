@@ -193,8 +193,9 @@ bool ContextImpl::holds_mapping() {
 }
 
 // Everything reachable from an unfinished task (or mapping) through successor edges waits for it, so
-// is unfinished and alive while it is: the walk reads only live records. It is bounded (a deadlock
-// through a longer chain is not detected, only waited for).
+// is unfinished and alive while it is: the walk reads only live records, provided `unfinished` cannot
+// finish meanwhile (own_mapping_blocking holds off the mapping's end; a task walks from itself). It is
+// bounded (a deadlock through a longer chain is not detected, only waited for).
 const TaskRecord* ContextImpl::first_waiting_for(const TaskRecord* unfinished,
                                                  const std::function<bool(const TaskRecord*)>& blocked) {
   if (blocked(unfinished)) return unfinished;
@@ -215,15 +216,13 @@ const TaskRecord* ContextImpl::first_waiting_for(const TaskRecord* unfinished,
   return nullptr;
 }
 
+// The walk runs under mappings_mutex: a mapping listed in held_mappings has not begun to end
+// (buffer_unmap takes it out of the list, under that mutex, before end_mapping finishes it), so it
+// and everything waiting for it stay alive while the walk reads them. `blocked` only reads tasks.
 const TaskRecord* ContextImpl::own_mapping_blocking(const std::function<bool(const TaskRecord*)>& blocked) {
-  std::vector<const TaskRecord*> own;
-  {
-    std::lock_guard lock(mappings_mutex);
-    for (const TaskRecord* mapping : held_mappings)
-      if (mapped_by_this_thread(mapping)) own.push_back(mapping);
-  }
-  for (const TaskRecord* mapping : own) {
-    if (first_waiting_for(mapping, blocked) != nullptr) return mapping;
+  std::lock_guard lock(mappings_mutex);
+  for (const TaskRecord* mapping : held_mappings) {
+    if (mapped_by_this_thread(mapping) && first_waiting_for(mapping, blocked) != nullptr) return mapping;
   }
   return nullptr;
 }

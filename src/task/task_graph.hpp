@@ -102,7 +102,7 @@ void close_and_release(TaskRecord* task, bool failed, Ready&& ready) {
   // until this thread's decrement a successor cannot run, so its node stays valid — and they are
   // released oldest first: in submission order, which eager's shared queue then serves first come,
   // first served. Each successor's record is asked for as its edge is found, so the misses overlap.
-  // The nodes are only read: a wait check may walk this stack at the same time (first_waiting_for).
+  // The nodes are only read, never relinked.
   struct Edge {
     TaskRecord* successor;
     bool consumes;
