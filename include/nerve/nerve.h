@@ -350,7 +350,8 @@ NERVE_API nerve_task_pool_t* nerve_task_pool_create_ex(nerve_context_t* ctx, siz
  * aligned for any type), valid until the pool is destroyed. NULL on error. */
 NERVE_API void* nerve_task_pool_alloc_desc(nerve_task_pool_t* pool);
 /* nerve_task_pool_submit() adds a task to the pool (before launch; NERVE_ERROR_INVALID_ARGUMENT
- * after). It consumes the task whether it succeeds or not. */
+ * after). It consumes the task whether it succeeds or not. A task whose access declaration failed is
+ * refused here too (see nerve_task_submit). */
 NERVE_API nerve_status_t nerve_task_pool_submit(nerve_task_pool_t* pool, nerve_task_t* task);
 /* nerve_task_pool_launch() starts the pool's tasks once the pool's predecessors have finished. A second
  * launch does nothing. A buffer freed after the pool's tasks were submitted stays alive for them (as

@@ -103,14 +103,11 @@ void runtime_destroy(RuntimeImpl* runtime) noexcept {
     }
     runtime->transport->shutdown();
   } else {
-    // One rank, no MPI job: nothing to end, but a failure nobody may have seen is still said.
-    std::optional<std::string> failure;
-    {
-      std::lock_guard lock(runtime->failure_mutex);
-      failure = runtime->local_failure;
-    }
-    if (failure) {
-      std::fprintf(stderr, "nerve: rank 0: distributed run failed: %s\n", failure->c_str());
+    // One rank, no MPI job: nothing to end, but a failure nobody may have seen is still said
+    // (printed under the lock: a copy of the text could fail to allocate here, in a noexcept path).
+    std::lock_guard lock(runtime->failure_mutex);
+    if (runtime->local_failure) {
+      std::fprintf(stderr, "nerve: rank 0: distributed run failed: %s\n", runtime->local_failure->c_str());
       std::fflush(stderr);
     }
   }

@@ -475,8 +475,10 @@ std::byte* CoherenceEngine::allocate_evicting(unsigned node, std::size_t bytes, 
       // asked and what the node holds, as the limit's message does.
       if (error.code() != ErrorCode::out_of_memory) throw;
       throw Error(ErrorCode::out_of_memory,
-                  fmt::format("memory node '{}' cannot hold {} bytes for {}: {}; limit {} bytes, {} in use",
-                              memory.name(), bytes, requester.describe(), error.what(), memory.limit(),
+                  fmt::format("memory node '{}' cannot hold {} bytes for {}: {}; {}, {} bytes in use",
+                              memory.name(), bytes, requester.describe(), error.what(),
+                              memory.limit() == SIZE_MAX ? std::string("no limit")
+                                                         : fmt::format("limit {} bytes", memory.limit()),
                               memory.used()));
     }
     if (evict(node, bytes, requester) != 0) continue;

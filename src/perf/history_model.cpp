@@ -258,9 +258,13 @@ void HistoryModels::load() {
         if (!plausible(entry)) {
           log::warn(
               "performance model {}: entry for '{}' on {} skipped: impossible values (samples {}, "
-              "mean_ns {}, m2 {}, recent_ns {}, outliers {})",
+              "mean_ns {}, m2 {}, recent_ns {}, outliers {}, {} calibration samples{})",
               file.path().string(), kernel, row.at("device").get<std::string>(), entry.samples, entry.mean_ns,
-              entry.m2, entry.recent_ns, entry.outliers);
+              entry.m2, entry.recent_ns, entry.outliers, entry.calibrating.size(),
+              std::all_of(entry.calibrating.begin(), entry.calibrating.end(),
+                          [](double ns) { return std::isfinite(ns) && ns >= 0; })
+                  ? ""
+                  : ", one of them negative or not finite");
           continue;
         }
         entries_[Key{kernel, row.at("device").get<std::string>(), row.at("footprint").get<std::uint64_t>()}] =

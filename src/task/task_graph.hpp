@@ -117,6 +117,7 @@ void close_and_release(TaskRecord* task, bool failed, Ready&& ready) {
   if (node != nullptr) {  // a wide fan-out: the older edges go to the heap
     std::vector<Edge> older;
     try {
+      older.reserve(inline_edges * 4);
       for (const DepNode* rest = node; rest != nullptr; rest = rest->next) {
         prefetch_record(rest->successor);
         older.push_back(Edge{rest->successor, rest->consumes});

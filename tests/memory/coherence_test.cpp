@@ -148,7 +148,7 @@ TEST(Coherence, ARefusedAllocationSaysWhichBufferAndNode) {
     EXPECT_THAT(error.what(), ::testing::HasSubstr("memory node 'test1'"));
     EXPECT_THAT(error.what(), ::testing::HasSubstr("'too_big'"));
     EXPECT_THAT(error.what(), ::testing::HasSubstr("allows for one allocation"));
-    EXPECT_THAT(error.what(), ::testing::HasSubstr("0 in use"));
+    EXPECT_THAT(error.what(), ::testing::HasSubstr(", 0 bytes in use"));
   }
 }
 

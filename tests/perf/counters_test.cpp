@@ -115,7 +115,8 @@ TEST(Counters, ThreadsThatExitGiveTheirDescriptorsBackAndKeepTheirCounts) {
       while (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(3)) sink = sink + 1;
     }).join();
     burned_ns += 3'000'000;
-    EXPECT_LE(open_descriptors(), before + 3 * 3) << "after thread " << i;
+    // The sampler may hold one exited thread's descriptors not yet closed, and have /proc open.
+    EXPECT_LE(open_descriptors(), before + 2 * 3 + 2) << "after thread " << i;
     if (::testing::Test::HasFailure()) break;
   }
   sampler.stop();

@@ -156,9 +156,18 @@ void write_html(const RunReport& report, const std::vector<Compared>* comparison
   html += "<p class=\"meta\">" + escape_html(meta) + "</p>";
   if (const std::string tuning = tuning_summary(report); !tuning.empty())
     html += "<p class=\"meta\">Tuned with: " + escape_html(tuning) + "</p>";
-  html += std::string("<p>") +
-          (report.verified() ? "Every result verified."
-                             : "<span class=\"fail\">Some results FAILED verification.</span>") +
+  std::string verdict = "Every result verified.";
+  if (!report.verified()) {
+    std::size_t failed = 0;
+    for (const WorkloadRun& run : report.workloads)
+      for (const Measurement& m : run.result.measurements) failed += !m.verified;
+    const std::size_t not_run = report.not_run().size();
+    verdict = "<span class=\"fail\">";
+    if (failed != 0) verdict += std::to_string(failed) + " result(s) FAILED verification. ";
+    if (not_run != 0) verdict += std::to_string(not_run) + " workload(s) named by --only COULD NOT RUN. ";
+    verdict += "</span>";
+  }
+  html += std::string("<p>") + verdict +
           " <b>nerve ×</b> is how many times faster nerve is than the variant (above 1: nerve is faster). "
           "These figures come from "
           "one machine at one moment; the load average is given per workload.</p>";

@@ -449,13 +449,17 @@ int main(int argc, char** argv) {
   const auto same_file = [](const std::string& a, const std::string& b) {
     if (a.empty() || b.empty()) return false;
     std::error_code error;
-    return std::filesystem::absolute(a).lexically_normal() == std::filesystem::absolute(b).lexically_normal() ||
+    return std::filesystem::absolute(a).lexically_normal() ==
+               std::filesystem::absolute(b).lexically_normal() ||
            std::filesystem::equivalent(a, b, error);
   };
   const std::tuple<const char*, const std::string*, const char*, const std::string*> overwrites[] = {
-      {"--json", &line.json, "--html", &line.html},          {"--json", &line.json, "--compare", &line.compare},
-      {"--html", &line.html, "--compare", &line.compare},    {"--json", &line.json, "--from-json", &line.from_json},
-      {"--html", &line.html, "--from-json", &line.from_json}, {"--json", &line.json, "--trace", &line.trace},
+      {"--json", &line.json, "--html", &line.html},
+      {"--json", &line.json, "--compare", &line.compare},
+      {"--html", &line.html, "--compare", &line.compare},
+      {"--json", &line.json, "--from-json", &line.from_json},
+      {"--html", &line.html, "--from-json", &line.from_json},
+      {"--json", &line.json, "--trace", &line.trace},
       {"--html", &line.html, "--trace", &line.trace}};
   for (const auto& [output, path, other, other_path] : overwrites) {
     if (same_file(*path, *other_path)) {

@@ -54,7 +54,7 @@ bool OpenclDevice::refused_program(const TaskRecord& task) const noexcept {
   const auto* program = dynamic_cast<const OpenclProgram*>(
       task.kernel->by_kind[static_cast<std::size_t>(DeviceKind::opencl)].get());
   if (program == nullptr) return false;
-  std::lock_guard lock(refused_mutex_);
+  std::shared_lock lock(refused_mutex_);  // placements on every thread read it together
   return refused_programs_.contains(program->id);
 }
 
@@ -94,12 +94,16 @@ void OpenclDevice::launch(TaskRecord* task) {
     cl_kernel kernel = nullptr;
     try {
       kernel = programs_.kernel(*program, launch.call.kernel_name);
-    } catch (...) {
-      try {
-        std::lock_guard lock(refused_mutex_);
-        refused_programs_.insert(program->id);
-        any_refused_.store(true, std::memory_order_release);
-      } catch (...) {  // out of memory: the device is not left out; the failure is still reported
+    } catch (const Error& error) {
+      // Only the program's own failure (it does not build, or lacks its entry), which the cache keeps:
+      // a passing shortage (out of memory) leaves the device in for later calls.
+      if (error.code() == ErrorCode::task_failed) {
+        try {
+          std::unique_lock lock(refused_mutex_);
+          refused_programs_.insert(program->id);
+          any_refused_.store(true, std::memory_order_release);
+        } catch (...) {  // out of memory: the device is not left out; the failure is still reported
+        }
       }
       throw;
     }

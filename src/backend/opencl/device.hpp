@@ -20,6 +20,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
@@ -62,7 +63,7 @@ class OpenclDevice final : public Device {
   // body does not fail calls its CPU body would run (heft, whose calibration would otherwise keep
   // choosing a device that never yields a sample). A call sent here still fails at once.
   bool refused_program(const TaskRecord& task) const noexcept;
-  mutable std::mutex refused_mutex_;
+  mutable std::shared_mutex refused_mutex_;
   std::unordered_set<std::uint64_t> refused_programs_;
   std::atomic<bool> any_refused_{false};
 
