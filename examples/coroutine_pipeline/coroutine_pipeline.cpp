@@ -15,7 +15,9 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <iterator>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "nerve/nerve.hpp"
@@ -77,9 +79,13 @@ int main(int argc, char** argv) {
       usage(stdout);
       return 0;
     }
-    const bool known = std::strcmp(argv[i], "--n") == 0 || std::strcmp(argv[i], "--chunk") == 0 ||
-                       std::strcmp(argv[i], "--depth") == 0;
-    if (!known) {
+    // Each option and the value it sets: one list, so a new option cannot be known to one check only.
+    const std::pair<const char*, std::size_t*> known[] = {
+        {"--n", &n}, {"--chunk", &chunk}, {"--depth", &depth}};
+    const auto option = std::find_if(std::begin(known), std::end(known), [&](const auto& entry) {
+      return std::strcmp(entry.first, argv[i]) == 0;
+    });
+    if (option == std::end(known)) {
       std::fprintf(stderr, "%s: unknown option %s\n", argv[0], argv[i]);
       usage(stderr);
       return 2;
@@ -89,12 +95,7 @@ int main(int argc, char** argv) {
       usage(stderr);
       return 2;
     }
-    if (std::strcmp(argv[i], "--n") == 0)
-      n = parse(argv[i + 1]);
-    else if (std::strcmp(argv[i], "--chunk") == 0)
-      chunk = parse(argv[i + 1]);
-    else
-      depth = parse(argv[i + 1]);
+    *option->second = parse(argv[i + 1]);
   }
 
   nerve::Context context;

@@ -19,11 +19,14 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <iterator>
 #include <memory>
 #include <span>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "nerve/nerve.hpp"
@@ -53,12 +56,19 @@ struct Options {
 
 Options parse_options(int argc, char** argv) {
   Options options;
+  // Each option and where its value goes: one list, so a new option cannot be known to one check only.
+  const std::pair<std::string_view, std::function<void(unsigned long long)>> known[] = {
+      {"--n", [&](unsigned long long number) { options.n = number; }},
+      {"--chunk", [&](unsigned long long number) { options.chunk = number; }},
+      {"--repeat",
+       [&](unsigned long long number) { options.repeat = static_cast<int>(std::min(number, 1000ull)); }}};
   for (int i = 1; i < argc; ++i) {
     std::string_view arg = argv[i];
     if (nerve_examples::is_help(arg)) usage(argv[0], "");
     const std::string_view name = arg.substr(0, arg.find('='));
-    if (name != "--n" && name != "--chunk" && name != "--repeat")
-      usage(argv[0], "unknown option " + std::string(name));
+    const auto option = std::find_if(std::begin(known), std::end(known),
+                                     [&](const auto& entry) { return entry.first == name; });
+    if (option == std::end(known)) usage(argv[0], "unknown option " + std::string(name));
     std::string value;
     if (const auto equals = arg.find('='); equals != std::string_view::npos) {
       value = std::string(arg.substr(equals + 1));
@@ -71,14 +81,7 @@ Options parse_options(int argc, char** argv) {
     const auto parsed = nerve_examples::parse_count(value);
     if (!parsed || *parsed == 0)
       usage(argv[0], std::string(arg) + " needs a positive integer, not '" + value + "'");
-    const unsigned long long number = *parsed;
-    if (arg == "--n") {
-      options.n = number;
-    } else if (arg == "--chunk") {
-      options.chunk = number;
-    } else {  // --repeat
-      options.repeat = static_cast<int>(std::min(number, 1000ull));
-    }
+    option->second(*parsed);
   }
   return options;
 }
