@@ -235,13 +235,20 @@ void ContextImpl::shutdown() noexcept {
   } catch (...) {
     log::warn("context destroyed with an unreported task failure");
   }
+  // From here on submissions are refused. One another thread made through a TaskGroup while the wait
+  // above ended may still be in flight: it is cancelled when picked (execute()), and this second
+  // wait sees it end, so no task body runs once the buffers are freed below.
+  shut_down.store(true, std::memory_order_seq_cst);
+  try {
+    wait_for_all_tasks();
+  } catch (...) {  // a wait for a mapping: refused above already
+  }
   scheduler.stop();
   for (auto& device : devices) device->stop();
   for (auto& device : devices) device->memory().drain();
   perf->finish();
   if (decisions != nullptr) decisions->flush();
   if (!config.perf.trace.empty()) write_trace();
-  shut_down = true;
 
   // Buffers still alive: report, free their data, and make later use of their handles an error.
   std::vector<BufferState*> alive;

@@ -154,6 +154,8 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
 
   // TaskExecutor
   void execute(TaskRecord* task, ThreadState& thread) override;
+  // refuse_late_task(): the error of a task picked after shutdown (never run).
+  static void refuse_late_task(TaskRecord* task) noexcept;
   void fill_views(const TaskRecord* task, const ThreadState& thread, AccessView* views) noexcept;
   std::uint32_t invoke_closure(TaskRecord* task, ThreadState& thread, const AccessView* views) noexcept;
   ThreadState& create_worker_state(unsigned slot) override;
@@ -299,7 +301,9 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   std::mutex detached_pools_mutex;
   std::vector<PoolState*> detached_pools;  // each holds an external reference
   bool reference_shards_closed = false;    // guarded by threads_mutex
-  bool shut_down = false;
+  // Set once destruction has waited for every task: later submissions are refused, and a task that
+  // slipped in meanwhile (another thread's TaskGroup) is cancelled when picked, never run.
+  std::atomic<bool> shut_down{false};
 
   // Thread states, append-only; readers scan [0, thread_count) without the lock.
   static constexpr std::size_t max_threads = 4096;

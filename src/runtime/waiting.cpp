@@ -100,7 +100,8 @@ void ContextImpl::throttle_slow(ThreadState& thread, const TaskRecord* submitted
     if (scheduler.help_once(thread)) continue;
     // The tasks are running or waiting elsewhere. If they may wait for a mapping this thread holds,
     // waiting for them here would never end: the submission goes on past the bound.
-    if (holds_mapping()) return;
+    // Nor once the context is shut down: nothing will run them (a late TaskGroup submission).
+    if (holds_mapping() || shut_down.load(std::memory_order_acquire)) return;
     std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
 }

@@ -451,7 +451,14 @@ void Scheduler::push_shared(TaskRecord* task, ThreadState& thread, bool submissi
   if (!submission) {
     shared_.push_unbounded(task);
   } else {
-    while (!shared_.try_push(task)) back_pressure(thread);
+    // Once stopped, nobody drains the queue: a late task (cancelled when picked) goes in regardless.
+    while (!shared_.try_push(task)) {
+      if (stopping_.load(std::memory_order_acquire)) {
+        shared_.push_unbounded(task);
+        break;
+      }
+      back_pressure(thread);
+    }
   }
   notify_work(thread.slot, -1);
 }
@@ -467,7 +474,7 @@ void Scheduler::push_to_slot_inbox(TaskRecord* task, ThreadState& thread, bool s
     for (std::size_t attempt = 0; attempt < count; ++attempt) {
       const std::size_t k = thread.placement_cursor++ % count;
       WorkerSlot& target = *slots_[candidates != nullptr ? (*candidates)[k] : k];
-      if (!submission) {
+      if (!submission || stopping_.load(std::memory_order_acquire)) {  // stopped: nobody drains it
         target.inbox.push_unbounded(task);
       } else if (!target.inbox.try_push(task)) {
         continue;

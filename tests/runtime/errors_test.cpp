@@ -1117,3 +1117,65 @@ INSTANTIATE_TEST_SUITE_P(Runtime, ErrorsTest, NERVE_RUNTIME_PARAMS, runtime_para
 
 }  // namespace
 }  // namespace nerve::testing
+
+namespace nerve::testing {
+namespace {
+
+// A TaskGroup outlives its context, and another thread keeps spawning into it while the context is
+// destroyed. Every task either ran before ~Context returned or never runs (its buffers' data is
+// freed): the tasks that slipped in while the destruction ended fail the group's wait with
+// invalid_argument, later spawns are refused (invalid_argument, or buffer_misuse for the buffer of a
+// destroyed context), and nothing hangs — not a submitter
+// back-pressured by a full queue that no worker drains any more (eager, depth 2). Before, such tasks
+// ran later inside group.wait() on freed buffer data (a crash), or the submitter spun for ever.
+TEST(ContextDestruction, SpawnsRacingTheDestructionRunBeforeItEndsOrNever) {
+  for (const char* policy : {"locality_aware_stealing", "eager", "heft"}) {
+    for (const char* depth : {"1024", "2"}) {
+      SCOPED_TRACE(std::string(policy) + ", queue depth " + depth);
+      for (int round = 0; round < 6; ++round) {
+        Settings settings = make_settings(2);
+        settings.set("scheduler.policy", policy);
+        settings.set("task_queue.per_device_queue_depth", depth);
+        auto context = std::make_unique<Context>(settings);
+        auto group = std::make_unique<TaskGroup>(*context);
+        Buffer<long> data(*context, 16);
+        data.map_write()[0] = 0;
+        std::atomic<long> ran{0};
+        std::atomic<bool> started{false};
+        std::string spawn_error, wait_error;
+        std::thread spawner([&, buffer = data] {
+          started = true;
+          // Bounded: a submitter that never stops would keep the destruction waiting for ever
+          // (it waits for every task, including ones submitted meanwhile).
+          try {
+            for (std::size_t i = 0; i < 20000; ++i)
+              group->spawn([&ran](std::span<long> d) { d[0] += 1, ran.fetch_add(1); },
+                           read_write(buffer.slice(i % 16, 1)));
+          } catch (const Error& error) {
+            spawn_error = name(error.code());
+          }
+          try {
+            group->wait();
+          } catch (const Error& error) {
+            wait_error = name(error.code());
+          }
+        });
+        while (!started) std::this_thread::yield();
+        std::this_thread::sleep_for(std::chrono::microseconds(200 * round));
+        context.reset();
+        const long ran_by_then = ran.load();
+        spawner.join();
+        EXPECT_EQ(ran.load(), ran_by_then) << "a task ran after its context was destroyed";
+        // Refused: the context is gone, or its buffer with it.
+        EXPECT_TRUE(spawn_error.empty() || spawn_error == "invalid_argument" ||
+                    spawn_error == "buffer_misuse")
+            << spawn_error;
+        EXPECT_TRUE(wait_error.empty() || wait_error == "invalid_argument") << wait_error;
+        group.reset();
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace nerve::testing
