@@ -118,12 +118,9 @@ void print_table(const RunReport& report, const std::vector<Compared>* compariso
       std::printf("  %s\n", series.unit.c_str());
     }
   }
-  std::size_t failed = 0, figures = 0;
-  for (const auto& run : report.workloads)
-    for (const auto& m : run.result.measurements) {
-      ++figures;
-      failed += !m.verified;
-    }
+  std::size_t figures = 0;
+  for (const auto& run : report.workloads) figures += run.result.measurements.size();
+  const std::size_t failed = report.failed_results();
   const std::vector<const Skipped*> not_run = report.not_run();
   std::string verdict = failed == 0 ? "" : std::to_string(failed) + " FAILED VERIFICATION";
   if (!not_run.empty())

@@ -119,15 +119,16 @@ std::vector<const Skipped*> RunReport::not_run() const {
   return workloads_not_run;
 }
 
-bool RunReport::verified() const {
-  if (!not_run().empty()) return false;
+std::size_t RunReport::failed_results() const {
+  std::size_t failed = 0;
   for (const auto& run : workloads)
-    if (!run.result.verified()) return false;
+    for (const auto& m : run.result.measurements) failed += !m.verified;
   for (const auto& series : scaling)
-    for (const auto& point : series.points)
-      if (!point.verified) return false;
-  return true;
+    for (const auto& point : series.points) failed += !point.verified;
+  return failed;
 }
+
+bool RunReport::verified() const { return not_run().empty() && failed_results() == 0; }
 
 double speed(const Measurement& nerve, const Measurement& other) {
   if (nerve.value <= 0 || other.value <= 0) return 0;

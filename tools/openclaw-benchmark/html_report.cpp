@@ -158,9 +158,7 @@ void write_html(const RunReport& report, const std::vector<Compared>* comparison
     html += "<p class=\"meta\">Tuned with: " + escape_html(tuning) + "</p>";
   std::string verdict = "Every result verified.";
   if (!report.verified()) {
-    std::size_t failed = 0;
-    for (const WorkloadRun& run : report.workloads)
-      for (const Measurement& m : run.result.measurements) failed += !m.verified;
+    const std::size_t failed = report.failed_results();
     const std::size_t not_run = report.not_run().size();
     verdict = "<span class=\"fail\">";
     if (failed != 0) verdict += std::to_string(failed) + " result(s) FAILED verification. ";

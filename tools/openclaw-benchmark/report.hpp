@@ -68,6 +68,8 @@ struct RunReport {
   // (without --only, the workloads this build or machine cannot run are only skipped).
   bool named(const Skipped& skipped) const;
   std::vector<const Skipped*> not_run() const;  // the skipped workloads named()
+  // failed_results(): measurements and scaling points that failed their check.
+  std::size_t failed_results() const;
   // verified() is true when every result verified and every workload --only names ran.
   bool verified() const;
 };
