@@ -154,8 +154,6 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
 
   // TaskExecutor
   void execute(TaskRecord* task, ThreadState& thread) override;
-  // refuse_late_task(): the error of a task picked after shutdown (never run).
-  static void refuse_late_task(TaskRecord* task) noexcept;
   void fill_views(const TaskRecord* task, const ThreadState& thread, AccessView* views) noexcept;
   std::uint32_t invoke_closure(TaskRecord* task, ThreadState& thread, const AccessView* views) noexcept;
   ThreadState& create_worker_state(unsigned slot) override;

@@ -662,21 +662,35 @@ std::uint32_t ContextImpl::invoke_closure(TaskRecord* task, ThreadState& thread,
   return outcome;
 }
 
+namespace {
+
+// refuse_late_task(): the error of a task picked after shutdown, which never runs.
+void refuse_late_task(TaskRecord* task) noexcept {
+  try {
+    task->error = std::make_exception_ptr(
+        Error(ErrorCode::invalid_argument,
+              fmt::format("task '{}' was submitted while its context was being destroyed, too late to be "
+                          "waited for: it never ran",
+                          display_name(task))));
+  } catch (...) {  // out of memory for the message
+    task->error = std::current_exception();
+  }
+}
+
+}  // namespace
+
 void ContextImpl::execute(TaskRecord* task, ThreadState& thread) {
   std::uint32_t outcome = status_cancelled;
   const bool cancelled =
       task->cancel_pending.load(std::memory_order_acquire) ||
       (task->group != nullptr && task->group->cancel_requested.load(std::memory_order_acquire));
-  if (shut_down.load(std::memory_order_acquire) && !cancelled) [[unlikely]] {
+  if (!cancelled && shut_down.load(std::memory_order_acquire)) [[unlikely]] {
     // Submitted (through a TaskGroup, from another thread) while the context was being destroyed,
     // too late to be waited for: never run — its buffers' data may be gone. It fails, so that the
     // group's wait says so instead of returning as if it had run.
     refuse_late_task(task);
-    destroy_closure(task);
-    finish(task, thread, status_failed);
-    return;
-  }
-  if (!cancelled) {
+    outcome = status_failed;
+  } else if (!cancelled) {
     task->phase.store(status_running, std::memory_order_relaxed);
     if (task->access_count <= max_inline_views) [[likely]] {
       AccessView views[max_inline_views];
@@ -693,18 +707,6 @@ void ContextImpl::execute(TaskRecord* task, ThreadState& thread) {
   }
   destroy_closure(task);
   finish(task, thread, outcome);
-}
-
-void ContextImpl::refuse_late_task(TaskRecord* task) noexcept {
-  try {
-    task->error = std::make_exception_ptr(
-        Error(ErrorCode::invalid_argument,
-              fmt::format("task '{}' was submitted while its context was being destroyed, too late to be "
-                          "waited for: it never ran",
-                          display_name(task))));
-  } catch (...) {  // out of memory for the message
-    task->error = std::current_exception();
-  }
 }
 
 void ContextImpl::finish(TaskRecord* task, ThreadState& thread, std::uint32_t outcome) {
