@@ -64,6 +64,8 @@ inline constexpr int same_numa = 30;
 // Cores on different NUMA nodes: other_numa * numa_distance / 10 (200 for the default remote 20),
 // never below other_numa.
 inline constexpr int other_numa = 100;
+// The largest numa_distance(): a matrix entry farther than 10^7 times local memory reads as this.
+inline constexpr int max_numa_distance = 100'000'000;
 // Added on top of the NUMA part for cores on different packages, so that without a distance matrix
 // another package is always farther than another NUMA node of the same package.
 inline constexpr int other_package_penalty = 100;
@@ -86,8 +88,9 @@ class NERVE_API Topology {
   int distance(int core_a, int core_b) const;
   // cores_by_distance() lists every other core ordered by distance from `core` (ties by index).
   std::vector<int> cores_by_distance(int core) const;
-  // numa_distance() is hwloc's relative NUMA latency (10 = local) or 10/20 when hwloc has no matrix.
-  // hwloc's matrix may be asymmetric; core distances use the larger of the two directions.
+  // numa_distance() is hwloc's relative NUMA latency (10 = local) or 10/20 when hwloc has no matrix,
+  // at most core_distance::max_numa_distance. hwloc's matrix may be asymmetric; core distances use
+  // the larger of the two directions.
   int numa_distance(int node_a, int node_b) const;
 
   // synthetic() is true for synthetic and XML topologies: threads are then never bound to their

@@ -315,7 +315,8 @@ ThreadState* ContextImpl::make_thread_state(
   if (index == max_threads) {
     threads_by_id.erase(entry);
     throw Error(ErrorCode::invalid_argument,
-                fmt::format("more than {} threads are using this nerve context at once", max_threads));
+                fmt::format("more than {} application threads are using this nerve context at once",
+                            max_application_threads));
   }
   // Every allocation comes first: a bad_alloc there leaves the thread unregistered, not registered
   // with no state (a later call would dereference it).

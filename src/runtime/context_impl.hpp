@@ -304,12 +304,15 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   std::atomic<bool> shut_down{false};
 
   // Thread states, append-only; readers scan [0, thread_count) without the lock.
-  static constexpr std::size_t max_threads = 4096;
+  // Room for every worker and this many application threads using the context at once (exited
+  // threads' states are reused), whatever parallel.thread_pool_size is.
+  static constexpr std::size_t max_application_threads = 4096;
+  const std::size_t max_threads = scheduler.slot_count() + max_application_threads;
   std::mutex threads_mutex;
   std::unordered_map<std::thread::id, ThreadState*> threads_by_id;
   std::vector<std::unique_ptr<ThreadState>> thread_storage;
   std::vector<ThreadState*> released_states;  // of exited threads; room for all of thread_storage
-  std::unique_ptr<std::atomic<ThreadState*>[]> thread_list { new std::atomic<ThreadState*>[ max_threads ] };
+  std::unique_ptr<std::atomic<ThreadState*>[]> thread_list{new std::atomic<ThreadState*>[max_threads]};
   std::atomic<std::size_t> thread_count{0};
   // Task pools' gates, counted in the threads' submitted/completed counters (so in_flight() covers
   // them) but not tasks the user submitted: the statistics subtract them.

@@ -28,8 +28,11 @@ unsigned available_cpu_count(const std::filesystem::path& cgroup_dir);
 // the files are missing or unreadable: a quota we cannot parse must not shrink the pool.
 std::optional<unsigned> cgroup_cpu_limit(const std::filesystem::path& cgroup_dir);
 
+// The most workers a context runs: parallel.thread_pool_size's upper bound, which `auto` obeys too.
+inline constexpr unsigned max_worker_count = 4096;
+
 // default_worker_count() is the pool size for thread_pool_size = 0: available_cpu_count() on the real
-// machine, the topology's core count on a synthetic or XML topology.
+// machine, the topology's core count on a synthetic or XML topology; at most max_worker_count.
 unsigned default_worker_count(const Topology& topology);
 
 struct WorkerPlacement {

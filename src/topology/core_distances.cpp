@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
+#include <limits>
 
 namespace nerve::topology {
 namespace {
@@ -14,7 +16,12 @@ int numa_part(const std::vector<int>& numa_distances, int numa_count, int node_a
     return numa_distances[static_cast<std::size_t>(row) * numa_count + column];
   };
   const int relative = std::max(at(node_a, node_b), at(node_b, node_a));
-  return std::max(core_distance::other_numa, core_distance::other_numa * relative / 10);
+  // In 64 bits: up to max_numa_distance the result (and the package penalty on top) fits an int.
+  static_assert(std::int64_t{core_distance::other_numa} * core_distance::max_numa_distance / 10 +
+                    core_distance::other_package_penalty <=
+                std::numeric_limits<int>::max());
+  return static_cast<int>(std::max<std::int64_t>(core_distance::other_numa,
+                                                 std::int64_t{core_distance::other_numa} * relative / 10));
 }
 
 // uncached_distance() ranks two distinct cores that share no cache.

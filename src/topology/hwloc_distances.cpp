@@ -37,12 +37,14 @@ std::uint64_t reference_value(const hwloc_distances_s& matrix, bool latency) {
 }
 
 // relative() converts one entry: latency / local latency, or local bandwidth / bandwidth (lower
-// bandwidth means farther), in tenths. 0 when the entry carries no information.
+// bandwidth means farther), in tenths. 0 when the entry carries no information. hwloc's values are
+// 64-bit: a ratio past max_numa_distance saturates there rather than wrapping round to "near".
 int relative(std::uint64_t value, std::uint64_t reference, bool latency) {
   if (value == 0) return 0;
   const double ratio = latency ? static_cast<double>(value) / static_cast<double>(reference)
                                : static_cast<double>(reference) / static_cast<double>(value);
-  return std::max(1, static_cast<int>(std::lround(10.0 * ratio)));
+  const double tenths = std::min(10.0 * ratio, static_cast<double>(core_distance::max_numa_distance));
+  return std::max(1, static_cast<int>(std::lround(tenths)));
 }
 
 // Entries the matrix does not cover (nodes missing from it, zero values) keep the 10/20 defaults.

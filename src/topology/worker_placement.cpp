@@ -56,8 +56,8 @@ std::vector<int> every_pu(const Topology& topology) {
 }  // namespace
 
 unsigned default_worker_count(const Topology& topology) {
-  if (topology.synthetic()) return static_cast<unsigned>(topology.cores().size());
-  return available_cpu_count();
+  const std::size_t cpus = topology.synthetic() ? topology.cores().size() : available_cpu_count();
+  return static_cast<unsigned>(std::min<std::size_t>(cpus, max_worker_count));
 }
 
 std::vector<WorkerPlacement> plan_workers(const Topology& topology, unsigned workers,

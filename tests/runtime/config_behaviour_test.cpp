@@ -34,6 +34,25 @@ TEST(ConfigBehaviour, ThreadPoolSizeSetsTheWorkerCount) {
   EXPECT_EQ(synthetic.worker_count(), 16u) << "automatic size on a synthetic machine: its core count";
 }
 
+// The largest pool, automatic or set, still leaves room for the application's threads: each of them
+// registers with the context besides the 4096 workers (this used to throw in the second one, and in
+// a worker, std::terminate, for an automatic size above the bound).
+TEST(ConfigBehaviour, TheLargestPoolLeavesRoomForApplicationThreads) {
+  Context context(with({{"topology.synthetic", "pack:8 core:520 pu:1"}, {"scheduler.spin_us", "0"}}));
+  ASSERT_EQ(context.worker_count(), 4096u);
+  std::atomic<int> ran{0};
+  auto submit_and_wait = [&] {
+    TaskGroup group(context);
+    for (int i = 0; i < 8; ++i) group.spawn([&] { ran.fetch_add(1, std::memory_order_relaxed); });
+    group.wait();
+  };
+  std::thread other(submit_and_wait);
+  submit_and_wait();
+  other.join();
+  context.wait_all();
+  EXPECT_EQ(ran.load(), 16);
+}
+
 // Worker slot 1 runs on a dedicated thread; a task that lands there reports its CPU mask.
 std::vector<int> cpus_seen_by_worker(Context& context, unsigned worker) {
   std::vector<int> cpus;

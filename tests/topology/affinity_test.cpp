@@ -82,6 +82,8 @@ TEST(PlanWorkersSmt, OnlyAllowedHardwareThreadsAreBound) {
 TEST(DefaultWorkerCount, SyntheticMachineUsesItsCores) {
   EXPECT_EQ(default_worker_count(synthetic_topology("pack:2 numa:2 core:4 pu:2")), 16u);
   EXPECT_EQ(default_worker_count(Topology::discover(Config{})), available_cpu_count());
+  EXPECT_EQ(default_worker_count(synthetic_topology("pack:8 core:520 pu:1")), max_worker_count)
+      << "auto never goes past parallel.thread_pool_size's bound";
 }
 
 // RestoreAffinity puts the calling thread's original CPU mask back, whatever the test did.

@@ -47,6 +47,28 @@ TEST(NumaDistanceMatrix, LatenciesAreNormalisedToTenForLocal) {
   EXPECT_EQ(topology.numa_distance(3, 0), 20);
 }
 
+// hwloc's values are 64-bit: huge ones saturate at max_numa_distance, never wrap round to "near"
+// (3200000000 used to read as 1, 4294967306 as 10), and the farthest node's cores stay last.
+TEST(NumaDistanceMatrix, HugeDistancesSaturateInOrder) {
+  const Topology topology = with_matrix({10, 20, 3'200'000'000, 32,  //
+                                         20, 10, 32, 4'294'967'306,  //
+                                         3'200'000'000, 32, 10, 20,  //
+                                         32, 4'294'967'306, 20, 10},
+                                        HWLOC_DISTANCES_KIND_MEANS_LATENCY);
+  EXPECT_EQ(topology.numa_distance(0, 2), core_distance::max_numa_distance);
+  EXPECT_EQ(topology.numa_distance(1, 3), core_distance::max_numa_distance);
+  EXPECT_EQ(topology.numa_distance(0, 3), 32);
+  EXPECT_GT(topology.distance(0, 4), topology.distance(0, 6));
+  EXPECT_GT(topology.distance(0, 6), topology.distance(0, 2));
+  EXPECT_EQ(topology.cores_by_distance(0), (std::vector<int>{1, 2, 3, 6, 7, 4, 5}));
+  const Topology nearly_wrapping = with_matrix({10, 20, 2'147'483'647, 32,  //
+                                                20, 10, 32, 20,             //
+                                                2'147'483'647, 32, 10, 20,  //
+                                                32, 20, 20, 10},
+                                               HWLOC_DISTANCES_KIND_MEANS_LATENCY);
+  EXPECT_GT(nearly_wrapping.distance(0, 4), nearly_wrapping.distance(0, 6));
+}
+
 TEST(NumaDistanceMatrix, AsymmetricMatrixGivesSymmetricCoreDistances) {
   const Topology topology = with_matrix({10, 15, 20, 20,  //
                                          25, 10, 20, 20,  //
