@@ -9,6 +9,7 @@
 
 #include "perf/counters.hpp"
 #include "perf/history_model.hpp"
+#include "perf/output_path.hpp"
 #include "runtime/context_impl.hpp"
 #include "task/kernel_task.hpp"
 
@@ -21,9 +22,11 @@ PerfMonitor::PerfMonitor(const Config::Perf& config)
       config_(config),
       devices_(new DeviceActivity[max_memory_nodes]) {
   if (config.models) {
-    models_ =
-        std::make_unique<HistoryModels>(config.model_dir.empty() ? HistoryModels::default_directory()
-                                                                 : std::filesystem::path(config.model_dir));
+    // Absolute now: models are saved where they were loaded from, even if the program changed its
+    // working directory meanwhile (the bus model's bus.json lives beside them).
+    models_ = std::make_unique<HistoryModels>(absolute_path(config.model_dir.empty()
+                                                                ? HistoryModels::default_directory()
+                                                                : std::filesystem::path(config.model_dir)));
     models_->load();
   }
 }

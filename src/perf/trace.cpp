@@ -237,30 +237,12 @@ void write_trace_file(const ContextImpl& context, const std::filesystem::path& p
     throw Error(ErrorCode::invalid_argument, fmt::format("failed writing the trace to '{}'", path.string()));
 }
 
-std::filesystem::path claim_trace_path(const std::filesystem::path& path, std::uint64_t context_id) {
-  static std::mutex mutex;
-  static std::set<std::filesystem::path> claimed;  // absolute, for the process's lifetime
-  const auto key = [](const std::filesystem::path& file) {
-    std::error_code error;
-    std::filesystem::path absolute = std::filesystem::absolute(file, error);
-    return (error ? file : absolute).lexically_normal();
-  };
-  std::lock_guard lock(mutex);
-  if (claimed.insert(key(path)).second) return path;
-  std::filesystem::path own = path;
-  own.replace_filename(fmt::format("{}.{}{}", path.stem().string(), context_id, path.extension().string()));
-  claimed.insert(key(own));
-  return own;
-}
-
 void ContextImpl::write_trace() noexcept {
   try {
     write_trace_file(*this, trace_path);
-    if (trace_path != config.perf.trace) {
-      log::warn(
-          "perf.trace: '{}' is another context's trace in this process; context {} wrote its own to "
-          "'{}'",
-          config.perf.trace, id, trace_path);
+    if (!trace_taken_by.empty()) {
+      log::warn("perf.trace: '{}' is {} in this process; context {} wrote its own to '{}'", config.perf.trace,
+                trace_taken_by, id, trace_path);
     } else {
       log::debug("trace written to {}", trace_path);
     }

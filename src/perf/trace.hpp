@@ -15,9 +15,5 @@ struct ContextImpl;
 // utilisation counters per device. Call when no task runs (shutdown) for a complete picture.
 nlohmann::json trace_to_json(const ContextImpl& context);
 void write_trace_file(const ContextImpl& context, const std::filesystem::path& path);
-// claim_trace_path(): the file context `context_id` writes its trace to. The first context of the
-// process that names `path` gets it; later ones naming the same file get `<stem>.<context_id><ext>`
-// (trace.json -> trace.2.json), so no context overwrites another's trace.
-std::filesystem::path claim_trace_path(const std::filesystem::path& path, std::uint64_t context_id);
 
 }  // namespace nerve::detail

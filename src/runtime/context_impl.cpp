@@ -16,6 +16,7 @@
 #include "backend/registry.hpp"
 #include "config/diagnostics.hpp"
 #include "memory/buffer_state.hpp"
+#include "perf/output_path.hpp"
 #include "perf/trace.hpp"
 #include "runtime/pool_state.hpp"
 #include "runtime/thread_exit.hpp"
@@ -48,7 +49,9 @@ ContextImpl::ContextImpl(const Settings& settings)
   if (config.perf.records_tasks()) recorder = perf.get();
   times_tasks = config.perf.times_tasks();
   if (!config.perf.trace.empty()) {
-    trace_path = claim_trace_path(config.perf.trace, id).string();
+    ClaimedPath claimed = claim_output_path(config.perf.trace, id, "perf.trace");
+    trace_path = claimed.path.string();
+    trace_taken_by = std::move(claimed.taken_by);
     // The trace is written when the context ends: a path that cannot be written is said now, not
     // after the whole run. Probed by opening for appending (changing nothing), removed if it was new.
     std::error_code ignored;
@@ -65,7 +68,16 @@ ContextImpl::ContextImpl(const Settings& settings)
   if (config.scheduler.policy == SchedulerPolicy::heft &&
       (!config.perf.decision_log.empty() || config.perf.records_tasks())) {
     try {
-      decisions = std::make_unique<DecisionLog>(config.perf.decision_log, config.perf.records_tasks());
+      std::filesystem::path log_path;
+      if (!config.perf.decision_log.empty()) {
+        ClaimedPath claimed = claim_output_path(config.perf.decision_log, id, "perf.decision_log");
+        if (!claimed.taken_by.empty()) {
+          log::warn("perf.decision_log: '{}' is {} in this process; context {} writes its own to '{}'",
+                    config.perf.decision_log, claimed.taken_by, id, claimed.path.string());
+        }
+        log_path = std::move(claimed.path);
+      }
+      decisions = std::make_unique<DecisionLog>(log_path, config.perf.records_tasks());
     } catch (const ConfigError& error) {
       config::rethrow_with_origin(config, error);  // a file that cannot be made: say where it was set
     }

@@ -210,9 +210,10 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   bool strict_placement(const TaskRecord& task) const noexcept;
   // write_trace(): perf.trace at shutdown (a failure is logged, not thrown).
   void write_trace() noexcept;
-  // perf.trace, or this context's own file when an earlier context of the process names the same
-  // one (claim_trace_path).
+  // perf.trace made absolute, or this context's own file when that one is another output's
+  // (claim_output_path: `trace_taken_by` then says whose).
   std::string trace_path;
+  std::string trace_taken_by;
   void check_placeable(const TaskRecord& task) const;
   void grant_mapping(TaskRecord* task, ThreadState& thread);
   // A try_map() whose data must first come back from a device asks for it with a prefetch mapping,
@@ -312,7 +313,7 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   std::unordered_map<std::thread::id, ThreadState*> threads_by_id;
   std::vector<std::unique_ptr<ThreadState>> thread_storage;
   std::vector<ThreadState*> released_states;  // of exited threads; room for all of thread_storage
-  std::unique_ptr<std::atomic<ThreadState*>[]> thread_list{new std::atomic<ThreadState*>[max_threads]};
+  std::unique_ptr<std::atomic<ThreadState*>[]> thread_list { new std::atomic<ThreadState*>[ max_threads ] };
   std::atomic<std::size_t> thread_count{0};
   // Task pools' gates, counted in the threads' submitted/completed counters (so in_flight() covers
   // them) but not tasks the user submitted: the statistics subtract them.

@@ -537,5 +537,60 @@ TEST(Heft, DecisionLogOnlyUnderHeftAndHeftRunsWithoutDevices) {
   std::filesystem::remove(log);
 }
 
+// Two contexts naming one decision log, and a context whose trace names its log, never share a file:
+// each later claim writes <stem>.<context id><ext>, so every line is one context's, whole, and
+// numbered from 1 (two live contexts used to truncate and interleave one file, tearing lines).
+TEST(Heft, ContextsNamingOneDecisionLogEachWriteTheirOwn) {
+  const auto models = fresh_directory("nerve-heft-shared-log");
+  const auto log = temp_file("nerve-heft-shared-log");
+  const auto own = [&](std::uint64_t id) {
+    return log.parent_path() / (log.stem().string() + "." + std::to_string(id) + log.extension().string());
+  };
+  std::uint64_t b_id = 0;
+  {
+    Settings settings = policy_settings("heft", models);
+    settings.set("perf.decision_log", log.string());
+    Context a(settings);
+    Context b(settings);
+    b_id = b.impl()->id;
+    std::vector<Buffer<float>> buffers;
+    for (Context* context : {&a, &b}) {
+      context->impl()->add_test_device({});
+      const Kernel kernel = synthetic("heft_shared_log", 20us, 20us);
+      for (int i = 0; i < 40; ++i) {
+        buffers.emplace_back(*context, std::vector<float>(tile_floats, 1.0f));
+        context->spawn(kernel, read_write(buffers.back()));
+      }
+    }
+    a.wait_all();
+    b.wait_all();
+  }
+  for (const auto& file : {log, own(b_id)}) {
+    const auto lines = read_lines(file);  // throws on a line that is not JSON
+    ASSERT_EQ(lines.size(), 40u) << file;
+    for (std::size_t i = 0; i < lines.size(); ++i) EXPECT_EQ(lines[i]["decision"], i + 1) << file;
+  }
+  // A trace and a decision log naming one file: the trace keeps it, the log goes beside it.
+  const auto both = temp_file("nerve-heft-trace-and-log");
+  std::uint64_t c_id = 0;
+  {
+    Settings settings = policy_settings("heft", models);
+    settings.set("perf.decision_log", both.string());
+    settings.set("perf.trace", both.string());
+    Context c(settings);
+    c_id = c.impl()->id;
+    c.impl()->add_test_device({});
+    Buffer<float> data(c, std::vector<float>(tile_floats, 1.0f));
+    c.spawn(synthetic("heft_trace_and_log", 20us, 20us), read_write(data));
+    c.wait_all();
+  }
+  const auto log_beside =
+      both.parent_path() / (both.stem().string() + "." + std::to_string(c_id) + both.extension().string());
+  EXPECT_TRUE(load_json(both).contains("traceEvents")) << "the trace keeps the named file";
+  EXPECT_EQ(read_lines(log_beside).size(), 1u);
+  for (const auto& file : {log, own(b_id), both, log_beside}) std::filesystem::remove(file);
+  std::filesystem::remove_all(models);
+}
+
 }  // namespace
 }  // namespace nerve::testing

@@ -360,6 +360,47 @@ TEST(PerfModels, ContextLearnsKernelTimesAndKeepsThemBetweenRuns) {
   std::filesystem::remove_all(directory);
 }
 
+// Relative output paths mean the working directory when the context was created: a program that
+// changes directory meanwhile still finds its models, trace and decision log there (models used to
+// be saved, and the trace written, under the directory current at destruction).
+TEST(PerfModels, RelativeOutputPathsMeanTheDirectoryAtCreation) {
+  const auto created_in = fresh_directory("nerve-paths-created");
+  const auto moved_to = fresh_directory("nerve-paths-moved");
+  std::filesystem::create_directories(created_in);
+  std::filesystem::create_directories(moved_to);
+  const auto original = std::filesystem::current_path();
+  std::filesystem::current_path(created_in);
+  try {
+    Settings settings = make_settings(2);
+    settings.set("scheduler.policy", "heft");
+    settings.set("perf.model_dir", "models");
+    settings.set("perf.trace", "trace.json");
+    settings.set("perf.decision_log", "decisions.jsonl");
+    Kernel scale("relative_scale");
+    scale.cpu([](const KernelArgs& args) {
+      for (float& v : args.span<float>(0)) v *= 1.5f;
+    });
+    {
+      Context context(settings);
+      std::filesystem::current_path(moved_to);
+      EXPECT_EQ(context.stats().model_directory, (created_in / "models").string());
+      Buffer<float> data(context, std::vector<float>(256, 1.0f));
+      for (int i = 0; i < 3; ++i) context.spawn(scale, read_write(data));
+      context.wait_all();
+    }
+    EXPECT_TRUE(std::filesystem::exists(created_in / "models" / "relative_scale.json"));
+    EXPECT_TRUE(std::filesystem::exists(created_in / "trace.json"));
+    EXPECT_TRUE(std::filesystem::exists(created_in / "decisions.jsonl"));
+    EXPECT_TRUE(std::filesystem::is_empty(moved_to)) << "nothing is written where the program moved";
+  } catch (...) {
+    std::filesystem::current_path(original);
+    throw;
+  }
+  std::filesystem::current_path(original);
+  std::filesystem::remove_all(created_in);
+  std::filesystem::remove_all(moved_to);
+}
+
 TEST(PerfModels, OffByDefaultAndNothingWritten) {
   Context context(make_settings(1));
   EXPECT_FALSE(context.stats().models_enabled);

@@ -1,0 +1,31 @@
+// output_path.hpp — the files a context writes (perf.trace, perf.decision_log), claimed per process.
+//
+// Each output file belongs to one context and one key: the first context that names a file gets
+// it; a later claim of the same file (another context's trace, or this context's trace and decision
+// log naming one file) gets `<stem>.<context id><ext>` beside it instead, so no output overwrites or
+// interleaves with another. Paths are made absolute when claimed: a relative one means the working
+// directory when the context was created, wherever the program moves afterwards.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+namespace nerve::detail {
+
+struct ClaimedPath {
+  std::filesystem::path path;  // absolute: the file to write
+  std::string taken_by;        // empty when `path` is the file asked for, else who holds that one
+};
+
+// claim_output_path(): `key` ("perf.trace", ...) of context `context_id` asks for `requested`. The
+// claim lasts for the process's lifetime, so a later context never takes over a finished one's file.
+ClaimedPath claim_output_path(const std::filesystem::path& requested, std::uint64_t context_id,
+                              std::string_view key);
+
+// absolute_path(): `path` against the working directory now, normalised; `path` itself when the
+// working directory cannot be read.
+std::filesystem::path absolute_path(const std::filesystem::path& path);
+
+}  // namespace nerve::detail
