@@ -124,10 +124,12 @@ Config Config::load(const Settings& settings, const std::map<std::string, std::s
 
   if (settings.file()) {
     log::debug("configuration file {} (from Settings::config_file)", settings.file()->string());
-    assign_all(result, config::read_config_file(*settings.file(), "Settings::config_file"));
+    config::read_config_file(*settings.file(), "Settings::config_file",
+                             [&](const Assignment& assignment) { assign(result, assignment); });
   } else if (const auto named = env.find("NERVE_CONFIG"); named != env.end() && !named->second.empty()) {
     log::debug("configuration file {} (from NERVE_CONFIG)", named->second);
-    assign_all(result, config::read_config_file(named->second, "NERVE_CONFIG"));
+    config::read_config_file(named->second, "NERVE_CONFIG",
+                             [&](const Assignment& assignment) { assign(result, assignment); });
   }
   assign_all(result, config::read_environment(env));
   // Within the API a later set() of a key replaces the earlier one before anything is checked (the

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <string>
 #include <string_view>
@@ -27,11 +28,18 @@ struct Assignment {
   ConfigOrigin origin;
 };
 
-// read_config_file() reads the YAML file `path`. It accepts sections (`scheduler:` followed by an
-// indented map of keys) and dotted keys at the top level (`scheduler.policy: eager`); an empty file is
-// an empty configuration. `named_by` says who chose the file ("Settings::config_file", "NERVE_CONFIG")
-// for the message when it cannot be read. Origins carry the file as given and the key's 1-based line.
-std::vector<Assignment> read_config_file(const std::filesystem::path& path, std::string_view named_by);
+// AssignmentSink receives a source's assignments one at a time; an exception it throws ends the reading.
+using AssignmentSink = std::function<void(const Assignment&)>;
+
+// read_config_file() reads the YAML file `path` and hands its assignments to `take` in file order. It
+// accepts sections (`scheduler:` followed by an indented map of keys) and dotted keys at the top level
+// (`scheduler.policy: eager`); an empty file is an empty configuration. `named_by` says who chose the
+// file ("Settings::config_file", "NERVE_CONFIG") for the message when it cannot be read. Origins carry
+// the file as given and the key's 1-based line. Time is linear in the file's size, aliases included:
+// nothing walks the document deeper than a section's keys and a value's items, so an alias
+// (`*name`) is never expanded recursively.
+void read_config_file(const std::filesystem::path& path, std::string_view named_by,
+                      const AssignmentSink& take);
 
 // read_environment() picks the configuration variables out of `environment`: NERVE_<SECTION>_<KEY>
 // for a known or planned key. A variable NERVE_<SECTION>_<other> with a known section is an error

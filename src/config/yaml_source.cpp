@@ -7,6 +7,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include "config/diagnostics.hpp"
@@ -65,21 +66,23 @@ std::string read_whole_file(const std::filesystem::path& path, std::string_view 
   return text.str();
 }
 
-// FileReader walks the document and collects assignments, remembering the line where each key was
-// first set so that a duplicate (YAML forbids them; yaml-cpp keeps both) points at both places.
+// FileReader walks the document and hands each assignment to `take` as it finds it, remembering the
+// line where each key was first set so that a duplicate (YAML forbids them; yaml-cpp keeps both)
+// points at both places. Assignments are handed over one by one, in file order, so that the first
+// error (a duplicate here, or an unknown key or bad value in `take`) ends the reading: a value that
+// is an alias of a large anchored node is not copied for every later key of the file first.
 class FileReader {
  public:
-  explicit FileReader(std::string file) : file_(std::move(file)) {}
+  FileReader(std::string file, const AssignmentSink& take) : file_(std::move(file)), take_(take) {}
 
-  std::vector<Assignment> read(const YAML::Node& document) {
-    if (document.IsNull()) return {};  // empty file, or only comments
+  void read(const YAML::Node& document) {
+    if (document.IsNull()) return;  // empty file, or only comments
     if (!document.IsMap()) {
       fail(document, "",
            fmt::format("the top level must be a map of sections or dotted keys, not {}",
                        shape_name(document)));
     }
     for (auto it = document.begin(); it != document.end(); ++it) read_top_level(it->first, it->second);
-    return std::move(assignments_);
   }
 
  private:
@@ -106,7 +109,7 @@ class FileReader {
 
   void add(const std::string& name, const YAML::Node& key, const YAML::Node& value) {
     note_first_use(name, key);
-    assignments_.push_back({name, raw_value(value), origin_of(key)});
+    take_({name, raw_value(value), origin_of(key)});
   }
 
   void note_first_use(const std::string& name, const YAML::Node& key) {
@@ -132,40 +135,48 @@ class FileReader {
   }
 
   std::string file_;
-  std::vector<Assignment> assignments_;
+  const AssignmentSink& take_;
   std::map<std::string, int> first_line_;
 };
 
-// check_quotes() finds quoted scalars that are never closed. yaml-cpp accepts a double- or
+// QuoteChecker finds quoted scalars that are never closed. yaml-cpp accepts a double- or
 // single-quoted scalar that runs to the end of the file (`policy: "eager` on the last line reads as
 // `eager`; with lines after it, the quote swallows them and the error shows up as a bad value), so
 // each scalar whose source text starts with a quote is scanned from there, by YAML's rules, for its
 // closing quote: `\x` escapes in "...", '' in '...'. A quoted scalar may span lines; it may not end
 // the file unclosed. The error points at the line where the quote opened.
-class QuoteChecker {
+//
+// It reads the parser's events, not the loaded document: there each scalar of the text is one event
+// and an alias (`*name`) is one event too, while the document shares the anchored node under every
+// alias, so a walk over it visits a node once per path to it: nine aliases of nine aliases ... ("a
+// billion laughs") took exponential time in a file of a few hundred bytes.
+class QuoteChecker : public YAML::EventHandler {
  public:
   QuoteChecker(const std::string& text, std::string file) : text_(text), file_(std::move(file)) {}
 
-  void check(const YAML::Node& node, int depth = 0) const {
-    if (depth > 64) return;  // configuration files are a few levels deep; this bounds aliases
-    switch (node.Type()) {
-      case YAML::NodeType::Scalar: check_scalar(node); break;
-      case YAML::NodeType::Sequence:
-        for (const YAML::Node& item : node) check(item, depth + 1);
-        break;
-      case YAML::NodeType::Map:
-        for (auto it = node.begin(); it != node.end(); ++it) {
-          check(it->first, depth + 1);
-          check(it->second, depth + 1);
-        }
-        break;
-      default: break;
+  void check() {
+    std::istringstream stream(text_);
+    YAML::Parser parser(stream);
+    while (parser.HandleNextDocument(*this)) {
     }
   }
 
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t, const std::string&) override {
+    check_scalar(mark);
+  }
+  void OnDocumentStart(const YAML::Mark&) override {}
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+  }
+  void OnMapEnd() override {}
+
  private:
-  void check_scalar(const YAML::Node& node) const {
-    const YAML::Mark mark = node.Mark();
+  void check_scalar(const YAML::Mark& mark) const {
     if (mark.is_null() || mark.pos < 0 || static_cast<std::size_t>(mark.pos) >= text_.size()) return;
     const auto open = static_cast<std::size_t>(mark.pos);
     const char quote = text_[open];
@@ -193,7 +204,8 @@ class QuoteChecker {
 
 }  // namespace
 
-std::vector<Assignment> read_config_file(const std::filesystem::path& path, std::string_view named_by) {
+void read_config_file(const std::filesystem::path& path, std::string_view named_by,
+                      const AssignmentSink& take) {
   const std::string text = read_whole_file(path, named_by);
   YAML::Node document;
   try {
@@ -213,8 +225,8 @@ std::vector<Assignment> read_config_file(const std::filesystem::path& path, std:
     throw_config_error(file_origin(path.string(), error.mark.line + 1), "",
                        fmt::format("YAML syntax error: {}", error.msg));
   }
-  QuoteChecker(text, path.string()).check(document);
-  return FileReader(path.string()).read(document);
+  QuoteChecker(text, path.string()).check();
+  FileReader(path.string(), take).read(document);
 }
 
 }  // namespace nerve::config

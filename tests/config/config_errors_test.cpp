@@ -1,7 +1,9 @@
 // Negative tests: every kind of configuration mistake gives one ConfigError that names the key, the
 // source (file and line, variable or "api"), the bad value and what was expected.
 #include <cctype>
+#include <chrono>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "nerve/config.hpp"
@@ -528,6 +530,51 @@ TEST(ConfigBadFile, AnEmptyPathIsNamedAsSuch) {
               std::string::npos)
         << message;
   }
+}
+
+// alias_bomb() is a "billion laughs" YAML file: `levels` lines, each a sequence of nine aliases of the
+// line above, so that the document it loads into has 9^levels leaves in a few hundred bytes. Its first
+// key, `a`, is unknown.
+std::string alias_bomb(int levels) {
+  std::string text = "a: &a0 [\"x\",\"x\",\"x\",\"x\",\"x\",\"x\",\"x\",\"x\",\"x\"]\n";
+  for (int level = 1; level < levels; ++level) {
+    text += fmt::format("a{}: &a{} [", level, level);
+    for (int i = 0; i < 9; ++i) text += fmt::format("{}*a{}", i == 0 ? "" : ",", level - 1);
+    text += "]\n";
+  }
+  return text;
+}
+
+// Regression (config audit #2): the check for unclosed quotes walked the loaded document, which
+// visits an anchored node once per alias path to it: a 9-level alias bomb took 12 s, each level nine
+// times longer, before its first key was reported. Reading is now linear in the file's size.
+TEST(ConfigBadFile, AliasBombIsReadInLinearTime) {
+  TempDir dir;
+  const auto file = dir.write("bomb.yaml", alias_bomb(9));
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    Config::load(testing::hermetic().config_file(file));
+    FAIL() << "expected a ConfigError";
+  } catch (const ConfigError& error) {
+    EXPECT_EQ(error.key(), "a") << error.what();
+    EXPECT_EQ(error.line(), 1) << error.what();
+    EXPECT_NE(std::string(error.what()).find("unknown configuration key 'a'"), std::string::npos)
+        << error.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+}
+
+// Aliases still mean what YAML says: a value given once and used again.
+TEST(ConfigBadFile, AliasesOfValuesAreStillRead) {
+  TempDir dir;
+  const auto file = dir.write("alias.yaml",
+                              "scheduler:\n  spin_us: &n 7\nperf:\n  counter_interval_ms: *n\n"
+                              "gpu:\n  devices: &d [none]\n");
+  const Config config = Config::load(testing::hermetic().config_file(file));
+  EXPECT_EQ(config.scheduler.spin, std::chrono::microseconds(7));
+  EXPECT_EQ(config.perf.counter_interval, std::chrono::milliseconds(7));
+  EXPECT_EQ(config.origin("perf.counter_interval_ms").line, 4);
+  EXPECT_TRUE(config.gpu.devices.empty());
 }
 
 }  // namespace
