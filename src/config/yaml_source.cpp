@@ -1,10 +1,13 @@
 // yaml_source.cpp — read_config_file(): the YAML configuration file.
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <sstream>
 #include <vector>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <fmt/format.h>
 #include <yaml-cpp/eventhandler.h>
@@ -39,6 +42,49 @@ RawValue raw_value(const YAML::Node& node) {
   }
 }
 
+// kind_of() names a file type for a message about a file that is not a regular one.
+std::string_view kind_of(mode_t mode) {
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  return "a special file";
+}
+
+// is_null_device() says whether `status` is /dev/null's: the one non-regular file accepted as a
+// configuration file (an empty one), as `NERVE_CONFIG=/dev/null` is a natural way to say "none".
+bool is_null_device(const struct stat& status) {
+  struct stat null_device {};
+  return S_ISCHR(status.st_mode) && ::stat("/dev/null", &null_device) == 0 && S_ISCHR(null_device.st_mode) &&
+         status.st_rdev == null_device.st_rdev;
+}
+
+// check_regular() rejects anything read_whole_file() must not read: a directory, and a FIFO, socket
+// or device, where reading blocks until a writer comes (for ever, for a FIFO nobody writes) or never
+// ends (/dev/zero). The documentation's rule for file paths, as for topology.xml.
+void check_regular(const struct stat& status, const ConfigOrigin& origin, std::string_view named_by) {
+  if (S_ISREG(status.st_mode) || is_null_device(status)) return;
+  if (S_ISDIR(status.st_mode)) {
+    throw_config_error(origin, "",
+                       fmt::format("the configuration file (named by {}) is a directory", named_by));
+  }
+  throw_config_error(origin, "",
+                     fmt::format("the configuration file (named by {}) is {}, not a regular file: name "
+                                 "a YAML file",
+                                 named_by, kind_of(status.st_mode)));
+}
+
+// OpenFile closes its descriptor when it goes out of scope.
+struct OpenFile {
+  explicit OpenFile(int descriptor) : fd(descriptor) {}
+  OpenFile(const OpenFile&) = delete;
+  OpenFile& operator=(const OpenFile&) = delete;
+  ~OpenFile() {
+    if (fd >= 0) ::close(fd);
+  }
+  const int fd;
+};
+
 std::string read_whole_file(const std::filesystem::path& path, std::string_view named_by) {
   const ConfigOrigin origin = file_origin(path.string(), 0);
   if (path.empty()) {  // the message would name no file: say what is wrong instead
@@ -47,23 +93,34 @@ std::string read_whole_file(const std::filesystem::path& path, std::string_view 
                                    "file, or leave it unset for none (or for NERVE_CONFIG's)",
                                    named_by));
   }
-  std::error_code error;
-  if (std::filesystem::is_directory(path, error)) {
-    throw_config_error(origin, "",
-                       fmt::format("the configuration file (named by {}) is a directory", named_by));
-  }
-  std::ifstream stream(path, std::ios::binary);
-  if (!stream) {
+  const auto cannot_open = [&] {
     throw_config_error(
         origin, "",
         fmt::format("cannot open the configuration file (named by {}): {}", named_by, std::strerror(errno)));
+  };
+  // The type is checked before opening (opening a FIFO for reading waits for a writer) and again on
+  // what was opened, non-blocking, in case the path was replaced in between.
+  struct stat status {};
+  if (::stat(path.c_str(), &status) != 0) cannot_open();
+  check_regular(status, origin, named_by);
+  const OpenFile file{::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC)};
+  const int fd = file.fd;
+  if (fd < 0) cannot_open();
+  if (::fstat(fd, &status) != 0) cannot_open();
+  check_regular(status, origin, named_by);
+  std::string text;
+  char buffer[1 << 16];
+  while (true) {
+    const ssize_t count = ::read(fd, buffer, sizeof buffer);
+    if (count == 0) return text;
+    if (count < 0 && errno == EINTR) continue;
+    if (count < 0) {
+      throw_config_error(origin, "",
+                         fmt::format("cannot read the configuration file (named by {}): {}", named_by,
+                                     std::strerror(errno)));
+    }
+    text.append(buffer, static_cast<std::size_t>(count));
   }
-  std::ostringstream text;
-  text << stream.rdbuf();
-  if (stream.bad()) {
-    throw_config_error(origin, "", fmt::format("cannot read the configuration file (named by {})", named_by));
-  }
-  return text.str();
 }
 
 // FileReader walks the document and hands each assignment to `take` as it finds it, remembering the

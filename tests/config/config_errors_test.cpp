@@ -1,7 +1,15 @@
 // Negative tests: every kind of configuration mistake gives one ConfigError that names the key, the
 // source (file and line, variable or "api"), the bad value and what was expected.
+#include <atomic>
 #include <cctype>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
+#include <thread>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -530,6 +538,58 @@ TEST(ConfigBadFile, AnEmptyPathIsNamedAsSuch) {
               std::string::npos)
         << message;
   }
+}
+
+// FifoWriterRescue opens the FIFO `path` for writing and closes it again once `seconds` have passed,
+// unless the object is gone before: a reader blocked on the FIFO then sees an empty file instead of
+// waiting for ever, so that a regression fails the test instead of hanging it.
+class FifoWriterRescue {
+ public:
+  FifoWriterRescue(std::filesystem::path path, std::chrono::seconds seconds)
+      : thread_([this, path = std::move(path), seconds] {
+          const auto deadline = std::chrono::steady_clock::now() + seconds;
+          while (!done_.load()) {
+            if (std::chrono::steady_clock::now() > deadline) {
+              // Fails (ENXIO) until a reader has the FIFO open; a blocked reader gets end of file.
+              const int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+              if (fd >= 0) ::close(fd);
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+          }
+        }) {}
+  ~FifoWriterRescue() {
+    done_.store(true);
+    thread_.join();
+  }
+
+ private:
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+};
+
+// Regression (config audit #4): a FIFO named as the configuration file blocked the load for ever in
+// open()/read(). It is rejected as not a regular file, whichever way it is named; /dev/null stays an
+// empty configuration.
+TEST(ConfigBadFile, AFifoIsNotARegularFile) {
+  TempDir dir;
+  const auto fifo = dir.path() / "config.fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+  const FifoWriterRescue rescue(fifo, std::chrono::seconds(3));
+  const std::vector<std::pair<Settings, std::string>> namings{
+      {testing::hermetic().config_file(fifo), "Settings::config_file"}, {Settings(), "NERVE_CONFIG"}};
+  for (const auto& [settings, named_by] : namings) {
+    try {
+      Config::load(settings, {{"NERVE_CONFIG", fifo.string()}});
+      ADD_FAILURE() << "expected a ConfigError for a FIFO named by " << named_by;
+    } catch (const ConfigError& error) {
+      const std::string message = error.what();
+      EXPECT_EQ(error.file(), fifo.string()) << message;
+      EXPECT_NE(message.find("(named by " + named_by + ") is a FIFO, not a regular file"), std::string::npos)
+          << message;
+    }
+  }
+  const Config empty = Config::load(testing::hermetic().config_file("/dev/null"));
+  EXPECT_EQ(empty.origin("scheduler.policy").source, ConfigSource::default_value);
 }
 
 // alias_bomb() is a "billion laughs" YAML file: `levels` lines, each a sequence of nine aliases of the
