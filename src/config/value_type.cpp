@@ -183,6 +183,7 @@ std::string ValueType::expected() const {
                          format_duration(nanoseconds{min}), format_duration(nanoseconds{max}));
     case ValueKind::choice: return fmt::format("one of {}", fmt::join(choices, ", "));
     case ValueKind::text: return "a string";
+    case ValueKind::output_path: return "a path, or empty for none";
     case ValueKind::readable_file: return "the path of a readable file";
     case ValueKind::list: return fmt::format("a comma-separated list of {}", item);
   }
@@ -227,6 +228,12 @@ ValueType text_type() {
   return type;
 }
 
+ValueType output_path_type() {
+  ValueType type;
+  type.kind = ValueKind::output_path;
+  return type;
+}
+
 ValueType readable_file_type() {
   ValueType type;
   type.kind = ValueKind::readable_file;
@@ -246,7 +253,9 @@ ParsedValue parse_value(std::string_view key, const ValueType& type, const RawVa
     switch (raw.shape) {
       case RawValue::Shape::null:
         // `trace:` with nothing after it reads as the empty string ("not set") where that is a value.
-        if (type.kind == ValueKind::text || type.kind == ValueKind::readable_file) return {"", std::string()};
+        if (type.kind == ValueKind::text || type.kind == ValueKind::output_path ||
+            type.kind == ValueKind::readable_file)
+          return {"", std::string()};
         throw Problem{fmt::format("no value given (expected {})", type.expected())};
       case RawValue::Shape::sequence:
         if (type.kind == ValueKind::list) return parse_list(raw.items, type);
@@ -255,13 +264,19 @@ ParsedValue parse_value(std::string_view key, const ValueType& type, const RawVa
       case RawValue::Shape::scalar: break;
     }
     // Strings are taken verbatim; everything else ignores surrounding blanks (common in env values).
-    const std::string_view text = type.kind == ValueKind::text ? std::string_view(raw.text) : trim(raw.text);
+    const bool verbatim = type.kind == ValueKind::text || type.kind == ValueKind::output_path;
+    const std::string_view text = verbatim ? std::string_view(raw.text) : trim(raw.text);
     switch (type.kind) {
       case ValueKind::integer: return parse_integer(text, type);
       case ValueKind::boolean: return parse_boolean(text, type);
       case ValueKind::duration: return parse_duration(text, type);
       case ValueKind::choice: return parse_choice(text, type);
       case ValueKind::text: return {std::string(text), std::string(text)};
+      case ValueKind::output_path:
+        // NERVE_PERF_TRACE=" " wrote a file named " ": blanks alone are a mistake, not a name.
+        if (!text.empty() && trim(text).empty())
+          throw Problem{fmt::format("{} is only blanks (expected {})", quote(text), type.expected())};
+        return {std::string(text), std::string(text)};
       case ValueKind::readable_file: return parse_readable_file(text, origin);
       case ValueKind::list: {
         // A YAML flow sequence written as text (from the API or the environment: "[0, 2]") means

@@ -29,6 +29,7 @@ enum class ValueKind {
   duration,       // integer microseconds, or an integer with a unit ns|us|ms|s; in [min, max]
   choice,         // one word out of a fixed list
   text,           // any string
+  output_path,    // a path nerve writes to, verbatim; "" = not set; only blanks is an error
   readable_file,  // a path naming an existing, readable regular file ("" = not set)
   list,           // non-empty words separated by commas (or a YAML sequence of them)
 };
@@ -60,6 +61,7 @@ ValueType duration_type(std::chrono::nanoseconds min, std::chrono::nanoseconds m
                         std::chrono::nanoseconds resolution);
 ValueType choice_type(std::vector<std::string_view> choices, std::vector<PlannedChoice> planned = {});
 ValueType text_type();
+ValueType output_path_type();
 ValueType readable_file_type();
 // list_type(): `what` names one item in messages ("a device index or name").
 ValueType list_type(std::string_view what);
