@@ -159,6 +159,12 @@ ParsedValue parse_list(const std::vector<std::string>& items, const ValueType& t
   return {joined, joined};
 }
 
+// nested_item() is the Problem of a list whose item `index` (0-based) is a sequence or a map.
+Problem nested_item(std::size_t index, std::string_view shape, const ValueType& type) {
+  return Problem{fmt::format("item {} is {}: a list holds single values, not a sequence or map (expected {})",
+                             index + 1, shape, type.expected())};
+}
+
 std::vector<std::string> split_commas(std::string_view text) {
   std::vector<std::string> items;
   std::size_t start = 0;
@@ -258,7 +264,13 @@ ParsedValue parse_value(std::string_view key, const ValueType& type, const RawVa
           return {"", std::string()};
         throw Problem{fmt::format("no value given (expected {})", type.expected())};
       case RawValue::Shape::sequence:
-        if (type.kind == ValueKind::list) return parse_list(raw.items, type);
+        if (type.kind == ValueKind::list) {
+          for (std::size_t i = 0; i < raw.item_shapes.size(); ++i) {
+            if (raw.item_shapes[i] == RawValue::Shape::sequence) throw nested_item(i, "a sequence", type);
+            if (raw.item_shapes[i] == RawValue::Shape::map) throw nested_item(i, "a map", type);
+          }
+          return parse_list(raw.items, type);
+        }
         throw Problem{fmt::format("expected {}, got a sequence", type.expected())};
       case RawValue::Shape::map: throw Problem{fmt::format("expected {}, got a map", type.expected())};
       case RawValue::Shape::scalar: break;
@@ -284,8 +296,11 @@ ParsedValue parse_value(std::string_view key, const ValueType& type, const RawVa
         if (text.size() >= 2 && text.front() == '[' && text.back() == ']') {
           const std::string_view inside = trim(text.substr(1, text.size() - 2));
           std::vector<std::string> items = inside.empty() ? std::vector<std::string>{} : split_commas(inside);
-          for (std::string& item : items) {  // a quoted item is its text, as YAML reads it
+          for (std::size_t i = 0; i < items.size(); ++i) {  // a quoted item is its text, as YAML reads it
+            std::string& item = items[i];
             const std::string_view bare = trim(item);
+            if (bare.starts_with('[')) throw nested_item(i, "a sequence", type);
+            if (bare.starts_with('{')) throw nested_item(i, "a map", type);
             if (bare.size() >= 2 && (bare.front() == '"' || bare.front() == '\'') &&
                 bare.back() == bare.front())
               item = std::string(bare.substr(1, bare.size() - 2));

@@ -7,7 +7,8 @@
 //
 // Sequence-valued keys (gpu.devices) are of kind `list`: the parser takes RawValue::items (a YAML
 // sequence) or comma-separated text (YAML scalar, the environment and the API) and normalizes both
-// to "a,b,c". Every other kind is a scalar, and a sequence or map is rejected with a message saying so.
+// to "a,b,c". An item that is itself a sequence or a map ([[0]], [0, {a: 1}]) is rejected as such.
+// Every other kind is a scalar, and a sequence or map is rejected with a message saying so.
 //
 // Thread safety: all functions here are pure; ValueType objects are immutable after construction.
 #pragma once
@@ -71,13 +72,14 @@ struct RawValue {
   enum class Shape { scalar, null, sequence, map };
   Shape shape = Shape::scalar;
   std::string text;                // Shape::scalar
-  std::vector<std::string> items;  // Shape::sequence: the items' text (scalar items only)
+  std::vector<std::string> items;  // Shape::sequence: the items' text ("" for an item that is no scalar)
+  std::vector<Shape> item_shapes;  // Shape::sequence: each item's shape, when the source knows it
 
-  static RawValue scalar(std::string text) { return RawValue{Shape::scalar, std::move(text), {}}; }
-  static RawValue null() { return RawValue{Shape::null, {}, {}}; }
-  static RawValue map() { return RawValue{Shape::map, {}, {}}; }
-  static RawValue sequence(std::vector<std::string> items) {
-    return RawValue{Shape::sequence, {}, std::move(items)};
+  static RawValue scalar(std::string text) { return RawValue{Shape::scalar, std::move(text), {}, {}}; }
+  static RawValue null() { return RawValue{Shape::null, {}, {}, {}}; }
+  static RawValue map() { return RawValue{Shape::map, {}, {}, {}}; }
+  static RawValue sequence(std::vector<std::string> items, std::vector<Shape> item_shapes = {}) {
+    return RawValue{Shape::sequence, {}, std::move(items), std::move(item_shapes)};
   }
 };
 

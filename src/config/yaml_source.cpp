@@ -34,8 +34,15 @@ RawValue raw_value(const YAML::Node& node) {
     case YAML::NodeType::Scalar: return RawValue::scalar(node.Scalar());
     case YAML::NodeType::Sequence: {
       std::vector<std::string> items;
-      for (const YAML::Node& item : node) items.push_back(item.IsScalar() ? item.Scalar() : std::string());
-      return RawValue::sequence(std::move(items));
+      std::vector<RawValue::Shape> shapes;
+      for (const YAML::Node& item : node) {
+        items.push_back(item.IsScalar() ? item.Scalar() : std::string());
+        shapes.push_back(item.IsSequence() ? RawValue::Shape::sequence
+                         : item.IsMap()    ? RawValue::Shape::map
+                         : item.IsScalar() ? RawValue::Shape::scalar
+                                           : RawValue::Shape::null);
+      }
+      return RawValue::sequence(std::move(items), std::move(shapes));
     }
     case YAML::NodeType::Map: return RawValue::map();
     default: return RawValue::null();
