@@ -16,6 +16,7 @@
 #include "config/diagnostics.hpp"
 #include "config/key_registry.hpp"
 #include "config/sources.hpp"
+#include "config/yaml_syntax_error.hpp"
 
 namespace nerve::config {
 namespace {
@@ -286,8 +287,7 @@ void read_config_file(const std::filesystem::path& path, std::string_view named_
     }
     if (!documents.empty()) document = documents.front();
   } catch (const YAML::Exception& error) {
-    throw_config_error(file_origin(path.string(), error.mark.line + 1), "",
-                       fmt::format("YAML syntax error: {}", error.msg));
+    throw_yaml_syntax_error(error, text, path.string());
   }
   QuoteChecker(text, path.string()).check();
   FileReader(path.string(), take).read(document);
