@@ -52,6 +52,18 @@ std::vector<Assignment> read_environment(const std::map<std::string, std::string
       assignments.push_back({known->second, RawValue::scalar(value), origin});
       continue;
     }
+    // NERVE_SCHEDULER=eager names a section and no key: as much a mistake as NERVE_SCHEDULER_POLCY.
+    for (const auto& [prefix, section_name] : section_prefixes) {
+      if (variable.size() + 1 != prefix.size() || !prefix.starts_with(variable)) continue;
+      std::vector<std::string> section_variables;
+      for (const std::string& each : variables) {
+        if (each.starts_with(prefix)) section_variables.push_back(each);
+      }
+      throw_config_error(origin, section_name,
+                         fmt::format("this variable names the section '{}' but no key (the section's "
+                                     "variables are {})",
+                                     section_name, fmt::join(section_variables, ", ")));
+    }
     // The longest matching prefix wins, should one section's name ever start with another's.
     const std::pair<std::string, std::string>* section = nullptr;
     for (const auto& prefix : section_prefixes) {
