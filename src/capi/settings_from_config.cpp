@@ -10,10 +10,12 @@
 namespace nerve::capi {
 namespace {
 
+// trim() drops the blanks around a key or value, the same blanks Settings::set drops around a key.
 std::string_view trim(std::string_view text) {
-  const auto first = text.find_first_not_of(" \t");
+  constexpr std::string_view blanks = " \t\r\n";
+  const auto first = text.find_first_not_of(blanks);
   if (first == std::string_view::npos) return {};
-  const auto last = text.find_last_not_of(" \t");
+  const auto last = text.find_last_not_of(blanks);
   return text.substr(first, last - first + 1);
 }
 

@@ -86,6 +86,11 @@ std::string ConfigOrigin::describe() const {
 }
 
 Settings& Settings::set(std::string key, std::string value) {
+  // Blanks around the key are dropped, as the C API's "key = value" strings always had them dropped:
+  // " scheduler.policy " is scheduler.policy from C and from C++ alike (docs/CONFIG.md).
+  constexpr std::string_view blanks = " \t\r\n";
+  key.erase(0, std::min(key.find_first_not_of(blanks), key.size()));
+  key.erase(key.find_last_not_of(blanks) + 1);
   values_.emplace_back(std::move(key), std::move(value));
   return *this;
 }

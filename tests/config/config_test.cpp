@@ -292,6 +292,19 @@ TEST(ConfigPrecedence, LaterApiSettingOfTheSameKeyWins) {
                ConfigError);
 }
 
+// Regression (config audit #6.4): the C API dropped blanks around a setting's key, Settings::set did
+// not (" scheduler.policy " was an unknown key from C++ only). Both drop them now.
+TEST(ConfigPrecedence, BlanksAroundAnApiKeyAreIgnoredAsInTheCApi) {
+  const Config config = Config::load(hermetic()
+                                         .set(" scheduler.policy\t", "eager")
+                                         .set("scheduler.spin_us", "1")
+                                         .set(" scheduler.spin_us ", "2"));
+  EXPECT_EQ(config.scheduler.policy, SchedulerPolicy::eager);
+  EXPECT_EQ(config.scheduler.spin, 2us);  // the same key: the later value wins
+  EXPECT_EQ(hermetic().set("\n perf.trace ", " x").values().front(),
+            (std::pair<std::string, std::string>("perf.trace", " x")));  // a value keeps its blanks
+}
+
 TEST(ConfigFileSelection, NerveConfigNamesTheFile) {
   TempDir dir;
   const auto file = dir.write("from-env.yaml", "task_queue:\n  type: mutex\n");
