@@ -7,6 +7,10 @@
 #include <vector>
 
 #include <fmt/format.h>
+#if __has_include(<yaml-cpp/depthguard.h>)  // yaml-cpp 0.7 and later bound the nesting depth
+#include <yaml-cpp/depthguard.h>
+#define NERVE_YAML_HAS_DEPTH_GUARD 1
+#endif
 
 #include "config/diagnostics.hpp"
 
@@ -149,6 +153,16 @@ void throw_yaml_syntax_error(const YAML::Exception& error, const std::string& te
   const bool at_end = !error.mark.is_null() && error.mark.line + 1 > last;
   const std::string gave_up = at_end ? "at the end of the file" : fmt::format("at line {}", parser_line);
 
+#ifdef NERVE_YAML_HAS_DEPTH_GUARD
+  if (const auto* deep = dynamic_cast<const YAML::DeepRecursion*>(&error)) {
+    // yaml-cpp's message for this is "bad file".
+    throw_config_error(file_origin(file, parser_line), "",
+                       fmt::format("YAML syntax error: sequences and maps are nested too deeply (the "
+                                   "parser stops at {} levels; a configuration needs two: a section "
+                                   "and its keys)",
+                                   deep->depth()));
+  }
+#endif
   const bool sequence = error.msg == YAML::ErrorMsg::END_OF_SEQ_FLOW;
   if (sequence || error.msg == YAML::ErrorMsg::END_OF_MAP_FLOW) {
     const std::size_t end = error.mark.pos >= 0 ? static_cast<std::size_t>(error.mark.pos) : text.size();

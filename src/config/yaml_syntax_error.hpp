@@ -1,9 +1,9 @@
 // yaml_syntax_error.hpp — how a YAML syntax error in the configuration file is reported.
 //
 // yaml-cpp reports where its parser gave up, which for some errors is not where the mistake is: an
-// unclosed flow sequence (`policy: [eager`) fails lines later, or on the line after the last one.
-// throw_yaml_syntax_error() words these so that the message names a line of the file and says what
-// is wrong.
+// unclosed flow sequence (`policy: [eager`) fails lines later, or on the line after the last one, and
+// a document nested too deeply says only "bad file". throw_yaml_syntax_error() words these so that the
+// message names a line of the file and says what is wrong.
 //
 // Thread safety: a pure function of its arguments.
 #pragma once

@@ -356,6 +356,25 @@ std::vector<BadInput> bad_inputs() {
        "",
        2,
        {"the flow sequence that opens here with '[' (at column 11) is not closed"}},
+      // Regression (config audit #6.5): a document nested too deeply was "YAML syntax error: bad file".
+      {"YAML sequences nested too deeply",
+       "scheduler:\n  policy: " + std::string(5000, '[') + "\n",
+       {},
+       {},
+       "",
+       2,
+       {"YAML syntax error: sequences and maps are nested too deeply", "a configuration needs two"}},
+      {"YAML maps nested too deeply",
+       [] {
+         std::string text = "scheduler:\n  policy: ";
+         for (int i = 0; i < 5000; ++i) text += "{a: ";
+         return text;
+       }(),
+       {},
+       {},
+       "",
+       2,
+       {"YAML syntax error: sequences and maps are nested too deeply"}},
       {"YAML unterminated double quote at the end of the file",
        "scheduler:\n  policy: \"eager\n",
        {},
