@@ -110,8 +110,8 @@ class NERVE_API Settings {
  public:
   Settings() = default;
 
-  // set() records `key = value` (value in the same text form as YAML/environment values). Keys and
-  // values are validated when the context is created, not here.
+  // set() records `key = value` (value in the same text form as YAML/environment values); blanks
+  // around the key are ignored. Keys and values are validated when the context is created, not here.
   Settings& set(std::string key, std::string value);
 
   // config_file() selects the YAML file; it takes precedence over NERVE_CONFIG.
