@@ -37,9 +37,11 @@ void BufferState::check_usable(const char* operation) const {
   }
 }
 
-std::string BufferState::describe() const {
+std::string describe_buffer(std::uint64_t id, std::string_view name, std::size_t bytes) {
   if (name.empty()) return fmt::format("buffer {} ({} bytes)", id, bytes);
   return fmt::format("buffer {} '{}' ({} bytes)", id, name, bytes);
 }
+
+std::string BufferState::describe() const { return describe_buffer(id, name, bytes); }
 
 }  // namespace nerve::detail

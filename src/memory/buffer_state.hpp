@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "nerve/buffer.hpp"
 
@@ -57,6 +58,10 @@ class HostStorage {
   HostBlock block_;
 };
 
+// describe_buffer(): how messages name a buffer, "buffer 7 'name' (4096 bytes)" ("buffer 7 (4096
+// bytes)" unnamed); also for one whose creation failed.
+std::string describe_buffer(std::uint64_t id, std::string_view name, std::size_t bytes);
+
 struct BufferState {
   // `worker_numa`: the NUMA node of the creating thread's worker, or -1 (see HostMemoryNode).
   BufferState(ContextImpl* owner, HostMemoryNode& host_node, int worker_numa, std::size_t size_bytes,
@@ -67,7 +72,7 @@ struct BufferState {
 
   // check_usable() throws BufferMisuse if the buffer was freed or its context destroyed.
   void check_usable(const char* operation) const;
-  std::string describe() const;  // "buffer 7 'name' (4096 bytes)"
+  std::string describe() const;  // "buffer 7 'name' (4096 bytes)": describe_buffer()
 
   // The layout follows who touches what per task. A program over many small buffers (W4: 65,536 of
   // them) finds each buffer's lines out of cache, so a task pays for every line it touches per

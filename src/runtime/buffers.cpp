@@ -44,8 +44,17 @@ BufferState* buffer_create(ContextImpl* context, std::size_t bytes, std::size_t 
                 fmt::format("BufferOptions::numa_node {} is not a NUMA node of this machine (0..{})",
                             options.numa_node, nodes - 1));
   }
-  auto* buffer = new BufferState(context, context->host_memory, context->calling_worker_numa(), bytes,
-                                 element_size, options, context->next_buffer_id());
+  const std::uint64_t id = context->next_buffer_id();
+  BufferState* buffer = nullptr;
+  try {
+    buffer = new BufferState(context, context->host_memory, context->calling_worker_numa(), bytes,
+                             element_size, options, id);
+  } catch (const Error& error) {
+    // The host pool's refusal names the node, the size and the limit; which buffer asked is ours to say.
+    if (error.code() != ErrorCode::out_of_memory) throw;
+    throw Error(ErrorCode::out_of_memory,
+                fmt::format("creating {}: {}", describe_buffer(id, options.name, bytes), error.what()));
+  }
   context->add_external_reference();
   try {
     context->register_buffer(buffer);

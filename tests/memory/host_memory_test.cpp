@@ -153,12 +153,13 @@ TEST(HostMemory, NodeLimitMakesAnOversizedBufferAClearError) {
   Context context(settings_with({{"memory.host_node_limit", "4194304"}}));  // 4 MiB per NUMA node
   Buffer<char> fits(context, std::size_t{1} << 20);
   try {
-    Buffer<char> too_big(context, std::size_t{8} << 20);
+    Buffer<char> too_big(context, std::size_t{8} << 20, BufferOptions{.name = "too_big"});
     FAIL() << "an 8 MiB buffer fit under a 4 MiB limit";
   } catch (const Error& error) {
     EXPECT_EQ(error.code(), ErrorCode::out_of_memory);
-    EXPECT_THAT(error.what(), HasSubstr("8388608"));  // the size asked
-    EXPECT_THAT(error.what(), HasSubstr("4194304"));  // the limit
+    EXPECT_THAT(error.what(), HasSubstr("'too_big'"));  // which buffer, as device memory errors say
+    EXPECT_THAT(error.what(), HasSubstr("8388608"));    // the size asked
+    EXPECT_THAT(error.what(), HasSubstr("4194304"));    // the limit
   }
   // Nothing lost: the buffer that fit and the context still work.
   context.submit([](std::span<char> data) { data[0] = 'x'; }, write(fits));
