@@ -279,10 +279,11 @@ void MonitoredExecutor::execute(TaskRecord* task, ThreadState& thread) {
   } heft{context_.heft.get(), {}};
   const bool modelled = model_name(*task) != nullptr;
   if (heft.placer != nullptr && modelled) heft.assignment = heft.placer->take(task);
-  // A task the CPU workers cannot run (a kernel without a CPU body) reaches one only to be cancelled
-  // before it was placed anywhere (place_with_data): no CPU run to record (docs/PERF_STATS.md).
+  // A task the CPU workers may not run (a kernel without a CPU body, or one sent to a device) reaches
+  // one only to be cancelled before it was placed anywhere (place_with_data): no CPU run to record
+  // (docs/PERF_STATS.md).
   MonitoredRun run{task, perf.models() != nullptr && modelled,
-                   perf.records_tasks() && context_.can_run_on(*task, 0)};
+                   perf.records_tasks() && context_.cpu_may_run(*task)};
   if (run.recorded)
     run.event = perf.begin_event(task, 0, thread.slot != nullptr ? static_cast<int>(thread.slot->index) : -1);
   run.start_ns = run.recorded ? run.event.start_ns : monotonic_ns();

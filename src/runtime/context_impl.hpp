@@ -203,6 +203,12 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   // and one for CUDA only needs such a device (`device` -1: any); else Error(invalid_argument).
   void check_closure_device(const TaskRecord& task, int device, const char* name) const;
   bool can_run_on(const TaskRecord& task, int device) const noexcept;
+  // cpu_may_run(): the CPU workers may run `task`: it has a CPU body and TaskOptions::device did not
+  // send it to another device. A cancelled task that fails this never reached a device it could run
+  // on: it is cancelled on a worker, but that is no CPU run (not recorded, not counted as the CPU's).
+  bool cpu_may_run(const TaskRecord& task) const noexcept {
+    return task.device_hint <= 0 && can_run_on(task, 0);
+  }
   // placeable_on(): nerve's own placement may choose `device` for `task`: it runs the task and, when
   // `strict`, takes its accesses as they are (Device::takes_accesses). strict_placement(): some
   // device does both (else placement falls back to any device that runs it, where it fails saying why).

@@ -178,7 +178,7 @@ int ContextImpl::choose_device(TaskRecord* task) {
 void ContextImpl::place_with_data(TaskRecord* task, ThreadState& thread, bool submission) {
   if (task->cancel_pending.load(std::memory_order_acquire)) {
     task->device = -1;  // it will not run: cancel it on the CPU side without moving data
-    if (task->kind == TaskKind::function && !can_run_on(*task, 0))
+    if (task->kind == TaskKind::function && !cpu_may_run(*task))
       cancelled_unplaced.fetch_add(1, std::memory_order_relaxed);
     scheduler.enqueue(task, thread, submission, -1);
     return;

@@ -193,6 +193,31 @@ TEST(PerfStats, ANameThatIsNotUtf8DoesNotLoseTheFile) {
   EXPECT_EQ(json["tasks"]["records"][0]["name"], "caf\xef\xbf\xbd") << "U+FFFD in UTF-8";
 }
 
+// A call sent to a device (TaskOptions::device) and cancelled before it got there is no CPU run, even
+// when its kernel has a CPU body: neither recorded nor counted as the CPU's, like a call whose kernel
+// has no CPU body (it was recorded as device 0's).
+TEST(PerfStats, ACallSentToADeviceAndCancelledIsNoCpuRun) {
+  Settings settings = make_settings(2);
+  settings.set("perf.record_tasks", "true");
+  Context context(settings);
+  context.impl()->add_test_device({});
+  Kernel twice("twice");
+  twice.cpu([](const KernelArgs& args) {
+    for (float& v : args.span<float>(0)) v *= 2;
+  });
+  Buffer<float> data(context, 64);
+  context.spawn(
+      TaskOptions{.name = "fails"}, [](std::span<float>) { throw std::runtime_error("no data"); },
+      write(data));
+  Task sent = context.submit(TaskOptions{.name = "sent", .device = 1}, twice, read_write(data));
+  EXPECT_THROW(sent.wait(), TaskCancelled);
+  EXPECT_THROW(context.wait_all(), std::runtime_error);
+  const ContextStats stats = context.stats();
+  for (const TaskTimes& record : stats.task_records)
+    EXPECT_NE(record.name, "sent") << "device " << record.device;
+  EXPECT_EQ(stats.devices.at(0).tasks, 1u) << "the CPU ran only the failing task";
+}
+
 TEST(PerfStats, MaxTaskRecordsBoundsTheRecords) {
   Settings settings = make_settings(2);
   settings.set("perf.record_tasks", "true");
