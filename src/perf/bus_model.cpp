@@ -16,6 +16,7 @@
 #include "util/json_text.hpp"
 #include "util/log.hpp"
 #include "util/monotonic_clock.hpp"
+#include "util/replace_file.hpp"
 
 namespace nerve::detail {
 namespace {
@@ -224,13 +225,8 @@ void BusModel::save_locked() const noexcept {
       }
     }
     std::filesystem::create_directories(directory_);
-    const auto temporary = std::filesystem::path(file().string() + ".tmp");
-    {
-      std::ofstream out(temporary);
-      out << json_text(nlohmann::json{{"schema", "nerve.busmodel/1"}, {"links", rows}}, 2) << '\n';
-      if (!out) throw std::runtime_error("cannot write " + temporary.string());
-    }
-    std::filesystem::rename(temporary, file());
+    replace_file(file(),
+                 json_text(nlohmann::json{{"schema", "nerve.busmodel/1"}, {"links", rows}}, 2) + '\n');
   } catch (const std::exception& failure) {
     log::warn("bus model not saved to {}: {}", directory_.string(), failure.what());
     try {

@@ -15,6 +15,7 @@
 #include "util/fnv1a.hpp"
 #include "util/json_text.hpp"
 #include "util/log.hpp"
+#include "util/replace_file.hpp"
 
 namespace nerve::detail {
 namespace {
@@ -216,6 +217,122 @@ std::vector<ModelRow> HistoryModels::rows() const {
   return rows;
 }
 
+namespace {
+
+// One model file's kernel and entries, keyed by (device, footprint).
+struct ModelFile {
+  std::string kernel;
+  std::map<std::pair<std::string, std::uint64_t>, ModelEntry> entries;
+};
+
+// read_model_file(): the model in `path`; nullopt for a file that is no kernel model or another
+// name's file; throws on one that cannot be read or parsed. Entries with impossible values are
+// skipped, logged.
+std::optional<ModelFile> read_model_file(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  const nlohmann::json json = nlohmann::json::parse(in);
+  if (json.value("schema", "") != "nerve.perfmodel/1") return std::nullopt;
+  // "kernel" is for people: bytes that are not UTF-8 read U+FFFD there. "kernel_bytes" (written
+  // since) holds the name itself, percent-encoded, so such a kernel finds its model again.
+  ModelFile model;
+  model.kernel = json.at("kernel");
+  if (json.contains("kernel_bytes")) {
+    const std::optional<std::string> exact = percent_decoded(json.at("kernel_bytes").get<std::string>());
+    if (!exact) throw std::runtime_error("kernel_bytes is not a percent-encoded name");
+    model.kernel = *exact;
+  }
+  // A file another name maps to (an older version's name for a kernel with other characters)
+  // would shadow, or be shadowed by, the kernel's own: only the kernel's own file counts.
+  if (path.filename() != file_stem(model.kernel) + ".json") {
+    log::debug("performance model {} skipped: kernel '{}' is kept in {}.json", path.string(), model.kernel,
+               file_stem(model.kernel));
+    return std::nullopt;
+  }
+  for (const auto& row : json.at("entries")) {
+    ModelEntry entry;
+    entry.samples = row.at("samples");
+    entry.mean_ns = row.at("mean_ns");
+    entry.m2 = row.at("m2");
+    entry.recent_ns = row.value("recent_ns", entry.mean_ns);
+    entry.outliers = row.value("outliers", std::uint64_t{0});
+    entry.recalibrations = row.value("recalibrations", std::uint64_t{0});
+    // A calibrating entry's raw samples: its estimate (their median) and the clamping at the end of
+    // calibration need them, in a later process as in this one.
+    if (row.contains("calibration_ns"))
+      entry.calibrating = row.at("calibration_ns").get<std::vector<double>>();
+    if (!plausible(entry)) {
+      // The counts as written: a negative one read into an unsigned field would show as 2^64 - n.
+      log::warn(
+          "performance model {}: entry for '{}' on {} skipped: impossible values (samples {}, "
+          "mean_ns {}, m2 {}, recent_ns {}, outliers {}, {} calibration samples{})",
+          path.string(), model.kernel, row.at("device").get<std::string>(), row.at("samples").dump(),
+          entry.mean_ns, entry.m2, entry.recent_ns,
+          row.contains("outliers") ? row.at("outliers").dump() : "0", entry.calibrating.size(),
+          std::all_of(entry.calibrating.begin(), entry.calibrating.end(),
+                      [](double ns) { return std::isfinite(ns) && ns >= 0; })
+              ? ""
+              : ", one of them negative or not finite");
+      continue;
+    }
+    model.entries[{row.at("device").get<std::string>(), row.at("footprint").get<std::uint64_t>()}] =
+        std::move(entry);
+  }
+  return model;
+}
+
+bool same_statistics(const ModelEntry& a, const ModelEntry& b) noexcept {
+  return a.samples == b.samples && a.mean_ns == b.mean_ns && a.m2 == b.m2 &&
+         a.recalibrations == b.recalibrations;
+}
+
+// merged(): `on_disk` (saved by another context or process since this one loaded `loaded`) plus what
+// this one learnt on top of `loaded` to reach `learnt`: counts, means and variances combined
+// (Chan et al.), as if every sample had been taken in one place.
+ModelEntry merged(const ModelEntry& on_disk, const ModelEntry* loaded, const ModelEntry& learnt) {
+  const ModelEntry none;
+  const ModelEntry& base = loaded != nullptr ? *loaded : none;
+  // Nothing new here: the disk's is the newer. Restarted here (the times changed): ours describes
+  // the kernel as it runs now, which the other's older samples do not.
+  if (learnt.samples <= base.samples && learnt.recalibrations == base.recalibrations) return on_disk;
+  if (learnt.recalibrations != base.recalibrations || learnt.samples < base.samples) return learnt;
+  // Our own samples alone: the learnt statistics less the loaded ones.
+  const auto n_base = static_cast<double>(base.samples);
+  const auto n_learnt = static_cast<double>(learnt.samples);
+  const double n_own = n_learnt - n_base;
+  const double own_mean = std::max(0.0, (n_learnt * learnt.mean_ns - n_base * base.mean_ns) / n_own);
+  const double own_m2 =
+      std::max(0.0, learnt.m2 - base.m2 -
+                        n_base * n_own / n_learnt * (base.mean_ns - own_mean) * (base.mean_ns - own_mean));
+  ModelEntry result = on_disk;
+  const auto n_disk = static_cast<double>(on_disk.samples);
+  const double total = n_disk + n_own;
+  const double delta = own_mean - on_disk.mean_ns;
+  result.samples = on_disk.samples + (learnt.samples - base.samples);
+  result.mean_ns = on_disk.mean_ns + delta * n_own / total;
+  result.m2 = on_disk.m2 + own_m2 + delta * delta * n_disk * n_own / total;
+  result.recent_ns = learnt.recent_ns;
+  result.outliers = std::min(result.samples,
+                             on_disk.outliers + (learnt.outliers - std::min(learnt.outliers, base.outliers)));
+  result.recalibrations = std::max(on_disk.recalibrations, learnt.recalibrations);
+  // Raw calibration samples: both sides' while they make up the whole count, settled once there
+  // are enough; otherwise the statistics stand alone.
+  result.calibrating = on_disk.calibrating;
+  if (learnt.calibrating.size() >= base.calibrating.size()) {
+    result.calibrating.insert(
+        result.calibrating.end(),
+        learnt.calibrating.begin() + static_cast<std::ptrdiff_t>(base.calibrating.size()),
+        learnt.calibrating.end());
+  }
+  if (result.calibrating.size() != result.samples) {
+    result.calibrating.clear();
+  } else if (result.samples >= HistoryModels::calibration_samples) {
+    settle_calibration(result);
+  }
+  return result;
+}
+
+}  // namespace
+
 void HistoryModels::load() {
   if (directory_.empty()) return;
   std::error_code error;
@@ -225,50 +342,12 @@ void HistoryModels::load() {
     // bus.json is the bus model's (BusModel), not a kernel's: a kernel named "bus" is kept in %62us.json.
     if (file.path().extension() != ".json" || file.path().filename() == "bus.json") continue;
     try {
-      std::ifstream in(file.path());
-      const nlohmann::json json = nlohmann::json::parse(in);
-      if (json.value("schema", "") != "nerve.perfmodel/1") continue;
-      // "kernel" is for people: bytes that are not UTF-8 read U+FFFD there. "kernel_bytes" (written
-      // since) holds the name itself, percent-encoded, so such a kernel finds its model again.
-      std::string kernel = json.at("kernel");
-      if (json.contains("kernel_bytes")) {
-        const std::optional<std::string> exact = percent_decoded(json.at("kernel_bytes").get<std::string>());
-        if (!exact) throw std::runtime_error("kernel_bytes is not a percent-encoded name");
-        kernel = *exact;
-      }
-      // A file another name maps to (an older version's name for a kernel with other characters)
-      // would shadow, or be shadowed by, the kernel's own: only the kernel's own file counts.
-      if (file.path().filename() != file_stem(kernel) + ".json") {
-        log::debug("performance model {} skipped: kernel '{}' is kept in {}.json", file.path().string(),
-                   kernel, file_stem(kernel));
-        continue;
-      }
-      for (const auto& row : json.at("entries")) {
-        ModelEntry entry;
-        entry.samples = row.at("samples");
-        entry.mean_ns = row.at("mean_ns");
-        entry.m2 = row.at("m2");
-        entry.recent_ns = row.value("recent_ns", entry.mean_ns);
-        entry.outliers = row.value("outliers", std::uint64_t{0});
-        entry.recalibrations = row.value("recalibrations", std::uint64_t{0});
-        // A calibrating entry's raw samples: its estimate (their median) and the clamping at the end of
-        // calibration need them, in a later process as in this one.
-        if (row.contains("calibration_ns"))
-          entry.calibrating = row.at("calibration_ns").get<std::vector<double>>();
-        if (!plausible(entry)) {
-          log::warn(
-              "performance model {}: entry for '{}' on {} skipped: impossible values (samples {}, "
-              "mean_ns {}, m2 {}, recent_ns {}, outliers {}, {} calibration samples{})",
-              file.path().string(), kernel, row.at("device").get<std::string>(), entry.samples, entry.mean_ns,
-              entry.m2, entry.recent_ns, entry.outliers, entry.calibrating.size(),
-              std::all_of(entry.calibrating.begin(), entry.calibrating.end(),
-                          [](double ns) { return std::isfinite(ns) && ns >= 0; })
-                  ? ""
-                  : ", one of them negative or not finite");
-          continue;
-        }
-        entries_[Key{kernel, row.at("device").get<std::string>(), row.at("footprint").get<std::uint64_t>()}] =
-            entry;
+      std::optional<ModelFile> model = read_model_file(file.path());
+      if (!model) continue;
+      for (auto& [where, entry] : model->entries) {
+        const Key key{model->kernel, where.first, where.second};
+        entries_[key] = entry;
+        loaded_[key] = std::move(entry);
       }
     } catch (const std::exception& failure) {
       log::warn("performance model {} skipped: {}", file.path().string(), failure.what());
@@ -279,35 +358,60 @@ void HistoryModels::load() {
 void HistoryModels::save() const noexcept {
   if (directory_.empty()) return;
   try {
-    std::map<std::string, nlohmann::json> by_kernel;
-    for (const ModelRow& row : rows()) {
-      nlohmann::json entry = {{"device", row.device},
-                              {"footprint", row.footprint},
-                              {"samples", row.entry.samples},
-                              {"mean_ns", row.entry.mean_ns},
-                              {"m2", row.entry.m2},
-                              {"recent_ns", row.entry.recent_ns},
-                              {"outliers", row.entry.outliers},
-                              {"recalibrations", row.entry.recalibrations}};
-      if (!row.entry.calibrating.empty()) entry["calibration_ns"] = row.entry.calibrating;
-      by_kernel[row.kernel].push_back(std::move(entry));
+    std::map<std::string, std::map<std::pair<std::string, std::uint64_t>, ModelEntry>> by_kernel;
+    std::map<Key, ModelEntry> loaded;
+    {
+      std::lock_guard lock(mutex_);
+      for (const auto& [key, entry] : entries_) {
+        by_kernel[std::get<0>(key)][{std::get<1>(key), std::get<2>(key)}] = entry;
+      }
+      loaded = loaded_;
     }
     if (by_kernel.empty()) return;
     std::filesystem::create_directories(directory_);
-    for (const auto& [kernel, entries] : by_kernel) {
+    for (auto& [kernel, learnt] : by_kernel) {
       const auto path = directory_ / (file_stem(kernel) + ".json");
-      const auto temporary = std::filesystem::path(path.string() + ".tmp");
-      {
-        std::ofstream out(temporary);
-        out << json_text(nlohmann::json{{"schema", "nerve.perfmodel/1"},
-                                        {"kernel", kernel},
-                                        {"kernel_bytes", percent_encoded(kernel)},
-                                        {"entries", entries}},
-                         2)
-            << '\n';
-        if (!out) throw std::runtime_error("cannot write " + temporary.string());
+      // Another context or process may have saved this kernel since it was loaded here: its
+      // entries are kept, and where both learnt the same one, the samples of both count.
+      std::map<std::pair<std::string, std::uint64_t>, ModelEntry> entries;
+      std::error_code missing;
+      if (std::filesystem::exists(path, missing)) {
+        try {
+          if (std::optional<ModelFile> on_disk = read_model_file(path); on_disk && on_disk->kernel == kernel)
+            entries = std::move(on_disk->entries);
+        } catch (const std::exception&) {  // an unreadable file is replaced
+        }
       }
-      std::filesystem::rename(temporary, path);
+      for (auto& [where, entry] : learnt) {
+        const auto base = loaded.find(Key{kernel, where.first, where.second});
+        const ModelEntry* loaded_entry = base != loaded.end() ? &base->second : nullptr;
+        const auto disk = entries.find(where);
+        if (disk == entries.end() ||
+            (loaded_entry != nullptr && same_statistics(disk->second, *loaded_entry))) {
+          entries[where] = std::move(entry);  // nobody else saved it meanwhile: ours is the whole story
+        } else {
+          disk->second = merged(disk->second, loaded_entry, entry);
+        }
+      }
+      nlohmann::json rows = nlohmann::json::array();
+      for (const auto& [where, entry] : entries) {
+        nlohmann::json row = {{"device", where.first},
+                              {"footprint", where.second},
+                              {"samples", entry.samples},
+                              {"mean_ns", entry.mean_ns},
+                              {"m2", entry.m2},
+                              {"recent_ns", entry.recent_ns},
+                              {"outliers", entry.outliers},
+                              {"recalibrations", entry.recalibrations}};
+        if (!entry.calibrating.empty()) row["calibration_ns"] = entry.calibrating;
+        rows.push_back(std::move(row));
+      }
+      replace_file(path, json_text(nlohmann::json{{"schema", "nerve.perfmodel/1"},
+                                                  {"kernel", kernel},
+                                                  {"kernel_bytes", percent_encoded(kernel)},
+                                                  {"entries", rows}},
+                                   2) +
+                             '\n');
     }
   } catch (const std::exception& failure) {
     log::warn("performance models not saved to {}: {}", directory_.string(), failure.what());

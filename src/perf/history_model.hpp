@@ -84,7 +84,8 @@ class HistoryModels {
   // load(): every `<dir>/*.json` model file (unreadable or foreign files, and entries with impossible
   // values — negative or non-finite times, a sample count no run reaches — are skipped, logged).
   void load();
-  // save(): the kernels with entries; a failure is logged, never thrown.
+  // save(): the kernels with entries, merged with what others saved since load(); a failure is
+  // logged, never thrown. Once, at the end (a second save would count this one's samples twice).
   void save() const noexcept;
 
   // default_directory(): $XDG_CACHE_HOME/nerve/perfmodels, else $HOME/.cache/nerve/perfmodels.
@@ -94,6 +95,9 @@ class HistoryModels {
   using Key = std::tuple<std::string, std::string, std::uint64_t>;  // kernel, device, footprint
   mutable std::mutex mutex_;
   std::map<Key, ModelEntry> entries_;
+  // The entries as load() found them: save() tells from them what another context or process saved
+  // meanwhile (kept, and merged where both learnt the same entry) from what this one learnt.
+  std::map<Key, ModelEntry> loaded_;
   std::filesystem::path directory_;
 };
 

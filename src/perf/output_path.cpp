@@ -10,7 +10,10 @@ namespace nerve::detail {
 std::filesystem::path absolute_path(const std::filesystem::path& path) {
   std::error_code error;
   const std::filesystem::path absolute = std::filesystem::absolute(path, error);
-  return (error ? path : absolute).lexically_normal();
+  if (error) return path.lexically_normal();
+  // Links resolved where they lead somewhere: a link to another output's file is that file.
+  std::filesystem::path resolved = std::filesystem::weakly_canonical(absolute, error);
+  return error ? absolute.lexically_normal() : resolved;
 }
 
 ClaimedPath claim_output_path(const std::filesystem::path& requested, std::uint64_t context_id,

@@ -1,6 +1,8 @@
 #include "perf/trace.hpp"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <mutex>
 #include <set>
@@ -229,9 +231,12 @@ nlohmann::json trace_to_json(const ContextImpl& context) {
 }
 
 void write_trace_file(const ContextImpl& context, const std::filesystem::path& path) {
+  errno = 0;
   std::ofstream out(path);
-  if (!out)
-    throw Error(ErrorCode::invalid_argument, fmt::format("cannot write the trace to '{}'", path.string()));
+  if (!out) {
+    throw Error(ErrorCode::invalid_argument, fmt::format("cannot write the trace to '{}': {}", path.string(),
+                                                         errno != 0 ? std::strerror(errno) : "open failed"));
+  }
   out << json_text(trace_to_json(context)) << '\n';
   if (!out)
     throw Error(ErrorCode::invalid_argument, fmt::format("failed writing the trace to '{}'", path.string()));

@@ -63,7 +63,8 @@ ContextImpl::ContextImpl(const Settings& settings)
                                                           errno != 0 ? std::strerror(errno) : "open failed"),
                                               "perf.trace"));
     }
-    if (!existed) std::filesystem::remove(trace_path, ignored);
+    // A dangling link made its target: that goes, not the link (it was replaced by a plain file).
+    if (!existed) std::filesystem::remove(std::filesystem::canonical(trace_path, ignored), ignored);
   }
   if (config.scheduler.policy == SchedulerPolicy::heft &&
       (!config.perf.decision_log.empty() || config.perf.records_tasks())) {

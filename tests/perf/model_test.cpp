@@ -1,10 +1,13 @@
 // perf.models: history models per (kernel, device, footprint) — learning, calibration marker,
 // robustness to outliers, drift, regression over sizes, persistence between contexts.
+#include <cmath>
 #include <fstream>
 #include <iterator>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include <gmock/gmock.h>
 
 #include "perf/history_model.hpp"
 #include "perf/monitor.hpp"
@@ -270,6 +273,77 @@ TEST(HistoryModel, EntriesWithImpossibleValuesAreSkippedOnLoad) {
   ASSERT_TRUE(kept.has_value());
   EXPECT_DOUBLE_EQ(kept->mean_ns, 700.0);
   EXPECT_NEAR(kept->stddev_ns, 10.4, 0.1);
+  std::filesystem::remove_all(directory);
+}
+
+// Two contexts (or processes) keeping models in one directory: the one that saves last keeps what the
+// other saved meanwhile — its other entries, and its samples of the entries both learnt — instead of
+// replacing the file with its own (12 learnt samples became 3).
+TEST(HistoryModel, SavesMergeWhatAnotherSavedMeanwhile) {
+  const auto directory = fresh_directory("nerve-models-merge");
+  {
+    HistoryModels first(directory), second(directory);
+    first.load();
+    second.load();
+    for (int i = 0; i < 12; ++i) first.add("k", "cpu", 64, 100.0);
+    for (int i = 0; i < 3; ++i) second.add("k", "cpu", 64, 100.0);
+    for (int i = 0; i < 2; ++i) second.add("k", "device:1", 64, 50.0);
+    first.save();
+    second.save();
+  }
+  {
+    HistoryModels both(directory);
+    both.load();
+    ASSERT_TRUE(both.estimate("k", "cpu", 64).has_value());
+    EXPECT_EQ(both.estimate("k", "cpu", 64)->samples, 15u);
+    EXPECT_DOUBLE_EQ(both.estimate("k", "cpu", 64)->mean_ns, 100.0);
+    ASSERT_TRUE(both.estimate("k", "device:1", 64).has_value());
+    EXPECT_EQ(both.estimate("k", "device:1", 64)->samples, 2u);
+  }
+  {  // Both start from the saved model; each adds its own samples on top.
+    HistoryModels first(directory), second(directory);
+    first.load();
+    second.load();
+    for (int i = 0; i < 5; ++i) first.add("k", "cpu", 64, 101.0);
+    for (int i = 0; i < 5; ++i) second.add("k", "cpu", 64, 99.0);
+    first.save();
+    second.save();
+  }
+  HistoryModels merged(directory);
+  merged.load();
+  const auto estimate = merged.estimate("k", "cpu", 64);
+  ASSERT_TRUE(estimate.has_value());
+  EXPECT_EQ(estimate->samples, 25u) << "15 saved, 5 from each";
+  EXPECT_NEAR(estimate->mean_ns, 100.0, 1e-9);
+  EXPECT_NEAR(estimate->stddev_ns, std::sqrt(10.0 / 24.0), 1e-9) << "ten samples 1 ns off, of 25";
+  EXPECT_EQ(merged.estimate("k", "device:1", 64)->samples, 2u) << "untouched by either";
+  std::filesystem::remove_all(directory);
+}
+
+// A save that fails leaves no half-written `<kernel>.json.tmp` beside the models, and a warning that
+// says why; an entry with a negative count is named with that count, not its 64-bit wrap.
+TEST(HistoryModel, AFailedSaveLeavesNoTemporaryAndDamageIsQuoted) {
+  const auto directory = fresh_directory("nerve-models-failed-save");
+  std::filesystem::create_directories(directory / "k.json");  // a directory where the file goes
+  HistoryModels models(directory);
+  models.add("k", "cpu", 8, 10.0);
+  ::testing::internal::CaptureStderr();
+  models.save();
+  EXPECT_THAT(::testing::internal::GetCapturedStderr(), ::testing::HasSubstr("performance models not saved"));
+  EXPECT_FALSE(std::filesystem::exists(directory / "k.json.tmp"));
+  std::filesystem::remove_all(directory);
+  std::filesystem::create_directories(directory);
+  {
+    std::ofstream out(directory / "k.json");
+    out << R"({"schema": "nerve.perfmodel/1", "kernel": "k", "entries": [
+      {"device": "cpu", "footprint": 8, "samples": -5, "mean_ns": 10, "m2": 1}]})";
+  }
+  HistoryModels damaged(directory);
+  ::testing::internal::CaptureStderr();
+  damaged.load();
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_THAT(log, ::testing::HasSubstr("samples -5")) << log;
+  EXPECT_FALSE(damaged.estimate("k", "cpu", 8).has_value());
   std::filesystem::remove_all(directory);
 }
 
