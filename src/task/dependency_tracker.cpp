@@ -90,7 +90,7 @@ std::size_t DependencyTracker::reserve_in_segments(std::size_t offset, std::size
     prefetch_named(segment, mode);
     named += named_in(segment, mode);
     if (!writes(mode) && !readers_fit(segment, own_accesses))
-      segment.readers.reserve(std::max(segment.readers.size() + own_accesses, 2 * segment.readers.size()));
+      make_room_for_readers(segment.readers, own_accesses);
   }
   if (named <= room) return named;
   // What register_access() will report, by its own tests: a task only ever leaves `unfinished`,
@@ -119,6 +119,16 @@ void DependencyTracker::merge_around(std::size_t first, std::size_t last) {
     single_ = std::move(spill_.front());
     spill_.clear();
   }
+}
+
+void DependencyTracker::make_room_for_readers(ReaderList& readers, std::size_t more) {
+  // Only a full list is pruned, and it is left with room for as many readers again as it keeps:
+  // the next prune comes after at least that many more, so each reader is looked at a constant
+  // number of times on average. (Pruning every registration past 32 readers looked at all of
+  // them each time: N readers waiting on one writer cost N^2 / 2 status reads, minutes at 10^5.)
+  if (readers.size() >= readers_prune_threshold) prune_finished(readers);
+  const std::size_t needed = std::max(readers.size() + more, 2 * readers.size());
+  if (readers.capacity() < needed) readers.reserve(needed);
 }
 
 void DependencyTracker::prune_finished(ReaderList& readers) noexcept {

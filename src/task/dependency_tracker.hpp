@@ -166,6 +166,9 @@ class DependencyTracker {
   std::size_t reserve_in_segments(std::size_t offset, std::size_t size, Access mode, std::size_t own_accesses,
                                   std::size_t room);
   void merge_around(std::size_t first, std::size_t last);
+  // make_room_for_readers(): room for `more` readers in a list that has none, pruning the finished
+  // ones first once it is long; throws std::bad_alloc, leaving the list as valid as it was.
+  static void make_room_for_readers(ReaderList& readers, std::size_t more);
   static void prune_finished(ReaderList& readers) noexcept;
 
   static constexpr std::size_t readers_prune_threshold = 32;
@@ -230,9 +233,8 @@ inline void DependencyTracker::register_access(TaskRecord* task, std::size_t off
       if (segment.writer != nullptr) release_task(segment.writer);
       segment.writer = task;
     } else {
-      if (segment.readers.size() >= readers_prune_threshold) prune_finished(segment.readers);
       retain_registering(task);
-      segment.readers.push_back(task);
+      segment.readers.push_back(task);  // reserve_for() made the room, and pruned if the list was full
     }
   }
   if (merge && writes(mode) && last - first > 1) merge_around(first, last);
