@@ -18,6 +18,11 @@
 // is done, so the pool never deadlocks on its own waits. Destroying the context waits for every
 // submitted task, then frees buffers still alive (reporting them as a warning). Destroying it inside
 // one of its own tasks would wait for that task: a reported fatal error.
+//
+// fork(): the child of a process with a live context has none of its worker threads, and locks they
+// held stay held, so the child must not use that context or anything made from it (as with oneTBB
+// and OpenMP): exec, or make a context of its own. Destroying the parent's context in the child (a
+// return from main) only logs a warning and leaves it as it is; nerve objects made in the child work.
 #pragma once
 
 #include <chrono>

@@ -134,6 +134,16 @@ void ContextImpl::free_detached_pools() noexcept {
 }
 
 void ContextImpl::release_owner() noexcept {
+  // A child of fork() has none of the parent's threads: there are no workers to stop or join (that
+  // crashed the child), and locks they held stay held. The context is left as it is; its memory
+  // goes with the process.
+  if (getpid() != creator_pid) {
+    log::warn(
+        "context {} was created by process {}: its forked child {} leaves it as it is (nerve/context.hpp: "
+        "fork)",
+        id, creator_pid, getpid());
+    return;
+  }
   // Waiting for every task from inside one of them would wait for itself (on a worker it would
   // also join its own thread), and the shards cannot close while this task still counts in them.
   if (const ThreadState* caller = registered_thread(); caller != nullptr && caller->nesting > 0) {

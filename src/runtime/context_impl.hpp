@@ -22,6 +22,8 @@
 #include <unordered_set>
 #include <vector>
 
+#include <unistd.h>
+
 #include "nerve/config.hpp"
 #include "nerve/detail/runtime_api.hpp"
 #include "nerve/device.hpp"
@@ -302,6 +304,7 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   MonitoredExecutor monitored_executor;  // the scheduler's executor while recording
   Scheduler scheduler;
   const std::uint64_t id;
+  const pid_t creator_pid = getpid();  // a forked child does not end the parent's context
   std::atomic<std::int64_t> external_references{1};
   std::mutex detached_pools_mutex;
   std::vector<PoolState*> detached_pools;  // each holds an external reference

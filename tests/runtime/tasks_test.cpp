@@ -4,12 +4,17 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
+#include <memory>
 #include <numeric>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <gmock/gmock.h>
 
@@ -572,6 +577,37 @@ TEST_P(RuntimeTest, ARecycledRecordCarriesNothingOver) {
   }
   EXPECT_EQ(data.to_vector()[0], 1);
   EXPECT_EQ(ran.load(), 200 * 8) << "only the uncancelled groups' tasks run";
+}
+
+// A forked child that lets the parent's context go (a return from main) leaves it as it is instead
+// of joining worker threads it does not have (that crashed it), and may make a context of its own.
+TEST(ContextFork, AChildDestroyingTheParentsContextEndsCleanly) {
+  // Its devices too (an OpenCL one, where present, has threads of its own): with `gpu.devices: none`
+  // the child did not crash.
+  Settings settings = make_settings(2);
+  settings.set("gpu.devices", "all");
+  auto inherited = std::make_unique<Context>(settings);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    inherited.reset();
+    int status = 1;
+    {
+      Context own(make_settings(2));
+      Buffer<int> counter(own, std::vector<int>{0});
+      for (int i = 0; i < 10; ++i) own.spawn([](std::span<int> c) { ++c[0]; }, read_write(counter));
+      if (counter.to_vector()[0] == 10) status = 0;
+    }
+    std::_Exit(status);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status)) << "the child died of signal "
+                                 << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's own context did not run its tasks";
+  Buffer<int> value(*inherited, std::vector<int>{1});
+  inherited->spawn([](std::span<int> v) { v[0] += 1; }, read_write(value));
+  EXPECT_EQ(value.to_vector()[0], 2) << "the parent's context is unaffected";
 }
 
 INSTANTIATE_TEST_SUITE_P(Runtime, RuntimeTest, NERVE_RUNTIME_PARAMS, runtime_param_name);
