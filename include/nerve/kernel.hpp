@@ -20,7 +20,10 @@
 // was expected.
 //
 // Thread safety: a Kernel is configured before first use and then immutable; copies share the
-// implementations (reference counted), and may be used from any thread.
+// implementations (reference counted), and may be used from any thread. Configuring a kernel (cpu(),
+// implement(), a backend's attach(), through any copy) once a call of it was submitted throws
+// Error(invalid_argument) naming the kernel, even when that submit was refused or is still under way
+// on another thread; configure another Kernel instead.
 #pragma once
 
 #include <cstddef>
@@ -144,9 +147,11 @@ class NERVE_API Kernel {
   // an empty one is Error(invalid_argument).
   explicit Kernel(std::string name);
 
-  // cpu(): the implementation for CPU workers (and for simulated test devices).
+  // cpu(): the implementation for CPU workers (and for simulated test devices). Before the first
+  // submit only (see Thread safety above).
   Kernel& cpu(CpuKernel body);
-  // implement(): attach an implementation for another device kind (backends wrap this).
+  // implement(): attach an implementation for another device kind (backends wrap this). Before the
+  // first submit only.
   Kernel& implement(DeviceKind kind, std::shared_ptr<const KernelImplementation> implementation);
 
   const std::string& name() const noexcept;

@@ -42,7 +42,8 @@
 // attach() is available in every build; without OpenCL (or with gpu.devices = none) no device runs
 // the implementation, and a kernel with nothing else to run on is an error at submit.
 //
-// Thread safety: attach() configures a Kernel before its first submit (Kernel's own rule).
+// Thread safety: attach() configures a Kernel before its first submit (Kernel's own rule); after it,
+// attach() throws Error(invalid_argument) and the kernel is unchanged.
 #pragma once
 
 #include <cstddef>
@@ -63,7 +64,8 @@ struct Options {
 using OpenclOptions = Options;
 
 // attach(): gives `kernel` an OpenCL implementation: `entry`, a __kernel function of `source`.
-// Throws Error(invalid_argument) for an empty source or entry. Returns `kernel`.
+// Throws Error(invalid_argument) for an empty source or entry, or a kernel already submitted.
+// Returns `kernel`.
 NERVE_API Kernel& attach(Kernel& kernel, std::string source, std::string entry, Options options = {});
 
 }  // namespace nerve::opencl

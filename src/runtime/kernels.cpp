@@ -51,6 +51,7 @@ void ContextImpl::check_placeable(const TaskRecord& task) const {
 TaskRecord* submit_kernel(ContextImpl* context, const TaskOptions* options, GroupState* group,
                           PoolState* pool, bool keep_handle, const KernelSubmission& call) {
   const Kernel& kernel = *call.kernel;
+  kernel.state().mark_used();  // configured before first use, then immutable (kernel.hpp)
   TaskDraft draft = live(context).begin_task(sizeof(KernelTask), alignof(KernelTask));
   TaskRecord* task = draft.record;
   KernelTask* closure = nullptr;

@@ -13,7 +13,22 @@ Kernel::Kernel(std::string name) : state_(std::make_shared<detail::KernelState>(
   state_->name = std::move(name);
 }
 
+namespace {
+// refuse_if_used(): a configuring call (`what`) on a kernel already submitted is an error, not a
+// silent change of what later calls run (and of what its performance models learn under its name).
+// Called with the state's `configuring` mutex held.
+void refuse_if_used(const detail::KernelState& state, const std::string& what) {
+  if (!state.used.load(std::memory_order_relaxed)) return;
+  throw Error(ErrorCode::invalid_argument,
+              fmt::format("kernel '{}' was already used: {} after its first submit would change it (a "
+                          "Kernel is configured before first use, then immutable; configure a new Kernel)",
+                          state.name, what));
+}
+}  // namespace
+
 Kernel& Kernel::cpu(CpuKernel body) {
+  std::lock_guard lock(state_->configuring);
+  refuse_if_used(*state_, "cpu()");
   state_->cpu = std::move(body);
   return *this;
 }
@@ -24,6 +39,8 @@ Kernel& Kernel::implement(DeviceKind kind, std::shared_ptr<const KernelImplement
         ErrorCode::invalid_argument,
         fmt::format("kernel '{}': CPU (and test-device) implementations are given with cpu()", name()));
   }
+  std::lock_guard lock(state_->configuring);
+  refuse_if_used(*state_, fmt::format("attaching an implementation for {} devices", nerve::name(kind)));
   state_->by_kind[static_cast<std::size_t>(kind)] = std::move(implementation);
   return *this;
 }

@@ -6,7 +6,9 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -21,9 +23,24 @@ struct KernelState {
   CpuKernel cpu;
   std::array<std::shared_ptr<const KernelImplementation>, 4> by_kind;  // indexed by DeviceKind
 
+  // A Kernel is configured before first use, then immutable (kernel.hpp): `used` is set by the first
+  // submit of a call and never cleared, and configuring calls (cpu(), implement(), so every backend's
+  // attach()) are refused from then on. Each configuring call holds `configuring` while it checks and
+  // changes the state, and the first submit takes it once to set `used`: a submit racing a
+  // configuration sees it whole, or the configuration sees the kernel used and throws.
+  mutable std::atomic<bool> used{false};
+  mutable std::mutex configuring;
+
   bool implements(DeviceKind kind) const noexcept {
     return kind == DeviceKind::cpu ? static_cast<bool>(cpu)
                                    : by_kind[static_cast<std::size_t>(kind)] != nullptr;
+  }
+  // mark_used(): at each submit of a call, before the state is read; one load once set.
+  void mark_used() const {
+    if (used.load(std::memory_order_acquire)) [[likely]]
+      return;
+    std::lock_guard lock(configuring);
+    used.store(true, std::memory_order_release);
   }
 };
 

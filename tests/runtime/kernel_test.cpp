@@ -7,6 +7,8 @@
 
 #include <gmock/gmock.h>
 
+#include "nerve/opencl.hpp"
+
 #include "memory/buffer_state.hpp"
 #include "runtime_test.hpp"
 
@@ -117,6 +119,77 @@ TEST_P(KernelTest, KernelWithoutAnImplementationForAnyDeviceIsAnErrorAtSubmit) {
   }
   EXPECT_THROW(Kernel(""), Error) << "kernels are named";
   EXPECT_THROW(Kernel("k").implement(DeviceKind::cpu, nullptr), Error);
+}
+
+// A Kernel is configured before first use, then immutable: configuring it after a call was submitted
+// (through any copy) is an error naming the kernel, and the kernel keeps running what it ran. Both
+// used to be accepted silently, and later calls ran the new body under the same name (and model).
+TEST_P(KernelTest, ConfiguringAKernelAfterItsFirstSubmitIsRefused) {
+  Kernel add("add_one");
+  add.cpu([](const KernelArgs& args) {
+    for (float& v : args.span<float>(0)) v += 1.0f;
+  });
+  const Kernel copy = add;  // copies share the kernel: configuring either is configuring it
+  Buffer<float> data(*context, std::vector<float>(8, 0.0f));
+  context->submit(add, read_write(data)).wait();
+  const auto refused = [](auto&& configure) {
+    try {
+      configure();
+    } catch (const Error& error) {
+      EXPECT_EQ(error.code(), ErrorCode::invalid_argument);
+      return std::string(error.what());
+    }
+    ADD_FAILURE() << "configured after use";
+    return std::string();
+  };
+  Kernel same = copy;
+  EXPECT_THAT(refused([&] { same.cpu([](const KernelArgs&) {}); }),
+              ::testing::AllOf(::testing::HasSubstr("kernel 'add_one' was already used"),
+                               ::testing::HasSubstr("cpu()")));
+  EXPECT_THAT(refused([&] { opencl::attach(add, "__kernel void f(__global float* x) {}", "f"); }),
+              ::testing::AllOf(::testing::HasSubstr("kernel 'add_one' was already used"),
+                               ::testing::HasSubstr("opencl")));
+  struct FakeProgram : KernelImplementation {};
+  EXPECT_THAT(refused([&] { add.implement(DeviceKind::cuda, std::make_shared<FakeProgram>()); }),
+              ::testing::HasSubstr("kernel 'add_one' was already used"));
+  EXPECT_FALSE(add.implements(DeviceKind::opencl)) << "a refused configuration changes nothing";
+  EXPECT_FALSE(add.implements(DeviceKind::cuda));
+  context->submit(copy, read_write(data)).wait();
+  EXPECT_EQ(data.to_vector(), std::vector<float>(8, 2.0f)) << "still the first body";
+  // A submit that was refused used the kernel too: what it saw must not change afterwards.
+  Kernel refused_kernel("only_cuda");
+  refused_kernel.implement(DeviceKind::cuda, std::make_shared<FakeProgram>());
+  EXPECT_THROW(context->spawn(refused_kernel, read_write(data)), Error);
+  EXPECT_THROW(refused_kernel.cpu([](const KernelArgs&) {}), Error);
+}
+
+// A configuration racing the kernel's first submit on another thread: either it came first and the
+// call runs the new body, or the submit came first and the configuration throws, leaving the old
+// body — never a change the call half sees (ThreadSanitizer checks the rest).
+TEST_P(KernelTest, AConfigurationRacingTheFirstSubmitIsWholeOrRefused) {
+  Buffer<int> data(*context, std::vector<int>(1, 0));
+  for (int round = 0; round < 100; ++round) {
+    Kernel kernel("raced");
+    kernel.cpu([](const KernelArgs& args) { args.span<int>(0)[0] = 1; });
+    std::atomic<bool> go{false};
+    bool configured = false;
+    const Kernel submitted = kernel;
+    std::thread configurer([&] {
+      while (!go.load(std::memory_order_acquire)) {
+      }
+      try {
+        kernel.cpu([](const KernelArgs& args) { args.span<int>(0)[0] = 2; });
+        configured = true;
+      } catch (const Error& error) {
+        EXPECT_EQ(error.code(), ErrorCode::invalid_argument);
+      }
+    });
+    go.store(true, std::memory_order_release);
+    Task task = context->submit(submitted, write(data));
+    configurer.join();
+    task.wait();
+    ASSERT_EQ(data.to_vector()[0], configured ? 2 : 1) << "round " << round;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Runtime, KernelTest, NERVE_RUNTIME_PARAMS, runtime_param_name);
