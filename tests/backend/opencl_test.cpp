@@ -637,6 +637,29 @@ TEST_F(OpenclTest, AProgramThatDoesNotBuildSendsLaterCallsToTheCpuBody) {
   });
 }
 
+// A program that does not build is no run on the device: the failed call's record spans no time
+// (start_ns = end_ns, when the failure was found) and the device's busy time stays 0 — as a program
+// that builds is not counted either. It counted the compiler's time as the kernel's.
+TEST_F(OpenclTest, AProgramThatDoesNotBuildTakesNoTimeOnTheDevice) {
+  Settings settings = opencl_settings(2);
+  settings.set("perf.record_tasks", "true");
+  run_in(settings, [&](Context& ctx) {
+    Kernel broken("broken for time");
+    opencl::attach(broken, "__kernel void b(__global float* x) { x[0] = undeclared_name; }", "b");
+    Buffer<float> x(ctx, 1024);
+    EXPECT_THROW(ctx.submit(TaskOptions{.device = 1}, broken, write(x)).wait(), Error);
+    const ContextStats stats = ctx.stats();
+    ASSERT_EQ(stats.task_records.size(), 1u);
+    const TaskTimes& record = stats.task_records[0];
+    EXPECT_EQ(record.device, 1);
+    EXPECT_EQ(record.status, "failed");
+    EXPECT_GT(record.start_ns, 0);
+    EXPECT_EQ(record.end_ns, record.start_ns)
+        << "the build took " << record.end_ns - record.start_ns << " ns";
+    EXPECT_EQ(stats.devices.at(1).busy_ns, 0u);
+  });
+}
+
 // Calls of an OpenCL-only kernel cancelled before placement are finished by a worker, but they are
 // no CPU runs: neither recorded nor counted among the CPU's tasks (they were counted as both).
 TEST_F(OpenclTest, CancelledDeviceOnlyCallsAreNoCpuRuns) {

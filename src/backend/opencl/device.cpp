@@ -104,6 +104,11 @@ void OpenclDevice::launch(TaskRecord* task) {
           any_refused_.store(true, std::memory_order_release);
         } catch (...) {  // out of memory: the device is not left out; the failure is still reported
         }
+        // No kernel ran: the task took no time on the device (the build is no run, as when it succeeds).
+        const std::int64_t now = monotonic_ns();
+        task->start_ns = now;
+        host_->complete(task, *this, std::current_exception(), now);
+        return;
       }
       throw;
     }
