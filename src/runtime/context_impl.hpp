@@ -171,6 +171,7 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   void complete(TaskRecord* task, Device& device, std::exception_ptr error,
                 std::int64_t end_ns) noexcept override;
   std::exception_ptr launch_closure(TaskRecord* task, Device& device, void* stream) noexcept override;
+  bool place_elsewhere(TaskRecord* task, Device& device) noexcept override;
   // device_views(): the task's accesses in `device`'s memory (their replicas there must be valid).
   std::vector<AccessView> device_views(const TaskRecord& task, const Device& device) const;
   unsigned device_count() const noexcept { return static_cast<unsigned>(devices.size()) + 1; }

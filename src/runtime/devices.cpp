@@ -81,6 +81,33 @@ void ContextImpl::complete(TaskRecord* task, Device& /*device*/, std::exception_
   finish(task, thread, outcome);
 }
 
+// A call nerve placed on a device that turned out unable to run it (its program does not build there)
+// goes where its kernel can run, as a call placed after the failure was known would: the device is
+// left out by placeable_on() from now on. Its replicas there are released first, and acquire() on
+// the new device brings its data there through the coherence layer — what the device already holds
+// as the only valid copy (a write claimed there, bytes copied there) is copied back, not lost.
+bool ContextImpl::place_elsewhere(TaskRecord* task, Device& device) noexcept {
+  if (task->device_hint >= 0 || task->kind != TaskKind::function) return false;  // sent there: it fails
+  const int from = device.info().index;
+  int fallback = -1;
+  for (int each = 0; each < static_cast<int>(device_count()) && fallback < 0; ++each) {
+    if (each != from && placeable_on(*task, each, /*strict=*/true)) fallback = each;
+  }
+  if (fallback < 0) return false;  // no other device runs the kernel: it fails with the device's error
+  coherence->release(task, device.memory().index());
+  if (heft != nullptr) heft_finished(task);  // its expected run on `from` will not happen
+  int chosen = fallback;
+  try {
+    chosen = choose_device(task);  // leaves `from` out (placeable_on), heft's decision log included
+  } catch (...) {                  // out of memory while weighing the choices: the first that runs it
+  }
+  if (chosen == from) chosen = fallback;
+  task->device = static_cast<std::int16_t>(chosen);
+  // It waited for the device meanwhile: its data is valid on the new device when acquired there.
+  acquire_and_dispatch(task, current_thread(), false, /*retried=*/true);
+  return true;
+}
+
 std::vector<DeviceInfo> ContextImpl::device_infos() const {
   std::vector<DeviceInfo> infos;
   DeviceInfo cpu;

@@ -7,6 +7,7 @@
 #include "memory/buffer_state.hpp"
 #include "task/kernel_task.hpp"
 #include "task/task_record.hpp"
+#include "util/log.hpp"
 #include "util/monotonic_clock.hpp"
 
 namespace nerve::detail::opencl {
@@ -84,34 +85,34 @@ void OpenclDevice::launch(TaskRecord* task) {
   }
   Operation* op = nullptr;
   try {
-    DeviceLaunch launch = host_->prepare_launch(task, *this);
-    const auto* program = dynamic_cast<const OpenclProgram*>(launch.implementation);
+    // The program first, before the task counts as running here: a call that cannot run here may
+    // still go elsewhere.
+    const auto* program = dynamic_cast<const OpenclProgram*>(
+        task->kernel != nullptr ? task->kernel->by_kind[static_cast<std::size_t>(DeviceKind::opencl)].get()
+                                : nullptr);
     if (program == nullptr) {
-      throw Error(ErrorCode::internal, fmt::format("kernel '{}' reached OpenCL device '{}' without an OpenCL "
-                                                   "implementation",
-                                                   launch.call.kernel_name, info().name));
+      throw Error(ErrorCode::internal,
+                  fmt::format("kernel '{}' reached OpenCL device '{}' without an OpenCL implementation",
+                              task->kernel != nullptr ? task->kernel->name.c_str() : "(none)", info().name));
     }
     cl_kernel kernel = nullptr;
     try {
-      kernel = programs_.kernel(*program, launch.call.kernel_name);
+      kernel = programs_.kernel(*program, task->kernel->name.c_str());
     } catch (const Error& error) {
       // Only the program's own failure (it does not build, or lacks its entry), which the cache keeps:
       // a passing shortage (out of memory) leaves the device in for later calls.
-      if (error.code() == ErrorCode::task_failed) {
-        try {
-          std::unique_lock lock(refused_mutex_);
-          refused_programs_.insert(program->id);
-          any_refused_.store(true, std::memory_order_release);
-        } catch (...) {  // out of memory: the device is not left out; the failure is still reported
-        }
-        // No kernel ran: the task took no time on the device (the build is no run, as when it succeeds).
-        const std::int64_t now = monotonic_ns();
-        task->start_ns = now;
-        host_->complete(task, *this, std::current_exception(), now);
-        return;
-      }
-      throw;
+      if (error.code() != ErrorCode::task_failed) throw;
+      refuse_program(*program, *task, error);
+      // Placed here by nerve (before the failure was known) while another device runs the kernel:
+      // it runs there, as the calls placed from now on do.
+      if (host_->place_elsewhere(task, *this)) return;
+      // No kernel ran: the task took no time on the device (the build is no run, as when it succeeds).
+      const std::int64_t now = monotonic_ns();
+      task->start_ns = now;
+      host_->complete(task, *this, std::current_exception(), now);
+      return;
     }
+    DeviceLaunch launch = host_->prepare_launch(task, *this);
     // The run starts now: building (or loading) the program on first use is not the kernel's time,
     // and would teach the performance models that a fast device is slow.
     task->start_ns = monotonic_ns();
@@ -147,7 +148,29 @@ void OpenclDevice::launch(TaskRecord* task) {
     engine_->watch(std::exchange(op, nullptr));
   } catch (...) {
     if (op != nullptr) engine_->recycle(op);
+    if (task->start_ns == 0) task->start_ns = monotonic_ns();  // failed before prepare_launch()
     host_->complete(task, *this, std::current_exception());
+  }
+}
+
+void OpenclDevice::refuse_program(const OpenclProgram& program, const TaskRecord& task,
+                                  const Error& error) noexcept {
+  try {
+    bool first = false;
+    {
+      std::unique_lock lock(refused_mutex_);
+      first = refused_programs_.insert(program.id).second;
+      any_refused_.store(true, std::memory_order_release);
+    }
+    // Once per kernel and device: its calls no longer fail one by one, so the reason must show.
+    if (first && task.kernel->cpu) {
+      log::warn(
+          "kernel '{}' cannot run on device {} (OpenCL device '{}'): its calls that nerve places fall back "
+          "to the CPU workers (its CPU body), those already placed there included; calls sent there with "
+          "TaskOptions::device fail with this error: {}",
+          task.kernel->name, info().index, info().name, error.what());
+    }
+  } catch (...) {  // out of memory: the device is not left out; the failure is still reported
   }
 }
 

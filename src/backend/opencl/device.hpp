@@ -11,7 +11,9 @@
 //
 // Errors are the task's: a program that does not build (with the compiler log), an unaligned
 // slice, an argument count, kind or size mismatch, a launch the driver refuses or a kernel that fails
-// while running. The task fails with a nerve::Error saying which; its dependents are cancelled.
+// while running. The task fails with a nerve::Error saying which; its dependents are cancelled. Only
+// a program that does not build is found before the task counts as running here: a task nerve placed
+// here then goes to another device that runs its kernel (DeviceHost::place_elsewhere), if any.
 //
 // Thread safety: submit(), can_run() and the queries may be called from any thread.
 #pragma once
@@ -61,8 +63,12 @@ class OpenclDevice final : public Device {
   // Programs (OpenclProgram::id) that did not build here or lack their entry: placement by nerve
   // leaves this device out for their calls while another device can take them, so a broken OpenCL
   // body does not fail calls its CPU body would run (heft, whose calibration would otherwise keep
-  // choosing a device that never yields a sample). A call sent here still fails at once.
+  // choosing a device that never yields a sample). A call sent here still fails at once; calls
+  // placed here before the failure was known are placed again (launch()).
   bool refused_program(const TaskRecord& task) const noexcept;
+  // refuse_program(): `program` failed here with `error` (from the launcher thread): remember it, and
+  // warn once when the kernel's calls will fall back to its CPU body.
+  void refuse_program(const OpenclProgram& program, const TaskRecord& task, const Error& error) noexcept;
   mutable std::shared_mutex refused_mutex_;
   std::unordered_set<std::uint64_t> refused_programs_;
   std::atomic<bool> any_refused_{false};
