@@ -28,8 +28,9 @@
 // attach() is available in every build; without the CUDA toolkit (or without a device) no device
 // runs the implementation, and a kernel with nothing else to run on is an error at submit.
 //
-// Thread safety: attach() configures a Kernel before its first submit (Kernel's own rule); a launcher
-// may be called from several devices' launcher threads at once.
+// Thread safety: attach() configures a Kernel before its first submit (Kernel's own rule); after it,
+// attach() throws Error(invalid_argument) and the kernel is unchanged. A launcher may be called from
+// several devices' launcher threads at once.
 #pragma once
 
 #include <functional>

@@ -24,6 +24,9 @@
 // implement(), a backend's attach(), through any copy) once a call of it was submitted throws
 // Error(invalid_argument) naming the kernel, even when that submit was refused or is still under way
 // on another thread; configure another Kernel instead.
+//
+// A moved-from Kernel is empty: name() is "", implements() false, and any other use (configuring it,
+// submitting it) is Error(invalid_argument); assign another Kernel to it to use it again.
 #pragma once
 
 #include <cstddef>
@@ -157,8 +160,10 @@ class NERVE_API Kernel {
   const std::string& name() const noexcept;
   bool implements(DeviceKind kind) const noexcept;
   const KernelImplementation* implementation(DeviceKind kind) const noexcept;
-  const detail::KernelState& state() const noexcept { return *state_; }
-  std::shared_ptr<const detail::KernelState> shared_state() const noexcept { return state_; }
+  // state(), shared_state(): the shared configuration (for backends and submission); an empty
+  // (moved-from) Kernel throws Error(invalid_argument).
+  const detail::KernelState& state() const;
+  std::shared_ptr<const detail::KernelState> shared_state() const;
 
  private:
   std::shared_ptr<detail::KernelState> state_;

@@ -14,6 +14,15 @@ Kernel::Kernel(std::string name) : state_(std::make_shared<detail::KernelState>(
 }
 
 namespace {
+// configured(): the state a configuring or submitting call works on; a moved-from Kernel has none.
+detail::KernelState& configured(const std::shared_ptr<detail::KernelState>& state, const char* what) {
+  if (state == nullptr) {
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("{} on an empty Kernel (moved from): assign it a Kernel first", what));
+  }
+  return *state;
+}
+
 // refuse_if_used(): a configuring call (`what`) on a kernel already submitted is an error, not a
 // silent change of what later calls run (and of what its performance models learn under its name).
 // Called with the state's `configuring` mutex held.
@@ -27,28 +36,40 @@ void refuse_if_used(const detail::KernelState& state, const std::string& what) {
 }  // namespace
 
 Kernel& Kernel::cpu(CpuKernel body) {
-  std::lock_guard lock(state_->configuring);
-  refuse_if_used(*state_, "cpu()");
-  state_->cpu = std::move(body);
+  detail::KernelState& state = configured(state_, "cpu()");
+  std::lock_guard lock(state.configuring);
+  refuse_if_used(state, "cpu()");
+  state.cpu = std::move(body);
   return *this;
 }
 
 Kernel& Kernel::implement(DeviceKind kind, std::shared_ptr<const KernelImplementation> implementation) {
+  detail::KernelState& state = configured(state_, "implement()");
   if (kind == DeviceKind::cpu || kind == DeviceKind::test) {
     throw Error(
         ErrorCode::invalid_argument,
         fmt::format("kernel '{}': CPU (and test-device) implementations are given with cpu()", name()));
   }
-  std::lock_guard lock(state_->configuring);
-  refuse_if_used(*state_, fmt::format("attaching an implementation for {} devices", nerve::name(kind)));
-  state_->by_kind[static_cast<std::size_t>(kind)] = std::move(implementation);
+  std::lock_guard lock(state.configuring);
+  refuse_if_used(state, fmt::format("attaching an implementation for {} devices", nerve::name(kind)));
+  state.by_kind[static_cast<std::size_t>(kind)] = std::move(implementation);
   return *this;
 }
 
-const std::string& Kernel::name() const noexcept { return state_->name; }
-bool Kernel::implements(DeviceKind kind) const noexcept { return state_->implements(kind); }
+const std::string& Kernel::name() const noexcept {
+  static const std::string empty;
+  return state_ != nullptr ? state_->name : empty;
+}
+bool Kernel::implements(DeviceKind kind) const noexcept {
+  return state_ != nullptr && state_->implements(kind);
+}
 const KernelImplementation* Kernel::implementation(DeviceKind kind) const noexcept {
-  return state_->by_kind[static_cast<std::size_t>(kind)].get();
+  return state_ != nullptr ? state_->by_kind[static_cast<std::size_t>(kind)].get() : nullptr;
+}
+const detail::KernelState& Kernel::state() const { return configured(state_, "using a Kernel"); }
+std::shared_ptr<const detail::KernelState> Kernel::shared_state() const {
+  configured(state_, "using a Kernel");
+  return state_;
 }
 
 namespace detail {

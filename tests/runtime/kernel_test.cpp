@@ -121,6 +121,37 @@ TEST_P(KernelTest, KernelWithoutAnImplementationForAnyDeviceIsAnErrorAtSubmit) {
   EXPECT_THROW(Kernel("k").implement(DeviceKind::cpu, nullptr), Error);
 }
 
+// A moved-from Kernel is empty: using it is an error that says so (it crashed inside the library:
+// submit, cpu(), implements(), name() all dereferenced its missing state), and assigning another
+// Kernel makes it usable again.
+TEST_P(KernelTest, AMovedFromKernelIsEmptyAndItsUseAnError) {
+  Kernel add("add_one_moved");
+  add.cpu([](const KernelArgs& args) {
+    for (float& v : args.span<float>(0)) v += 1.0f;
+  });
+  Kernel moved = std::move(add);
+  Buffer<float> data(*context, std::vector<float>(4, 1.0f));
+  const auto expect_empty_error = [](auto&& use) {
+    try {
+      use();
+      ADD_FAILURE() << "an empty kernel was used";
+    } catch (const Error& error) {
+      EXPECT_EQ(error.code(), ErrorCode::invalid_argument);
+      EXPECT_THAT(error.what(), ::testing::HasSubstr("empty Kernel")) << error.what();
+    }
+  };
+  expect_empty_error([&] { context->spawn(add, read_write(data)); });
+  expect_empty_error([&] { add.cpu([](const KernelArgs&) {}); });
+  expect_empty_error([&] { opencl::attach(add, "__kernel void k(__global float* x) {}", "k"); });
+  EXPECT_EQ(add.name(), "");
+  EXPECT_FALSE(add.implements(DeviceKind::cpu));
+  EXPECT_EQ(add.implementation(DeviceKind::opencl), nullptr);
+  context->spawn(moved, read_write(data));
+  add = moved;
+  context->spawn(add, read_write(data));
+  EXPECT_EQ(data.to_vector(), std::vector<float>(4, 3.0f));
+}
+
 // A Kernel is configured before first use, then immutable: configuring it after a call was submitted
 // (through any copy) is an error naming the kernel, and the kernel keeps running what it ran. Both
 // used to be accepted silently, and later calls ran the new body under the same name (and model).
