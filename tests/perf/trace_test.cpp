@@ -266,6 +266,28 @@ TEST(Trace, OffByDefault) {
   EXPECT_FALSE(context.stats().tasks_recorded);
 }
 
+// A trace path that is a link to a file still to be made writes through the link, which stays a link
+// (the writability probe at creation removed the link it had just written through, and the trace
+// then replaced it with a plain file).
+TEST(Trace, APathThroughALinkKeepsTheLink) {
+  const auto target = temp_file("nerve-trace-link-target");
+  const auto link = temp_file("nerve-trace-link");
+  std::filesystem::remove(target);
+  std::filesystem::remove(link);
+  std::filesystem::create_symlink(target, link);
+  {
+    Settings settings = make_settings(1);
+    settings.set("perf.trace", link.string());
+    Context context(settings);
+    context.spawn(TaskOptions{.name = "through-link"}, [] {});
+    context.wait_all();
+  }
+  EXPECT_TRUE(std::filesystem::is_symlink(link)) << "the link was replaced";
+  EXPECT_EQ(summarise(load_json(target)).slices_by_name.count("through-link"), 1u);
+  std::filesystem::remove(link);
+  std::filesystem::remove(target);
+}
+
 // Several contexts naming one trace file: the first keeps it, later ones write <stem>.<id><ext>.
 TEST(Trace, SeveralContextsNamingOneFileEachWriteTheirOwn) {
   const auto path = temp_file("nerve-trace-several");
