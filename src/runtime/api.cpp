@@ -69,6 +69,7 @@ int task_status(const TaskRecord* record) noexcept {
 bool task_wait(TaskRecord* record, std::int64_t timeout_ns) {
   ContextImpl& context = *record->context;
   TaskDone target{record};
+  if (!target.done()) context.refuse_deep_nesting(context.current_thread(), "Task::wait()");
   if (timeout_ns < 0 && !target.done()) {
     context.refuse_endless_wait([record](const TaskRecord* task) { return task == record; }, "Task::wait()",
                                 record->name != nullptr ? record->name : "(unnamed)");
@@ -142,6 +143,7 @@ void group_wait(ContextImpl* context, GroupState* group) {
   ContextImpl& runtime = live(context);
   GroupDone target{group};
   if (!target.done()) {
+    runtime.refuse_deep_nesting(runtime.current_thread(), "TaskGroup::wait()");
     refuse_group_deadlock(runtime, group);
     runtime.wait_rechecking(runtime.current_thread(), target, [&] { refuse_group_deadlock(runtime, group); });
   }
@@ -206,6 +208,7 @@ void pool_wait(PoolState* pool) {
   check_pool_context(pool);
   pool->launch();
   ContextImpl& context = pool->context;
+  context.refuse_deep_nesting(context.current_thread(), "TaskPool::wait_all()");
   pool_check_wait(pool, "TaskPool::wait_all()");
   TaskDone target{pool->gate};
   context.scheduler.wait(context.current_thread(), target);

@@ -327,7 +327,10 @@ ThreadState& ContextImpl::register_current_thread() {
   }
   // Outside threads_mutex: the hand-back list may consult the context directory, whose mutex comes
   // first. Where it cannot be noted, the state stays tied to this thread's id.
-  if (new_to_this_thread) static_cast<void>(hand_back_at_exit(id, state));
+  if (new_to_this_thread) {
+    state->stack = current_stack_bounds();  // a state handed back by an exited thread had its stack
+    static_cast<void>(hand_back_at_exit(id, state));
+  }
   thread_cache = {id, state};
   return *state;
 }

@@ -61,6 +61,10 @@ TaskRecord* running_task_record() noexcept;
 // be finished, even recycled, before the body returns).
 TaskRecord* running_task_unfinished() noexcept;
 [[noreturn]] void throw_waits_for_itself(const TaskRecord& running, const char* what);
+[[noreturn]] void throw_wait_too_deep(const ThreadState& thread, const char* what);
+// A blocking wait inside a task runs other tasks on the same stack, which may wait in turn: past
+// this much stack left, another is refused (throw_wait_too_deep) rather than overflow the stack.
+inline constexpr std::uintptr_t wait_stack_reserve = 256 * 1024;
 // coroutine_root_of(): for a task that runs a stretch of a launched coroutine (not yet finished),
 // that coroutine's Task record; else null. A group's or Task's coroutine is its record, not its
 // stretches: the wait checks look through a stretch to it.
@@ -369,6 +373,13 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   // an error: the calling thread runs one of them, or one that waits for the running task (its
   // accesses or `after` order it behind it) (Error(invalid_argument)), or holds a mapping one of
   // them waits for (Error(buffer_misuse)). `what` names the wait (and `task`, the task waited for).
+  // refuse_deep_nesting(): inside a task, with the stack nearly used up, a blocking wait (which runs
+  // other tasks on it) or a submission (which nests the recursion further) is an error. Not for the
+  // waits of destructors: those must wait whatever the depth (and the tasks they run fail fast here).
+  void refuse_deep_nesting(const ThreadState& thread, const char* what) const {
+    if (thread.nesting > 0 && thread.stack.nearly_full(stack_position(), wait_stack_reserve)) [[unlikely]]
+      throw_wait_too_deep(thread, what);
+  }
   template <class Blocked>
   void refuse_endless_wait(Blocked&& blocked, const char* what, const char* task = nullptr) {
     if (const TaskRecord* running = running_task_record(); running != nullptr) {

@@ -161,6 +161,7 @@ TaskDraft ContextImpl::begin_task(std::size_t closure_size, std::size_t closure_
     throw Error(ErrorCode::invalid_argument,
                 "submit to a context that has been destroyed (a TaskGroup or TaskPool outlived it)");
   ThreadState& thread = current_thread();
+  refuse_deep_nesting(thread, "a submission");
   TaskRecord* task = allocate_record(thread);
   void* closure = task->closure;
   if (closure_size > inline_closure_bytes || closure_align > alignof(std::max_align_t)) {
@@ -608,6 +609,16 @@ void throw_waits_for_itself(const TaskRecord& running, const char* what) {
   throw Error(ErrorCode::invalid_argument,
               fmt::format("{} inside task '{}' would wait for that task itself and never return", what,
                           running.name != nullptr ? running.name : "(unnamed)"));
+}
+
+void throw_wait_too_deep(const ThreadState& thread, const char* what) {
+  throw Error(
+      ErrorCode::out_of_memory,
+      fmt::format("{} inside a task nested {} deep on this thread: its stack ({} KiB) has under {} KiB "
+                  "left, and the tasks a wait runs there could overflow it; nest fewer blocking "
+                  "waits (a sequential cutoff; a coroutine's co_await holds no stack)",
+                  what, thread.nesting, (thread.stack.high - thread.stack.low) / 1024,
+                  wait_stack_reserve / 1024));
 }
 
 TaskRecord* defer_current_task() {

@@ -17,6 +17,7 @@
 #include "task/record_allocator.hpp"
 #include "util/cpu.hpp"
 #include "util/parker.hpp"
+#include "util/stack_bounds.hpp"
 
 namespace nerve::detail {
 
@@ -34,7 +35,8 @@ struct alignas(cache_line_size) ThreadState {
   // submission outside a slot; see Scheduler::owns_submitter_deque).
   enum class SubmitterRole : std::uint8_t { undecided, owner, other };
   SubmitterRole submitter_role = SubmitterRole::undecided;
-  int nesting = 0;  // tasks currently executing on this thread's stack
+  int nesting = 0;    // tasks currently executing on this thread's stack
+  StackBounds stack;  // that stack (set when a thread takes this state)
   // Of those, bodies that deferred their completion (defer_current_task()): such a task may be
   // finished, and the context shut down, while its body still runs.
   int deferred_bodies = 0;

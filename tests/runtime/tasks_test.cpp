@@ -579,6 +579,33 @@ TEST_P(RuntimeTest, ARecycledRecordCarriesNothingOver) {
   EXPECT_EQ(ran.load(), 200 * 8) << "only the uncancelled groups' tasks run";
 }
 
+// Blocking waits nested inside tasks run other tasks on the same stack: nested ever deeper they stop
+// with an error naming the depth before the stack overflows (100,000 levels was a SIGSEGV), and the
+// error reaches the outermost wait; the context then works on.
+void nest_waits(Context& context, int depth) {
+  if (depth == 0) return;
+  TaskGroup group(context);
+  group.spawn([&context, depth] { nest_waits(context, depth - 1); });
+  group.wait();
+}
+
+TEST(NestedWaits, TooDeepIsAnErrorNotAStackOverflow) {
+  for (const unsigned workers : {1u, 2u}) {
+    Context context(make_settings(workers));
+    try {
+      context.submit([&context] { nest_waits(context, 100'000); }).wait();
+      ADD_FAILURE() << "100,000 nested waits fit the stack";
+    } catch (const Error& error) {
+      EXPECT_EQ(error.code(), ErrorCode::out_of_memory);
+      EXPECT_THAT(error.what(), ::testing::HasSubstr("inside a task nested")) << error.what();
+    }
+    std::atomic<int> ran{0};
+    nest_waits(context, 50);  // a modest depth still works
+    context.submit([&ran] { ran.fetch_add(1); }).wait();
+    EXPECT_EQ(ran.load(), 1);
+  }
+}
+
 // A forked child that lets the parent's context go (a return from main) leaves it as it is instead
 // of joining worker threads it does not have (that crashed it), and may make a context of its own.
 TEST(ContextFork, AChildDestroyingTheParentsContextEndsCleanly) {
