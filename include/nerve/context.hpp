@@ -19,9 +19,11 @@
 // submitted task, then frees buffers still alive (reporting them as a warning). Destroying it inside
 // one of its own tasks would wait for that task: a reported fatal error. Those waits run tasks on
 // the waiting thread's stack, so blocking waits nested inside tasks thousands deep could overflow
-// it: with under 256 KiB of the thread's stack left, a wait (Task::wait(), TaskGroup::wait(),
-// TaskPool::wait_all()) or a submission inside a task throws Error(out_of_memory) naming the depth
-// instead (a sequential cutoff avoids it; coroutines' co_await holds no stack).
+// it: with under 256 KiB of the thread's stack left (a quarter of a smaller stack), a wait inside a
+// task (Task::wait(), TaskGroup::wait() and wait_for(), TaskPool::wait_all()) or a submission there
+// throws Error(out_of_memory) naming the depth instead (a sequential cutoff avoids it; coroutines'
+// co_await holds no stack). A main thread without a stack size limit (ulimit -s unlimited) is not
+// checked.
 //
 // fork(): the child of a process with a live context has none of its worker threads, and locks they
 // held stay held, so the child must not use that context or anything made from it (as with oneTBB

@@ -198,6 +198,9 @@ void BusModel::save_locked() const noexcept {
   save_error_.clear();
   if (directory_.empty()) return;
   try {
+    std::filesystem::create_directories(directory_);
+    const FileLock lock(directory_ /
+                        "models.lock");  // the old file is read, merged and replaced by one saver
     // Keep links of nodes absent now (another device set may come back), replace the measured ones.
     nlohmann::json rows = nlohmann::json::array();
     const std::size_t n = names_.size();
@@ -224,7 +227,6 @@ void BusModel::save_locked() const noexcept {
                         {"bytes_per_second", link.bytes_per_ns * 1e9}});
       }
     }
-    std::filesystem::create_directories(directory_);
     replace_file(file(),
                  json_text(nlohmann::json{{"schema", "nerve.busmodel/1"}, {"links", rows}}, 2) + '\n');
   } catch (const std::exception& failure) {

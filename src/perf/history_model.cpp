@@ -295,6 +295,13 @@ ModelEntry merged(const ModelEntry& on_disk, const ModelEntry* loaded, const Mod
   // the kernel as it runs now, which the other's older samples do not.
   if (learnt.samples <= base.samples && learnt.recalibrations == base.recalibrations) return on_disk;
   if (learnt.recalibrations != base.recalibrations || learnt.samples < base.samples) return learnt;
+  // The other restarted it since: our samples are of the times it left behind.
+  if (on_disk.recalibrations != base.recalibrations) return on_disk;
+  // Calibration settled here, which rebuilt the statistics from clamped samples, the loaded ones
+  // included: ours is no longer the loaded one plus samples of our own. The fuller side wins.
+  if (base.samples < HistoryModels::calibration_samples &&
+      learnt.samples >= HistoryModels::calibration_samples)
+    return learnt.samples >= on_disk.samples ? learnt : on_disk;
   // Our own samples alone: the learnt statistics less the loaded ones.
   const auto n_base = static_cast<double>(base.samples);
   const auto n_learnt = static_cast<double>(learnt.samples);
@@ -369,6 +376,8 @@ void HistoryModels::save() const noexcept {
     }
     if (by_kernel.empty()) return;
     std::filesystem::create_directories(directory_);
+    // One saver at a time in this directory (threads and processes): each merges the other's save.
+    const FileLock lock(directory_ / "models.lock");
     for (auto& [kernel, learnt] : by_kernel) {
       const auto path = directory_ / (file_stem(kernel) + ".json");
       // Another context or process may have saved this kernel since it was loaded here: its

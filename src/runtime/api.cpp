@@ -153,6 +153,7 @@ void group_wait(ContextImpl* context, GroupState* group) {
 bool group_wait_for(ContextImpl* context, GroupState* group, std::int64_t timeout_ns) {
   ContextImpl& runtime = live(context);
   GroupDone target{group};
+  if (!target.done()) runtime.refuse_deep_nesting(runtime.current_thread(), "TaskGroup::wait_for()");
   if (!runtime.scheduler.wait(runtime.current_thread(), target, deadline_after(timeout_ns))) return false;
   group_done(group);
   return true;
@@ -161,6 +162,7 @@ bool group_wait_for(ContextImpl* context, GroupState* group, std::int64_t timeou
 void group_destroy(ContextImpl* context, GroupState* group) noexcept {
   if (context == nullptr) return;  // a moved-from Context's group never had a task
   if ((group->pending.load(std::memory_order_acquire) & GroupState::count_mask) != 0) {
+    if (context->forked_child()) return;  // the parent's tasks are not this process's to wait for
     try {
       refuse_group_deadlock(*context, group);
     } catch (const std::exception& error) {
@@ -221,6 +223,7 @@ void pool_wait(PoolState* pool) {
 void pool_destroy_checked(PoolState* pool) {
   if (pool == nullptr) return;
   ContextImpl& context = pool->context;
+  if (context.forked_child()) return;  // as a group: left as it is in a forked child
   if (pool->launched) {
     try {
       refuse_endless_pool_wait(pool, "destroying a task pool");

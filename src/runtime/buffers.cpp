@@ -72,6 +72,7 @@ namespace {
 
 void destroy(BufferState* buffer) noexcept {
   ContextImpl* context = buffer->context;
+  if (context->forked_child()) return;  // its memory (host pool, device) is the parent's to free
   {
     std::lock_guard lock(buffer->tracker.lock());
     buffer->tracker.clear();

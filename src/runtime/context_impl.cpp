@@ -137,7 +137,7 @@ void ContextImpl::release_owner() noexcept {
   // A child of fork() has none of the parent's threads: there are no workers to stop or join (that
   // crashed the child), and locks they held stay held. The context is left as it is; its memory
   // goes with the process.
-  if (getpid() != creator_pid) {
+  if (forked_child()) {
     log::warn(
         "context {} was created by process {}: its forked child {} leaves it as it is (nerve/context.hpp: "
         "fork)",
@@ -328,7 +328,8 @@ ThreadState& ContextImpl::register_current_thread() {
   // Outside threads_mutex: the hand-back list may consult the context directory, whose mutex comes
   // first. Where it cannot be noted, the state stays tied to this thread's id.
   if (new_to_this_thread) {
-    state->stack = current_stack_bounds();  // a state handed back by an exited thread had its stack
+    state->stack =
+        current_stack_bounds(wait_stack_reserve);  // a state handed back by an exited thread had its stack
     static_cast<void>(hand_back_at_exit(id, state));
   }
   thread_cache = {id, state};

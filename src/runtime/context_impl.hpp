@@ -137,7 +137,9 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   }
 
   // --- task life cycle (task_lifecycle.cpp)
-  TaskDraft begin_task(std::size_t closure_size, std::size_t closure_align);
+  // `guard_depth`: refuse a submission inside a task nested too deep (refuse_deep_nesting); off for
+  // nerve's own continuations, which only queue work (refused, a coroutine would resume inline).
+  TaskDraft begin_task(std::size_t closure_size, std::size_t closure_align, bool guard_depth = true);
   void abandon_task(TaskDraft draft) noexcept;
   // discard_task(): a draft whose closure is built and accesses are counted goes back unsubmitted.
   void discard_task(TaskDraft draft, const ClosureOps* ops) noexcept;
@@ -310,6 +312,10 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   Scheduler scheduler;
   const std::uint64_t id;
   const pid_t creator_pid = getpid();  // a forked child does not end the parent's context
+  // forked_child(): this process is a child of the one that made the context (fork()): it has none of
+  // its threads, and locks they held stay held, so buffers, groups and pools made from it are left
+  // as they are when the child lets them go, like the context itself.
+  bool forked_child() const noexcept { return getpid() != creator_pid; }
   std::atomic<std::int64_t> external_references{1};
   std::mutex detached_pools_mutex;
   std::vector<PoolState*> detached_pools;  // each holds an external reference
@@ -377,7 +383,7 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   // other tasks on it) or a submission (which nests the recursion further) is an error. Not for the
   // waits of destructors: those must wait whatever the depth (and the tasks they run fail fast here).
   void refuse_deep_nesting(const ThreadState& thread, const char* what) const {
-    if (thread.nesting > 0 && thread.stack.nearly_full(stack_position(), wait_stack_reserve)) [[unlikely]]
+    if (thread.nesting > 0 && thread.stack.nearly_full(stack_position())) [[unlikely]]
       throw_wait_too_deep(thread, what);
   }
   template <class Blocked>

@@ -67,7 +67,7 @@ const char* step_name(const TaskRecord* root) noexcept {
 
 template <class Step>
 void submit_step(ContextImpl* context, Step step, TaskRecord* after, const char* name) {
-  TaskDraft draft = begin_task(context, sizeof(Closure<Step>), alignof(Closure<Step>));
+  TaskDraft draft = context->begin_task(sizeof(Closure<Step>), alignof(Closure<Step>), false);
   ::new (draft.closure) Closure<Step>{step};
   SubmitInfo info{};
   info.ops = &Closure<Step>::ops;

@@ -156,12 +156,12 @@ TaskRecord* ContextImpl::allocate_record(ThreadState& thread) {
   return task;
 }
 
-TaskDraft ContextImpl::begin_task(std::size_t closure_size, std::size_t closure_align) {
+TaskDraft ContextImpl::begin_task(std::size_t closure_size, std::size_t closure_align, bool guard_depth) {
   if (shut_down)
     throw Error(ErrorCode::invalid_argument,
                 "submit to a context that has been destroyed (a TaskGroup or TaskPool outlived it)");
   ThreadState& thread = current_thread();
-  refuse_deep_nesting(thread, "a submission");
+  if (guard_depth) refuse_deep_nesting(thread, "a submission");
   TaskRecord* task = allocate_record(thread);
   void* closure = task->closure;
   if (closure_size > inline_closure_bytes || closure_align > alignof(std::max_align_t)) {
@@ -618,7 +618,7 @@ void throw_wait_too_deep(const ThreadState& thread, const char* what) {
                   "left, and the tasks a wait runs there could overflow it; nest fewer blocking "
                   "waits (a sequential cutoff; a coroutine's co_await holds no stack)",
                   what, thread.nesting, (thread.stack.high - thread.stack.low) / 1024,
-                  wait_stack_reserve / 1024));
+                  thread.stack.reserve / 1024));
 }
 
 TaskRecord* defer_current_task() {

@@ -122,13 +122,17 @@ void DependencyTracker::merge_around(std::size_t first, std::size_t last) {
 }
 
 void DependencyTracker::make_room_for_readers(ReaderList& readers, std::size_t more) {
-  // Only a full list is pruned, and it is left with room for as many readers again as it keeps:
-  // the next prune comes after at least that many more, so each reader is looked at a constant
-  // number of times on average. (Pruning every registration past 32 readers looked at all of
-  // them each time: N readers waiting on one writer cost N^2 / 2 status reads, minutes at 10^5.)
-  if (readers.size() >= readers_prune_threshold) prune_finished(readers);
-  const std::size_t needed = std::max(readers.size() + more, 2 * readers.size());
-  if (readers.capacity() < needed) readers.reserve(needed);
+  // A list is pruned when it reached twice what the last prune kept: the next prune comes after at
+  // least as many more readers as it looked at, so each reader is looked at a constant number of
+  // times on average, and a list holds at most about twice its live readers. (Pruning every
+  // registration past 32 readers looked at all of them each time: N readers waiting on one writer
+  // cost N^2 / 2 status reads, minutes at 10^5.)
+  if (readers.size() >= readers.prune_at(readers_prune_threshold)) {
+    prune_finished(readers);
+    readers.set_prune_at(std::max(readers_prune_threshold, 2 * readers.size()));
+  }
+  const std::size_t needed = readers.size() + more;
+  if (readers.capacity() < needed) readers.reserve(std::max(needed, 2 * readers.size()));
 }
 
 void DependencyTracker::prune_finished(ReaderList& readers) noexcept {

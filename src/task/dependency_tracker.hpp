@@ -160,14 +160,16 @@ class DependencyTracker {
       for (const TaskRecord* reader : segment.readers) __builtin_prefetch(reader, 1);
     }
   }
+  // readers_fit(): room for `more` readers, and not yet time to prune the finished ones.
   static bool readers_fit(const Segment& segment, std::size_t more) noexcept {
-    return segment.readers.capacity() >= segment.readers.size() + more;
+    return segment.readers.capacity() >= segment.readers.size() + more &&
+           segment.readers.size() < segment.readers.prune_at(readers_prune_threshold);
   }
   std::size_t reserve_in_segments(std::size_t offset, std::size_t size, Access mode, std::size_t own_accesses,
                                   std::size_t room);
   void merge_around(std::size_t first, std::size_t last);
-  // make_room_for_readers(): room for `more` readers in a list that has none, pruning the finished
-  // ones first once it is long; throws std::bad_alloc, leaving the list as valid as it was.
+  // make_room_for_readers(): room for `more` readers, pruning the finished ones first when the list
+  // reached its prune mark; throws std::bad_alloc, leaving the list as valid as it was.
   static void make_room_for_readers(ReaderList& readers, std::size_t more);
   static void prune_finished(ReaderList& readers) noexcept;
 

@@ -52,6 +52,15 @@ class ReaderList {
   std::size_t capacity() const noexcept { return capacity_; }
 
   void clear() noexcept { size_ = 0; }
+  // The length at which the tracker next prunes finished readers: twice what the last prune kept (at
+  // least `first`), so that pruning stays linear overall and a list keeps at most about twice its
+  // live readers. Kept where the inline readers would be, which a list that long no longer uses.
+  std::size_t prune_at(std::size_t first) const noexcept {
+    return heap_ ? std::max(prune_at_, first) : first;
+  }
+  void set_prune_at(std::size_t length) noexcept {
+    if (heap_) prune_at_ = length;
+  }
   // reserve() makes room for `count` readers in all; throws std::bad_alloc, leaving the list as it was.
   void reserve(std::size_t count) {
     if (count <= capacity_) return;
@@ -61,8 +70,10 @@ class ReaderList {
     } else {
       std::copy(std::begin(inline_), std::end(inline_), grown.get());  // count > inline_capacity
     }
+    const bool was_inline = !heap_;
     heap_ = std::move(grown);
     capacity_ = static_cast<std::uint32_t>(count);
+    if (was_inline) prune_at_ = 0;  // the inline readers are copied out: the slot is the mark's now
   }
   // push_back() after reserve() (the tracker makes every allocation before it registers anything);
   // without room it grows, and may throw.
@@ -86,6 +97,7 @@ class ReaderList {
     if (other.heap_) {
       heap_ = std::move(other.heap_);
       capacity_ = other.capacity_;
+      prune_at_ = other.prune_at_;
     } else {
       std::copy(std::begin(other.inline_), std::end(other.inline_), inline_);  // fixed size: no overread
     }
@@ -97,7 +109,10 @@ class ReaderList {
   std::unique_ptr<TaskRecord*[]> heap_;
   std::uint32_t size_ = 0;
   std::uint32_t capacity_ = inline_capacity;
-  TaskRecord* inline_[inline_capacity] = {};
+  union {
+    TaskRecord* inline_[inline_capacity] = {};  // while heap_ is null
+    std::size_t prune_at_;                      // once it is not (see prune_at())
+  };
 };
 
 }  // namespace nerve::detail

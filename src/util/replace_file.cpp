@@ -1,25 +1,54 @@
 #include "util/replace_file.hpp"
 
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <stdexcept>
 #include <string>
+#include <vector>
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 namespace nerve::detail {
 
 void replace_file(const std::filesystem::path& path, std::string_view text) {
-  const auto temporary = std::filesystem::path(path.string() + ".tmp");
+  // A name of this writer's own: two saves at once (two contexts, two processes) must not write one
+  // temporary, nor remove each other's.
+  std::string pattern = path.string() + ".tmp.XXXXXX";
+  std::vector<char> name(pattern.begin(), pattern.end());
+  name.push_back('\0');
+  const int fd = mkstemp(name.data());
+  if (fd < 0) throw std::runtime_error("cannot create " + pattern + ": " + std::strerror(errno));
+  close(fd);
+  const std::filesystem::path temporary(name.data());
   try {
     {
-      std::ofstream out(temporary);
+      std::ofstream out(temporary, std::ios::trunc);
       out << text;
       if (!out) throw std::runtime_error("cannot write " + temporary.string());
     }
+    std::filesystem::permissions(
+        temporary, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write |
+                       std::filesystem::perms::group_read | std::filesystem::perms::others_read);
     std::filesystem::rename(temporary, path);
   } catch (...) {
     std::error_code ignored;
     std::filesystem::remove(temporary, ignored);  // no half-written file left behind
     throw;
   }
+}
+
+FileLock::FileLock(const std::filesystem::path& path)
+    : fd_(open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644)) {
+  if (fd_ < 0) return;  // best effort: without the lock, saves may race as they did
+  while (flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
+  }
+}
+
+FileLock::~FileLock() {
+  if (fd_ >= 0) close(fd_);  // releases the lock
 }
 
 }  // namespace nerve::detail

@@ -1,6 +1,9 @@
 // replace_file(): writes a whole file so that readers (another process loading it) see the old
-// contents or the new, never a part: the text goes to `<path>.tmp`, which is then renamed over
-// `path`. On failure the temporary is removed and std::runtime_error / filesystem_error thrown.
+// contents or the new, never a part: the text goes to a temporary of the writer's own beside it,
+// which is then renamed over `path`. On failure the temporary is removed and std::runtime_error /
+// filesystem_error thrown.
+// FileLock: an exclusive lock on a lock file (flock), held for its lifetime, across threads and
+// processes alike: for a read-merge-write of shared files (performance models in one directory).
 #pragma once
 
 #include <filesystem>
@@ -9,5 +12,16 @@
 namespace nerve::detail {
 
 void replace_file(const std::filesystem::path& path, std::string_view text);
+
+class FileLock {
+ public:
+  explicit FileLock(const std::filesystem::path& path);  // blocks until held; no lock if it cannot open
+  ~FileLock();
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+
+ private:
+  int fd_;
+};
 
 }  // namespace nerve::detail

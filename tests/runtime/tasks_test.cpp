@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
@@ -13,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include <pthread.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -606,17 +608,60 @@ TEST(NestedWaits, TooDeepIsAnErrorNotAStackOverflow) {
   }
 }
 
+// A thread with a small stack (here 192 KiB, under the 256 KiB most stacks keep back) still runs
+// nested tasks that submit and wait: it keeps back a quarter of its stack, not more than it has.
+TEST(NestedWaits, ASmallStackStillNests) {
+  Context context(make_settings(1));  // the waiting thread runs the tasks (worker slot 0)
+  struct Run {
+    Context* context;
+    bool ok = false;
+    std::string error;
+  } run{&context};
+  pthread_attr_t attributes;
+  pthread_attr_init(&attributes);
+  pthread_attr_setstacksize(&attributes, 192 * 1024);
+  pthread_t thread;
+  const auto body = [](void* argument) -> void* {
+    auto* r = static_cast<Run*>(argument);
+    try {
+      r->context->submit([r] { nest_waits(*r->context, 3); }).wait();
+      r->ok = true;
+    } catch (const std::exception& error) {
+      r->error = error.what();
+    }
+    return nullptr;
+  };
+  ASSERT_EQ(pthread_create(&thread, &attributes, body, &run), 0);
+  pthread_attr_destroy(&attributes);
+  pthread_join(thread, nullptr);
+  EXPECT_TRUE(run.ok) << run.error;
+}
+
 // A forked child that lets the parent's context go (a return from main) leaves it as it is instead
 // of joining worker threads it does not have (that crashed it), and may make a context of its own.
 TEST(ContextFork, AChildDestroyingTheParentsContextEndsCleanly) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP()
+      << "the child makes threads after a multi-threaded fork, which ThreadSanitizer does not support";
+#endif
   // Its devices too (an OpenCL one, where present, has threads of its own): with `gpu.devices: none`
   // the child did not crash.
   Settings settings = make_settings(2);
   settings.set("gpu.devices", "all");
   auto inherited = std::make_unique<Context>(settings);
+  // What was made from it goes with it in the child: a buffer (its memory is the parent's pools'
+  // and devices') and a group whose task is still pending (the child has no worker to run it).
+  auto buffer = std::make_unique<Buffer<int>>(*inherited, std::vector<int>{5});
+  std::atomic<bool> release{false};
+  auto group = std::make_unique<TaskGroup>(*inherited);
+  group->spawn([&release] {
+    while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
   const pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
+    group.reset();
+    buffer.reset();
     inherited.reset();
     int status = 1;
     {
@@ -628,10 +673,24 @@ TEST(ContextFork, AChildDestroyingTheParentsContextEndsCleanly) {
     std::_Exit(status);
   }
   int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
+  pid_t ended = 0;
+  for (int tick = 0; tick < 2000 && ended == 0; ++tick) {  // 20 s: a child that hangs fails the test
+    ended = waitpid(child, &status, WNOHANG);
+    if (ended == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (ended == 0) {
+    kill(child, SIGKILL);
+    waitpid(child, &status, 0);
+    release.store(true);
+    FAIL() << "the child hung letting the parent's context and its objects go";
+  }
+  ASSERT_EQ(ended, child);
   EXPECT_TRUE(WIFEXITED(status)) << "the child died of signal "
                                  << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
   EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's own context did not run its tasks";
+  release.store(true);
+  group->wait();
+  EXPECT_EQ(buffer->to_vector()[0], 5);
   Buffer<int> value(*inherited, std::vector<int>{1});
   inherited->spawn([](std::span<int> v) { v[0] += 1; }, read_write(value));
   EXPECT_EQ(value.to_vector()[0], 2) << "the parent's context is unaffected";
