@@ -40,6 +40,7 @@
 #include "sched/heft.hpp"
 #include "sched/scheduler.hpp"
 #include "task/record_allocator.hpp"
+#include "util/fork_generation.hpp"
 #include "util/spin_lock.hpp"
 
 namespace nerve::detail {
@@ -311,11 +312,13 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   MonitoredExecutor monitored_executor;  // the scheduler's executor while recording
   Scheduler scheduler;
   const std::uint64_t id;
-  const pid_t creator_pid = getpid();  // a forked child does not end the parent's context
+  const pid_t creator_pid = getpid();  // for the message of a forked child that lets it go
+  const std::uint64_t creator_fork_generation = fork_generation();
   // forked_child(): this process is a child of the one that made the context (fork()): it has none of
   // its threads, and locks they held stay held, so buffers, groups and pools made from it are left
-  // as they are when the child lets them go, like the context itself.
-  bool forked_child() const noexcept { return getpid() != creator_pid; }
+  // as they are when the child lets them go, like the context itself. One load, no system call:
+  // every buffer's end asks.
+  bool forked_child() const noexcept { return fork_generation() != creator_fork_generation; }
   std::atomic<std::int64_t> external_references{1};
   std::mutex detached_pools_mutex;
   std::vector<PoolState*> detached_pools;  // each holds an external reference

@@ -236,7 +236,7 @@ inline void DependencyTracker::register_access(TaskRecord* task, std::size_t off
       segment.writer = task;
     } else {
       retain_registering(task);
-      segment.readers.push_back(task);  // reserve_for() made the room, and pruned if the list was full
+      segment.readers.push_back(task);  // reserve_for() made the room (and pruned at the list's mark)
     }
   }
   if (merge && writes(mode) && last - first > 1) merge_around(first, last);

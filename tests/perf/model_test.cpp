@@ -283,16 +283,24 @@ TEST(HistoryModel, EntriesWithImpossibleValuesAreSkippedOnLoad) {
 // replacing the file with its own (12 learnt samples became 3).
 TEST(HistoryModel, SavesMergeWhatAnotherSavedMeanwhile) {
   const auto directory = fresh_directory("nerve-models-merge");
-  {
+  // Two models load the directory, learn, and save, the first one first.
+  const auto learn_both = [&](const auto& first_learns, const auto& second_learns) {
     HistoryModels first(directory), second(directory);
     first.load();
     second.load();
-    for (int i = 0; i < 12; ++i) first.add("k", "cpu", 64, 100.0);
-    for (int i = 0; i < 3; ++i) second.add("k", "cpu", 64, 100.0);
-    for (int i = 0; i < 2; ++i) second.add("k", "device:1", 64, 50.0);
+    first_learns(first);
+    second_learns(second);
     first.save();
     second.save();
-  }
+  };
+  learn_both(
+      [](HistoryModels& m) {
+        for (int i = 0; i < 12; ++i) m.add("k", "cpu", 64, 100.0);
+      },
+      [](HistoryModels& m) {
+        for (int i = 0; i < 3; ++i) m.add("k", "cpu", 64, 100.0);
+        for (int i = 0; i < 2; ++i) m.add("k", "device:1", 64, 50.0);
+      });
   {
     HistoryModels both(directory);
     both.load();
@@ -302,15 +310,14 @@ TEST(HistoryModel, SavesMergeWhatAnotherSavedMeanwhile) {
     ASSERT_TRUE(both.estimate("k", "device:1", 64).has_value());
     EXPECT_EQ(both.estimate("k", "device:1", 64)->samples, 2u);
   }
-  {  // Both start from the saved model; each adds its own samples on top.
-    HistoryModels first(directory), second(directory);
-    first.load();
-    second.load();
-    for (int i = 0; i < 5; ++i) first.add("k", "cpu", 64, 101.0);
-    for (int i = 0; i < 5; ++i) second.add("k", "cpu", 64, 99.0);
-    first.save();
-    second.save();
-  }
+  // Both start from the saved model; each adds its own samples on top.
+  learn_both(
+      [](HistoryModels& m) {
+        for (int i = 0; i < 5; ++i) m.add("k", "cpu", 64, 101.0);
+      },
+      [](HistoryModels& m) {
+        for (int i = 0; i < 5; ++i) m.add("k", "cpu", 64, 99.0);
+      });
   HistoryModels merged(directory);
   merged.load();
   const auto estimate = merged.estimate("k", "cpu", 64);
