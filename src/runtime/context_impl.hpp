@@ -256,21 +256,32 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   void report_root_errors();
   // refuse_endless_destruction(): shutdown()'s own-mapping check (context_impl.cpp).
   void refuse_endless_destruction() noexcept;
-  // throttle_submission() checks the in-flight bound and the master deque's depth every
-  // throttle_interval() + 1 submissions of a thread (a decrement and a branch on the fast path).
+  // throttle_submission() runs throttle_slow() every few submissions of a thread (a decrement and a
+  // branch on the fast path): an application thread then checks the master deque's depth, and every
+  // thread, less often, the number of tasks in flight (throttle_intervals()).
   // `submitted` is the task just submitted (it may have run and been recycled already: compared only).
   void throttle_submission(ThreadState& thread, const TaskRecord* submitted) {
     if (thread.submissions_until_check-- == 0) [[unlikely]]
       throttle_slow(thread, submitted);
   }
   void throttle_slow(ThreadState& thread, const TaskRecord* submitted);
-  // throttle_interval(): submissions between two checks, min(max_in_flight, per_device_queue_depth)/8
-  // capped at 31, so a small bound is honoured to within an eighth (at most 31 tasks) instead of
-  // being rounded up to the next 32, while large bounds keep checking only every 32 submissions.
-  std::uint32_t throttle_interval() const noexcept {
-    const std::uint32_t bound =
-        std::min(config.task_queue.max_in_flight, config.task_queue.per_device_queue_depth);
-    return std::min<std::uint32_t>(bound / 8, 31);
+  // throttle_intervals(): submissions between two checks of `thread`, as {depth, in flight}.
+  // - The depth (an application thread's deque): per_device_queue_depth / 8, at most 31, so a small
+  //   depth is honoured to within an eighth.
+  // - The count in flight: an eighth of max_in_flight shared among the threads that use the context,
+  //   at most 1023, so that all of them together overshoot the bound by at most about an eighth.
+  //   Counting reads every thread's counters, lines their owners write at every task: checked every
+  //   32 submissions, a fork-join worker missed on the other's lines at each check and fib(30) on two
+  //   workers ran 83 ms instead of 71 (two cores that share no cache; alternated runs).
+  struct ThrottleIntervals {
+    std::uint32_t depth;
+    std::uint32_t in_flight;
+  };
+  ThrottleIntervals throttle_intervals() const noexcept {
+    const std::uint32_t depth = std::min<std::uint32_t>(config.task_queue.per_device_queue_depth / 8, 31);
+    const std::size_t threads = std::max<std::size_t>(thread_count.load(std::memory_order_relaxed), 1);
+    const std::size_t share = config.task_queue.max_in_flight / 8 / threads;
+    return {depth, static_cast<std::uint32_t>(std::min<std::size_t>(share, 1023))};
   }
   // record_root_error(): `task` failed outside groups and pools; wait_all() reports it unless
   // Task::wait() does first (forget_root_error()): then wait_all() does not report it again.

@@ -76,12 +76,26 @@ void ContextImpl::on_slot_idle() noexcept {
   if (root_parked.load(std::memory_order_seq_cst) > 0) scheduler.waiters().wake(&root_parked);
 }
 
-// Every throttle_interval() + 1 submissions (32 at most) a thread checks the master deque's depth and
-// the number of tasks in flight; above task_queue.per_device_queue_depth / task_queue.max_in_flight
-// it runs tasks itself (if it can) or waits until the count drops.
+// Every few submissions (throttle_intervals()) a thread checks the master deque's depth (an
+// application thread) and, less often, the number of tasks in flight; above
+// task_queue.per_device_queue_depth / task_queue.max_in_flight it runs tasks itself (if it can) or
+// waits until the count drops.
 void ContextImpl::throttle_slow(ThreadState& thread, const TaskRecord* submitted) {
-  thread.submissions_until_check = throttle_interval();
   scheduler.relieve_master(thread);
+  const ThrottleIntervals intervals = throttle_intervals();
+  // The next call comes after `next` more submissions (0: at the next one).
+  const auto schedule = [&thread](std::uint32_t next) {
+    thread.submissions_until_check = next;
+    thread.submissions_per_check = next + 1;
+  };
+  if (thread.submissions_until_count > thread.submissions_per_check) {
+    thread.submissions_until_count -= thread.submissions_per_check;
+    const std::uint32_t until_count = thread.submissions_until_count - 1;
+    schedule(thread.slot == nullptr ? std::min(intervals.depth, until_count) : until_count);
+    return;
+  }
+  thread.submissions_until_count = intervals.in_flight + 1;
+  schedule(thread.slot == nullptr ? std::min(intervals.depth, intervals.in_flight) : intervals.in_flight);
   const auto limit = static_cast<std::int64_t>(config.task_queue.max_in_flight);
   if (in_flight() < limit) return;
   // Inside a task the unfinished tasks may be this thread's own ancestors, waiting in the frames
@@ -92,7 +106,8 @@ void ContextImpl::throttle_slow(ThreadState& thread, const TaskRecord* submitted
   // While over the bound it checks at every submission: checking only every interval-th, the
   // submissions in between piled up without limit (a producer inside a task went 4000x past it).
   if (running_task_record() != nullptr) {
-    thread.submissions_until_check = 0;
+    thread.submissions_until_count = 0;
+    schedule(0);
     (void)scheduler.run_if_newest(thread, submitted);
     return;
   }
