@@ -147,6 +147,15 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   TaskRecord* commit_task(TaskDraft draft, const SubmitInfo& info);
   void make_ready(TaskRecord* task, ThreadState& thread, bool submission);
   void finish(TaskRecord* task, ThreadState& thread, std::uint32_t outcome);
+  // finish_group_member(): a task of `group` ended (wakes the group's waiter at the last one).
+  void finish_group_member(GroupState* group) noexcept;
+  void wake_root_waiters() noexcept;
+  // lean_runs_on_host(): a task of the fork-join fast path (TaskRecord::lean == lean_pristine) runs
+  // on the CPU workers with nothing to place, fetch or record: make_ready() would only enqueue it,
+  // finish() only count it.
+  bool lean_runs_on_host() const noexcept {
+    return recorder == nullptr && (coherence == nullptr || closure_devices == 0);
+  }
   void release_task(TaskRecord* task) noexcept { release_task(task, current_thread()); }
   void release_task(TaskRecord* task, ThreadState& thread) noexcept;
   TaskRecord* allocate_record(ThreadState& thread);

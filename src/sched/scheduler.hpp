@@ -76,6 +76,18 @@ class Scheduler {
   // back-pressured by full queues (the thread helps or blocks); otherwise an internal release, which
   // never blocks. `numa_node` is the node the task should run on, or -1.
   void enqueue(TaskRecord* task, ThreadState& thread, bool submission, int numa_node);
+  // enqueue_spawned(): enqueue() of a new task with no node to run on — a fork-join spawn. One of
+  // normal priority, not compute-intensive, submitted inside a slot goes on top of the slot's own
+  // deque, as enqueue() would put it, without enqueue()'s call and tests (W2 runs one per task).
+  void enqueue_spawned(TaskRecord* task, ThreadState& thread) {
+    WorkerSlot* own = thread.slot;
+    if (own != nullptr && task->priority == 0 && !task->compute_intensive &&
+        (policy_ != SchedulerPolicy::eager || thread.nesting > 0)) [[likely]] {
+      if (own->deque.push(task)) notify_work(own, -1);
+      return;
+    }
+    enqueue(task, thread, true, -1);
+  }
 
   // A Waitable has done(), before_park() (make the completer notice this waiter), after_park() and
   // address() (the registry key). wait() runs tasks while waiting if `thread` runs a slot or can

@@ -114,6 +114,38 @@ TEST_P(PriorityTest, PrioritisedTasksWithDependenciesRunInDependencyOrder) {
   EXPECT_EQ(value.to_vector()[0], 50);
 }
 
+// Spawned inside a task, prioritized tasks still go to the priority queue rather than on top of the
+// worker's own deque (the fork-join fast path's), which would run the last spawned first. The other
+// workers are kept busy, so one thread runs the group: the order is exact.
+TEST_P(PriorityTest, PrioritiesOrderTasksSpawnedInsideATask) {
+  Blockers blockers;
+  blockers.occupy(*context, workers());
+  std::mutex mutex;
+  std::vector<int> order;
+  auto task = [&](int priority) {
+    return [&, priority] {
+      std::lock_guard lock(mutex);
+      order.push_back(priority);
+    };
+  };
+  constexpr std::size_t per_level = 10;
+  context
+      ->submit([&] {
+        TaskGroup group(*context);
+        for (std::size_t i = 0; i < per_level; ++i)
+          group.spawn(TaskOptions{.priority = Priority::high}, task(Priority::high));
+        for (std::size_t i = 0; i < per_level; ++i) group.spawn(task(Priority::normal));
+        group.wait();
+      })
+      .wait();
+  blockers.release = true;
+  context->wait_all();
+  ASSERT_EQ(order.size(), 2 * per_level);
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    EXPECT_EQ(order[i], i < per_level ? Priority::high : Priority::normal) << "position " << i;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Runtime, PriorityTest, NERVE_RUNTIME_PARAMS, runtime_param_name);
 
 TEST(PriorityQueue, EveryTaskPoppedExactlyOnceInPriorityOrder) {
