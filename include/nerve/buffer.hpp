@@ -202,7 +202,9 @@ class Buffer {
   // it, so that a later try_map() maps the data. Like map(), it throws TaskCancelled when the mapping would
   // read data a failed task wrote. It runs no task: in a context with one worker slot (slot 0, which runs
   // only while some thread waits inside nerve: context.hpp), polling try_map() without ever waiting makes no
-  // progress — wait for the writer, or map(), instead.
+  // progress — wait for the writer, or map(), instead. Inside a task, a conflict with that task itself (or
+  // with a task its accesses order after it) is Error(invalid_argument), as for map(): it could not clear
+  // while the task runs.
   std::optional<Mapped<T>> try_map(Access mode) const {
     auto mapped = map_as<T>(mode, false);
     if (mapped.mapping_.record == nullptr) return std::nullopt;

@@ -128,7 +128,8 @@ class NERVE_API Context {
   // memory_compact() gives free pool memory back to the system: empty slabs and cached blocks of
   // every host pool, free pinned staging buffers, the calling thread's cached chunks (other threads
   // hand theirs back at their next refill), and every device's wholly free memory blocks. Returns the
-  // bytes given back. Safe while tasks run.
+  // bytes given back. Safe while tasks run. Task records are not pool memory: the most tasks ever in
+  // flight at once keep theirs (about 450 bytes each) for reuse until the context goes.
   std::size_t memory_compact();
 
   detail::ContextImpl* impl() const noexcept { return impl_; }
@@ -213,7 +214,8 @@ class TaskGroup {
     return detail::group_wait_for(context_, &state_, detail::timeout_ns(timeout));
   }
   // cancel() cancels the group's tasks that have not started yet (TaskCancelled without a cause),
-  // and those submitted before the next wait() returns; after that the group runs tasks again. A
+  // and those submitted before the next wait() returns (or wait_for() returns true: the group is
+  // done then too); after that the group runs tasks again. A
   // task still waiting for predecessors is cancelled when they end (it keeps its place in the graph,
   // so what is ordered after it still waits for them): wait() waits for those predecessors too.
   void cancel() noexcept { state_.cancel_requested.store(true, std::memory_order_release); }

@@ -217,7 +217,9 @@ NERVE_API void* nerve_buffer_map(nerve_buffer_t* buffer, nerve_map_mode_t mode);
  * is pending (also another thread's nerve_buffer_map() of this buffer, still waiting) it maps nothing
  * and returns NULL with NERVE_ERROR_BUSY (retry later, or map and wait); so it does while the data
  * it would read must first be copied back from a device, a copy it starts. Its other errors are
- * nerve_buffer_map()'s (a buffer already mapped: NERVE_ERROR_BUFFER_MISUSE). Never blocks. */
+ * nerve_buffer_map()'s (a buffer already mapped: NERVE_ERROR_BUFFER_MISUSE; inside a kernel, a range
+ * its own task accesses in a conflicting mode, which could never stop being busy while it runs:
+ * NERVE_ERROR_INVALID_ARGUMENT). Never blocks. */
 NERVE_API void* nerve_buffer_try_map(nerve_buffer_t* buffer, nerve_map_mode_t mode);
 /* nerve_buffer_unmap() ends the mapping; NERVE_ERROR_BUFFER_MISUSE if the buffer is not mapped. */
 NERVE_API nerve_status_t nerve_buffer_unmap(nerve_buffer_t* buffer);

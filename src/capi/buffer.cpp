@@ -271,7 +271,10 @@ nerve_status_t nerve_buffer_free(nerve_buffer_t* buffer) {
       if (handle.freed) fail(ErrorCode::buffer_misuse, fmt::format("double free of {}", describe(handle)));
       if (handle.mapping_state != MappingState::none) {
         fail(ErrorCode::buffer_misuse,
-             fmt::format("free of {} while it is mapped (unmap it first)", describe(handle)));
+             handle.mapping_state == MappingState::mapped
+                 ? fmt::format("free of {} while it is mapped (unmap it first)", describe(handle))
+                 : fmt::format("free of {} while a map of it is pending (unmap it once mapped)",
+                               describe(handle)));
       }
       handle.freed = true;
       state = handle.state;

@@ -102,11 +102,15 @@ std::uint64_t buffer_id(const BufferState* buffer) noexcept { return buffer->id;
 
 void throw_slice_outside(const BufferState* buffer, std::size_t offset, std::size_t count,
                          std::size_t view_offset, std::size_t view_count) {
-  const std::string view = buffer == nullptr ? std::string("an empty buffer handle")
-                                             : fmt::format("the view of elements [{}, {}) of {}", view_offset,
-                                                           view_offset + view_count, buffer->describe());
+  // The offset counts from the view's start, which the message says, with where the view lies in the
+  // buffer: "[2, 8)" alone read as if offset 3 were outside elements 2 to 8.
+  const std::string view = buffer == nullptr
+                               ? std::string("an empty buffer handle")
+                               : fmt::format("a view of {} elements (elements [{}, {}) of {})", view_count,
+                                             view_offset, view_offset + view_count, buffer->describe());
   throw Error(ErrorCode::buffer_misuse,
-              fmt::format("slice of {} elements at offset {} is outside {}", count, offset, view));
+              fmt::format("slice of {} elements at offset {} (from the view's start) is outside {}", count,
+                          offset, view));
 }
 
 void buffer_check_range(const BufferState* buffer, std::size_t offset, std::size_t size) {
@@ -301,33 +305,42 @@ Mapping buffer_map(BufferState* buffer, std::size_t offset, std::size_t size, Ac
       task->refs.store(1, std::memory_order_relaxed);
       context.release_task(task);
     };
-    if (!wait && buffer->tracker.would_wait(offset, size, mode)) {
-      discard();
-      return {nullptr, nullptr};
-    }
     // A blocking map that would wait forever is refused: for the task this thread runs (which
     // accesses the range itself, or is ordered before a task that does), or for a mapping this
-    // thread holds, directly or through the tasks it waits for.
-    if (wait &&
-        (context.held_mapping_count.load(std::memory_order_acquire) != 0 ||
-         running_task_record() != nullptr) &&
-        buffer->tracker.would_wait(offset, size, mode)) {
+    // thread holds, directly or through the tasks it waits for. A try_map that could only ever be
+    // busy is refused too: inside a task, behind that task (a loop polling it would never end);
+    // behind a mapping this thread holds it is just busy (the thread may unmap and try again).
+    const auto refuse_endless = [&](bool wait_for_mappings) {
       std::vector<const TaskRecord*> blockers;
       (void)buffer->tracker.first_blocker(offset, size, mode, [&](const TaskRecord* blocker) {
         blockers.push_back(blocker);
         return false;
       });
+      const auto blocked = [&](const TaskRecord* waiting) {
+        return std::find(blockers.begin(), blockers.end(), waiting) != blockers.end();
+      };
       try {
         const std::string what = describe_map();
-        context.refuse_endless_wait(
-            [&](const TaskRecord* waiting) {
-              return std::find(blockers.begin(), blockers.end(), waiting) != blockers.end();
-            },
-            what.c_str());
+        if (wait_for_mappings) {
+          context.refuse_endless_wait(blocked, what.c_str());
+        } else {
+          context.refuse_wait_behind_running_task(blocked, what.c_str());
+        }
       } catch (...) {
         discard();
         throw;
       }
+    };
+    if (!wait && buffer->tracker.would_wait(offset, size, mode)) {
+      if (running_task_record() != nullptr) refuse_endless(false);
+      discard();
+      return {nullptr, nullptr};
+    }
+    if (wait &&
+        (context.held_mapping_count.load(std::memory_order_acquire) != 0 ||
+         running_task_record() != nullptr) &&
+        buffer->tracker.would_wait(offset, size, mode)) {
+      refuse_endless(true);
     }
     try {  // the allocations registration needs, before it (see register_dependencies())
       buffer->tracker.split_for(offset, size);

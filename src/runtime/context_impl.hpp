@@ -411,6 +411,13 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   }
   template <class Blocked>
   void refuse_endless_wait(Blocked&& blocked, const char* what, const char* task = nullptr) {
+    refuse_wait_behind_running_task(blocked, what);
+    refuse_own_mapping_wait(blocked, what, task);
+  }
+  // refuse_wait_behind_running_task(): refuse_endless_wait()'s checks for the running task alone (a
+  // wait for it, or for a task its accesses or `after` order behind it), which never end while it runs.
+  template <class Blocked>
+  void refuse_wait_behind_running_task(Blocked&& blocked, const char* what) {
     if (const TaskRecord* running = running_task_record(); running != nullptr) {
       if (blocked(running)) [[unlikely]]
         throw_waits_for_itself(*running, what);
@@ -426,7 +433,6 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
       if (const TaskRecord* waited = first_waiting_for(running, blocked)) [[unlikely]]
         throw_waits_for_dependent(*running, *waited, what);
     }
-    refuse_own_mapping_wait(blocked, what, task);
   }
   // refuse_coroutine_endless_wait(): refuse_endless_wait()'s checks for the launched coroutine `root`
   // whose stretch the calling thread runs (coroutines.cpp).

@@ -5,8 +5,10 @@
 #include <cstddef>
 #include <functional>
 #include <initializer_list>
+#include <limits>
 #include <memory>
 #include <optional>
+#include <ratio>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -319,6 +321,23 @@ TEST_P(ErrorsTest, WaitForNegativeOrHugeTimeouts) {
   EXPECT_TRUE(blocked.wait_for(std::chrono::hours::max()));
   EXPECT_TRUE(group.wait_for(std::chrono::nanoseconds::max()));
   EXPECT_TRUE(group.wait_for(std::chrono::duration<double>(1e30)));
+}
+
+// A tick that is not a whole number of nanoseconds (1/3 s, 1/1024 s) is converted without the
+// overflow of duration_cast, which multiplies by the numerator first: 195 years in thirds of a second
+// became a 96 ms wait (black-box audit).
+TEST(TimeoutConversion, FractionalTicksConvertWithoutOverflow) {
+  using thirds = std::chrono::duration<std::int64_t, std::ratio<1, 3>>;
+  using kibi = std::chrono::duration<std::uint64_t, std::ratio<1, 1024>>;
+  EXPECT_EQ(detail::timeout_ns(thirds(3)), 1'000'000'000);
+  EXPECT_EQ(detail::timeout_ns(kibi(1024)), 1'000'000'000);
+  const std::int64_t long_wait = detail::timeout_ns(thirds(18'446'744'074));  // ~6.1e18 ns
+  EXPECT_GT(long_wait, 6'000'000'000'000'000'000);
+  EXPECT_LT(long_wait, 6'200'000'000'000'000'000);
+  EXPECT_GT(detail::timeout_ns(kibi(std::uint64_t{1} << 62)), 4'000'000'000'000'000'000);
+  EXPECT_EQ(detail::timeout_ns(thirds(std::numeric_limits<std::int64_t>::max())),
+            std::numeric_limits<std::int64_t>::max());
+  EXPECT_EQ(detail::timeout_ns(std::chrono::hours(2)), 7'200'000'000'000);
 }
 
 // A timed wait does not run the task it waits for (or any other) while other workers can: a task
@@ -797,7 +816,8 @@ TEST(OwnTaskDeadlock, DestroyingAContextInsideOneOfItsTasksIsFatal) {
 #endif
 }
 
-// cancel() applies until the next wait() returns; the group then runs tasks again.
+// cancel() applies until the next wait() (or successful wait_for()) returns; the group then runs
+// tasks again.
 TEST_P(ErrorsTest, CancelLastsUntilTheNextWait) {
   TaskGroup group(*context);
   std::atomic<int> ran{0};
@@ -809,6 +829,19 @@ TEST_P(ErrorsTest, CancelLastsUntilTheNextWait) {
   group.wait();
   EXPECT_EQ(ran.load(), 1);
   EXPECT_EQ(task.status(), TaskStatus::succeeded);
+  // A wait_for() that finds the group done ends the cancellation too; one that times out does not.
+  Buffer<int> gate(*context, 1);
+  std::optional<Mapped<int>> mapping(gate.map_write());
+  group.cancel();
+  group.spawn([&](std::span<const int>) { ran.fetch_add(1); }, read(gate));
+  EXPECT_FALSE(group.wait_for(std::chrono::milliseconds(1)));
+  group.spawn([&] { ran.fetch_add(1); });
+  mapping.reset();
+  EXPECT_TRUE(group.wait_for(std::chrono::seconds(60)));
+  EXPECT_EQ(ran.load(), 1) << "cancelled before a wait returned true";
+  group.spawn([&] { ran.fetch_add(1); });
+  group.wait();
+  EXPECT_EQ(ran.load(), 2);
 }
 
 // parallel_reduce needs no default constructor: identity and map give every value.
@@ -997,6 +1030,37 @@ TEST_P(ErrorsTest, MappingInsideATaskThatWouldWaitForItIsAnErrorNotAHang) {
   EXPECT_EQ(messages[3], "granted");
   EXPECT_EQ(messages[4], "granted");
   EXPECT_THAT(messages[5], ::testing::HasSubstr("inside task 'reads other' would wait for task 'later'"));
+}
+
+// try_map() inside a task on a range the task itself accesses in a conflicting mode could only ever
+// answer "busy" while the task runs (a polling loop never ended): it is refused as map() is. Busy
+// because of another task, it still answers nothing.
+TEST_P(ErrorsTest, TryMapInsideATaskOfItsOwnRangeIsAnError) {
+  Buffer<int> data(*context, 4);
+  Buffer<int> gate(*context, 1);
+  std::string refused;
+  bool busy = false;
+  context
+      ->submit(
+          TaskOptions{.name = "writes data"},
+          [&](std::span<int>) {
+            try {
+              (void)data.try_map(Access::read);
+            } catch (const Error& error) {
+              if (error.code() == ErrorCode::invalid_argument) refused = error.what();
+            }
+          },
+          write(data))
+      .wait();
+  EXPECT_THAT(refused, ::testing::HasSubstr("inside task 'writes data' would wait for that task itself"));
+  {
+    auto held = gate.map_write();
+    Task reader = context->submit([](std::span<const int>) {}, read(gate));
+    context->submit([&] { busy = !gate.try_map(Access::write).has_value(); }).wait();
+    held.unmap();
+    reader.wait();
+  }
+  EXPECT_TRUE(busy) << "a write behind another task's read is busy, not an error";
 }
 
 // A task that launches a pool (or ends a mapping) releases tasks from inside its body: they must be

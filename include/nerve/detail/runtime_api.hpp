@@ -12,6 +12,8 @@
 #include <exception>
 #include <limits>
 #include <memory>
+#include <ratio>
+#include <type_traits>
 
 #include "nerve/export.hpp"
 
@@ -227,13 +229,20 @@ NERVE_API void release(BufferState* buffer) noexcept;
 NERVE_API int task_status(const TaskRecord* record) noexcept;  // a TaskStatus value
 // A timed wait's timeout in nanoseconds for task_wait / group_wait_for, whose -1 means "no limit":
 // a negative (or NaN) timeout is 0, an immediate poll, and one too long for int64 nanoseconds
-// (hours::max()) saturates instead of overflowing in the conversion.
+// (hours::max()) saturates instead of overflowing in the conversion. duration_cast multiplies the
+// count by the ratio's numerator before dividing: for a tick like 1/3 s that overflows long before
+// the result would, so such a count is converted through double (exact enough for a wait that long).
 template <class Rep, class Period>
 constexpr std::int64_t timeout_ns(std::chrono::duration<Rep, Period> timeout) noexcept {
   constexpr std::int64_t longest = std::numeric_limits<std::int64_t>::max();
   const double ns = std::chrono::duration<double, std::nano>(timeout).count();
   if (!(ns > 0)) return 0;
   if (ns >= static_cast<double>(longest)) return longest;
+  if constexpr (std::is_integral_v<Rep>) {
+    using per_tick = std::ratio_divide<Period, std::nano>;  // nanoseconds per tick, num / den
+    if (static_cast<std::uintmax_t>(timeout.count()) > static_cast<std::uintmax_t>(longest) / per_tick::num)
+      return static_cast<std::int64_t>(ns);
+  }
   return std::chrono::duration_cast<std::chrono::nanoseconds>(timeout).count();
 }
 NERVE_API bool task_wait(TaskRecord* record, std::int64_t timeout_ns);  // false on timeout; rethrows
