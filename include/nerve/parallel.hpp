@@ -5,7 +5,9 @@
 // until a piece holds at most `grain` indices (grain 0: about four pieces per worker). The calling
 // thread works on the range too and returns when every piece is done; the first exception thrown by
 // fn, in time, is rethrown (other pieces still finish first), whichever piece — the calling thread's
-// own or a spawned one — threw it; how many more fn threw is logged as one warning.
+// own or a spawned one — threw it; how many more fn threw is logged as one warning. begin and end
+// may be of any integer type; the indices fn gets are std::size_t, so a negative begin or end is
+// Error(invalid_argument) (converted, -5 would be a huge index and the loop silently empty).
 //
 // parallel_reduce(context, begin, end, grain, identity, map, reduce) returns
 // reduce(... reduce(map(b0, e0), map(b1, e1)) ...) over the same halving tree: the tree depends only
@@ -23,14 +25,17 @@
 #pragma once
 
 #include <atomic>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <optional>
+#include <string>
 #include <type_traits>
 #include <utility>
 
 #include "nerve/context.hpp"
+#include "nerve/error.hpp"
 
 namespace nerve {
 namespace detail {
@@ -158,11 +163,28 @@ T parallel_reduce_range(ContextImpl* context, std::size_t begin, std::size_t end
   return shared.first.guard([&]() -> T { return shared.reduce(std::move(*left), std::move(*right)); });
 }
 
+[[noreturn]] inline void throw_negative_index(const char* loop, const char* which, long long value) {
+  throw Error(ErrorCode::invalid_argument, std::string(loop) + ": " + which + " is negative (" +
+                                               std::to_string(value) + "); the indices are std::size_t");
+}
+
+// loop_index(): a loop bound of any integer type as the std::size_t index it stands for.
+template <std::integral I>
+std::size_t loop_index(I value, const char* loop, const char* which) {
+  static_assert(sizeof(I) <= sizeof(std::size_t), "a loop bound wider than std::size_t");
+  if constexpr (std::is_signed_v<I>) {
+    if (value < 0) throw_negative_index(loop, which, static_cast<long long>(value));
+  }
+  return static_cast<std::size_t>(value);
+}
+
 }  // namespace detail
 
-template <class F>
-void parallel_for(Context& context, std::size_t begin, std::size_t end, std::size_t grain, F&& fn) {
+template <std::integral B, std::integral E, class F>
+void parallel_for(Context& context, B first, E last, std::size_t grain, F&& fn) {
   detail::require_context(context.impl());  // a moved-from Context: Error(invalid_argument)
+  const std::size_t begin = detail::loop_index(first, "parallel_for", "begin");
+  const std::size_t end = detail::loop_index(last, "parallel_for", "end");
   if (begin >= end) return;
   if (grain == 0) grain = detail::auto_grain(context.impl(), end - begin);
   detail::ForShared<F> shared{fn, {}};
@@ -173,12 +195,14 @@ void parallel_for(Context& context, std::size_t begin, std::size_t end, std::siz
   }
 }
 
-template <class T, class Map, class Reduce>
-T parallel_reduce(Context& context, std::size_t begin, std::size_t end, std::size_t grain, T identity,
-                  Map&& map, Reduce&& reduce) {
+template <class T, std::integral B, std::integral E, class Map, class Reduce>
+T parallel_reduce(Context& context, B first, E last, std::size_t grain, T identity, Map&& map,
+                  Reduce&& reduce) {
   static_assert(std::is_invocable_r_v<T, Map&, std::size_t, std::size_t>, "map(begin, end) must return T");
   static_assert(std::is_invocable_r_v<T, Reduce&, T, T>, "reduce(T, T) must return T");
   detail::require_context(context.impl());  // a moved-from Context: Error(invalid_argument)
+  const std::size_t begin = detail::loop_index(first, "parallel_reduce", "begin");
+  const std::size_t end = detail::loop_index(last, "parallel_reduce", "end");
   if (begin >= end) return identity;
   if (grain == 0) grain = detail::auto_grain(context.impl(), end - begin);
   detail::ReduceShared<Map, Reduce> shared{map, reduce, {}};

@@ -276,6 +276,31 @@ TEST_P(RuntimeTest, ParallelForCoversRangeExactlyOnce) {
   EXPECT_EQ(covered.load(), 1000u);
 }
 
+// Loop bounds of signed types work, and a negative one is an error: converted to std::size_t it was a
+// huge index and the loop silently ran nothing (black-box audit).
+TEST_P(RuntimeTest, ParallelLoopsTakeSignedBoundsAndRefuseNegativeOnes) {
+  std::atomic<long> sum{0};
+  parallel_for(*context, int{2}, long{12}, 0, [&](std::size_t i) { sum.fetch_add(static_cast<long>(i)); });
+  EXPECT_EQ(sum.load(), 65);
+  const auto add = [](long a, long b) { return a + b; };
+  const auto map = [](std::size_t b, std::size_t e) { return static_cast<long>(e - b); };
+  EXPECT_EQ(parallel_reduce(*context, short{0}, 100u, 7, 0L, map, add), 100);
+  EXPECT_EQ(parallel_reduce<long>(*context, 0, 10, 1, 0, map, add), 10);
+  try {
+    parallel_for(*context, -5, 5, 0, [](std::size_t) {});
+    FAIL() << "a negative begin was accepted";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::invalid_argument);
+    EXPECT_THAT(error.what(), ::testing::HasSubstr("parallel_for: begin is negative (-5)"));
+  }
+  try {
+    (void)parallel_reduce(*context, 0, -1LL, 0, 0L, map, add);
+    FAIL() << "a negative end was accepted";
+  } catch (const Error& error) {
+    EXPECT_THAT(error.what(), ::testing::HasSubstr("parallel_reduce: end is negative (-1)"));
+  }
+}
+
 TEST_P(RuntimeTest, ParallelReduceSumsAndIsDeterministic) {
   std::vector<double> values(50000);
   for (std::size_t i = 0; i < values.size(); ++i) values[i] = 1.0 / static_cast<double>(i + 1);
