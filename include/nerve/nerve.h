@@ -32,7 +32,10 @@
  * to the thread whose wait covered it.
  *
  * Lifetime: every object belongs to the context it was made in and must not be used after
- * nerve_shutdown() (handles are then dangling pointers). Freed buffers stay detectable: any use of a
+ * nerve_shutdown(): the handles of its buffers, tasks and pools are then dangling pointers, while the
+ * context's own handle stays detectable (a few hundred bytes kept until the process ends): any call
+ * with it, a second nerve_shutdown() included, is NERVE_ERROR_INVALID_ARGUMENT ("has been shut
+ * down"; nerve_shutdown() logs it). Freed buffers stay detectable: any use of a
  * buffer handle after nerve_buffer_free(), a double free included, is NERVE_ERROR_BUFFER_MISUSE, for
  * as long as the context lives.
  */

@@ -42,6 +42,23 @@ void forget_context(nerve_context* ctx) noexcept {
   std::erase(live.contexts, ctx);
 }
 
+// bury_context(): what is left of a shut-down context (its handle, a few hundred bytes, registries
+// emptied) is kept until the process ends, so that a call with its handle is an error saying so
+// rather than a read of freed memory (which crashed, or reported "the context is NULL").
+void bury_context(nerve_context* ctx) noexcept {
+  static std::mutex mutex;
+  static std::vector<std::unique_ptr<nerve_context>> tombstones;
+  std::unique_ptr<nerve_context> owned(ctx);
+  try {
+    owned->buffers.clear();  // their handles are dangling from here on (documented)
+    owned->buffers.shrink_to_fit();
+    owned->detached_pools.shrink_to_fit();
+    std::lock_guard lock(mutex);
+    tombstones.push_back(std::move(owned));
+  } catch (...) {  // out of memory: the handle goes, as it did before tombstones
+  }
+}
+
 // Pools the program did not destroy: a launched one is waited for, an unlaunched one discarded. They
 // must go before the runtime does, since their tasks live in its records.
 void destroy_remaining_pools(nerve_context& ctx) {
@@ -127,6 +144,7 @@ nerve_context_t* nerve_init_with_config(const nerve_context_config_t* config) {
 void nerve_shutdown(nerve_context_t* ctx) {
   if (ctx == nullptr) return;
   const nerve_status_t refused = guard("nerve_shutdown", [ctx] {
+    if (!ctx->runtime) fail(nerve::ErrorCode::invalid_argument, "the context has already been shut down");
     if (inside_task(*ctx)) {
       fail(nerve::ErrorCode::invalid_argument,
            "called from inside a task of the context; the context stays alive");
@@ -145,7 +163,7 @@ void nerve_shutdown(nerve_context_t* ctx) {
     ctx->detached_pools.clear();  // their tasks have ended: the descriptors can go
     release_unfreed_buffers(*ctx);
   });
-  delete ctx;
+  bury_context(ctx);
 }
 
 int nerve_context_get_device_count(nerve_context_t* ctx) {

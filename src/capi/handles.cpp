@@ -12,7 +12,10 @@ const char* NameTable::intern(const std::string& name) {
 }
 
 nerve_context& checked_context(nerve_context* ctx) {
-  if (ctx == nullptr || !ctx->runtime) throw Error(ErrorCode::invalid_argument, "the context is NULL");
+  if (ctx == nullptr) throw Error(ErrorCode::invalid_argument, "the context is NULL");
+  if (!ctx->runtime) {
+    throw Error(ErrorCode::invalid_argument, "the context has been shut down (nerve_shutdown)");
+  }
   return *ctx;
 }
 

@@ -222,6 +222,24 @@ TEST(CapiContext, NullContextArguments) {
   nerve_shutdown(nullptr);  // accepted
 }
 
+// A context's handle after nerve_shutdown is kept as a tombstone: calls with it are errors that say
+// so (they read freed memory, and crashed or said "the context is NULL").
+TEST(CapiContext, CallsAfterShutdownAreErrorsThatSaySo) {
+  for (int round = 0; round < 3; ++round) {
+    nerve_context_t* ctx = nerve_init();
+    ASSERT_NE(ctx, nullptr) << nerve_last_error();
+    nerve_shutdown(ctx);
+    EXPECT_NERVE_ERROR(nerve_context_get_worker_count(ctx), NERVE_ERROR_INVALID_ARGUMENT,
+                       "has been shut down");
+    EXPECT_EQ(nerve_context_get_device_count(ctx), -1);
+    EXPECT_EQ(nerve_wait_all(ctx), NERVE_ERROR_INVALID_ARGUMENT);
+    EXPECT_EQ(nerve_buffer_alloc_unified(ctx, 8, MEM_FLAG_READ), nullptr);
+    EXPECT_EQ(nerve_task_pool_create(ctx, 1), nullptr);
+    EXPECT_EQ(nerve_memory_compact(ctx), 0u);
+    EXPECT_NERVE_ERROR(nerve_shutdown(ctx), NERVE_ERROR_INVALID_ARGUMENT, "already been shut down");
+  }
+}
+
 TEST(CapiContext, DumpPerfStatsWritesJson) {
   ContextPtr ctx = make_context(2);
   ASSERT_NE(ctx, nullptr);
