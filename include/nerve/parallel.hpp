@@ -5,9 +5,10 @@
 // until a piece holds at most `grain` indices (grain 0: about four pieces per worker). The calling
 // thread works on the range too and returns when every piece is done; the first exception thrown by
 // fn, in time, is rethrown (other pieces still finish first), whichever piece — the calling thread's
-// own or a spawned one — threw it; how many more fn threw is logged as one warning. begin and end
-// may be of any integer type; the indices fn gets are std::size_t, so a negative begin or end is
-// Error(invalid_argument) (converted, -5 would be a huge index and the loop silently empty).
+// own or a spawned one — threw it; how many more fn threw is logged as one warning. begin, end and
+// grain may be of any integer type (or unscoped enumerators); the indices fn gets are std::size_t,
+// so a negative one is Error(invalid_argument) (converted, -5 would be a huge index and the loop
+// silently empty).
 //
 // parallel_reduce(context, begin, end, grain, identity, map, reduce) returns
 // reduce(... reduce(map(b0, e0), map(b1, e1)) ...) over the same halving tree: the tree depends only
@@ -163,28 +164,43 @@ T parallel_reduce_range(ContextImpl* context, std::size_t begin, std::size_t end
   return shared.first.guard([&]() -> T { return shared.reduce(std::move(*left), std::move(*right)); });
 }
 
-[[noreturn]] inline void throw_negative_index(const char* loop, const char* which, long long value) {
-  throw Error(ErrorCode::invalid_argument, std::string(loop) + ": " + which + " is negative (" +
-                                               std::to_string(value) + "); the indices are std::size_t");
+[[noreturn]] inline void throw_bad_loop_bound(const char* loop, const char* which, const std::string& value,
+                                              const char* why) {
+  throw Error(ErrorCode::invalid_argument,
+              std::string(loop) + ": " + which + " " + why + " (" + value + "); the indices are std::size_t");
 }
 
-// loop_index(): a loop bound of any integer type as the std::size_t index it stands for.
-template <std::integral I>
+// loop_index(): a loop bound (an integer, or an unscoped enumerator) as the std::size_t index it
+// stands for; a negative one, or one past std::size_t, is Error(invalid_argument).
+template <class I>
 std::size_t loop_index(I value, const char* loop, const char* which) {
-  static_assert(sizeof(I) <= sizeof(std::size_t), "a loop bound wider than std::size_t");
-  if constexpr (std::is_signed_v<I>) {
-    if (value < 0) throw_negative_index(loop, which, static_cast<long long>(value));
+  if constexpr (std::is_enum_v<I>) {
+    return loop_index(+value, loop, which);  // the enumeration's promoted integer
+  } else {
+    if constexpr (std::is_signed_v<I>) {
+      if (value < 0) throw_bad_loop_bound(loop, which, std::to_string(value), "is negative");
+    }
+    if (!std::in_range<std::size_t>(value)) {
+      throw_bad_loop_bound(loop, which, std::to_string(value), "does not fit std::size_t");
+    }
+    return static_cast<std::size_t>(value);
   }
-  return static_cast<std::size_t>(value);
 }
 
 }  // namespace detail
 
-template <std::integral B, std::integral E, class F>
-void parallel_for(Context& context, B first, E last, std::size_t grain, F&& fn) {
+// LoopBound: what begin, end and grain may be — an integer type (bool and characters aside) or an
+// unscoped enumeration (which converts to one).
+template <class T>
+concept LoopBound = (std::integral<T> && !std::is_same_v<T, bool>) ||
+                    (std::is_enum_v<T> && std::is_convertible_v<T, long long>);
+
+template <class F, LoopBound B, LoopBound E, LoopBound G>
+void parallel_for(Context& context, B first, E last, G grain_bound, F&& fn) {
   detail::require_context(context.impl());  // a moved-from Context: Error(invalid_argument)
   const std::size_t begin = detail::loop_index(first, "parallel_for", "begin");
   const std::size_t end = detail::loop_index(last, "parallel_for", "end");
+  std::size_t grain = detail::loop_index(grain_bound, "parallel_for", "grain");
   if (begin >= end) return;
   if (grain == 0) grain = detail::auto_grain(context.impl(), end - begin);
   detail::ForShared<F> shared{fn, {}};
@@ -195,14 +211,14 @@ void parallel_for(Context& context, B first, E last, std::size_t grain, F&& fn) 
   }
 }
 
-template <class T, std::integral B, std::integral E, class Map, class Reduce>
-T parallel_reduce(Context& context, B first, E last, std::size_t grain, T identity, Map&& map,
-                  Reduce&& reduce) {
+template <class T, class Map, class Reduce, LoopBound B, LoopBound E, LoopBound G>
+T parallel_reduce(Context& context, B first, E last, G grain_bound, T identity, Map&& map, Reduce&& reduce) {
   static_assert(std::is_invocable_r_v<T, Map&, std::size_t, std::size_t>, "map(begin, end) must return T");
   static_assert(std::is_invocable_r_v<T, Reduce&, T, T>, "reduce(T, T) must return T");
   detail::require_context(context.impl());  // a moved-from Context: Error(invalid_argument)
   const std::size_t begin = detail::loop_index(first, "parallel_reduce", "begin");
   const std::size_t end = detail::loop_index(last, "parallel_reduce", "end");
+  std::size_t grain = detail::loop_index(grain_bound, "parallel_reduce", "grain");
   if (begin >= end) return identity;
   if (grain == 0) grain = detail::auto_grain(context.impl(), end - begin);
   detail::ReduceShared<Map, Reduce> shared{map, reduce, {}};

@@ -278,10 +278,11 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   // - The depth (an application thread's deque): per_device_queue_depth / 8, at most 31, so a small
   //   depth is honoured to within an eighth.
   // - The count in flight: an eighth of max_in_flight shared among the threads that use the context,
-  //   at most 1023, so that all of them together overshoot the bound by at most about an eighth.
-  //   Counting reads every thread's counters, lines their owners write at every task: checked every
-  //   32 submissions, a fork-join worker missed on the other's lines at each check and fib(30) on two
-  //   workers ran 83 ms instead of 71 (two cores that share no cache; alternated runs).
+  //   so that all of them together overshoot the bound by at most about an eighth — but never more
+  //   often than an eighth of it alone, at most 31 (the interval before), and never less often than
+  //   every 1024. Counting reads every thread's counters, lines their owners write at every task:
+  //   checked every 32 submissions, a fork-join worker missed on the other's lines at each check and
+  //   fib(30) on two workers ran 83 ms instead of 71 (two cores that share no cache; alternated runs).
   struct ThrottleIntervals {
     std::uint32_t depth;
     std::uint32_t in_flight;
@@ -289,7 +290,8 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   ThrottleIntervals throttle_intervals() const noexcept {
     const std::uint32_t depth = std::min<std::uint32_t>(config.task_queue.per_device_queue_depth / 8, 31);
     const std::size_t threads = std::max<std::size_t>(thread_count.load(std::memory_order_relaxed), 1);
-    const std::size_t share = config.task_queue.max_in_flight / 8 / threads;
+    const std::size_t eighth = config.task_queue.max_in_flight / 8;
+    const std::size_t share = std::max(eighth / threads, std::min<std::size_t>(eighth, 31));
     return {depth, static_cast<std::uint32_t>(std::min<std::size_t>(share, 1023))};
   }
   // record_root_error(): `task` failed outside groups and pools; wait_all() reports it unless
@@ -419,7 +421,9 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   template <class Blocked>
   void refuse_wait_behind_running_task(Blocked&& blocked, const char* what) {
     if (const TaskRecord* running = running_task_record(); running != nullptr) {
-      if (blocked(running)) [[unlikely]]
+      // A body that deferred its completion may wait for its own task: another thread completes it
+      // (and may already have, recycling the record).
+      if (running_task_unfinished() != nullptr && blocked(running)) [[unlikely]]
         throw_waits_for_itself(*running, what);
       // A coroutine's stretch is a task of its own; what the coroutine is (its Task, its group's
       // member, what is ordered after it) is its launched record's.

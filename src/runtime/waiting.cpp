@@ -81,21 +81,29 @@ void ContextImpl::on_slot_idle() noexcept {
 // task_queue.per_device_queue_depth / task_queue.max_in_flight it runs tasks itself (if it can) or
 // waits until the count drops.
 void ContextImpl::throttle_slow(ThreadState& thread, const TaskRecord* submitted) {
-  scheduler.relieve_master(thread);
   const ThrottleIntervals intervals = throttle_intervals();
-  // The next call comes after `next` more submissions (0: at the next one).
+  // The next call comes after `next` more submissions (0: at the next one). Set before
+  // relieve_master(), which runs tasks here: their submissions count from it (they found the
+  // countdown wrapped round, and submitted unthrottled, when it was set after).
   const auto schedule = [&thread](std::uint32_t next) {
     thread.submissions_until_check = next;
     thread.submissions_per_check = next + 1;
   };
-  if (thread.submissions_until_count > thread.submissions_per_check) {
+  // An application thread checks its queue's depth too, also after it ran tasks in the master slot
+  // (chosen by the thread's role, not by the slot it holds now).
+  const auto next_check = [&](std::uint32_t until_count) {
+    return thread.is_worker_thread ? until_count : std::min(intervals.depth, until_count);
+  };
+  const bool count_due = thread.submissions_until_count <= thread.submissions_per_check;
+  if (!count_due) {
     thread.submissions_until_count -= thread.submissions_per_check;
-    const std::uint32_t until_count = thread.submissions_until_count - 1;
-    schedule(thread.slot == nullptr ? std::min(intervals.depth, until_count) : until_count);
-    return;
+    schedule(next_check(thread.submissions_until_count - 1));
+  } else {
+    thread.submissions_until_count = intervals.in_flight + 1;
+    schedule(next_check(intervals.in_flight));
   }
-  thread.submissions_until_count = intervals.in_flight + 1;
-  schedule(thread.slot == nullptr ? std::min(intervals.depth, intervals.in_flight) : intervals.in_flight);
+  scheduler.relieve_master(thread);
+  if (!count_due) return;
   const auto limit = static_cast<std::int64_t>(config.task_queue.max_in_flight);
   if (in_flight() < limit) return;
   // Inside a task the unfinished tasks may be this thread's own ancestors, waiting in the frames

@@ -588,5 +588,57 @@ TEST(ConfigBehaviour, MaxInFlightDoesNotWaitForTasksBehindTheSubmittersOwnMappin
   for (const int value : sums.to_vector()) ASSERT_EQ(value, 8);
 }
 
+// A producer task that an application thread runs to relieve its own deque (past the depth) is bounded
+// by max_in_flight like any producer inside a task: the thread's throttle countdown, set only after
+// that relief, had wrapped round, and its 40,000 submissions went unchecked (diff review).
+TEST(ConfigBehaviour, AProducerRunToRelieveTheSubmittersQueueIsBounded) {
+  Context context(with({{"parallel.thread_pool_size", "1"},
+                        {"task_queue.per_device_queue_depth", "1"},
+                        {"task_queue.max_in_flight", "64"}}));
+  std::atomic<long> in_flight{0};
+  std::atomic<long> most{0};
+  std::atomic<long> ran{0};
+  auto producer = [&] {
+    for (int i = 0; i < 20000; ++i) {
+      const long now = in_flight.fetch_add(1) + 1;
+      long seen = most.load();
+      while (now > seen && !most.compare_exchange_weak(seen, now)) {
+      }
+      context.spawn([&] {
+        ran.fetch_add(1);
+        in_flight.fetch_sub(1);
+      });
+    }
+  };
+  context.spawn(producer);
+  context.spawn(producer);  // the deque is past its depth: this thread runs the producers here
+  context.wait_all();
+  EXPECT_EQ(ran.load(), 40000);
+  EXPECT_LE(most.load(), 4 * 64) << "tasks in flight went far past the bound";
+}
+
+// An application thread whose last throttle check fell inside a task it ran while waiting (in the
+// master slot) still checks its deque's depth every depth / 8 + 1 submissions afterwards (it took the
+// workers' interval, up to 1024, from the slot it held then; diff review).
+TEST(ConfigBehaviour, TheDepthIsStillCheckedAfterACheckInsideAWait) {
+  Context context(with({{"parallel.thread_pool_size", "1"}, {"task_queue.per_device_queue_depth", "16"}}));
+  std::atomic<int> ran{0};
+  {
+    TaskGroup group(context);
+    group.spawn([&] { ran.fetch_add(1); });  // 1st submission: a check, the next in 3
+    group.spawn([&] { ran.fetch_add(1); });
+    group.spawn([&] {  // the 4th submission is this task's, inside the wait, in the master slot
+      group.spawn([&] { ran.fetch_add(1); });
+      ran.fetch_add(1);
+    });
+    group.wait();
+  }
+  ASSERT_EQ(ran.load(), 4);
+  for (int i = 0; i < 500; ++i) context.spawn([&] { ran.fetch_add(1); });
+  const int before_wait = ran.load() - 4;
+  context.wait_all();
+  EXPECT_GE(before_wait, 500 - 16 - 2) << "the submitter queued far past the depth";
+}
+
 }  // namespace
 }  // namespace nerve::testing

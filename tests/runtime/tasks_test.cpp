@@ -299,6 +299,11 @@ TEST_P(RuntimeTest, ParallelLoopsTakeSignedBoundsAndRefuseNegativeOnes) {
   } catch (const Error& error) {
     EXPECT_THAT(error.what(), ::testing::HasSubstr("parallel_reduce: end is negative (-1)"));
   }
+  EXPECT_THROW(parallel_for(*context, 0, 10, -1, [](std::size_t) {}), Error) << "a negative grain";
+  enum { count = 10 };  // unscoped enumerators still work as bounds
+  std::atomic<int> calls{0};
+  parallel_for(*context, 0, count, 1, [&](std::size_t) { calls.fetch_add(1); });
+  EXPECT_EQ(calls.load(), 10);
 }
 
 TEST_P(RuntimeTest, ParallelReduceSumsAndIsDeterministic) {
