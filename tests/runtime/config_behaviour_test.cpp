@@ -544,29 +544,35 @@ TEST(ConfigBehaviour, NestedForkJoinUnderASmallMaxInFlightCompletes) {
 // A producer inside a task is held near the bound too: past it, every submission runs the task it
 // just submitted. It used to check only every eighth of the bound, and the submissions in between
 // piled up (66,671 in flight under a bound of 16).
+// A producer of `count` tasks that tracks the most of them in flight at once.
+struct TrackedProducer {
+  Context& context;
+  int count;
+  std::atomic<long> in_flight{0};
+  std::atomic<long> most{0};
+  std::atomic<long> ran{0};
+  void operator()() {
+    for (int i = 0; i < count; ++i) {
+      const long now = in_flight.fetch_add(1) + 1;
+      long seen = most.load();
+      while (now > seen && !most.compare_exchange_weak(seen, now)) {
+      }
+      context.spawn([this] {
+        ran.fetch_add(1);
+        in_flight.fetch_sub(1);
+      });
+    }
+  }
+};
+
 TEST(ConfigBehaviour, MaxInFlightBoundsAProducerInsideATask) {
   for (const char* slots : {"1", "2"}) {
     Context context(with({{"parallel.thread_pool_size", slots}, {"task_queue.max_in_flight", "64"}}));
-    std::atomic<long> in_flight{0};
-    std::atomic<long> most{0};
-    std::atomic<long> ran{0};
-    context
-        .submit([&] {
-          for (int i = 0; i < 20000; ++i) {
-            const long now = in_flight.fetch_add(1) + 1;
-            long seen = most.load();
-            while (now > seen && !most.compare_exchange_weak(seen, now)) {
-            }
-            context.spawn([&] {
-              ran.fetch_add(1);
-              in_flight.fetch_sub(1);
-            });
-          }
-        })
-        .wait();
+    TrackedProducer producer{context, 20000};
+    context.submit([&] { producer(); }).wait();
     context.wait_all();
-    EXPECT_EQ(ran.load(), 20000);
-    EXPECT_LE(most.load(), 4 * 64) << slots << " slots: tasks in flight went far past the bound";
+    EXPECT_EQ(producer.ran.load(), 20000);
+    EXPECT_LE(producer.most.load(), 4 * 64) << slots << " slots: tasks in flight went far past the bound";
   }
 }
 
@@ -595,26 +601,12 @@ TEST(ConfigBehaviour, AProducerRunToRelieveTheSubmittersQueueIsBounded) {
   Context context(with({{"parallel.thread_pool_size", "1"},
                         {"task_queue.per_device_queue_depth", "1"},
                         {"task_queue.max_in_flight", "64"}}));
-  std::atomic<long> in_flight{0};
-  std::atomic<long> most{0};
-  std::atomic<long> ran{0};
-  auto producer = [&] {
-    for (int i = 0; i < 20000; ++i) {
-      const long now = in_flight.fetch_add(1) + 1;
-      long seen = most.load();
-      while (now > seen && !most.compare_exchange_weak(seen, now)) {
-      }
-      context.spawn([&] {
-        ran.fetch_add(1);
-        in_flight.fetch_sub(1);
-      });
-    }
-  };
-  context.spawn(producer);
-  context.spawn(producer);  // the deque is past its depth: this thread runs the producers here
+  TrackedProducer producer{context, 20000};
+  context.spawn([&] { producer(); });
+  context.spawn([&] { producer(); });  // the deque is past its depth: this thread runs the producers here
   context.wait_all();
-  EXPECT_EQ(ran.load(), 40000);
-  EXPECT_LE(most.load(), 4 * 64) << "tasks in flight went far past the bound";
+  EXPECT_EQ(producer.ran.load(), 40000);
+  EXPECT_LE(producer.most.load(), 4 * 64) << "tasks in flight went far past the bound";
 }
 
 // An application thread whose last throttle check fell inside a task it ran while waiting (in the
