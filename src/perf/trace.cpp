@@ -18,6 +18,7 @@
 #include "runtime/context_impl.hpp"
 #include "util/json_text.hpp"
 #include "util/log.hpp"
+#include "util/replace_file.hpp"
 
 namespace nerve::detail {
 namespace {
@@ -231,13 +232,27 @@ nlohmann::json trace_to_json(const ContextImpl& context) {
 }
 
 void write_trace_file(const ContextImpl& context, const std::filesystem::path& path) {
+  const std::string text = json_text(trace_to_json(context)) + '\n';
+  // A regular file (or a new one) is replaced whole, through a temporary renamed over it: a process
+  // stopped while writing (Ctrl-C) leaves the previous trace, not an empty or half file. A device,
+  // a FIFO or a link (one that leads nowhere: the context resolved the others) is written in place,
+  // and so is a file whose directory does not let a temporary be made beside it.
+  std::error_code error;
+  const auto status = std::filesystem::symlink_status(path, error);
+  if (error || !std::filesystem::exists(status) || std::filesystem::is_regular_file(status)) {
+    try {
+      replace_file(path, text);
+      return;
+    } catch (const std::exception&) {  // no temporary possible there: written in place below
+    }
+  }
   errno = 0;
   std::ofstream out(path);
   if (!out) {
     throw Error(ErrorCode::invalid_argument, fmt::format("cannot write the trace to '{}': {}", path.string(),
                                                          errno != 0 ? std::strerror(errno) : "open failed"));
   }
-  out << json_text(trace_to_json(context)) << '\n';
+  out << text;
   if (!out)
     throw Error(ErrorCode::invalid_argument, fmt::format("failed writing the trace to '{}'", path.string()));
 }

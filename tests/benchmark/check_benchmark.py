@@ -217,6 +217,23 @@ def case_usage(binary, directory):
         result = run(binary, *QUICK, "--only", empty, expect=2)
         check("names no workload" in result.stderr, f"--only {empty!r}: {result.stderr}")
         check("figures" not in result.stdout, f"--only {empty!r}: something ran: {result.stdout}")
+    # A blank inside an id is reported, not squeezed out ("W1 0" ran W10).
+    result = run(binary, *QUICK, "--only", "W1 0", expect=2)
+    check("no workload 'W1 0'" in result.stderr, f"--only 'W1 0': {result.stderr}")
+    # Outputs through links: a link to a file not written yet is that file (the same-file check), and
+    # the probe of a dangling link leaves the link as it was (it removed the link, leaving its target).
+    target = os.path.join(directory, "report.json")
+    alias = os.path.join(directory, "alias.html")
+    os.symlink("report.json", alias)
+    result = run(binary, *QUICK, "--only", "W1", "--json", target, "--html", alias, expect=2)
+    check("same file" in result.stderr, f"--html through a link to the --json file: {result.stderr}")
+    dangling = os.path.join(directory, "dangling.json")
+    os.symlink(os.path.join("results", "real.json"), dangling)
+    os.mkdir(os.path.join(directory, "results"))
+    result = run(binary, *QUICK, "--only", "W1", "--json", dangling, "--config", bad_config, expect=2)
+    check(os.path.islink(dangling), "the output probe removed the link it was given")
+    check(not os.path.exists(os.path.join(directory, "results", "real.json")),
+          "the output probe left the link's target behind")
 
 
 def case_config_error(binary, directory):
@@ -236,6 +253,16 @@ def case_config_error(binary, directory):
               f"{key}: {value}: the error does not name the key and its line: {result.stderr}")
         check("figures" not in result.stdout and "CHECK FAILED" not in result.stdout,
               f"{key}: {value}: something ran: {result.stdout}")
+    # A plugin that cannot be loaded stops --list as it stops a run (an uncaught exception aborted it).
+    plugins = os.path.join(directory, "plugins")
+    os.mkdir(plugins)
+    with open(os.path.join(plugins, "libnerve-backend-junk.so"), "w") as f:
+        f.write("junk\n")
+    for args in (["--list"], [*QUICK, "--only", "W1"]):
+        result = run(binary, *args, expect=None, nerve_environment={"NERVE_PLUGIN_PATH": plugins})
+        check(result.returncode in (1, 2) and "libnerve-backend-junk.so" in result.stderr
+              and "terminate" not in result.stderr,
+              f"{' '.join(args)} with a bad plugin: exit {result.returncode}: {result.stderr}")
     # A workload --only names that the machine cannot run fails the run (exit 1), saying why.
     with open(config, "w") as f:
         f.write("gpu:\n  devices: none\n")

@@ -55,8 +55,11 @@ std::vector<std::string> split(const std::string& text, bool upper) {
   std::stringstream stream(text);
   std::string item;
   while (std::getline(stream, item, ',')) {
-    item.erase(std::remove_if(item.begin(), item.end(), [](unsigned char c) { return std::isspace(c); }),
-               item.end());
+    // Blanks around an item are separators ("W1, W9"); one inside it stays, to be reported: "W1 0"
+    // named W10 when they were squeezed out.
+    const auto blank = [](unsigned char c) { return std::isspace(c) != 0; };
+    item.erase(std::find_if_not(item.rbegin(), item.rend(), blank).base(), item.end());
+    item.erase(item.begin(), std::find_if_not(item.begin(), item.end(), blank));
     if (upper)
       std::transform(item.begin(), item.end(), item.begin(), [](unsigned char c) { return std::toupper(c); });
     if (!item.empty()) items.push_back(item);
@@ -142,13 +145,23 @@ int list_workloads(const std::string& config) {
   nerve::Settings settings;  // what a run would use: the environment and --config
   settings.use_environment(true);
   if (!config.empty()) settings.config_file(config);
-  for (const auto& entry : nerve::bench::workload_registry()) {
-    std::string reason;
-    const bool ok = entry.supported(settings, &reason);
-    std::printf("%-4s %-22s %s", entry.id, entry.title,
-                ok ? "supported" : ("not supported: " + reason).c_str());
-    if (*entry.parameters != '\0') std::printf("; --param %s.{%s}", entry.id, entry.parameters);
-    std::printf("\n");
+  // Asking whether a workload can run makes a context: what stops a run (a bad plugin, a bad key)
+  // stops the list the same way, with the same message and exit status, rather than an abort.
+  try {
+    for (const auto& entry : nerve::bench::workload_registry()) {
+      std::string reason;
+      const bool ok = entry.supported(settings, &reason);
+      std::printf("%-4s %-22s %s", entry.id, entry.title,
+                  ok ? "supported" : ("not supported: " + reason).c_str());
+      if (*entry.parameters != '\0') std::printf("; --param %s.{%s}", entry.id, entry.parameters);
+      std::printf("\n");
+    }
+  } catch (const nerve::Error& error) {
+    const bool configuration = error.code() == nerve::ErrorCode::invalid_config;
+    std::fflush(stdout);
+    std::fprintf(stderr, "openclaw-benchmark: %s: %s\n", configuration ? "configuration" : "error",
+                 error.what());
+    return configuration ? 2 : 1;
   }
   return 0;
 }
@@ -364,7 +377,9 @@ int main(int argc, char** argv) {
   }
   std::transform(line.inject_fault.begin(), line.inject_fault.end(), line.inject_fault.begin(),
                  [](unsigned char c) { return std::toupper(c); });
-  const std::vector<std::string> only = split(line.only, true);
+  std::vector<std::string> only;  // each workload once, in the order first named
+  for (std::string& id : split(line.only, true))
+    if (!contains(only, id)) only.push_back(std::move(id));
   // An unknown name is quoted as the user wrote it (ids are matched in upper case).
   const auto unknown_workload = [](const char* option, const std::string& text, const char* hint) {
     const auto& all = nerve::bench::workload_registry();
@@ -437,7 +452,9 @@ int main(int argc, char** argv) {
     std::error_code ignored;
     const bool existed = std::filesystem::exists(path, ignored);
     const bool ok = static_cast<bool>(std::ofstream(path, std::ios::app));
-    if (ok && !existed) std::filesystem::remove(path, ignored);
+    // The probe made the file: remove that file, where a link leads, not the link (removing the path
+    // as given took a dangling link away and left its target behind, empty).
+    if (ok && !existed) std::filesystem::remove(std::filesystem::canonical(path, ignored), ignored);
     if (!ok)
       std::fprintf(stderr, "openclaw-benchmark: %s %s: cannot write this file: %s\n", option, path.c_str(),
                    std::strerror(errno));
@@ -446,12 +463,23 @@ int main(int argc, char** argv) {
   // An output naming the file of another output, or an input (the --compare baseline, the
   // --from-json report, the --trace file), would overwrite it: the same path however spelt (relative
   // or absolute, with "." or ".."), or the same file under two names (a link).
-  const auto same_file = [](const std::string& a, const std::string& b) {
+  // A path as the file it names: its links followed, those of its last part too when that file does
+  // not exist yet (a link to a file the run is about to write is that file).
+  const auto resolved = [](const std::string& text) {
+    std::error_code error;
+    std::filesystem::path path = std::filesystem::absolute(text, error);
+    for (int hops = 0; hops < 40 && std::filesystem::is_symlink(path, error); ++hops) {
+      const std::filesystem::path target = std::filesystem::read_symlink(path, error);
+      if (error) break;
+      path = target.is_absolute() ? target : path.parent_path() / target;
+    }
+    const std::filesystem::path canonical = std::filesystem::weakly_canonical(path, error);
+    return (error ? path : canonical).lexically_normal();
+  };
+  const auto same_file = [&resolved](const std::string& a, const std::string& b) {
     if (a.empty() || b.empty()) return false;
     std::error_code error;
-    return std::filesystem::absolute(a).lexically_normal() ==
-               std::filesystem::absolute(b).lexically_normal() ||
-           std::filesystem::equivalent(a, b, error);
+    return resolved(a) == resolved(b) || std::filesystem::equivalent(a, b, error);
   };
   const std::tuple<const char*, const std::string*, const char*, const std::string*> overwrites[] = {
       {"--json", &line.json, "--html", &line.html},
