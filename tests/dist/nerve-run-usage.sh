@@ -26,6 +26,10 @@ expect_usage_error "not ''" -np "" /bin/echo ran-the-program
 expect_usage_error "unknown option --bogus" --bogus /bin/echo ran-the-program
 expect_usage_error "not '+4'" -np +4 /bin/echo ran-the-program
 expect_usage_error "not ' 4'" -np " 4" /bin/echo ran-the-program
+# An option given twice is reported, not "the last one wins".
+expect_usage_error "-np given twice" -np 2 -n 3 /bin/echo ran-the-program
+expect_usage_error "--config given twice" --config /dev/null --config /dev/null /bin/echo ran-the-program
+expect_usage_error "--dry-run given twice" --dry-run --dry-run /bin/echo ran-the-program
 (  # CTest sets distributed.nodes for the cases below: here there must be none
   unset NERVE_DISTRIBUTED_NODES
   expect_usage_error "distributed.nodes is empty" --hostfile "${TMPDIR:-/tmp}/nerve-run-usage-hosts" --dry-run \

@@ -26,6 +26,7 @@
 // it; nerve-run exits with mpirun's status (127 if it could not be started; killed by a signal: the
 // same signal). SIGTERM and SIGHUP sent to nerve-run are passed on to mpirun; SIGINT and SIGQUIT
 // (which a terminal sends to mpirun too) only wait for it.
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -113,8 +114,16 @@ int main(int argc, char** argv) {
   long ranks = 0;
   bool dry_run = false;
   int first = 1;
+  // An option given twice is a mistake to report (as openclaw-benchmark does), not a silent "last wins".
+  std::vector<std::string> seen;
+  const auto once = [&seen](const std::string& option) {
+    if (std::find(seen.begin(), seen.end(), option) != seen.end()) usage(option + " given twice");
+    seen.push_back(option);
+  };
   for (; first < argc; ++first) {
     const std::string arg = argv[first];
+    if (arg == "--config" || arg == "--hostfile" || arg == "--dry-run") once(arg);
+    if (arg == "-np" || arg == "-n") once("-np");
     if (arg == "-h" || arg == "--help") {
       std::fputs(usage_line, stdout);
       return 0;
