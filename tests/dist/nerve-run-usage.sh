@@ -26,6 +26,12 @@ expect_usage_error "not ''" -np "" /bin/echo ran-the-program
 expect_usage_error "unknown option --bogus" --bogus /bin/echo ran-the-program
 expect_usage_error "not '+4'" -np +4 /bin/echo ran-the-program
 expect_usage_error "not ' 4'" -np " 4" /bin/echo ran-the-program
+# An empty NERVE_MPIRUN is unset: the mpirun found at build time runs (--dry-run prints its command).
+out=$(NERVE_MPIRUN= NERVE_DISTRIBUTED_NODES=localhost:1 "$run" --dry-run /bin/echo x 2>&1)
+command_line=$(grep "/bin/echo x" <<<"$out")
+if [ -z "$command_line" ] || [[ "$command_line" == " "* ]]; then
+  echo "FAIL: NERVE_MPIRUN='' --dry-run: $out"
+fi
 # An option given twice is reported, not "the last one wins".
 expect_usage_error "-np given twice" -np 2 -n 3 /bin/echo ran-the-program
 expect_usage_error "--config given twice" --config /dev/null --config /dev/null /bin/echo ran-the-program

@@ -20,7 +20,7 @@
 // replaces it, for nerve-run and the ranks alike. nerve binds its own workers
 // (parallel.thread_affinity), so mpirun must not bind ranks to one core each. --dry-run prints the
 // hostfile and the command (it writes the hostfile only to a --hostfile PATH, never a temporary one).
-// The mpirun used is $NERVE_MPIRUN, else the one found at build time.
+// The mpirun used is $NERVE_MPIRUN (when set and not empty), else the one found at build time.
 //
 // mpirun runs as a child (fork + exec, then wait) so that the temporary hostfile can be removed after
 // it; nerve-run exits with mpirun's status (127 if it could not be started; killed by a signal: the
@@ -178,8 +178,9 @@ int main(int argc, char** argv) {
           "or give mpirun its own --hostfile)");
   }
 
-  std::vector<std::string> command{std::getenv("NERVE_MPIRUN") != nullptr ? std::getenv("NERVE_MPIRUN")
-                                                                          : NERVE_MPIRUN};
+  // An empty NERVE_MPIRUN (a variable set to nothing) is unset, not a program named "".
+  const char* mpirun = std::getenv("NERVE_MPIRUN");
+  std::vector<std::string> command{mpirun != nullptr && *mpirun != '\0' ? mpirun : NERVE_MPIRUN};
   bool temporary_hostfile = false;       // created here: removed after the run
   bool temporary_hostfile_name = false;  // no --hostfile: with --dry-run, a name only
   if (slots > 0) {
