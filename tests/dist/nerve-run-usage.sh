@@ -32,6 +32,11 @@ command_line=$(grep "/bin/echo x" <<<"$out")
 if [ -z "$command_line" ] || [[ "$command_line" == " "* ]]; then
   echo "FAIL: NERVE_MPIRUN='' --dry-run: $out"
 fi
+# The --dry-run command can be pasted into a shell: words with blanks or quotes are quoted.
+out=$(NERVE_DISTRIBUTED_NODES=localhost:1 "$run" --dry-run /bin/echo "two words" "it's" plain 2>&1)
+if ! grep -qF "/bin/echo 'two words' 'it'\''s' plain" <<<"$out"; then
+  echo "FAIL: --dry-run does not quote: $out"
+fi
 # An option given twice is reported, not "the last one wins".
 expect_usage_error "-np given twice" -np 2 -n 3 /bin/echo ran-the-program
 expect_usage_error "--config given twice" --config /dev/null --config /dev/null /bin/echo ran-the-program

@@ -27,6 +27,7 @@
 // same signal). SIGTERM and SIGHUP sent to nerve-run are passed on to mpirun; SIGINT and SIGQUIT
 // (which a terminal sends to mpirun too) only wait for it.
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -104,6 +105,18 @@ int run(std::vector<char*>& args) {
 std::string temporary_directory() {
   const char* directory = std::getenv("TMPDIR");
   return directory != nullptr && *directory != '\0' ? directory : "/tmp";
+}
+
+// shell_quoted(): `word` as a POSIX shell would need it to stay one word (the --dry-run command can
+// be pasted: "--hostfile my hosts" printed bare read as three words).
+std::string shell_quoted(const std::string& word) {
+  const bool plain = !word.empty() && std::all_of(word.begin(), word.end(), [](unsigned char c) {
+    return std::isalnum(c) != 0 || std::strchr("_@%+=:,./-", c) != nullptr;
+  });
+  if (plain) return word;
+  std::string quoted = "'";
+  for (const char c : word) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
 }
 
 }  // namespace
@@ -235,7 +248,7 @@ int main(int argc, char** argv) {
 
   if (dry_run) {
     if (!hosts.empty()) std::printf("# hostfile %s\n%s", hostfile.c_str(), hosts.c_str());
-    for (const std::string& word : command) std::printf("%s ", word.c_str());
+    for (const std::string& word : command) std::printf("%s ", shell_quoted(word).c_str());
     std::printf("\n");
     return 0;
   }
