@@ -56,21 +56,26 @@
 
 namespace nerve::distributed {
 
-// block_cyclic() is the owner of block `index` in a 1D block-cyclic distribution over `ranks`.
+// block_cyclic() is the owner of block `index` in a 1D block-cyclic distribution over `ranks`. A world
+// has at least one rank: `ranks` below 1 counts as one (every block on rank 0), not a division by zero.
 constexpr int block_cyclic(std::size_t index, int ranks) noexcept {
-  return static_cast<int>(index % static_cast<std::size_t>(ranks));
+  return ranks < 1 ? 0 : static_cast<int>(index % static_cast<std::size_t>(ranks));
 }
 
 // Grid: a 2D block-cyclic distribution (ScaLAPACK's), rows × cols ranks; rank = (i % rows) * cols + j % cols.
 struct Grid {
   int rows = 1;
   int cols = 1;
+  // A grid with fewer than one row or column is a grid of one rank (rank 0 owns everything).
   constexpr int owner(std::size_t i, std::size_t j) const noexcept {
+    if (rows < 1 || cols < 1) return 0;
     return static_cast<int>((i % static_cast<std::size_t>(rows)) * static_cast<std::size_t>(cols) +
                             j % static_cast<std::size_t>(cols));
   }
-  // for_ranks() is the most square grid of exactly `ranks` ranks (rows <= cols).
+  // for_ranks() is the most square grid of exactly `ranks` ranks (rows <= cols); 1 × 1 for fewer than
+  // one rank.
   static constexpr Grid for_ranks(int ranks) noexcept {
+    if (ranks < 1) return Grid{1, 1};
     int rows = 1;
     for (int r = 1; r * r <= ranks; ++r) {
       if (ranks % r == 0) rows = r;

@@ -13,6 +13,7 @@
 
 #include "dist/runtime_impl.hpp"
 #include "dist/wire.hpp"
+#include "runtime/context_impl.hpp"
 #include "util/exception_text.hpp"
 
 namespace nerve::distributed::detail {
@@ -139,6 +140,16 @@ std::uint64_t buffer_number(const BufferEntry* entry) noexcept { return entry->n
 TaskPlan plan_task(RuntimeImpl* runtime, const AccessDescription* accesses, std::size_t count,
                    const TaskOptions& options) {
   runtime->throw_if_failed();
+  // Every rank must submit the same distributed tasks in the same order; a task body runs on one
+  // rank only, so a submission from inside one was made by that rank alone: the others never ran the
+  // task, and the run silently gave wrong results on more than one rank (black-box audit).
+  if (nerve::detail::running_task_record() != nullptr) {
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("distributed task '{}' submitted from inside a task: every rank submits the "
+                            "same distributed tasks from its one submitting thread, and a task body runs on "
+                            "one rank only (submit plain tasks to the context there)",
+                            display(options.name)));
+  }
   TaskPlan plan;
   int rank = -1;
   for (std::size_t i = 0; i < count; ++i) {

@@ -205,6 +205,35 @@ TEST(DistributedGrid, BlockCyclicOwners) {
   EXPECT_EQ(grid.owner(2, 4), 1);
   EXPECT_EQ(dist::Grid::for_ranks(4).rows, 2);
   EXPECT_EQ(dist::Grid::for_ranks(7).rows, 1);
+  // Fewer than one rank is one rank, not a division by zero (black-box audit: SIGFPE).
+  EXPECT_EQ(dist::block_cyclic(5, 0), 0);
+  constexpr dist::Grid none = dist::Grid::for_ranks(0);
+  static_assert(none.rows == 1 && none.cols == 1);
+  EXPECT_EQ(dist::Grid::for_ranks(-3).owner(4, 7), 0);
+  EXPECT_EQ((dist::Grid{2, 0}).owner(4, 7), 0);
+}
+
+// A distributed task submitted from inside a task's body would be submitted by one rank only (the
+// body runs on one): it is refused, on every world size (it silently gave wrong results on two).
+TEST(DistributedLocal, SubmittingFromInsideATaskIsAnError) {
+  Context context(with({}));
+  dist::Runtime world(context);
+  auto a = world.buffer<int>(1, 0);
+  auto b = world.buffer<int>(1, 0);
+  std::string refused;
+  world.submit(
+      [&](std::span<int> out) {
+        out[0] = 1;
+        try {
+          world.submit([](std::span<int> inner) { inner[0] = 5; }, dist::write(b));
+        } catch (const Error& error) {
+          if (error.code() == ErrorCode::invalid_argument) refused = error.what();
+        }
+      },
+      dist::write(a));
+  world.wait_all();
+  EXPECT_NE(refused.find("submitted from inside a task"), std::string::npos) << refused;
+  EXPECT_EQ(world.stats().tasks_run, 1u) << "the inner task ran";
 }
 
 TEST(DeferredTasks, CompleteFromAnotherThread) {
