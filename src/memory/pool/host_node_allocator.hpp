@@ -44,6 +44,9 @@ class HostNodeAllocator final : public NodeAllocator {
   std::string describe() const override;
   BlockPlacement placement_of(const void* address) const override;
   NodeAllocatorStats stats() const override;
+  void release_free_memory() noexcept override {
+    if (library_ != nullptr) library_->release_free_memory();
+  }
 
   MemoryAllocator kind() const noexcept { return kind_; }
 

@@ -78,6 +78,13 @@ std::unique_ptr<MallocLibrary> load(MemoryAllocator kind, const std::vector<std:
     auto library = std::make_unique<MallocLibrary>();
     library->aligned_alloc = reinterpret_cast<void* (*)(std::size_t, std::size_t)>(allocate);
     library->free = reinterpret_cast<void (*)(void*)>(release);
+    if (tcmalloc) {
+      library->release_free_memory_call =
+          reinterpret_cast<void (*)()>(find_own_symbol(handle, {"MallocExtension_ReleaseFreeMemory"}));
+    } else {
+      library->mallctl = reinterpret_cast<int (*)(const char*, void*, std::size_t*, void*, std::size_t)>(
+          find_own_symbol(handle, {"je_mallctl", "mallctl"}));
+    }
     library->file = file;
     return library;
   }

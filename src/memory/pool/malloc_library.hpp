@@ -30,7 +30,18 @@ namespace nerve::memory {
 struct MallocLibrary {
   void* (*aligned_alloc)(std::size_t alignment, std::size_t bytes) = nullptr;  // (alignment, bytes)
   void (*free)(void* block) = nullptr;
+  // Gives the library's free memory back to the system (tcmalloc: MallocExtension_ReleaseFreeMemory;
+  // jemalloc: mallctl "arena.<all>.purge"); a freed block otherwise stays in the library's free
+  // lists, and the process's resident memory with it. Null if the library exports no such call.
+  void (*release_free_memory_call)() = nullptr;
+  int (*mallctl)(const char*, void*, std::size_t*, void*, std::size_t) = nullptr;
   std::string file;  // the library that was loaded, e.g. "libjemalloc.so.2"
+
+  void release_free_memory() const noexcept {
+    if (release_free_memory_call != nullptr) release_free_memory_call();
+    // MALLCTL_ARENAS_ALL: every arena at once.
+    if (mallctl != nullptr) (void)mallctl("arena.4096.purge", nullptr, nullptr, nullptr, 0);
+  }
 };
 
 // malloc_library() loads (on first use) the library for `kind` (jemalloc or tcmalloc).

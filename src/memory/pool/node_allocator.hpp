@@ -72,6 +72,9 @@ class NodeAllocator {
   // a default BlockPlacement for other allocators or unknown addresses.
   virtual BlockPlacement placement_of(const void* /*address*/) const { return {}; }
   virtual NodeAllocatorStats stats() const = 0;
+  // release_free_memory(): after blocks went back (compact()), ask the source to return what it
+  // keeps of them to the system; nothing for a source that unmaps at once.
+  virtual void release_free_memory() noexcept {}
 };
 
 // page_size() is the system's page size (host_node_allocator.cpp).
