@@ -18,6 +18,10 @@
 //   void* p = pool.allocate(64);
 //   pool.deallocate(p, 64);  // the size given to allocate()
 //
+// Misuse of small chunks (64 KiB and less) is not detected: a double free, a wrong size or a pointer
+// the pool did not give corrupts its free lists, like free() misuse in malloc — the fast path has no
+// room for a check. Blocks above 64 KiB are checked: such a deallocate() is logged and ignored.
+//
 // Thread safety: allocate() and deallocate() may be called from any threads concurrently, and a
 // block may be deallocated by another thread than the one that allocated it. compact() and stats()
 // may run concurrently with them. The pool must outlive every call; destroying it while another
@@ -59,7 +63,9 @@ struct MemoryPoolStats {
   std::string node;                // the memory node, as in error messages
   std::size_t limit_bytes = 0;     // the pool's limit; 0 = none
   std::size_t bytes_reserved = 0;  // obtained from the node: slabs and large blocks, cached ones included
-  std::size_t bytes_in_use = 0;    // allocated and not deallocated, in whole chunks and blocks
+  // allocated and not deallocated, in whole chunks and blocks (blocks of 1 MiB and more with their
+  // colour padding, as in bytes_reserved)
+  std::size_t bytes_in_use = 0;
   // What counts against limit_bytes: bytes_reserved less the colour padding of blocks of 1 MiB and
   // more (docs/MEMORY.md), so it never exceeds the limit while bytes_reserved may, by that padding.
   std::size_t bytes_charged = 0;

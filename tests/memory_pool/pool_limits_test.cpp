@@ -81,6 +81,21 @@ TEST_F(PoolFixture, AnUncappedPoolSaysItHasNoLimit) {
   }
 }
 
+// A request no node could ever hold fails without first flushing the pool's caches (it emptied every
+// cached block and slab for nothing, and the error then reported "0 reserved"; memory audit).
+TEST_F(PoolFixture, AnImpossibleRequestLeavesTheCachesAlone) {
+  auto pool = make_pool(config_with({}), 0);
+  constexpr std::size_t mib = std::size_t{1} << 20;
+  void* block = pool->allocate(mib);
+  pool->deallocate(block, mib);  // cached for reuse
+  const std::uint64_t reserved = pool->stats().bytes_reserved;
+  ASSERT_GT(reserved, 0u);
+  EXPECT_THROW((void)pool->allocate(SIZE_MAX), Error);
+  EXPECT_EQ(pool->stats().bytes_reserved, reserved) << "the cached block was given back";
+  pool->compact();
+  expect_nothing_in_use(*pool);
+}
+
 TEST_F(PoolFixture, AlignedAllocations) {
   struct Block {
     void* pointer;

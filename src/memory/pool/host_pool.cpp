@@ -153,7 +153,12 @@ std::uint32_t HostPool::take_chunks(ThreadCache* cache, unsigned size_class, std
 void* HostPool::allocate_large(std::size_t bytes) {
   bool from_cache = false;
   void* block = large_.try_allocate(bytes, &from_cache);
-  if (block == nullptr) {
+  // Compacting makes room, unless no room could ever be enough: a request past any node's size (or
+  // past the pool's limit alone) would only have flushed every cache for nothing.
+  const std::size_t rounded = LargeAllocations::rounded_size(bytes);
+  const bool could_fit = rounded >= bytes && rounded <= NodeBudget::max_block_bytes &&
+                         (budget_.limit() == 0 || rounded <= budget_.limit());
+  if (block == nullptr && could_fit) {
     compact();
     block = large_.try_allocate(bytes, &from_cache);
   }
