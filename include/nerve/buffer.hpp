@@ -44,7 +44,8 @@ struct BufferOptions {
   // The NUMA node whose memory should hold the data and whose workers should run the tasks that use
   // it (scheduler.numa_affinity). -1: the node of the first worker that writes it (first touch).
   int numa_node = -1;
-  // A name for messages, traces and statistics.
+  // A name for messages (errors and warnings say "buffer 7 'name'"); traces and statistics count
+  // copies and bytes per node, not per buffer, and do not show it.
   std::string name;
   // STICKY: under memory pressure on a device, this buffer's replica is evicted last.
   bool sticky = false;
