@@ -9,9 +9,16 @@ namespace nerve::detail {
 
 std::filesystem::path absolute_path(const std::filesystem::path& path) {
   std::error_code error;
-  const std::filesystem::path absolute = std::filesystem::absolute(path, error);
+  std::filesystem::path absolute = std::filesystem::absolute(path, error);
   if (error) return path.lexically_normal();
-  // Links resolved where they lead somewhere: a link to another output's file is that file.
+  // Links resolved: a link to another output's file is that file — also when that file does not exist
+  // yet, which weakly_canonical() leaves as the link (two outputs through links to one new file were
+  // two different paths).
+  for (int hops = 0; hops < 40 && std::filesystem::is_symlink(absolute, error); ++hops) {
+    const std::filesystem::path target = std::filesystem::read_symlink(absolute, error);
+    if (error) break;
+    absolute = target.is_absolute() ? target : absolute.parent_path() / target;
+  }
   std::filesystem::path resolved = std::filesystem::weakly_canonical(absolute, error);
   return error ? absolute.lexically_normal() : resolved;
 }

@@ -24,8 +24,9 @@ struct ClaimedPath {
 ClaimedPath claim_output_path(const std::filesystem::path& requested, std::uint64_t context_id,
                               std::string_view key);
 
-// absolute_path(): `path` against the working directory now, normalised, symbolic links that lead
-// somewhere resolved; `path` itself when the working directory cannot be read.
+// absolute_path(): `path` against the working directory now, normalised, symbolic links resolved (a
+// last link to a file not made yet too: it names that file); `path` itself when the working directory
+// cannot be read. What a file is called whatever the spelling: outputs compare by it.
 std::filesystem::path absolute_path(const std::filesystem::path& path);
 
 }  // namespace nerve::detail

@@ -72,9 +72,7 @@ void ContextImpl::report_root_errors() {
                           dropped, max_root_errors));
 }
 
-void ContextImpl::on_slot_idle() noexcept {
-  if (root_parked.load(std::memory_order_seq_cst) > 0) scheduler.waiters().wake(&root_parked);
-}
+void ContextImpl::on_slot_idle() noexcept { wake_root_waiters(); }
 
 // Every few submissions (throttle_intervals()) a thread checks the master deque's depth (an
 // application thread) and, less often, the number of tasks in flight; above

@@ -288,6 +288,31 @@ TEST(Trace, APathThroughALinkKeepsTheLink) {
   std::filesystem::remove(target);
 }
 
+// Outputs compare by the file they name: a link to a trace file not made yet is that file, so a
+// second context naming the file itself writes its own (both wrote one file, the link's claim
+// having been on the link's name).
+TEST(Trace, ALinkToAFileNotMadeYetClaimsThatFile) {
+  const auto target = temp_file("nerve-trace-claim-target");
+  const auto link = temp_file("nerve-trace-claim-link");
+  std::filesystem::remove(target);
+  std::filesystem::remove(link);
+  std::filesystem::create_symlink(target, link);
+  std::uint64_t second_id = 0;
+  {
+    Settings through_link = make_settings(1);
+    through_link.set("perf.trace", link.string());
+    Context first(through_link);
+    Settings direct = make_settings(1);
+    direct.set("perf.trace", target.string());
+    Context second(direct);
+    second_id = second.impl()->id;
+  }
+  const auto own = target.parent_path() /
+                   (target.stem().string() + "." + std::to_string(second_id) + target.extension().string());
+  EXPECT_TRUE(std::filesystem::exists(own)) << "the second context did not write a file of its own";
+  for (const auto& path : {link, target, own}) std::filesystem::remove(path);
+}
+
 // Several contexts naming one trace file: the first keeps it, later ones write <stem>.<id><ext>.
 TEST(Trace, SeveralContextsNamingOneFileEachWriteTheirOwn) {
   const auto path = temp_file("nerve-trace-several");

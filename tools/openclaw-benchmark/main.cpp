@@ -31,6 +31,7 @@
 
 #include "nerve/nerve.hpp"
 
+#include "perf/output_path.hpp"
 #include "report.hpp"
 #include "scaling.hpp"
 #include "workloads/allocator_baselines.hpp"
@@ -463,23 +464,11 @@ int main(int argc, char** argv) {
   // An output naming the file of another output, or an input (the --compare baseline, the
   // --from-json report, the --trace file), would overwrite it: the same path however spelt (relative
   // or absolute, with "." or ".."), or the same file under two names (a link).
-  // A path as the file it names: its links followed, those of its last part too when that file does
-  // not exist yet (a link to a file the run is about to write is that file).
-  const auto resolved = [](const std::string& text) {
-    std::error_code error;
-    std::filesystem::path path = std::filesystem::absolute(text, error);
-    for (int hops = 0; hops < 40 && std::filesystem::is_symlink(path, error); ++hops) {
-      const std::filesystem::path target = std::filesystem::read_symlink(path, error);
-      if (error) break;
-      path = target.is_absolute() ? target : path.parent_path() / target;
-    }
-    const std::filesystem::path canonical = std::filesystem::weakly_canonical(path, error);
-    return (error ? path : canonical).lexically_normal();
-  };
-  const auto same_file = [&resolved](const std::string& a, const std::string& b) {
+  const auto same_file = [](const std::string& a, const std::string& b) {
     if (a.empty() || b.empty()) return false;
     std::error_code error;
-    return resolved(a) == resolved(b) || std::filesystem::equivalent(a, b, error);
+    return nerve::detail::absolute_path(a) == nerve::detail::absolute_path(b) ||
+           std::filesystem::equivalent(a, b, error);
   };
   const std::tuple<const char*, const std::string*, const char*, const std::string*> overwrites[] = {
       {"--json", &line.json, "--html", &line.html},
