@@ -266,15 +266,21 @@ TEST(Trace, OffByDefault) {
   EXPECT_FALSE(context.stats().tasks_recorded);
 }
 
+// A link named `stem`-link to a file `stem`-target not made yet: {target, link}.
+std::pair<std::filesystem::path, std::filesystem::path> link_to_new_file(const std::string& stem) {
+  const auto target = temp_file(stem + "-target");
+  const auto link = temp_file(stem + "-link");
+  std::filesystem::remove(target);
+  std::filesystem::remove(link);
+  std::filesystem::create_symlink(target, link);
+  return {target, link};
+}
+
 // A trace path that is a link to a file still to be made writes through the link, which stays a link
 // (the writability probe at creation removed the link it had just written through, and the trace
 // then replaced it with a plain file).
 TEST(Trace, APathThroughALinkKeepsTheLink) {
-  const auto target = temp_file("nerve-trace-link-target");
-  const auto link = temp_file("nerve-trace-link");
-  std::filesystem::remove(target);
-  std::filesystem::remove(link);
-  std::filesystem::create_symlink(target, link);
+  const auto [target, link] = link_to_new_file("nerve-trace-link");
   {
     Settings settings = make_settings(1);
     settings.set("perf.trace", link.string());
@@ -292,11 +298,7 @@ TEST(Trace, APathThroughALinkKeepsTheLink) {
 // second context naming the file itself writes its own (both wrote one file, the link's claim
 // having been on the link's name).
 TEST(Trace, ALinkToAFileNotMadeYetClaimsThatFile) {
-  const auto target = temp_file("nerve-trace-claim-target");
-  const auto link = temp_file("nerve-trace-claim-link");
-  std::filesystem::remove(target);
-  std::filesystem::remove(link);
-  std::filesystem::create_symlink(target, link);
+  const auto [target, link] = link_to_new_file("nerve-trace-claim");
   std::uint64_t second_id = 0;
   {
     Settings through_link = make_settings(1);
