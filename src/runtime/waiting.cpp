@@ -80,26 +80,17 @@ void ContextImpl::on_slot_idle() noexcept { wake_root_waiters(); }
 // waits until the count drops.
 void ContextImpl::throttle_slow(ThreadState& thread, const TaskRecord* submitted) {
   const ThrottleIntervals intervals = throttle_intervals();
-  // The next call comes after `next` more submissions (0: at the next one). Set before
-  // relieve_master(), which runs tasks here: their submissions count from it (they found the
-  // countdown wrapped round, and submitted unthrottled, when it was set after).
-  const auto schedule = [&thread](std::uint32_t next) {
-    thread.submissions_until_check = next;
-    thread.submissions_per_check = next + 1;
-  };
-  // An application thread checks its queue's depth too, also after it ran tasks in the master slot
-  // (chosen by the thread's role, not by the slot it holds now).
-  const auto next_check = [&](std::uint32_t until_count) {
-    return thread.is_worker_thread ? until_count : std::min(intervals.depth, until_count);
-  };
-  const bool count_due = thread.submissions_until_count <= thread.submissions_per_check;
-  if (!count_due) {
-    thread.submissions_until_count -= thread.submissions_per_check;
-    schedule(next_check(thread.submissions_until_count - 1));
-  } else {
-    thread.submissions_until_count = intervals.in_flight + 1;
-    schedule(next_check(intervals.in_flight));
-  }
+  const std::uint64_t submitted_count = thread.submitted.load(std::memory_order_relaxed);
+  const bool count_due = submitted_count >= thread.count_in_flight_at;
+  if (count_due) thread.count_in_flight_at = submitted_count + intervals.in_flight + 1;
+  // The next call comes when the count is due, or sooner for an application thread, which checks its
+  // queue's depth too — also after it ran tasks in the master slot (chosen by the thread's role, not
+  // by the slot it holds now). Set before relieve_master(), which runs tasks here: their submissions
+  // count from it (they found the countdown wrapped round, and submitted unthrottled, when it was set
+  // after).
+  const std::uint64_t until_count = thread.count_in_flight_at - submitted_count - 1;
+  thread.submissions_until_check = static_cast<std::uint32_t>(
+      thread.is_worker_thread ? until_count : std::min<std::uint64_t>(intervals.depth, until_count));
   scheduler.relieve_master(thread);
   if (!count_due) return;
   const auto limit = static_cast<std::int64_t>(config.task_queue.max_in_flight);
@@ -112,8 +103,8 @@ void ContextImpl::throttle_slow(ThreadState& thread, const TaskRecord* submitted
   // While over the bound it checks at every submission: checking only every interval-th, the
   // submissions in between piled up without limit (a producer inside a task went 4000x past it).
   if (running_task_record() != nullptr) {
-    thread.submissions_until_count = 0;
-    schedule(0);
+    thread.count_in_flight_at = submitted_count + 1;  // due at the next submission
+    thread.submissions_until_check = 0;
     (void)scheduler.run_if_newest(thread, submitted);
     return;
   }

@@ -46,11 +46,10 @@ struct alignas(cache_line_size) ThreadState {
   Parker parker;
   std::atomic<std::uint64_t> submitted{0};
   std::atomic<std::uint64_t> completed{0};
-  // Submission throttling (ContextImpl::throttle_slow): submissions until its next call, how many
-  // submissions that call accounts for, and how many until it next counts the tasks in flight.
+  // Submission throttling (ContextImpl::throttle_slow): submissions until its next call, and the
+  // `submitted` count at which it next counts the tasks in flight.
   std::uint32_t submissions_until_check = 0;
-  std::uint32_t submissions_per_check = 1;
-  std::uint32_t submissions_until_count = 0;
+  std::uint64_t count_in_flight_at = 0;
   std::uint32_t placement_cursor = 0;
   std::uint64_t random_state = 0x9E3779B97F4A7C15ull;
   std::vector<Predecessor> scratch_predecessors;
