@@ -697,31 +697,6 @@ void refuse_late_task(TaskRecord* task) noexcept {
 }  // namespace
 
 void ContextImpl::execute(TaskRecord* task, ThreadState& thread) {
-  // A task of the fork-join fast path that runs and succeeds is finished here: no accesses to view
-  // or retire, no successors, no handle, no pool, no device, nothing recorded (finish() would test
-  // each of them: ~60 instructions of W2's ~700 per task, callgrind).
-  if (task->lean == lean_pristine && lean_runs_on_host() && !times_tasks) [[likely]] {
-    GroupState* const group = task->group;
-    if (!task->cancel_pending.load(std::memory_order_acquire) &&
-        (group == nullptr || !group->cancel_requested.load(std::memory_order_acquire)) &&
-        !shut_down.load(std::memory_order_acquire)) [[likely]] {
-      task->phase.store(status_running, std::memory_order_relaxed);
-      const std::uint32_t outcome = invoke_closure(task, thread, nullptr);
-      if (outcome == status_succeeded) [[likely]] {
-        destroy_closure(task);
-        task->status.store(status_succeeded, std::memory_order_release);
-        if (group != nullptr) finish_group_member(group);
-        thread.count_completed();
-        if (thread.slot == nullptr) wake_root_waiters();
-        records.free_pristine(thread.records, task);
-        return;
-      }
-      if (outcome == outcome_deferred) return;  // complete_deferred() finishes it
-      destroy_closure(task);
-      finish(task, thread, outcome);
-      return;
-    }
-  }
   std::uint32_t outcome = status_cancelled;
   const bool cancelled =
       task->cancel_pending.load(std::memory_order_acquire) ||
@@ -734,7 +709,9 @@ void ContextImpl::execute(TaskRecord* task, ThreadState& thread) {
     outcome = status_failed;
   } else if (!cancelled) {
     task->phase.store(status_running, std::memory_order_relaxed);
-    if (task->access_count <= max_inline_views) [[likely]] {
+    if (task->access_count == 0) {  // fork-join: no views to fill
+      outcome = invoke_closure(task, thread, nullptr);
+    } else if (task->access_count <= max_inline_views) [[likely]] {
       AccessView views[max_inline_views];
       fill_views(task, thread, views);
       outcome = invoke_closure(task, thread, views);
@@ -748,6 +725,18 @@ void ContextImpl::execute(TaskRecord* task, ThreadState& thread) {
     outcome = status_failed;  // its input could not be brought: it fails, it was not cancelled
   }
   destroy_closure(task);
+  // A task of the fork-join fast path that succeeded is finished here: no accesses to retire, no
+  // successors, no handle, no pool, no device, nothing recorded (finish() would test each of them:
+  // ~60 instructions of W2's ~700 per task, callgrind).
+  if (outcome == status_succeeded && task->lean == lean_pristine && lean_runs_on_host() && !times_tasks)
+      [[likely]] {
+    task->status.store(status_succeeded, std::memory_order_release);
+    if (task->group != nullptr) finish_group_member(task->group);
+    thread.count_completed();
+    if (thread.slot == nullptr) wake_root_waiters();
+    records.free_pristine(thread.records, task);
+    return;
+  }
   finish(task, thread, outcome);
 }
 
