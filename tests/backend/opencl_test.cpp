@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -63,6 +64,7 @@ class OpenclTest : public ::testing::Test {
             ("nerve-opencl-test-" + std::to_string(::getpid()) + "-" +
              ::testing::UnitTest::GetInstance()->current_test_info()->name());
     std::filesystem::remove_all(cache);
+    if (const char* before = std::getenv("NERVE_CACHE_DIR")) cache_dir_before = before;
     ::setenv("NERVE_CACHE_DIR", cache.c_str(), 1);
   }
   void TearDown() override {
@@ -74,7 +76,15 @@ class OpenclTest : public ::testing::Test {
       expect_no_leaks(*context);
       context.reset();
     }
-    if (!cache.empty()) std::filesystem::remove_all(cache);
+    if (cache.empty()) return;
+    // The binary's later suites (heterogeneous, Cholesky) build programs too: they go back to the
+    // process's cache instead of refilling this test's once it is gone (each run left one in /tmp).
+    if (cache_dir_before) {
+      ::setenv("NERVE_CACHE_DIR", cache_dir_before->c_str(), 1);
+    } else {
+      ::unsetenv("NERVE_CACHE_DIR");
+    }
+    std::filesystem::remove_all(cache);
   }
   Context& open(const Settings& settings) {
     context = std::make_unique<Context>(settings);
@@ -89,6 +99,7 @@ class OpenclTest : public ::testing::Test {
     context.reset();
   }
   std::filesystem::path cache;
+  std::optional<std::string> cache_dir_before;  // NERVE_CACHE_DIR before SetUp, restored after
   std::unique_ptr<Context> context;
 };
 
