@@ -8,7 +8,6 @@
 #pragma once
 
 #include <chrono>
-#include <filesystem>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -30,10 +29,6 @@ inline Settings make_settings(unsigned workers,
                                    : policy == SchedulerPolicy::heft ? "heft"
                                                                      : "locality_aware_stealing");
   settings.set("gpu.devices", "none");
-  // heft keeps performance models: in a directory of the test run's, never the user's cache.
-  if (policy == SchedulerPolicy::heft)
-    settings.set("perf.model_dir",
-                 (std::filesystem::temp_directory_path() / "nerve-test-perfmodels").string());
   return settings;
 }
 
