@@ -115,7 +115,7 @@ struct ContextStats {
   std::uint64_t copies = 0;
   MemoryStats memory;
   bool tasks_recorded = false;             // perf.record_tasks or perf.trace is on
-  std::vector<TaskTimes> task_records;     // finished tasks, in no particular order
+  std::vector<TaskTimes> task_records;     // finished tasks, by id (submission order)
   std::uint64_t task_records_dropped = 0;  // beyond perf.max_task_records
   CounterStats counters;
   bool models_enabled = false;

@@ -86,7 +86,8 @@ class Task {
   // where nobody else would run them: there it helps, and may return late by the task it ran.
   // A zero or negative timeout only polls (with a single slot: after running one task at most, so
   // that a polling loop still gets the work done); one longer than int64 nanoseconds waits without
-  // limit.
+  // limit. Where wait() would be refused (its own task, or one ordered after the running task)
+  // a finite wait_for() is not: it cannot deadlock, and returns false at the timeout.
   template <class Rep, class Period>
   bool wait_for(std::chrono::duration<Rep, Period> timeout) const {
     return detail::task_wait(checked(), detail::timeout_ns(timeout));

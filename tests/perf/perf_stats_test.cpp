@@ -104,8 +104,8 @@ TEST(PerfStats, TheStretchACoroutinesExceptionEscapedFromIsRecordedAsFailed) {
   EXPECT_THROW(launch(context, throw_at_once(), "at once").wait(), std::runtime_error);
   context.wait_all();                                        // nothing else to report
   std::map<std::string, std::vector<std::string>> statuses;  // by name, in submission order
-  std::vector<TaskTimes> records = context.stats().task_records;
-  std::sort(records.begin(), records.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+  const std::vector<TaskTimes> records = context.stats().task_records;
+  EXPECT_TRUE(std::ranges::is_sorted(records, {}, &TaskTimes::id)) << "stats.hpp: by id";
   for (const TaskTimes& record : records) statuses[record.name].push_back(record.status);
   EXPECT_EQ(statuses["later"], (std::vector<std::string>{"succeeded", "failed"}));
   EXPECT_EQ(statuses["at once"], (std::vector<std::string>{"failed"}));
