@@ -163,8 +163,9 @@ std::vector<DistributedNode> parse_nodes(std::string_view text) {
 }
 
 // parse_gpu_stream_priorities() reads scheduler.gpu_stream_priorities: `N` (every CUDA device reserves
-// N high-priority streams) or `device:N` items separated by commas or blanks (seeds/000 §3.2's
-// "device: 0, high_priority_streams: 2" per device, as one scalar), e.g. "0:2, 1:1"; N is 0..16.
+// N high-priority streams) or `device:N` items separated by commas or blanks, e.g. "0:2, 1:1"; N is
+// 0..16. A YAML file may give seeds/000 §3.2's sequence of {device: 0, high_priority_streams: 2}
+// maps instead: the records type writes each as "0:2".
 std::vector<Config::Scheduler::GpuStreamPriority> parse_gpu_stream_priorities(std::string_view text) {
   std::vector<Config::Scheduler::GpuStreamPriority> entries;
   const auto number = [](std::string_view digits, unsigned limit, unsigned& out) {
@@ -261,7 +262,8 @@ std::vector<KeySpec> build_key_table() {
        [](Config& c, const ParsedValue& v) {
          c.scheduler.numa_affinity = from_name(numa_affinity_names, v.string());
        }},
-      {"scheduler.gpu_stream_priorities", text_type(), "0",
+      {"scheduler.gpu_stream_priorities", records_type("N or device:N", {"device", "high_priority_streams"}),
+       "0",
        "high-priority streams per CUDA device for tasks of priority > 0: N (every device) or "
        "device:N,... (e.g. 0:2,1:1)",
        [](Config& c, const ParsedValue& v) {

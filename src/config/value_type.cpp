@@ -1,5 +1,6 @@
 #include "config/value_type.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -192,6 +193,9 @@ std::string ValueType::expected() const {
     case ValueKind::output_path: return "a path, or empty for none";
     case ValueKind::readable_file: return "the path of a readable file";
     case ValueKind::list: return fmt::format("a comma-separated list of {}", item);
+    case ValueKind::records:
+      return fmt::format("{} items separated by commas, or a sequence of them or of maps with {}", item,
+                         fmt::join(fields, ", "));
   }
   return "a value";
 }
@@ -253,6 +257,65 @@ ValueType list_type(std::string_view what) {
   return type;
 }
 
+ValueType records_type(std::string_view what, std::vector<std::string_view> fields) {
+  ValueType type;
+  type.kind = ValueKind::records;
+  type.item = what;
+  type.fields = std::move(fields);
+  return type;
+}
+
+namespace {
+
+// record_text() writes map item `index` (0-based) of a records value as its fields' values in the
+// type's order, joined by ':' ({device: 0, high_priority_streams: 2} -> "0:2"): every field once,
+// no other, each a single value.
+std::string record_text(std::size_t index, const std::vector<RawValue::Field>& fields,
+                        const ValueType& type) {
+  std::vector<std::string_view> values;
+  for (const std::string_view wanted : type.fields) {
+    const RawValue::Field* found = nullptr;
+    for (const RawValue::Field& field : fields) {
+      if (field.first != wanted) continue;
+      if (found != nullptr) throw Problem{fmt::format("item {} gives '{}' twice", index + 1, wanted)};
+      found = &field;
+    }
+    if (found == nullptr) {
+      throw Problem{fmt::format("item {} has no '{}' (a map item has the fields {})", index + 1, wanted,
+                                fmt::join(type.fields, ", "))};
+    }
+    if (!found->second) throw Problem{fmt::format("item {}: '{}' is not a single value", index + 1, wanted)};
+    values.push_back(*found->second);
+  }
+  for (const RawValue::Field& field : fields) {
+    if (std::find(type.fields.begin(), type.fields.end(), field.first) == type.fields.end()) {
+      throw Problem{fmt::format("item {} has an unknown field '{}' (a map item has the fields {})", index + 1,
+                                field.first, fmt::join(type.fields, ", "))};
+    }
+  }
+  return fmt::format("{}", fmt::join(values, ":"));
+}
+
+// records_text() writes a records value given as a sequence as the text its key parses: the items
+// separated by ", ".
+std::string records_text(const RawValue& raw, const ValueType& type) {
+  std::vector<std::string> items;
+  for (std::size_t i = 0; i < raw.items.size(); ++i) {
+    const RawValue::Shape shape = i < raw.item_shapes.size() ? raw.item_shapes[i] : RawValue::Shape::scalar;
+    if (shape == RawValue::Shape::sequence) throw nested_item(i, "a sequence", type);
+    if (shape == RawValue::Shape::null) throw Problem{fmt::format("item {} has no value", i + 1)};
+    if (shape == RawValue::Shape::map) {
+      items.push_back(record_text(
+          i, i < raw.item_fields.size() ? raw.item_fields[i] : std::vector<RawValue::Field>{}, type));
+    } else {
+      items.emplace_back(trim(raw.items[i]));
+    }
+  }
+  return fmt::format("{}", fmt::join(items, ", "));
+}
+
+}  // namespace
+
 ParsedValue parse_value(std::string_view key, const ValueType& type, const RawValue& raw,
                         const ConfigOrigin& origin) {
   try {
@@ -260,7 +323,7 @@ ParsedValue parse_value(std::string_view key, const ValueType& type, const RawVa
       case RawValue::Shape::null:
         // `trace:` with nothing after it reads as the empty string ("not set") where that is a value.
         if (type.kind == ValueKind::text || type.kind == ValueKind::output_path ||
-            type.kind == ValueKind::readable_file)
+            type.kind == ValueKind::readable_file || type.kind == ValueKind::records)
           return {"", std::string()};
         throw Problem{fmt::format("no value given (expected {})", type.expected())};
       case RawValue::Shape::sequence:
@@ -270,6 +333,10 @@ ParsedValue parse_value(std::string_view key, const ValueType& type, const RawVa
             if (raw.item_shapes[i] == RawValue::Shape::map) throw nested_item(i, "a map", type);
           }
           return parse_list(raw.items, type);
+        }
+        if (type.kind == ValueKind::records) {
+          std::string text = records_text(raw, type);
+          return {text, text};
         }
         throw Problem{fmt::format("expected {}, got a sequence", type.expected())};
       case RawValue::Shape::map: throw Problem{fmt::format("expected {}, got a map", type.expected())};
@@ -283,7 +350,8 @@ ParsedValue parse_value(std::string_view key, const ValueType& type, const RawVa
       case ValueKind::boolean: return parse_boolean(text, type);
       case ValueKind::duration: return parse_duration(text, type);
       case ValueKind::choice: return parse_choice(text, type);
-      case ValueKind::text: return {std::string(text), std::string(text)};
+      case ValueKind::text:
+      case ValueKind::records: return {std::string(text), std::string(text)};
       case ValueKind::output_path:
         // NERVE_PERF_TRACE=" " wrote a file named " ": blanks alone are a mistake, not a name.
         if (!text.empty() && trim(text).empty())

@@ -8,6 +8,9 @@
 // Sequence-valued keys (gpu.devices) are of kind `list`: the parser takes RawValue::items (a YAML
 // sequence) or comma-separated text (YAML scalar, the environment and the API) and normalizes both
 // to "a,b,c". An item that is itself a sequence or a map ([[0]], [0, {a: 1}]) is rejected as such.
+// Keys of kind `records` (scheduler.gpu_stream_priorities) take "a:b" items as text, or a YAML
+// sequence whose items are such text or maps with the type's named fields ({device: 0,
+// high_priority_streams: 2}, the seed's form), each map written as its field values joined by ':'.
 // Every other kind is a scalar, and a sequence or map is rejected with a message saying so.
 //
 // Thread safety: all functions here are pure; ValueType objects are immutable after construction.
@@ -15,8 +18,10 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -33,6 +38,7 @@ enum class ValueKind {
   output_path,    // a path nerve writes to, verbatim; "" = not set; only blanks is an error
   readable_file,  // a path naming an existing, readable regular file ("" = not set)
   list,           // non-empty words separated by commas (or a YAML sequence of them)
+  records,        // text, or a YAML sequence of text items or maps with the `fields` (joined by ':')
 };
 
 // A value of a choice type that the documentation promises but this build does not implement yet.
@@ -49,7 +55,8 @@ struct ValueType {
   std::int64_t resolution_ns = 1;  // duration: the value must be a whole multiple of this
   std::vector<std::string_view> choices;
   std::vector<PlannedChoice> planned_choices;
-  std::string_view item;  // list: what one item is, for messages
+  std::string_view item;                 // list, records: what one item is, for messages
+  std::vector<std::string_view> fields;  // records: the fields of a map item, in the order joined
 
   // expected() describes the accepted values for messages and documentation, e.g.
   // "an integer 0..4096 or 'auto'", "one of eager, locality_aware_stealing".
@@ -66,6 +73,8 @@ ValueType output_path_type();
 ValueType readable_file_type();
 // list_type(): `what` names one item in messages ("a device index or name").
 ValueType list_type(std::string_view what);
+// records_type(): `what` names one item in messages; `fields` are a map item's, joined by ':'.
+ValueType records_type(std::string_view what, std::vector<std::string_view> fields);
 
 // RawValue is a value as a source delivered it, before any checking.
 struct RawValue {
@@ -74,12 +83,17 @@ struct RawValue {
   std::string text;                // Shape::scalar
   std::vector<std::string> items;  // Shape::sequence: the items' text ("" for an item that is no scalar)
   std::vector<Shape> item_shapes;  // Shape::sequence: each item's shape, when the source knows it
+  // Shape::sequence, an item of Shape::map: its fields in file order, each with its text, or no
+  // text when the field's value is not a scalar (a YAML source fills it; others have no maps).
+  using Field = std::pair<std::string, std::optional<std::string>>;
+  std::vector<std::vector<Field>> item_fields;
 
-  static RawValue scalar(std::string text) { return RawValue{Shape::scalar, std::move(text), {}, {}}; }
-  static RawValue null() { return RawValue{Shape::null, {}, {}, {}}; }
-  static RawValue map() { return RawValue{Shape::map, {}, {}, {}}; }
-  static RawValue sequence(std::vector<std::string> items, std::vector<Shape> item_shapes = {}) {
-    return RawValue{Shape::sequence, {}, std::move(items), std::move(item_shapes)};
+  static RawValue scalar(std::string text) { return RawValue{Shape::scalar, std::move(text), {}, {}, {}}; }
+  static RawValue null() { return RawValue{Shape::null, {}, {}, {}, {}}; }
+  static RawValue map() { return RawValue{Shape::map, {}, {}, {}, {}}; }
+  static RawValue sequence(std::vector<std::string> items, std::vector<Shape> item_shapes = {},
+                           std::vector<std::vector<Field>> item_fields = {}) {
+    return RawValue{Shape::sequence, {}, std::move(items), std::move(item_shapes), std::move(item_fields)};
   }
 };
 

@@ -36,14 +36,22 @@ RawValue raw_value(const YAML::Node& node) {
     case YAML::NodeType::Sequence: {
       std::vector<std::string> items;
       std::vector<RawValue::Shape> shapes;
+      std::vector<std::vector<RawValue::Field>> fields;  // of the map items, for `records` keys
       for (const YAML::Node& item : node) {
         items.push_back(item.IsScalar() ? item.Scalar() : std::string());
         shapes.push_back(item.IsSequence() ? RawValue::Shape::sequence
                          : item.IsMap()    ? RawValue::Shape::map
                          : item.IsScalar() ? RawValue::Shape::scalar
                                            : RawValue::Shape::null);
+        std::vector<RawValue::Field>& own = fields.emplace_back();
+        if (!item.IsMap()) continue;
+        for (const auto& field : item) {
+          own.emplace_back(
+              field.first.IsScalar() ? field.first.Scalar() : std::string(),
+              field.second.IsScalar() ? std::optional<std::string>(field.second.Scalar()) : std::nullopt);
+        }
       }
-      return RawValue::sequence(std::move(items), std::move(shapes));
+      return RawValue::sequence(std::move(items), std::move(shapes), std::move(fields));
     }
     case YAML::NodeType::Map: return RawValue::map();
     default: return RawValue::null();

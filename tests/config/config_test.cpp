@@ -426,5 +426,43 @@ TEST(ConfigGpu, StreamPrioritiesPerDeviceOrForAll) {
   EXPECT_FALSE(config.gpu.cache_hints);
 }
 
+// seeds/000 §3.2's scheduler file, verbatim (comments included): its gpu_stream_priorities is a
+// sequence of {device, high_priority_streams} maps, which means what the "0:2, 1:1" text means.
+TEST(ConfigGpu, TheSeedsSchedulerFileLoadsAsWritten) {
+  const testing::TempDir dir;
+  const auto file = dir.write("nerve_scheduler.yaml", R"(scheduler:
+  policy: "locality_aware_stealing"
+  work_stealing_threshold: 10ms # 本地队列空置超过此时间，开始窃取
+  topology_awareness: true
+  numa_affinity: strict # 严格遵循NUMA亲和性
+  gpu_stream_priorities:
+    - device: 0
+      high_priority_streams: 2 # 为高优先级任务保留2个流
+    - device: 1
+      high_priority_streams: 1
+task_queue:
+  type: "lock_free_mpsc" # 多生产者单消费者无锁队列，每个设备一个
+  per_device_queue_depth: 1024
+)");
+  const Config config = Config::load(hermetic().config_file(file));
+  EXPECT_EQ(config.scheduler.high_priority_streams_for(0), 2u);
+  EXPECT_EQ(config.scheduler.high_priority_streams_for(1), 1u);
+  EXPECT_EQ(config.scheduler.high_priority_streams_for(2), 0u);
+  EXPECT_EQ(testing::entry(config, "scheduler.gpu_stream_priorities").value, "0:2, 1:1");
+  EXPECT_EQ(config.scheduler.work_stealing_threshold, std::chrono::milliseconds(10));
+  EXPECT_EQ(config.task_queue.per_device_queue_depth, 1024u);
+  // Maps in either field order, text items and a plain count mix; an empty sequence reserves none.
+  const auto streams = [&](const std::string& value) {
+    return Config::load(
+               hermetic().config_file(dir.write("s.yaml", "scheduler:\n  gpu_stream_priorities: " + value)))
+        .scheduler;
+  };
+  const auto mixed = streams("[{high_priority_streams: 3, device: 2}, '0:1', 4]\n");
+  EXPECT_EQ(mixed.high_priority_streams_for(2), 3u);
+  EXPECT_EQ(mixed.high_priority_streams_for(0), 1u);
+  EXPECT_EQ(mixed.high_priority_streams_for(7), 4u);
+  EXPECT_EQ(streams("[]\n").high_priority_streams_for(0), 0u);
+}
+
 }  // namespace
 }  // namespace nerve
