@@ -11,7 +11,8 @@ Usage: check_benchmark.py <openclaw-benchmark> <case> [argument]; each case is o
   usage           every usage error exits 2 before anything runs: options unknown or out of range,
                   unknown --scaling workloads, --trace without --html, a non-numeric --param or
                   --fail-over (nan, inf, 0x10), a --compare or --from-json file that is missing or
-                  not a report
+                  not a report, a --json or --html path that is not a regular file (a FIFO: the
+                  output probe waited for a reader)
   param           --param sets W11's batching (recorded in the JSON, used by the run); a bad name
                   is a usage error, a value out of range fails the run
   runtimes        an unknown --runtimes name, or none, is a usage error (exit 2) naming it and listing
@@ -48,10 +49,13 @@ def check(condition, message):
         raise CheckFailed(message)
 
 
-def run(binary, *args, expect=0, nerve_environment=None):
+def run(binary, *args, expect=0, nerve_environment=None, timeout=TIMEOUT_S):
     environment = {k: v for k, v in os.environ.items() if not k.startswith("NERVE_")}
     environment.update(nerve_environment or {})
-    result = subprocess.run([binary, *args], env=environment, capture_output=True, text=True, timeout=TIMEOUT_S)
+    try:
+        result = subprocess.run([binary, *args], env=environment, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise CheckFailed(f"openclaw-benchmark {' '.join(args)} did not finish in {timeout} s")
     if expect is not None and result.returncode != expect:
         raise CheckFailed(f"openclaw-benchmark {' '.join(args)} exited {result.returncode}, expected {expect}\n"
                           f"--- stdout\n{result.stdout[-4000:]}\n--- stderr\n{result.stderr[-4000:]}")
@@ -197,6 +201,24 @@ def case_usage(binary, directory):
         result = run(binary, *QUICK, "--only", "W1", *args, expect=2)
         check(says in result.stderr, f"{' '.join(args)}: the error does not say {says!r}: {result.stderr}")
         check("figures" not in result.stdout, f"{' '.join(args)}: something ran: {result.stdout}")
+    # An output that is not a regular file is refused before anything opens it: the probe of a FIFO
+    # waited for a reader, for ever (regression), and a directory or a device cannot hold a report.
+    fifo = os.path.join(directory, "fifo")
+    os.mkfifo(fifo)
+    fifo_link = os.path.join(directory, "fifo-link.json")
+    os.symlink(fifo, fifo_link)
+    for option, path, kind in (("--json", fifo, "a FIFO (named pipe)"), ("--html", fifo, "a FIFO (named pipe)"),
+                               ("--json", fifo_link, "a FIFO (named pipe)"), ("--json", directory, "a directory"),
+                               ("--html", os.devnull, "a character device")):
+        result = run(binary, *QUICK, "--only", "W1", option, path, expect=2, timeout=30)
+        says = f"{option} {path}: this is {kind}, not a regular file"
+        check(says in result.stderr, f"{option} {path}: the error does not say {says!r}: {result.stderr}")
+        check("figures" not in result.stdout, f"{option} {path}: something ran: {result.stdout}")
+    # A FIFO as perf.trace is nerve's to write in place (docs/TRACING.md): not probed, so the run goes
+    # on to the next check (here a device the machine lacks) instead of waiting for a reader.
+    result = run(binary, *QUICK, "--only", "W1", expect=2, timeout=30,
+                 nerve_environment={"NERVE_PERF_TRACE": fifo, "NERVE_GPU_DEVICES": "5"})
+    check("gpu.devices" in result.stderr, f"perf.trace a FIFO, gpu.devices 5: {result.stderr}")
     # The probe of a writable output leaves nothing behind.
     probe = os.path.join(directory, "probe.json")
     bad_config = os.path.join(directory, "bad.yaml")

@@ -233,6 +233,47 @@ std::string parse_parameters(const std::vector<std::string>& arguments,
   return {};
 }
 
+// special_file_kind() names what `path` is when something other than a regular file is there ("a
+// FIFO (named pipe)", "a directory", ...; links followed), or "" (a regular file, or nothing yet).
+std::string special_file_kind(const std::string& path) {
+  std::error_code ignored;
+  switch (std::filesystem::status(path, ignored).type()) {
+    case std::filesystem::file_type::not_found:
+    case std::filesystem::file_type::none:
+    case std::filesystem::file_type::regular: return {};
+    case std::filesystem::file_type::directory: return "a directory";
+    case std::filesystem::file_type::fifo: return "a FIFO (named pipe)";
+    case std::filesystem::file_type::socket: return "a socket";
+    case std::filesystem::file_type::character: return "a character device";
+    case std::filesystem::file_type::block: return "a block device";
+    default: return "a special file";
+  }
+}
+
+// unwritable() is true, having said why on stderr, when the output `path` that `option` names cannot
+// be written: a report goes to a regular file (a new one or one to replace), so anything else there
+// is refused before opening it (opening a FIFO blocks until a reader comes: the run hung); then the
+// file is opened for appending, as a probe that changes nothing, and removed again if the probe
+// created it (a missing directory, no permission).
+bool unwritable(const char* option, const std::string& path) {
+  if (path.empty()) return false;
+  if (const std::string kind = special_file_kind(path); !kind.empty()) {
+    std::fprintf(stderr, "openclaw-benchmark: %s %s: this is %s, not a regular file\n", option, path.c_str(),
+                 kind.c_str());
+    return true;
+  }
+  std::error_code ignored;
+  const bool existed = std::filesystem::exists(path, ignored);
+  const bool ok = static_cast<bool>(std::ofstream(path, std::ios::app));
+  // The probe made the file: remove that file, where a link leads, not the link (removing the path
+  // as given took a dangling link away and left its target behind, empty).
+  if (ok && !existed) std::filesystem::remove(std::filesystem::canonical(path, ignored), ignored);
+  if (!ok)
+    std::fprintf(stderr, "openclaw-benchmark: %s %s: cannot write this file: %s\n", option, path.c_str(),
+                 std::strerror(errno));
+  return !ok;
+}
+
 // run_suite() runs the selected workloads and fills `report`.
 void run_suite(const CommandLine& line, const std::vector<std::string>& only, const nerve::Settings& settings,
                nb::RunReport& report) {
@@ -446,21 +487,7 @@ int main(int argc, char** argv) {
       }
     }
   }
-  // So are outputs that cannot be written (a missing directory, no permission): the file is opened
-  // for appending, as a probe that changes nothing, and removed again if the probe created it.
-  const auto unwritable = [](const char* option, const std::string& path) {
-    if (path.empty()) return false;
-    std::error_code ignored;
-    const bool existed = std::filesystem::exists(path, ignored);
-    const bool ok = static_cast<bool>(std::ofstream(path, std::ios::app));
-    // The probe made the file: remove that file, where a link leads, not the link (removing the path
-    // as given took a dangling link away and left its target behind, empty).
-    if (ok && !existed) std::filesystem::remove(std::filesystem::canonical(path, ignored), ignored);
-    if (!ok)
-      std::fprintf(stderr, "openclaw-benchmark: %s %s: cannot write this file: %s\n", option, path.c_str(),
-                   std::strerror(errno));
-    return !ok;
-  };
+  // So are outputs that cannot be written (unwritable()).
   // An output naming the file of another output, or an input (the --compare baseline, the
   // --from-json report, the --trace file), would overwrite it: the same path however spelt (relative
   // or absolute, with "." or ".."), or the same file under two names (a link).
@@ -504,7 +531,9 @@ int main(int argc, char** argv) {
         // The probe traces nothing: the first context to name a trace file keeps it, and that must
         // be the first workload's (docs/BENCHMARKS.md, --trace). Its path is checked here instead.
         probe.set("perf.trace", "");
-        if (unwritable("perf.trace", config.perf.trace)) return 2;
+        // A FIFO or a device there is nerve's to write in place (docs/TRACING.md), and not probed.
+        const std::string kind = special_file_kind(config.perf.trace);
+        if ((kind.empty() || kind == "a directory") && unwritable("perf.trace", config.perf.trace)) return 2;
         const nerve::Context context(probe);
       } catch (const nerve::Error& error) {
         const bool configuration = error.code() == nerve::ErrorCode::invalid_config;
