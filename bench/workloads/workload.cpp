@@ -9,8 +9,8 @@
 namespace nerve::bench {
 
 bool WorkloadResult::verified() const {
-  return std::all_of(measurements.begin(), measurements.end(),
-                     [](const Measurement& m) { return m.verified; });
+  return !measurements.empty() && std::all_of(measurements.begin(), measurements.end(),
+                                              [](const Measurement& m) { return m.verified; });
 }
 
 std::optional<double> parse_number(std::string_view text) {

@@ -96,6 +96,8 @@ struct WorkloadResult {
   std::string size;                       // the size actually run, e.g. "N = 1,000,000"
   std::vector<Measurement> measurements;  // per case: nerve first, then the baselines
   std::vector<Goal> goals;
+  // verified() is true when the result has measurements and every one verified: a result with none
+  // (a runtime filter that keeps none of its variants) verified nothing, and does not claim to have.
   bool verified() const;
 };
 

@@ -16,7 +16,8 @@ Usage: check_benchmark.py <openclaw-benchmark> <case> [argument]; each case is o
   param           --param sets W11's batching (recorded in the JSON, used by the run); a bad name
                   is a usage error, a value out of range fails the run
   runtimes        an unknown --runtimes name, or none, is a usage error (exit 2) naming it and listing
-                  the valid ones; a known name in other case runs only that runtime's variants
+                  the valid ones; a known name in other case runs only that runtime's variants; one
+                  that selects no variant of the workloads run verifies nothing: exit 1, verified false
   html            the --html page: every chart's SVG present, self-contained, timeline only with --trace
   chromium        the page loads in headless Chromium, every chart in its DOM, no console error
                   (exit 77, a CTest skip, when chromium is not installed)
@@ -327,6 +328,19 @@ def case_runtimes(binary, directory):
         for valid in ("nerve", "oneTBB", "OpenMP", "naive", "BLAS", "STREAM"):
             check(valid in bad.stderr, f"--runtimes {runtimes!r}: the error does not list {valid}: {bad.stderr}")
         check("figures" not in bad.stdout, f"--runtimes {runtimes!r}: something ran: {bad.stdout}")
+    # A selection that keeps no variant of the workloads run measures nothing: the run verified
+    # nothing and must not say it did (it wrote verified: true and exited 0).
+    nothing = os.path.join(directory, "nothing.json")
+    result = run(binary, *QUICK, "--only", "W1", "--runtimes", "BLAS", "--json", nothing, expect=1)
+    check("NOTHING VERIFIED" in result.stderr and "no figure was measured" in result.stderr,
+          f"--only W1 --runtimes BLAS: {result.stderr}")
+    check("NOTHING VERIFIED" in result.stdout and "every result verified" not in result.stdout,
+          f"--only W1 --runtimes BLAS:\n{result.stdout}")
+    with open(nothing) as f:
+        doc = json.load(f)
+    check(doc["verified"] is False and [(w["id"], w["verified"], w["measurements"]) for w in doc["workloads"]]
+          == [("W1", False, [])], f"--only W1 --runtimes BLAS: verified {doc['verified']}, {doc['workloads']}")
+    run(binary, "--from-json", nothing, expect=1)  # read back, it is still no pass
     out = os.path.join(directory, "run.json")
     run(binary, *QUICK, "--only", "W1", "--runtimes", "NERVE", "--json", out)
     with open(out) as f:

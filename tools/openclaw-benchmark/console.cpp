@@ -30,6 +30,13 @@ std::string extras(const Measurement& m) {
   return text;
 }
 
+// workload_verdict() is a workload's line in the table and the progress: one that measured nothing
+// (--runtimes selected none of its variants) verified nothing.
+const char* workload_verdict(const WorkloadResult& result) {
+  if (result.measurements.empty()) return "NOTHING MEASURED";
+  return result.verified() ? "verified" : "VERIFICATION FAILED";
+}
+
 std::string mark(const std::vector<Compared>* comparison, const std::string& id, const Measurement& m) {
   if (comparison == nullptr) return "";
   for (const auto& c : *comparison) {
@@ -82,8 +89,7 @@ void print_table(const RunReport& report, const std::vector<Compared>* compariso
   for (const auto& run : report.workloads) {
     const WorkloadResult& r = run.result;
     std::printf("\n%s %s — %s  [%.1f s, load %.1f → %.1f] %s\n", r.id.c_str(), r.title.c_str(),
-                r.size.c_str(), run.duration_s, run.load_before, run.load_after,
-                r.verified() ? "verified" : "VERIFICATION FAILED");
+                r.size.c_str(), run.duration_s, run.load_before, run.load_after, workload_verdict(r));
     for (const std::string& case_name : cases(r)) {
       if (cases(r).size() > 1 || case_name != r.title) std::printf("  %s\n", case_name.c_str());
       const Measurement* nerve = headline(r, case_name);
@@ -118,8 +124,7 @@ void print_table(const RunReport& report, const std::vector<Compared>* compariso
       std::printf("  %s\n", series.unit.c_str());
     }
   }
-  std::size_t figures = 0;
-  for (const auto& run : report.workloads) figures += run.result.measurements.size();
+  const std::size_t figures = report.figures();
   const std::size_t failed = report.failed_results();
   const std::vector<const Skipped*> not_run = report.not_run();
   std::string verdict = failed == 0 ? "" : std::to_string(failed) + " FAILED VERIFICATION";
@@ -127,8 +132,7 @@ void print_table(const RunReport& report, const std::vector<Compared>* compariso
     verdict += (verdict.empty() ? "" : "; ") + std::to_string(not_run.size()) +
                " workload(s) named by --only COULD NOT RUN";
   if (verdict.empty())
-    verdict = figures == 0 ? "nothing ran (the workloads were skipped, or --runtimes has no variant in them)"
-                           : "every result verified";
+    verdict = figures == 0 ? std::string("NOTHING VERIFIED: ") + nothing_measured : "every result verified";
   std::printf("\n%zu workload(s), %zu figure%s in %.1f s: %s\n", report.workloads.size(), figures,
               figures == 1 ? "" : "s", report.duration_s, verdict.c_str());
   std::fflush(stdout);
@@ -170,7 +174,7 @@ void Progress::update(const bench::Progress& progress) {
 void Progress::finish_workload(const WorkloadRun& run) {
   clear();
   std::printf("%s %s: %s in %.1f s\n", prefix_.c_str(), run.result.title.c_str(),
-              run.result.verified() ? "verified" : "VERIFICATION FAILED", run.duration_s);
+              workload_verdict(run.result), run.duration_s);
   std::fflush(stdout);
 }
 

@@ -128,7 +128,13 @@ std::size_t RunReport::failed_results() const {
   return failed;
 }
 
-bool RunReport::verified() const { return not_run().empty() && failed_results() == 0; }
+std::size_t RunReport::figures() const {
+  std::size_t count = 0;
+  for (const auto& run : workloads) count += run.result.measurements.size();
+  return count;
+}
+
+bool RunReport::verified() const { return figures() != 0 && not_run().empty() && failed_results() == 0; }
 
 double speed(const Measurement& nerve, const Measurement& other) {
   if (nerve.value <= 0 || other.value <= 0) return 0;

@@ -163,6 +163,7 @@ void write_html(const RunReport& report, const std::vector<Compared>* comparison
     verdict = "<span class=\"fail\">";
     if (failed != 0) verdict += std::to_string(failed) + " result(s) FAILED verification. ";
     if (not_run != 0) verdict += std::to_string(not_run) + " workload(s) named by --only COULD NOT RUN. ";
+    if (report.figures() == 0) verdict += std::string("Nothing was verified: ") + nothing_measured + ". ";
     verdict += "</span>";
   }
   html += std::string("<p>") + verdict +

@@ -114,8 +114,10 @@ bool contains(const std::vector<T>& list, const U& item) {
 
 // report_failures(): on stderr, each workload --only names that could not run here, and each result
 // that did not verify, by workload, case and variant, with what failed (the table says it too, among
-// everything else).
+// everything else); or that nothing was measured, so nothing verified.
 void report_failures(const nb::RunReport& report) {
+  if (report.figures() == 0)
+    std::fprintf(stderr, "openclaw-benchmark: NOTHING VERIFIED: %s\n", nb::nothing_measured);
   for (const nb::Skipped* skipped : report.not_run())
     std::fprintf(stderr, "openclaw-benchmark: %s could not run here: %s\n", skipped->id.c_str(),
                  skipped->reason.c_str());

@@ -70,9 +70,17 @@ struct RunReport {
   std::vector<const Skipped*> not_run() const;  // the skipped workloads named()
   // failed_results(): measurements and scaling points that failed their check.
   std::size_t failed_results() const;
-  // verified() is true when every result verified and every workload --only names ran.
+  // figures() counts the measurements of every workload run.
+  std::size_t figures() const;
+  // verified() is true when at least one figure was measured, every result verified and every
+  // workload --only names ran. A run that measured nothing verified nothing: it is not a pass.
   bool verified() const;
 };
+
+// Why a run that measured no figure is not verified: said on stderr, in the table and the HTML page.
+inline constexpr const char* nothing_measured =
+    "no figure was measured (every workload was skipped, or --runtimes selects none of the variants of "
+    "those run)";
 
 // speed() is how many times faster nerve's figure is than `other` (> 1: nerve faster), whatever the
 // unit's direction.
