@@ -24,6 +24,8 @@ Usage: check_benchmark.py <openclaw-benchmark> <case> [argument]; each case is o
   compare         an unchanged run compares "same" and passes --fail-over; a figure planted 2x worse
                   is flagged and fails it; a planted improvement is flagged "better" and passes; a
                   corrupted report is a usage error that names the bad field and where it is
+  closed_stdout   a run whose standard output is closed (`| head -1`) still writes its --json report and
+                  exits with its own status (SIGPIPE killed it)
   fault <Wn>      the hidden --inject-fault corrupts nerve's result in Wn: the run must fail (exit 1)
 Standard library only. Runs get an environment without NERVE_* variables.
 """
@@ -32,6 +34,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -50,11 +53,15 @@ def check(condition, message):
         raise CheckFailed(message)
 
 
-def run(binary, *args, expect=0, nerve_environment=None, timeout=TIMEOUT_S):
+def clean_environment(nerve_environment=None):
     environment = {k: v for k, v in os.environ.items() if not k.startswith("NERVE_")}
     environment.update(nerve_environment or {})
+    return environment
+
+
+def run(binary, *args, expect=0, nerve_environment=None, timeout=TIMEOUT_S):
     try:
-        result = subprocess.run([binary, *args], env=environment, capture_output=True, text=True, timeout=timeout)
+        result = subprocess.run([binary, *args], env=clean_environment(nerve_environment), capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         raise CheckFailed(f"openclaw-benchmark {' '.join(args)} did not finish in {timeout} s")
     if expect is not None and result.returncode != expect:
@@ -597,6 +604,31 @@ BAD_REPORTS = (
 )
 
 
+def case_closed_stdout(binary, directory):
+    # Standard output closed before anything is written to it (`... | head -0`): writing the progress
+    # raised SIGPIPE, which killed the run before it wrote its report. The report must be written
+    # and the exit status be the run's. (Python's subprocess gives the child SIGPIPE's default action.)
+    out = os.path.join(directory, "run.json")
+    args = [*QUICK, "--only", "W1", "--runtimes", "nerve", "--json", out]
+    with open(os.path.join(directory, "stderr.txt"), "w+") as stderr:
+        process = subprocess.Popen([binary, *args], stdout=subprocess.PIPE, stderr=stderr, env=clean_environment())
+        process.stdout.close()
+        try:
+            status = process.wait(timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            raise CheckFailed(f"openclaw-benchmark {' '.join(args)} did not finish in {TIMEOUT_S} s")
+        stderr.seek(0)
+        errors = stderr.read()
+    check(status == 0, f"with stdout closed: exit status {status} (-{signal.SIGPIPE} is SIGPIPE): {errors}")
+    check(os.path.exists(out), "with stdout closed: no JSON report")
+    with open(out) as f:
+        doc = json.load(f)
+    check_schema(doc)
+    check(doc["verified"] and [w["id"] for w in doc["workloads"]] == ["W1"], f"with stdout closed: {doc['workloads']}")
+    check("standard output was closed" in errors, f"with stdout closed: no note on stderr: {errors}")
+
+
 def case_fault(binary, directory, workload):
     listed = {line.split()[0]: "not supported" not in line for line in run(binary, "--list").stdout.splitlines() if line}
     check(workload in listed, f"{workload} is not in the registry (--list)")
@@ -612,7 +644,7 @@ def case_fault(binary, directory, workload):
 CASES = {"json": case_json, "config_error": case_config_error, "usage": case_usage, "runtimes": case_runtimes,
          "param": case_param,
          "html": case_html,
-         "chromium": case_chromium, "compare": case_compare}
+         "chromium": case_chromium, "compare": case_compare, "closed_stdout": case_closed_stdout}
 
 
 def main():

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <charconv>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -354,6 +355,10 @@ void run_suite(const CommandLine& line, const std::vector<std::string>& only, co
 
 int main(int argc, char** argv) {
   nerve::bench::reexec_with_static_tls(argv);  // W8 dlopens jemalloc (allocator_baselines.hpp)
+  // A closed standard output (`openclaw-benchmark --json run.json | head -1`) must not end the run:
+  // SIGPIPE killed it before it wrote the report files. Writes to it fail (EPIPE) instead; the run,
+  // its reports and its exit status go on, with a note on stderr at the end.
+  std::signal(SIGPIPE, SIG_IGN);
   CommandLine line;
   CLI::App app{
       "openclaw-benchmark: the standard workloads on nerve and its rivals, verified, in one process"};
@@ -571,6 +576,10 @@ int main(int argc, char** argv) {
       std::printf("HTML report: %s\n", std::filesystem::absolute(line.html).c_str());
     }
     if (!line.json.empty()) std::printf("JSON report: %s\n", std::filesystem::absolute(line.json).c_str());
+    if (std::fflush(stdout) != 0 || std::ferror(stdout) != 0)
+      std::fprintf(
+          stderr,
+          "openclaw-benchmark: the standard output was closed early: the table on it is incomplete\n");
     // A result that failed its check, or a workload --only asks for by name and this machine cannot
     // run (without --only, the ones that cannot run here are only skipped).
     if (!report.verified()) {
