@@ -11,7 +11,7 @@ Usage: check_benchmark.py <openclaw-benchmark> <case> [argument]; each case is o
   usage           every usage error exits 2 before anything runs: options unknown or out of range,
                   unknown --scaling workloads, --trace without --html, a non-numeric --param or
                   --fail-over (nan, inf, 0x10), a --compare or --from-json file that is missing or
-                  not a report, a --json or --html path that is not a regular file (a FIFO: the
+                  not a report (each of these with --list too), a --json or --html path that is not a regular file (a FIFO: the
                   output probe waited for a reader)
   param           --param sets W11's batching (recorded in the JSON, used by the run); a bad name
                   is a usage error, a value out of range fails the run
@@ -206,9 +206,12 @@ def case_usage(binary, directory):
                        (["--from-json", not_a_report], "not-a-report.json"),
                        (["--json", os.path.join(directory, "no-such-dir", "r.json")], "cannot write"),
                        (["--html", os.path.join(directory, "no-such-dir", "r.html")], "cannot write")):
-        result = run(binary, *QUICK, "--only", "W1", *args, expect=2)
-        check(says in result.stderr, f"{' '.join(args)}: the error does not say {says!r}: {result.stderr}")
-        check("figures" not in result.stdout, f"{' '.join(args)}: something ran: {result.stdout}")
+        # --list is checked the same way: it listed the workloads (exit 0) whatever else was wrong.
+        for listing in ([], ["--list"]):
+            result = run(binary, *listing, *QUICK, "--only", "W1", *args, expect=2)
+            check(says in result.stderr, f"{' '.join(listing + args)}: the error does not say {says!r}: {result.stderr}")
+            check("figures" not in result.stdout and "supported" not in result.stdout,
+                  f"{' '.join(listing + args)}: something ran or was listed: {result.stdout}")
     # An output that is not a regular file is refused before anything opens it: the probe of a FIFO
     # waited for a reader, for ever (regression), and a directory or a device cannot hold a report.
     fifo = os.path.join(directory, "fifo")

@@ -403,7 +403,6 @@ int main(int argc, char** argv) {
     return app.exit(error) == 0 ? 0 : 2;
   }
 
-  if (line.list) return list_workloads(line.config);
   // A path option given an empty value ("--json ''", a variable that expanded to nothing) is a
   // mistake to report, not a request to skip the step.
   const std::pair<const char*, const std::string*> paths[] = {
@@ -520,6 +519,8 @@ int main(int argc, char** argv) {
     }
   }
   if (unwritable("--json", line.json) || unwritable("--html", line.html)) return 2;
+  // --list after every check of the command line: a mistake on it is reported as without --list.
+  if (line.list) return list_workloads(line.config);
   const auto start = std::chrono::steady_clock::now();
   try {
     if (earlier) {
