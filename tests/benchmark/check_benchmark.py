@@ -11,7 +11,8 @@ Usage: check_benchmark.py <openclaw-benchmark> <case> [argument]; each case is o
   usage           every usage error exits 2 before anything runs: options unknown or out of range,
                   unknown --scaling workloads, --trace without --html, a non-numeric --param or
                   --fail-over (nan, inf, 0x10), a --compare or --from-json file that is missing or
-                  not a report (each of these with --list too), a --json or --html path that is not a regular file (a FIFO: the
+                  not a report (each of these with --list too), --help with an unknown option or
+                  argument (--help answers only when nothing else is wrong), a --json or --html path that is not a regular file (a FIFO: the
                   output probe waited for a reader)
   param           --param sets W11's batching (recorded in the JSON, used by the run); a bad name
                   is a usage error, a value out of range fails the run
@@ -212,6 +213,15 @@ def case_usage(binary, directory):
             check(says in result.stderr, f"{' '.join(listing + args)}: the error does not say {says!r}: {result.stderr}")
             check("figures" not in result.stdout and "supported" not in result.stdout,
                   f"{' '.join(listing + args)}: something ran or was listed: {result.stdout}")
+    # --help answers only when nothing else on the line is wrong, wherever it stands (as in nerve-info
+    # and nerve-run): `--help --bogus` exited 0.
+    for args in (["--help", "--bogus"], ["--bogus", "--help"], ["-h", "--bogus"], ["--help", "stray"],
+                 ["--help", "--threads", "0"]):
+        result = run(binary, *args, expect=2)
+        check(args[1] in result.stderr or args[-1] in result.stderr, f"{' '.join(args)}: {result.stderr}")
+        check("Usage:" not in result.stdout, f"{' '.join(args)}: the help was printed: {result.stdout}")
+    for args in (["--help"], ["-h", "--threads", "2", "--quick"]):
+        check("--only" in run(binary, *args).stdout, f"{' '.join(args)}: no help")
     # An output that is not a regular file is refused before anything opens it: the probe of a FIFO
     # waited for a reader, for ever (regression), and a directory or a device cannot hold a report.
     fifo = os.path.join(directory, "fifo")

@@ -1,6 +1,7 @@
 #!/bin/bash
 # nerve-run's command line: every malformed value is a usage error (exit 2, a message naming it)
-# before mpirun starts, and --help prints the usage (exit 0). Usage: nerve-run-usage.sh NERVE-RUN
+# before mpirun starts, --help among them, and --help alone prints the usage (exit 0).
+# Usage: nerve-run-usage.sh NERVE-RUN
 set -u
 run=$1
 export NERVE_MPIRUN=echo  # would print the command: it must never appear
@@ -24,6 +25,11 @@ expect_usage_error "not '99999999999999999999999'" -np 99999999999999999999999 /
 expect_usage_error "not '0'" -n 0 /bin/echo ran-the-program
 expect_usage_error "not ''" -np "" /bin/echo ran-the-program
 expect_usage_error "unknown option --bogus" --bogus /bin/echo ran-the-program
+# --help answers only when nothing else on the line is wrong, as in nerve-info and openclaw-benchmark:
+# `--help --bogus` printed the usage and exited 0.
+expect_usage_error "unknown option --bogus" --help --bogus /bin/echo ran-the-program
+expect_usage_error "unknown option --bogus" -h --bogus
+expect_usage_error "not '0'" --help -np 0 /bin/echo ran-the-program
 expect_usage_error "not '+4'" -np +4 /bin/echo ran-the-program
 expect_usage_error "not ' 4'" -np " 4" /bin/echo ran-the-program
 # An empty NERVE_MPIRUN is unset: the mpirun found at build time runs (--dry-run prints its command).
@@ -64,6 +70,9 @@ out=$("$run" --help 2>&1)
 status=$?
 [ "$status" = 0 ] || echo "FAIL: --help exited $status"
 grep -q '^usage: nerve-run' <<<"$out" || echo "FAIL: --help printed '$out'"
+out=$("$run" -np 2 --help /bin/echo ran-the-program 2>&1)
+status=$?
+[ "$status" = 0 ] && grep -q '^usage: nerve-run' <<<"$out" || echo "FAIL: -np 2 --help PROGRAM: $status '$out'"
 out=$("$run" -np 2 --dry-run /bin/echo ran 2>&1) || echo "FAIL: a good -np was refused: $out"
 grep -q -- '-np 2 ' <<<"$out" || echo "FAIL: -np 2 not passed on: $out"
 echo "nerve-run-usage: done"

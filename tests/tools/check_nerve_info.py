@@ -247,7 +247,8 @@ def case_usage(binary):
     run(binary, "--set", "no_equals_sign", expect_status=2)
     run(binary, "--no-such-option", expect_status=2)
     # --help and --version do not hide a mistake elsewhere on the line.
-    for args in (("--version", "--bogus"), ("--bogus", "--version"), ("--help", "--bogus"), ("--version", "stray")):
+    for args in (("--version", "--bogus"), ("--bogus", "--version"), ("--help", "--bogus"), ("--bogus", "--help"),
+                 ("-h", "--bogus"), ("--version", "stray")):
         result = run(binary, *args, expect_status=2)
         check("--bogus" in result.stderr or "stray" in result.stderr, f"{args}: {result.stderr}")
     run(binary, "--version", "--json")  # other valid options are fine

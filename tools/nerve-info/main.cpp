@@ -13,6 +13,7 @@
 
 #include "nerve/error.hpp"
 
+#include "common/cli_usage.hpp"
 #include "report.hpp"
 #include "util/json_text.hpp"
 
@@ -22,7 +23,7 @@
 
 namespace {
 
-constexpr int exit_usage = 2;  // bad command line or configuration
+using nerve::tools::exit_usage;  // bad command line or configuration
 constexpr int exit_failure = 1;
 
 struct Options {
@@ -60,20 +61,6 @@ void print_text(const nerve::info::Report& report) {
   out += nerve::info::print_devices(report.devices);
   for (const std::string& note : report.backend_notes) out += "  " + note + "\n";
   std::fwrite(out.data(), 1, out.size(), stdout);
-}
-
-// unknown_argument(): the first argument that names no option of `app` (or is a stray value), or
-// empty. CLI11 answers --help and --version as soon as it meets them, before it has looked at the
-// rest: this keeps `nerve-info --version --bogus` a usage error, as `nerve-info --bogus` is.
-std::string unknown_argument(CLI::App& app, int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string argument = argv[i];
-    const std::string name = argument.substr(0, argument.find('='));
-    const CLI::Option* option = name.starts_with("-") ? app.get_option_no_throw(name) : nullptr;
-    if (option == nullptr) return argument;
-    if (option->get_expected_max() > 0 && name.size() == argument.size()) ++i;  // its value follows
-  }
-  return {};
 }
 
 }  // namespace
@@ -130,15 +117,8 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     return std::ferror(stdout) ? exit_failure : 0;
   } catch (const CLI::ParseError& error) {
-    if (error.get_exit_code() == 0) {  // --help or --version: only if nothing else is wrong
-      if (const std::string unknown = unknown_argument(app, argc, argv); !unknown.empty()) {
-        std::cerr << "The following argument was not expected: " << unknown
-                  << "\nRun with --help for more information.\n";
-        return exit_usage;
-      }
-    }
-    const int status = app.exit(error);  // prints help/version to stdout, a usage error to stderr
-    return status == 0 ? 0 : exit_usage;
+    // --help and --version answer only if nothing else on the line is wrong.
+    return nerve::tools::parse_error_status(app, error, argc, argv);
   } catch (const nerve::ConfigError& error) {
     std::cerr << "nerve-info: " << error.what() << '\n';
     return exit_usage;

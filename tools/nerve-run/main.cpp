@@ -21,6 +21,7 @@
 // (parallel.thread_affinity), so mpirun must not bind ranks to one core each. --dry-run prints the
 // hostfile and the command (it writes the hostfile only to a --hostfile PATH, never a temporary one).
 // The mpirun used is $NERVE_MPIRUN (when set and not empty), else the one found at build time.
+// --help prints the usage line (exit 0) when nothing else on the line is wrong, as in the other tools.
 //
 // mpirun runs as a child (fork + exec, then wait) so that the temporary hostfile can be removed after
 // it; nerve-run exits with mpirun's status (127 if it could not be started; killed by a signal: the
@@ -127,6 +128,10 @@ int main(int argc, char** argv) {
   long ranks = 0;
   bool dry_run = false;
   int first = 1;
+  // --help answers once the whole line has been read, and only if nothing on it is wrong: a mistake
+  // is a usage error with or without it, as in nerve-info and openclaw-benchmark
+  // (tools/common/cli_usage.hpp).
+  bool help = false;
   // An option given twice is a mistake to report (as openclaw-benchmark does), not a silent "last wins".
   std::vector<std::string> seen;
   const auto once = [&seen](const std::string& option) {
@@ -138,8 +143,7 @@ int main(int argc, char** argv) {
     if (arg == "--config" || arg == "--hostfile" || arg == "--dry-run") once(arg);
     if (arg == "-np" || arg == "-n") once("-np");
     if (arg == "-h" || arg == "--help") {
-      std::fputs(usage_line, stdout);
-      return 0;
+      help = true;
     } else if (arg == "--config" && first + 1 < argc) {
       const char* path = argv[++first];
       std::error_code error;
@@ -163,6 +167,10 @@ int main(int argc, char** argv) {
     } else {
       break;
     }
+  }
+  if (help) {
+    std::fputs(usage_line, stdout);
+    return 0;
   }
   if (first >= argc) usage("no program given");
 

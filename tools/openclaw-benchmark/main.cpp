@@ -32,6 +32,7 @@
 
 #include "nerve/nerve.hpp"
 
+#include "common/cli_usage.hpp"
 #include "perf/output_path.hpp"
 #include "report.hpp"
 #include "scaling.hpp"
@@ -399,8 +400,9 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
-    // Help and version exit 0; every usage error (an unknown option, a value out of range) exits 2.
-    return app.exit(error) == 0 ? 0 : 2;
+    // Help exits 0 when nothing else is wrong; every usage error (an unknown option, a value out of
+    // range) exits 2, --help or not.
+    return nerve::tools::parse_error_status(app, error, argc, argv);
   }
 
   // A path option given an empty value ("--json ''", a variable that expanded to nothing) is a
