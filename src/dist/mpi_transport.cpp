@@ -99,6 +99,8 @@ class MpiTransport final : public Transport {
           "MPI_Init_thread (MPI_THREAD_SERIALIZED or MULTIPLE) and finalise it after the last Runtime");
     }
     if (initialized == 0) {
+      // Set but empty (a variable that expanded to nothing) counts as unset, the default, as an empty
+      // NERVE_MPIRUN does for nerve-run and an empty NERVE_CONFIG for the configuration.
       const char* level_name = std::getenv("NERVE_MPI_THREAD_LEVEL");
       const std::string_view level = level_name != nullptr ? level_name : "";
       if (!level.empty() && level != "serialized" && level != "multiple") {

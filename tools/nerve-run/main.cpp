@@ -103,9 +103,17 @@ int run(std::vector<char*>& args) {
   return status;
 }
 
+// environment() is the value of the variable `name`, "" when it is unset or set but empty: a variable
+// that expanded to nothing counts as unset, here as for the ranks (NERVE_MPI_THREAD_LEVEL,
+// docs/DISTRIBUTED.md).
+std::string environment(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr ? value : "";
+}
+
 std::string temporary_directory() {
-  const char* directory = std::getenv("TMPDIR");
-  return directory != nullptr && *directory != '\0' ? directory : "/tmp";
+  const std::string directory = environment("TMPDIR");
+  return directory.empty() ? "/tmp" : directory;
 }
 
 // shell_quoted(): `word` as a POSIX shell would need it to stay one word (the --dry-run command can
@@ -200,8 +208,8 @@ int main(int argc, char** argv) {
   }
 
   // An empty NERVE_MPIRUN (a variable set to nothing) is unset, not a program named "".
-  const char* mpirun = std::getenv("NERVE_MPIRUN");
-  std::vector<std::string> command{mpirun != nullptr && *mpirun != '\0' ? mpirun : NERVE_MPIRUN};
+  const std::string mpirun = environment("NERVE_MPIRUN");
+  std::vector<std::string> command{mpirun.empty() ? NERVE_MPIRUN : mpirun};
   bool temporary_hostfile = false;       // created here: removed after the run
   bool temporary_hostfile_name = false;  // no --hostfile: with --dry-run, a name only
   if (slots > 0) {
@@ -240,8 +248,7 @@ int main(int argc, char** argv) {
   // The ranks read the file nerve-run read (--config wins over the environment, as in Config::load),
   // absolute so that a rank's working directory does not matter.
   std::string forwarded_config = config_file;
-  if (const char* named = std::getenv("NERVE_CONFIG");
-      forwarded_config.empty() && named != nullptr && *named != '\0')
+  if (const std::string named = environment("NERVE_CONFIG"); forwarded_config.empty() && !named.empty())
     forwarded_config = std::filesystem::absolute(named).string();
   if (!forwarded_config.empty()) command.insert(command.end(), {"-x", "NERVE_CONFIG=" + forwarded_config});
   for (char** variable = environ; *variable != nullptr; ++variable) {
