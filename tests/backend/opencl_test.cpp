@@ -649,6 +649,91 @@ TEST_F(OpenclTest, AProgramThatDoesNotBuildSendsLaterCallsToTheCpuBody) {
   });
 }
 
+// scale_with(): make_scale()'s kernel with OpenCL launch options of the test's own.
+Kernel scale_with(const std::string& name, opencl::Options options) {
+  Kernel scale(name);
+  scale.cpu([](const KernelArgs& args) {
+    for (float& each : args.span<float>(0)) each *= args.value<float>(0);
+  });
+  opencl::attach(scale, add_source, "scale", std::move(options));
+  return scale;
+}
+
+// A call whose work sizes the device refuses (a local size that does not divide the global size
+// taken from access 0, or one over the device's work-group limit) is known before placement: nerve
+// places it where the kernel runs, under every policy, even with its data on the device. Under heft
+// every such call went to the device to calibrate it and failed (a failed call gives no sample):
+// 19 of 20. Sent there on purpose, it still fails, saying why.
+TEST_F(OpenclTest, CallsWithWorkSizesTheDeviceRefusesArePlacedWhereTheKernelRuns) {
+  for (const std::string policy : {"heft", "locality_aware_stealing", "eager"}) {
+    SCOPED_TRACE(policy);
+    Settings settings = opencl_settings(2);
+    settings.set("scheduler.policy", policy);
+    settings.set("perf.model_dir", (cache / ("models-" + policy)).string());
+    run_in(settings, [&](Context& ctx) {
+      const Kernel by_64 = scale_with("scale by 64", {.local_size = 64});
+      const Kernel too_wide = scale_with("scale too wide", {.local_size = std::size_t{1} << 30});
+      std::vector<Buffer<float>> buffers;
+      for (int i = 0; i < 10; ++i) {
+        buffers.emplace_back(ctx, std::vector<float>(1000, 1.0f));  // 1000: not a multiple of 64
+        ctx.spawn(TaskOptions{.device = 1}, make_scale(), read_write(buffers.back()), value(1.0f));
+      }
+      ctx.wait_all();  // the data is on the device: locality would place the calls there
+      for (auto& buffer : buffers) {
+        EXPECT_NO_THROW(ctx.submit(by_64, read_write(buffer), value(2.0f)).wait());
+        EXPECT_NO_THROW(ctx.submit(too_wide, read_write(buffer), value(3.0f)).wait());
+      }
+      for (auto& buffer : buffers) EXPECT_EQ(buffer.to_vector(), std::vector<float>(1000, 6.0f));
+      Buffer<float> multiple(ctx, std::vector<float>(1024, 1.0f));  // a call the device takes
+      EXPECT_NO_THROW(ctx.submit(TaskOptions{.device = 1}, by_64, read_write(multiple), value(2.0f)).wait());
+      try {
+        ctx.submit(TaskOptions{.device = 1}, by_64, read_write(buffers[0]), value(2.0f)).wait();
+        ADD_FAILURE() << "a call forced onto the device ran with work sizes it refuses";
+      } catch (const Error& error) {
+        EXPECT_NE(std::string(error.what()).find("not a multiple of the local size 64"), std::string::npos)
+            << error.what();
+      }
+    });
+  }
+}
+
+// A launch refused only when it is made (here a global size from Options::global_size that the
+// local size does not divide) fails no call nerve placed: that call goes to the CPU body, the device
+// is left out for the kernel's later calls (one warning says so), and a call sent there still fails.
+TEST_F(OpenclTest, ACallTheDeviceRefusesAtLaunchRunsOnTheCpuBodyAndLaterOnesGoThere) {
+  Settings settings = opencl_settings(2);
+  settings.set("scheduler.policy", "heft");
+  settings.set("perf.model_dir", (cache / "models").string());
+  settings.set("perf.record_tasks", "true");
+  ::testing::internal::CaptureStderr();
+  run_in(settings, [&](Context& ctx) {
+    const Kernel odd = scale_with(
+        "odd sizes", {.global_size = [](const KernelArgs&) { return std::size_t{1000}; }, .local_size = 64});
+    std::vector<Buffer<float>> buffers;
+    for (int i = 0; i < 20; ++i) buffers.emplace_back(ctx, std::vector<float>(1024, 1.0f));
+    int failed = 0;
+    for (auto& buffer : buffers) {
+      try {
+        ctx.submit(odd, read_write(buffer), value(2.0f)).wait();
+      } catch (const Error& error) {
+        if (failed++ == 0) ADD_FAILURE() << error.what();
+      }
+    }
+    EXPECT_EQ(failed, 0);
+    for (auto& buffer : buffers) EXPECT_EQ(buffer.to_vector(), std::vector<float>(1024, 2.0f));
+    EXPECT_THROW(ctx.submit(TaskOptions{.device = 1}, odd, read_write(buffers[0]), value(2.0f)).wait(),
+                 Error);
+    std::size_t on_device = 0;
+    for (const TaskTimes& record : ctx.stats().task_records)
+      on_device += record.name == "odd sizes" && record.device == 1 && record.status == "succeeded";
+    EXPECT_EQ(on_device, 0u);
+  });
+  const std::string warnings = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(warnings.find("kernel 'odd sizes' could not be launched on device 1"), std::string::npos)
+      << warnings;
+  EXPECT_EQ(warnings.find("could not be launched"), warnings.rfind("could not be launched")) << "warned once";
+}
+
 // Calls nerve placed on the device before its program was found not to build (their data was there)
 // fall back to the kernel's CPU body, as later calls do: all 16 used to fail with the compiler log,
 // poisoning their buffers. Their data, valid only on the device, reaches the CPU first; each run is

@@ -47,13 +47,34 @@ bool OpenclDevice::takes_accesses(const TaskRecord& task) const noexcept {
     // Replicas start aligned, so an access starts aligned in its block exactly when its offset is.
     if (access.size != 0 && alignment != 0 && access.offset % alignment != 0) return false;
   }
-  return !refused_program(task);
+  return takes_work_size(task) && !refused_program(task);
+}
+
+// A launch the device refuses whatever the data — a work-group size over the device's limit, or one
+// that does not divide the global size taken from access 0 — is known before placement: the call
+// then goes where its kernel runs instead of failing here (under heft, every failed call left the
+// device uncalibrated, so the next one was sent here again). A global size that Options::global_size
+// computes is known at launch only (launch_refused() handles that one).
+bool OpenclDevice::takes_work_size(const TaskRecord& task) const noexcept {
+  const OpenclProgram* program = program_of(task);
+  if (program == nullptr || program->options.local_size == 0) return true;
+  const std::size_t local = program->options.local_size;
+  const std::size_t most = engine_->device().max_work_group;
+  if (most != 0 && local > most) return false;
+  if (program->options.global_size || task.access_count == 0) return true;
+  const std::size_t element = task.accesses[0].buffer->element_size;
+  return (task.accesses[0].size / (element == 0 ? 1 : element)) % local == 0;
+}
+
+const OpenclProgram* OpenclDevice::program_of(const TaskRecord& task) noexcept {
+  if (task.kernel == nullptr) return nullptr;
+  return dynamic_cast<const OpenclProgram*>(
+      task.kernel->by_kind[static_cast<std::size_t>(DeviceKind::opencl)].get());
 }
 
 bool OpenclDevice::refused_program(const TaskRecord& task) const noexcept {
-  if (!any_refused_.load(std::memory_order_acquire) || task.kernel == nullptr) return false;
-  const auto* program = dynamic_cast<const OpenclProgram*>(
-      task.kernel->by_kind[static_cast<std::size_t>(DeviceKind::opencl)].get());
+  if (!any_refused_.load(std::memory_order_acquire)) return false;
+  const OpenclProgram* program = program_of(task);
   if (program == nullptr) return false;
   std::shared_lock lock(refused_mutex_);  // placements on every thread read it together
   return refused_programs_.contains(program->id);
@@ -87,9 +108,7 @@ void OpenclDevice::launch(TaskRecord* task) {
   try {
     // The program first, before the task counts as running here: a call that cannot run here may
     // still go elsewhere.
-    const auto* program = dynamic_cast<const OpenclProgram*>(
-        task->kernel != nullptr ? task->kernel->by_kind[static_cast<std::size_t>(DeviceKind::opencl)].get()
-                                : nullptr);
+    const OpenclProgram* program = program_of(*task);
     if (program == nullptr) {
       throw Error(ErrorCode::internal,
                   fmt::format("kernel '{}' reached OpenCL device '{}' without an OpenCL implementation",
@@ -102,7 +121,7 @@ void OpenclDevice::launch(TaskRecord* task) {
       // Only the program's own failure (it does not build, or lacks its entry), which the cache keeps:
       // a passing shortage (out of memory) leaves the device in for later calls.
       if (error.code() != ErrorCode::task_failed) throw;
-      refuse_program(*program, *task, error);
+      refuse_program(*program, *task, error, "cannot run");
       // Placed here by nerve (before the failure was known) while another device runs the kernel:
       // it runs there, as the calls placed from now on do.
       if (host_->place_elsewhere(task, *this)) return;
@@ -123,25 +142,34 @@ void OpenclDevice::launch(TaskRecord* task) {
     op->owner = this;
     op->task = task;
     op->finish = &OpenclDevice::finish_launch;
-    bind_arguments(kernel, launch, *task, *op);
-    const std::size_t global = global_size(*program, launch, *task);
-    const std::size_t local = program->options.local_size;
-    if (local != 0 && global % local != 0) {
-      throw Error(ErrorCode::invalid_argument,
-                  fmt::format("kernel '{}': the global size {} is not a multiple of the local size {}",
-                              launch.call.kernel_name, global, local));
-    }
-    if (global == 0) {  // nothing to run
+    std::size_t global = 0;
+    try {
+      bind_arguments(kernel, launch, *task, *op);
+      global = global_size(*program, launch, *task);
+      const std::size_t local = program->options.local_size;
+      if (local != 0 && global % local != 0) {
+        throw Error(ErrorCode::invalid_argument,
+                    fmt::format("kernel '{}': the global size {} is not a multiple of the local size {}",
+                                launch.call.kernel_name, global, local));
+      }
+      if (global == 0) {  // nothing to run
+        engine_->recycle(std::exchange(op, nullptr));
+        host_->complete(task, *this, nullptr);
+        return;
+      }
+      op->enqueued_ns = monotonic_ns();
+      check(clEnqueueNDRangeKernel(queue, kernel, 1, nullptr, &global, local != 0 ? &local : nullptr, 0,
+                                   nullptr, &op->event),
+            fmt::format("kernel '{}': launching '{}' (global size {}) on OpenCL device '{}'",
+                        launch.call.kernel_name, program->entry, global, info().name),
+            ErrorCode::task_failed);
+    } catch (const Error& error) {
+      // The device refused the call before any of it ran: one nerve placed goes where the kernel
+      // runs, as a call of a program that does not build here does.
       engine_->recycle(std::exchange(op, nullptr));
-      host_->complete(task, *this, nullptr);
-      return;
+      if (launch_refused(*program, task, error)) return;
+      throw;
     }
-    op->enqueued_ns = monotonic_ns();
-    check(clEnqueueNDRangeKernel(queue, kernel, 1, nullptr, &global, local != 0 ? &local : nullptr, 0,
-                                 nullptr, &op->event),
-          fmt::format("kernel '{}': launching '{}' (global size {}) on OpenCL device '{}'",
-                      launch.call.kernel_name, program->entry, global, info().name),
-          ErrorCode::task_failed);
     op->queue = queue;
     clFlush(queue);
     engine_->count_launch(queue_index);
@@ -153,8 +181,23 @@ void OpenclDevice::launch(TaskRecord* task) {
   }
 }
 
-void OpenclDevice::refuse_program(const OpenclProgram& program, const TaskRecord& task,
+// launch_refused(): `task`, placed here by nerve, could not be launched (`error`: its arguments do
+// not fit the OpenCL function, its work sizes, or the driver refused the launch). Its calls that
+// nerve places leave the device out from now on — a refusal of one call is mostly one of all, and
+// under heft a failed call teaches the model nothing, so the next call would be sent here again —
+// and this one goes where the kernel runs, when some device does: true then. A call sent here with
+// TaskOptions::device fails with `error` (false).
+bool OpenclDevice::launch_refused(const OpenclProgram& program, TaskRecord* task,
                                   const Error& error) noexcept {
+  if (task->device_hint >= 0) return false;
+  refuse_program(program, *task, error, "could not be launched");
+  task->phase.store(status_ready, std::memory_order_relaxed);  // prepare_launch() said running
+  task->start_ns = 0;
+  return host_->place_elsewhere(task, *this);
+}
+
+void OpenclDevice::refuse_program(const OpenclProgram& program, const TaskRecord& task, const Error& error,
+                                  std::string_view what) noexcept {
   try {
     bool first = false;
     {
@@ -165,10 +208,10 @@ void OpenclDevice::refuse_program(const OpenclProgram& program, const TaskRecord
     // Once per kernel and device: its calls no longer fail one by one, so the reason must show.
     if (first && task.kernel->cpu) {
       log::warn(
-          "kernel '{}' cannot run on device {} (OpenCL device '{}'): its calls that nerve places fall back "
+          "kernel '{}' {} on device {} (OpenCL device '{}'): its calls that nerve places fall back "
           "to the CPU workers (its CPU body), those already placed there included; calls sent there with "
           "TaskOptions::device fail with this error: {}",
-          task.kernel->name, info().index, info().name, error.what());
+          task.kernel->name, what, info().index, info().name, error.what());
     }
   } catch (...) {  // out of memory: the device is not left out; the failure is still reported
   }

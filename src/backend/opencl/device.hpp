@@ -60,15 +60,22 @@ class OpenclDevice final : public Device {
                           const TaskRecord& task) const;
   static bool finish_launch(Engine& engine, Operation& op);
 
-  // Programs (OpenclProgram::id) that did not build here or lack their entry: placement by nerve
+  // Programs (OpenclProgram::id) that did not build here, lack their entry, or had a call nerve placed
+  // here refused at launch (launch_refused()): placement by nerve
   // leaves this device out for their calls while another device can take them, so a broken OpenCL
   // body does not fail calls its CPU body would run (heft, whose calibration would otherwise keep
   // choosing a device that never yields a sample). A call sent here still fails at once; calls
   // placed here before the failure was known are placed again (launch()).
   bool refused_program(const TaskRecord& task) const noexcept;
+  bool launch_refused(const OpenclProgram& program, TaskRecord* task, const Error& error) noexcept;
+  // takes_work_size(): the call's work-group size fits this device and divides its global size.
+  bool takes_work_size(const TaskRecord& task) const noexcept;
+  static const OpenclProgram* program_of(const TaskRecord& task) noexcept;
   // refuse_program(): `program` failed here with `error` (from the launcher thread): remember it, and
   // warn once when the kernel's calls will fall back to its CPU body.
-  void refuse_program(const OpenclProgram& program, const TaskRecord& task, const Error& error) noexcept;
+  // `what` says what happened, for the warning ("cannot run", "could not be launched").
+  void refuse_program(const OpenclProgram& program, const TaskRecord& task, const Error& error,
+                      std::string_view what) noexcept;
   mutable std::shared_mutex refused_mutex_;
   std::unordered_set<std::uint64_t> refused_programs_;
   std::atomic<bool> any_refused_{false};
