@@ -13,7 +13,8 @@ namespace nerve::detail {
 namespace {
 
 nlohmann::json explain(const TaskRecord& task, std::uint64_t footprint, const HeftDecision& decision,
-                       const std::vector<HeftCandidate>& candidates, std::int64_t time_ns) {
+                       const std::vector<HeftCandidate>& candidates, std::span<const int> left_out,
+                       std::int64_t time_ns) {
   nlohmann::json rows = nlohmann::json::array();
   for (const HeftCandidate& candidate : candidates) {
     rows.push_back({{"device", candidate.device},
@@ -38,7 +39,7 @@ nlohmann::json explain(const TaskRecord& task, std::uint64_t footprint, const He
           {"footprint", footprint},
           {"mode", name(decision.mode)},
           {"chosen", candidates[decision.chosen].device},
-          {"reason", HeftPlacer::reason(decision, candidates)},
+          {"reason", HeftPlacer::reason(decision, candidates, left_out)},
           {"candidates", std::move(rows)}};
 }
 
@@ -112,8 +113,14 @@ int ContextImpl::place_heft(TaskRecord* task, int locality, bool strict) {
   if (candidates.empty()) return locality;  // check_placeable() makes this unreachable
   const HeftDecision decision = heft->decide(task, candidates, locality_index);
   if (decisions != nullptr && decisions->explains()) {
-    decisions->record(recorder != nullptr ? task->trace_id : 0,
-                      explain(*task, footprint, decision, candidates, monotonic_ns() - perf->epoch_ns()));
+    std::vector<int> left_out;  // implementing the kernel, yet no candidate: say so when one remains
+    for (int device = 0; decision.mode == HeftMode::only && device < static_cast<int>(device_count());
+         ++device) {
+      if (device != candidates[0].device && can_run_on(*task, device)) left_out.push_back(device);
+    }
+    decisions->record(
+        recorder != nullptr ? task->trace_id : 0,
+        explain(*task, footprint, decision, candidates, left_out, monotonic_ns() - perf->epoch_ns()));
   }
   return candidates[decision.chosen].device;
 }

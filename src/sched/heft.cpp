@@ -147,10 +147,18 @@ double HeftPlacer::outstanding_ns(int device) const {
   return loads_[static_cast<std::size_t>(device)].outstanding_ns;
 }
 
-std::string HeftPlacer::reason(const HeftDecision& decision, const std::vector<HeftCandidate>& candidates) {
+std::string HeftPlacer::reason(const HeftDecision& decision, const std::vector<HeftCandidate>& candidates,
+                               std::span<const int> left_out) {
   const HeftCandidate& chosen = candidates[decision.chosen];
   switch (decision.mode) {
-    case HeftMode::only: return fmt::format("only device {} implements the kernel", chosen.device);
+    case HeftMode::only:
+      if (left_out.empty()) return fmt::format("only device {} implements the kernel", chosen.device);
+      return fmt::format(
+          "only device {} can take the call: device{} {} implement{} the kernel but {} left out (its "
+          "program does not build there or a launch was refused there, or a slice or work size of this "
+          "call does not fit)",
+          chosen.device, left_out.size() > 1 ? "s" : "", fmt::join(left_out, ", "),
+          left_out.size() > 1 ? "" : "s", left_out.size() > 1 ? "are" : "is");
     case HeftMode::earliest: {
       const HeftCandidate* runner_up = nullptr;
       for (const HeftCandidate& candidate : candidates) {

@@ -39,6 +39,7 @@
 
 #include <cstdint>
 #include <mutex>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -95,8 +96,10 @@ class HeftPlacer {
   HeftAssignment take(const TaskRecord* task);
   // done(): the task of `assignment` finished: its device frees up by the prediction.
   void done(const HeftAssignment& assignment);
-  // reason(): why decision chose what it did, in words (decision logs and traces).
-  static std::string reason(const HeftDecision& decision, const std::vector<HeftCandidate>& candidates);
+  // reason(): why decision chose what it did, in words (decision logs and traces). `left_out`: the
+  // devices implementing the kernel that could not take this call (not candidates).
+  static std::string reason(const HeftDecision& decision, const std::vector<HeftCandidate>& candidates,
+                            std::span<const int> left_out = {});
 
   // Predicted work (ns) placed on `device` and not finished; tests.
   double outstanding_ns(int device) const;

@@ -705,6 +705,9 @@ TEST_F(OpenclTest, ACallTheDeviceRefusesAtLaunchRunsOnTheCpuBodyAndLaterOnesGoTh
   settings.set("scheduler.policy", "heft");
   settings.set("perf.model_dir", (cache / "models").string());
   settings.set("perf.record_tasks", "true");
+  std::filesystem::create_directories(cache);
+  const auto log = cache / "decisions.jsonl";
+  settings.set("perf.decision_log", log.string());
   ::testing::internal::CaptureStderr();
   run_in(settings, [&](Context& ctx) {
     const Kernel odd = scale_with(
@@ -732,6 +735,15 @@ TEST_F(OpenclTest, ACallTheDeviceRefusesAtLaunchRunsOnTheCpuBodyAndLaterOnesGoTh
   EXPECT_NE(warnings.find("kernel 'odd sizes' could not be launched on device 1"), std::string::npos)
       << warnings;
   EXPECT_EQ(warnings.find("could not be launched"), warnings.rfind("could not be launched")) << "warned once";
+  // The calls placed after the refusal had one candidate left, and the log says why it was alone.
+  std::ifstream lines(log);
+  std::size_t alone = 0;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find("\"mode\":\"only\"") == std::string::npos) continue;
+    ++alone;
+    EXPECT_NE(line.find("device 1 implements the kernel but is left out"), std::string::npos) << line;
+  }
+  EXPECT_GE(alone, 18u);
 }
 
 // Calls nerve placed on the device before its program was found not to build (their data was there)
