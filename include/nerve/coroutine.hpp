@@ -38,6 +38,8 @@
 // (or a child it awaits), of its own Task, of the TaskGroup it was launched into, or of work ordered
 // after its Task (by accesses or `after`) — none could finish while it waits. The blocking waits
 // (Task::wait(), TaskGroup::wait(), ...) refuse the same inside a coroutine, as inside a task.
+// Coroutines awaiting each other's Tasks in a cycle (A awaits B's Task while B awaits A's) are not
+// detected, as with blocking waits: they stay suspended, and a wait for them never ends.
 //
 // Lifetime: as with any coroutine, arguments taken by reference must outlive it; the context must
 // outlive every coroutine launched in it (~Context waits for their Tasks like any others). A
