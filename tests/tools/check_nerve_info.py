@@ -239,6 +239,41 @@ def case_devices(binary):
     check(f"device 1 (gpu.devices {number}): " in text, f"no 'device 1 (gpu.devices {number})' line in:\n{text}")
 
 
+def backend_note(document, backend):
+    """The backend_notes line of `backend` ("cuda: cudart ..."), or None."""
+    notes = [note for note in document.get("backend_notes", []) if note.startswith(backend + ": ")]
+    check(len(notes) <= 1, f"several backend_notes for {backend}: {notes}")
+    return notes[0] if notes else None
+
+
+def check_backend_without_devices(binary, backend, env):
+    """`backend` found no device under `env`: nerve-info says why below the device list."""
+    document = run_json(binary, env=env)
+    check(not any(device.get("backend") == backend for device in document["devices"]),
+          f"{backend} still lists devices with {env}")
+    note = backend_note(document, backend)
+    check(note is not None and "no device" in note, f"no backend_notes line for {backend} with {env}: "
+          f"{document.get('backend_notes')}")
+    text = run(binary, env=env).stdout
+    check(f"  {note}" in text.splitlines(), f"the text output lacks the note '{note}':\n{text}")
+    return note[len(backend) + 2:]
+
+
+def case_opencl_without_device(binary):
+    # Audit F3: the OpenCL backend said nothing when it found no device. Only where the OpenCL backend
+    # is built (tests/tools/CMakeLists.txt).
+    with tempfile.TemporaryDirectory() as empty:
+        # No platform: an ICD loader that reads its vendor files from an empty directory.
+        reason = check_backend_without_devices(binary, "opencl", {"OCL_ICD_VENDORS": empty})
+        check("no OpenCL platform" in reason and f"OCL_ICD_VENDORS={empty}" in reason, f"reason: {reason}")
+    # A platform without a device: PoCL told to drive a device kind it does not have. Another vendor's
+    # platform with devices makes this part moot.
+    env = {"POCL_DEVICES": "nonexistentdev"}
+    if not any(device.get("backend") == "opencl" for device in run_json(binary, env=env)["devices"]):
+        reason = check_backend_without_devices(binary, "opencl", env)
+        check("none with a device" in reason and "clGetDeviceIDs" in reason, f"reason: {reason}")
+
+
 def case_usage(binary):
     result = run(binary, "--version")
     check(result.stdout.startswith("nerve-info ") and result.stdout.split()[1][0].isdigit(),

@@ -1,5 +1,7 @@
 #include "backend/opencl/backend.hpp"
 
+#include <mutex>
+
 #include <fmt/format.h>
 
 #include "backend/locality.hpp"
@@ -14,9 +16,16 @@ class OpenclBackend final : public Backend {
   std::string name() const override { return "opencl"; }
 
   std::vector<DeviceInfo> enumerate(const Topology& topology) override {
+    const Platforms& platforms = Platforms::instance();
     std::vector<DeviceInfo> found;
-    for (const PlatformDevice& device : Platforms::instance().devices())
-      found.push_back(describe(device, topology));
+    for (const PlatformDevice& device : platforms.devices()) found.push_back(describe(device, topology));
+    {
+      std::lock_guard lock(mutex_);
+      if (!found.empty())
+        why_.clear();
+      else
+        why_ = platforms.problem().empty() ? "no device" : fmt::format("no device ({})", platforms.problem());
+    }
     return found;
   }
 
@@ -28,6 +37,13 @@ class OpenclBackend final : public Backend {
     DeviceInfo info = describe(devices[which], *options.topology);
     info.index = options.index;
     return std::make_unique<OpenclDevice>(devices[which], std::move(info), options);
+  }
+
+  // unavailable_reason(): as the CUDA backend's, "no device (...)" with what the ICD loader and the
+  // platforms said; empty before enumerate() (which initialises OpenCL) and when it found devices.
+  std::string unavailable_reason() const override {
+    std::lock_guard lock(mutex_);
+    return why_;
   }
 
  private:
@@ -44,6 +60,9 @@ class OpenclBackend final : public Backend {
     info.shares_host_cores = device.cpu_device;
     return info;
   }
+
+  mutable std::mutex mutex_;
+  std::string why_;
 };
 
 }  // namespace

@@ -1,8 +1,10 @@
 #include "backend/opencl/platform.hpp"
 
+#include <cstdlib>
 #include <mutex>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "backend/locality.hpp"
 #include "util/log.hpp"
@@ -63,6 +65,17 @@ PlatformDevice describe(cl_platform_id platform, cl_device_id device, std::size_
   return d;
 }
 
+// no_platform(): why the ICD loader found no platform, naming where it looked for vendor files (the
+// usual cause: no driver package installed, or OCL_ICD_VENDORS pointing at the wrong directory).
+std::string no_platform(cl_int status) {
+  const char* vendors = std::getenv("OCL_ICD_VENDORS");
+  return fmt::format("the ICD loader found no OpenCL platform: clGetPlatformIDs: {}, vendor files {}",
+                     status == CL_SUCCESS ? "0 platforms" : error_name(status),
+                     vendors != nullptr && *vendors != '\0'
+                         ? fmt::format("from OCL_ICD_VENDORS={}", vendors)
+                         : std::string("in /etc/OpenCL/vendors unless OCL_ICD_VENDORS says otherwise"));
+}
+
 }  // namespace
 
 Platforms& Platforms::instance() {
@@ -76,25 +89,43 @@ Platforms::Platforms() {
     cl_uint count = 0;
     const cl_int status = clGetPlatformIDs(0, nullptr, &count);
     if (status == -1001 || (status == CL_SUCCESS && count == 0)) {
-      problem_ = "no OpenCL platform is installed (the ICD loader found none)";
+      problem_ = no_platform(status);
+      log::debug("OpenCL: no device ({})", problem_);
       return;
     }
     check(status, "clGetPlatformIDs");
     std::vector<cl_platform_id> platforms(count);
     check(clGetPlatformIDs(count, platforms.data(), nullptr), "clGetPlatformIDs");
     contexts_.resize(count, nullptr);
+    std::vector<std::string> empty;  // why each platform gave no device, for problem_
     for (std::size_t p = 0; p < platforms.size(); ++p) {
       cl_uint device_count = 0;
       const cl_int found = clGetDeviceIDs(platforms[p], CL_DEVICE_TYPE_ALL, 0, nullptr, &device_count);
-      if (found == CL_DEVICE_NOT_FOUND || device_count == 0) continue;
+      if (found == CL_DEVICE_NOT_FOUND || device_count == 0) {
+        empty.push_back(fmt::format("'{}': clGetDeviceIDs: {}",
+                                    platform_string(platforms[p], CL_PLATFORM_NAME),
+                                    found == CL_SUCCESS ? "no device" : error_name(found)));
+        continue;
+      }
       check(found, "clGetDeviceIDs");
       std::vector<cl_device_id> ids(device_count);
       check(clGetDeviceIDs(platforms[p], CL_DEVICE_TYPE_ALL, device_count, ids.data(), nullptr),
             "clGetDeviceIDs");
+      const std::size_t before = devices_.size();
       for (std::size_t d = 0; d < ids.size(); ++d) {
         if (device_value<cl_bool>(ids[d], CL_DEVICE_AVAILABLE) != CL_TRUE) continue;
         devices_.push_back(describe(platforms[p], ids[d], p, d));
       }
+      if (devices_.size() == before) {
+        empty.push_back(fmt::format("'{}': its {} device{} not available (CL_DEVICE_AVAILABLE is false)",
+                                    platform_string(platforms[p], CL_PLATFORM_NAME), device_count,
+                                    device_count == 1 ? " is" : "s are"));
+      }
+    }
+    if (devices_.empty()) {
+      problem_ = fmt::format("{} OpenCL platform{}, none with a device: {}", count, count == 1 ? "" : "s",
+                             fmt::join(empty, "; "));
+      log::debug("OpenCL: no device ({})", problem_);
     }
   } catch (const std::exception& error) {
     problem_ = fmt::format("OpenCL platforms could not be listed: {}", error.what());

@@ -43,10 +43,13 @@ struct PlatformDevice {
 class Platforms {
  public:
   // instance(): the process's platforms. A broken ICD installation is no error: it has no devices
-  // (problem() then says why, for nerve-info and logs).
+  // (problem() then says why, for nerve-info and logs). Found once: a later change to the ICD
+  // loader's environment (OCL_ICD_VENDORS, POCL_DEVICES) is not seen by this process.
   static Platforms& instance();
 
   const std::vector<PlatformDevice>& devices() const noexcept { return devices_; }
+  // problem(): when devices() is empty, why: no platform (with where the ICD loader looked), each
+  // platform's clGetDeviceIDs answer, or the error that stopped the listing. Empty otherwise.
   const std::string& problem() const noexcept { return problem_; }
   // context(): the shared cl_context of `device`'s platform. Throws Error when the driver refuses.
   cl_context context(const PlatformDevice& device);
