@@ -68,10 +68,13 @@ std::vector<std::shared_ptr<Backend>> backends() {
   return all;
 }
 
-std::vector<FoundDevice> find_devices(const Topology& topology) {
+std::vector<FoundDevice> find_devices(const Topology& topology,
+                                      std::vector<BackendWithoutDevices>* without_devices) {
   std::vector<FoundDevice> found;
   for (const auto& backend : backends()) {
     std::vector<DeviceInfo> devices = backend->enumerate(topology);
+    if (devices.empty() && without_devices != nullptr)
+      without_devices->push_back(BackendWithoutDevices{backend->name(), backend->unavailable_reason()});
     for (std::size_t which = 0; which < devices.size(); ++which) {
       DeviceInfo info = std::move(devices[which]);
       info.index = static_cast<int>(found.size());
@@ -82,9 +85,11 @@ std::vector<FoundDevice> find_devices(const Topology& topology) {
   return found;
 }
 
-std::vector<std::size_t> selected_devices(const Config& config, const std::vector<DeviceInfo>& infos) {
+std::vector<std::size_t> selected_devices(const Config& config, const std::vector<DeviceInfo>& infos,
+                                          const std::vector<BackendWithoutDevices>& without_devices) {
   if (config.gpu.devices.empty()) return {};
-  std::vector<std::size_t> selected = select_devices(infos, config.gpu.devices, config.origin("gpu.devices"));
+  std::vector<std::size_t> selected =
+      select_devices(infos, config.gpu.devices, config.origin("gpu.devices"), without_devices);
   // One GPU seen through two backends (NVIDIA's OpenCL driver and CUDA both list it, with the same PCI
   // address) would become two memory nodes that split its memory without knowing of each other: when
   // both are selected, the CUDA one stays.
@@ -108,11 +113,12 @@ std::vector<std::unique_ptr<Device>> discover_devices(const Config& config, cons
                                                       int first_index) {
   std::vector<std::unique_ptr<Device>> devices;
   if (config.gpu.devices.empty()) return devices;  // gpu.devices = none: no driver is even loaded
-  const std::vector<FoundDevice> found = find_devices(topology);
+  std::vector<BackendWithoutDevices> without_devices;
+  const std::vector<FoundDevice> found = find_devices(topology, &without_devices);
   std::vector<DeviceInfo> infos;
   infos.reserve(found.size());
   for (const FoundDevice& device : found) infos.push_back(device.info);
-  const std::vector<std::size_t> selected = selected_devices(config, infos);
+  const std::vector<std::size_t> selected = selected_devices(config, infos, without_devices);
   if (selected.size() + static_cast<std::size_t>(first_index) > max_memory_nodes) {
     throw Error(ErrorCode::not_supported,
                 fmt::format("gpu.devices selects {} devices; nerve supports at most {} memory nodes (host "

@@ -19,6 +19,7 @@
 
 #include "backend/backend.hpp"
 #include "backend/device.hpp"
+#include "backend/selection.hpp"
 
 namespace nerve::detail {
 
@@ -34,13 +35,17 @@ struct FoundDevice {
   std::size_t which = 0;  // the backend's own index of the device
   DeviceInfo info;        // index: its number for gpu.devices
 };
-// find_devices(): every device of every backend.
-std::vector<FoundDevice> find_devices(const Topology& topology);
+// find_devices(): every device of every backend. With `without_devices`, also the backends that found
+// none, and why (their unavailable_reason(), asked right after their enumerate()).
+std::vector<FoundDevice> find_devices(const Topology& topology,
+                                      std::vector<BackendWithoutDevices>* without_devices = nullptr);
 
 // selected_devices(): the positions in `found` (the infos of find_devices(), i.e. gpu.devices
 // indices) of the devices discover_devices() opens for `config`, in the order it opens them: context
-// device k (TaskOptions::device) is found[result[k - 1]]. Empty with gpu.devices = none.
-std::vector<std::size_t> selected_devices(const Config& config, const std::vector<DeviceInfo>& found);
+// device k (TaskOptions::device) is found[result[k - 1]]. Empty with gpu.devices = none. Throws
+// select_devices()'s ConfigError; `without_devices` lets it say why a backend named there has none.
+std::vector<std::size_t> selected_devices(const Config& config, const std::vector<DeviceInfo>& found,
+                                          const std::vector<BackendWithoutDevices>& without_devices = {});
 
 std::vector<std::unique_ptr<Device>> discover_devices(const Config& config, const Topology& topology,
                                                       int first_index);

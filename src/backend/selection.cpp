@@ -32,7 +32,8 @@ std::string describe_found(const std::vector<DeviceInfo>& found) {
 }
 
 std::vector<std::size_t> select_devices(const std::vector<DeviceInfo>& found,
-                                        const std::vector<std::string>& words, const ConfigOrigin& origin) {
+                                        const std::vector<std::string>& words, const ConfigOrigin& origin,
+                                        const std::vector<BackendWithoutDevices>& without_devices) {
   constexpr std::string_view key = "gpu.devices";
   auto fail = [&](const std::string& why) {
     config::throw_config_error(
@@ -62,7 +63,17 @@ std::vector<std::size_t> select_devices(const std::vector<DeviceInfo>& found,
         matched = true;
       }
     }
-    if (!matched) fail(fmt::format("no accelerator or backend is named like '{}'", word));
+    if (matched) continue;
+    // A backend of this build (or a loaded plugin) that found nothing: say so, with its reason, rather
+    // than suggest the name is wrong.
+    const auto empty =
+        std::find_if(without_devices.begin(), without_devices.end(),
+                     [&](const BackendWithoutDevices& each) { return lower(each.name) == wanted; });
+    if (empty != without_devices.end()) {
+      fail(fmt::format("the backend '{}' is in this build but found no device{}{}", empty->name,
+                       empty->reason.empty() ? "" : ", and says why: ", empty->reason));
+    }
+    fail(fmt::format("no accelerator or backend is named like '{}'", word));
   }
   std::vector<std::size_t> selected;
   for (std::size_t i = 0; i < found.size(); ++i) {

@@ -19,11 +19,20 @@
 
 namespace nerve::detail {
 
+// A backend that found no device, and why (Backend::unavailable_reason(); may be empty).
+struct BackendWithoutDevices {
+  std::string name;    // Backend::name(): "cuda", "opencl", a plugin's name
+  std::string reason;  // "cudart 13.0 (driver none): no device (...)"
+};
+
 // select_devices(): positions in `found` selected by `words` (Config::gpu.devices). Throws
 // ConfigError naming gpu.devices and where its value came from (`origin`) when an item selects
-// nothing, an index is out of range, or `all` / `none` is mixed with other items.
+// nothing, an index is out of range, or `all` / `none` is mixed with other items. An item that names
+// one of `without_devices` still selects nothing, and the error says that this backend exists but
+// found no device, and why.
 std::vector<std::size_t> select_devices(const std::vector<DeviceInfo>& found,
-                                        const std::vector<std::string>& words, const ConfigOrigin& origin);
+                                        const std::vector<std::string>& words, const ConfigOrigin& origin,
+                                        const std::vector<BackendWithoutDevices>& without_devices = {});
 
 // describe_found(): "0 'pthread-haswell' (opencl), 1 'sim0' (sim)" or "none", for messages.
 std::string describe_found(const std::vector<DeviceInfo>& found);

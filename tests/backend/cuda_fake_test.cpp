@@ -688,6 +688,34 @@ TEST(CudaFakeContext, NoDeviceMeansNoCudaDeviceAndAReason) {
       << cuda.backend->unavailable_reason();
 }
 
+// Audit F2: gpu.devices naming a backend that is there but found no device was refused as if no
+// backend had that name. It is still refused, saying the backend exists and why it has no device.
+TEST(CudaFakeContext, GpuDevicesNamingABackendWithoutDevicesSaysWhy) {
+  FakeCuda cuda(FakeOptions{.devices = 0});
+  try {
+    Context context(FakeCuda::settings(1));  // gpu.devices = cuda-fake
+    FAIL() << "gpu.devices selects nothing";
+  } catch (const ConfigError& error) {
+    const std::string message = error.what();
+    EXPECT_EQ(error.key(), "gpu.devices");
+    EXPECT_NE(message.find("the backend 'cuda-fake' is in this build but found no device, and says why: "),
+              std::string::npos)
+        << message;
+    EXPECT_NE(message.find(cuda.backend->unavailable_reason()), std::string::npos) << message;
+    EXPECT_NE(message.find("no CUDA-capable device"), std::string::npos) << message;
+    EXPECT_EQ(message.find("no accelerator or backend is named like"), std::string::npos) << message;
+  }
+  // A name no backend has keeps the message that says so.
+  try {
+    Context context(FakeCuda::settings(1).set("gpu.devices", "cuda-fak"));
+    FAIL() << "gpu.devices selects nothing";
+  } catch (const ConfigError& error) {
+    EXPECT_NE(std::string(error.what()).find("no accelerator or backend is named like 'cuda-fak'"),
+              std::string::npos)
+        << error.what();
+  }
+}
+
 // A GPU that another backend lists too (NVIDIA's OpenCL driver) at the same PCI address.
 class TwinBackend final : public detail::Backend {
  public:

@@ -247,7 +247,8 @@ def backend_note(document, backend):
 
 
 def check_backend_without_devices(binary, backend, env):
-    """`backend` found no device under `env`: nerve-info says why below the device list."""
+    """`backend` found no device under `env`: nerve-info says why below the device list, and gpu.devices
+    naming it is refused with that reason (not as a name no backend has)."""
     document = run_json(binary, env=env)
     check(not any(device.get("backend") == backend for device in document["devices"]),
           f"{backend} still lists devices with {env}")
@@ -256,12 +257,17 @@ def check_backend_without_devices(binary, backend, env):
           f"{document.get('backend_notes')}")
     text = run(binary, env=env).stdout
     check(f"  {note}" in text.splitlines(), f"the text output lacks the note '{note}':\n{text}")
-    return note[len(backend) + 2:]
+    reason = note[len(backend) + 2:]
+    result = run(binary, "--set", f"gpu.devices={backend}", env=env, expect_status=2)
+    check(f"gpu.devices: the backend '{backend}' is in this build but found no device, and says why: {reason}"
+          in result.stderr, f"gpu.devices={backend} with {env}: {result.stderr}")
+    check("no accelerator or backend is named like" not in result.stderr, f"stderr: {result.stderr}")
+    return reason
 
 
 def case_opencl_without_device(binary):
-    # Audit F3: the OpenCL backend said nothing when it found no device. Only where the OpenCL backend
-    # is built (tests/tools/CMakeLists.txt).
+    # Audit F3: the OpenCL backend said nothing when it found no device; F2: gpu.devices=opencl was then
+    # refused as a name no backend has. Only where the OpenCL backend is built (tests/tools/CMakeLists.txt).
     with tempfile.TemporaryDirectory() as empty:
         # No platform: an ICD loader that reads its vendor files from an empty directory.
         reason = check_backend_without_devices(binary, "opencl", {"OCL_ICD_VENDORS": empty})
@@ -272,6 +278,17 @@ def case_opencl_without_device(binary):
     if not any(device.get("backend") == "opencl" for device in run_json(binary, env=env)["devices"]):
         reason = check_backend_without_devices(binary, "opencl", env)
         check("none with a device" in reason and "clGetDeviceIDs" in reason, f"reason: {reason}")
+    # A name that is no backend at all keeps its message.
+    result = run(binary, "--set", "gpu.devices=openclx", expect_status=2)
+    check("no accelerator or backend is named like 'openclx'" in result.stderr, f"stderr: {result.stderr}")
+
+
+def case_cuda_without_device(binary):
+    # Audit F2: gpu.devices=cuda where the CUDA backend has no device (no driver, no GPU, or none
+    # visible: CUDA_VISIBLE_DEVICES=-1 hides every GPU) names the backend and its reason. Only where the
+    # CUDA backend is built.
+    reason = check_backend_without_devices(binary, "cuda", {"CUDA_VISIBLE_DEVICES": "-1"})
+    check(reason.startswith("cudart ") and "no device" in reason, f"reason: {reason}")
 
 
 def case_usage(binary):
