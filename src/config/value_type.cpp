@@ -267,11 +267,31 @@ ValueType records_type(std::string_view what, std::vector<std::string_view> fiel
 
 namespace {
 
+// one_value() is `text` trimmed when it is one value of a records item: not empty, and without the
+// separators of the key's text form (',' and blanks between items, ':' between fields), which would
+// otherwise make one field two items ("2, 5") or change its meaning.
+std::string_view one_value(std::string_view text, std::string_view separators, const std::string& what) {
+  const std::string_view value = trim(text);
+  if (value.empty()) throw Problem{fmt::format("{} has no value", what)};
+  if (value.find_first_of(separators) != std::string_view::npos)
+    throw Problem{
+        fmt::format("{} is {}: one value, please (one item per sequence item)", what, quote(value))};
+  return value;
+}
+
 // record_text() writes map item `index` (0-based) of a records value as its fields' values in the
 // type's order, joined by ':' ({device: 0, high_priority_streams: 2} -> "0:2"): every field once,
-// no other, each a single value.
+// no other, each one value.
 std::string record_text(std::size_t index, const std::vector<RawValue::Field>& fields,
                         const ValueType& type) {
+  for (const RawValue::Field& field : fields) {
+    if (std::find(type.fields.begin(), type.fields.end(), field.first) != type.fields.end()) continue;
+    if (field.first == "<<")
+      throw Problem{fmt::format("item {}: YAML merge keys ('<<') are not supported", index + 1)};
+    throw Problem{fmt::format("item {} has an unknown field {} (a map item has the fields {})", index + 1,
+                              field.first.empty() ? std::string("that is no plain name") : quote(field.first),
+                              fmt::join(type.fields, ", "))};
+  }
   std::vector<std::string_view> values;
   for (const std::string_view wanted : type.fields) {
     const RawValue::Field* found = nullptr;
@@ -284,14 +304,9 @@ std::string record_text(std::size_t index, const std::vector<RawValue::Field>& f
       throw Problem{fmt::format("item {} has no '{}' (a map item has the fields {})", index + 1, wanted,
                                 fmt::join(type.fields, ", "))};
     }
-    if (!found->second) throw Problem{fmt::format("item {}: '{}' is not a single value", index + 1, wanted)};
-    values.push_back(*found->second);
-  }
-  for (const RawValue::Field& field : fields) {
-    if (std::find(type.fields.begin(), type.fields.end(), field.first) == type.fields.end()) {
-      throw Problem{fmt::format("item {} has an unknown field '{}' (a map item has the fields {})", index + 1,
-                                field.first, fmt::join(type.fields, ", "))};
-    }
+    const std::string what = fmt::format("item {}: '{}'", index + 1, wanted);
+    if (!found->second) throw Problem{fmt::format("{} is a sequence or map, not one value", what)};
+    values.push_back(one_value(*found->second, ",: \t\r\n", what));
   }
   return fmt::format("{}", fmt::join(values, ":"));
 }
@@ -308,7 +323,7 @@ std::string records_text(const RawValue& raw, const ValueType& type) {
       items.push_back(record_text(
           i, i < raw.item_fields.size() ? raw.item_fields[i] : std::vector<RawValue::Field>{}, type));
     } else {
-      items.emplace_back(trim(raw.items[i]));
+      items.emplace_back(one_value(raw.items[i], ", \t\r\n", fmt::format("item {}", i + 1)));
     }
   }
   return fmt::format("{}", fmt::join(items, ", "));

@@ -46,9 +46,11 @@ RawValue raw_value(const YAML::Node& node) {
         std::vector<RawValue::Field>& own = fields.emplace_back();
         if (!item.IsMap()) continue;
         for (const auto& field : item) {
-          own.emplace_back(
-              field.first.IsScalar() ? field.first.Scalar() : std::string(),
-              field.second.IsScalar() ? std::optional<std::string>(field.second.Scalar()) : std::nullopt);
+          // A field without a value (`device:`) is empty text; a sequence or map there is no text.
+          own.emplace_back(field.first.IsScalar() ? field.first.Scalar() : std::string(),
+                           field.second.IsScalar() ? std::optional<std::string>(field.second.Scalar())
+                           : field.second.IsNull() ? std::optional<std::string>(std::string())
+                                                   : std::nullopt);
         }
       }
       return RawValue::sequence(std::move(items), std::move(shapes), std::move(fields));
