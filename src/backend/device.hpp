@@ -42,12 +42,12 @@ class DeviceHost {
   virtual DeviceLaunch prepare_launch(TaskRecord* task, Device& device) = 0;
   virtual void complete(TaskRecord* task, Device& device, std::exception_ptr error,
                         std::int64_t end_ns = 0) noexcept = 0;
-  // place_elsewhere(): `task` cannot run on `device` after all, and will not ever (its kernel's
-  // program does not build there; the device's takes_accesses() now says so): when nerve placed it
+  // place_elsewhere(): `task` cannot run on `device` after all, and nothing of it ran there (its
+  // kernel's program does not build there, or the device refused its launch): when nerve placed it
   // there (not TaskOptions::device) and another device can run it, it is placed again — its replicas
-  // on `device` released, its data made valid on the new device through the coherence layer — and
-  // true is returned: the device must forget it. False: the device fails it as usual (complete()).
-  // Called before prepare_launch(), from the device's launching thread.
+  // on `device` released, its data made valid on the new device through the coherence layer, what
+  // prepare_launch() recorded undone — and true is returned: the device must forget it. False: the
+  // device fails it as usual (complete()). Called from the device's launching thread.
   virtual bool place_elsewhere(TaskRecord* task, Device& device) noexcept = 0;
   // launch_closure(): a C kernel in the launcher form (TaskRecord::stream_launcher) is called here,
   // on the device's launcher thread, with the device's index, `stream` and its data's addresses on

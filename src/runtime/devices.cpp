@@ -81,11 +81,11 @@ void ContextImpl::complete(TaskRecord* task, Device& /*device*/, std::exception_
   finish(task, thread, outcome);
 }
 
-// A call nerve placed on a device that turned out unable to run it (its program does not build there)
-// goes where its kernel can run, as a call placed after the failure was known would: the device is
-// left out by placeable_on() from now on. Its replicas there are released first, and acquire() on
-// the new device brings its data there through the coherence layer — what the device already holds
-// as the only valid copy (a write claimed there, bytes copied there) is copied back, not lost.
+// A call nerve placed on a device that turned out unable to run it (its program does not build there,
+// or the device refused its launch) goes where its kernel can run, as a call placed after the failure was
+// known would: the device is left out by placeable_on() from now on. Its replicas there are released first,
+// and acquire() on the new device brings its data there through the coherence layer — what the device already
+// holds as the only valid copy (a write claimed there, bytes copied there) is copied back, not lost.
 bool ContextImpl::place_elsewhere(TaskRecord* task, Device& device) noexcept {
   if (task->device_hint >= 0 || task->kind != TaskKind::function) return false;  // sent there: it fails
   const int from = device.info().index;
@@ -94,6 +94,8 @@ bool ContextImpl::place_elsewhere(TaskRecord* task, Device& device) noexcept {
     if (each != from && placeable_on(*task, each, /*strict=*/true)) fallback = each;
   }
   if (fallback < 0) return false;  // no other device runs the kernel: it fails with the device's error
+  task->phase.store(status_ready, std::memory_order_relaxed);  // prepare_launch() may have said running
+  task->start_ns = 0;
   coherence->release(task, device.memory().index());
   if (heft != nullptr) heft_finished(task);  // its expected run on `from` will not happen
   int chosen = fallback;

@@ -661,15 +661,20 @@ Kernel scale_with(const std::string& name, opencl::Options options) {
 
 // A call whose work sizes the device refuses (a local size that does not divide the global size
 // taken from access 0, or one over the device's work-group limit) is known before placement: nerve
-// places it where the kernel runs, under every policy, even with its data on the device. Under heft
-// every such call went to the device to calibrate it and failed (a failed call gives no sample):
-// 19 of 20. Sent there on purpose, it still fails, saying why.
+// places it where the kernel runs, under every policy, even with its data on the device; heft does
+// not even weigh the device for it. Under heft every such call went to the device to calibrate it
+// and failed (a failed call gives no sample): 19 of 20. Sent there on purpose, it still fails,
+// saying why.
 TEST_F(OpenclTest, CallsWithWorkSizesTheDeviceRefusesArePlacedWhereTheKernelRuns) {
+  std::filesystem::create_directories(cache);
   for (const std::string policy : {"heft", "locality_aware_stealing", "eager"}) {
     SCOPED_TRACE(policy);
     Settings settings = opencl_settings(2);
     settings.set("scheduler.policy", policy);
     settings.set("perf.model_dir", (cache / ("models-" + policy)).string());
+    const auto log = cache / ("decisions-" + policy + ".jsonl");
+    if (policy == "heft") settings.set("perf.decision_log", log.string());
+    ::testing::internal::CaptureStderr();
     run_in(settings, [&](Context& ctx) {
       const Kernel by_64 = scale_with("scale by 64", {.local_size = 64});
       const Kernel too_wide = scale_with("scale too wide", {.local_size = std::size_t{1} << 30});
@@ -686,20 +691,40 @@ TEST_F(OpenclTest, CallsWithWorkSizesTheDeviceRefusesArePlacedWhereTheKernelRuns
       for (auto& buffer : buffers) EXPECT_EQ(buffer.to_vector(), std::vector<float>(1000, 6.0f));
       Buffer<float> multiple(ctx, std::vector<float>(1024, 1.0f));  // a call the device takes
       EXPECT_NO_THROW(ctx.submit(TaskOptions{.device = 1}, by_64, read_write(multiple), value(2.0f)).wait());
-      try {
-        ctx.submit(TaskOptions{.device = 1}, by_64, read_write(buffers[0]), value(2.0f)).wait();
-        ADD_FAILURE() << "a call forced onto the device ran with work sizes it refuses";
-      } catch (const Error& error) {
-        EXPECT_NE(std::string(error.what()).find("not a multiple of the local size 64"), std::string::npos)
-            << error.what();
-      }
+      const auto forced_fails_saying = [&](const Kernel& kernel, Buffer<float>& buffer,
+                                           const std::string& why) {
+        try {
+          ctx.submit(TaskOptions{.device = 1}, kernel, read_write(buffer), value(2.0f)).wait();
+          ADD_FAILURE() << "a call forced onto the device ran with work sizes it refuses";
+        } catch (const Error& error) {
+          EXPECT_NE(std::string(error.what()).find(why), std::string::npos) << error.what();
+        }
+      };
+      forced_fails_saying(by_64, buffers[0], "not a multiple of the local size 64");
+      forced_fails_saying(too_wide, buffers[1], "work-group limit");
     });
+    // None was tried on the device first: no launch refused, no device weighed.
+    const std::string warnings = ::testing::internal::GetCapturedStderr();
+    EXPECT_EQ(warnings.find("could not be launched"), std::string::npos) << warnings;
+    if (policy != "heft") continue;
+    std::ifstream lines(log);
+    std::size_t decisions = 0;
+    for (std::string line; std::getline(lines, line);) {
+      if (line.find("\"kernel\":\"scale by 64\"") == std::string::npos &&
+          line.find("\"kernel\":\"scale too wide\"") == std::string::npos)
+        continue;
+      ++decisions;
+      EXPECT_NE(line.find("\"chosen\":0"), std::string::npos) << line;
+      EXPECT_NE(line.find("left out"), std::string::npos) << line;
+    }
+    EXPECT_EQ(decisions, 20u);
   }
 }
 
-// A launch refused only when it is made (here a global size from Options::global_size that the
-// local size does not divide) fails no call nerve placed: that call goes to the CPU body, the device
-// is left out for the kernel's later calls (one warning says so), and a call sent there still fails.
+// A call whose arguments do not fit its OpenCL function (here one access too many) is refused when
+// it is launched, as every call of the kernel would be: the call nerve placed runs on the CPU body,
+// the device is left out for the kernel's later calls (one warning says so, and heft's decision log
+// says why the CPU was alone), and a call sent there still fails.
 TEST_F(OpenclTest, ACallTheDeviceRefusesAtLaunchRunsOnTheCpuBodyAndLaterOnesGoThere) {
   Settings settings = opencl_settings(2);
   settings.set("scheduler.policy", "heft");
@@ -710,29 +735,34 @@ TEST_F(OpenclTest, ACallTheDeviceRefusesAtLaunchRunsOnTheCpuBodyAndLaterOnesGoTh
   settings.set("perf.decision_log", log.string());
   ::testing::internal::CaptureStderr();
   run_in(settings, [&](Context& ctx) {
-    const Kernel odd = scale_with(
-        "odd sizes", {.global_size = [](const KernelArgs&) { return std::size_t{1000}; }, .local_size = 64});
+    const Kernel mismatched = scale_with("mismatched", {});  // scale(x, factor), called with two accesses
+    Buffer<float> unused(ctx, std::vector<float>(16, 0.0f));
     std::vector<Buffer<float>> buffers;
     for (int i = 0; i < 20; ++i) buffers.emplace_back(ctx, std::vector<float>(1024, 1.0f));
     int failed = 0;
     for (auto& buffer : buffers) {
       try {
-        ctx.submit(odd, read_write(buffer), value(2.0f)).wait();
+        ctx.submit(mismatched, read_write(buffer), read(unused), value(2.0f)).wait();
       } catch (const Error& error) {
         if (failed++ == 0) ADD_FAILURE() << error.what();
       }
     }
     EXPECT_EQ(failed, 0);
     for (auto& buffer : buffers) EXPECT_EQ(buffer.to_vector(), std::vector<float>(1024, 2.0f));
-    EXPECT_THROW(ctx.submit(TaskOptions{.device = 1}, odd, read_write(buffers[0]), value(2.0f)).wait(),
-                 Error);
+    EXPECT_THROW(
+        ctx.submit(TaskOptions{.device = 1}, mismatched, read_write(buffers[0]), read(unused), value(2.0f))
+            .wait(),
+        Error);
     std::size_t on_device = 0;
-    for (const TaskTimes& record : ctx.stats().task_records)
-      on_device += record.name == "odd sizes" && record.device == 1 && record.status == "succeeded";
+    for (const TaskTimes& record : ctx.stats().task_records) {
+      on_device += record.name == "mismatched" && record.device == 1 && record.status == "succeeded";
+      if (record.device == 1 && record.status == "failed")
+        EXPECT_EQ(record.start_ns, record.end_ns) << "no kernel ran: the record spans no time";
+    }
     EXPECT_EQ(on_device, 0u);
   });
   const std::string warnings = ::testing::internal::GetCapturedStderr();
-  EXPECT_NE(warnings.find("kernel 'odd sizes' could not be launched on device 1"), std::string::npos)
+  EXPECT_NE(warnings.find("kernel 'mismatched' could not be launched on device 1"), std::string::npos)
       << warnings;
   EXPECT_EQ(warnings.find("could not be launched"), warnings.rfind("could not be launched")) << "warned once";
   // The calls placed after the refusal had one candidate left, and the log says why it was alone.
@@ -744,6 +774,33 @@ TEST_F(OpenclTest, ACallTheDeviceRefusesAtLaunchRunsOnTheCpuBodyAndLaterOnesGoTh
     EXPECT_NE(line.find("device 1 implements the kernel but is left out"), std::string::npos) << line;
   }
   EXPECT_GE(alone, 18u);
+}
+
+// A launch refused for its own sizes alone (a global size from Options::global_size that the local
+// size does not divide, known only at launch) runs that call on the CPU body and leaves the device
+// in: the kernel's calls the device takes still run there, and nothing warns.
+TEST_F(OpenclTest, ACallRefusedAtLaunchForItsOwnSizesLeavesTheDeviceIn) {
+  Settings settings = opencl_settings(2);
+  settings.set("scheduler.policy", "heft");
+  settings.set("perf.model_dir", (cache / "models").string());
+  settings.set("perf.record_tasks", "true");
+  ::testing::internal::CaptureStderr();
+  run_in(settings, [&](Context& ctx) {
+    const Kernel sized = scale_with(
+        "sized", {.global_size = [](const KernelArgs& args) { return args.size_bytes(0) / sizeof(float); },
+                  .local_size = 64});
+    std::vector<Buffer<float>> buffers;
+    for (int i = 0; i < 20; ++i)
+      buffers.emplace_back(ctx, std::vector<float>(i % 2 == 0 ? 1000 : 1024, 1.0f));
+    for (auto& buffer : buffers) EXPECT_NO_THROW(ctx.submit(sized, read_write(buffer), value(2.0f)).wait());
+    for (auto& buffer : buffers) EXPECT_EQ(buffer.to_vector(), std::vector<float>(buffer.size(), 2.0f));
+    std::size_t fitting_on_device = 0;
+    for (const TaskTimes& record : ctx.stats().task_records)
+      fitting_on_device += record.name == "sized" && record.device == 1 && record.status == "succeeded";
+    EXPECT_GE(fitting_on_device, 1u) << "the device still runs the calls it takes";
+  });
+  const std::string warnings = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(warnings.find("could not be launched"), std::string::npos) << warnings;
 }
 
 // Calls nerve placed on the device before its program was found not to build (their data was there)

@@ -62,8 +62,12 @@ bool OpenclDevice::takes_work_size(const TaskRecord& task) const noexcept {
   const std::size_t most = engine_->device().max_work_group;
   if (most != 0 && local > most) return false;
   if (program->options.global_size || task.access_count == 0) return true;
+  return default_global_size(task) % local == 0;
+}
+
+std::size_t OpenclDevice::default_global_size(const TaskRecord& task) noexcept {
   const std::size_t element = task.accesses[0].buffer->element_size;
-  return (task.accesses[0].size / (element == 0 ? 1 : element)) % local == 0;
+  return task.accesses[0].size / (element == 0 ? 1 : element);
 }
 
 const OpenclProgram* OpenclDevice::program_of(const TaskRecord& task) noexcept {
@@ -143,11 +147,24 @@ void OpenclDevice::launch(TaskRecord* task) {
     op->task = task;
     op->finish = &OpenclDevice::finish_launch;
     std::size_t global = 0;
+    // Whether a refusal below would refuse every call of the kernel alike (its arguments do not fit
+    // the function, a work-group size over the device's limit, the driver refusing the kernel's
+    // arguments or work sizes), or only this one (its own sizes; a shortage of the driver's).
+    bool every_call = true;
+    bool enqueue_refused = false;
     try {
-      bind_arguments(kernel, launch, *task, *op);
-      global = global_size(*program, launch, *task);
+      bind_arguments(kernel, launch, *task, *op);  // invalid_argument: a mismatch; else the driver's
       const std::size_t local = program->options.local_size;
+      const std::size_t most = engine_->device().max_work_group;
+      if (local != 0 && most != 0 && local > most) {
+        throw Error(
+            ErrorCode::invalid_argument,
+            fmt::format("kernel '{}': the local size {} is over OpenCL device '{}''s work-group limit {}",
+                        launch.call.kernel_name, local, info().name, most));
+      }
+      global = global_size(*program, launch, *task);
       if (local != 0 && global % local != 0) {
+        every_call = false;
         throw Error(ErrorCode::invalid_argument,
                     fmt::format("kernel '{}': the global size {} is not a multiple of the local size {}",
                                 launch.call.kernel_name, global, local));
@@ -158,16 +175,22 @@ void OpenclDevice::launch(TaskRecord* task) {
         return;
       }
       op->enqueued_ns = monotonic_ns();
-      check(clEnqueueNDRangeKernel(queue, kernel, 1, nullptr, &global, local != 0 ? &local : nullptr, 0,
-                                   nullptr, &op->event),
+      const cl_int status = clEnqueueNDRangeKernel(queue, kernel, 1, nullptr, &global,
+                                                   local != 0 ? &local : nullptr, 0, nullptr, &op->event);
+      enqueue_refused = status != CL_SUCCESS;
+      every_call = status == CL_INVALID_WORK_GROUP_SIZE || status == CL_INVALID_WORK_ITEM_SIZE ||
+                   status == CL_INVALID_KERNEL_ARGS || status == CL_INVALID_GLOBAL_WORK_SIZE;
+      check(status,
             fmt::format("kernel '{}': launching '{}' (global size {}) on OpenCL device '{}'",
                         launch.call.kernel_name, program->entry, global, info().name),
             ErrorCode::task_failed);
     } catch (const Error& error) {
-      // The device refused the call before any of it ran: one nerve placed goes where the kernel
-      // runs, as a call of a program that does not build here does.
+      // Refused before any of it ran: a call nerve placed goes where the kernel runs, as a call of
+      // a program that does not build here does. (An internal error is a bug of nerve's: it fails.)
       engine_->recycle(std::exchange(op, nullptr));
-      if (launch_refused(*program, task, error)) return;
+      // Before the enqueue, only nerve's own checks (invalid_argument) refuse alike every time.
+      const bool kernel_wide = every_call && (enqueue_refused || error.code() == ErrorCode::invalid_argument);
+      if (error.code() != ErrorCode::internal && launch_refused(*program, task, error, kernel_wide)) return;
       throw;
     }
     op->queue = queue;
@@ -175,24 +198,24 @@ void OpenclDevice::launch(TaskRecord* task) {
     engine_->count_launch(queue_index);
     engine_->watch(std::exchange(op, nullptr));
   } catch (...) {
+    // Nothing of it ran: its record spans no time, from when the failure was found (PERF_STATS.md).
     if (op != nullptr) engine_->recycle(op);
-    if (task->start_ns == 0) task->start_ns = monotonic_ns();  // failed before prepare_launch()
-    host_->complete(task, *this, std::current_exception());
+    task->start_ns = monotonic_ns();
+    host_->complete(task, *this, std::current_exception(), task->start_ns);
   }
 }
 
 // launch_refused(): `task`, placed here by nerve, could not be launched (`error`: its arguments do
-// not fit the OpenCL function, its work sizes, or the driver refused the launch). Its calls that
-// nerve places leave the device out from now on — a refusal of one call is mostly one of all, and
-// under heft a failed call teaches the model nothing, so the next call would be sent here again —
-// and this one goes where the kernel runs, when some device does: true then. A call sent here with
-// TaskOptions::device fails with `error` (false).
-bool OpenclDevice::launch_refused(const OpenclProgram& program, TaskRecord* task,
-                                  const Error& error) noexcept {
+// not fit the OpenCL function, its work sizes, or the driver refused the launch); nothing of it ran.
+// It goes where the kernel runs, when some device does: true then. When the refusal holds for
+// `every_call` of the kernel here, the kernel's calls that nerve places leave the device out from
+// now on (under heft a failed call teaches the model nothing, so the next one would be sent here
+// again); a refusal of this call alone (its own sizes, a shortage) leaves the device in. A call sent
+// here with TaskOptions::device fails with `error` (false).
+bool OpenclDevice::launch_refused(const OpenclProgram& program, TaskRecord* task, const Error& error,
+                                  bool every_call) noexcept {
   if (task->device_hint >= 0) return false;
-  refuse_program(program, *task, error, "could not be launched");
-  task->phase.store(status_ready, std::memory_order_relaxed);  // prepare_launch() said running
-  task->start_ns = 0;
+  if (every_call) refuse_program(program, *task, error, "could not be launched");
   return host_->place_elsewhere(task, *this);
 }
 
@@ -205,7 +228,8 @@ void OpenclDevice::refuse_program(const OpenclProgram& program, const TaskRecord
       first = refused_programs_.insert(program.id).second;
       any_refused_.store(true, std::memory_order_release);
     }
-    // Once per kernel and device: its calls no longer fail one by one, so the reason must show.
+    // Once per kernel and device, when its calls go to its CPU body from now on (they no longer
+    // fail one by one, so the reason must show); a kernel nothing else runs fails each call saying it.
     if (first && task.kernel->cpu) {
       log::warn(
           "kernel '{}' {} on device {} (OpenCL device '{}'): its calls that nerve places fall back "
@@ -310,8 +334,7 @@ std::size_t OpenclDevice::global_size(const OpenclProgram& program, const Device
                             "opencl::Options::global_size",
                             launch.call.kernel_name));
   }
-  const std::size_t element = task.accesses[0].buffer->element_size;
-  return launch.views[0].size / (element == 0 ? 1 : element);
+  return default_global_size(task);
 }
 
 bool OpenclDevice::finish_launch(Engine& engine, Operation& op) {

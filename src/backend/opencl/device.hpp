@@ -67,10 +67,13 @@ class OpenclDevice final : public Device {
   // choosing a device that never yields a sample). A call sent here still fails at once; calls
   // placed here before the failure was known are placed again (launch()).
   bool refused_program(const TaskRecord& task) const noexcept;
-  bool launch_refused(const OpenclProgram& program, TaskRecord* task, const Error& error) noexcept;
+  bool launch_refused(const OpenclProgram& program, TaskRecord* task, const Error& error,
+                      bool every_call) noexcept;
   // takes_work_size(): the call's work-group size fits this device and divides its global size.
   bool takes_work_size(const TaskRecord& task) const noexcept;
   static const OpenclProgram* program_of(const TaskRecord& task) noexcept;
+  // default_global_size(): access 0's element count, the global size without Options::global_size.
+  static std::size_t default_global_size(const TaskRecord& task) noexcept;
   // refuse_program(): `program` failed here with `error` (from the launcher thread): remember it, and
   // warn once when the kernel's calls will fall back to its CPU body.
   // `what` says what happened, for the warning ("cannot run", "could not be launched").
