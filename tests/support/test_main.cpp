@@ -18,9 +18,13 @@ int main(int argc, char** argv) {
   // (whose models would steer heft's choices from one run to the next) nor leave one behind.
   const auto cache =
       std::filesystem::temp_directory_path() / ("nerve-test-cache-" + std::to_string(::getpid()));
-  ::setenv("XDG_CACHE_HOME", cache.c_str(), 1);
-  const int result = RUN_ALL_TESTS();
+  // It starts empty even where an aborted process with this pid left one; NERVE_CACHE_DIR, which
+  // would win over it for the programs, is unset.
   std::error_code ignored;
+  std::filesystem::remove_all(cache, ignored);
+  ::setenv("XDG_CACHE_HOME", cache.c_str(), 1);
+  ::unsetenv("NERVE_CACHE_DIR");
+  const int result = RUN_ALL_TESTS();
   std::filesystem::remove_all(cache, ignored);
   return result;
 }
