@@ -361,6 +361,21 @@ def case_runtimes(binary, directory):
     check(doc["verified"] is False and [(w["id"], w["verified"], w["measurements"]) for w in doc["workloads"]]
           == [("W1", False, [])], f"--only W1 --runtimes BLAS: verified {doc['verified']}, {doc['workloads']}")
     run(binary, "--from-json", nothing, expect=1)  # read back, it is still no pass
+    # One workload that measured nothing among others that did fails the run as well: `--only W1,W5
+    # --runtimes STREAM` said "every result verified", exit 0 and verified: true next to W1's false.
+    # So does one --only does not name (here none does: every workload runs, most without STREAM).
+    for only in (["--only", "W1,W5"], []):
+        partial = os.path.join(directory, "partial.json")
+        result = run(binary, *QUICK, *only, "--runtimes", "STREAM", "--json", partial, expect=1)
+        check("W1 MEASURED NOTHING" in result.stderr, f"{only} --runtimes STREAM: {result.stderr}")
+        check("MEASURED NOTHING" in result.stdout and "every result verified" not in result.stdout,
+              f"{only} --runtimes STREAM:\n{result.stdout}")
+        with open(partial) as f:
+            doc = json.load(f)
+        verdicts = {w["id"]: w["verified"] for w in doc["workloads"]}
+        check(doc["verified"] is False and verdicts["W1"] is False and verdicts["W5"] is True,
+              f"{only} --runtimes STREAM: verified {doc['verified']}, {verdicts}")
+        run(binary, "--from-json", partial, expect=1)
     out = os.path.join(directory, "run.json")
     run(binary, *QUICK, "--only", "W1", "--runtimes", "NERVE", "--json", out)
     with open(out) as f:

@@ -134,7 +134,16 @@ std::size_t RunReport::figures() const {
   return count;
 }
 
-bool RunReport::verified() const { return figures() != 0 && not_run().empty() && failed_results() == 0; }
+std::vector<const WorkloadRun*> RunReport::measured_nothing() const {
+  std::vector<const WorkloadRun*> empty;
+  for (const auto& run : workloads)
+    if (run.result.measurements.empty()) empty.push_back(&run);
+  return empty;
+}
+
+bool RunReport::verified() const {
+  return figures() != 0 && measured_nothing().empty() && not_run().empty() && failed_results() == 0;
+}
 
 double speed(const Measurement& nerve, const Measurement& other) {
   if (nerve.value <= 0 || other.value <= 0) return 0;

@@ -114,12 +114,18 @@ bool contains(const std::vector<T>& list, const U& item) {
   return std::find(list.begin(), list.end(), item) != list.end();
 }
 
-// report_failures(): on stderr, each workload --only names that could not run here, and each result
-// that did not verify, by workload, case and variant, with what failed (the table says it too, among
-// everything else); or that nothing was measured, so nothing verified.
+// report_failures(): on stderr, each workload --only names that could not run here, each workload
+// that ran and measured nothing, and each result that did not verify, by workload, case and variant,
+// with what failed (the table says it too, among everything else); or that nothing was measured, so
+// nothing verified.
 void report_failures(const nb::RunReport& report) {
-  if (report.figures() == 0)
+  if (report.figures() == 0) {
     std::fprintf(stderr, "openclaw-benchmark: NOTHING VERIFIED: %s\n", nb::nothing_measured);
+  } else {
+    for (const nb::WorkloadRun* run : report.measured_nothing())
+      std::fprintf(stderr, "openclaw-benchmark: %s MEASURED NOTHING: %s\n", run->result.id.c_str(),
+                   nb::workload_measured_nothing);
+  }
   for (const nb::Skipped* skipped : report.not_run())
     std::fprintf(stderr, "openclaw-benchmark: %s could not run here: %s\n", skipped->id.c_str(),
                  skipped->reason.c_str());

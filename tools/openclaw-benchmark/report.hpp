@@ -72,8 +72,12 @@ struct RunReport {
   std::size_t failed_results() const;
   // figures() counts the measurements of every workload run.
   std::size_t figures() const;
-  // verified() is true when at least one figure was measured, every result verified and every
-  // workload --only names ran. A run that measured nothing verified nothing: it is not a pass.
+  // measured_nothing() lists the workloads that ran and measured nothing (--runtimes selected none of
+  // their variants), --only naming them or not.
+  std::vector<const WorkloadRun*> measured_nothing() const;
+  // verified() is true when every workload run measured something (so at least one figure was
+  // measured), every result verified and every workload --only names ran. A workload that measured
+  // nothing verified nothing: a run with one is not a pass, as a run that measured nothing at all.
   bool verified() const;
 };
 
@@ -81,6 +85,11 @@ struct RunReport {
 inline constexpr const char* nothing_measured =
     "no figure was measured (every workload was skipped, or --runtimes selects none of the variants of "
     "those run)";
+
+// Why a workload that ran and measured no figure fails the run: said on stderr.
+inline constexpr const char* workload_measured_nothing =
+    "--runtimes selects none of its variants, so nothing in it was verified (--only chooses the workloads "
+    "that have them)";
 
 // speed() is how many times faster nerve's figure is than `other` (> 1: nerve faster), whatever the
 // unit's direction.
