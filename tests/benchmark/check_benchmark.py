@@ -11,8 +11,9 @@ Usage: check_benchmark.py <openclaw-benchmark> <case> [argument]; each case is o
   usage           every usage error exits 2 before anything runs: options unknown or out of range,
                   unknown --scaling workloads, --trace without --html, a non-numeric --param or
                   --fail-over (nan, inf, 0x10), a --compare or --from-json file that is missing or
-                  not a report (each of these with --list too), --help with an unknown option or
-                  argument (--help answers only when nothing else is wrong), a --json or --html path that is not a regular file (a FIFO: the
+                  not a report (each of these with --list and with --help too: --help answers only when
+                  nothing else is wrong, --config's file included), an option's value that is one of the
+                  options (--json --help), a --json or --html path that is not a regular file (a FIFO: the
                   output probe waited for a reader)
   param           --param sets W11's batching (recorded in the JSON, used by the run); a bad name
                   is a usage error, a value out of range fails the run
@@ -60,9 +61,10 @@ def clean_environment(nerve_environment=None):
     return environment
 
 
-def run(binary, *args, expect=0, nerve_environment=None, timeout=TIMEOUT_S):
+def run(binary, *args, expect=0, nerve_environment=None, timeout=TIMEOUT_S, cwd=None):
     try:
-        result = subprocess.run([binary, *args], env=clean_environment(nerve_environment), capture_output=True, text=True, timeout=timeout)
+        result = subprocess.run([binary, *args], env=clean_environment(nerve_environment), capture_output=True, text=True,
+                                timeout=timeout, cwd=cwd)
     except subprocess.TimeoutExpired:
         raise CheckFailed(f"openclaw-benchmark {' '.join(args)} did not finish in {timeout} s")
     if expect is not None and result.returncode != expect:
@@ -207,12 +209,13 @@ def case_usage(binary, directory):
                        (["--from-json", not_a_report], "not-a-report.json"),
                        (["--json", os.path.join(directory, "no-such-dir", "r.json")], "cannot write"),
                        (["--html", os.path.join(directory, "no-such-dir", "r.html")], "cannot write")):
-        # --list is checked the same way: it listed the workloads (exit 0) whatever else was wrong.
-        for listing in ([], ["--list"]):
-            result = run(binary, *listing, *QUICK, "--only", "W1", *args, expect=2)
-            check(says in result.stderr, f"{' '.join(listing + args)}: the error does not say {says!r}: {result.stderr}")
-            check("figures" not in result.stdout and "supported" not in result.stdout,
-                  f"{' '.join(listing + args)}: something ran or was listed: {result.stdout}")
+        # --list and --help are checked the same way: they listed the workloads or printed the help
+        # (exit 0) whatever else was wrong (--help answered after CLI11's own checks only).
+        for first in ([], ["--list"], ["--help"]):
+            result = run(binary, *first, *QUICK, "--only", "W1", *args, expect=2)
+            check(says in result.stderr, f"{' '.join(first + args)}: the error does not say {says!r}: {result.stderr}")
+            check("figures" not in result.stdout and "supported" not in result.stdout and "Usage:" not in result.stdout,
+                  f"{' '.join(first + args)}: something ran, was listed or helped: {result.stdout}")
     # --help answers only when nothing else on the line is wrong, wherever it stands (as in nerve-info
     # and nerve-run): `--help --bogus` exited 0.
     for args in (["--help", "--bogus"], ["--bogus", "--help"], ["-h", "--bogus"], ["--help", "stray"],
@@ -222,6 +225,30 @@ def case_usage(binary, directory):
         check("Usage:" not in result.stdout, f"{' '.join(args)}: the help was printed: {result.stdout}")
     for args in (["--help"], ["-h", "--threads", "2", "--quick"]):
         check("--only" in run(binary, *args).stdout, f"{' '.join(args)}: no help")
+    # So are the rest of the line's checks, the configuration it names included: --help answered them
+    # all (exit 0) — `--help --only W99`, `--help --trace x.json`, `--help --compare /nonexistent`.
+    polcy = os.path.join(directory, "polcy.yaml")
+    with open(polcy, "w") as f:
+        f.write("scheduler:\n  polcy: eager\n")
+    for args, says in ((["--only", "W99"], "no workload 'W99'"), (["--json", ""], "empty"),
+                       (["--trace", "x.json"], "--trace needs --html"), (["--fail-over", "5"], "--fail-over needs --compare"),
+                       (["--runtimes", "bogus"], "'bogus'"), (["--param", "W1.bogus=1"], "no parameter 'bogus'"),
+                       (["--compare", os.path.join(directory, "nonexistent.json")], "nonexistent.json"),
+                       (["--config", polcy], "polcy")):
+        for order in (["--help", *args], [*args, "--help"]):
+            result = run(binary, *order, expect=2)
+            check(says in result.stderr, f"{' '.join(order)}: the error does not say {says!r}: {result.stderr}")
+            check(result.stdout == "", f"{' '.join(order)}: printed {result.stdout}")
+    # An option's value that is one of the options is a mistake, not a file name: `--json --help` ran
+    # the whole suite and wrote its report to a file named "--help".
+    for option, needs in (("--json", "a path"), ("--html", "a path"), ("--compare", "a path"), ("--only", "workloads"),
+                          ("--threads", "a number"), ("--param", "a parameter")):
+        for other in ("--help", "-h", "--quick", "--only=W1"):
+            result = run(binary, *QUICK, "--only", "W1", "--runtimes", "nerve", option, other, expect=2, cwd=directory)
+            says = f"{option}: needs {needs}; got the option {other.split('=')[0]}"
+            check(says in result.stderr, f"{option} {other}: the error does not say {says!r}: {result.stderr}")
+            check(result.stdout == "", f"{option} {other}: something ran: {result.stdout}")
+            check(not os.path.exists(os.path.join(directory, other)), f"{option} {other}: wrote a file {other}")
     # An output that is not a regular file is refused before anything opens it: the probe of a FIFO
     # waited for a reader, for ever (regression), and a directory or a device cannot hold a report.
     fifo = os.path.join(directory, "fifo")
@@ -680,6 +707,8 @@ def main():
         print(__doc__)
         return 2
     binary, case = sys.argv[1], sys.argv[2]
+    if os.sep in binary:  # some runs are made in the temporary directory (cwd)
+        binary = os.path.abspath(binary)
     with tempfile.TemporaryDirectory() as directory:
         try:
             if case == "fault":

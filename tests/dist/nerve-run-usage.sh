@@ -1,6 +1,7 @@
 #!/bin/bash
 # nerve-run's command line: every malformed value is a usage error (exit 2, a message naming it)
-# before mpirun starts, --help among them, and --help alone prints the usage (exit 0).
+# before mpirun starts, --help among them (a configuration that does not load, a --hostfile that
+# cannot be written included), and --help alone prints the usage (exit 0).
 # Usage: nerve-run-usage.sh NERVE-RUN
 set -u
 run=$1
@@ -30,6 +31,11 @@ expect_usage_error "unknown option --bogus" --bogus /bin/echo ran-the-program
 expect_usage_error "unknown option --bogus" --help --bogus /bin/echo ran-the-program
 expect_usage_error "unknown option --bogus" -h --bogus
 expect_usage_error "not '0'" --help -np 0 /bin/echo ran-the-program
+# So is every check made after reading the line: a configuration that does not load, a hostfile that
+# cannot be written (--help printed the usage and exited 0).
+expect_usage_error "cannot open the configuration file" --help --config /nonexistent/nerve.yaml
+expect_usage_error "cannot open the configuration file" --config /nonexistent/nerve.yaml --help /bin/echo ran-the-program
+expect_usage_error "cannot write the hostfile /proc/no/such/dir/hosts" --help --hostfile /proc/no/such/dir/hosts
 expect_usage_error "not '+4'" -np +4 /bin/echo ran-the-program
 expect_usage_error "not ' 4'" -np " 4" /bin/echo ran-the-program
 # An empty NERVE_MPIRUN is unset: the mpirun found at build time runs (--dry-run prints its command).
@@ -52,6 +58,7 @@ expect_usage_error "--dry-run given twice" --dry-run --dry-run /bin/echo ran-the
   expect_usage_error "distributed.nodes is empty" --hostfile "${TMPDIR:-/tmp}/nerve-run-usage-hosts" --dry-run \
     /bin/echo ran-the-program
   expect_usage_error "--hostfile needs a file, not ''" --hostfile "" /bin/echo ran-the-program
+  expect_usage_error "distributed.nodes is empty" --help --hostfile "${TMPDIR:-/tmp}/nerve-run-usage-hosts"
 )
 
 # The configuration is checked as loading it checks (keys, types, ranges: exit 2, naming the key)
@@ -73,6 +80,10 @@ grep -q '^usage: nerve-run' <<<"$out" || echo "FAIL: --help printed '$out'"
 out=$("$run" -np 2 --help /bin/echo ran-the-program 2>&1)
 status=$?
 [ "$status" = 0 ] && grep -q '^usage: nerve-run' <<<"$out" || echo "FAIL: -np 2 --help PROGRAM: $status '$out'"
+# --help with a --hostfile that can be written writes nothing there.
+help_hosts="$config_dir/help-hosts"
+out=$("$run" --help --hostfile "$help_hosts" 2>&1) || echo "FAIL: --help --hostfile (writable): $out"
+[ -e "$help_hosts" ] && echo "FAIL: --help --hostfile left $help_hosts behind"
 out=$("$run" -np 2 --dry-run /bin/echo ran 2>&1) || echo "FAIL: a good -np was refused: $out"
 grep -q -- '-np 2 ' <<<"$out" || echo "FAIL: -np 2 not passed on: $out"
 echo "nerve-run-usage: done"

@@ -303,6 +303,24 @@ def case_usage(binary):
                  ("-h", "--bogus"), ("--version", "stray")):
         result = run(binary, *args, expect_status=2)
         check("--bogus" in result.stderr or "stray" in result.stderr, f"{args}: {result.stderr}")
+    # Nor does a mistake found after parsing, or an option taken as another option's value: `--help
+    # --set no_equals` printed the help (exit 0), `--config --json` read a file named "--json".
+    with tempfile.TemporaryDirectory() as directory:
+        bad_key = os.path.join(directory, "bad.yaml")
+        with open(bad_key, "w") as f:
+            f.write("scheduler:\n  polcy: eager\n")
+        for args, says in ((("--help", "--set", "no_equals"), "expected key=value"),
+                           (("--version", "--set", "no_equals"), "expected key=value"),
+                           (("--set", "no_equals", "--help"), "expected key=value"),
+                           (("--help", "--config", os.path.join(directory, "missing.yaml")), "missing.yaml"),
+                           (("--version", "--config", bad_key), "polcy"),
+                           (("--help", "--set", "scheduler.polcy=eager"), "polcy"),
+                           (("--config", "--json"), "--config: needs a path; got the option --json"),
+                           (("--set", "--help"), "--set: needs a KEY=VALUE; got the option --help"),
+                           (("--synthetic", "--version"), "got the option --version")):
+            result = run(binary, *args, expect_status=2)
+            check(says in result.stderr, f"{args}: the error does not say {says!r}: {result.stderr}")
+            check(result.stdout == "", f"{args}: printed {result.stdout}")
     run(binary, "--version", "--json")  # other valid options are fine
     run(binary, "--set", "parallel.thread_pool_size=2", "--version")
     # An empty --config (an unset variable) is a mistake, not "use NERVE_CONFIG instead".

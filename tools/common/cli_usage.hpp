@@ -1,14 +1,18 @@
-// cli_usage.hpp — how nerve's CLI11 tools (nerve-info, openclaw-benchmark) end on a command line
-// that did not parse, or that asked for --help or --version.
+// cli_usage.hpp — how nerve's CLI11 tools (nerve-info, openclaw-benchmark) read --help and --version,
+// and end on a command line that did not parse.
 //
 // The rule, shared with nerve-run's own parser: --help and --version answer (exit 0) only when
-// nothing else on the line is wrong; an unknown option, a stray argument, or an option's value that
-// is missing or malformed is a usage error (exit 2) with or without them, wherever they stand.
+// nothing else on the line is wrong. An unknown option, a stray argument, an option's value that is
+// missing or malformed, and every check the tool makes of the line after parsing it (an option that
+// needs another, a file an option names that cannot be read or written, the configuration it names)
+// is a usage error (exit 2) with or without them, wherever they stand. CLI11's own --help and
+// --version answer as soon as they are parsed, before the tool's checks; so they are ordinary flags
+// here, and each tool answers them where it would start its work, after those checks.
 #pragma once
 
+#include <cstdio>
 #include <string>
 #include <utility>
-#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -16,34 +20,52 @@ namespace nerve::tools {
 
 inline constexpr int exit_usage = 2;  // a bad command line (or configuration)
 
-// parse_error_status() prints what `error`, thrown by app.parse(argc, argv), calls for and returns
-// the exit status: 0 after printing the help or version text when the rest of the line parses, else
-// exit_usage after printing the usage error. CLI11 answers --help and --version before it looks for
-// unexpected arguments, so the line is parsed again without them to find a mistake they would hide.
-inline int parse_error_status(CLI::App& app, const CLI::ParseError& error, int argc, char** argv) {
-  if (error.get_exit_code() == 0) {
-    const auto answers = [&options = std::as_const(app)](const std::string& argument) {
-      if (!argument.starts_with('-')) return false;
-      const std::string name = argument.substr(0, argument.find('='));
-      for (const CLI::Option* option :
-           {options.get_help_ptr(), options.get_help_all_ptr(), options.get_version_ptr()})
-        if (option != nullptr && option->check_name(name)) return true;
-      return false;
-    };
-    std::vector<std::string> rest;  // CLI11 takes a vector of arguments last first
-    for (int i = argc - 1; i > 0; --i)
-      if (!answers(argv[i])) rest.emplace_back(argv[i]);
-    app.clear();
-    try {
-      app.parse(rest);
-    } catch (const CLI::ParseError& mistake) {
-      if (mistake.get_exit_code() != 0) {
-        app.exit(mistake);
-        return exit_usage;
-      }
-    }
+// add_help_flag() replaces CLI11's -h/--help, which answers before the tool's checks, with an
+// ordinary flag that sets `help`; the tool answers it with answer() after them.
+inline void add_help_flag(CLI::App& app, bool& help) {
+  app.set_help_flag();
+  app.add_flag("-h,--help", help, "Print this help message and exit");
+}
+
+// add_version_flag() adds --version the same way (CLI11's set_version_flag() answers at once too).
+inline void add_version_flag(CLI::App& app, bool& version) {
+  app.add_flag("--version", version, "Display program version information and exit");
+}
+
+// answer() prints `text` (the help, app.help(), or the version) on stdout and returns the exit
+// status: 0, or 1 when it could not be written (a closed pipe), with a note on stderr.
+inline int answer(const char* tool, const std::string& text) {
+  std::fputs(text.c_str(), stdout);
+  if (std::fflush(stdout) != 0 || std::ferror(stdout) != 0) {
+    std::fprintf(stderr, "%s: the standard output was closed early: the text on it is incomplete\n", tool);
+    return 1;
   }
-  return app.exit(error) == 0 ? 0 : exit_usage;  // help and version to stdout, a usage error to stderr
+  return 0;
+}
+
+// usage_error() prints the usage error `error`, thrown by app.parse(), on stderr with CLI11's hint
+// (which it gives only with its own help flag), and returns exit_usage. No ParseError answers --help
+// or --version any more: they are ordinary flags.
+inline int usage_error(CLI::App& app, const CLI::ParseError& error) {
+  app.exit(error);
+  std::fputs("Run with --help for more information.\n", stderr);
+  return exit_usage;
+}
+
+// not_an_option() refuses, as an option's value, one of `app`'s own options: CLI11 gives an option
+// the next argument whatever it is, so `--json --help` wrote the report to a file named "--help"
+// and ran the whole suite. `what` names what the option needs ("a path"). Add it to an option first,
+// before the checks of its value, so that it is the error reported ("--threads: needs a number; got
+// the option --quick", not "'--quick' is not a whole number").
+inline CLI::Validator not_an_option(const CLI::App& app, std::string what = "a value") {
+  return CLI::Validator(
+      [&app, what = std::move(what)](std::string& value) -> std::string {
+        if (!value.starts_with('-')) return {};
+        const std::string name = value.substr(0, value.find('='));
+        if (app.get_option_no_throw(name) == nullptr) return {};
+        return "needs " + what + "; got the option " + name;
+      },
+      "");
 }
 
 }  // namespace nerve::tools

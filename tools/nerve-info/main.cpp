@@ -11,6 +11,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "nerve/config.hpp"
 #include "nerve/error.hpp"
 
 #include "common/cli_usage.hpp"
@@ -34,6 +35,7 @@ struct Options {
   bool synthetic_given = false;  // --synthetic "" too: topology.synthetic set to nothing, as --set does
   bool no_environment = false;
   bool calibrate = false;
+  bool help = false, version = false;  // answered after the checks of the line (cli_usage.hpp)
 };
 
 // make_settings() turns the options into nerve::Settings. --synthetic comes first so that an explicit
@@ -71,9 +73,11 @@ int main(int argc, char** argv) {
       "Creates a nerve context with the given configuration and reports what it did."};
   app.name("nerve-info");
   Options options;
+  nerve::tools::add_help_flag(app, options.help);
   app.add_flag("--json", options.json, "print everything as one JSON document (docs/NERVE_INFO.md)");
   app.add_option("--config", options.config_file,
                  "YAML configuration file (takes precedence over NERVE_CONFIG)")
+      ->check(nerve::tools::not_an_option(app, "a path"))  // `--config --json` took "--json" as the file
       ->check(CLI::Validator(
           [](const std::string& path) {
             // Empty would fall back to NERVE_CONFIG: not what `--config "$UNSET"` meant.
@@ -83,20 +87,31 @@ int main(int argc, char** argv) {
           "FILE"));
   app.add_option("--set", options.settings, "set a configuration key, as the API does (repeatable)")
       ->type_name("KEY=VALUE")
-      ->allow_extra_args(false);
+      ->allow_extra_args(false)
+      ->check(nerve::tools::not_an_option(app, "a KEY=VALUE"));
   CLI::Option* synthetic =
       app.add_option("--synthetic", options.synthetic,
                      "use an hwloc synthetic topology, e.g. \"pack:2 numa:2 core:4 pu:1\" "
-                     "(shorthand for --set topology.synthetic=...)");
+                     "(shorthand for --set topology.synthetic=...)")
+          ->check(nerve::tools::not_an_option(app, "a description"));
   app.add_flag("--no-env", options.no_environment, "ignore the NERVE_* environment (NERVE_CONFIG included)");
   app.add_flag("--calibrate", options.calibrate,
                "measure the bus (latency, bandwidth) between every pair of memory nodes again, save it to "
                "perf.model_dir/bus.json for scheduler.policy heft, and print the matrix");
-  app.set_version_flag("--version", std::string("nerve-info ") + NERVE_VERSION_STRING);
+  nerve::tools::add_version_flag(app, options.version);
 
   try {
     app.parse(argc, argv);
     options.synthetic_given = synthetic->count() > 0;
+    if (options.help || options.version) {
+      // After every check of the line (cli_usage.hpp): the --set values, and the configuration
+      // loaded as the report loads it (the --config file, the NERVE_* variables unless --no-env) —
+      // `--help --set no_equals` is the usage error it is without --help. What needs a context (an
+      // accelerator gpu.devices names, a plugin) is not tried.
+      (void)nerve::Config::load(make_settings(options));
+      return nerve::tools::answer(
+          "nerve-info", options.help ? app.help() : std::string("nerve-info ") + NERVE_VERSION_STRING + "\n");
+    }
     if (options.calibrate) {
       std::string save_error;
       const std::string out = nerve::info::calibrate_bus(make_settings(options), options.json, save_error);
@@ -117,8 +132,7 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     return std::ferror(stdout) ? exit_failure : 0;
   } catch (const CLI::ParseError& error) {
-    // --help and --version answer only if nothing else on the line is wrong.
-    return nerve::tools::parse_error_status(app, error, argc, argv);
+    return nerve::tools::usage_error(app, error);  // exit 2, --help or --version or not
   } catch (const nerve::ConfigError& error) {
     std::cerr << "nerve-info: " << error.what() << '\n';
     return exit_usage;

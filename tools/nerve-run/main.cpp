@@ -21,7 +21,8 @@
 // (parallel.thread_affinity), so mpirun must not bind ranks to one core each. --dry-run prints the
 // hostfile and the command (it writes the hostfile only to a --hostfile PATH, never a temporary one).
 // The mpirun used is $NERVE_MPIRUN (when set and not empty), else the one found at build time.
-// --help prints the usage line (exit 0) when nothing else on the line is wrong, as in the other tools.
+// --help prints the usage line (exit 0) when nothing else on the line is wrong (the configuration
+// loaded and the --hostfile check above included), as in the other tools.
 //
 // mpirun runs as a child (fork + exec, then wait) so that the temporary hostfile can be removed after
 // it; nerve-run exits with mpirun's status (127 if it could not be started; killed by a signal: the
@@ -136,9 +137,11 @@ int main(int argc, char** argv) {
   long ranks = 0;
   bool dry_run = false;
   int first = 1;
-  // --help answers once the whole line has been read, and only if nothing on it is wrong: a mistake
-  // is a usage error with or without it, as in nerve-info and openclaw-benchmark
-  // (tools/common/cli_usage.hpp).
+  // --help answers after every check of the line, and only if nothing on it is wrong: a mistake (a
+  // bad option, a --config that does not load, a --hostfile with no distributed.nodes to write) is
+  // a usage error with or without it, as in nerve-info and openclaw-benchmark
+  // (tools/common/cli_usage.hpp). It needs no program, and writes no hostfile (a --hostfile path is
+  // only probed).
   bool help = false;
   // An option given twice is a mistake to report (as openclaw-benchmark does), not a silent "last wins".
   std::vector<std::string> seen;
@@ -176,11 +179,7 @@ int main(int argc, char** argv) {
       break;
     }
   }
-  if (help) {
-    std::fputs(usage_line, stdout);
-    return 0;
-  }
-  if (first >= argc) usage("no program given");
+  if (first >= argc && !help) usage("no program given");
 
   nerve::Settings settings;
   if (!config_file.empty()) settings.config_file(config_file);
@@ -205,6 +204,24 @@ int main(int argc, char** argv) {
     usage("--hostfile " + hostfile +
           ": distributed.nodes is empty, so there is no hostfile to write (set distributed.nodes, "
           "or give mpirun its own --hostfile)");
+  }
+  if (help) {
+    if (!hostfile.empty()) {
+      // Not written for --help, but a path that cannot be is the usage error it is without it: probed
+      // by opening it for appending (which changes nothing), removed again if the probe created it.
+      std::error_code ignored;
+      const bool existed = std::filesystem::exists(hostfile, ignored);
+      if (!std::ofstream(hostfile, std::ios::app)) {
+        std::fprintf(stderr, "nerve-run: cannot write the hostfile %s: %s\n", hostfile.c_str(),
+                     std::strerror(errno));
+        return 2;
+      }
+      if (!existed) std::filesystem::remove(hostfile, ignored);
+    }
+    std::fputs(usage_line, stdout);
+    if (std::fflush(stdout) == 0 && std::ferror(stdout) == 0) return 0;
+    std::fprintf(stderr, "nerve-run: the standard output was closed early: the usage line is incomplete\n");
+    return 1;
   }
 
   // An empty NERVE_MPIRUN (a variable set to nothing) is unset, not a program named "".

@@ -43,7 +43,7 @@ namespace nb = nerve::benchmark;
 namespace {
 
 struct CommandLine {
-  bool quick = false, list = false;
+  bool quick = false, list = false, help = false;
   unsigned threads = std::max(1u, std::thread::hardware_concurrency());
   int repeat = 0, warmup = 1, settle_ms = 20;
   std::vector<std::string> parameters;
@@ -369,46 +369,65 @@ int main(int argc, char** argv) {
   CommandLine line;
   CLI::App app{
       "openclaw-benchmark: the standard workloads on nerve and its rivals, verified, in one process"};
+  nerve::tools::add_help_flag(app, line.help);
+  // Each option that takes a value refuses one of the options as its value first (not_an_option()):
+  // `--json --help` wrote the report to a file named "--help" and ran the whole suite.
+  const auto value = [&app](CLI::Option* option, const char* what = "a value") {
+    return option->check(nerve::tools::not_an_option(app, what));
+  };
   app.add_flag("--quick", line.quick,
                "smaller sizes, 3 repetitions: the whole suite in under a minute (CI smoke run)");
-  app.add_option("--only", line.only, "run only these workloads, e.g. W5,W6");
-  app.add_option("--threads", line.threads, "threads for every runtime, the calling thread included")
+  value(app.add_option("--only", line.only, "run only these workloads, e.g. W5,W6"), "workloads");
+  value(app.add_option("--threads", line.threads, "threads for every runtime, the calling thread included"),
+        "a number")
       ->check(whole_number(1, 1024));
-  app.add_option("--repeat", line.repeat, "timed repetitions per variant (default 5, quick 3)")
+  value(app.add_option("--repeat", line.repeat, "timed repetitions per variant (default 5, quick 3)"),
+        "a number")
       ->check(whole_number(1, 1000));
-  app.add_option("--warmup", line.warmup, "untimed, verified repetitions first (default 1)")
+  value(app.add_option("--warmup", line.warmup, "untimed, verified repetitions first (default 1)"),
+        "a number")
       ->check(whole_number(0, 100));
-  app.add_option("--settle-ms", line.settle_ms, "pause between variants (default 20)")
+  value(app.add_option("--settle-ms", line.settle_ms, "pause between variants (default 20)"), "a number")
       ->check(whole_number(0, 10000));
-  app.add_option("--runtimes", line.runtimes,
-                 "run only these runtimes' variants (nerve, oneTBB, OpenMP, naive, BLAS, STREAM, 'glibc "
-                 "malloc', jemalloc, tcmalloc)");
-  app.add_option("--param", line.parameters,
-                 "a workload parameter, e.g. W11.max_batch=16,W11.max_wait_us=500 (--list names them)");
-  app.add_option("--config", line.config, "nerve configuration file (YAML); NERVE_* variables apply too");
-  app.add_option("--json", line.json,
-                 "write every figure, the machine and the configuration to this JSON file");
-  app.add_option("--html", line.html, "write a self-contained HTML report with charts to this file");
-  app.add_option("--trace", line.trace,
-                 "a Chrome trace-event JSON file: the HTML report shows a timeline excerpt of it");
-  app.add_option("--compare", line.compare,
-                 "mark each figure better/worse/same against this earlier --json file");
-  app.add_option("--fail-over", line.fail_over,
-                 "with --compare: exit 3 when a nerve figure is worse by more than PCT %")
+  value(app.add_option("--runtimes", line.runtimes,
+                       "run only these runtimes' variants (nerve, oneTBB, OpenMP, naive, BLAS, STREAM, "
+                       "'glibc malloc', jemalloc, tcmalloc)"),
+        "runtimes");
+  value(app.add_option("--param", line.parameters,
+                       "a workload parameter, e.g. W11.max_batch=16,W11.max_wait_us=500 (--list names them)"),
+        "a parameter");
+  value(
+      app.add_option("--config", line.config, "nerve configuration file (YAML); NERVE_* variables apply too"),
+      "a path");
+  value(app.add_option("--json", line.json,
+                       "write every figure, the machine and the configuration to this JSON file"),
+        "a path");
+  value(app.add_option("--html", line.html, "write a self-contained HTML report with charts to this file"),
+        "a path");
+  value(app.add_option("--trace", line.trace,
+                       "a Chrome trace-event JSON file: the HTML report shows a timeline excerpt of it"),
+        "a path");
+  value(app.add_option("--compare", line.compare,
+                       "mark each figure better/worse/same against this earlier --json file"),
+        "a path");
+  value(app.add_option("--fail-over", line.fail_over,
+                       "with --compare: exit 3 when a nerve figure is worse by more than PCT %"),
+        "a number")
       ->check(decimal_number(0, 1e6));
-  app.add_option("--scaling", line.scaling,
-                 "workloads timed at 1..threads workers for the HTML report (default W1,W5,W6; 'none')");
-  app.add_option("--from-json", line.from_json,
-                 "do not run: report (table, --html, --compare, --json) an earlier --json file");
+  value(
+      app.add_option("--scaling", line.scaling,
+                     "workloads timed at 1..threads workers for the HTML report (default W1,W5,W6; 'none')"),
+      "workloads");
+  value(app.add_option("--from-json", line.from_json,
+                       "do not run: report (table, --html, --compare, --json) an earlier --json file"),
+        "a path");
   app.add_flag("--list", line.list, "list the workloads and whether they can run here");
   // For the tests of the checks only: corrupt nerve's result in this workload (the run must fail).
-  app.add_option("--inject-fault", line.inject_fault)->group("");
+  value(app.add_option("--inject-fault", line.inject_fault), "a workload")->group("");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
-    // Help exits 0 when nothing else is wrong; every usage error (an unknown option, a value out of
-    // range) exits 2, --help or not.
-    return nerve::tools::parse_error_status(app, error, argc, argv);
+    return nerve::tools::usage_error(app, error);  // exit 2, --help or not (cli_usage.hpp)
   }
 
   // A path option given an empty value ("--json ''", a variable that expanded to nothing) is a
@@ -527,7 +546,25 @@ int main(int argc, char** argv) {
     }
   }
   if (unwritable("--json", line.json) || unwritable("--html", line.html)) return 2;
-  // --list after every check of the command line: a mistake on it is reported as without --list.
+  // --help and --list after every check of the command line (cli_usage.hpp): a mistake on it is
+  // reported as without them.
+  if (line.help) {
+    // The configuration is loaded as a run loads it first (the --config file, the NERVE_*
+    // variables): a bad key is the usage error it is without --help. What needs a context (an
+    // accelerator gpu.devices names, a plugin) is left to the run and to --list.
+    nerve::Settings settings;
+    settings.use_environment(true);
+    if (!line.config.empty()) settings.config_file(line.config);
+    try {
+      (void)nerve::Config::load(settings);
+    } catch (const nerve::Error& error) {
+      const bool configuration = error.code() == nerve::ErrorCode::invalid_config;
+      std::fprintf(stderr, "openclaw-benchmark: %s: %s\n", configuration ? "configuration" : "error",
+                   error.what());
+      return configuration ? 2 : 1;
+    }
+    return nerve::tools::answer("openclaw-benchmark", app.help());
+  }
   if (line.list) return list_workloads(line.config);
   const auto start = std::chrono::steady_clock::now();
   try {
