@@ -11,8 +11,9 @@ Usage: check_benchmark.py <openclaw-benchmark> <case> [argument]; each case is o
   usage           every usage error exits 2 before anything runs: options unknown or out of range,
                   unknown --scaling workloads, --trace without --html, a non-numeric --param or
                   --fail-over (nan, inf, 0x10), a --compare or --from-json file that is missing or
-                  not a report (each of these with --list and with --help too: --help answers only when
-                  nothing else is wrong, --config's file included), an option's value that is one of the
+                  not a report (each of these with --help too: --help answers only when nothing else is
+                  wrong, --config's file included), an option that means nothing to --list given with it,
+                  an option's value that is one of the
                   options (--json --help), a --json or --html path that is not a regular file (a FIFO: the
                   output probe waited for a reader)
   param           --param sets W11's batching (recorded in the JSON, used by the run); a bad name
@@ -209,9 +210,9 @@ def case_usage(binary, directory):
                        (["--from-json", not_a_report], "not-a-report.json"),
                        (["--json", os.path.join(directory, "no-such-dir", "r.json")], "cannot write"),
                        (["--html", os.path.join(directory, "no-such-dir", "r.html")], "cannot write")):
-        # --list and --help are checked the same way: they listed the workloads or printed the help
-        # (exit 0) whatever else was wrong (--help answered after CLI11's own checks only).
-        for first in ([], ["--list"], ["--help"]):
+        # --help is checked the same way: it printed the help (exit 0) whatever else was wrong once
+        # CLI11's own checks passed.
+        for first in ([], ["--help"]):
             result = run(binary, *first, *QUICK, "--only", "W1", *args, expect=2)
             check(says in result.stderr, f"{' '.join(first + args)}: the error does not say {says!r}: {result.stderr}")
             check("figures" not in result.stdout and "supported" not in result.stdout and "Usage:" not in result.stdout,
@@ -249,6 +250,26 @@ def case_usage(binary, directory):
             check(says in result.stderr, f"{option} {other}: the error does not say {says!r}: {result.stderr}")
             check(result.stdout == "", f"{option} {other}: something ran: {result.stdout}")
             check(not os.path.exists(os.path.join(directory, other)), f"{option} {other}: wrote a file {other}")
+    # --list runs nothing and writes nothing: an option that means nothing to it is refused, as with
+    # --from-json (`--list --json r.json` probed r.json for writing, then wrote nothing, exit 0).
+    # --config applies, and a mistake in it stops the list.
+    existing = os.path.join(directory, "existing.json")
+    with open(existing, "w") as f:
+        f.write("{}\n")
+    for args in (["--quick"], ["--only", "W1"], ["--threads", "2"], ["--repeat", "1"], ["--warmup", "0"],
+                 ["--settle-ms", "0"], ["--runtimes", "nerve"], ["--param", "W11.rate=100"],
+                 ["--json", os.path.join(directory, "list.json")], ["--html", os.path.join(directory, "list.html")],
+                 ["--trace", existing], ["--compare", existing], ["--fail-over", "5"], ["--scaling", "W1"],
+                 ["--from-json", existing], ["--inject-fault", "W1"], ["--json", ""], ["--only", "W99"]):
+        for order in (["--list", *args], [*args, "--list"], ["--help", "--list", *args]):
+            result = run(binary, *order, expect=2)
+            says = f"{args[0]} does not apply with --list"
+            check(says in result.stderr, f"{' '.join(order)}: the error does not say {says!r}: {result.stderr}")
+            check(result.stdout == "", f"{' '.join(order)}: listed or helped: {result.stdout}")
+    check(not os.path.exists(os.path.join(directory, "list.json")), "--list --json left a file behind")
+    check("supported" in run(binary, "--list", "--config", os.devnull).stdout, "--list --config: no list")
+    result = run(binary, "--list", "--config", polcy, expect=2)
+    check("polcy" in result.stderr and "supported" not in result.stdout, f"--list --config {polcy}: {result.stderr}")
     # An output that is not a regular file is refused before anything opens it: the probe of a FIFO
     # waited for a reader, for ever (regression), and a directory or a device cannot hold a report.
     fifo = os.path.join(directory, "fifo")

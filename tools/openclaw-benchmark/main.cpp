@@ -429,6 +429,23 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& error) {
     return nerve::tools::usage_error(app, error);  // exit 2, --help or not (cli_usage.hpp)
   }
+  if (line.list) {
+    // --list runs nothing and writes no report: an option that shapes a run or names its inputs or
+    // outputs would be ignored (--json and --html were probed for writing, then left unwritten),
+    // which the user should hear about, as with --from-json. --config applies: the list says what
+    // it allows.
+    for (const char* option : {"--quick", "--only", "--threads", "--repeat", "--warmup", "--settle-ms",
+                               "--runtimes", "--param", "--json", "--html", "--trace", "--compare",
+                               "--fail-over", "--scaling", "--from-json", "--inject-fault"}) {
+      if (app.count(option) != 0) {
+        std::fprintf(
+            stderr,
+            "openclaw-benchmark: %s does not apply with --list (it runs nothing and writes no report)\n",
+            option);
+        return 2;
+      }
+    }
+  }
 
   // A path option given an empty value ("--json ''", a variable that expanded to nothing) is a
   // mistake to report, not a request to skip the step.
@@ -548,10 +565,11 @@ int main(int argc, char** argv) {
   if (unwritable("--json", line.json) || unwritable("--html", line.html)) return 2;
   // --help and --list after every check of the command line (cli_usage.hpp): a mistake on it is
   // reported as without them.
-  if (line.help) {
+  if (line.help || line.list) {
     // The configuration is loaded as a run loads it first (the --config file, the NERVE_*
-    // variables): a bad key is the usage error it is without --help. What needs a context (an
-    // accelerator gpu.devices names, a plugin) is left to the run and to --list.
+    // variables): a bad key is the usage error it is without them (--list only said that W12 could
+    // not run, naming the key, and exited 0). What needs a context (an accelerator gpu.devices
+    // names, a plugin) is left to the run and to the list's own checks.
     nerve::Settings settings;
     settings.use_environment(true);
     if (!line.config.empty()) settings.config_file(line.config);
@@ -563,8 +581,8 @@ int main(int argc, char** argv) {
                    error.what());
       return configuration ? 2 : 1;
     }
-    return nerve::tools::answer("openclaw-benchmark", app.help());
   }
+  if (line.help) return nerve::tools::answer("openclaw-benchmark", app.help());
   if (line.list) return list_workloads(line.config);
   const auto start = std::chrono::steady_clock::now();
   try {
