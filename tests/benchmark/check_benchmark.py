@@ -27,8 +27,8 @@ Usage: check_benchmark.py <openclaw-benchmark> <case> [argument]; each case is o
   compare         an unchanged run compares "same" and passes --fail-over; a figure planted 2x worse
                   is flagged and fails it; a planted improvement is flagged "better" and passes; a
                   corrupted report is a usage error that names the bad field and where it is
-  closed_stdout   a run whose standard output is closed (`| head -1`) still writes its --json report and
-                  exits with its own status (SIGPIPE killed it)
+  closed_stdout   a run whose standard output is closed (`| head -1`) still writes its --json report (SIGPIPE
+                  killed it) and exits 1, saying the table was lost; so do --list and --help
   fault <Wn>      the hidden --inject-fault corrupts nerve's result in Wn: the run must fail (exit 1)
 Standard library only. Runs get an environment without NERVE_* variables.
 """
@@ -680,12 +680,10 @@ BAD_REPORTS = (
 )
 
 
-def case_closed_stdout(binary, directory):
-    # Standard output closed before anything is written to it (`... | head -0`): writing the progress
-    # raised SIGPIPE, which killed the run before it wrote its report. The report must be written
-    # and the exit status be the run's. (Python's subprocess gives the child SIGPIPE's default action.)
-    out = os.path.join(directory, "run.json")
-    args = [*QUICK, "--only", "W1", "--runtimes", "nerve", "--json", out]
+def closed_stdout_run(binary, directory, *args):
+    """Runs openclaw-benchmark with its standard output closed before anything is written to it
+    (`... | head -0`); returns (exit status, stderr). Python's subprocess gives the child SIGPIPE's
+    default action, which the tool must ignore."""
     with open(os.path.join(directory, "stderr.txt"), "w+") as stderr:
         process = subprocess.Popen([binary, *args], stdout=subprocess.PIPE, stderr=stderr, env=clean_environment())
         process.stdout.close()
@@ -695,14 +693,31 @@ def case_closed_stdout(binary, directory):
             process.kill()
             raise CheckFailed(f"openclaw-benchmark {' '.join(args)} did not finish in {TIMEOUT_S} s")
         stderr.seek(0)
-        errors = stderr.read()
-    check(status == 0, f"with stdout closed: exit status {status} (-{signal.SIGPIPE} is SIGPIPE): {errors}")
+        return status, stderr.read()
+
+
+def case_closed_stdout(binary, directory):
+    # Writing the progress raised SIGPIPE, which killed the run before it wrote its report: the
+    # report must be written, with the run's verdict, and the exit status say that the table was
+    # lost (it was 0, as if the user had seen it).
+    out = os.path.join(directory, "run.json")
+    status, errors = closed_stdout_run(binary, directory, *QUICK, "--only", "W1", "--runtimes", "nerve", "--json", out)
+    check(status == 1, f"with stdout closed: exit status {status} (-{signal.SIGPIPE} is SIGPIPE), not 1: {errors}")
     check(os.path.exists(out), "with stdout closed: no JSON report")
     with open(out) as f:
         doc = json.load(f)
     check_schema(doc)
     check(doc["verified"] and [w["id"] for w in doc["workloads"]] == ["W1"], f"with stdout closed: {doc['workloads']}")
     check("standard output was closed" in errors, f"with stdout closed: no note on stderr: {errors}")
+    # A run that failed keeps its own status.
+    status, errors = closed_stdout_run(binary, directory, *QUICK, "--only", "W1", "--runtimes", "nerve",
+                                       "--inject-fault", "W1")
+    check(status == 1 and "FAILED" in errors, f"a failed run with stdout closed: {status}: {errors}")
+    # The list and the help, with nothing else to show for them, failed silently (exit 0).
+    for args in (["--list"], ["--help"]):
+        status, errors = closed_stdout_run(binary, directory, *args)
+        check(status == 1 and "standard output was closed" in errors,
+              f"{' '.join(args)} with stdout closed: exit status {status}: {errors}")
 
 
 def case_fault(binary, directory, workload):

@@ -5,7 +5,8 @@
 // earlier JSON. docs/BENCHMARKS.md explains the options and the method.
 //
 // Exit status: 0 every result verified (and no regression past --fail-over); 1 a result failed its
-// check or a workload could not run; 2 usage or configuration error; 3 a regression past --fail-over.
+// check or a workload could not run, or the standard output was lost (closed early); 2 usage or configuration
+// error; 3 a regression past --fail-over.
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -284,6 +285,15 @@ bool unwritable(const char* option, const std::string& path) {
   return !ok;
 }
 
+// stdout_lost() is true, having said on stderr that `what`, when the standard output did not take
+// everything written to it: closed early (`openclaw-benchmark --list | head -1`: SIGPIPE is
+// ignored, so the writes failed instead of ending the tool) or full. Called last, after a flush.
+bool stdout_lost(const char* what) {
+  if (std::fflush(stdout) == 0 && std::ferror(stdout) == 0) return false;
+  std::fprintf(stderr, "openclaw-benchmark: the standard output was closed early: %s\n", what);
+  return true;
+}
+
 // run_suite() runs the selected workloads and fills `report`.
 void run_suite(const CommandLine& line, const std::vector<std::string>& only, const nerve::Settings& settings,
                nb::RunReport& report) {
@@ -363,8 +373,9 @@ void run_suite(const CommandLine& line, const std::vector<std::string>& only, co
 int main(int argc, char** argv) {
   nerve::bench::reexec_with_static_tls(argv);  // W8 dlopens jemalloc (allocator_baselines.hpp)
   // A closed standard output (`openclaw-benchmark --json run.json | head -1`) must not end the run:
-  // SIGPIPE killed it before it wrote the report files. Writes to it fail (EPIPE) instead; the run,
-  // its reports and its exit status go on, with a note on stderr at the end.
+  // SIGPIPE killed it before it wrote the report files. Writes to it fail (EPIPE) instead; the run
+  // and its reports go on, and at the end a note on stderr says the output was lost and the exit
+  // status is 1 where it would have been 0 (stdout_lost()).
   std::signal(SIGPIPE, SIG_IGN);
   CommandLine line;
   CLI::App app{
@@ -583,7 +594,10 @@ int main(int argc, char** argv) {
     }
   }
   if (line.help) return nerve::tools::answer("openclaw-benchmark", app.help());
-  if (line.list) return list_workloads(line.config);
+  if (line.list) {
+    const int status = list_workloads(line.config);
+    return stdout_lost("the list on it is incomplete") && status == 0 ? 1 : status;
+  }
   const auto start = std::chrono::steady_clock::now();
   try {
     if (earlier) {
@@ -640,10 +654,8 @@ int main(int argc, char** argv) {
       std::printf("HTML report: %s\n", std::filesystem::absolute(line.html).c_str());
     }
     if (!line.json.empty()) std::printf("JSON report: %s\n", std::filesystem::absolute(line.json).c_str());
-    if (std::fflush(stdout) != 0 || std::ferror(stdout) != 0)
-      std::fprintf(
-          stderr,
-          "openclaw-benchmark: the standard output was closed early: the table on it is incomplete\n");
+    // The report files are written by now; a failed or regressed run keeps its own exit status.
+    const bool lost = stdout_lost("the table on it is incomplete");
     // A result that failed its check, or a workload --only asks for by name and this machine cannot
     // run (without --only, the ones that cannot run here are only skipped).
     if (!report.verified()) {
@@ -660,6 +672,7 @@ int main(int argc, char** argv) {
         return 3;
       }
     }
+    if (lost) return 1;
   } catch (const std::exception& error) {
     std::fprintf(stderr, "openclaw-benchmark: %s\n", error.what());
     return 1;
