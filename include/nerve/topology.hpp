@@ -67,7 +67,9 @@ inline constexpr int other_numa = 100;
 // The largest numa_distance(): a matrix entry farther than 10^7 times local memory reads as this.
 inline constexpr int max_numa_distance = 100'000'000;
 // Added on top of the NUMA part for cores on different packages, so that without a distance matrix
-// another package is always farther than another NUMA node of the same package.
+// another package is always farther than another NUMA node of the same package. Cores of one NUMA
+// node on different packages (a node spanning packages, as with node interleaving) count as
+// other_numa + this: 200.
 inline constexpr int other_package_penalty = 100;
 }  // namespace core_distance
 

@@ -77,12 +77,16 @@ Scheduler::Scheduler(const Config& config, const Topology& topology, TaskExecuto
   }
   if (numa_placement_ && numa_affinity_ == NumaAffinity::strict) {
     for (std::size_t node = 0; node < slots_by_node_.size(); ++node) {
-      if (slots_by_node_[node].empty()) {
-        log::warn(
-            "scheduler.numa_affinity strict: NUMA node {} has no worker (parallel.thread_pool_size "
-            "{}); tasks whose data lives there run on any worker",
-            node, count);
-      }
+      if (!slots_by_node_[node].empty()) continue;
+      // A node without cores (memory only: HBM, CXL) cannot have a worker, whatever the pool size.
+      const bool memory_only =
+          node < topology.numa_nodes().size() && topology.numa_nodes()[node].cores.empty();
+      log::warn(
+          "scheduler.numa_affinity strict: NUMA node {} has no worker ({}); tasks whose data lives "
+          "there run on any worker",
+          node,
+          memory_only ? std::string("it has no cores: memory only")
+                      : fmt::format("parallel.thread_pool_size {}", count));
     }
   }
   compute_victims();

@@ -344,6 +344,22 @@ TEST(ConfigBehaviour, StrictNumaAffinityDoesNotCountTheApplicationThreadAsANodes
   expect_a_worker_runs_a_task_on_node(context, 0, "node 1's worker runs it");
 }
 
+// A memory-only NUMA node (HBM, CXL: no cores) cannot have a worker whatever the pool size: the
+// warning says so instead of naming parallel.thread_pool_size; a node of cores without one names it.
+TEST(ConfigBehaviour, StrictNumaAffinityWarnsThatAMemoryOnlyNodeHasNoCores) {
+  ::testing::internal::CaptureStderr();
+  {
+    Context context(with(
+        {{"topology.synthetic", "pack:2 [numa] [numa] core:2 pu:1"}, {"scheduler.numa_affinity", "strict"}}));
+  }
+  const std::string logged = ::testing::internal::GetCapturedStderr();
+  for (const char* node : {"NUMA node 1 has no worker (it has no cores: memory only)",
+                           "NUMA node 3 has no worker (it has no cores: memory only)"})
+    EXPECT_NE(logged.find(node), std::string::npos) << logged;
+  EXPECT_EQ(logged.find("NUMA node 0 has no worker"), std::string::npos) << logged;
+  EXPECT_EQ(logged.find("parallel.thread_pool_size"), std::string::npos) << logged;
+}
+
 // WorkerStats::steals counts tasks taken from other queues, batches included (it counted batches).
 TEST(ConfigBehaviour, StealsCountTasksNotBatches) {
   Context context(with({{"parallel.thread_pool_size", "2"}}));

@@ -77,10 +77,12 @@ WorkerPool describe_pool(const Config& config, const Topology& topology, unsigne
   pool.allowed_cpus = static_cast<unsigned>(topology::current_thread_cpus().size());
   pool.available_cpus = topology::available_cpu_count();
   const ConfigOrigin& origin = config.origin("parallel.thread_pool_size");
+  unsigned basis = count;  // what the automatic count starts from, before the cap
   if (!pool.automatic) {
     pool.reason = fmt::format("parallel.thread_pool_size = {} ({})", config.parallel.thread_pool_size,
                               origin.describe());
   } else if (topology.synthetic()) {
+    basis = static_cast<unsigned>(topology.cores().size());
     pool.reason = fmt::format("automatic: the {} cores of the {} topology", topology.cores().size(),
                               config.topology.xml.empty() ? "synthetic" : "XML");
   } else if (pool.available_cpus < pool.allowed_cpus) {
@@ -89,6 +91,7 @@ WorkerPool describe_pool(const Config& config, const Topology& topology, unsigne
   } else {
     pool.reason = fmt::format("automatic: the {} this process may run on", cpus(pool.available_cpus));
   }
+  if (pool.automatic && count < basis) pool.reason += fmt::format(", at most {} workers", count);
   if (pool.automatic)
     pool.reason += fmt::format(" (parallel.thread_pool_size = auto, {})", origin.describe());
   return pool;
