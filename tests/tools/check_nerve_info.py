@@ -170,6 +170,14 @@ def case_capped(binary):
     if limit != resource.RLIM_INFINITY and limit < 8192:
         print(f"skipped: RLIMIT_NPROC {limit} is under the 8192 threads this case may need")
         sys.exit(77)
+    try:
+        with open("/sys/fs/cgroup/pids.max") as f:
+            pids = f.read().strip()
+    except OSError:
+        pids = "max"
+    if pids != "max" and int(pids) < 8192:
+        print(f"skipped: the cgroup's pids.max {pids} is under the 8192 threads this case may need")
+        sys.exit(77)
     capped = run_json(binary, "--synthetic", "pack:2 core:2049 pu:1")["worker_pool"]
     check(capped["count"] == 4096 and "4098 cores" in capped["reason"] and "at most 4096 workers" in capped["reason"],
           f"the capped automatic count: {capped}")
