@@ -659,6 +659,31 @@ Kernel scale_with(const std::string& name, opencl::Options options) {
   return scale;
 }
 
+// heft_recording(): two workers and the OpenCL device under heft, models in `models`, tasks recorded.
+Settings heft_recording(const std::filesystem::path& models) {
+  Settings settings = opencl_settings(2);
+  settings.set("scheduler.policy", "heft");
+  settings.set("perf.model_dir", models.string());
+  settings.set("perf.record_tasks", "true");
+  return settings;
+}
+
+// lines_of(): a decision log's lines.
+std::vector<std::string> lines_of(const std::filesystem::path& file) {
+  std::vector<std::string> lines;
+  std::ifstream in(file);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+// succeeded_on(): how many recorded tasks named `name` succeeded on `device`.
+std::size_t succeeded_on(const Context& ctx, const std::string& name, int device) {
+  std::size_t count = 0;
+  for (const TaskTimes& record : ctx.stats().task_records)
+    count += record.name == name && record.device == device && record.status == "succeeded";
+  return count;
+}
+
 // A call whose work sizes the device refuses (a local size that does not divide the global size
 // taken from access 0, or one over the device's work-group limit) is known before placement: nerve
 // places it where the kernel runs, under every policy, even with its data on the device; heft does
@@ -707,9 +732,8 @@ TEST_F(OpenclTest, CallsWithWorkSizesTheDeviceRefusesArePlacedWhereTheKernelRuns
     const std::string warnings = ::testing::internal::GetCapturedStderr();
     EXPECT_EQ(warnings.find("could not be launched"), std::string::npos) << warnings;
     if (policy != "heft") continue;
-    std::ifstream lines(log);
     std::size_t decisions = 0;
-    for (std::string line; std::getline(lines, line);) {
+    for (const std::string& line : lines_of(log)) {
       if (line.find("\"kernel\":\"scale by 64\"") == std::string::npos &&
           line.find("\"kernel\":\"scale too wide\"") == std::string::npos)
         continue;
@@ -726,10 +750,7 @@ TEST_F(OpenclTest, CallsWithWorkSizesTheDeviceRefusesArePlacedWhereTheKernelRuns
 // the device is left out for the kernel's later calls (one warning says so, and heft's decision log
 // says why the CPU was alone), and a call sent there still fails.
 TEST_F(OpenclTest, ACallTheDeviceRefusesAtLaunchRunsOnTheCpuBodyAndLaterOnesGoThere) {
-  Settings settings = opencl_settings(2);
-  settings.set("scheduler.policy", "heft");
-  settings.set("perf.model_dir", (cache / "models").string());
-  settings.set("perf.record_tasks", "true");
+  Settings settings = heft_recording(cache / "models");
   std::filesystem::create_directories(cache);
   const auto log = cache / "decisions.jsonl";
   settings.set("perf.decision_log", log.string());
@@ -753,22 +774,19 @@ TEST_F(OpenclTest, ACallTheDeviceRefusesAtLaunchRunsOnTheCpuBodyAndLaterOnesGoTh
         ctx.submit(TaskOptions{.device = 1}, mismatched, read_write(buffers[0]), read(unused), value(2.0f))
             .wait(),
         Error);
-    std::size_t on_device = 0;
     for (const TaskTimes& record : ctx.stats().task_records) {
-      on_device += record.name == "mismatched" && record.device == 1 && record.status == "succeeded";
       if (record.device == 1 && record.status == "failed")
         EXPECT_EQ(record.start_ns, record.end_ns) << "no kernel ran: the record spans no time";
     }
-    EXPECT_EQ(on_device, 0u);
+    EXPECT_EQ(succeeded_on(ctx, "mismatched", 1), 0u);
   });
   const std::string warnings = ::testing::internal::GetCapturedStderr();
   EXPECT_NE(warnings.find("kernel 'mismatched' could not be launched on device 1"), std::string::npos)
       << warnings;
   EXPECT_EQ(warnings.find("could not be launched"), warnings.rfind("could not be launched")) << "warned once";
   // The calls placed after the refusal had one candidate left, and the log says why it was alone.
-  std::ifstream lines(log);
   std::size_t alone = 0;
-  for (std::string line; std::getline(lines, line);) {
+  for (const std::string& line : lines_of(log)) {
     if (line.find("\"mode\":\"only\"") == std::string::npos) continue;
     ++alone;
     EXPECT_NE(line.find("device 1 implements the kernel but is left out"), std::string::npos) << line;
@@ -780,10 +798,7 @@ TEST_F(OpenclTest, ACallTheDeviceRefusesAtLaunchRunsOnTheCpuBodyAndLaterOnesGoTh
 // size does not divide, known only at launch) runs that call on the CPU body and leaves the device
 // in: the kernel's calls the device takes still run there, and nothing warns.
 TEST_F(OpenclTest, ACallRefusedAtLaunchForItsOwnSizesLeavesTheDeviceIn) {
-  Settings settings = opencl_settings(2);
-  settings.set("scheduler.policy", "heft");
-  settings.set("perf.model_dir", (cache / "models").string());
-  settings.set("perf.record_tasks", "true");
+  const Settings settings = heft_recording(cache / "models");
   ::testing::internal::CaptureStderr();
   run_in(settings, [&](Context& ctx) {
     const Kernel sized = scale_with(
@@ -794,10 +809,7 @@ TEST_F(OpenclTest, ACallRefusedAtLaunchForItsOwnSizesLeavesTheDeviceIn) {
       buffers.emplace_back(ctx, std::vector<float>(i % 2 == 0 ? 1000 : 1024, 1.0f));
     for (auto& buffer : buffers) EXPECT_NO_THROW(ctx.submit(sized, read_write(buffer), value(2.0f)).wait());
     for (auto& buffer : buffers) EXPECT_EQ(buffer.to_vector(), std::vector<float>(buffer.size(), 2.0f));
-    std::size_t fitting_on_device = 0;
-    for (const TaskTimes& record : ctx.stats().task_records)
-      fitting_on_device += record.name == "sized" && record.device == 1 && record.status == "succeeded";
-    EXPECT_GE(fitting_on_device, 1u) << "the device still runs the calls it takes";
+    EXPECT_GE(succeeded_on(ctx, "sized", 1), 1u) << "the device still runs the calls it takes";
   });
   const std::string warnings = ::testing::internal::GetCapturedStderr();
   EXPECT_EQ(warnings.find("could not be launched"), std::string::npos) << warnings;

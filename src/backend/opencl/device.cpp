@@ -57,12 +57,17 @@ bool OpenclDevice::takes_accesses(const TaskRecord& task) const noexcept {
 // computes is known at launch only (launch_refused() handles that one).
 bool OpenclDevice::takes_work_size(const TaskRecord& task) const noexcept {
   const OpenclProgram* program = program_of(task);
-  if (program == nullptr || program->options.local_size == 0) return true;
-  const std::size_t local = program->options.local_size;
+  if (program == nullptr) return true;
+  const bool global_known = !program->options.global_size && task.access_count != 0;
+  return work_size_fit(program->options.local_size, global_known ? default_global_size(task) : 0) ==
+         WorkSizeFit::fits;
+}
+
+OpenclDevice::WorkSizeFit OpenclDevice::work_size_fit(std::size_t local, std::size_t global) const noexcept {
+  if (local == 0) return WorkSizeFit::fits;  // the driver chooses
   const std::size_t most = engine_->device().max_work_group;
-  if (most != 0 && local > most) return false;
-  if (program->options.global_size || task.access_count == 0) return true;
-  return default_global_size(task) % local == 0;
+  if (most != 0 && local > most) return WorkSizeFit::over_limit;
+  return global % local == 0 ? WorkSizeFit::fits : WorkSizeFit::not_a_divisor;
 }
 
 std::size_t OpenclDevice::default_global_size(const TaskRecord& task) noexcept {
@@ -151,23 +156,27 @@ void OpenclDevice::launch(TaskRecord* task) {
     // the function, a work-group size over the device's limit, the driver refusing the kernel's
     // arguments or work sizes), or only this one (its own sizes; a shortage of the driver's).
     bool every_call = true;
-    bool enqueue_refused = false;
     try {
-      bind_arguments(kernel, launch, *task, *op);  // invalid_argument: a mismatch; else the driver's
-      const std::size_t local = program->options.local_size;
-      const std::size_t most = engine_->device().max_work_group;
-      if (local != 0 && most != 0 && local > most) {
-        throw Error(
-            ErrorCode::invalid_argument,
-            fmt::format("kernel '{}': the local size {} is over OpenCL device '{}''s work-group limit {}",
-                        launch.call.kernel_name, local, info().name, most));
+      try {
+        bind_arguments(kernel, launch, *task, *op);
+      } catch (const Error& error) {
+        every_call = error.code() == ErrorCode::invalid_argument;  // a mismatch, not the driver's failure
+        throw;
       }
       global = global_size(*program, launch, *task);
-      if (local != 0 && global % local != 0) {
-        every_call = false;
-        throw Error(ErrorCode::invalid_argument,
-                    fmt::format("kernel '{}': the global size {} is not a multiple of the local size {}",
-                                launch.call.kernel_name, global, local));
+      const std::size_t local = program->options.local_size;
+      switch (work_size_fit(local, global)) {
+        case WorkSizeFit::fits: break;
+        case WorkSizeFit::over_limit:
+          throw Error(
+              ErrorCode::invalid_argument,
+              fmt::format("kernel '{}': the local size {} is over OpenCL device '{}''s work-group limit {}",
+                          launch.call.kernel_name, local, info().name, engine_->device().max_work_group));
+        case WorkSizeFit::not_a_divisor:
+          every_call = false;
+          throw Error(ErrorCode::invalid_argument,
+                      fmt::format("kernel '{}': the global size {} is not a multiple of the local size {}",
+                                  launch.call.kernel_name, global, local));
       }
       if (global == 0) {  // nothing to run
         engine_->recycle(std::exchange(op, nullptr));
@@ -177,7 +186,6 @@ void OpenclDevice::launch(TaskRecord* task) {
       op->enqueued_ns = monotonic_ns();
       const cl_int status = clEnqueueNDRangeKernel(queue, kernel, 1, nullptr, &global,
                                                    local != 0 ? &local : nullptr, 0, nullptr, &op->event);
-      enqueue_refused = status != CL_SUCCESS;
       every_call = status == CL_INVALID_WORK_GROUP_SIZE || status == CL_INVALID_WORK_ITEM_SIZE ||
                    status == CL_INVALID_KERNEL_ARGS || status == CL_INVALID_GLOBAL_WORK_SIZE;
       check(status,
@@ -188,9 +196,7 @@ void OpenclDevice::launch(TaskRecord* task) {
       // Refused before any of it ran: a call nerve placed goes where the kernel runs, as a call of
       // a program that does not build here does. (An internal error is a bug of nerve's: it fails.)
       engine_->recycle(std::exchange(op, nullptr));
-      // Before the enqueue, only nerve's own checks (invalid_argument) refuse alike every time.
-      const bool kernel_wide = every_call && (enqueue_refused || error.code() == ErrorCode::invalid_argument);
-      if (error.code() != ErrorCode::internal && launch_refused(*program, task, error, kernel_wide)) return;
+      if (error.code() != ErrorCode::internal && launch_refused(*program, task, error, every_call)) return;
       throw;
     }
     op->queue = queue;

@@ -69,8 +69,12 @@ class OpenclDevice final : public Device {
   bool refused_program(const TaskRecord& task) const noexcept;
   bool launch_refused(const OpenclProgram& program, TaskRecord* task, const Error& error,
                       bool every_call) noexcept;
-  // takes_work_size(): the call's work-group size fits this device and divides its global size.
+  // takes_work_size(): the call's work-group size fits this device and divides its global size
+  // (where that is known before launch). work_size_fit(): the one rule, for placement and launch
+  // alike; `local` 0 lets the driver choose, `global` 0 is unknown yet (any divides it).
+  enum class WorkSizeFit { fits, over_limit, not_a_divisor };
   bool takes_work_size(const TaskRecord& task) const noexcept;
+  WorkSizeFit work_size_fit(std::size_t local, std::size_t global) const noexcept;
   static const OpenclProgram* program_of(const TaskRecord& task) noexcept;
   // default_global_size(): access 0's element count, the global size without Options::global_size.
   static std::size_t default_global_size(const TaskRecord& task) noexcept;
