@@ -198,7 +198,7 @@ void print_summary(const std::vector<WorkloadResult>& results) {
       std::string goal_text = "";
       for (const auto& goal : result.goals) {
         if (goal.case_name != nerve_m.case_name) continue;
-        if (const auto check = nerve::bench::check_goal(result, goal)) {
+        if (const auto check = nerve::bench::check_goal(result, goal); check && check->nerve == &nerve_m) {
           char text[160];
           std::snprintf(text, sizeof text, "%s: %.2f, %s", goal.text.c_str(), check->ratio,
                         check->met ? "met" : "**not met**");

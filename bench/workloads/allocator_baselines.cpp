@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include <dlfcn.h>
 #include <unistd.h>
@@ -22,7 +23,9 @@ Loaded load() {
   const struct {
     const char* name;
     const char* file;
-  } libraries[] = {{"jemalloc", "libjemalloc.so.2"}, {"tcmalloc", "libtcmalloc_minimal.so.4"}};
+    const char* sized_free;  // its free with the size (see BaselineAllocator)
+  } libraries[] = {{"jemalloc", "libjemalloc.so.2", "sdallocx"},
+                   {"tcmalloc", "libtcmalloc_minimal.so.4", "tc_free_sized"}};
   for (const auto& library : libraries) {
     // Never closed: the libraries cannot be unloaded safely.
     void* handle = dlopen(library.file, RTLD_NOW | RTLD_LOCAL);
@@ -34,8 +37,20 @@ Loaded load() {
                         (why != nullptr ? why : "no malloc/free");
       continue;
     }
-    loaded.allocators.push_back({library.name, reinterpret_cast<void* (*)(std::size_t)>(allocate),
-                                 reinterpret_cast<void (*)(void*)>(release)});
+    void* sized = dlsym(handle, library.sized_free);
+    if (sized == nullptr) {
+      loaded.missing +=
+          std::string(loaded.missing.empty() ? "" : "; ") + library.name + ": no " + library.sized_free;
+      continue;
+    }
+    BaselineAllocator allocator{library.name, reinterpret_cast<void* (*)(std::size_t)>(allocate),
+                                reinterpret_cast<void (*)(void*)>(release)};
+    if (std::strcmp(library.sized_free, "sdallocx") == 0) {
+      allocator.release_flags = reinterpret_cast<void (*)(void*, std::size_t, int)>(sized);
+    } else {
+      allocator.release_sized = reinterpret_cast<void (*)(void*, std::size_t)>(sized);
+    }
+    loaded.allocators.push_back(std::move(allocator));
   }
   return loaded;
 }

@@ -18,10 +18,26 @@
 
 namespace nerve::bench {
 
+// Each allocator is called through its fastest entry points for a pair whose size the caller knows,
+// as nerve's pools are (their deallocate takes the size): jemalloc's sdallocx() and tcmalloc's
+// tc_free_sized() skip the size lookup free() makes. glibc 2.36 has no sized free.
 struct BaselineAllocator {
   std::string name;  // "glibc malloc", "jemalloc", "tcmalloc"
   void* (*allocate)(std::size_t bytes);
   void (*release)(void* pointer);
+  void (*release_sized)(void* pointer, std::size_t bytes) = nullptr;             // tcmalloc
+  void (*release_flags)(void* pointer, std::size_t bytes, int flags) = nullptr;  // jemalloc
+
+  // free() with the size, where the allocator takes it.
+  void free(void* pointer, std::size_t bytes) const {
+    if (release_flags != nullptr) {
+      release_flags(pointer, bytes, 0);
+    } else if (release_sized != nullptr) {
+      release_sized(pointer, bytes);
+    } else {
+      release(pointer);
+    }
+  }
 };
 
 // baseline_allocators() lists the allocators available in this process; `missing` says which could

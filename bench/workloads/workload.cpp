@@ -54,7 +54,9 @@ std::optional<GoalCheck> check_goal(const WorkloadResult& result, const Goal& go
   const Measurement* best = nullptr;
   for (const Measurement& m : result.measurements) {
     if (m.case_name != goal.case_name) continue;
-    if (m.runtime == "nerve" && nerve == nullptr) nerve = &m;
+    if (m.runtime == "nerve" && nerve == nullptr &&
+        (goal.nerve_variant.empty() || m.variant == goal.nerve_variant))
+      nerve = &m;
     if (std::find(goal.baselines.begin(), goal.baselines.end(), m.variant) == goal.baselines.end()) continue;
     if (best == nullptr || (m.lower_is_better ? m.value < best->value : m.value > best->value)) best = &m;
   }

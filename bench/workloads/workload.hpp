@@ -87,7 +87,8 @@ struct Goal {
   std::string case_name;
   std::vector<std::string> baselines;  // variant labels; the best one present is used
   double max_ratio = 1.0;
-  std::string text;  // e.g. "<= 0.5x min(oneTBB, OpenMP)"
+  std::string text;           // e.g. "<= 0.5x min(oneTBB, OpenMP)"
+  std::string nerve_variant;  // the nerve variant judged; empty: the case's first nerve figure
 };
 
 struct WorkloadResult {
