@@ -104,7 +104,9 @@ class NERVE_API Context {
   // or a TaskGroup to wait for a fixed set) — then rethrows the first failure among tasks
   // submitted outside groups and pools since the last wait_all() that Task::wait() has not already
   // rethrown (each failure is reported once: the others of the same wait are logged on stderr, not
-  // rethrown later). Inside a task it throws
+  // rethrown later). A task cancelled because a predecessor failed is not a failure of its own: once
+  // that cause was reported (by Task::wait() or an earlier wait_all()), wait_all() is quiet about
+  // the tasks it cancelled. Inside a task it throws
   // Error(invalid_argument): it would wait for that very task (use a TaskGroup there). While this
   // thread holds a mapping that a pending task waits for, it throws Error(buffer_misuse) (the wait
   // would never end; unmap first).
@@ -204,7 +206,11 @@ class TaskGroup {
   // Waiting while this thread holds a mapping that one of them waits for is Error(buffer_misuse), and waiting
   // from inside one of the group's own tasks, or inside a task one of them is ordered after (by its accesses
   // or `after`), is Error(invalid_argument) (either would never end; wait for a nested group of independent
-  // work instead).
+  // work instead). That error cannot be recovered from while the group still has such tasks: its
+  // destructor cannot wait for them either, and aborts (see above). Where the ordering is wanted, use
+  // a TaskPool, whose state outlives the object (~TaskPool detaches a pool it cannot wait for).
+  // Tasks the group cancelled (cancel()) are not failures: wait() returns quietly for them, and
+  // their handles' wait() throws TaskCancelled without a cause.
   void wait() { detail::group_wait(context_, &state_); }
   // wait_for(): false if the group is not done within `timeout`; true when it is, after rethrowing
   // the first failure as wait() does (once: a later wait() or wait_for() returns quietly). Like

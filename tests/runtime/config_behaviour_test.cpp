@@ -251,10 +251,11 @@ TEST(ConfigBehaviour, TopologyAwarenessOrdersVictimsByDistance) {
 }
 
 std::set<int> nodes_that_ran(const char* numa_affinity, const char* policy = "locality_aware_stealing",
-                             int priority = 0) {
+                             int priority = 0, const char* stealing_threshold = "0") {
   Context context(with({{"topology.synthetic", "pack:1 numa:2 core:2 pu:1"},
                         {"scheduler.numa_affinity", numa_affinity},
-                        {"scheduler.policy", policy}}));
+                        {"scheduler.policy", policy},
+                        {"scheduler.work_stealing_threshold", stealing_threshold}}));
   std::vector<Buffer<int>> buffers;
   for (int i = 0; i < 64; ++i) buffers.emplace_back(context, 16, BufferOptions{.numa_node = 1});
   std::mutex mutex;
@@ -288,6 +289,16 @@ TEST(ConfigBehaviour, NumaAffinityPlacesTasksWithTheirData) {
   EXPECT_EQ(nodes_that_ran("strict", "heft", -100), (std::set<int>{1}));
   EXPECT_TRUE(nodes_that_ran("preferred", "locality_aware_stealing", 100).count(0) == 1)
       << "preferred: priority wins over placement";
+}
+
+// preferred (the default) against none: with stealing held off, a task runs where placement queued it
+// — under preferred on its data's node, under none where it was submitted (node 0's side). With
+// stealing on, both spread over every worker and look alike.
+TEST(ConfigBehaviour, PreferredNumaAffinityQueuesTasksOnTheirDataNode) {
+  EXPECT_EQ(nodes_that_ran("preferred", "locality_aware_stealing", 0, "10s"), (std::set<int>{1}))
+      << "preferred: node 1's workers run node-1 data";
+  EXPECT_TRUE(nodes_that_ran("none", "locality_aware_stealing", 0, "10s").count(0) == 1)
+      << "none: placement ignores the data's node";
 }
 
 // CONFIG.md: strict under eager is ignored, "with a warning at start" — on any machine, one NUMA
