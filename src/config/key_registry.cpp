@@ -33,8 +33,8 @@ inline constexpr std::array<EnumName<MemoryAllocator>, 3> memory_allocator_names
 // parse_numa_policy() reads memory.numa_policy: local, interleave or preferred:<node>. The node
 // number is only checked for form here; the pool checks it against the topology, which the
 // configuration layer does not have. Value types have no "word or word:number" kind, so the key is a
-// string checked here; the ConfigError names the key and the value but, unlike the value-type
-// parsers, not the value's origin (apply functions are not told it).
+// string checked here; the ConfigError names the key and the value, and the loader adds where the
+// value was set (apply functions are not told it).
 NumaPolicy parse_numa_policy(std::string_view text) {
   constexpr std::string_view blanks = " \t\r\n";
   const auto first = text.find_first_not_of(blanks);
@@ -371,7 +371,8 @@ std::vector<KeySpec> build_key_table() {
        "learn kernels' run times per device and data size, kept in perf.model_dir between runs",
        [](Config& c, const ParsedValue& v) { c.perf.models = v.boolean(); }},
       {"perf.model_dir", output_path_type(), "",
-       "where performance models are kept (empty: ~/.cache/nerve/perfmodels)",
+       "where performance models are kept (empty: $XDG_CACHE_HOME/nerve/perfmodels, else "
+       "~/.cache/nerve/perfmodels)",
        [](Config& c, const ParsedValue& v) { c.perf.model_dir = v.string(); }},
       {"perf.decision_log", output_path_type(), "",
        "write each heft placement decision (candidates, predicted finish times, why) here as JSON lines",

@@ -1,13 +1,17 @@
 #include "perf/history_model.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <optional>
 #include <stdexcept>
 #include <string_view>
+
+#include <unistd.h>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -120,6 +124,18 @@ double ModelEntry::stddev_ns() const noexcept {
 }
 
 HistoryModels::HistoryModels(std::filesystem::path directory) : directory_(std::move(directory)) {}
+
+std::string HistoryModels::usable_directory() const {
+  if (directory_.empty()) return {};
+  std::error_code error;
+  std::filesystem::create_directories(directory_, error);
+  if (error) return fmt::format("cannot create directory '{}': {}", directory_.string(), error.message());
+  if (!std::filesystem::is_directory(directory_, error))
+    return fmt::format("'{}' is not a directory", directory_.string());
+  if (::access(directory_.c_str(), W_OK | X_OK) != 0)
+    return fmt::format("cannot write to directory '{}': {}", directory_.string(), std::strerror(errno));
+  return {};
+}
 
 std::filesystem::path HistoryModels::default_directory() {
   if (const char* cache = std::getenv("XDG_CACHE_HOME"); cache != nullptr && cache[0] != '\0')

@@ -88,6 +88,11 @@ class HistoryModels {
   // logged, never thrown. Once, at the end (a second save would count this one's samples twice).
   void save() const noexcept;
 
+  // usable_directory(): creates the directory if need be; empty when it is there and writable, else
+  // why not. Asked when the context starts, so that models that could never be saved are known then,
+  // not at the end of the run whose learning would be lost.
+  std::string usable_directory() const;
+
   // default_directory(): $XDG_CACHE_HOME/nerve/perfmodels, else $HOME/.cache/nerve/perfmodels.
   static std::filesystem::path default_directory();
 

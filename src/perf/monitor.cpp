@@ -7,11 +7,14 @@
 
 #include <fmt/format.h>
 
+#include "nerve/error.hpp"
+
 #include "perf/counters.hpp"
 #include "perf/history_model.hpp"
 #include "perf/output_path.hpp"
 #include "runtime/context_impl.hpp"
 #include "task/kernel_task.hpp"
+#include "util/log.hpp"
 
 namespace nerve::detail {
 
@@ -27,6 +30,13 @@ PerfMonitor::PerfMonitor(const Config::Perf& config)
     models_ = std::make_unique<HistoryModels>(absolute_path(config.model_dir.empty()
                                                                 ? HistoryModels::default_directory()
                                                                 : std::filesystem::path(config.model_dir)));
+    // A directory the program named must be usable, as perf.trace's file must; the default one
+    // (under the user's cache) only warns: a heft context, which turns models on itself, still runs.
+    if (const std::string unusable = models_->usable_directory(); !unusable.empty()) {
+      if (!config.model_dir.empty())
+        throw ConfigError(fmt::format("perf.model_dir: {}", unusable), "perf.model_dir");
+      log::warn("performance models will not be saved: {} (set perf.model_dir)", unusable);
+    }
     models_->load();
   }
 }

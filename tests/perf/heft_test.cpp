@@ -510,8 +510,14 @@ TEST(Heft, DecisionLogOnlyUnderHeftAndHeftRunsWithoutDevices) {
   {
     Settings settings = policy_settings("locality_aware_stealing", models);
     settings.set("perf.decision_log", log.string());
-    Context context(settings);
-    EXPECT_EQ(context.impl()->decisions, nullptr) << "other policies make no model-based decisions";
+    ::testing::internal::CaptureStderr();
+    {
+      Context context(settings);
+      EXPECT_EQ(context.impl()->decisions, nullptr) << "other policies make no model-based decisions";
+    }
+    const std::string logged = ::testing::internal::GetCapturedStderr();
+    EXPECT_NE(logged.find("has no effect under scheduler.policy locality_aware_stealing"), std::string::npos)
+        << "the file asked for and never written is said at start: " << logged;
   }
   EXPECT_FALSE(std::filesystem::exists(log));
   {

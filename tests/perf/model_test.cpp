@@ -1,6 +1,7 @@
 // perf.models: history models per (kernel, device, footprint) — learning, calibration marker,
 // robustness to outliers, drift, regression over sizes, persistence between contexts.
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -513,6 +514,52 @@ TEST(PerfModels, RelativeOutputPathsMeanTheDirectoryAtCreation) {
   std::filesystem::current_path(original);
   std::filesystem::remove_all(created_in);
   std::filesystem::remove_all(moved_to);
+}
+
+// A model directory that cannot be used is known when the context starts, as an unwritable
+// perf.trace is, not at its end, when the run's learning would be lost: the directory the program
+// named is an error; the default one, which heft turns on by itself, a warning (the context runs).
+TEST(PerfModels, AnUnusableModelDirectoryIsKnownAtCreation) {
+  const auto root = fresh_directory("nerve-unusable-models");
+  std::filesystem::create_directories(root);
+  const auto not_a_directory = root / "file";
+  std::ofstream(not_a_directory) << "x";
+  {
+    Settings settings = make_settings(1);
+    settings.set("perf.models", "true");
+    settings.set("perf.model_dir", (not_a_directory / "models").string());
+    try {
+      Context context(settings);
+      ADD_FAILURE() << "a model directory inside a regular file was accepted";
+    } catch (const ConfigError& error) {
+      EXPECT_EQ(error.key(), "perf.model_dir");
+      EXPECT_EQ(std::string(error.what()).rfind("api: perf.model_dir: cannot create directory", 0), 0u)
+          << error.what();
+    }
+  }
+  {
+    const char* cache = std::getenv("XDG_CACHE_HOME");
+    const std::string saved = cache != nullptr ? cache : "";
+    ::setenv("XDG_CACHE_HOME", not_a_directory.c_str(), 1);
+    Settings settings = make_settings(1);
+    settings.set("scheduler.policy", "heft");
+    ::testing::internal::CaptureStderr();
+    try {
+      Context context(settings);
+      EXPECT_TRUE(context.stats().models_enabled);
+    } catch (...) {
+      ADD_FAILURE() << "an unusable default model directory stopped a heft context";
+    }
+    const std::string logged = ::testing::internal::GetCapturedStderr();
+    if (cache != nullptr) {
+      ::setenv("XDG_CACHE_HOME", saved.c_str(), 1);
+    } else {
+      ::unsetenv("XDG_CACHE_HOME");
+    }
+    EXPECT_THAT(logged,
+                ::testing::HasSubstr("performance models will not be saved: cannot create directory"));
+  }
+  std::filesystem::remove_all(root);
 }
 
 TEST(PerfModels, OffByDefaultAndNothingWritten) {
