@@ -9,15 +9,23 @@
 // Figures: GFLOP/s (Cholesky, n³/3) or calls per second (mixed graph), with bytes moved and the calls
 // the device ran as secondary figures. heft's tasks carry HEFT's upward rank as priority (Cholesky) and
 // its models learn during a calibration run before the first sample (not timed). Every sample is
-// verified: the Cholesky probe, and the mixed graph's outputs against values computed on the host.
+// verified after the timed part: the Cholesky factor by the random probe, and on each variant's first
+// sample by the full residual ‖A − LLᵀ‖/‖A‖ of the case's own matrix (n = 1024; 512 quick); the mixed
+// graph's every output element against values computed on the host (each GEMM call has its own random
+// inputs, each wave call its own rotation of the input). --inject-fault corrupts one element of a
+// result after the timed part, and these same checks must catch it.
 // run_w6_cholesky() appends these when an OpenCL device is there.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "nerve/nerve.hpp"
 #include "nerve/opencl.hpp"
@@ -93,6 +101,7 @@ struct DeviceRun {
   std::unique_ptr<nerve::Context> context;
   bool heft = false;
   bool calibrated = false;
+  bool residual_checked = false;  // the full residual ran (on the first sample)
   std::uint64_t bytes_before = 0, device_tasks_before = 0;
 
   void begin() {
@@ -151,6 +160,13 @@ void factor(nerve::Context& context, const TileKernels& kernels, const TileLayou
   context.wait_all();
 }
 
+std::string describe_error(const char* what, double error) {
+  if (error < 1e-12) return {};
+  char text[128];
+  std::snprintf(text, sizeof text, "%s %.3g exceeds 1e-12", what, error);
+  return text;
+}
+
 double gflops(std::size_t n, double ns) { return static_cast<double>(n) * n * n / 3.0 / ns; }
 
 void add_cholesky(std::vector<Measurement>& out, const WorkloadOptions& options, std::size_t n,
@@ -202,11 +218,17 @@ void add_cholesky(std::vector<Measurement>& out, const WorkloadOptions& options,
                           }
                           const double ns = watch.elapsed_ns();
                           auto extra = device->end();
-                          auto mapped = matrix->map_read();
-                          from_tiles(layout, mapped.span(), work);
-                          const double error = cholesky_probe_error(n, input, work);
-                          std::string failure = error < 1e-12 ? "" : "probe error " + std::to_string(error);
-                          if (options.inject_fault) failure = "injected fault";
+                          {
+                            auto mapped = matrix->map_read();
+                            from_tiles(layout, mapped.span(), work);
+                          }
+                          // One lower-triangle element off (row n/2 + 1, column n/2): both checks see it.
+                          if (options.inject_fault) work[n * (n / 2) + n / 2 + 1] += 1e-3;
+                          std::string failure;
+                          if (!std::exchange(device->residual_checked, true))
+                            failure = describe_error("residual", cholesky_residual(n, input, work));
+                          if (failure.empty())
+                            failure = describe_error("probe error", cholesky_probe_error(n, input, work));
                           return {gflops(n, ns), failure, extra};
                         },
                         {}});
@@ -224,6 +246,23 @@ void add_mixed_graph(std::vector<Measurement>& out, const WorkloadOptions& optio
     wave_input[i] = static_cast<float>(i % 1000) / 1000.0f;
     wave_expected[i] = wave_of(wave_input[i]);
   }
+  // Call i's wave input is the pattern rotated by `shift(i)` elements, so that a result written to
+  // another call's output (or shifted within one) does not match; the expected values rotate alike.
+  const auto shift = [wave_elements](std::size_t call) { return call * 997 % wave_elements; };
+  // Call i's GEMM multiplies its own random tiles (entries in (-0.5, 0.5)); the expected
+  // c = -a bᵀ is computed here on the host with the BLAS tile kernel.
+  const std::size_t tile_elements = nb * nb;
+  std::vector<std::vector<double>> gemm_a(calls), gemm_b(calls), gemm_expected(calls);
+  for (std::size_t i = 0; i < calls; ++i) {
+    gemm_a[i].resize(tile_elements);
+    gemm_b[i].resize(tile_elements);
+    for (std::size_t e = 0; e < tile_elements; ++e) {
+      gemm_a[i][e] = uniform(400 + 2 * i, e) - 0.5;
+      gemm_b[i][e] = uniform(401 + 2 * i, e) - 0.5;
+    }
+    gemm_expected[i].assign(tile_elements, 0.0);
+    tile::gemm_nt(static_cast<int>(nb), gemm_a[i].data(), gemm_b[i].data(), gemm_expected[i].data());
+  }
   const std::string name = "mixed graph: " + std::to_string(calls) + " GEMM nb=" + std::to_string(nb) +
                            " + " + std::to_string(calls) + " wave 2^16, CPU workers + OpenCL";
   struct Data {
@@ -233,25 +272,32 @@ void add_mixed_graph(std::vector<Measurement>& out, const WorkloadOptions& optio
   std::vector<std::unique_ptr<DeviceRun>> runs;
   std::vector<std::unique_ptr<Data>> data;
   std::vector<Variant> variants;
-  const std::vector<double> ones(nb * nb, 1.0 / static_cast<double>(nb));
   for (const nerve::SchedulerPolicy policy : all_policies) {
     auto run = open_run(options, policy);
     if (run == nullptr) return;
     data.push_back(std::make_unique<Data>());
     Data* const d = data.back().get();
+    std::vector<float> rotated(wave_elements);
     for (std::size_t i = 0; i < calls; ++i) {
-      d->a.emplace_back(*run->context, ones);
-      d->b.emplace_back(*run->context, ones);
-      d->c.emplace_back(*run->context, nb * nb);
-      d->x.emplace_back(*run->context, wave_input);
+      d->a.emplace_back(*run->context, gemm_a[i]);
+      d->b.emplace_back(*run->context, gemm_b[i]);
+      d->c.emplace_back(*run->context, tile_elements);
+      std::rotate_copy(wave_input.begin(), wave_input.begin() + static_cast<std::ptrdiff_t>(shift(i)),
+                       wave_input.end(), rotated.begin());
+      d->x.emplace_back(*run->context, rotated);
       d->y.emplace_back(*run->context, wave_elements);
     }
     DeviceRun* const device = run.get();
     runs.push_back(std::move(run));
+    // c starts at 0 (the GEMM accumulates into it); y is poisoned, so an output never written fails.
     auto reset = [d] {
       for (auto& c : d->c) {
         auto mapped = c.map_write();
         std::fill(mapped.begin(), mapped.end(), 0.0);
+      }
+      for (auto& y : d->y) {
+        auto mapped = y.map_write();
+        std::fill(mapped.begin(), mapped.end(), NAN);
       }
     };
     auto graph = [d, device, &kernels, calls, nb] {
@@ -262,6 +308,28 @@ void add_mixed_graph(std::vector<Measurement>& out, const WorkloadOptions& optio
       }
       device->context->wait_all();
     };
+    // check(): every element of every call's outputs, after the timed part.
+    auto check = [&, d, calls]() -> std::string {
+      for (std::size_t i = 0; i < calls; ++i) {
+        const auto c = d->c[i].map_read();
+        for (std::size_t e = 0; e < tile_elements; ++e) {
+          // NaN-safe: a NaN fails the comparison and is reported.
+          if (!(std::abs(c[e] - gemm_expected[i][e]) <= 1e-12)) {
+            return "GEMM call " + std::to_string(i) + ": element " + std::to_string(e) + " is " +
+                   std::to_string(c[e]) + ", expected " + std::to_string(gemm_expected[i][e]);
+          }
+        }
+        const auto y = d->y[i].map_read();
+        for (std::size_t e = 0; e < wave_elements; ++e) {
+          const float expected = wave_expected[(e + shift(i)) % wave_elements];
+          if (!(std::abs(y[e] - expected) <= 1e-4f)) {
+            return "wave call " + std::to_string(i) + ": element " + std::to_string(e) + " is " +
+                   std::to_string(y[e]) + ", expected " + std::to_string(expected);
+          }
+        }
+      }
+      return {};
+    };
     variants.push_back({name,
                         "nerve",
                         std::string("nerve mixed graph (") + policy_name(policy) + ")",
@@ -269,7 +337,7 @@ void add_mixed_graph(std::vector<Measurement>& out, const WorkloadOptions& optio
                         false,
                         2 * calls,
                         reset,
-                        [&, d, device, graph, reset]() -> Trial {
+                        [&, d, device, graph, reset, check]() -> Trial {
                           if (device->heft && !std::exchange(device->calibrated, true)) {
                             for (int i = 0; i < 3; ++i) {  // heft's models learn (untimed)
                               graph();
@@ -281,19 +349,11 @@ void add_mixed_graph(std::vector<Measurement>& out, const WorkloadOptions& optio
                           graph();
                           const double seconds = watch.elapsed_ns() / 1e9;
                           auto extra = device->end();
-                          std::string failure;
-                          for (std::size_t i = 0; i < calls && failure.empty(); ++i) {
-                            // c = -a bᵀ = -(1/nb) everywhere; y = wave(x) up to float rounding.
-                            const auto c = d->c[i].map_read();
-                            if (std::abs(c[0] + 1.0 / static_cast<double>(nb)) > 1e-12)
-                              failure = "GEMM result wrong";
-                            const auto y = d->y[i].map_read();
-                            for (std::size_t e = 0; e < wave_elements; e += 997) {
-                              if (std::abs(y[e] - wave_expected[e]) > 1e-4f) failure = "wave result wrong";
-                            }
+                          if (options.inject_fault) {  // one element of the last GEMM's result
+                            auto c = d->c[calls - 1].map_read_write();
+                            c[tile_elements / 2] += 1e-3;
                           }
-                          if (options.inject_fault) failure = "injected fault";
-                          return {static_cast<double>(2 * calls) / seconds, failure, extra};
+                          return {static_cast<double>(2 * calls) / seconds, check(), extra};
                         },
                         {}});
   }
