@@ -158,8 +158,14 @@ std::vector<double> Mlp::reference(const float* in, int batch) const {
 Stream::Stream(std::size_t requests, std::size_t distinct, std::uint64_t seed)
     : inputs(distinct * width), input_of(requests) {
   for (std::size_t i = 0; i < inputs.size(); ++i) inputs[i] = static_cast<float>(uniform(seed, i) * 2 - 1);
-  for (std::size_t r = 0; r < requests; ++r)
-    input_of[r] = static_cast<std::uint32_t>(uniform(seed + 1, r) * static_cast<double>(distinct)) % distinct;
+  // As many inputs as requests: request r carries row r, so every request is distinct (drawing them
+  // at random would repeat about a third of the rows). Fewer: each request draws one at random.
+  for (std::size_t r = 0; r < requests; ++r) {
+    input_of[r] = distinct == requests
+                      ? static_cast<std::uint32_t>(r)
+                      : static_cast<std::uint32_t>(uniform(seed + 1, r) * static_cast<double>(distinct)) %
+                            static_cast<std::uint32_t>(distinct);
+  }
 }
 
 std::unique_ptr<Dispatcher> nerve_dispatcher(nerve::Context& context) {

@@ -40,7 +40,8 @@ struct Mlp {
   std::vector<double> reference(const float* in, int batch) const;
 };
 
-// The request stream: request i carries distinct input input_of[i] (width floats in `inputs`).
+// The request stream: request i carries distinct input input_of[i] (width floats in `inputs`). With
+// distinct == requests, request i carries input i (no repeats); with fewer, a random one of them.
 struct Stream {
   std::vector<float> inputs;
   std::vector<std::uint32_t> input_of;
