@@ -1,10 +1,10 @@
-// nerve-bench-core — runs the core-runtime workloads (W1 W2 W3 W4 W5 W8 W9 W12) on nerve and on the baselines
-// built in (oneTBB, OpenMP), in one process, and prints each workload's figures, the ratios
-// nerve / baseline and whether nerve meets its goal. Exit status: 0 when every result verified,
-// 1 when any did not (the failing variants are named), 2 for a usage error.
+// nerve-bench-core — runs the core-runtime workloads (W1 W2 W3 W4 W8 W9) on nerve and on the baselines
+// built in (oneTBB, OpenMP, W8's allocators), in one process, and prints each workload's figures, the
+// ratios nerve / baseline and whether nerve meets its goal. Exit status: 0 when every result verified
+// (and for --help, --list), 1 when any did not (the failing variants are named), 2 for a usage error.
 //
 //   nerve-bench-core [--threads N] [--quick] [--only W1,W3] [--runtimes nerve,oneTBB,OpenMP]
-//                    [--repeat N] [--warmup N] [--settle-ms N] [--probe-idle] [--list]
+//                    [--repeat N] [--warmup N] [--settle-ms N] [--probe-idle] [--list] [--help]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -33,14 +33,14 @@ struct CommandLine {
   std::vector<std::string> only;
   bool probe_idle = false;
   bool list = false;
+  bool help = false;
 };
 
-[[noreturn]] void usage(const char* message) {
-  if (message != nullptr) std::fprintf(stderr, "nerve-bench-core: %s\n", message);
+void print_usage(std::FILE* out) {
   std::fprintf(
-      stderr,
+      out,
       "usage: nerve-bench-core [--threads N] [--quick] [--only W1,W3] [--runtimes nerve,oneTBB,OpenMP]\n"
-      "                        [--repeat N] [--warmup N] [--settle-ms N] [--probe-idle] [--list]\n"
+      "                        [--repeat N] [--warmup N] [--settle-ms N] [--probe-idle] [--list] [--help]\n"
       "  --threads N    workers for every runtime, the calling thread included (default: %u)\n"
       "  --quick        smaller sizes, 3 repetitions (a smoke run)\n"
       "  --only LIST    run only these workloads (comma-separated ids)\n"
@@ -49,8 +49,15 @@ struct CommandLine {
       "  --warmup N     untimed, verified repetitions before them (default 1)\n"
       "  --settle-ms N  pause between variants so idle workers stop spinning (default 20)\n"
       "  --probe-idle   measure how long each runtime's idle workers spin, then exit\n"
-      "  --list         list the workloads and exit\n",
+      "  --list         list the workloads and exit\n"
+      "  --help         print this help and exit\n",
       std::max(1u, std::thread::hardware_concurrency()));
+}
+
+// usage() ends a command line that did not parse: the reason and the usage on stderr, exit 2.
+[[noreturn]] void usage(const char* message) {
+  std::fprintf(stderr, "nerve-bench-core: %s\n", message);
+  print_usage(stderr);
   std::exit(2);
 }
 
@@ -116,7 +123,9 @@ CommandLine parse(int argc, char** argv) {
     } else if (arg == "--list") {
       line.list = true;
     } else if (arg == "--help" || arg == "-h") {
-      usage(nullptr);
+      // Answered after the whole line parsed, as the CLI11 tools do (tools/common/cli_usage.hpp):
+      // --help exits 0 only when nothing else on the line is wrong.
+      line.help = true;
     } else {
       usage(("unknown argument " + arg).c_str());
     }
@@ -189,7 +198,15 @@ void print_result(const WorkloadResult& result, double load_before) {
 
 // The summary is a Markdown table (docs/BENCHMARKS.md takes it as is): one row per nerve figure and
 // baseline of the same case.
-void print_summary(const std::vector<WorkloadResult>& results) {
+void print_summary(const std::vector<WorkloadResult>& results, const WorkloadOptions& options) {
+  // A case without a baseline figure: either --runtimes left the baselines out (they are built in,
+  // W8's allocators always), or none of the case's baselines is in this build.
+  std::string no_baseline = "(none built in)";
+  if (!options.runtimes.empty()) {
+    std::string names;
+    for (const std::string& name : options.runtimes) names += (names.empty() ? "" : ",") + name;
+    no_baseline = "(none run: --runtimes " + names + ")";
+  }
   std::printf("\n| workload | case | nerve | baseline | baseline figure | nerve / baseline | goal |\n");
   std::printf("|---|---|---|---|---|---|---|\n");
   for (const auto& result : results) {
@@ -215,8 +232,8 @@ void print_summary(const std::vector<WorkloadResult>& results) {
         first = false;
       }
       if (first) {
-        std::printf("| %s | %s | %s %s | (none built in) | | | |\n", result.id.c_str(),
-                    nerve_m.case_name.c_str(), figure(nerve_m.value).c_str(), nerve_m.unit.c_str());
+        std::printf("| %s | %s | %s %s | %s | | | |\n", result.id.c_str(), nerve_m.case_name.c_str(),
+                    figure(nerve_m.value).c_str(), nerve_m.unit.c_str(), no_baseline.c_str());
       }
     }
   }
@@ -237,6 +254,16 @@ int probe_idle(unsigned threads) {
 int main(int argc, char** argv) {
   nerve::bench::reexec_with_static_tls(argv);  // W8 dlopens jemalloc (allocator_baselines.hpp)
   const CommandLine line = parse(argc, argv);
+  if (line.help) {
+    // The help asked for is the answer: on stdout, exit 0 (1 when it could not be written).
+    print_usage(stdout);
+    if (std::fflush(stdout) != 0 || std::ferror(stdout) != 0) {
+      std::fprintf(stderr,
+                   "nerve-bench-core: the standard output was closed early: the help is incomplete\n");
+      return 1;
+    }
+    return 0;
+  }
   const auto& workloads = nerve::bench::core_workloads();
   if (line.list) {
     for (const auto& entry : workloads) std::printf("%s  %s\n", entry.id, entry.title);
@@ -269,7 +296,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "nerve-bench-core: %s\n", error.what());
     return 1;
   }
-  print_summary(results);
+  print_summary(results, options);
 
   int failures = 0;
   for (const auto& result : results) {
