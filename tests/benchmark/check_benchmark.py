@@ -29,7 +29,9 @@ Usage: check_benchmark.py <openclaw-benchmark> <case> [argument]; each case is o
                   corrupted report is a usage error that names the bad field and where it is
   closed_stdout   a run whose standard output is closed (`| head -1`) still writes its --json report (SIGPIPE
                   killed it) and exits 1, saying the table was lost; so do --list and --help
-  fault <Wn>      the hidden --inject-fault corrupts nerve's result in Wn: the run must fail (exit 1)
+  fault <Wn>      the hidden --inject-fault corrupts nerve's result in Wn: the run must fail (exit 1),
+                  in W6 W7 W10 W11 every nerve variant; without it the run passes, and W6's and W7's
+                  nerve variants give their % of the multithreaded BLAS reference
 Standard library only. Runs get an environment without NERVE_* variables.
 """
 import html.parser
@@ -726,10 +728,39 @@ def case_fault(binary, directory, workload):
     if not listed[workload]:
         print(f"{workload} is not supported in this build: skipped")
         return SKIP
-    result = run(binary, *QUICK, "--only", workload, "--runtimes", "nerve", "--inject-fault", workload, expect=1)
+    faulty = os.path.join(directory, "fault.json")
+    result = run(binary, *QUICK, "--only", workload, "--runtimes", "nerve", "--inject-fault", workload,
+                 "--json", faulty, expect=1)
     check("CHECK FAILED" in result.stdout and "FAILED" in result.stderr, f"no failure reported:\n{result.stdout}")
     check(f"  {workload} " in result.stderr, f"stderr does not name {workload}: {result.stderr}")
-    run(binary, *QUICK, "--only", workload, "--runtimes", "nerve")  # and the same run without the fault passes
+    if workload in EVERY_NERVE_VARIANT_FAULTED:
+        # The fault reaches every nerve variant's own check (W6's scheduler policies and device cases
+        # included): one that still verifies does not corrupt its result, or does not check it.
+        with open(faulty) as f:
+            doc = json.load(f)
+        for m in doc["workloads"][0]["measurements"]:
+            check(m["runtime"] != "nerve" or not m["verified"],
+                  f"{workload} {m['case']} / {m['variant']}: verified despite --inject-fault")
+    # And the same run without the fault passes; W6 and W7 with their multithreaded BLAS reference,
+    # whose % every nerve variant of its cases gives in its note (WORKLOADS.md's second figure).
+    reference = SHARE_OF.get(workload)
+    clean = os.path.join(directory, "clean.json")
+    run(binary, *QUICK, "--only", workload, "--runtimes", "nerve,BLAS" if reference else "nerve", "--json", clean)
+    if reference:
+        with open(clean) as f:
+            doc = json.load(f)
+        cases = {m["case"] for m in doc["workloads"][0]["measurements"] if m["runtime"] == "BLAS"}
+        check(cases, f"{workload}: no BLAS reference measured")
+        for m in doc["workloads"][0]["measurements"]:
+            if m["case"] in cases and m["runtime"] == "nerve":
+                check(re.search(rf"\d+% of {reference}", m["note"]) is not None,
+                      f"{workload} {m['case']} / {m['variant']}: no % of {reference} in its note {m['note']!r}")
+
+
+# The workloads whose every nerve variant corrupts its result under --inject-fault.
+EVERY_NERVE_VARIANT_FAULTED = {"W6", "W7", "W10", "W11"}
+# The multithreaded BLAS reference of W6 and W7 (WORKLOADS.md: "% of ... in the same run").
+SHARE_OF = {"W6": "LAPACK dpotrf", "W7": "BLAS dgemm"}
 
 
 CASES = {"json": case_json, "config_error": case_config_error, "usage": case_usage, "runtimes": case_runtimes,
