@@ -84,6 +84,14 @@ struct Measurement {
 
 // A performance goal: nerve's figure over the best (lowest time) of `baselines` must be <= max_ratio.
 struct Goal {
+  Goal(std::string case_name, std::vector<std::string> baselines, double max_ratio, std::string text,
+       std::string nerve_variant = {})
+      : case_name(std::move(case_name)),
+        baselines(std::move(baselines)),
+        max_ratio(max_ratio),
+        text(std::move(text)),
+        nerve_variant(std::move(nerve_variant)) {}
+
   std::string case_name;
   std::vector<std::string> baselines;  // variant labels; the best one present is used
   double max_ratio = 1.0;
