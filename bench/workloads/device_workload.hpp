@@ -88,8 +88,10 @@ inline constexpr int stream_times = 10;
 std::string stream_size_rule(const nerve::Context& context, std::size_t bytes);
 
 // note_share_of_stream(): every verified measurement but the STREAM one (variant `reference`) gets
-// "N% of <label>" in its note, N against the best STREAM sample — the ceiling, as stream.c reports
-// its best time — and the STREAM measurement's note says which figure that was. `size_rule` (from
+// "N% of <label>" in its note, N against the STREAM median: each STREAM sample is already the best
+// of stream_times runs (stream.c's figure), and the median of those samples is compared with the
+// other variants' medians — the best sample alone, an extreme of extremes, swung with the machine's
+// neighbours (58 against a 36 GB/s median in one quiet run). The STREAM note gives both. `size_rule` (from
 // stream_size_rule()) is added to the STREAM measurement's note. Nothing when STREAM did not run.
 void note_share_of_stream(std::vector<Measurement>& measurements, const std::string& reference,
                           const std::string& label, const std::string& size_rule);

@@ -9,7 +9,7 @@
 // device run tasks of the same graph and the memory layer moves the device's chunks (A and B in, C
 // out when the host reads it). A, B and C start on the host every sample. Figures: GB/s at 12 bytes
 // per element (WORKLOADS.md), and the percentage of the STREAM add. Sizes, inputs (non-zero), the
-// STREAM measurement (best of 10 runs in a warm team, the % of its best sample) and the baseline
+// STREAM measurement (best of 10 runs in a warm team per sample, the % of the median sample) and the baseline
 // arrays' page treatment are the host case's (device_workload.hpp); every element of every
 // variant's result is checked after every sample, C poisoned before each.
 #include <algorithm>

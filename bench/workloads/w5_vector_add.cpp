@@ -10,7 +10,8 @@
 //   naive      T std::threads created per run, a static split (the seed's naive version)
 //   STREAM add stream.c's measurement: `parallel for schedule(static)`, each sample the best of 10
 //              runs timed inside one parallel region after a barrier (no team wake-up in the clock);
-//              the % of every other variant is of its best sample, the ceiling stream.c reports
+//              the % of every other variant is of the median of those samples (each already
+//              stream.c's figure)
 // Fair memory: the baselines' arrays get the pages nerve's buffers got (transparent huge pages when
 // the pool advised them, memory.huge_pages) and staggered starts like the pool's colouring, so the
 // ratios compare the runtimes, not the page sizes. Quick arrays (16 MiB) are below STREAM's size
@@ -229,7 +230,7 @@ WorkloadResult run_w5_vector_add(const WorkloadOptions& options) {
                       },
                       {}});
   result.measurements = measure_interleaved(variants, options);
-  // WORKLOADS.md's second figure, against STREAM's best sample: the ceiling stream.c would report.
+  // WORKLOADS.md's second figure, against STREAM's median of stream.c figures (note_share_of_stream()).
   note_share_of_stream(result.measurements, "STREAM add", "STREAM add", size_rule);
   // With an OpenCL device: the chunks spread over the CPU workers and the device, as a case of its own.
   if (options.runtimes.empty() ||

@@ -160,10 +160,17 @@ def case_json(binary, directory):
     check([w["id"] for w in doc["workloads"]] == ["W1", "W3", "W5"], "workloads run")
     # W5's second figure (WORKLOADS.md): each variant's % of the STREAM add of the same run, in every
     # case (the CPU case lacked it).
-    for m in doc["workloads"][2]["measurements"]:
+    # N is against the STREAM variant's median (docs/BENCHMARKS.md, W5's STREAM reference).
+    w5 = doc["workloads"][2]["measurements"]
+    for m in w5:
         if m["runtime"] != "STREAM":
-            check(re.search(r"\d+% of STREAM add", m["note"]) is not None,
-                  f"W5 {m['case']} / {m['variant']}: no % of STREAM add in its note {m['note']!r}")
+            share = re.search(r"(\d+)% of STREAM add", m["note"])
+            check(share is not None, f"W5 {m['case']} / {m['variant']}: no % of STREAM add in its note {m['note']!r}")
+            stream = [r for r in w5 if r["runtime"] == "STREAM" and r["case"] == m["case"]]
+            check(len(stream) == 1, f"W5 {m['case']}: one STREAM variant, got {len(stream)}")
+            expected = 100 * m["value"] / stream[0]["value"]
+            check(abs(int(share.group(1)) - expected) <= 1,
+                  f"W5 {m['case']} / {m['variant']}: {share.group(0)}, but its median over STREAM's is {expected:.1f}%")
     check(doc["verified"] and doc["options"]["config_file"] == config, "verified / config_file")
     spin = [e for e in doc["config"] if e["key"] == "scheduler.spin_us"]
     check(spin and spin[0]["value"] == "120" and spin[0]["origin"].startswith("file"), f"spin_us entry {spin}")
