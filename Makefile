@@ -116,4 +116,4 @@ tidy:
 	@echo "make tidy: no findings"
 
 clean:
-	rm -rf $(BUILD_DIR) $(TSAN_DIR) $(ASAN_DIR)
+	rm -rf $(BUILD_DIR) $(TSAN_DIR) $(ASAN_DIR) build-gpu

@@ -22,7 +22,7 @@ packages=(
   # Configuration files, reports and command lines, formatting
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libfmt-dev
   # Tests and micro-benchmarks (oneTBB is a rival in the benchmarks; GCC's own OpenMP is libgomp)
-  libgtest-dev libgmock-dev libbenchmark-dev libtbb-dev
+  libgtest-dev libgmock-dev libtbb-dev
   # Kernels in examples and benchmarks
   libopenblas-dev liblapacke-dev
   # OpenCL: ICD loader, headers, PoCL as the CPU platform the tests run on, clinfo to inspect it

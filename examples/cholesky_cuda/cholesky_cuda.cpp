@@ -3,7 +3,8 @@
 // cuBLAS trsm/syrk/gemm, cuda_tiles.hpp); nerve places each task on the CPU workers or a GPU and moves
 // the tiles. The matrix is the distributed example's (symmetric positive definite by construction).
 //
-//   cholesky_cuda [--n N] [--tile B] [--gpu-only] [--baseline] [--check]   (defaults 8192, 1024)
+//   cholesky_cuda [--n N] [--tile B] [--gpu-only] [--baseline] [--check] [--policy P]
+//                 (defaults 8192, 1024, heft)
 //
 // Prints the factorisation's time and GFLOP/s (n^3/3 flops), from tiles in host memory to the factor
 // back in host memory; --baseline adds cuSOLVER potrf of the whole matrix on GPU 0 alone (compute
