@@ -115,7 +115,8 @@ void note_share_of(std::vector<Measurement>& measurements, const std::string& re
                    const std::string& label) {
   const auto found = std::find_if(measurements.begin(), measurements.end(),
                                   [&](const Measurement& m) { return m.variant == reference; });
-  if (found == measurements.end() || !(found->value > 0)) return;
+  // A reference that failed its check is no reference (its figure may be of a wrong result).
+  if (found == measurements.end() || !found->verified || !(found->value > 0)) return;
   const double base = found->value;
   for (Measurement& m : measurements) {
     if (&m == &*found || !m.verified) continue;

@@ -80,8 +80,8 @@ std::string format_count(std::uint64_t value);
 
 // note_share_of() adds "N% of <label>" to the note of every verified measurement but the variant
 // `reference` (W5: "97% of STREAM add", what the memory gives, measured in the same run); nothing
-// when the reference did not run (--runtimes) or measured 0. A failed measurement's note stays what
-// failed.
+// when the reference did not run (--runtimes), failed its check or measured 0. A failed
+// measurement's note stays what failed.
 void note_share_of(std::vector<Measurement>& measurements, const std::string& reference,
                    const std::string& label);
 
