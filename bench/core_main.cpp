@@ -205,7 +205,7 @@ void print_summary(const std::vector<WorkloadResult>& results, const WorkloadOpt
   if (!options.runtimes.empty()) {
     std::string names;
     for (const std::string& name : options.runtimes) names += (names.empty() ? "" : ",") + name;
-    no_baseline = "(none run: --runtimes " + names + ")";
+    no_baseline = "(none run: --runtimes " + names + ", or not built in)";
   }
   std::printf("\n| workload | case | nerve | baseline | baseline figure | nerve / baseline | goal |\n");
   std::printf("|---|---|---|---|---|---|---|\n");

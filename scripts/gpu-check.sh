@@ -100,7 +100,7 @@ step nerve-info 60 "$(program tools/nerve-info/nerve-info)"
 step test_cuda_fake 120 "$(program tests/backend/test_cuda_fake)"
 step test_cuda_gpu 200 "$(program tests/backend/test_cuda_gpu)"
 step device_interface_cuda 60 "$(program tests/backend/test_backend_plugin)" --gtest_filter='*cuda*'
-step bench_cuda 150 "$(program bench/cuda/nerve-bench-cuda)" --json "$out/bench.json" --w12-mib 16,4,64
+step bench_cuda 240 "$(program bench/cuda/nerve-bench-cuda)" --json "$out/bench.json" --w12-mib 16,4,64
 vector_add=$(program examples/vector_add_cuda/vector_add_cuda)
 step vector_add_all_gpus 60 "$vector_add" --n 268435456 --chunk 16777216 --repeat 5
 step vector_add_one_gpu 60 env CUDA_VISIBLE_DEVICES=0 "$vector_add" --n 268435456 --chunk 16777216 --repeat 5

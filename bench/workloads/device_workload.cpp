@@ -92,28 +92,14 @@ CopyRate host_memcpy_rate(std::size_t bytes, bool huge_pages, const std::string&
 class OpenclCopy {
  public:
   OpenclCopy(const detail::opencl::PlatformDevice& device, std::size_t bytes) : bytes_(bytes) {
-    using detail::opencl::check;
-    cl_context context = detail::opencl::Platforms::instance().context(device);
-    cl_int status = CL_SUCCESS;
-    queue_ = clCreateCommandQueue(context, device.device, 0, &status);
-    check(status, "clCreateCommandQueue");
-    device_ = clCreateBuffer(context, CL_MEM_READ_WRITE, bytes, nullptr, &status);
-    check(status, "clCreateBuffer (device)");
-    // Pinned host memory the OpenCL way (what nerve's staging pool uses): a host-allocated buffer, mapped.
-    pinned_ = clCreateBuffer(context, CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR, bytes, nullptr, &status);
-    check(status, "clCreateBuffer (pinned host memory)");
-    pinned_host_ = clEnqueueMapBuffer(queue_, pinned_, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0, bytes, 0,
-                                      nullptr, nullptr, &status);
-    check(status, "clEnqueueMapBuffer (pinned host memory)");
-    std::memset(pinned_host_, 1, bytes);
+    try {
+      open(device);
+    } catch (...) {  // what was made before the failure goes: the destructor will not run
+      close();
+      throw;
+    }
   }
-  ~OpenclCopy() {
-    if (pinned_host_ != nullptr) clEnqueueUnmapMemObject(queue_, pinned_, pinned_host_, 0, nullptr, nullptr);
-    if (queue_ != nullptr) clFinish(queue_);
-    if (pinned_ != nullptr) clReleaseMemObject(pinned_);
-    if (device_ != nullptr) clReleaseMemObject(device_);
-    if (queue_ != nullptr) clReleaseCommandQueue(queue_);
-  }
+  ~OpenclCopy() { close(); }
   OpenclCopy(const OpenclCopy&) = delete;
   OpenclCopy& operator=(const OpenclCopy&) = delete;
 
@@ -134,6 +120,33 @@ class OpenclCopy {
   void* pinned_host() const noexcept { return pinned_host_; }
 
  private:
+  void open(const detail::opencl::PlatformDevice& device) {
+    using detail::opencl::check;
+    cl_context context = detail::opencl::Platforms::instance().context(device);
+    cl_int status = CL_SUCCESS;
+    queue_ = clCreateCommandQueue(context, device.device, 0, &status);
+    check(status, "clCreateCommandQueue");
+    device_ = clCreateBuffer(context, CL_MEM_READ_WRITE, bytes_, nullptr, &status);
+    check(status, "clCreateBuffer (device)");
+    // Pinned host memory the OpenCL way (what nerve's staging pool uses): a host-allocated buffer, mapped.
+    pinned_ = clCreateBuffer(context, CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR, bytes_, nullptr, &status);
+    check(status, "clCreateBuffer (pinned host memory)");
+    pinned_host_ = clEnqueueMapBuffer(queue_, pinned_, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0, bytes_, 0,
+                                      nullptr, nullptr, &status);
+    check(status, "clEnqueueMapBuffer (pinned host memory)");
+    std::memset(pinned_host_, 1, bytes_);
+  }
+  void close() noexcept {
+    if (pinned_host_ != nullptr) clEnqueueUnmapMemObject(queue_, pinned_, pinned_host_, 0, nullptr, nullptr);
+    if (queue_ != nullptr) clFinish(queue_);
+    if (pinned_ != nullptr) clReleaseMemObject(pinned_);
+    if (device_ != nullptr) clReleaseMemObject(device_);
+    if (queue_ != nullptr) clReleaseCommandQueue(queue_);
+    pinned_host_ = nullptr;
+    pinned_ = device_ = nullptr;
+    queue_ = nullptr;
+  }
+
   std::size_t bytes_;
   cl_command_queue queue_ = nullptr;
   cl_mem device_ = nullptr;
