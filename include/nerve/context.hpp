@@ -16,7 +16,11 @@
 // Thread safety: every member may be called from any thread, including from inside tasks (nested
 // submission is how fork-join works). Waiting inside a task runs other ready tasks until the target
 // is done, so the pool never deadlocks on its own waits. Destroying the context waits for every
-// submitted task, then frees buffers still alive (reporting them as a warning). Destroying it inside
+// submitted task, then frees buffers still alive (reporting them as a warning). The destructor, as
+// for any C++ object, must not overlap a call of a member of the same Context on another thread
+// (wait_all(), submit(), stats(), ...): end those calls first (the C API's rule for nerve_shutdown()).
+// Threads blocked in a wait on a handle — Task::wait(), TaskGroup::wait(), TaskPool::wait_all() — may
+// stay there: the destruction finishes their tasks and they return. Destroying it inside
 // one of its own tasks would wait for that task: a reported fatal error. Those waits run tasks on
 // the waiting thread's stack, so blocking waits nested inside tasks thousands deep could overflow
 // it: with under 256 KiB of the thread's stack left (a quarter of a smaller stack), a wait inside a
