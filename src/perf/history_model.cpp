@@ -241,13 +241,23 @@ struct ModelFile {
   std::map<std::pair<std::string, std::uint64_t>, ModelEntry> entries;
 };
 
-// read_model_file(): the model in `path`; nullopt for a file that is no kernel model or another
-// name's file; throws on one that cannot be read or parsed. Entries with impossible values are
-// skipped, logged.
-std::optional<ModelFile> read_model_file(const std::filesystem::path& path) {
+// A file in the model directory that parses but is not this version's kernel model (another
+// schema, a newer nerve's or another program's, or none): never used, and never overwritten.
+struct ForeignModelFile : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// read_model_file(): the model in `path`; nullopt for another name's file; throws ForeignModelFile
+// for a file of another schema, another exception for one that cannot be read or parsed. Entries
+// with impossible values are skipped, logged unless `quiet` (a save re-reads what load() reported).
+std::optional<ModelFile> read_model_file(const std::filesystem::path& path, bool quiet = false) {
   std::ifstream in(path);
   const nlohmann::json json = nlohmann::json::parse(in);
-  if (json.value("schema", "") != "nerve.perfmodel/1") return std::nullopt;
+  if (!json.is_object() || !json.contains("schema") || json.at("schema") != "nerve.perfmodel/1") {
+    throw ForeignModelFile(json.is_object() && json.contains("schema")
+                               ? "its schema is " + json.at("schema").dump() + ", not \"nerve.perfmodel/1\""
+                               : std::string("it has no \"schema\": not a nerve.perfmodel/1 file"));
+  }
   // "kernel" is for people: bytes that are not UTF-8 read U+FFFD there. "kernel_bytes" (written
   // since) holds the name itself, percent-encoded, so such a kernel finds its model again.
   ModelFile model;
@@ -276,7 +286,15 @@ std::optional<ModelFile> read_model_file(const std::filesystem::path& path) {
     // calibration need them, in a later process as in this one.
     if (row.contains("calibration_ns"))
       entry.calibrating = row.at("calibration_ns").get<std::vector<double>>();
+    // A footprint is a byte count: a negative or fractional one would be read as some other number.
+    if (const nlohmann::json& footprint = row.at("footprint"); !footprint.is_number_unsigned()) {
+      if (!quiet)
+        log::warn("performance model {}: entry for '{}' on {} skipped: footprint {} is not a byte count",
+                  path.string(), model.kernel, row.at("device").get<std::string>(), footprint.dump());
+      continue;
+    }
     if (!plausible(entry)) {
+      if (quiet) continue;
       // The counts as written: a negative one read into an unsigned field would show as 2^64 - n.
       log::warn(
           "performance model {}: entry for '{}' on {} skipped: impossible values (samples {}, "
@@ -402,8 +420,13 @@ void HistoryModels::save() const noexcept {
       std::error_code missing;
       if (std::filesystem::exists(path, missing)) {
         try {
-          if (std::optional<ModelFile> on_disk = read_model_file(path); on_disk && on_disk->kernel == kernel)
+          if (std::optional<ModelFile> on_disk = read_model_file(path, /*quiet=*/true);
+              on_disk && on_disk->kernel == kernel)
             entries = std::move(on_disk->entries);
+        } catch (const ForeignModelFile& foreign) {  // not ours to replace (load() said it was skipped)
+          log::warn("performance model for '{}' not saved: {} is kept as it is ({})", kernel, path.string(),
+                    foreign.what());
+          continue;
         } catch (const std::exception&) {  // an unreadable file is replaced
         }
       }

@@ -263,10 +263,19 @@ TEST(HistoryModel, EntriesWithImpossibleValuesAreSkippedOnLoad) {
       {"device": "device:2", "footprint": 8, "samples": 20, "mean_ns": 10, "m2": 1, "recent_ns": -3},
       {"device": "device:4", "footprint": 8, "samples": 2, "mean_ns": 5, "m2": 0, "calibration_ns": [5, -5]},
       {"device": "device:5", "footprint": 8, "samples": 3, "mean_ns": 5, "m2": 0, "calibration_ns": [5]},
+      {"device": "device:6", "footprint": -1, "samples": 20, "mean_ns": 10, "m2": 1},
+      {"device": "device:7", "footprint": 8.5, "samples": 20, "mean_ns": 10, "m2": 1},
       {"device": "device:3", "footprint": 8, "samples": 12, "mean_ns": 700, "m2": 1200}]})";
   }
   HistoryModels models(directory);
+  ::testing::internal::CaptureStderr();
   models.load();
+  const std::string logged = ::testing::internal::GetCapturedStderr();
+  EXPECT_THAT(logged, ::testing::HasSubstr("skipped: footprint -1 is not a byte count"));
+  EXPECT_THAT(logged, ::testing::HasSubstr("skipped: footprint 8.5 is not a byte count"));
+  for (const auto& row : models.rows())
+    EXPECT_TRUE(row.device != "device:6" && row.device != "device:7")
+        << "a footprint read as another number: " << row.device << " " << row.footprint;
   EXPECT_FALSE(models.estimate("scale", "cpu", 8).has_value()) << "a negative time";
   EXPECT_FALSE(models.estimate("scale", "device:1", 8).has_value()) << "a count no run reaches";
   EXPECT_FALSE(models.estimate("scale", "device:2", 8).has_value()) << "a negative recent average";
@@ -276,6 +285,40 @@ TEST(HistoryModel, EntriesWithImpossibleValuesAreSkippedOnLoad) {
   ASSERT_TRUE(kept.has_value());
   EXPECT_DOUBLE_EQ(kept->mean_ns, 700.0);
   EXPECT_NEAR(kept->stddev_ns, 10.4, 0.1);
+  std::filesystem::remove_all(directory);
+}
+
+// A file of another schema (a newer nerve's, another program's, or none) is not this version's model:
+// skipped with a warning when loading, and left as it is when saving (it used to be replaced, silently).
+TEST(HistoryModel, AFileOfAnotherSchemaIsSkippedAndKept) {
+  const auto directory = fresh_directory("nerve-models-foreign");
+  std::filesystem::create_directories(directory);
+  const std::string newer =
+      R"({"schema": "nerve.perfmodel/2", "kernel": "scale", "entries": [{"device": "cpu", "footprint": 8,
+      "samples": 20, "mean_ns": 5000, "m2": 100}]})";
+  const std::string unmarked = R"({"kernel": "shift", "entries": []})";
+  std::ofstream(directory / "scale.json") << newer;
+  std::ofstream(directory / "shift.json") << unmarked;
+  const auto read = [](const std::filesystem::path& path) {
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  };
+  HistoryModels models(directory);
+  ::testing::internal::CaptureStderr();
+  models.load();
+  EXPECT_FALSE(models.estimate("scale", "cpu", 8).has_value());
+  for (int i = 0; i < 3; ++i) {
+    models.add("scale", "cpu", 8, 1000.0);
+    models.add("shift", "cpu", 8, 1000.0);
+  }
+  models.save();
+  const std::string logged = ::testing::internal::GetCapturedStderr();
+  EXPECT_THAT(logged, ::testing::HasSubstr("its schema is \"nerve.perfmodel/2\""));
+  EXPECT_THAT(logged, ::testing::HasSubstr("it has no \"schema\""));
+  EXPECT_THAT(logged, ::testing::HasSubstr("performance model for 'scale' not saved"));
+  EXPECT_THAT(logged, ::testing::HasSubstr("performance model for 'shift' not saved"));
+  EXPECT_EQ(read(directory / "scale.json"), newer) << "another schema's file is not overwritten";
+  EXPECT_EQ(read(directory / "shift.json"), unmarked);
   std::filesystem::remove_all(directory);
 }
 
