@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 #include <new>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -19,6 +20,7 @@
 #endif
 
 #include "measure.hpp"
+#include "naive_threads.hpp"
 #include "runtimes.hpp"
 
 namespace nerve::bench {
@@ -211,6 +213,46 @@ std::string w5_first_wrong(const float* c, std::size_t n) {
   return {};
 }
 
+void spawn_w5_inputs(nerve::Context& context, const nerve::Buffer<float>& a, const nerve::Buffer<float>& b,
+                     const nerve::Buffer<float>& c, std::size_t first) {
+  context.spawn(
+      [first](std::span<float> sa, std::span<float> sb, std::span<float> sc) {
+        for (std::size_t i = 0; i < sa.size(); ++i) {
+          sa[i] = w5_input_a(first + i);
+          sb[i] = w5_input_b(first + i);
+          sc[i] = w5_poison;
+        }
+      },
+      nerve::write(a), nerve::write(b), nerve::write(c));
+}
+
+W5Arrays::W5Arrays(std::size_t n, unsigned threads, bool huge_pages)
+    : n_(n), threads_(threads), memory_(3, n, huge_pages) {
+  static_split(n_, threads_, [this](std::size_t begin, std::size_t end) {
+    for (std::size_t i = begin; i < end; ++i) {
+      a()[i] = w5_input_a(i);
+      b()[i] = w5_input_b(i);
+      c()[i] = w5_poison;
+    }
+  });
+}
+
+void W5Arrays::poison_c() const {
+  static_split(n_, threads_,
+               [this](std::size_t begin, std::size_t end) { std::fill(c() + begin, c() + end, w5_poison); });
+}
+
+void W5Arrays::add(std::size_t begin, std::size_t end) const {
+  float* __restrict out = c();
+  const float* __restrict x = a();
+  const float* __restrict y = b();
+  for (std::size_t i = begin; i < end; ++i) out[i] = x[i] + y[i];
+}
+
+Trial W5Arrays::stream_add() const {
+  return trial(stream_add_best_ns(a(), b(), c(), n_, threads_, stream_times));
+}
+
 HostArrays::HostArrays(std::size_t count, std::size_t n, bool huge_pages) {
   const auto page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
   // The region starts on a 2 MiB boundary (an x86-64 huge page; harmless elsewhere), so that the
@@ -313,22 +355,15 @@ void note_share_of_stream(std::vector<Measurement>& measurements, const std::str
                           const std::string& label, const std::string& size_rule) {
   const auto found = std::find_if(measurements.begin(), measurements.end(),
                                   [&](const Measurement& m) { return m.variant == reference; });
-  if (found == measurements.end()) return;
+  if (found == measurements.end() || !found->verified) return;
   const double best =
       found->samples.empty() ? 0 : *std::max_element(found->samples.begin(), found->samples.end());
-  const double median = found->value;
-  if (found->verified) {
-    found->note = fmt::format(
-        "reference: this median, {:.1f} GB/s (each sample the best of {} runs of the loop, as stream.c; "
-        "best sample {:.1f} GB/s)",
-        median, stream_times, best);
-    if (!size_rule.empty()) found->note += "; " + size_rule;
-  }
-  if (!found->verified || !(median > 0)) return;
-  for (Measurement& m : measurements) {
-    if (&m == &*found || !m.verified) continue;
-    m.note += fmt::format("{}{:.0f}% of {}", m.note.empty() ? "" : "; ", 100 * m.value / median, label);
-  }
+  found->note = fmt::format(
+      "reference: this median, {:.1f} GB/s (each sample the best of {} runs of the loop, as stream.c; "
+      "best sample {:.1f} GB/s)",
+      found->value, stream_times, best);
+  if (!size_rule.empty()) found->note += "; " + size_rule;
+  note_share_of(measurements, reference, label);
 }
 
 }  // namespace nerve::bench

@@ -11,6 +11,7 @@
 
 #include "nerve/nerve.hpp"
 
+#include "measure.hpp"
 #include "workload.hpp"
 
 namespace nerve::bench {
@@ -44,6 +45,16 @@ inline float w5_input_a(std::size_t i) { return static_cast<float>(i % 4096) + 1
 inline float w5_input_b(std::size_t i) { return static_cast<float>(2 * (i % 1024)) + 0.5f; }
 // w5_first_wrong() is "" when every c[i] is w5_input_a(i) + w5_input_b(i), else the first wrong one.
 std::string w5_first_wrong(const float* c, std::size_t n);
+// C before each sample: no a + b gives it, so an element no run writes fails the check.
+inline constexpr float w5_poison = -1.0f;
+// w5_gbps(): W5's figure, 12 bytes moved per element (a and b read, c written).
+inline double w5_gbps(std::size_t n, double ns) { return 12.0 * static_cast<double>(n) / ns; }
+
+// spawn_w5_inputs(): one CPU task that writes W5's inputs for elements [first, first + a.size()) into
+// the slices `a` and `b` and poisons the slice `c`. nerve's buffers are filled chunk by chunk by such
+// tasks over the workers, so that their pages are first touched in parallel as the baselines' are.
+void spawn_w5_inputs(nerve::Context& context, const nerve::Buffer<float>& a, const nerve::Buffer<float>& b,
+                     const nerve::Buffer<float>& c, std::size_t first);
 
 // HostArrays: `count` float arrays of n elements for the baselines (OpenMP, oneTBB, naive, STREAM),
 // given the page treatment nerve's buffers get, so that a % of STREAM measures the runtime and not
@@ -66,6 +77,28 @@ class HostArrays {
   std::size_t region_bytes_ = 0;
   bool huge_ = false;
   std::vector<float*> arrays_;
+};
+
+// W5Arrays: the baselines' and STREAM's A, B and C of n floats: HostArrays' page treatment, first
+// touched in parallel by `threads` threads (a static split) with W5's inputs, C poisoned.
+class W5Arrays {
+ public:
+  W5Arrays(std::size_t n, unsigned threads, bool huge_pages);
+  float* a() const { return memory_[0]; }
+  float* b() const { return memory_[1]; }
+  float* c() const { return memory_[2]; }
+  void poison_c() const;
+  // add(): c = a + b over [begin, end), the work every baseline splits its own way.
+  void add(std::size_t begin, std::size_t end) const;
+  // trial(): the figure of a run of `ns` over all n elements, checked.
+  Trial trial(double ns) const { return {w5_gbps(n_, ns), w5_first_wrong(c(), n_)}; }
+  // stream_add(): one STREAM sample: the best of stream_times runs (stream_add_best_ns()).
+  Trial stream_add() const;
+
+ private:
+  std::size_t n_;
+  unsigned threads_;
+  HostArrays memory_;
 };
 
 // huge_pages_like_nerve(): whether nerve's host pools gave any block huge pages (the W5 buffers are

@@ -35,8 +35,6 @@ constexpr const char* add_source = R"(
   })";
 const char* const case_name = "vector add, CPU workers + OpenCL device";
 
-constexpr float poison = -1.0f;
-
 class VectorAdd {
  public:
   VectorAdd(nerve::Context& context, std::size_t n, std::size_t chunk)
@@ -59,18 +57,9 @@ class VectorAdd {
   // prepare(): inputs valid on the host only (device replicas are stale), C poisoned: written by
   // CPU tasks, one per chunk, so that the pages are first touched in parallel as the baselines' are.
   void prepare() {
-    for (std::size_t first = 0; first < n_; first += chunk_) {
-      context_.spawn(
-          [first](std::span<float> a, std::span<float> b, std::span<float> c) {
-            for (std::size_t i = 0; i < a.size(); ++i) {
-              a[i] = w5_input_a(first + i);
-              b[i] = w5_input_b(first + i);
-              c[i] = poison;
-            }
-          },
-          nerve::write(a_.slice(first, chunk_)), nerve::write(b_.slice(first, chunk_)),
-          nerve::write(c_.slice(first, chunk_)));
-    }
+    for (std::size_t first = 0; first < n_; first += chunk_)
+      spawn_w5_inputs(context_, a_.slice(first, chunk_), b_.slice(first, chunk_), c_.slice(first, chunk_),
+                      first);
     context_.wait_all();
   }
 
@@ -86,9 +75,9 @@ class VectorAdd {
     }
     context_.wait_all();
     const auto c = c_.map_read_write();  // the device's chunks come back: part of the work
-    const double seconds = watch.elapsed_ns() / 1e9;
+    const double ns = watch.elapsed_ns();
     if (inject_fault) c[n_ / 2] += 1.0f;
-    return {12.0 * static_cast<double>(n_) / seconds / 1e9, w5_first_wrong(c.data(), c.size())};
+    return {w5_gbps(n_, ns), w5_first_wrong(c.data(), c.size())};
   }
 
  private:
@@ -96,32 +85,6 @@ class VectorAdd {
   std::size_t n_, chunk_;
   nerve::Kernel kernel_;
   nerve::Buffer<float> a_, b_, c_;
-};
-
-// StreamArrays: the STREAM reference's arrays, treated like the host case's baselines.
-struct StreamArrays {
-  std::size_t n;
-  unsigned threads;
-  HostArrays memory;
-  StreamArrays(std::size_t count, unsigned team, bool huge_pages)
-      : n(count), threads(team), memory(3, count, huge_pages) {
-    static_split(n, threads, [this](std::size_t begin, std::size_t end) {
-      for (std::size_t i = begin; i < end; ++i) {
-        memory[0][i] = w5_input_a(i);
-        memory[1][i] = w5_input_b(i);
-        memory[2][i] = poison;
-      }
-    });
-  }
-  void poison_c() {
-    static_split(n, threads, [this](std::size_t begin, std::size_t end) {
-      std::fill(memory[2] + begin, memory[2] + end, poison);
-    });
-  }
-  Trial run() {
-    const double ns = stream_add_best_ns(memory[0], memory[1], memory[2], n, threads, stream_times);
-    return {12.0 * static_cast<double>(n) / ns, w5_first_wrong(memory[2], n)};
-  }
 };
 
 }  // namespace
@@ -139,7 +102,7 @@ WorkloadResult run_w5_heterogeneous(const WorkloadOptions& options) {
   const bool heterogeneous = context->devices().size() > 1;
   VectorAdd add(*context, n, chunk);
   add.prepare();  // nerve's host copies exist from here: their pages decide the baselines'
-  StreamArrays stream(n, options.threads, huge_pages_like_nerve(*context));
+  const W5Arrays stream(n, options.threads, huge_pages_like_nerve(*context));
   const std::string size_rule = stream_size_rule(*context, n * sizeof(float));
   std::vector<Variant> variants;
   if (heterogeneous) {
@@ -169,7 +132,7 @@ WorkloadResult run_w5_heterogeneous(const WorkloadOptions& options) {
                       false,
                       0,
                       [&] { stream.poison_c(); },
-                      [&] { return stream.run(); },
+                      [&] { return stream.stream_add(); },
                       {}});
   result.measurements = measure_interleaved(variants, options);
   note_share_of_stream(result.measurements, "STREAM add (device case)", "STREAM add", size_rule);

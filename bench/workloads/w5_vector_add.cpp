@@ -42,38 +42,6 @@ namespace nerve::bench {
 namespace {
 
 const char* const case_name = "vector add";
-constexpr float poison = -1.0f;
-
-double gigabytes_per_second(std::size_t n, double ns) { return 12.0 * static_cast<double>(n) / ns; }
-
-// The baselines' arrays: the page treatment of nerve's buffers (HostArrays), first-touched in
-// parallel like them (nerve's in per-chunk tasks over the workers, these in a static split).
-struct Arrays {
-  std::size_t n;
-  HostArrays memory;
-  float *a, *b, *c;
-  Arrays(std::size_t count, unsigned threads, bool huge_pages)
-      : n(count), memory(3, count, huge_pages), a(memory[0]), b(memory[1]), c(memory[2]) {
-    static_split(n, threads, [this](std::size_t begin, std::size_t end) {
-      for (std::size_t i = begin; i < end; ++i) {
-        a[i] = w5_input_a(i);
-        b[i] = w5_input_b(i);
-        c[i] = poison;
-      }
-    });
-  }
-  void poison_c(unsigned threads) {
-    static_split(n, threads,
-                 [this](std::size_t begin, std::size_t end) { std::fill(c + begin, c + end, poison); });
-  }
-  void add(std::size_t begin, std::size_t end) {
-    for (std::size_t i = begin; i < end; ++i) c[i] = a[i] + b[i];
-  }
-  Trial finish(const Stopwatch& watch) const {
-    const double ns = watch.elapsed_ns();
-    return {gigabytes_per_second(n, ns), w5_first_wrong(c, n)};
-  }
-};
 
 struct NerveVectors {
   nerve::Buffer<float> a, b, c;
@@ -102,7 +70,7 @@ Trial run_nerve(nerve::Context& context, const NerveVectors& v, std::size_t chun
   const double ns = watch.elapsed_ns();
   auto c = v.c.map_read_write();
   if (inject_fault) c[c.size() / 2] += 1.0f;
-  return {gigabytes_per_second(v.a.size(), ns), w5_first_wrong(c.data(), c.size())};
+  return {w5_gbps(v.a.size(), ns), w5_first_wrong(c.data(), c.size())};
 }
 
 }  // namespace
@@ -122,21 +90,10 @@ WorkloadResult run_w5_vector_add(const WorkloadOptions& options) {
   const unsigned threads = options.threads;
 
   NerveVectors vectors(context, n);
-  per_chunk(context, vectors, chunk,
-            [](nerve::Context& ctx, const auto& a, const auto& b, const auto& c, std::size_t begin) {
-              ctx.spawn(
-                  [begin](std::span<float> sa, std::span<float> sb, std::span<float> sc) {
-                    for (std::size_t i = 0; i < sa.size(); ++i) {
-                      sa[i] = w5_input_a(begin + i);
-                      sb[i] = w5_input_b(begin + i);
-                      sc[i] = poison;
-                    }
-                  },
-                  nerve::write(a), nerve::write(b), nerve::write(c));
-            });
+  per_chunk(context, vectors, chunk, spawn_w5_inputs);
   // After nerve's buffers exist: whether its pool gave them huge pages decides the baselines' pages.
   const bool huge_pages = huge_pages_like_nerve(context);
-  Arrays arrays(n, threads, huge_pages);
+  const W5Arrays arrays(n, threads, huge_pages);
   result.size += huge_pages ? "; every runtime's arrays on transparent huge pages"
                             : "; every runtime's arrays on base pages";
   const std::string size_rule = stream_size_rule(context, n * sizeof(float));
@@ -145,11 +102,11 @@ WorkloadResult run_w5_vector_add(const WorkloadOptions& options) {
   auto poison_nerve = [&] {
     per_chunk(context, vectors, chunk,
               [](nerve::Context& ctx, const auto&, const auto&, const auto& c, std::size_t) {
-                ctx.spawn([](std::span<float> sc) { std::fill(sc.begin(), sc.end(), poison); },
+                ctx.spawn([](std::span<float> sc) { std::fill(sc.begin(), sc.end(), w5_poison); },
                           nerve::write(c));
               });
   };
-  auto poison_arrays = [&] { arrays.poison_c(threads); };
+  auto poison_arrays = [&] { arrays.poison_c(); };
   const std::string unit = "GB/s";
 
   std::vector<Variant> variants;
@@ -178,7 +135,7 @@ WorkloadResult run_w5_vector_add(const WorkloadOptions& options) {
                           arrays.add(static_cast<std::size_t>(k) * chunk,
                                      static_cast<std::size_t>(k + 1) * chunk);
                         }
-                        return arrays.finish(watch);
+                        return arrays.trial(watch.elapsed_ns());
                       },
                       {}});
 #endif
@@ -196,7 +153,7 @@ WorkloadResult run_w5_vector_add(const WorkloadOptions& options) {
                             tbb::blocked_range<std::size_t>(0, n, chunk),
                             [&](const tbb::blocked_range<std::size_t>& r) { arrays.add(r.begin(), r.end()); },
                             tbb::simple_partitioner());
-                        return arrays.finish(watch);
+                        return arrays.trial(watch.elapsed_ns());
                       },
                       {}});
 #endif
@@ -211,7 +168,7 @@ WorkloadResult run_w5_vector_add(const WorkloadOptions& options) {
                         Stopwatch watch;
                         static_split(n, threads,
                                      [&](std::size_t begin, std::size_t end) { arrays.add(begin, end); });
-                        return arrays.finish(watch);
+                        return arrays.trial(watch.elapsed_ns());
                       },
                       {}});
   // The reference, as McCalpin's stream.c measures it: each sample is the best of stream_times runs
@@ -223,11 +180,7 @@ WorkloadResult run_w5_vector_add(const WorkloadOptions& options) {
                       false,
                       0,
                       poison_arrays,
-                      [&] {
-                        const double ns =
-                            stream_add_best_ns(arrays.a, arrays.b, arrays.c, n, threads, stream_times);
-                        return Trial{gigabytes_per_second(n, ns), w5_first_wrong(arrays.c, n)};
-                      },
+                      [&] { return arrays.stream_add(); },
                       {}});
   result.measurements = measure_interleaved(variants, options);
   // WORKLOADS.md's second figure, against STREAM's median of stream.c figures (note_share_of_stream()).

@@ -61,11 +61,8 @@ def case_w8(tool):
             continue
         if cells[0] == "W8":
             rows.append((cells[1], number(cells[2].split()[0]), {}, cells[6]))
-        elif rows:
-            pass
-        else:
-            continue
-        rows[-1][2][cells[3]] = number(cells[4].split()[0])
+        if rows:
+            rows[-1][2][cells[3]] = number(cells[4].split()[0])
     check(len(rows) == 2 * len(cases), f"expected {2 * len(cases)} summary rows, got {len(rows)}:\n{out}")
     for case in cases:
         named = []
