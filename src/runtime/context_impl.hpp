@@ -65,7 +65,7 @@ TaskRecord* running_task_unfinished() noexcept;
 [[noreturn]] void throw_wait_too_deep(const ThreadState& thread, const char* what);
 // A blocking wait inside a task runs other tasks on the same stack, which may wait in turn: past
 // this much stack left, another is refused (throw_wait_too_deep) rather than overflow the stack.
-inline constexpr std::uintptr_t wait_stack_reserve = 256 * 1024;
+inline constexpr std::uintptr_t wait_stack_reserve = std::uintptr_t{256} * 1024;
 // coroutine_root_of(): for a task that runs a stretch of a launched coroutine (not yet finished),
 // that coroutine's Task record; else null. A group's or Task's coroutine is its record, not its
 // stretches: the wait checks look through a stretch to it.

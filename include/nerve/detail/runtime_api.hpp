@@ -239,8 +239,8 @@ constexpr std::int64_t timeout_ns(std::chrono::duration<Rep, Period> timeout) no
   if (!(ns > 0)) return 0;
   if (ns >= static_cast<double>(longest)) return longest;
   if constexpr (std::is_integral_v<Rep>) {
-    using per_tick = std::ratio_divide<Period, std::nano>;  // nanoseconds per tick, num / den
-    if (static_cast<std::uintmax_t>(timeout.count()) > static_cast<std::uintmax_t>(longest) / per_tick::num)
+    using PerTick = std::ratio_divide<Period, std::nano>;  // nanoseconds per tick, num / den
+    if (static_cast<std::uintmax_t>(timeout.count()) > static_cast<std::uintmax_t>(longest) / PerTick::num)
       return static_cast<std::int64_t>(ns);
   }
   return std::chrono::duration_cast<std::chrono::nanoseconds>(timeout).count();
