@@ -31,7 +31,8 @@ OpenclDevice::OpenclDevice(const PlatformDevice& device, DeviceInfo info, const 
     : Device(std::move(info), make_node(device, options)),
       engine_(static_cast<OpenclMemoryNode&>(memory()).shared_engine()),
       node_(&static_cast<OpenclMemoryNode&>(memory())),
-      programs_(device, engine_->context()) {}
+      programs_(device, engine_->context()),
+      widening_(LaunchWidening::is_needed_for(device.platform_name, device.cpu_device)) {}
 
 OpenclDevice::~OpenclDevice() { stop(); }
 
@@ -101,6 +102,12 @@ void OpenclDevice::stop() noexcept { launcher_.stop(); }
 DeviceCapabilities OpenclDevice::capabilities() const noexcept {
   return DeviceCapabilities{false, info().unified_memory, engine_->queue_count(),
                             engine_->max_pending_transfers()};
+}
+
+DeviceCounters OpenclDevice::counters() const {
+  DeviceCounters counters = engine_->snapshot();
+  counters.launches_held = widening_.held();
+  return counters;
 }
 
 bool OpenclDevice::can_access_peer(const Device& other) const noexcept {
@@ -183,6 +190,7 @@ void OpenclDevice::launch(TaskRecord* task) {
         host_->complete(task, *this, nullptr);
         return;
       }
+      widening_.before_launch(kernel, global);
       op->enqueued_ns = monotonic_ns();
       const cl_int status = clEnqueueNDRangeKernel(queue, kernel, 1, nullptr, &global,
                                                    local != 0 ? &local : nullptr, 0, nullptr, &op->event);
@@ -199,6 +207,7 @@ void OpenclDevice::launch(TaskRecord* task) {
       if (error.code() != ErrorCode::internal && launch_refused(*program, task, error, every_call)) return;
       throw;
     }
+    widening_.launched(kernel, op->event);
     op->queue = queue;
     clFlush(queue);
     engine_->count_launch(queue_index);
