@@ -79,8 +79,8 @@ struct DeviceCounters {
   std::uint64_t pinned_copies = 0;      // host<->device copies DMA'd in place (page-locked host buffer)
   std::uint64_t events_live = 0;        // driver events not released yet (0 when idle)
   std::uint64_t operation_records = 0;  // pooled in-flight records ever created (bounded, not per task)
-  // Launches held until the earlier launches of their kernel finished (OpenCL on PoCL: a launch
-  // wider than any before it; see opencl/launch_widening.hpp).
+  // Launches held until the earlier launches of their kernel finished (OpenCL on PoCL: a launch over
+  // a global size new to its kernel; see opencl/pocl_size_guard.hpp).
   std::uint64_t launches_held = 0;
 };
 

@@ -32,7 +32,7 @@ OpenclDevice::OpenclDevice(const PlatformDevice& device, DeviceInfo info, const 
       engine_(static_cast<OpenclMemoryNode&>(memory()).shared_engine()),
       node_(&static_cast<OpenclMemoryNode&>(memory())),
       programs_(device, engine_->context()),
-      widening_(LaunchWidening::is_needed_for(device.platform_name, device.cpu_device)) {}
+      pocl_sizes_(PoclSizeGuard::is_needed_for(device.platform_name, device.cpu_device)) {}
 
 OpenclDevice::~OpenclDevice() { stop(); }
 
@@ -106,7 +106,7 @@ DeviceCapabilities OpenclDevice::capabilities() const noexcept {
 
 DeviceCounters OpenclDevice::counters() const {
   DeviceCounters counters = engine_->snapshot();
-  counters.launches_held = widening_.held();
+  counters.launches_held = pocl_sizes_.held();
   return counters;
 }
 
@@ -190,7 +190,7 @@ void OpenclDevice::launch(TaskRecord* task) {
         host_->complete(task, *this, nullptr);
         return;
       }
-      widening_.before_launch(kernel, global);
+      pocl_sizes_.before_launch(kernel, global);
       op->enqueued_ns = monotonic_ns();
       const cl_int status = clEnqueueNDRangeKernel(queue, kernel, 1, nullptr, &global,
                                                    local != 0 ? &local : nullptr, 0, nullptr, &op->event);
@@ -207,7 +207,7 @@ void OpenclDevice::launch(TaskRecord* task) {
       if (error.code() != ErrorCode::internal && launch_refused(*program, task, error, every_call)) return;
       throw;
     }
-    widening_.launched(kernel, op->event);
+    pocl_sizes_.launched(kernel, op->event);
     op->queue = queue;
     clFlush(queue);
     engine_->count_launch(queue_index);

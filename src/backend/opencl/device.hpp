@@ -33,8 +33,8 @@
 #include "backend/launcher_thread.hpp"
 #include "backend/opencl/engine.hpp"
 #include "backend/opencl/kernel_parameters.hpp"
-#include "backend/opencl/launch_widening.hpp"
 #include "backend/opencl/memory.hpp"
+#include "backend/opencl/pocl_size_guard.hpp"
 #include "backend/opencl/programs.hpp"
 
 namespace nerve::detail::opencl {
@@ -94,7 +94,7 @@ class OpenclDevice final : public Device {
   // Each kernel's parameters (kernel_parameters.hpp), learnt at its first launch; the launcher
   // thread's. Kernels live as long as programs_, so their handles stay valid keys.
   std::unordered_map<cl_kernel, std::vector<KernelParameter>> parameters_;
-  LaunchWidening widening_;  // the launcher thread's (PoCL's work-group function cache)
+  PoclSizeGuard pocl_sizes_;  // the launcher thread's (PoCL's work-group function cache)
   DeviceHost* host_ = nullptr;
 
   LauncherThread launcher_;  // last: stopped (joined) before the members its thread uses go

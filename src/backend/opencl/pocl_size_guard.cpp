@@ -1,4 +1,4 @@
-#include "backend/opencl/launch_widening.hpp"
+#include "backend/opencl/pocl_size_guard.hpp"
 
 #include <algorithm>
 #include <new>
@@ -10,6 +10,8 @@ namespace {
 // A bound on each kernel's retained events between two pruning passes (each pass drops the
 // completed ones): a kernel launched without end keeps as many as are in flight, plus this many.
 constexpr std::size_t prune_at = 32;
+// The sizes each kernel remembers: a linear search per launch, against a launch's microseconds.
+constexpr std::size_t max_sizes = 64;
 
 bool complete(cl_event event) noexcept {
   cl_int status = CL_COMPLETE;
@@ -20,17 +22,17 @@ bool complete(cl_event event) noexcept {
 
 }  // namespace
 
-LaunchWidening::~LaunchWidening() {
+PoclSizeGuard::~PoclSizeGuard() {
   for (auto& [kernel, launches] : kernels_) {
     for (cl_event event : launches.pending) clReleaseEvent(event);
   }
 }
 
-bool LaunchWidening::is_needed_for(const std::string& platform_name, bool cpu_device) noexcept {
+bool PoclSizeGuard::is_needed_for(const std::string& platform_name, bool cpu_device) noexcept {
   return cpu_device && platform_name == "Portable Computing Language";
 }
 
-void LaunchWidening::release_completed(std::vector<cl_event>& events) noexcept {
+void PoclSizeGuard::release_completed(std::vector<cl_event>& events) noexcept {
   const auto kept = std::remove_if(events.begin(), events.end(), [](cl_event event) {
     if (!complete(event)) return false;
     clReleaseEvent(event);
@@ -39,12 +41,14 @@ void LaunchWidening::release_completed(std::vector<cl_event>& events) noexcept {
   events.erase(kept, events.end());
 }
 
-void LaunchWidening::before_launch(cl_kernel kernel, std::size_t global) {
+void PoclSizeGuard::before_launch(cl_kernel kernel, std::size_t global) {
   if (!enabled_) return;
   KernelLaunches& launches = kernels_[kernel];  // may throw std::bad_alloc: nothing is enqueued then
-  if (global <= launches.widest) return;
-  launches.widest = global;
-  release_completed(launches.pending);  // the first launch has none
+  auto& sizes = launches.sizes;
+  if (std::find(sizes.begin(), sizes.end(), global) != sizes.end()) return;
+  if (sizes.size() == max_sizes) sizes.erase(sizes.begin());
+  sizes.push_back(global);
+  release_completed(launches.pending);  // the kernel's first launch has none
   if (launches.pending.empty()) return;
   // The launches' status does not matter, only that they are over: a failed one fails its own task.
   clWaitForEvents(static_cast<cl_uint>(launches.pending.size()), launches.pending.data());
@@ -53,7 +57,7 @@ void LaunchWidening::before_launch(cl_kernel kernel, std::size_t global) {
   held_.fetch_add(1, std::memory_order_relaxed);
 }
 
-void LaunchWidening::launched(cl_kernel kernel, cl_event event) noexcept {
+void PoclSizeGuard::launched(cl_kernel kernel, cl_event event) noexcept {
   if (!enabled_) return;
   KernelLaunches* launches = nullptr;
   try {
@@ -61,7 +65,7 @@ void LaunchWidening::launched(cl_kernel kernel, cl_event event) noexcept {
     if (launches->pending.size() >= prune_at) release_completed(launches->pending);
     launches->pending.reserve(launches->pending.size() + 1);
   } catch (const std::bad_alloc&) {
-    return;  // out of memory: a wider launch will not wait for this one
+    return;  // out of memory: a launch over a new size will not wait for this one
   }
   clRetainEvent(event);
   launches->pending.push_back(event);  // into the room reserved
