@@ -385,9 +385,13 @@ void Scheduler::leave_idle(IdleState& idle) noexcept {
   idle = IdleState{idle.slot};
 }
 
+// Under strict affinity a node's tasks go to the slots that serve it: its workers, not slot 0 (the
+// application thread's, which serves no node while other slots exist, and has no node queue). Woken
+// for a prioritized task of its node, slot 0 found nothing to run and slept again, while the node's
+// worker slept on with the task in the node's queue: wait_all() hung (a differential test).
 bool Scheduler::may_run_on(const WorkerSlot& slot, int numa_node) const noexcept {
   return numa_node < 0 || !numa_placement_ || numa_affinity_ != NumaAffinity::strict ||
-         slot.numa_node == numa_node;
+         (slot.numa_node == numa_node && (slot.index != 0 || slots_.size() == 1));
 }
 
 void Scheduler::enqueue(TaskRecord* task, ThreadState& thread, bool submission, int numa_node) {
