@@ -15,10 +15,18 @@
 //
 // Thread safety: every member may be called from any thread, including from inside tasks (nested
 // submission is how fork-join works). Waiting inside a task runs other ready tasks until the target
-// is done, so the pool never deadlocks on its own waits. Destroying the context waits for every
-// submitted task, then frees buffers still alive (reporting them as a warning). The destructor, as
-// for any C++ object, must not overlap a call of a member of the same Context on another thread
-// (wait_all(), submit(), stats(), ...): end those calls first (the C API's rule for nerve_shutdown()).
+// is done, so the pool never deadlocks on its own waits. The tasks such a wait runs sit on top of the
+// waiting task, on its thread's stack: one of them that in turn waits (Task::wait(), TaskGroup::wait(),
+// TaskPool::wait_all()) for the task below it, for its group or pool, or for work ordered after it,
+// could never return, as the task below resumes only after it does. That wait throws
+// Error(invalid_argument) naming both tasks once it has nothing left to run, rather than hang (a
+// ~TaskGroup that would wait so is a reported fatal error; a ~TaskPool detaches the pool). Whether it
+// happens depends on which thread took the task: to wait inside a task for work that is not its own,
+// order the task after that work (TaskOptions::after, or its accesses) instead. Destroying the
+// context waits for every submitted task, then frees buffers still alive (reporting them as a
+// warning). The destructor, as for any C++ object, must not overlap a call of a member of the same
+// Context on another thread (wait_all(), submit(), stats(), ...): end those calls first (the C API's
+// rule for nerve_shutdown()).
 // Threads blocked in a wait on a handle — Task::wait(), TaskGroup::wait(), TaskPool::wait_all() — may
 // stay there: the destruction finishes their tasks and they return. Destroying it inside
 // one of its own tasks would wait for that task: a reported fatal error. Those waits run tasks on

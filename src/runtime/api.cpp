@@ -74,7 +74,15 @@ bool task_wait(TaskRecord* record, std::int64_t timeout_ns) {
     context.refuse_endless_wait([record](const TaskRecord* task) { return task == record; }, "Task::wait()",
                                 record->name != nullptr ? record->name : "(unnamed)");
   }
-  if (!context.scheduler.wait(context.current_thread(), target, deadline_after(timeout_ns))) return false;
+  if (timeout_ns < 0) {
+    const auto blocked = [record](const TaskRecord* task) { return task == record; };
+    ThreadState& thread = context.current_thread();
+    UnlessSuspended untimed{target, blocked};
+    if (!context.scheduler.wait(thread, untimed))
+      ContextImpl::throw_waits_for_suspended(blocked, "Task::wait()");
+  } else if (!context.scheduler.wait(context.current_thread(), target, deadline_after(timeout_ns))) {
+    return false;
+  }
   switch (record->load_status()) {
     case status_failed:
       context.forget_root_error(*record);  // reported here: wait_all() does not report it again
@@ -126,9 +134,13 @@ void group_done(GroupState* group) {
   rethrow_group_error(group);
 }
 
+// The tasks a wait for `group` waits for.
+auto group_member(const GroupState* group) noexcept {
+  return [group](const TaskRecord* task) { return task->group == group; };
+}
+
 void refuse_group_deadlock(ContextImpl& context, GroupState* group) {
-  context.refuse_endless_wait([group](const TaskRecord* task) { return task->group == group; },
-                              "TaskGroup::wait()");
+  context.refuse_endless_wait(group_member(group), "TaskGroup::wait()");
 }
 
 void check_pool_context(const PoolState* pool) {
@@ -143,9 +155,12 @@ void group_wait(ContextImpl* context, GroupState* group) {
   ContextImpl& runtime = live(context);
   GroupDone target{group};
   if (!target.done()) {
-    runtime.refuse_deep_nesting(runtime.current_thread(), "TaskGroup::wait()");
+    ThreadState& thread = runtime.current_thread();
+    runtime.refuse_deep_nesting(thread, "TaskGroup::wait()");
     refuse_group_deadlock(runtime, group);
-    runtime.wait_rechecking(runtime.current_thread(), target, [&] { refuse_group_deadlock(runtime, group); });
+    UnlessSuspended untimed{target, group_member(group)};
+    if (!runtime.wait_rechecking(thread, untimed, [&] { refuse_group_deadlock(runtime, group); }))
+      ContextImpl::throw_waits_for_suspended(group_member(group), "TaskGroup::wait()");
   }
   group_done(group);
 }
@@ -171,10 +186,19 @@ void group_destroy(ContextImpl* context, GroupState* group) noexcept {
       log::error("~TaskGroup: {}; the program cannot continue", error.what());
       std::abort();
     }
+    bool ended = true;
     try {
-      GroupDone target{group};
-      context->scheduler.wait(context->current_thread(), target);
+      UnlessSuspended target{GroupDone{group}, group_member(group)};
+      ended = context->scheduler.wait(context->current_thread(), target);
     } catch (...) {
+    }
+    if (!ended) {  // hopeless: as above, the group's tasks will use it
+      try {
+        ContextImpl::throw_waits_for_suspended(group_member(group), "~TaskGroup");
+      } catch (const std::exception& error) {
+        log::error("{}; the program cannot continue", error.what());
+      }
+      std::abort();
     }
     end_cancel(group);
   }
@@ -197,10 +221,15 @@ void pool_launch(PoolState* pool) {
 }
 
 namespace {
+// The tasks a wait for `pool` waits for.
+auto pool_member(const PoolState* pool) noexcept {
+  return [pool](const TaskRecord* task) { return task->pool == pool; };
+}
+
 // The errors of a wait for `pool` that could never end; `what` names the wait.
 void refuse_endless_pool_wait(PoolState* pool, const char* what) {
   if (TaskDone{pool->gate}.done()) return;
-  pool->context.refuse_endless_wait([pool](const TaskRecord* task) { return task->pool == pool; }, what);
+  pool->context.refuse_endless_wait(pool_member(pool), what);
 }
 }  // namespace
 
@@ -212,8 +241,10 @@ void pool_wait(PoolState* pool) {
   ContextImpl& context = pool->context;
   context.refuse_deep_nesting(context.current_thread(), "TaskPool::wait_all()");
   pool_check_wait(pool, "TaskPool::wait_all()");
-  TaskDone target{pool->gate};
-  context.scheduler.wait(context.current_thread(), target);
+  ThreadState& thread = context.current_thread();
+  UnlessSuspended target{TaskDone{pool->gate}, pool_member(pool)};
+  if (!context.scheduler.wait(thread, target))
+    ContextImpl::throw_waits_for_suspended(pool_member(pool), "TaskPool::wait_all()");
   if (std::exception_ptr error = pool->first_error.take()) {
     log_unlisted_failures(pool->first_error, "task pool");
     std::rethrow_exception(error);
@@ -233,10 +264,22 @@ void pool_destroy_checked(PoolState* pool) {
                                             "and it is freed after them",
                                             error.what()));
     }
+    bool ended = true;
     try {
-      TaskDone target{pool->gate};
-      context.scheduler.wait(context.current_thread(), target);
+      UnlessSuspended target{TaskDone{pool->gate}, pool_member(pool)};
+      ended = context.scheduler.wait(context.current_thread(), target);
     } catch (...) {
+    }
+    if (!ended) {  // hopeless, as the refusal above
+      context.detach_pool(pool);
+      try {
+        ContextImpl::throw_waits_for_suspended(pool_member(pool), "destroying a task pool");
+      } catch (const Error& error) {
+        throw Error(error.code(),
+                    fmt::format("{}; the pool is detached instead: its tasks run when they can, "
+                                "and it is freed after them",
+                                error.what()));
+      }
     }
     // Nobody waited for the pool: its failure would go unseen (wait_all() does not report a pool's).
     log_unreported_failure(pool->first_error, "task pool");

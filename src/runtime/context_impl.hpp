@@ -61,6 +61,16 @@ TaskRecord* running_task_record() noexcept;
 // running_task_unfinished(): the same, unless its body deferred its completion (the record may then
 // be finished, even recycled, before the body returns).
 TaskRecord* running_task_unfinished() noexcept;
+// A task body on the calling thread's stack (ContextImpl::invoke_closure, launch_closure), innermost
+// first. The frames below the innermost are tasks suspended in a wait (or in a submission that ran a
+// task at once): they resume only after every frame above them returns, which a wait of an upper
+// frame for one of them would never allow.
+struct RunningFrame {
+  TaskRecord* task;
+  RunningFrame* outer;
+  bool deferred;  // its body deferred its completion: another thread may finish (and recycle) its task
+};
+const RunningFrame* innermost_frame() noexcept;
 [[noreturn]] void throw_waits_for_itself(const TaskRecord& running, const char* what);
 [[noreturn]] void throw_wait_too_deep(const ThreadState& thread, const char* what);
 // A blocking wait inside a task runs other tasks on the same stack, which may wait in turn: past
@@ -438,6 +448,18 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
         throw_waits_for_dependent(*running, *waited, what);
     }
   }
+  // suspended_blocker(): among the tasks suspended on the calling thread's stack below its running
+  // task (each resumes only after the frames above it return), one for which `blocked` is true, or
+  // that such a task waits for (a bounded walk); nullptr if none. A wait by the running task for it
+  // never ends. Asked by a wait that found nothing to run (UnlessSuspended), not before every wait: a
+  // wait that runs the running task's children on top of it (fork-join) pays nothing.
+  static const TaskRecord* suspended_blocker(const std::function<bool(const TaskRecord*)>& blocked);
+  // throw_waits_for_suspended(): the error of a wait that suspended_blocker() found hopeless.
+  template <class Blocked>
+  [[noreturn]] static void throw_waits_for_suspended(Blocked&& blocked, const char* what) {
+    throw_waits_behind(suspended_blocker(blocked), what);
+  }
+  [[noreturn]] static void throw_waits_behind(const TaskRecord* suspended, const char* what);
   // refuse_coroutine_endless_wait(): refuse_endless_wait()'s checks for the launched coroutine `root`
   // whose stretch the calling thread runs (coroutines.cpp).
   static void refuse_coroutine_endless_wait(const TaskRecord& root,
@@ -447,15 +469,21 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   // a group). The checks before a wait see only the work there then: work submitted meanwhile may
   // come to wait for a mapping this thread holds, and the wait would never end. So a thread holding a
   // mapping waits in slices and calls `recheck` (which throws for such a wait) after each.
+  // Returns false when the wait is hopeless (UnlessSuspended), true once `target` is done.
   template <class Target, class Recheck>
-  void wait_rechecking(ThreadState& thread, Target& target, Recheck&& recheck) {
+  bool wait_rechecking(ThreadState& thread, Target& target, Recheck&& recheck) {
     // No mapping anywhere (the usual case): one load, no call.
     if (held_mapping_count.load(std::memory_order_acquire) == 0 || !holds_mapping()) [[likely]] {
-      scheduler.wait(thread, target);
-      return;
+      return scheduler.wait(thread, target);
     }
     constexpr auto slice = std::chrono::milliseconds(10);
-    while (!scheduler.wait(thread, target, Clock::now() + slice, true)) recheck();
+    while (!scheduler.wait(thread, target, Clock::now() + slice, true)) {
+      recheck();
+      if constexpr (may_be_hopeless<Target>) {
+        if (thread.nesting > 1 && target.hopeless()) return false;
+      }
+    }
+    return true;
   }
   // waits_for_all: the selector of wait_all(), which waits for every task but not for mappings.
   static bool waits_for_all(const TaskRecord* task) noexcept { return task->kind != TaskKind::host_access; }

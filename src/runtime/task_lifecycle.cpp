@@ -561,11 +561,8 @@ void ContextImpl::fill_views(const TaskRecord* task, const ThreadState& thread, 
 
 namespace {
 constinit thread_local int running_device_index __attribute__((tls_model("initial-exec"))) = -1;
-constinit thread_local TaskRecord* running_task __attribute__((tls_model("initial-exec"))) = nullptr;
-// Set by defer_current_task() for the running body. A flag of the thread, not of the record: once
-// deferred, the record belongs to whoever completes it and may be finished and recycled before the
-// body has even returned, so the worker must not look at it again.
-constinit thread_local bool running_task_deferred __attribute__((tls_model("initial-exec"))) = false;
+// The innermost task body on this thread's stack, linked to those it runs on top of.
+constinit thread_local RunningFrame* running_frame __attribute__((tls_model("initial-exec"))) = nullptr;
 // The stream a C kernel launches on (launch_closure), or nullptr.
 constinit thread_local void* running_stream_handle __attribute__((tls_model("initial-exec"))) = nullptr;
 // invoke_closure()'s outcome for a body that deferred its completion.
@@ -573,8 +570,16 @@ constexpr std::uint32_t outcome_deferred = 0xff;
 }  // namespace
 
 int running_device() noexcept { return running_device_index; }
-TaskRecord* running_task_record() noexcept { return running_task; }
-TaskRecord* running_task_unfinished() noexcept { return running_task_deferred ? nullptr : running_task; }
+TaskRecord* running_task_record() noexcept {
+  return running_frame != nullptr ? running_frame->task : nullptr;
+}
+// A frame's `deferred` is set by defer_current_task() for its body. A flag of the frame, not of the
+// record: once deferred, the record belongs to whoever completes it and may be finished and recycled
+// before the body has even returned, so the worker must not look at it again.
+TaskRecord* running_task_unfinished() noexcept {
+  return running_frame != nullptr && !running_frame->deferred ? running_frame->task : nullptr;
+}
+const RunningFrame* innermost_frame() noexcept { return running_frame; }
 void* running_stream() noexcept { return running_stream_handle; }
 
 std::exception_ptr ContextImpl::launch_closure(TaskRecord* task, Device& device, void* stream) noexcept {
@@ -583,18 +588,19 @@ std::exception_ptr ContextImpl::launch_closure(TaskRecord* task, Device& device,
     task->phase.store(status_running, std::memory_order_relaxed);
     task->start_ns = monotonic_ns();
     const int outer_device = std::exchange(running_device_index, device.info().index);
-    TaskRecord* const outer_task = std::exchange(running_task, task);
+    RunningFrame frame{task, running_frame, false};
+    running_frame = &frame;
     void* const outer_stream = std::exchange(running_stream_handle, stream);
     struct Restore {
       int device;
-      TaskRecord* task;
+      RunningFrame* frame;
       void* stream;
       ~Restore() {
         running_device_index = device;
-        running_task = task;
+        running_frame = frame;
         running_stream_handle = stream;
       }
-    } restore{outer_device, outer_task, outer_stream};
+    } restore{outer_device, frame.outer, outer_stream};
     task->ops->invoke(task->closure_storage(), views.data());
     return nullptr;
   } catch (...) {
@@ -628,12 +634,12 @@ void throw_wait_too_deep(const ThreadState& thread, const char* what) {
 }
 
 TaskRecord* defer_current_task() {
-  TaskRecord* task = running_task;
+  TaskRecord* task = running_task_record();
   if (task == nullptr || task->kind != TaskKind::function || task->device > 0) {
     throw Error(ErrorCode::invalid_argument, "defer_current_task() outside a task running on a CPU worker");
   }
-  if (!running_task_deferred) ++task->context->current_thread().deferred_bodies;
-  running_task_deferred = true;
+  if (!running_frame->deferred) ++task->context->current_thread().deferred_bodies;
+  running_frame->deferred = true;
   return task;
 }
 
@@ -654,8 +660,8 @@ std::uint32_t ContextImpl::invoke_closure(TaskRecord* task, ThreadState& thread,
                                           const AccessView* views) noexcept {
   std::uint32_t outcome = status_succeeded;
   const int outer_device = std::exchange(running_device_index, task->device < 0 ? 0 : task->device);
-  TaskRecord* const outer_task = std::exchange(running_task, task);
-  const bool outer_deferred = std::exchange(running_task_deferred, false);
+  RunningFrame frame{task, running_frame, false};
+  running_frame = &frame;
   // The bypass (a released successor kept to run next) is for the finishing of a task only: tasks
   // the body releases (a pool it launches, a mapping it ends) must be queued, or a wait of the body
   // for them would never end — nobody else could see them.
@@ -669,10 +675,10 @@ std::uint32_t ContextImpl::invoke_closure(TaskRecord* task, ThreadState& thread,
   }
   --thread.nesting;
   thread.bypass_enabled = outer_bypass;
-  running_task = outer_task;
+  running_frame = frame.outer;
   running_device_index = outer_device;
   // A body that threw is not deferred (the contract: nothing may throw after deferring).
-  if (std::exchange(running_task_deferred, outer_deferred)) {
+  if (frame.deferred) {
     --thread.deferred_bodies;
     if (outcome == status_succeeded) return outcome_deferred;
   }

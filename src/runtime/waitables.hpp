@@ -55,4 +55,21 @@ struct AllDone {
   const void* address() const noexcept { return &context->root_parked; }
 };
 
+// `Target`, for a wait that may be waiting for a task suspended below it on the waiting thread's
+// stack: `blocked` selects the tasks the wait waits for (ContextImpl::suspended_blocker).
+template <class Target, class Blocked>
+struct UnlessSuspended {
+  Target target;
+  Blocked blocked;
+  static constexpr bool expensive = Target::expensive;
+  static constexpr bool may_be_hopeless = true;
+  bool done() const noexcept { return target.done(); }
+  void before_park() noexcept { target.before_park(); }
+  void after_park() noexcept { target.after_park(); }
+  const void* address() const noexcept { return target.address(); }
+  bool hopeless() const { return ContextImpl::suspended_blocker(blocked) != nullptr; }
+};
+template <class Target, class Blocked>
+UnlessSuspended(Target, Blocked) -> UnlessSuspended<Target, Blocked>;
+
 }  // namespace nerve::detail

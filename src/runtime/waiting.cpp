@@ -43,6 +43,32 @@ void ContextImpl::wait_for_all_tasks() {
   free_detached_pools();  // their tasks have ended
 }
 
+const TaskRecord* ContextImpl::suspended_blocker(const std::function<bool(const TaskRecord*)>& blocked) {
+  const RunningFrame* innermost = innermost_frame();
+  if (innermost == nullptr) return nullptr;
+  for (const RunningFrame* frame = innermost->outer; frame != nullptr; frame = frame->outer) {
+    // A body that deferred its completion is not waited for through its frame: another thread may
+    // finish its task (and recycle the record) while the body still runs.
+    if (frame->deferred) continue;
+    // Its task is unfinished while its frame is on the stack: the walk reads live records only.
+    if (first_waiting_for(frame->task, blocked) != nullptr) return frame->task;
+  }
+  return nullptr;
+}
+
+void ContextImpl::throw_waits_behind(const TaskRecord* suspended, const char* what) {
+  const auto name = [](const TaskRecord* task) {
+    return task != nullptr && task->name != nullptr ? task->name : "(unnamed)";
+  };
+  const TaskRecord* running = running_task_record();
+  throw Error(ErrorCode::invalid_argument,
+              fmt::format("{} inside task '{}' would never return: it waits for task '{}' (or for tasks "
+                          "ordered after it), which this thread suspended in a wait of its own to run "
+                          "'{}', and which cannot resume before '{}' returns; wait for it outside the "
+                          "tasks, or order the waiting task after it (`after`, or its accesses) instead",
+                          what, name(running), name(suspended), name(running), name(running)));
+}
+
 void ContextImpl::report_root_errors() {
   std::vector<std::exception_ptr> errors;
   std::uint64_t dropped = 0;

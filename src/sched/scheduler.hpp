@@ -52,6 +52,12 @@ class TaskExecutor {
 
 using Clock = std::chrono::steady_clock;
 
+// A Waitable that declares `may_be_hopeless = true` has hopeless() (see Scheduler::wait).
+template <class Waitable>
+constexpr bool may_be_hopeless = requires {
+  requires Waitable::may_be_hopeless;
+};
+
 class Scheduler {
  public:
   Scheduler(const Config& config, const Topology& topology, TaskExecutor& executor);
@@ -89,10 +95,12 @@ class Scheduler {
     enqueue(task, thread, true, -1);
   }
 
-  // A Waitable has done(), before_park() (make the completer notice this waiter), after_park() and
-  // address() (the registry key). wait() runs tasks while waiting if `thread` runs a slot or can
-  // claim the master slot, else parks. Returns false if `deadline` passed first. A timed wait runs
-  // no task while other slots can (see below), unless `help` (a wait cut in slices, not a timeout).
+  // A Waitable has done(), before_park() (make the completer notice this waiter), after_park(),
+  // address() (the registry key) and, optionally, hopeless(): an untimed wait inside a task
+  // that finds no work to run and is hopeless returns false, not done (see run_until). wait() runs tasks
+  // while waiting if `thread` runs a slot or can claim the master slot, else parks. Returns false if
+  // `deadline` passed first. A timed wait runs no task while other slots can (see below), unless `help` (a
+  // wait cut in slices, not a timeout).
   template <class Waitable>
   bool wait(ThreadState& thread, Waitable& target, Clock::time_point deadline = Clock::time_point::max(),
             bool help = false);
@@ -320,6 +328,16 @@ bool Scheduler::run_until(ThreadState& thread, Waitable& target, Clock::time_poi
     if (now - idle.since < spin_) {
       for (int i = 0; i < 32; ++i) cpu_relax();
       continue;
+    }
+    // A wait inside a task that finds nothing to run may be waiting for a task suspended below it on
+    // this very stack, which cannot resume before it returns: such a wait would never end. It returns,
+    // not done, for its caller to say so (Waitable::hopeless(), asked only here: waits that end pay
+    // nothing). Not for a timed wait, which ends at its deadline.
+    if constexpr (may_be_hopeless<Waitable>) {
+      if (deadline == Clock::time_point::max() && thread.nesting > 1 && target.hopeless()) {
+        leave_idle(idle);
+        return target.done();
+      }
     }
     // A sleeper must not count as a spinner: publishers skip waking anyone while a spinner exists.
     if (idle.spinning) spinners_.fetch_sub(1, std::memory_order_acq_rel);
