@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <vector>
 
@@ -25,6 +26,43 @@ void PoolState::add(TaskRecord* member) noexcept {
 }
 
 namespace {
+
+bool input_failed(const PoolOutcome::Input& input) noexcept {
+  const std::uint32_t status = input.writer->load_status();
+  return status == status_failed || status == status_cancelled;
+}
+
+bool input_order(const PoolOutcome::Input& a, const PoolOutcome::Input& b) noexcept {
+  if (a.buffer != b.buffer) return std::less<>()(a.buffer, b.buffer);
+  return a.begin < b.begin;
+}
+
+// input_read_by(): the first of `outcome`'s inputs that one of `member`'s reads overlaps and that
+// satisfies `which`, or nullptr. A buffer's inputs are disjoint and sorted: a binary search each.
+template <class Which>
+const PoolOutcome::Input* input_read_by(const PoolOutcome& outcome, const TaskRecord& member,
+                                        Which&& which) noexcept {
+  const std::vector<PoolOutcome::Input>& inputs = outcome.inputs;
+  for (std::size_t i = 0; i < member.access_count; ++i) {
+    const AccessRecord& access = member.accesses[i];
+    if (!reads(access.mode) || access.size == 0) continue;
+    const std::size_t end = access.offset + access.size;
+    auto it = std::partition_point(inputs.begin(), inputs.end(), [&](const PoolOutcome::Input& input) {
+      return input.buffer != access.buffer ? std::less<>()(input.buffer, access.buffer)
+                                           : input.end <= access.offset;
+    });
+    for (; it != inputs.end() && it->buffer == access.buffer && it->begin < end; ++it) {
+      if (which(*it)) return &*it;
+    }
+  }
+  return nullptr;
+}
+
+// drop_inputs(): the references the inputs hold, once the gate is released (or abandoned).
+void drop_inputs(PoolOutcome& outcome) noexcept {
+  for (const PoolOutcome::Input& input : outcome.inputs) release(input.writer);
+  outcome.inputs.clear();
+}
 
 // A buffer's pieces past this fold into the range covering them: the gate is one record, whose
 // accesses are counted in 16 bits, and each piece is one access to register.
@@ -104,6 +142,7 @@ void PoolState::launch() {
   std::copy(members.begin(), members.end(), release_list.get());
   gate = context.allocate_record(thread);
   gate->kind = TaskKind::pool_gate;
+  ::new (static_cast<void*>(gate->closure)) PoolOutcome*(nullptr);  // the gate runs no closure
   gate->pool = this;
   gate->name = "task pool";
   gate->refs.store(2, std::memory_order_relaxed);  // the runtime and the pool
@@ -116,6 +155,7 @@ void PoolState::launch() {
     context.copy_accesses(gate, specs.data(), specs.size());
     edges = context.register_dependencies(gate, thread, nullptr, 0);
   } catch (...) {
+    if (PoolOutcome* outcome = gate_outcome(gate)) drop_inputs(*outcome);
     context.abandon_task(TaskDraft{gate, gate->closure});  // its accesses go with it
     gate = nullptr;
     throw;
@@ -128,36 +168,122 @@ void PoolState::launch() {
 }
 
 void PoolState::release_members(ThreadState& thread) {
-  remaining.store(static_cast<std::int64_t>(members.size()), std::memory_order_release);
+  ContextImpl& runtime = context;  // the pool may be freed before the last member is made ready
   if (members.empty()) {
-    context.finish(gate, thread, status_succeeded);
+    runtime.finish(gate, thread, status_succeeded);
     return;
   }
-  const bool cancelled = gate->cancel_pending.load(std::memory_order_acquire);
+  if (gate->cancel_pending.load(std::memory_order_acquire)) cancel_members();
+  if (PoolOutcome* outcome = gate_outcome(gate)) drop_inputs(*outcome);  // decided: not needed now
+  remaining.store(static_cast<std::int64_t>(members.size()), std::memory_order_release);
   // Our own copy (made at launch): the last member to finish may finish the gate while we iterate.
   const std::unique_ptr<TaskRecord*[]> to_release = std::move(release_list);
   const std::size_t count = members.size();
   for (std::size_t i = 0; i < count; ++i) {
     TaskRecord* member = to_release[i];
-    if (cancelled) mark_cancelled(member);
     member->pending.store(0, std::memory_order_relaxed);
-    context.make_ready(member, thread, false);
+    runtime.make_ready(member, thread, false);
   }
 }
 
-void PoolState::mark_cancelled(TaskRecord* member) noexcept {
-  member->error = gate->error;
-  member->cancel_pending.store(true, std::memory_order_release);
+void PoolState::cancel_members() noexcept {
+  PoolOutcome* outcome = gate_outcome(gate);
+  if (outcome == nullptr || std::none_of(outcome->inputs.begin(), outcome->inputs.end(), input_failed)) {
+    // Nothing noted explains the cancellation: every member goes, with the gate's cause.
+    for (TaskRecord* member : members) mark_cancelled_by(member, failure_cause(gate));
+    members_cancelled = true;
+    if (outcome != nullptr) outcome->whole = true;
+    return;
+  }
+  std::size_t cancelled = 0;
+  bool one_cause = true;
+  for (TaskRecord* member : members) {
+    const PoolOutcome::Input* input = input_read_by(*outcome, *member, input_failed);
+    if (input == nullptr) continue;  // it reads no failed task's data: it runs
+    mark_cancelled_by(member, failure_cause(input->writer));
+    ++cancelled;
+    one_cause = one_cause && member->error == gate->error;
+    for (std::size_t i = 0; i < member->access_count; ++i) {
+      const AccessRecord& access = member->accesses[i];
+      if (!writes(access.mode) || access.size == 0) continue;
+      if (outcome->outputs.size() == outcome->outputs.capacity()) {
+        outcome->whole = true;  // not reached (launch reserved for every candidate); cancels more
+        continue;
+      }
+      outcome->outputs.push_back(
+          PoolOutcome::Output{access.buffer, access.offset, access.offset + access.size, member->error});
+    }
+  }
+  members_cancelled = cancelled > 0;
+  // All cancelled with the gate's cause: every consumer is cancelled with it, with no search.
+  if (cancelled == members.size() && one_cause) outcome->whole = true;
 }
 
-void PoolState::member_finished(TaskRecord* /*member*/, ThreadState& thread) {
+void PoolState::member_finished(TaskRecord* member, std::uint32_t outcome, ThreadState& thread) {
+  if (outcome == status_failed) member_failure.record(member->error);
   if (remaining.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
-  if (first_error.present()) {
-    gate->error = first_error.kept();
+  if (member_failure.present()) {
+    // The pool fails as a whole, with its failed member's own exception.
+    gate->error = member_failure.kept();
     context.finish(gate, thread, status_failed);
+  } else if (members_cancelled) {
+    // Only cancelled: like a cancelled task, with the original cause it was cancelled with (null
+    // when that was requested), which cancel_pool_consumer() gives the dependents it cancels.
+    context.finish(gate, thread, status_cancelled);
   } else {
     context.finish(gate, thread, status_succeeded);
   }
+}
+
+void note_gate_inputs(TaskRecord* gate) {
+  PoolOutcome*& outcome = gate_outcome(gate);
+  for (std::size_t i = 0; i < gate->access_count; ++i) {
+    const AccessRecord& access = gate->accesses[i];
+    if (!reads(access.mode)) continue;
+    access.buffer->tracker.consumed_writers(
+        access.offset, access.size, [&](TaskRecord* writer, std::size_t begin, std::size_t end) {
+          if (outcome == nullptr) outcome = new PoolOutcome;
+          outcome->inputs.push_back(PoolOutcome::Input{access.buffer, begin, end, writer});
+          retain_record(writer);  // after the push: every input holds one reference
+        });
+  }
+  if (outcome == nullptr) return;
+  std::sort(outcome->inputs.begin(), outcome->inputs.end(), input_order);
+  std::size_t room = 0;  // the writes of every member that reads an input: those it may cancel
+  for (const TaskRecord* member : gate->pool->members) {
+    if (input_read_by(*outcome, *member, [](const PoolOutcome::Input&) { return true; }) == nullptr) continue;
+    for (std::size_t i = 0; i < member->access_count; ++i) room += writes(member->accesses[i].mode) ? 1 : 0;
+  }
+  outcome->outputs.reserve(room);
+}
+
+void cancel_pool_consumer(const TaskRecord* gate, TaskRecord* successor) noexcept {
+  const PoolOutcome* outcome = gate_outcome(gate);
+  if (gate->load_status() != status_cancelled || outcome == nullptr || outcome->whole) {
+    mark_cancelled_by(successor, failure_cause(gate));
+    return;
+  }
+  // The successor's accesses against what the cancelled members were to write. (Its edge does not
+  // say which of its reads met the gate: one that another task has written since is counted too.)
+  for (std::size_t i = 0; i < successor->access_count; ++i) {
+    const AccessRecord& access = successor->accesses[i];
+    if (!reads(access.mode) || access.size == 0) continue;
+    for (const PoolOutcome::Output& output : outcome->outputs) {
+      if (output.buffer == access.buffer && output.begin < access.offset + access.size &&
+          access.offset < output.end) {
+        mark_cancelled_by(successor, output.cause);
+        return;
+      }
+    }
+  }
+}
+
+void release_gate_outcome(TaskRecord* gate) noexcept {
+  PoolOutcome*& outcome = gate_outcome(gate);
+  if (outcome == nullptr) return;
+  drop_inputs(*outcome);  // a gate abandoned at launch still holds them
+  delete outcome;
+  outcome = nullptr;
 }
 
 void free_pool(PoolState* pool) noexcept {

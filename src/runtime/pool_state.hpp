@@ -5,6 +5,13 @@
 // gate's predecessors are done it releases every member, and it finishes when the last member does
 // — failed if any member failed, so tasks that read the pool's output are cancelled.
 //
+// Cancellation is per member, as for plain tasks: the gate notes at registration which writers each
+// range it reads comes from (PoolOutcome::inputs), and at release cancels only the members that read
+// a range whose writer failed or was cancelled, with that writer's cause; the others run. A gate
+// whose members were only cancelled finishes cancelled, and cancels only the dependents that read
+// what a cancelled member was to write (PoolOutcome::outputs), with that member's original cause —
+// never a TaskCancelled of its own, and none when the cancellation was requested.
+//
 // Thread safety: add() is called by one thread at a time (the pool's filler); launch() by any
 // number at once (wait_all() launches); member_finished() by workers.
 #pragma once
@@ -14,6 +21,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <vector>
 
 #include "nerve/detail/runtime_api.hpp"
@@ -25,6 +33,44 @@ namespace nerve::detail {
 struct ContextImpl;
 struct ThreadState;
 
+// PoolOutcome: what a gate keeps, in its closure bytes, for cancelling members and dependents
+// precisely. Made only for a pool that reads data whose writer had not succeeded at launch.
+struct PoolOutcome {
+  // A range the gate reads, and its writer (a reference, dropped at release), sorted by buffer and
+  // start; the ranges of a buffer are disjoint.
+  struct Input {
+    BufferState* buffer;
+    std::size_t begin;
+    std::size_t end;
+    TaskRecord* writer;
+  };
+  // A range a cancelled member was to write, with the cause it was cancelled with.
+  struct Output {
+    BufferState* buffer;
+    std::size_t begin;
+    std::size_t end;
+    std::exception_ptr cause;
+  };
+  std::vector<Input> inputs;
+  std::vector<Output> outputs;  // reserved at launch for every member that could be cancelled
+  // Every consumer is cancelled with the gate's error (all members were cancelled with that cause,
+  // or the gate was cancelled with no failed input to explain it).
+  bool whole = false;
+};
+
+// gate_outcome(): the gate's PoolOutcome, or nullptr (a pool with no such input).
+inline PoolOutcome*& gate_outcome(TaskRecord* gate) noexcept {
+  return *std::launder(reinterpret_cast<PoolOutcome**>(gate->closure));
+}
+inline const PoolOutcome* gate_outcome(const TaskRecord* gate) noexcept {
+  return *std::launder(reinterpret_cast<PoolOutcome* const*>(gate->closure));
+}
+
+// note_gate_inputs(): fills the gate's PoolOutcome::inputs while registering it, with every tracker
+// it registers in locked and split, before anything is registered; throws std::bad_alloc with
+// nothing kept (the gate's references are dropped by drop_gate_inputs()).
+void note_gate_inputs(TaskRecord* gate);
+
 struct PoolState {
   explicit PoolState(ContextImpl& owner) : context(owner) {}
 
@@ -34,9 +80,11 @@ struct PoolState {
   void add(TaskRecord* member) noexcept;
   void launch();
   void release_members(ThreadState& thread);
-  void member_finished(TaskRecord* member, ThreadState& thread);
+  void member_finished(TaskRecord* member, std::uint32_t outcome, ThreadState& thread);
   void discard() noexcept;  // destroy members of a pool that was never launched
-  void mark_cancelled(TaskRecord* member) noexcept;
+  // cancel_members(): at release of a cancelled gate, cancels the members that read a failed input
+  // (all of them, with the gate's error, when no input explains the cancellation).
+  void cancel_members() noexcept;
 
   ContextImpl& context;
   std::vector<TaskRecord*> members;
@@ -50,6 +98,11 @@ struct PoolState {
   std::atomic<bool> launched{false};
   std::mutex launch_mutex;
   KeptFailure first_error;
+  // The first member that failed (not cancelled): the gate fails with its exception.
+  KeptFailure member_failure;
+  // Set at release (before any member runs) when a member is cancelled: the gate then finishes
+  // cancelled, unless a member failed.
+  bool members_cancelled = false;
 };
 
 // free_pool(): releases a pool whose tasks have all ended (a launched one's gate is done), or

@@ -304,6 +304,8 @@ std::size_t ContextImpl::register_dependencies(TaskRecord* task, ThreadState& th
     const std::size_t bound = buffer->tracker.reserve_for(access.offset, access.size, access.mode, 1,
                                                           room > after_count ? room - after_count : 0);
     reserve_dep_nodes(task, bound + after_count);
+    if (task->kind == TaskKind::pool_gate) [[unlikely]]
+      note_gate_inputs(task);
     if (recorder != nullptr) [[unlikely]]
       record_finished_sources(access);
     buffer->tracker.register_access(task, access.offset, access.size, access.mode, on_predecessor);
@@ -359,6 +361,9 @@ std::size_t ContextImpl::register_dependencies(TaskRecord* task, ThreadState& th
                                                     merge ? 1 : overlaps[i], room > bound ? room - bound : 0);
       }
       reserve_dep_nodes(task, bound);
+      // A pool's gate notes which writers the data it reads comes from (PoolState::cancel_members).
+      if (task->kind == TaskKind::pool_gate) [[unlikely]]
+        note_gate_inputs(task);
     } catch (...) {
       for (BufferState* buffer : buffers) buffer->tracker.lock().unlock();
       throw;
@@ -785,7 +790,8 @@ void ContextImpl::finish(TaskRecord* task, ThreadState& thread, std::uint32_t ou
                       [&](TaskRecord* successor) { make_ready(successor, thread, false); });
   }
   // Only members report to their pool: once a gate's status is published the pool may be gone.
-  if (task->pool != nullptr && task->kind == TaskKind::function) task->pool->member_finished(task, thread);
+  if (task->pool != nullptr && task->kind == TaskKind::function)
+    task->pool->member_finished(task, outcome, thread);
   if (GroupState* group = task->group) finish_group_member(group);
   if (counted) thread.count_completed();
   if (task->kind == TaskKind::pool_gate) pool_gates_completed.fetch_add(1, std::memory_order_release);

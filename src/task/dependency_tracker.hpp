@@ -13,6 +13,7 @@
 // Every task pointer stored here holds a reference (released on replacement or clear()).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <span>
 #include <vector>
@@ -98,6 +99,20 @@ class DependencyTracker {
       for (const TaskRecord* reader : segment.readers) {
         if (!unfinished(reader)) fn(reader);
       }
+    }
+  }
+
+  // consumed_writers() calls fn(writer, begin, end) for each segment of [offset, offset + size)
+  // whose writer a read there consumes and that has not succeeded (unfinished, failed or cancelled:
+  // the writers register_access() reports to a read as consumed), with the segment's part of the
+  // range. A pool's gate notes them before it registers (PoolState: which members a failure cancels).
+  template <class Fn>
+  void consumed_writers(std::size_t offset, std::size_t size, Fn&& fn) const {
+    const std::size_t end = offset + size;
+    for (const Segment& segment : segments()) {
+      if (segment.end <= offset || segment.begin >= end || segment.writer == nullptr) continue;
+      if (unfinished(segment.writer) || failed(segment.writer))
+        fn(segment.writer, std::max(segment.begin, offset), std::min(segment.end, end));
     }
   }
 

@@ -40,6 +40,21 @@ inline void mark_cancelled_by(TaskRecord* successor, const std::exception_ptr& c
 // cause it was itself cancelled with.
 inline std::exception_ptr failure_cause(const TaskRecord* failed) noexcept { return failed->error; }
 
+// cancel_pool_consumer(): cancel_consumer() for a pool's gate (runtime/pool_state.cpp). A gate that
+// failed (a member failed) cancels every consumer; one whose members were only cancelled cancels
+// those that read what a cancelled member was to write, each with that member's cause.
+void cancel_pool_consumer(const TaskRecord* gate, TaskRecord* successor) noexcept;
+
+// cancel_consumer(): `successor` reads what `failed` (failed or cancelled) wrote; it is cancelled
+// with the original cause. Only failures come here: the branch costs a successful task nothing.
+inline void cancel_consumer(const TaskRecord* failed, TaskRecord* successor) noexcept {
+  if (failed->kind == TaskKind::pool_gate) [[unlikely]] {
+    cancel_pool_consumer(failed, successor);
+    return;
+  }
+  mark_cancelled_by(successor, failure_cause(failed));
+}
+
 DepNode* allocate_dep_node(TaskRecord* successor);
 // reserve_dep_nodes() makes room for `edges` more edges into `successor`: afterwards that many
 // add_edge() calls allocate nothing. Throws std::bad_alloc, leaving the task unchanged.
@@ -76,9 +91,8 @@ inline bool add_edge(TaskRecord* predecessor, TaskRecord* successor, bool consum
   while (true) {
     if (head == closed_successors) {
       const std::uint32_t status = predecessor->load_status();
-      if (consumes && (status == status_failed || status == status_cancelled)) {
-        mark_cancelled_by(successor, failure_cause(predecessor));
-      }
+      if (consumes && (status == status_failed || status == status_cancelled))
+        cancel_consumer(predecessor, successor);
       return false;
     }
     node->next = reinterpret_cast<DepNode*>(head);
@@ -95,7 +109,7 @@ void close_and_release(TaskRecord* task, bool failed, Ready&& ready) {
   const DepNode* node = reinterpret_cast<const DepNode*>(head);
   if (node == nullptr) return;
   const auto release = [&](TaskRecord* successor, bool consumes) {
-    if (failed && consumes) mark_cancelled_by(successor, failure_cause(task));
+    if (failed && consumes) cancel_consumer(task, successor);
     if (successor->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) ready(successor);
   };
   // The stack holds the newest edge first. Every edge is read before any successor is released —

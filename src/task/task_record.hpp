@@ -179,6 +179,10 @@ struct alignas(64) TaskRecord : QueueLink {
   bool finished() const noexcept { return load_status() >= status_succeeded; }
 };
 
+// release_gate_outcome() frees what a pool's gate keeps in its (otherwise unused) closure bytes for
+// the pool's dependents (runtime/pool_state.cpp): they may consult it as long as the record lives.
+void release_gate_outcome(TaskRecord* gate) noexcept;
+
 static_assert(sizeof(QueueLink) == 8);
 // A new field must be restored by release_resources() (or reset by reuse()): records are recycled,
 // never constructed again. Update this size with it.
@@ -240,6 +244,8 @@ inline void TaskRecord::reuse() noexcept {
 inline void TaskRecord::release_resources() noexcept {
   using record_fields::restore;
   // The heap parts are freed here, whichever path gives the record back (finished, discarded).
+  if (kind == TaskKind::pool_gate) [[unlikely]]
+    release_gate_outcome(this);
   if (accesses != inline_accesses) {
     delete[] accesses;
     accesses = inline_accesses;

@@ -1205,6 +1205,137 @@ TEST_P(ErrorsTest, APoolCoversItsMembersRangesNotTheGapsBetween) {
   EXPECT_THROW(head.wait(), TaskCancelled) << "reads what the failed member wrote";
 }
 
+// cause_of(): what a TaskCancelled's cause() says: its message, "null", or "not a std::exception".
+std::string cause_of(const TaskCancelled& cancelled) {
+  if (cancelled.cause() == nullptr) return "null";
+  try {
+    std::rethrow_exception(cancelled.cause());
+  } catch (const TaskCancelled& inner) {
+    return std::string("a TaskCancelled: ") + inner.what();
+  } catch (const std::exception& original) {
+    return original.what();
+  }
+  return "not a std::exception";
+}
+
+// Regression (PoolMemberReadingAFailedTasksDataCancelledEveryMember): pool members never depend on
+// each other, so a failed task's data cancels only the members that read it, with its exception, as
+// it would plain tasks. A member that only writes runs, and what it wrote is readable afterwards; so
+// does one reading a slice of the same buffer that the failed task did not write. (The gate cancelled
+// every member, and every later reader of anything the pool wrote.)
+TEST_P(ErrorsTest, APoolCancelsOnlyTheMembersThatReadAFailedTasksData) {
+  Buffer<int> x(*context, 8), y(*context, 4), z(*context, 4), w(*context, 4);
+  context->spawn([](std::span<int> out) { std::fill(out.begin(), out.end(), 5); }, write(x.slice(4, 4)));
+  Task failed = context->submit(
+      TaskOptions{.name = "a"}, [](std::span<int>) { throw std::runtime_error("boom"); },
+      write(x.slice(0, 4)));
+  std::atomic<bool> consumer_ran{false}, writer_ran{false}, slice_reader_ran{false};
+  TaskPool pool(*context);
+  pool.add(
+      [&](std::span<const int>, std::span<int> out) {
+        consumer_ran = true;
+        std::fill(out.begin(), out.end(), 1);
+      },
+      read(x.slice(0, 4)), write(y));
+  pool.add(
+      [&](std::span<int> out) {
+        writer_ran = true;
+        std::fill(out.begin(), out.end(), 7);
+      },
+      write(z));
+  pool.add(
+      [&](std::span<const int> in, std::span<int> out) {
+        slice_reader_ran = true;
+        std::copy(in.begin(), in.end(), out.begin());
+      },
+      read(x.slice(4, 4)), write(w));
+  try {
+    pool.wait_all();
+    ADD_FAILURE() << "the member reading a's data was not cancelled";
+  } catch (const TaskCancelled& cancelled) {
+    EXPECT_EQ(cause_of(cancelled), "boom") << cancelled.what();
+    EXPECT_THAT(cancelled.what(),
+                ::testing::HasSubstr("because task 'a', which it depends on, failed: boom"));
+  }
+  EXPECT_FALSE(consumer_ran.load());
+  EXPECT_TRUE(writer_ran.load()) << "it reads nothing the failed task wrote";
+  EXPECT_TRUE(slice_reader_ran.load()) << "it reads a slice the failed task did not write";
+  Task z_reader = context->submit([](std::span<const int> in) { EXPECT_EQ(in[0], 7); }, read(z));
+  EXPECT_NO_THROW(z_reader.wait()) << "z holds the data of a member that ran";
+  EXPECT_EQ(z.map_read()[3], 7);
+  EXPECT_EQ(w.map_read()[0], 5);
+  Task y_reader = context->submit([](std::span<const int>) {}, read(y));
+  try {
+    y_reader.wait();
+    ADD_FAILURE() << "read what the cancelled member was to write";
+  } catch (const TaskCancelled& cancelled) {
+    EXPECT_EQ(cause_of(cancelled), "boom") << cancelled.what();
+  }
+  EXPECT_THROW(failed.wait(), std::runtime_error);
+  EXPECT_NO_THROW(context->wait_all());
+}
+
+// Regression (CancelledPoolGaveItsDependentsATaskCancelledAsCause): past a pool whose member was
+// cancelled, dependents are cancelled as behind a plain cancelled task: cause() is the original
+// exception, not the member's TaskCancelled; and with none when the cancellation was requested,
+// whose message then says a task it depends on was cancelled, not that one failed.
+TEST_P(ErrorsTest, DependentsOfACancelledPoolGetTheOriginalCause) {
+  {  // cancelled because a task failed
+    Buffer<int> x(*context, 4), y(*context, 4);
+    Task failed = context->submit(
+        TaskOptions{.name = "a"}, [](std::span<int>) { throw std::runtime_error("boom"); }, write(x));
+    TaskPool pool(*context);
+    pool.add([](std::span<const int>, std::span<int>) {}, read(x), write(y));
+    EXPECT_THROW(pool.wait_all(), TaskCancelled);
+    Task reader = context->submit([](std::span<const int>) {}, read(y));
+    try {
+      reader.wait();
+      ADD_FAILURE() << "read what a cancelled member was to write";
+    } catch (const TaskCancelled& cancelled) {
+      EXPECT_EQ(cause_of(cancelled), "boom") << cancelled.what();
+      EXPECT_THAT(cancelled.what(),
+                  ::testing::HasSubstr("because task 'a', which it depends on, failed: boom"));
+    }
+    try {
+      (void)y.map_read();
+      ADD_FAILURE() << "mapped what a cancelled member was to write";
+    } catch (const TaskCancelled& cancelled) {
+      EXPECT_EQ(cause_of(cancelled), "boom") << cancelled.what();
+    }
+    EXPECT_THROW(failed.wait(), std::runtime_error);
+  }
+  {  // cancelled on request
+    Buffer<int> held(*context, 1), y(*context, 4), w(*context, 4);
+    Task requested;
+    {
+      auto mapping = held.map_write();  // keeps the task from starting before the cancel
+      TaskGroup group(*context);
+      requested = group.submit([](std::span<const int>, std::span<int>) {}, read(held), write(y));
+      group.cancel();
+      mapping.unmap();
+      group.wait();
+    }
+    TaskPool pool(*context);
+    pool.add([](std::span<const int>, std::span<int>) {}, read(y), write(w));
+    try {
+      pool.wait_all();
+      ADD_FAILURE() << "a member read what a cancelled task was to write";
+    } catch (const TaskCancelled& cancelled) {
+      EXPECT_EQ(cause_of(cancelled), "null") << cancelled.what();
+    }
+    Task reader = context->submit([](std::span<const int>) {}, read(w));
+    try {
+      reader.wait();
+      ADD_FAILURE() << "read what a cancelled member was to write";
+    } catch (const TaskCancelled& cancelled) {
+      EXPECT_EQ(cause_of(cancelled), "null") << cancelled.what();
+      EXPECT_THAT(cancelled.what(), ::testing::HasSubstr("because a task it depends on was cancelled"));
+      EXPECT_THAT(cancelled.what(), ::testing::Not(::testing::HasSubstr("failed")));
+    }
+  }
+  EXPECT_NO_THROW(context->wait_all()) << "the failure was waited for; cancellations are not failures";
+}
+
 TEST_P(ErrorsTest, DestroyingContextWithWorkInFlightDrains) {
   std::atomic<int> ran{0};
   {
