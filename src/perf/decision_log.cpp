@@ -7,12 +7,14 @@
 
 #include "nerve/error.hpp"
 
+#include "perf/output_path.hpp"
 #include "util/json_text.hpp"
 
 namespace nerve::detail {
 
 DecisionLog::DecisionLog(const std::filesystem::path& path, bool annotate) : annotate_(annotate) {
   if (path.empty()) return;
+  refuse_unwritable_kind(path, "perf.decision_log");
   errno = 0;
   file_.open(path, std::ios::out | std::ios::trunc);
   if (!file_) {

@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "nerve/error.hpp"
+
 namespace nerve::detail {
 
 std::filesystem::path absolute_path(const std::filesystem::path& path) {
@@ -41,6 +43,19 @@ ClaimedPath claim_output_path(const std::filesystem::path& requested, std::uint6
   for (int attempt = 2; !owners.try_emplace(own, owner).second; ++attempt)
     own.replace_filename(fmt::format("{}.{}.{}{}", stem, context_id, attempt, extension));
   return {own, held->second};
+}
+
+void refuse_unwritable_kind(const std::filesystem::path& path, std::string_view key) {
+  std::error_code ignored;
+  const std::filesystem::file_status status = std::filesystem::status(path, ignored);
+  const char* kind = std::filesystem::is_fifo(status)     ? "a FIFO"
+                     : std::filesystem::is_socket(status) ? "a socket"
+                                                          : nullptr;
+  if (kind == nullptr) return;
+  throw ConfigError(fmt::format("{}: '{}' is {}, not a file: nerve writes a file there (name a regular "
+                                "file, or a path that does not exist yet)",
+                                key, path.string(), kind),
+                    std::string(key));
 }
 
 }  // namespace nerve::detail

@@ -24,6 +24,12 @@ struct ClaimedPath {
 ClaimedPath claim_output_path(const std::filesystem::path& requested, std::uint64_t context_id,
                               std::string_view key);
 
+// refuse_unwritable_kind(): ConfigError(key) when `path` exists as something a file cannot be
+// written to at a later time: a FIFO (opening it to check it would block until a reader came, and
+// give that reader an empty stream, with the real output waiting for the next) or a socket. A
+// device such as /dev/null is written as a file is.
+void refuse_unwritable_kind(const std::filesystem::path& path, std::string_view key);
+
 // absolute_path(): `path` against the working directory now, normalised, symbolic links resolved (a
 // last link to a file not made yet too: it names that file); `path` itself when the working directory
 // cannot be read. What a file is called whatever the spelling: outputs compare by it.

@@ -65,6 +65,11 @@ ContextImpl::ContextImpl(const Settings& settings)
     // The trace is written when the context ends: a path that cannot be written is said now, not
     // after the whole run. Probed by opening for appending (changing nothing), removed if it was new.
     std::error_code ignored;
+    try {
+      refuse_unwritable_kind(trace_path, "perf.trace");
+    } catch (const ConfigError& error) {
+      config::rethrow_with_origin(config, error);
+    }
     const bool existed = std::filesystem::exists(trace_path, ignored);
     errno = 0;
     if (!std::ofstream(trace_path, std::ios::app)) {

@@ -7,6 +7,10 @@
 #include <stdexcept>
 #include <thread>
 
+#include <sys/stat.h>
+
+#include <gmock/gmock.h>
+
 #include "perf/perf_test.hpp"
 
 namespace nerve::testing {
@@ -161,6 +165,31 @@ TEST(Trace, AnUnwritablePathIsAnErrorAtCreation) {
   } catch (const ConfigError& error) {
     EXPECT_EQ(error.key(), "perf.trace");
     EXPECT_EQ(std::string(error.what()).rfind("api: perf.trace: cannot write", 0), 0u) << error.what();
+  }
+}
+
+// A FIFO is no file to write an output to: checking it for writing blocked until a reader came (and
+// gave that reader an empty stream, the trace then waiting for the next). perf.trace and, under heft,
+// perf.decision_log naming one are configuration errors at creation, not a hang.
+TEST(Trace, AFifoForAnOutputIsAnErrorAtCreationNotAHang) {
+  for (const char* key : {"perf.trace", "perf.decision_log"}) {
+    const auto fifo = temp_file(std::string("nerve-fifo-") + key);  // one each: a path is claimed once
+    std::filesystem::remove(fifo);
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    const bool heft = std::string(key) == "perf.decision_log";
+    Settings settings = make_settings(1, heft ? SchedulerPolicy::heft : SchedulerPolicy::eager);
+    settings.set(key, fifo.string());
+    const auto models = std::filesystem::temp_directory_path() / "nerve-fifo-models";
+    settings.set("perf.model_dir", models.string());
+    try {
+      Context context(settings);
+      ADD_FAILURE() << key << ": a FIFO was accepted";
+    } catch (const ConfigError& error) {
+      EXPECT_EQ(error.key(), key);
+      EXPECT_THAT(error.what(), ::testing::HasSubstr("is a FIFO, not a file")) << error.what();
+    }
+    std::filesystem::remove(fifo);
+    std::filesystem::remove_all(models);
   }
 }
 
