@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <system_error>
 
+#include <fmt/format.h>
+
 namespace nerve::bench {
 
 bool WorkloadResult::verified() const {
@@ -31,8 +33,9 @@ double WorkloadOptions::parameter(const std::string& workload, const std::string
   const std::optional<double> parsed = parse_number(found->second);
   const double value = parsed.value_or(0);
   if (!parsed || !(value >= low && value <= high)) {
-    throw std::invalid_argument(key + " = '" + found->second + "': expected a number in [" +
-                                std::to_string(low) + ", " + std::to_string(high) + "]");
+    // Shortest form: an integer range reads [1, 4096], not [1.000000, 4096.000000].
+    throw std::invalid_argument(
+        fmt::format("{} = '{}': expected a number in [{}, {}]", key, found->second, low, high));
   }
   return value;
 }

@@ -185,7 +185,7 @@ std::vector<Config::Scheduler::GpuStreamPriority> parse_gpu_stream_priorities(st
                             entry.high_priority_streams);
     if (!valid) {
       throw ConfigError(fmt::format("scheduler.gpu_stream_priorities: {} is not N or device:N (a CUDA "
-                                    "device number, N high-priority streams 0..16), e.g. 0:2,1:1",
+                                    "device number 0..1023, N high-priority streams 0..16), e.g. 0:2,1:1",
                                     quote(item)),
                         "scheduler.gpu_stream_priorities");
     }

@@ -357,8 +357,10 @@ ParsedValue parse_value(std::string_view key, const ValueType& type, const RawVa
       case RawValue::Shape::map: throw Problem{fmt::format("expected {}, got a map", type.expected())};
       case RawValue::Shape::scalar: break;
     }
-    // Strings are taken verbatim; everything else ignores surrounding blanks (common in env values).
-    const bool verbatim = type.kind == ValueKind::text || type.kind == ValueKind::output_path;
+    // Output paths are taken verbatim; everything else ignores surrounding blanks (common in env
+    // values) — the text keys too (memory.numa_policy, distributed.nodes and .compression,
+    // topology.synthetic): each is a structured value, shown as it is read (nerve-info).
+    const bool verbatim = type.kind == ValueKind::output_path;
     const std::string_view text = verbatim ? std::string_view(raw.text) : trim(raw.text);
     switch (type.kind) {
       case ValueKind::integer: return parse_integer(text, type);

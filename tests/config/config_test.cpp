@@ -305,6 +305,27 @@ TEST(ConfigPrecedence, BlanksAroundAnApiKeyAreIgnoredAsInTheCApi) {
             (std::pair<std::string, std::string>("perf.trace", " x")));  // a value keeps its blanks
 }
 
+// The structured text keys ignore the blanks around their value, as other non-string keys do, and
+// their effective value (what nerve-info shows) is the value without them; an output path keeps its
+// blanks (config/CLI audit: " interleave " was shown with its blanks).
+TEST(ConfigValues, BlanksAroundAStructuredTextValueAreNotPartOfIt) {
+  const Config config = Config::load(hermetic()
+                                         .set("memory.numa_policy", " interleave ")
+                                         .set("distributed.compression", "\tzstd:65536 ")
+                                         .set("distributed.nodes", " a:2, b ")
+                                         .set("perf.trace", " x"));
+  const auto value = [&](std::string_view key) {
+    for (const Config::Entry& entry : config.entries) {
+      if (entry.key == key) return entry.value;
+    }
+    return std::string("(missing)");
+  };
+  EXPECT_EQ(value("memory.numa_policy"), "interleave");
+  EXPECT_EQ(value("distributed.compression"), "zstd:65536");
+  EXPECT_EQ(value("distributed.nodes"), "a:2, b");
+  EXPECT_EQ(value("perf.trace"), " x");
+}
+
 TEST(ConfigFileSelection, NerveConfigNamesTheFile) {
   TempDir dir;
   const auto file = dir.write("from-env.yaml", "task_queue:\n  type: mutex\n");
