@@ -259,12 +259,12 @@ class TaskGroup {
 // is cancelled with that task's cause (TaskCancelled::cause(): the original exception, null when the
 // cancellation was requested), and the pool's other tasks still run; later work that reads a range
 // a cancelled task of the pool was to write is cancelled with the same cause, while work reading
-// what the others wrote runs. The expected task count is a hint. Destroying a pool that was never launched
-// discards its tasks without running them; destroying a launched one waits for its tasks, unless that wait
-// could never end (this thread holds a mapping they wait for, or runs one of them): then the error is logged
-// and the pool is detached — its tasks run when they can, and the context frees it after them (at the next
-// wait_all() or pool). A pool may outlive its Context object; launching it then throws
-// Error(invalid_argument).
+// what the others wrote runs. The expected task count is a hint. Destroying a pool that was never
+// launched discards its tasks without running them; destroying a launched one waits for its tasks,
+// unless that wait could never end (this thread holds a mapping they wait for, or runs one of them):
+// then the error is logged and the pool is detached — its tasks run when they can, and the context
+// frees it after them (at the next wait_all() or pool). A pool may outlive its Context object;
+// launching it then throws Error(invalid_argument).
 class TaskPool {
  public:
   explicit TaskPool(Context& context, std::size_t expected_tasks = 0)
@@ -294,12 +294,13 @@ class TaskPool {
 
   void launch() { detail::pool_launch(pool_); }
   // wait_all() launches if needed, waits for every task of the pool and rethrows the first failure
-  // (once: a later wait_all() returns quietly) — a task's exception, or a cancelled task's
-  // TaskCancelled (whose cause() is the original exception, or null); the others are logged on stderr as they
-  // happen (16, then a count at the wait). Several threads may call it at once: the pool is launched once,
-  // and one of them rethrows the failure. From inside one of the pool's own tasks, or inside a task the pool
-  // is ordered after, it is Error(invalid_argument): it would never return; so is, with Error(buffer_misuse),
-  // a wait while this thread holds a mapping one of the pool's tasks waits for.
+  // (once: a later wait_all() returns quietly): the exception of the first task that failed, or, when
+  // none failed, the first cancelled task's TaskCancelled (whose cause() is the original exception,
+  // or null); other failures are logged on stderr as they happen (16, then a count at the wait).
+  // Several threads may call it at once: the pool is launched once, and one of them rethrows the
+  // failure. From inside one of the pool's own tasks, or inside a task the pool is ordered after, it
+  // is Error(invalid_argument): it would never return; so is, with Error(buffer_misuse), a wait
+  // while this thread holds a mapping one of the pool's tasks waits for.
   void wait_all() { detail::pool_wait(pool_); }
   std::size_t size() const noexcept { return detail::pool_size(pool_); }
   bool launched() const noexcept { return detail::pool_launched(pool_); }

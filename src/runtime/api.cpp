@@ -245,10 +245,13 @@ void pool_wait(PoolState* pool) {
   UnlessSuspended target{TaskDone{pool->gate}, pool_member(pool)};
   if (!context.scheduler.wait(thread, target))
     ContextImpl::throw_waits_for_suspended(pool_member(pool), "TaskPool::wait_all()");
+  // Both taken: a later wait_all() returns quietly.
+  const std::exception_ptr cancellation = pool->first_cancellation.take();
   if (std::exception_ptr error = pool->first_error.take()) {
     log_unlisted_failures(pool->first_error, "task pool");
     std::rethrow_exception(error);
   }
+  if (cancellation != nullptr) std::rethrow_exception(cancellation);
 }
 
 void pool_destroy_checked(PoolState* pool) {

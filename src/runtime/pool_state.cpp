@@ -219,12 +219,12 @@ void PoolState::cancel_members() noexcept {
   if (cancelled == members.size() && one_cause) outcome->whole = true;
 }
 
-void PoolState::member_finished(TaskRecord* member, std::uint32_t outcome, ThreadState& thread) {
-  if (outcome == status_failed) member_failure.record(member->error);
+// finish() recorded the member's failure in first_error before.
+void PoolState::member_finished(ThreadState& thread) {
   if (remaining.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
-  if (member_failure.present()) {
+  if (first_error.present()) {
     // The pool fails as a whole, with its failed member's own exception.
-    gate->error = member_failure.kept();
+    gate->error = first_error.kept();
     context.finish(gate, thread, status_failed);
   } else if (members_cancelled) {
     // Only cancelled: like a cancelled task, with the original cause it was cancelled with (null

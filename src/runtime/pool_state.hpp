@@ -80,7 +80,7 @@ struct PoolState {
   void add(TaskRecord* member) noexcept;
   void launch();
   void release_members(ThreadState& thread);
-  void member_finished(TaskRecord* member, std::uint32_t outcome, ThreadState& thread);
+  void member_finished(ThreadState& thread);
   void discard() noexcept;  // destroy members of a pool that was never launched
   // cancel_members(): at release of a cancelled gate, cancels the members that read a failed input
   // (all of them, with the gate's error, when no input explains the cancellation).
@@ -97,9 +97,11 @@ struct PoolState {
   // from several threads at once.
   std::atomic<bool> launched{false};
   std::mutex launch_mutex;
+  // The first member that failed: the gate fails with its exception, and wait_all() rethrows it.
   KeptFailure first_error;
-  // The first member that failed (not cancelled): the gate fails with its exception.
-  KeptFailure member_failure;
+  // The first member cancelled: wait_all() rethrows its TaskCancelled when no member failed (a failure
+  // says more than a cancellation caused by a task outside the pool, whichever came first).
+  KeptFailure first_cancellation;
   // Set at release (before any member runs) when a member is cancelled: the gate then finishes
   // cancelled, unless a member failed.
   bool members_cancelled = false;

@@ -767,8 +767,11 @@ void ContextImpl::finish(TaskRecord* task, ThreadState& thread, std::uint32_t ou
     // A group or pool keeps its first failure for its wait; the others are logged (cancellations
     // caused by the kept one would only repeat it).
     if (task->pool != nullptr && task->kind == TaskKind::function) {
-      if (!task->pool->first_error.record(reported) && outcome == status_failed)
+      if (outcome != status_failed) {
+        task->pool->first_cancellation.record(reported);
+      } else if (!task->pool->first_error.record(reported)) {
         log_unkept_failure(task->pool->first_error, reported, "task pool");
+      }
     } else if (task->group != nullptr) {
       KeptFailure& kept = task->group->first_error;
       if (!requested && !kept.record(reported) && outcome == status_failed && !task->group->quiet_failures)
@@ -791,7 +794,7 @@ void ContextImpl::finish(TaskRecord* task, ThreadState& thread, std::uint32_t ou
   }
   // Only members report to their pool: once a gate's status is published the pool may be gone.
   if (task->pool != nullptr && task->kind == TaskKind::function)
-    task->pool->member_finished(task, outcome, thread);
+    task->pool->member_finished(thread);
   if (GroupState* group = task->group) finish_group_member(group);
   if (counted) thread.count_completed();
   if (task->kind == TaskKind::pool_gate) pool_gates_completed.fetch_add(1, std::memory_order_release);

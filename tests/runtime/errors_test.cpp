@@ -1223,6 +1223,42 @@ std::string cause_of(const TaskCancelled& cancelled) {
 // it would plain tasks. A member that only writes runs, and what it wrote is readable afterwards; so
 // does one reading a slice of the same buffer that the failed task did not write. (The gate cancelled
 // every member, and every later reader of anything the pool wrote.)
+// A pool's wait rethrows a task's own failure over a task's cancellation, whichever ended first: a
+// task cancelled because a task outside the pool failed ends at once, the failing one later, and the
+// wait reported the cancellation (a differential test expected the pool's own failure).
+TEST_P(ErrorsTest, APoolsWaitRethrowsItsOwnTasksFailureBeforeACancellation) {
+  Buffer<int> x(*context, 4), y(*context, 4), z(*context, 4);
+  Task outside = context->submit(
+      TaskOptions{.name = "outside"}, [](std::span<int>) { throw std::runtime_error("outside"); }, write(x));
+  TaskPool pool(*context);
+  pool.add([](std::span<const int>, std::span<int>) {}, read(x), write(y));  // cancelled at once
+  pool.add(
+      [](std::span<int>) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        throw std::runtime_error("member");
+      },
+      write(z));
+  try {
+    pool.wait_all();
+    ADD_FAILURE() << "the pool's failure was not rethrown";
+  } catch (const TaskCancelled& cancelled) {
+    ADD_FAILURE() << "a cancellation was rethrown over the member's failure: " << cancelled.what();
+  } catch (const std::runtime_error& error) {
+    EXPECT_STREQ(error.what(), "member");
+  }
+  EXPECT_NO_THROW(pool.wait_all()) << "rethrown once";
+  EXPECT_THROW(outside.wait(), std::runtime_error);
+  // With no member failed, the first cancellation is what the wait rethrows.
+  TaskPool cancelled_only(*context);
+  cancelled_only.add([](std::span<const int>) {}, read(x));
+  try {
+    cancelled_only.wait_all();
+    ADD_FAILURE() << "the cancellation was not rethrown";
+  } catch (const TaskCancelled& cancelled) {
+    EXPECT_EQ(cause_of(cancelled), "outside");
+  }
+}
+
 TEST_P(ErrorsTest, APoolCancelsOnlyTheMembersThatReadAFailedTasksData) {
   Buffer<int> x(*context, 8), y(*context, 4), z(*context, 4), w(*context, 4);
   context->spawn([](std::span<int> out) { std::fill(out.begin(), out.end(), 5); }, write(x.slice(4, 4)));
