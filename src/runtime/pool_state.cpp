@@ -38,7 +38,8 @@ bool input_order(const PoolOutcome::Input& a, const PoolOutcome::Input& b) noexc
 }
 
 // input_read_by(): the first of `outcome`'s inputs that one of `member`'s reads overlaps and that
-// satisfies `which`, or nullptr. A buffer's inputs are disjoint and sorted: a binary search each.
+// satisfies `which(input, begin, end)`, [begin, end) being the part read; or nullptr. A buffer's inputs
+// are disjoint and sorted: a binary search each.
 template <class Which>
 const PoolOutcome::Input* input_read_by(const PoolOutcome& outcome, const TaskRecord& member,
                                         Which&& which) noexcept {
@@ -52,7 +53,7 @@ const PoolOutcome::Input* input_read_by(const PoolOutcome& outcome, const TaskRe
                                            : input.end <= access.offset;
     });
     for (; it != inputs.end() && it->buffer == access.buffer && it->begin < end; ++it) {
-      if (which(*it)) return &*it;
+      if (which(*it, std::max(it->begin, access.offset), std::min(it->end, end))) return &*it;
     }
   }
   return nullptr;
@@ -186,6 +187,34 @@ void PoolState::release_members(ThreadState& thread) {
   }
 }
 
+namespace {
+
+// read_fails(): whether a read of [begin, end) within `input` meets failed data, and then the cause
+// it is cancelled with. A pool's gate as the writer: its error when a member failed (the pool fails as
+// a whole); when it was only cancelled, the cause of a range one of its cancelled members was to write
+// there — none, the members that wrote that part ran — as cancel_pool_consumer() decides for the
+// gate's other dependents. (A failed gate's whole range cancelled every member of a pool after it.)
+bool read_fails(const PoolOutcome::Input& input, std::size_t begin, std::size_t end,
+                std::exception_ptr& cause) noexcept {
+  const TaskRecord* writer = input.writer;
+  const std::uint32_t status = writer->load_status();
+  if (status != status_failed && status != status_cancelled) return false;
+  const PoolOutcome* written = writer->kind == TaskKind::pool_gate ? gate_outcome(writer) : nullptr;
+  if (written == nullptr || status == status_failed || written->whole) {
+    cause = failure_cause(writer);
+    return true;
+  }
+  for (const PoolOutcome::Output& output : written->outputs) {
+    if (output.buffer == input.buffer && output.begin < end && begin < output.end) {
+      cause = output.cause;
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
 void PoolState::cancel_members() noexcept {
   PoolOutcome* outcome = gate_outcome(gate);
   if (outcome == nullptr || std::none_of(outcome->inputs.begin(), outcome->inputs.end(), input_failed)) {
@@ -198,9 +227,12 @@ void PoolState::cancel_members() noexcept {
   std::size_t cancelled = 0;
   bool one_cause = true;
   for (TaskRecord* member : members) {
-    const PoolOutcome::Input* input = input_read_by(*outcome, *member, input_failed);
-    if (input == nullptr) continue;  // it reads no failed task's data: it runs
-    mark_cancelled_by(member, failure_cause(input->writer));
+    std::exception_ptr cause;
+    const auto meets_failure = [&](const PoolOutcome::Input& input, std::size_t begin, std::size_t end) {
+      return read_fails(input, begin, end, cause);
+    };
+    if (input_read_by(*outcome, *member, meets_failure) == nullptr) continue;  // no failed data: it runs
+    mark_cancelled_by(member, cause);
     ++cancelled;
     one_cause = one_cause && member->error == gate->error;
     for (std::size_t i = 0; i < member->access_count; ++i) {
@@ -251,7 +283,8 @@ void note_gate_inputs(TaskRecord* gate) {
   std::sort(outcome->inputs.begin(), outcome->inputs.end(), input_order);
   std::size_t room = 0;  // the writes of every member that reads an input: those it may cancel
   for (const TaskRecord* member : gate->pool->members) {
-    if (input_read_by(*outcome, *member, [](const PoolOutcome::Input&) { return true; }) == nullptr) continue;
+    const auto any = [](const PoolOutcome::Input&, std::size_t, std::size_t) { return true; };
+    if (input_read_by(*outcome, *member, any) == nullptr) continue;
     for (std::size_t i = 0; i < member->access_count; ++i) room += writes(member->accesses[i].mode) ? 1 : 0;
   }
   outcome->outputs.reserve(room);

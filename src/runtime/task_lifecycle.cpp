@@ -793,8 +793,7 @@ void ContextImpl::finish(TaskRecord* task, ThreadState& thread, std::uint32_t ou
                       [&](TaskRecord* successor) { make_ready(successor, thread, false); });
   }
   // Only members report to their pool: once a gate's status is published the pool may be gone.
-  if (task->pool != nullptr && task->kind == TaskKind::function)
-    task->pool->member_finished(thread);
+  if (task->pool != nullptr && task->kind == TaskKind::function) task->pool->member_finished(thread);
   if (GroupState* group = task->group) finish_group_member(group);
   if (counted) thread.count_completed();
   if (task->kind == TaskKind::pool_gate) pool_gates_completed.fetch_add(1, std::memory_order_release);

@@ -1259,6 +1259,41 @@ TEST_P(ErrorsTest, APoolsWaitRethrowsItsOwnTasksFailureBeforeACancellation) {
   }
 }
 
+// A pool after a pool: the second one's tasks meet the first one's data per range, as other work
+// does — a task reading what a cancelled task of the first pool was to write is cancelled with its
+// cause, one reading what the first pool's tasks that ran wrote runs (the second pool cancelled all
+// of its tasks that read any range of the first: a differential test, 6 seeds of 3000).
+TEST_P(ErrorsTest, APoolAfterAPoolMeetsItsDataPerRange) {
+  Buffer<int> x(*context, 4), y(*context, 8), z(*context, 4), w(*context, 4);
+  context->spawn(
+      TaskOptions{.name = "a"}, [](std::span<int>) { throw std::runtime_error("boom"); }, write(x));
+  TaskPool first(*context);
+  first.add([](std::span<const int>, std::span<int>) {}, read(x), write(y.slice(0, 4)));  // cancelled
+  first.add([](std::span<int> out) { std::fill(out.begin(), out.end(), 3); }, write(y.slice(4, 4)));
+  first.launch();
+  std::atomic<bool> good_reader_ran{false}, bad_reader_ran{false};
+  TaskPool second(*context);
+  second.add(
+      [&](std::span<const int> in, std::span<int> out) {
+        good_reader_ran = true;
+        std::copy(in.begin(), in.end(), out.begin());
+      },
+      read(y.slice(4, 4)), write(z));
+  second.add([&](std::span<const int>, std::span<int>) { bad_reader_ran = true; }, read(y.slice(0, 4)),
+             write(w));
+  try {
+    second.wait_all();
+    ADD_FAILURE() << "the task reading the cancelled task's output was not cancelled";
+  } catch (const TaskCancelled& cancelled) {
+    EXPECT_EQ(cause_of(cancelled), "boom") << cancelled.what();
+  }
+  EXPECT_TRUE(good_reader_ran.load()) << "it reads what a task of the first pool that ran wrote";
+  EXPECT_FALSE(bad_reader_ran.load());
+  EXPECT_EQ(z.map_read()[0], 3);
+  EXPECT_THROW(first.wait_all(), TaskCancelled);
+  EXPECT_THROW(context->wait_all(), std::runtime_error) << "a, waited for by nobody";
+}
+
 TEST_P(ErrorsTest, APoolCancelsOnlyTheMembersThatReadAFailedTasksData) {
   Buffer<int> x(*context, 8), y(*context, 4), z(*context, 4), w(*context, 4);
   context->spawn([](std::span<int> out) { std::fill(out.begin(), out.end(), 5); }, write(x.slice(4, 4)));
