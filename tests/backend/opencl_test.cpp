@@ -326,20 +326,24 @@ TEST_F(OpenclTest, ALaunchOverANewSizeWaitsForItsKernelsLaunchesInFlight) {
   ctx.submit(TaskOptions{.device = 1}, spin, read_write(narrow), value(1)).wait();  // built, 1024 seen
   ctx.submit(TaskOptions{.device = 1}, spin, read_write(wide), value(1)).wait();    // new, none in flight
   EXPECT_EQ(held(), 0u) << "nothing was in flight to wait for";
+  // `wider`'s data on the device already (through another kernel): a launch over it starts right
+  // after the long one below, with no copy between that the long one could finish in.
+  ctx.submit(TaskOptions{.device = 1}, make_scale(), read_write(wider), value(1.0f)).wait();
+  constexpr int long_rounds = 1'000'000;  // a second or so: in flight when the next launch comes
   // A long launch, then one over a new, wider size on another buffer (another queue): held.
-  ctx.spawn(TaskOptions{.device = 1}, spin, read_write(narrow), value(300000));
+  ctx.spawn(TaskOptions{.device = 1}, spin, read_write(narrow), value(long_rounds));
   ctx.spawn(TaskOptions{.device = 1}, spin, read_write(wider), value(1));
   ctx.wait_all();
   EXPECT_EQ(held(), 1u);
   // Sizes seen before, behind a long launch: not held.
-  ctx.spawn(TaskOptions{.device = 1}, spin, read_write(narrow), value(300000));
+  ctx.spawn(TaskOptions{.device = 1}, spin, read_write(narrow), value(long_rounds));
   ctx.spawn(TaskOptions{.device = 1}, spin, read_write(wider), value(1));
   ctx.spawn(TaskOptions{.device = 1}, spin, read_write(wide), value(1));
   ctx.wait_all();
   EXPECT_EQ(held(), 1u);
   // A new size narrower than all before (the driver may pick another local size for it, and make a
   // new entry of that local size later, for a size between): held too.
-  ctx.spawn(TaskOptions{.device = 1}, spin, read_write(narrow), value(300000));
+  ctx.spawn(TaskOptions{.device = 1}, spin, read_write(narrow), value(long_rounds));
   ctx.spawn(TaskOptions{.device = 1}, spin, read_write(wider.slice(0, 512)), value(1));
   ctx.wait_all();
   EXPECT_EQ(held(), 2u);
