@@ -259,12 +259,14 @@ class TaskGroup {
 // is cancelled with that task's cause (TaskCancelled::cause(): the original exception, null when the
 // cancellation was requested), and the pool's other tasks still run; later work that reads a range
 // a cancelled task of the pool was to write is cancelled with the same cause, while work reading
-// what the others wrote runs. The expected task count is a hint. Destroying a pool that was never
-// launched discards its tasks without running them; destroying a launched one waits for its tasks,
-// unless that wait could never end (this thread holds a mapping they wait for, or runs one of them):
-// then the error is logged and the pool is detached — its tasks run when they can, and the context
-// frees it after them (at the next wait_all() or pool). A pool may outlive its Context object;
-// launching it then throws Error(invalid_argument).
+// what the others wrote runs (one exception: work that reads what the others wrote and also a range
+// a cancelled task was to write that another task has written since is cancelled too). The expected
+// task count is a hint. Destroying a pool that was never launched discards its tasks without running
+// them; destroying a launched one waits for its tasks, unless that wait could never end (this thread
+// holds a mapping they wait for, or runs one of them): then the error is logged and the pool is
+// detached — its tasks run when they can, and the context frees it after them (at the next
+// wait_all() or pool). A pool may outlive its Context object; launching it then throws
+// Error(invalid_argument).
 class TaskPool {
  public:
   explicit TaskPool(Context& context, std::size_t expected_tasks = 0)
