@@ -1218,11 +1218,23 @@ std::string cause_of(const TaskCancelled& cancelled) {
   return "not a std::exception";
 }
 
-// Regression (PoolMemberReadingAFailedTasksDataCancelledEveryMember): pool members never depend on
-// each other, so a failed task's data cancels only the members that read it, with its exception, as
-// it would plain tasks. A member that only writes runs, and what it wrote is readable afterwards; so
-// does one reading a slice of the same buffer that the failed task did not write. (The gate cancelled
-// every member, and every later reader of anything the pool wrote.)
+// cancellation_of(): what `wait` threw if it was a TaskCancelled — its cause as cause_of() says it,
+// and its message — or {} (`thrown` false) when it returned. Anything else it throws propagates.
+struct Cancellation {
+  bool thrown = false;
+  std::string cause;
+  std::string message;
+};
+template <class Wait>
+Cancellation cancellation_of(Wait&& wait) {
+  try {
+    wait();
+  } catch (const TaskCancelled& cancelled) {
+    return {true, cause_of(cancelled), cancelled.what()};
+  }
+  return {};
+}
+
 // A pool's wait rethrows a task's own failure over a task's cancellation, whichever ended first: a
 // task cancelled because a task outside the pool failed ends at once, the failing one later, and the
 // wait reported the cancellation (a differential test expected the pool's own failure).
@@ -1251,12 +1263,9 @@ TEST_P(ErrorsTest, APoolsWaitRethrowsItsOwnTasksFailureBeforeACancellation) {
   // With no member failed, the first cancellation is what the wait rethrows.
   TaskPool cancelled_only(*context);
   cancelled_only.add([](std::span<const int>) {}, read(x));
-  try {
-    cancelled_only.wait_all();
-    ADD_FAILURE() << "the cancellation was not rethrown";
-  } catch (const TaskCancelled& cancelled) {
-    EXPECT_EQ(cause_of(cancelled), "outside");
-  }
+  const Cancellation cancelled = cancellation_of([&] { cancelled_only.wait_all(); });
+  EXPECT_TRUE(cancelled.thrown) << "the cancellation was not rethrown";
+  EXPECT_EQ(cancelled.cause, "outside");
 }
 
 // A pool after a pool: the second one's tasks meet the first one's data per range, as other work
@@ -1281,12 +1290,9 @@ TEST_P(ErrorsTest, APoolAfterAPoolMeetsItsDataPerRange) {
       read(y.slice(4, 4)), write(z));
   second.add([&](std::span<const int>, std::span<int>) { bad_reader_ran = true; }, read(y.slice(0, 4)),
              write(w));
-  try {
-    second.wait_all();
-    ADD_FAILURE() << "the task reading the cancelled task's output was not cancelled";
-  } catch (const TaskCancelled& cancelled) {
-    EXPECT_EQ(cause_of(cancelled), "boom") << cancelled.what();
-  }
+  const Cancellation cancelled = cancellation_of([&] { second.wait_all(); });
+  EXPECT_TRUE(cancelled.thrown) << "the task reading the cancelled task's output was not cancelled";
+  EXPECT_EQ(cancelled.cause, "boom") << cancelled.message;
   EXPECT_TRUE(good_reader_ran.load()) << "it reads what a task of the first pool that ran wrote";
   EXPECT_FALSE(bad_reader_ran.load());
   EXPECT_EQ(z.map_read()[0], 3);
@@ -1294,6 +1300,11 @@ TEST_P(ErrorsTest, APoolAfterAPoolMeetsItsDataPerRange) {
   EXPECT_THROW(context->wait_all(), std::runtime_error) << "a, waited for by nobody";
 }
 
+// Regression (PoolMemberReadingAFailedTasksDataCancelledEveryMember): pool members never depend on
+// each other, so a failed task's data cancels only the members that read it, with its exception, as
+// it would plain tasks. A member that only writes runs, and what it wrote is readable afterwards; so
+// does one reading a slice of the same buffer that the failed task did not write. (The gate cancelled
+// every member, and every later reader of anything the pool wrote.)
 TEST_P(ErrorsTest, APoolCancelsOnlyTheMembersThatReadAFailedTasksData) {
   Buffer<int> x(*context, 8), y(*context, 4), z(*context, 4), w(*context, 4);
   context->spawn([](std::span<int> out) { std::fill(out.begin(), out.end(), 5); }, write(x.slice(4, 4)));
@@ -1320,14 +1331,10 @@ TEST_P(ErrorsTest, APoolCancelsOnlyTheMembersThatReadAFailedTasksData) {
         std::copy(in.begin(), in.end(), out.begin());
       },
       read(x.slice(4, 4)), write(w));
-  try {
-    pool.wait_all();
-    ADD_FAILURE() << "the member reading a's data was not cancelled";
-  } catch (const TaskCancelled& cancelled) {
-    EXPECT_EQ(cause_of(cancelled), "boom") << cancelled.what();
-    EXPECT_THAT(cancelled.what(),
-                ::testing::HasSubstr("because task 'a', which it depends on, failed: boom"));
-  }
+  const Cancellation cancelled = cancellation_of([&] { pool.wait_all(); });
+  EXPECT_TRUE(cancelled.thrown) << "the member reading a's data was not cancelled";
+  EXPECT_EQ(cancelled.cause, "boom") << cancelled.message;
+  EXPECT_THAT(cancelled.message, ::testing::HasSubstr("because task 'a', which it depends on, failed: boom"));
   EXPECT_FALSE(consumer_ran.load());
   EXPECT_TRUE(writer_ran.load()) << "it reads nothing the failed task wrote";
   EXPECT_TRUE(slice_reader_ran.load()) << "it reads a slice the failed task did not write";
@@ -1336,12 +1343,9 @@ TEST_P(ErrorsTest, APoolCancelsOnlyTheMembersThatReadAFailedTasksData) {
   EXPECT_EQ(z.map_read()[3], 7);
   EXPECT_EQ(w.map_read()[0], 5);
   Task y_reader = context->submit([](std::span<const int>) {}, read(y));
-  try {
-    y_reader.wait();
-    ADD_FAILURE() << "read what the cancelled member was to write";
-  } catch (const TaskCancelled& cancelled) {
-    EXPECT_EQ(cause_of(cancelled), "boom") << cancelled.what();
-  }
+  const Cancellation read = cancellation_of([&] { y_reader.wait(); });
+  EXPECT_TRUE(read.thrown) << "read what the cancelled member was to write";
+  EXPECT_EQ(read.cause, "boom") << read.message;
   EXPECT_THROW(failed.wait(), std::runtime_error);
   EXPECT_NO_THROW(context->wait_all());
 }
@@ -1359,20 +1363,14 @@ TEST_P(ErrorsTest, DependentsOfACancelledPoolGetTheOriginalCause) {
     pool.add([](std::span<const int>, std::span<int>) {}, read(x), write(y));
     EXPECT_THROW(pool.wait_all(), TaskCancelled);
     Task reader = context->submit([](std::span<const int>) {}, read(y));
-    try {
-      reader.wait();
-      ADD_FAILURE() << "read what a cancelled member was to write";
-    } catch (const TaskCancelled& cancelled) {
-      EXPECT_EQ(cause_of(cancelled), "boom") << cancelled.what();
-      EXPECT_THAT(cancelled.what(),
-                  ::testing::HasSubstr("because task 'a', which it depends on, failed: boom"));
-    }
-    try {
-      (void)y.map_read();
-      ADD_FAILURE() << "mapped what a cancelled member was to write";
-    } catch (const TaskCancelled& cancelled) {
-      EXPECT_EQ(cause_of(cancelled), "boom") << cancelled.what();
-    }
+    const Cancellation cancelled = cancellation_of([&] { reader.wait(); });
+    EXPECT_TRUE(cancelled.thrown) << "read what a cancelled member was to write";
+    EXPECT_EQ(cancelled.cause, "boom") << cancelled.message;
+    EXPECT_THAT(cancelled.message,
+                ::testing::HasSubstr("because task 'a', which it depends on, failed: boom"));
+    const Cancellation mapped = cancellation_of([&] { (void)y.map_read(); });
+    EXPECT_TRUE(mapped.thrown) << "mapped what a cancelled member was to write";
+    EXPECT_EQ(mapped.cause, "boom") << mapped.message;
     EXPECT_THROW(failed.wait(), std::runtime_error);
   }
   {  // cancelled on request
@@ -1388,21 +1386,15 @@ TEST_P(ErrorsTest, DependentsOfACancelledPoolGetTheOriginalCause) {
     }
     TaskPool pool(*context);
     pool.add([](std::span<const int>, std::span<int>) {}, read(y), write(w));
-    try {
-      pool.wait_all();
-      ADD_FAILURE() << "a member read what a cancelled task was to write";
-    } catch (const TaskCancelled& cancelled) {
-      EXPECT_EQ(cause_of(cancelled), "null") << cancelled.what();
-    }
+    const Cancellation cancelled = cancellation_of([&] { pool.wait_all(); });
+    EXPECT_TRUE(cancelled.thrown) << "a member read what a cancelled task was to write";
+    EXPECT_EQ(cancelled.cause, "null") << cancelled.message;
     Task reader = context->submit([](std::span<const int>) {}, read(w));
-    try {
-      reader.wait();
-      ADD_FAILURE() << "read what a cancelled member was to write";
-    } catch (const TaskCancelled& cancelled) {
-      EXPECT_EQ(cause_of(cancelled), "null") << cancelled.what();
-      EXPECT_THAT(cancelled.what(), ::testing::HasSubstr("because a task it depends on was cancelled"));
-      EXPECT_THAT(cancelled.what(), ::testing::Not(::testing::HasSubstr("failed")));
-    }
+    const Cancellation read = cancellation_of([&] { reader.wait(); });
+    EXPECT_TRUE(read.thrown) << "read what a cancelled member was to write";
+    EXPECT_EQ(read.cause, "null") << read.message;
+    EXPECT_THAT(read.message, ::testing::HasSubstr("because a task it depends on was cancelled"));
+    EXPECT_THAT(read.message, ::testing::Not(::testing::HasSubstr("failed")));
   }
   EXPECT_NO_THROW(context->wait_all()) << "the failure was waited for; cancellations are not failures";
 }
