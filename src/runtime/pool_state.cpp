@@ -189,14 +189,14 @@ void PoolState::release_members(ThreadState& thread) {
 
 namespace {
 
-// read_fails(): whether a read of [begin, end) within `input` meets failed data, and then the cause
-// it is cancelled with. A pool's gate as the writer: its error when a member failed (the pool fails as
-// a whole); when it was only cancelled, the cause of a range one of its cancelled members was to write
-// there — none, the members that wrote that part ran — as cancel_pool_consumer() decides for the
-// gate's other dependents. (A failed gate's whole range cancelled every member of a pool after it.)
-bool read_fails(const PoolOutcome::Input& input, std::size_t begin, std::size_t end,
+// read_fails(): whether a read of [begin, end) of `buffer`, which `writer` wrote last, meets failed
+// data, and then the cause it is cancelled with: a failed or cancelled writer's cause; for a pool's
+// gate, its error when a member failed (the pool fails as a whole) or when its cancellation cancelled
+// every member alike (`whole`), else the cause of a range one of its cancelled members was to write
+// there (none: the members that wrote that part ran). The one rule for a pool's members reading a
+// gate (cancel_members) and for the gate's other dependents (cancel_pool_consumer).
+bool read_fails(const TaskRecord* writer, const BufferState* buffer, std::size_t begin, std::size_t end,
                 std::exception_ptr& cause) noexcept {
-  const TaskRecord* writer = input.writer;
   const std::uint32_t status = writer->load_status();
   if (status != status_failed && status != status_cancelled) return false;
   const PoolOutcome* written = writer->kind == TaskKind::pool_gate ? gate_outcome(writer) : nullptr;
@@ -205,7 +205,7 @@ bool read_fails(const PoolOutcome::Input& input, std::size_t begin, std::size_t 
     return true;
   }
   for (const PoolOutcome::Output& output : written->outputs) {
-    if (output.buffer == input.buffer && output.begin < end && begin < output.end) {
+    if (output.buffer == buffer && output.begin < end && begin < output.end) {
       cause = output.cause;
       return true;
     }
@@ -229,7 +229,7 @@ void PoolState::cancel_members() noexcept {
   for (TaskRecord* member : members) {
     std::exception_ptr cause;
     const auto meets_failure = [&](const PoolOutcome::Input& input, std::size_t begin, std::size_t end) {
-      return read_fails(input, begin, end, cause);
+      return read_fails(input.writer, input.buffer, begin, end, cause);
     };
     if (input_read_by(*outcome, *member, meets_failure) == nullptr) continue;  // no failed data: it runs
     mark_cancelled_by(member, cause);
@@ -291,22 +291,15 @@ void note_gate_inputs(TaskRecord* gate) {
 }
 
 void cancel_pool_consumer(const TaskRecord* gate, TaskRecord* successor) noexcept {
-  const PoolOutcome* outcome = gate_outcome(gate);
-  if (gate->load_status() != status_cancelled || outcome == nullptr || outcome->whole) {
-    mark_cancelled_by(successor, failure_cause(gate));
-    return;
-  }
-  // The successor's accesses against what the cancelled members were to write. (Its edge does not
-  // say which of its reads met the gate: one that another task has written since is counted too.)
+  // The successor's reads against what the gate's failure spoiled. (Its edge does not say which of
+  // its reads met the gate: one that another task has written since is counted too.)
   for (std::size_t i = 0; i < successor->access_count; ++i) {
     const AccessRecord& access = successor->accesses[i];
     if (!reads(access.mode) || access.size == 0) continue;
-    for (const PoolOutcome::Output& output : outcome->outputs) {
-      if (output.buffer == access.buffer && output.begin < access.offset + access.size &&
-          access.offset < output.end) {
-        mark_cancelled_by(successor, output.cause);
-        return;
-      }
+    std::exception_ptr cause;
+    if (read_fails(gate, access.buffer, access.offset, access.offset + access.size, cause)) {
+      mark_cancelled_by(successor, cause);
+      return;
     }
   }
 }
