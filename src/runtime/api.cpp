@@ -70,15 +70,13 @@ bool task_wait(TaskRecord* record, std::int64_t timeout_ns) {
   ContextImpl& context = *record->context;
   TaskDone target{record};
   if (!target.done()) context.refuse_deep_nesting(context.current_thread(), "Task::wait()");
-  if (timeout_ns < 0 && !target.done()) {
-    context.refuse_endless_wait([record](const TaskRecord* task) { return task == record; }, "Task::wait()",
-                                record->name != nullptr ? record->name : "(unnamed)");
-  }
+  const auto blocked = [record](const TaskRecord* task) { return task == record; };
   if (timeout_ns < 0) {
-    const auto blocked = [record](const TaskRecord* task) { return task == record; };
-    ThreadState& thread = context.current_thread();
+    if (!target.done())
+      context.refuse_endless_wait(blocked, "Task::wait()",
+                                  record->name != nullptr ? record->name : "(unnamed)");
     UnlessSuspended untimed{target, blocked};
-    if (!context.scheduler.wait(thread, untimed))
+    if (!context.scheduler.wait(context.current_thread(), untimed))
       ContextImpl::throw_waits_for_suspended(blocked, "Task::wait()");
   } else if (!context.scheduler.wait(context.current_thread(), target, deadline_after(timeout_ns))) {
     return false;
@@ -180,24 +178,17 @@ void group_destroy(ContextImpl* context, GroupState* group) noexcept {
     if (context->forked_child()) return;  // the parent's tasks are not this process's to wait for
     try {
       refuse_group_deadlock(*context, group);
-    } catch (const std::exception& error) {
-      // The group lives on the destroying thread's stack and its tasks will use it: neither returning
-      // nor waiting is possible.
-      log::error("~TaskGroup: {}; the program cannot continue", error.what());
-      std::abort();
-    }
-    bool ended = true;
-    try {
-      UnlessSuspended target{GroupDone{group}, group_member(group)};
-      ended = context->scheduler.wait(context->current_thread(), target);
-    } catch (...) {
-    }
-    if (!ended) {  // hopeless: as above, the group's tasks will use it
+      bool ended = true;
       try {
-        ContextImpl::throw_waits_for_suspended(group_member(group), "~TaskGroup");
-      } catch (const std::exception& error) {
-        log::error("{}; the program cannot continue", error.what());
+        UnlessSuspended target{GroupDone{group}, group_member(group)};
+        ended = context->scheduler.wait(context->current_thread(), target);
+      } catch (...) {
       }
+      if (!ended) ContextImpl::throw_waits_for_suspended(group_member(group), "TaskGroup::wait()");
+    } catch (const std::exception& error) {
+      // A wait that could never end (refused before, or found hopeless): the group lives on the
+      // destroying thread's stack and its tasks will use it, so neither returning nor waiting is possible.
+      log::error("~TaskGroup: {}; the program cannot continue", error.what());
       std::abort();
     }
     end_cancel(group);
@@ -261,28 +252,18 @@ void pool_destroy_checked(PoolState* pool) {
   if (pool->launched) {
     try {
       refuse_endless_pool_wait(pool, "destroying a task pool");
-    } catch (const Error& error) {
+      bool ended = true;
+      try {
+        UnlessSuspended target{TaskDone{pool->gate}, pool_member(pool)};
+        ended = context.scheduler.wait(context.current_thread(), target);
+      } catch (...) {
+      }
+      if (!ended) ContextImpl::throw_waits_for_suspended(pool_member(pool), "destroying a task pool");
+    } catch (const Error& error) {  // a wait that could never end: refused before, or found hopeless
       context.detach_pool(pool);
       throw Error(error.code(), fmt::format("{}; the pool is detached instead: its tasks run when they can, "
                                             "and it is freed after them",
                                             error.what()));
-    }
-    bool ended = true;
-    try {
-      UnlessSuspended target{TaskDone{pool->gate}, pool_member(pool)};
-      ended = context.scheduler.wait(context.current_thread(), target);
-    } catch (...) {
-    }
-    if (!ended) {  // hopeless, as the refusal above
-      context.detach_pool(pool);
-      try {
-        ContextImpl::throw_waits_for_suspended(pool_member(pool), "destroying a task pool");
-      } catch (const Error& error) {
-        throw Error(error.code(),
-                    fmt::format("{}; the pool is detached instead: its tasks run when they can, "
-                                "and it is freed after them",
-                                error.what()));
-      }
     }
     // Nobody waited for the pool: its failure would go unseen (wait_all() does not report a pool's).
     log_unreported_failure(pool->first_error, "task pool");

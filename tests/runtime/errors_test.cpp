@@ -981,37 +981,42 @@ TEST_P(ErrorsTest, WaitingInsideATaskForWorkOrderedAfterItIsAnErrorNotAHang) {
 }
 
 // A task that waits runs other tasks on top of itself meanwhile; one of them waiting for the task
-// below it (or its group, or work ordered after it) could never return, as the task below resumes only
-// after it does. Found when that wait has nothing left to run: Error(invalid_argument) naming both,
-// not a hang; the task below then resumes and finishes (a differential test hung on it every time).
-// With two slots and the application thread outside nerve, the worker running 'waiter' is the only one
-// that can take 'helper'; it does so inside waiter's wait.
+// below it (or its group or pool, or work ordered after it) could never return, as the task below
+// resumes only after it does. Found when that wait has nothing left to run: Error(invalid_argument)
+// naming both, not a hang; the task below then resumes and finishes (a differential test hung on it
+// every time). With two slots and the application thread outside nerve, the worker running 'waiter'
+// is the only one that can take 'helper'; it does so inside waiter's wait.
 TEST(WaitBehindSuspended, AWaitForATaskSuspendedBelowOnTheSameThreadIsAnErrorNotAHang) {
   for (const SchedulerPolicy policy :
        {SchedulerPolicy::eager, SchedulerPolicy::locality_aware_stealing, SchedulerPolicy::heft}) {
-    for (const bool wait_for_group : {false, true}) {
+    for (const std::string wait : {"Task::wait()", "TaskGroup::wait()", "TaskPool::wait_all()"}) {
       Context context(make_settings(2, policy));
       Buffer<int> gate(context, 1), result(context, 1);
       auto held = gate.map_write();  // keeps waiter's child from starting
       std::atomic<bool> waiting{false}, helping{false};
-      TaskGroup outer(context);  // waiter's group, waited for by 'helper' in the second round
-      std::optional<Task> waiter;
-      waiter = outer.submit(TaskOptions{.name = "waiter"}, [&] {
+      const auto waiter_body = [&] {
         TaskGroup children(context);
         children.spawn([](std::span<const int>, std::span<int> out) { out[0] = 1; }, read(gate),
                        write(result));
         waiting.store(true);
         children.wait();
-      });
+      };
+      TaskGroup outer(context);  // the waiter's group, or
+      TaskPool pool(context);    // its pool
+      std::optional<Task> waiter;
+      if (wait == "TaskPool::wait_all()") {
+        pool.add(TaskOptions{.name = "waiter"}, waiter_body);
+        pool.launch();
+      } else {
+        waiter = outer.submit(TaskOptions{.name = "waiter"}, waiter_body);
+      }
       while (!waiting.load()) std::this_thread::yield();
       std::this_thread::sleep_for(std::chrono::milliseconds(20));  // into its wait, asleep
       Task helper = context.submit(TaskOptions{.name = "helper"}, [&] {
         helping.store(true);
-        if (wait_for_group) {
-          outer.wait();
-        } else {
-          waiter->wait();
-        }
+        if (wait == "Task::wait()") waiter->wait();
+        if (wait == "TaskGroup::wait()") outer.wait();
+        if (wait == "TaskPool::wait_all()") pool.wait_all();
       });
       while (!helping.load()) std::this_thread::yield();
       std::string message;
@@ -1022,13 +1027,13 @@ TEST(WaitBehindSuspended, AWaitForATaskSuspendedBelowOnTheSameThreadIsAnErrorNot
         message = error.what();
       }
       EXPECT_THAT(message,
-                  ::testing::HasSubstr(std::string(wait_for_group ? "TaskGroup::wait()" : "Task::wait()") +
-                                       " inside task 'helper' would never return: it waits for "
-                                       "task 'waiter'"))
+                  ::testing::HasSubstr(wait + " inside task 'helper' would never return: it waits for "
+                                              "task 'waiter'"))
           << static_cast<int>(policy);
       held[0] = 0;
       held.unmap();
       outer.wait();  // the waiter resumed and finished
+      pool.wait_all();
       EXPECT_EQ(result.to_vector()[0], 1);
       context.wait_all();
     }
