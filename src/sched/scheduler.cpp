@@ -55,10 +55,7 @@ Scheduler::Scheduler(const Config& config, const Topology& topology, TaskExecuto
     WorkerSlot& slot = *slots_.back();
     slot.core = placements[i].core;
     slot.numa_node = std::max(0, placements[i].numa_node);
-    // Slot 0 is the application thread's, which runs tasks only while it waits: it serves no node
-    // (with others there). Counted, tasks whose data lived on its node waited for a waiter under
-    // strict affinity, and Task::wait_for() timed out, as no worker of another node takes them.
-    if (i != 0 || count == 1)
+    if (serves_its_node(i))
       slots_by_node_[static_cast<std::size_t>(slot.numa_node) % slots_by_node_.size()].push_back(i);
   }
   // The combination is contradictory on any machine (CONFIG.md promises the warning without condition).
@@ -385,13 +382,12 @@ void Scheduler::leave_idle(IdleState& idle) noexcept {
   idle = IdleState{idle.slot};
 }
 
-// Under strict affinity a node's tasks go to the slots that serve it: its workers, not slot 0 (the
-// application thread's, which serves no node while other slots exist, and has no node queue). Woken
-// for a prioritized task of its node, slot 0 found nothing to run and slept again, while the node's
-// worker slept on with the task in the node's queue: wait_all() hung (a differential test).
+// Under strict affinity a node's tasks go to the slots that serve it, and only those are woken for
+// them: woken for a prioritized task of its node, slot 0 found nothing to run (it has no node queue)
+// and slept again, while the node's worker slept on with the task: wait_all() hung (a differential test).
 bool Scheduler::may_run_on(const WorkerSlot& slot, int numa_node) const noexcept {
   return numa_node < 0 || !numa_placement_ || numa_affinity_ != NumaAffinity::strict ||
-         (slot.numa_node == numa_node && (slot.index != 0 || slots_.size() == 1));
+         (slot.numa_node == numa_node && serves_its_node(slot.index));
 }
 
 void Scheduler::enqueue(TaskRecord* task, ThreadState& thread, bool submission, int numa_node) {

@@ -96,11 +96,11 @@ class Scheduler {
   }
 
   // A Waitable has done(), before_park() (make the completer notice this waiter), after_park(),
-  // address() (the registry key) and, optionally, hopeless(): an untimed wait inside a task
-  // that finds no work to run and is hopeless returns false, not done (see run_until). wait() runs tasks
-  // while waiting if `thread` runs a slot or can claim the master slot, else parks. Returns false if
-  // `deadline` passed first. A timed wait runs no task while other slots can (see below), unless `help` (a
-  // wait cut in slices, not a timeout).
+  // address() (the registry key) and, optionally, hopeless() (may_be_hopeless): an untimed wait
+  // inside a task that finds no work to run and is hopeless returns false, not done (see run_until).
+  // wait() runs tasks while waiting if `thread` runs a slot or can claim the master slot, else parks.
+  // Returns false if `deadline` passed first. A timed wait runs no task while other slots can (see
+  // below), unless `help` (a wait cut in slices, not a timeout).
   template <class Waitable>
   bool wait(ThreadState& thread, Waitable& target, Clock::time_point deadline = Clock::time_point::max(),
             bool help = false);
@@ -173,6 +173,11 @@ class Scheduler {
   void notify_work(const WorkerSlot* origin, int numa_node) noexcept;
   bool wake_slot(WorkerSlot& slot) noexcept;
   bool may_run_on(const WorkerSlot& slot, int numa_node) const noexcept;
+  // serves_its_node(): slot `index` serves its NUMA node (slots_by_node_, the node queues). Slot 0 is
+  // the application thread's, which runs tasks only while it waits: it serves no node while other
+  // slots exist. Counted, tasks whose data lived on its node waited for a waiter under strict
+  // affinity, and Task::wait_for() timed out, as no worker of another node takes them.
+  bool serves_its_node(unsigned index) const noexcept { return index != 0 || placements_.size() == 1; }
   bool has_workers_on(int numa_node) const noexcept {
     return static_cast<std::size_t>(numa_node) < slots_by_node_.size() &&
            !slots_by_node_[static_cast<std::size_t>(numa_node)].empty();
