@@ -258,9 +258,8 @@ class TaskGroup {
 // as for tasks outside a pool: a task of the pool that reads data a failed (or cancelled) task wrote
 // is cancelled with that task's cause (TaskCancelled::cause(): the original exception, null when the
 // cancellation was requested), and the pool's other tasks still run; later work that reads a range
-// a cancelled task of the pool was to write is cancelled with the same cause, while work reading
-// what the others wrote runs (one exception: work that reads what the others wrote and also a range
-// a cancelled task was to write that another task has written since is cancelled too). The expected
+// a cancelled task of the pool was to write (and no later task has written since) is cancelled with
+// the same cause, while work reading what the others wrote runs. The expected
 // task count is a hint. Destroying a pool that was never launched discards its tasks without running
 // them; destroying a launched one waits for its tasks, unless that wait could never end (this thread
 // holds a mapping they wait for, or runs one of them): then the error is logged and the pool is

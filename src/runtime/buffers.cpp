@@ -14,6 +14,7 @@
 
 #include "memory/buffer_state.hpp"
 #include "runtime/context_impl.hpp"
+#include "runtime/pool_state.hpp"
 #include "runtime/waitables.hpp"
 #include "task/task_graph.hpp"
 #include "util/byte_range.hpp"
@@ -349,6 +350,8 @@ Mapping buffer_map(BufferState* buffer, std::size_t offset, std::size_t size, Ac
       discard();
       throw;
     }
+    if (reads(mode) && buffer->tracker.pool_written()) [[unlikely]]
+      note_gate_reads(task, task->accesses[0]);
     buffer->tracker.register_access(task, offset, size, mode, [&](Predecessor predecessor) {
       if (predecessor.task != task && add_edge(predecessor.task, task, predecessor.consumes)) ++edges;
     });

@@ -269,17 +269,18 @@ void PoolState::member_finished(ThreadState& thread) {
 
 void note_gate_inputs(TaskRecord* gate) {
   PoolOutcome*& outcome = gate_outcome(gate);
+  if (gate->access_count == 0) return;
+  outcome = new PoolOutcome;
   for (std::size_t i = 0; i < gate->access_count; ++i) {
     const AccessRecord& access = gate->accesses[i];
+    if (writes(access.mode)) access.buffer->tracker.mark_pool_written();
     if (!reads(access.mode)) continue;
     access.buffer->tracker.consumed_writers(
         access.offset, access.size, [&](TaskRecord* writer, std::size_t begin, std::size_t end) {
-          if (outcome == nullptr) outcome = new PoolOutcome;
           outcome->inputs.push_back(PoolOutcome::Input{access.buffer, begin, end, writer});
           retain_record(writer);  // after the push: every input holds one reference
         });
   }
-  if (outcome == nullptr) return;
   std::sort(outcome->inputs.begin(), outcome->inputs.end(), input_order);
   std::size_t room = 0;  // the writes of every member that reads an input: those it may cancel
   for (const TaskRecord* member : gate->pool->members) {
@@ -290,12 +291,59 @@ void note_gate_inputs(TaskRecord* gate) {
   outcome->outputs.reserve(room);
 }
 
+void note_gate_reads(TaskRecord* consumer, AccessRecord& access) noexcept {
+  access.buffer->tracker.consumed_writers(
+      access.offset, access.size, [&](TaskRecord* writer, std::size_t begin, std::size_t end) {
+        if (writer->kind != TaskKind::pool_gate) return;
+        PoolOutcome& outcome = *gate_outcome(writer);  // made at the gate's registration, under this lock
+        access.noted_by_gates = true;
+        std::lock_guard lock(outcome.reads_lock);
+        if (outcome.reads_closed) {  // the gate's fate is known and it has begun cancelling: decide now
+          std::exception_ptr cause;
+          if (read_fails(writer, access.buffer, begin, end, cause)) mark_cancelled_by(consumer, cause);
+          return;
+        }
+        try {
+          outcome.reads.push_back(PoolOutcome::Read{consumer, access.buffer, begin, end});
+        } catch (const std::bad_alloc&) {
+          outcome.reads_lost = true;
+        }
+      });
+}
+
 void cancel_pool_consumer(const TaskRecord* gate, TaskRecord* successor) noexcept {
-  // The successor's reads against what the gate's failure spoiled. (Its edge does not say which of
-  // its reads met the gate: one that another task has written since is counted too.)
+  // The parts of the gate's data the successor read as it registered, as the gate noted them.
+  const PoolOutcome* found = gate_outcome(gate);
+  bool noted = false;
+  if (found != nullptr) {  // none: the gate has no accesses
+    const PoolOutcome& outcome = *found;
+    std::lock_guard lock(outcome.reads_lock);
+    const auto by_consumer = [](const PoolOutcome::Read& a, const PoolOutcome::Read& b) {
+      return std::less<>()(a.consumer, b.consumer);
+    };
+    if (!outcome.reads_closed) {  // the first dependent: no more notes come
+      std::sort(outcome.reads.begin(), outcome.reads.end(), by_consumer);
+      outcome.reads_closed = true;
+    }
+    noted = !outcome.reads_lost;
+    if (noted) {
+      const PoolOutcome::Read key{successor, nullptr, 0, 0};
+      const auto [first, last] =
+          std::equal_range(outcome.reads.begin(), outcome.reads.end(), key, by_consumer);
+      for (auto read = first; read != last; ++read) {
+        std::exception_ptr cause;
+        if (read_fails(gate, read->buffer, read->begin, read->end, cause)) {
+          mark_cancelled_by(successor, cause);
+          return;
+        }
+      }
+    }
+  }
+  // Reads no note covers (a host mapping's; or a note was lost): the whole range read counts, also
+  // a part another task has written since the gate, which cancels more than it should.
   for (std::size_t i = 0; i < successor->access_count; ++i) {
     const AccessRecord& access = successor->accesses[i];
-    if (!reads(access.mode) || access.size == 0) continue;
+    if (!reads(access.mode) || access.size == 0 || (noted && access.noted_by_gates)) continue;
     std::exception_ptr cause;
     if (read_fails(gate, access.buffer, access.offset, access.offset + access.size, cause)) {
       mark_cancelled_by(successor, cause);

@@ -10,7 +10,10 @@
 // a range whose writer failed or was cancelled, with that writer's cause; the others run. A gate
 // whose members were only cancelled finishes cancelled, and cancels only the dependents that read
 // what a cancelled member was to write (PoolOutcome::outputs), with that member's original cause —
-// never a TaskCancelled of its own, and none when the cancellation was requested.
+// never a TaskCancelled of its own, and none when the cancellation was requested. Which part of the
+// gate's data a dependent read is noted as it registers (PoolOutcome::reads): by the time the gate
+// finishes, another task may have written over a cancelled member's output, and a dependent that
+// read that write rather than the gate's data must run.
 //
 // Thread safety: add() is called by one thread at a time (the pool's filler); launch() by any
 // number at once (wait_all() launches); member_finished() by workers.
@@ -27,6 +30,7 @@
 #include "nerve/detail/runtime_api.hpp"
 
 #include "task/task_record.hpp"
+#include "util/spin_lock.hpp"
 
 namespace nerve::detail {
 
@@ -34,7 +38,7 @@ struct ContextImpl;
 struct ThreadState;
 
 // PoolOutcome: what a gate keeps, in its closure bytes, for cancelling members and dependents
-// precisely. Made only for a pool that reads data whose writer had not succeeded at launch.
+// precisely. Made at launch for every pool that writes or reads anything.
 struct PoolOutcome {
   // A range the gate reads, and its writer (a reference, dropped at release), sorted by buffer and
   // start; the ranges of a buffer are disjoint.
@@ -51,11 +55,29 @@ struct PoolOutcome {
     std::size_t end;
     std::exception_ptr cause;
   };
+  // A range of the gate's data that later work read (Read::consumer), noted as that work registers
+  // (note_gate_reads): the ranges whose writer the gate then was. A cancelled member's output that
+  // another task has written since is not among them, so the reader is not cancelled for it.
+  struct Read {
+    const TaskRecord* consumer;
+    const BufferState* buffer;
+    std::size_t begin;
+    std::size_t end;
+  };
   std::vector<Input> inputs;
   std::vector<Output> outputs;  // reserved at launch for every member that could be cancelled
   // Every consumer is cancelled with the gate's error (all members were cancelled with that cause,
   // or the gate was cancelled with no failed input to explain it).
   bool whole = false;
+  // `reads`, sorted by consumer once the gate's fate is known (`reads_closed`: the first dependent
+  // it cancels); readers registering after that are decided as they register. Guarded by
+  // reads_lock: dependents register on different buffers at once. `reads_lost`: a note did not fit
+  // in memory, and every dependent is decided by its accesses alone (which cancels more).
+  // (Mutable: notes taken while the gate's outcome is otherwise only read.)
+  mutable SpinLock reads_lock;
+  mutable std::vector<Read> reads;
+  mutable bool reads_closed = false;
+  mutable bool reads_lost = false;
 };
 
 // gate_outcome(): the gate's PoolOutcome, or nullptr (a pool with no such input).
@@ -70,6 +92,14 @@ inline const PoolOutcome* gate_outcome(const TaskRecord* gate) noexcept {
 // it registers in locked and split, before anything is registered; throws std::bad_alloc with
 // nothing kept (the gate's references are dropped by drop_gate_inputs()).
 void note_gate_inputs(TaskRecord* gate);
+
+// note_gate_reads(): a task registering `access` (a read) notes, in each pool gate that last wrote
+// part of it and has not succeeded, the part it reads — or, once that gate's fate is settled, is
+// cancelled now if the part met a cancelled member's output. Called with the access's tracker
+// locked, before any of the task's accesses is registered, and only for buffers a gate wrote
+// (DependencyTracker::pool_written()). Never throws: out of memory, the gate falls back to deciding
+// by the dependents' accesses alone.
+void note_gate_reads(TaskRecord* consumer, AccessRecord& access) noexcept;
 
 struct PoolState {
   explicit PoolState(ContextImpl& owner) : context(owner) {}

@@ -296,7 +296,7 @@ std::size_t ContextImpl::register_dependencies(TaskRecord* task, ThreadState& th
   if (seen.capacity() < 64) seen.reserve(64);
   const std::size_t count = task->access_count;
   if (count == 1) {
-    const AccessRecord& access = task->accesses[0];
+    AccessRecord& access = task->accesses[0];
     BufferState* buffer = access.buffer;
     std::lock_guard lock(buffer->tracker.lock());
     buffer->tracker.split_for(access.offset, access.size);
@@ -306,6 +306,8 @@ std::size_t ContextImpl::register_dependencies(TaskRecord* task, ThreadState& th
     reserve_dep_nodes(task, bound + after_count);
     if (task->kind == TaskKind::pool_gate) [[unlikely]]
       note_gate_inputs(task);
+    if (reads(access.mode) && buffer->tracker.pool_written()) [[unlikely]]
+      note_gate_reads(task, access);
     if (recorder != nullptr) [[unlikely]]
       record_finished_sources(access);
     buffer->tracker.register_access(task, access.offset, access.size, access.mode, on_predecessor);
@@ -367,6 +369,12 @@ std::size_t ContextImpl::register_dependencies(TaskRecord* task, ThreadState& th
     } catch (...) {
       for (BufferState* buffer : buffers) buffer->tracker.lock().unlock();
       throw;
+    }
+    // Nothing throws from here. Before any access registers: one may replace what another reads.
+    for (std::size_t i = 0; i < count; ++i) {
+      AccessRecord& access = task->accesses[i];
+      if (reads(access.mode) && access.buffer->tracker.pool_written()) [[unlikely]]
+        note_gate_reads(task, access);
     }
     for (std::size_t i = 0; i < count; ++i) {
       const AccessRecord& access = task->accesses[i];

@@ -133,6 +133,11 @@ class DependencyTracker {
 
   std::size_t segment_count() const noexcept { return spill_.empty() ? 1 : spill_.size(); }
 
+  // A pool's gate has written part of the buffer (ever: never reset): its later readers note their
+  // reads with the gates they meet (note_gate_reads), which other buffers' readers skip. Under lock().
+  bool pool_written() const noexcept { return pool_written_; }
+  void mark_pool_written() noexcept { pool_written_ = true; }
+
  private:
   struct Segment {
     std::size_t begin;
@@ -191,6 +196,7 @@ class DependencyTracker {
   static constexpr std::size_t readers_prune_threshold = 32;
 
   SpinLock lock_;
+  bool pool_written_ = false;
   std::size_t bytes_;
   // The segments, sorted, disjoint, covering [0, bytes_). Most buffers are only ever accessed whole:
   // their one segment is single_, in the buffer's own line, rather than behind a pointer (a dependent

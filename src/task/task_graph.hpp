@@ -42,7 +42,9 @@ inline std::exception_ptr failure_cause(const TaskRecord* failed) noexcept { ret
 
 // cancel_pool_consumer(): cancel_consumer() for a pool's gate (runtime/pool_state.cpp). A gate that
 // failed (a member failed) cancels every consumer; one whose members were only cancelled cancels
-// those that read what a cancelled member was to write, each with that member's cause.
+// those that read what a cancelled member was to write, each with that member's cause — by the
+// ranges the gate noted they read of its data as they registered (note_gate_reads), so not for a
+// part another task wrote over in between.
 void cancel_pool_consumer(const TaskRecord* gate, TaskRecord* successor) noexcept;
 
 // cancel_consumer(): `successor` reads what `failed` (failed or cancelled) wrote; it is cancelled

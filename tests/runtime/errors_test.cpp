@@ -1355,6 +1355,50 @@ TEST_P(ErrorsTest, APoolCancelsOnlyTheMembersThatReadAFailedTasksData) {
   EXPECT_NO_THROW(context->wait_all());
 }
 
+// Regression (APoolsOverwrittenCancelledOutputCancelledItsReaders, differential test): a read of a
+// pool's data is cancelled for the part a cancelled task of the pool was to write only while the
+// pool is still that part's last writer. Work reading what the pool's other task wrote and, in the
+// same range, what a later task wrote over the cancelled task's output runs; a read registered
+// before that write is still cancelled. Both for readers registered while the pool runs (its gate
+// notes what they read) and after it finished (decided as they register), and for a host mapping.
+// (The gate checked the whole range read against the cancelled task's, and cancelled them all.)
+TEST_P(ErrorsTest, AReadOfAPoolsCancelledOutputWrittenSinceRuns) {
+  for (const bool while_running : {true, false}) {
+    SCOPED_TRACE(while_running ? "readers registered while the pool runs" : "after it finished");
+    Buffer<int> x(*context, 8), input(*context, 1);
+    context->spawn(
+        TaskOptions{.name = "a"}, [](std::span<int>) { throw std::runtime_error("boom"); }, write(input));
+    std::atomic<bool> go{!while_running};
+    TaskPool pool(*context);
+    pool.add(
+        [&](std::span<int> out) {
+          while (!go.load()) std::this_thread::yield();
+          std::fill(out.begin(), out.end(), 1);
+        },
+        write(x.slice(0, 4)));
+    pool.add([](std::span<const int>, std::span<int>) {}, read(input), write(x.slice(4, 4)));  // cancelled
+    pool.launch();
+    if (!while_running) EXPECT_THROW(pool.wait_all(), TaskCancelled);
+    Task early = context->submit([](std::span<const int>) {}, read(x));
+    context->spawn([](std::span<int> out) { std::fill(out.begin(), out.end(), 2); }, write(x.slice(4, 4)));
+    std::vector<int> seen;
+    Task late = context->submit([&](std::span<const int> in) { seen.assign(in.begin(), in.end()); }, read(x));
+    go = true;
+    const Cancellation cancelled = cancellation_of([&] { early.wait(); });
+    EXPECT_TRUE(cancelled.thrown) << "it read what the cancelled task was to write";
+    EXPECT_EQ(cancelled.cause, "boom") << cancelled.message;
+    EXPECT_NO_THROW(late.wait()) << "it read what the pool's task that ran and a later task wrote";
+    EXPECT_THAT(seen, ::testing::ElementsAre(1, 1, 1, 1, 2, 2, 2, 2));
+    EXPECT_NO_THROW({
+      const auto mapped = x.map_read();
+      EXPECT_EQ(mapped[0], 1);
+      EXPECT_EQ(mapped[7], 2);
+    });
+    if (while_running) EXPECT_THROW(pool.wait_all(), TaskCancelled);
+    EXPECT_THROW(context->wait_all(), std::runtime_error) << "a, waited for by nobody";
+  }
+}
+
 // Regression (CancelledPoolGaveItsDependentsATaskCancelledAsCause): past a pool whose member was
 // cancelled, dependents are cancelled as behind a plain cancelled task: cause() is the original
 // exception, not the member's TaskCancelled; and with none when the cancellation was requested,
