@@ -188,7 +188,9 @@ class Buffer {
   // map_*() waits for the tasks the mapping conflicts with. Inside a task, a map that would wait for
   // that very task (its own accesses conflict with the mapping) or for a task ordered after it (which
   // cannot start before it ends) would never return: it throws Error(invalid_argument) naming the
-  // task instead. A mapping is a task on the host: one that
+  // task instead; so does one that would wait for a task this thread suspended in a wait of its own
+  // to run the calling task (context.hpp), or for work ordered after that one, and try_map() there
+  // too (it could never stop being busy). A mapping is a task on the host: one that
   // reads data a failed task wrote (map_read, map_read_write) throws TaskCancelled with that cause,
   // and after a failed map_read_write the mapped range counts as failed for later readers until a
   // write replaces it, as after a cancelled read_write task.

@@ -20,7 +20,9 @@
 // TaskPool::wait_all()) for the task below it, for its group or pool, or for work ordered after it,
 // could never return, as the task below resumes only after it does. That wait throws
 // Error(invalid_argument) naming both tasks once it has nothing left to run, rather than hang (a
-// ~TaskGroup that would wait so is a reported fatal error; a ~TaskPool detaches the pool). Whether it
+// ~TaskGroup that would wait so is a reported fatal error; a ~TaskPool detaches the pool); so does,
+// at once, a buffer map (or try_map) of data the task below or work ordered after it writes. A
+// pool's task counts as its pool: work ordered after the pool is ordered after it. Whether it
 // happens depends on which thread took the task: to wait inside a task for work that is not its own,
 // order the task after that work (TaskOptions::after, or its accesses) instead. Destroying the
 // context waits for every submitted task, then frees buffers still alive (reporting them as a

@@ -211,8 +211,10 @@ NERVE_API nerve_buffer_t* nerve_buffer_alloc_unified(nerve_context_t* ctx, size_
  * conflicts with `mode` has finished, and tasks submitted later that conflict with it wait for
  * nerve_buffer_unmap(). One mapping per buffer at a time: mapping a mapped buffer, or one another
  * thread's nerve_buffer_map() is still waiting to map, is NERVE_ERROR_BUFFER_MISUSE (waiting for
- * itself would deadlock). Inside a kernel, a mapping that would wait for its own task (directly or
- * through tasks ordered after it) is NERVE_ERROR_INVALID_ARGUMENT. Writing through a read mapping is a
+ * itself would deadlock), and so is a map that would wait for a mapping of another buffer this thread
+ * holds (through the tasks it waits for). Inside a kernel, a mapping that would wait for its own task
+ * (directly or through tasks ordered after it), or for a task this thread suspended in a wait to run
+ * that kernel, is NERVE_ERROR_INVALID_ARGUMENT. Writing through a read mapping is a
  * bug. NULL on error (also, for a read or read-write mapping, when a task the mapping waited for
  * failed: NERVE_ERROR_CANCELLED; a write mapping replaces the data and succeeds). Blocks. */
 NERVE_API void* nerve_buffer_map(nerve_buffer_t* buffer, nerve_map_mode_t mode);
@@ -221,8 +223,8 @@ NERVE_API void* nerve_buffer_map(nerve_buffer_t* buffer, nerve_map_mode_t mode);
  * and returns NULL with NERVE_ERROR_BUSY (retry later, or map and wait); so it does while the data
  * it would read must first be copied back from a device, a copy it starts. Its other errors are
  * nerve_buffer_map()'s (a buffer already mapped: NERVE_ERROR_BUFFER_MISUSE; inside a kernel, a range
- * its own task accesses in a conflicting mode, which could never stop being busy while it runs:
- * NERVE_ERROR_INVALID_ARGUMENT). Never blocks. */
+ * its own task, or one this thread suspended to run it, accesses in a conflicting mode, which could
+ * never stop being busy while it runs: NERVE_ERROR_INVALID_ARGUMENT). Never blocks. */
 NERVE_API void* nerve_buffer_try_map(nerve_buffer_t* buffer, nerve_map_mode_t mode);
 /* nerve_buffer_unmap() ends the mapping; NERVE_ERROR_BUFFER_MISUSE if the buffer is not mapped. */
 NERVE_API nerve_status_t nerve_buffer_unmap(nerve_buffer_t* buffer);
@@ -363,8 +365,12 @@ NERVE_API nerve_status_t nerve_task_pool_submit(nerve_task_pool_t* pool, nerve_t
  * for any submitted task). */
 NERVE_API nerve_status_t nerve_task_pool_launch(nerve_task_pool_t* pool);
 /* nerve_task_pool_wait_all() launches the pool if needed and waits for all its tasks; then reports the
- * first failure among them (once); the others are logged on stderr as they happen (16, then a count).
- * Blocks. */
+ * first failure among them (once): NERVE_ERROR_TASK_FAILED, or NERVE_ERROR_CANCELLED when its tasks were
+ * only cancelled; the others are logged on stderr as they happen (16, then a count). A wait that could
+ * never end is refused instead, its tasks left running: inside one of the pool's own kernels, or one its
+ * accesses order before the pool, or behind a task this thread suspended in a wait of its own to run
+ * the caller (once nothing is left to run) — NERVE_ERROR_INVALID_ARGUMENT; while the calling thread
+ * holds a mapping one of the pool's tasks waits for — NERVE_ERROR_BUFFER_MISUSE. Blocks. */
 NERVE_API nerve_status_t nerve_task_pool_wait_all(nerve_task_pool_t* pool);
 /* nerve_task_pool_destroy() waits for a launched pool's tasks (a failure no wait reported is logged on
  * stderr, not returned: wait first to see it), discards the tasks of a pool never launched, and frees the

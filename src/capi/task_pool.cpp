@@ -75,14 +75,13 @@ nerve_status_t nerve_task_pool_wait_all(nerve_task_pool_t* pool) {
   nerve_task_pool* checked = nullptr;
   // Launch errors and refused waits (inside one of the pool's own kernels, ...) are the caller's, not
   // a task failure: report them as such.
-  const nerve_status_t launched = guard("nerve_task_pool_wait_all", [&] {
+  const nerve_status_t ended = guard("nerve_task_pool_wait_all", [&] {
     checked = &checked_pool(pool);
-    nerve::detail::pool_launch(checked->state);
-    nerve::detail::pool_check_wait(checked->state, "waiting for the pool");
+    nerve::detail::pool_wait_ended(checked->state, "waiting for the pool");
   });
-  if (launched != NERVE_OK) return launched;
+  if (ended != NERVE_OK) return ended;
   try {
-    nerve::detail::pool_wait(checked->state);
+    nerve::detail::pool_report(checked->state);
     return NERVE_OK;
   } catch (...) {
     return record_wait_exception("nerve_task_pool_wait_all");

@@ -227,15 +227,23 @@ void refuse_endless_pool_wait(PoolState* pool, const char* what) {
 void pool_check_wait(PoolState* pool, const char* what) { refuse_endless_pool_wait(pool, what); }
 
 void pool_wait(PoolState* pool) {
+  pool_wait_ended(pool, "TaskPool::wait_all()");
+  pool_report(pool);
+}
+
+void pool_wait_ended(PoolState* pool, const char* what) {
   check_pool_context(pool);
   pool->launch();
   ContextImpl& context = pool->context;
-  context.refuse_deep_nesting(context.current_thread(), "TaskPool::wait_all()");
-  pool_check_wait(pool, "TaskPool::wait_all()");
+  context.refuse_deep_nesting(context.current_thread(), what);
+  pool_check_wait(pool, what);
   ThreadState& thread = context.current_thread();
   UnlessSuspended target{TaskDone{pool->gate}, pool_member(pool)};
   if (!context.scheduler.wait(thread, target))
-    ContextImpl::throw_waits_for_suspended(pool_member(pool), "TaskPool::wait_all()");
+    ContextImpl::throw_waits_for_suspended(pool_member(pool), what);
+}
+
+void pool_report(PoolState* pool) {
   // Both taken: a later wait_all() returns quietly.
   const std::exception_ptr cancellation = pool->first_cancellation.take();
   if (std::exception_ptr error = pool->first_error.take()) {

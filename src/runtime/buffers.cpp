@@ -214,11 +214,15 @@ bool ContextImpl::holds_mapping() {
 const TaskRecord* ContextImpl::first_waiting_for(const TaskRecord* unfinished,
                                                  const std::function<bool(const TaskRecord*)>& blocked) {
   if (blocked(unfinished)) return unfinished;
-  const std::uintptr_t head = unfinished->successors.load(std::memory_order_acquire);
-  if (head == 0 || head == closed_successors) return nullptr;  // the common case: no allocation
+  // A pool's task has no successors of its own: what is ordered after it waits for its pool's gate,
+  // which ends after it (so is unfinished and alive too).
+  const TaskRecord* first = unfinished->pool != nullptr ? unfinished->pool->gate : unfinished;
+  const std::uintptr_t head = first->successors.load(std::memory_order_acquire);
+  if (first == unfinished && (head == 0 || head == closed_successors))
+    return nullptr;  // the common case: no allocation
   constexpr std::size_t max_visits = 1 << 16;
-  std::vector<const TaskRecord*> frontier{unfinished};
-  std::unordered_set<const TaskRecord*> seen{unfinished};
+  std::vector<const TaskRecord*> frontier{first};
+  std::unordered_set<const TaskRecord*> seen{unfinished, first};
   while (!frontier.empty() && seen.size() < max_visits) {
     const TaskRecord* task = frontier.back();
     frontier.pop_back();
@@ -307,10 +311,10 @@ Mapping buffer_map(BufferState* buffer, std::size_t offset, std::size_t size, Ac
       context.release_task(task);
     };
     // A blocking map that would wait forever is refused: for the task this thread runs (which
-    // accesses the range itself, or is ordered before a task that does), or for a mapping this
-    // thread holds, directly or through the tasks it waits for. A try_map that could only ever be
-    // busy is refused too: inside a task, behind that task (a loop polling it would never end);
-    // behind a mapping this thread holds it is just busy (the thread may unmap and try again).
+    // accesses the range itself, or is ordered before a task that does) or one it suspended to run
+    // that task, or for a mapping this thread holds, directly or through the tasks it waits for. A try_map
+    // that could only ever be busy is refused too: inside a task, behind that task (a loop polling it would
+    // never end); behind a mapping this thread holds it is just busy (the thread may unmap and try again).
     const auto refuse_endless = [&](bool wait_for_mappings) {
       std::vector<const TaskRecord*> blockers;
       (void)buffer->tracker.first_blocker(offset, size, mode, [&](const TaskRecord* blocker) {
@@ -327,6 +331,9 @@ Mapping buffer_map(BufferState* buffer, std::size_t offset, std::size_t size, Ac
         } else {
           context.refuse_wait_behind_running_task(blocked, what.c_str());
         }
+        // Or behind a task this thread suspended to run the caller, which resumes only after it.
+        if (const TaskRecord* suspended = ContextImpl::suspended_blocker(blocked)) [[unlikely]]
+          ContextImpl::throw_waits_behind(suspended, what.c_str());
       } catch (...) {
         discard();
         throw;

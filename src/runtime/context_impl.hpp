@@ -440,10 +440,12 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
       if (running_stretch.step == running) [[unlikely]]
         refuse_coroutine_endless_wait(*running_stretch.root, blocked, what);
     }
-    // Only a running task with successors can be waited behind (fork-join's have none: one load).
+    // Only a running task with successors (or a pool's task: its gate's) can be waited behind
+    // (fork-join's have none: one load).
     if (const TaskRecord* running = running_task_unfinished();
         running != nullptr &&
-        (running->successors.load(std::memory_order_acquire) & ~closed_successors) != 0) {
+        ((running->successors.load(std::memory_order_acquire) & ~closed_successors) != 0 ||
+         running->pool != nullptr)) {
       if (const TaskRecord* waited = first_waiting_for(running, blocked)) [[unlikely]]
         throw_waits_for_dependent(*running, *waited, what);
     }

@@ -415,6 +415,68 @@ TEST_P(CapiPoolTest, WaitingForItsOwnPoolIsRefusedAndCapacityIsAHint) {
   nerve_task_pool_destroy(pool);
 }
 
+// A pool wait behind a task this thread suspended (one slot: 'below' runs in main's wait, 'above'
+// in below's) is refused: NERVE_ERROR_INVALID_ARGUMENT, the caller's error — not
+// NERVE_ERROR_TASK_FAILED, as if the pool's tasks had failed (an audit found that code); a map of the
+// data 'below' writes is refused at once (it hung). 'below' is a plain task, then a pool's.
+struct BehindSuspended {
+  static inline nerve_context_t* context = nullptr;
+  static inline nerve_buffer_t* data = nullptr;
+  static inline nerve_status_t wait_status = NERVE_OK;
+  static inline std::string wait_message;
+  static inline nerve_status_t map_status = NERVE_OK;
+  static inline std::string map_message;
+  static void above(void*, nerve_device_t, nerve_stream_t) {
+    nerve_task_pool_t* behind = nerve_task_pool_create(context, 1);
+    nerve_task_t* reader = nerve_task_create(
+        +[](void*, nerve_device_t, nerve_stream_t) {}, nullptr);
+    nerve_task_add_access(reader, data, NERVE_ACCESS_READ, 0, 8);
+    nerve_task_pool_submit(behind, reader);
+    wait_status = nerve_task_pool_wait_all(behind);
+    wait_message = nerve_last_error();
+    map_status = nerve_buffer_map(data, NERVE_MAP_READ) == nullptr ? nerve_last_status() : NERVE_OK;
+    map_message = nerve_last_error();
+    nerve_task_pool_destroy(behind);  // detached: it runs after 'below'
+  }
+  static void below(void*, nerve_device_t, nerve_stream_t) {
+    nerve_task_pool_t* inner = nerve_task_pool_create(context, 1);
+    nerve_task_t* task = nerve_task_create(above, nullptr);
+    nerve_task_set_name(task, "above");
+    nerve_task_pool_submit(inner, task);
+    nerve_task_pool_wait_all(inner);
+    nerve_task_pool_destroy(inner);
+  }
+};
+
+TEST(CapiPoolWaits, AWaitOrMapBehindATaskSuspendedBelowIsRefusedAsInvalid) {
+  for (const bool below_in_pool : {false, true}) {
+    SCOPED_TRACE(below_in_pool ? "below is a pool's task" : "below is a plain task");
+    ContextPtr ctx = make_context(1);
+    ASSERT_NE(ctx, nullptr);
+    BehindSuspended::context = ctx.get();
+    BehindSuspended::data = nerve_buffer_alloc_unified(ctx.get(), 8, 0);
+    nerve_task_t* task = nerve_task_create(BehindSuspended::below, nullptr);
+    nerve_task_set_name(task, "below");
+    ASSERT_EQ(nerve_task_add_access(task, BehindSuspended::data, NERVE_ACCESS_WRITE, 0, 8), NERVE_OK);
+    nerve_task_pool_t* outer = nerve_task_pool_create(ctx.get(), 1);
+    if (below_in_pool) {
+      ASSERT_EQ(nerve_task_pool_submit(outer, task), NERVE_OK);
+      EXPECT_EQ(nerve_task_pool_wait_all(outer), NERVE_OK) << nerve_last_error();
+    } else {
+      ASSERT_EQ(nerve_task_submit(ctx.get(), task, NERVE_DEVICE_ANY), NERVE_OK);
+    }
+    EXPECT_EQ(nerve_wait_all(ctx.get()), NERVE_OK) << nerve_last_error();
+    nerve_task_pool_destroy(outer);
+    EXPECT_EQ(BehindSuspended::wait_status, NERVE_ERROR_INVALID_ARGUMENT) << BehindSuspended::wait_message;
+    EXPECT_THAT(BehindSuspended::wait_message,
+                ::testing::HasSubstr("inside task 'above' would never return: it waits for task 'below'"));
+    EXPECT_EQ(BehindSuspended::map_status, NERVE_ERROR_INVALID_ARGUMENT) << BehindSuspended::map_message;
+    EXPECT_THAT(BehindSuspended::map_message,
+                ::testing::HasSubstr("inside task 'above' would never return: it waits for task 'below'"));
+    EXPECT_EQ(nerve_buffer_free(BehindSuspended::data), NERVE_OK);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Capi, CapiPoolTest, NERVE_CAPI_PARAMS, capi_param_name);
 
 }  // namespace

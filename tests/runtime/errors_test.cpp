@@ -1040,6 +1040,75 @@ TEST(WaitBehindSuspended, AWaitForATaskSuspendedBelowOnTheSameThreadIsAnErrorNot
   }
 }
 
+// The same for the other ways to be behind a suspended task (a C API audit hung on the first two):
+// the suspended task is a pool's, which has no successors of its own (work ordered after it waits
+// for its pool as a whole); a mapping, or try_map, of data a suspended task writes. And a pool's task
+// waiting for a pool ordered after its own is refused before it waits, like a plain task. With one
+// slot every task runs on the application thread, nested in the waits, in a known order.
+TEST(WaitBehindSuspended, APoolsTaskOrAMappingBehindATaskSuspendedBelowIsAnErrorNotAHang) {
+  for (const SchedulerPolicy policy :
+       {SchedulerPolicy::eager, SchedulerPolicy::locality_aware_stealing, SchedulerPolicy::heft}) {
+    for (const bool below_in_pool : {true, false}) {
+      SCOPED_TRACE(below_in_pool ? "below is a pool's task" : "below is a plain task");
+      Context context(make_settings(1, policy));
+      Buffer<int> data(context, 4);
+      Refusals refusals;
+      const auto above = [&] {
+        TaskPool behind(context);
+        behind.add([](std::span<const int>) {}, read(data));
+        behind.launch();
+        refusals.record([&] { behind.wait_all(); }, "pool wait returned");
+        refusals.record([&] { (void)data.map_read(); }, "mapped");
+        refusals.record([&] { (void)data.try_map(Access::read); }, "try_map returned");
+        // (~TaskPool: its wait could never end either; the pool is detached and runs later.)
+      };
+      const auto below = [&](std::span<int> out) {
+        TaskPool inner(context);
+        inner.add(TaskOptions{.name = "above"}, above);
+        inner.wait_all();
+        out[0] = 1;
+      };
+      if (below_in_pool) {
+        TaskPool outer(context);
+        outer.add(TaskOptions{.name = "below"}, below, write(data));
+        outer.add([] {});
+        outer.wait_all();
+      } else {
+        context.submit(TaskOptions{.name = "below"}, below, write(data)).wait();
+      }
+      context.wait_all();
+      EXPECT_EQ(data.to_vector()[0], 1) << "below resumed and finished";
+      ASSERT_EQ(refusals.messages.size(), 3u);
+      for (const std::string& message : refusals.messages) {
+        EXPECT_THAT(message, ::testing::HasSubstr("inside task 'above' would never return: it waits for task "
+                                                  "'below'"))
+            << static_cast<int>(policy);
+      }
+      EXPECT_THAT(refusals.messages[0], ::testing::StartsWith("TaskPool::wait_all()"));
+      EXPECT_THAT(refusals.messages[1], ::testing::HasSubstr("read map of bytes [0, 16)"));
+    }
+  }
+  // A pool's task waiting for a pool its own pool's accesses order after it.
+  Context context(make_settings(2));
+  Buffer<int> data(context, 1);
+  Refusals refusals;
+  TaskPool writers(context);
+  writers.add(
+      TaskOptions{.name = "writer"},
+      [&](std::span<int>) {
+        TaskPool readers(context);
+        readers.add([](std::span<const int>) {}, read(data));
+        readers.launch();
+        refusals.record([&] { readers.wait_all(); }, "pool wait returned");
+      },
+      write(data));
+  writers.wait_all();
+  context.wait_all();
+  ASSERT_EQ(refusals.messages.size(), 1u);
+  EXPECT_THAT(refusals.messages[0],
+              ::testing::HasSubstr("TaskPool::wait_all() inside task 'writer' would wait for"));
+}
+
 // Mapping, inside a task, a buffer range the task itself accesses in a conflicting mode — or one a task
 // ordered after it accesses — would wait for the running task: Error(invalid_argument), not a hang.
 // A mapping that does not conflict is granted; nothing of a refused one is left behind.

@@ -267,10 +267,16 @@ NERVE_API void group_destroy(ContextImpl* context, GroupState* group) noexcept;
 // the pool's predecessors (inferred from the union of its tasks' accesses) have finished.
 NERVE_API PoolState* pool_create(ContextImpl* context, std::size_t expected_tasks);
 NERVE_API void pool_launch(PoolState* pool);
-NERVE_API void pool_wait(PoolState* pool);  // rethrows the first error
-// pool_check_wait(): the errors a wait for `pool` raises before waiting (from inside one of its own
-// tasks; while holding a mapping one of them needs), naming the wait `what`; pool_wait() checks them
-// too.
+// pool_wait() = pool_wait_ended() for TaskPool::wait_all(), then pool_report().
+NERVE_API void pool_wait(PoolState* pool);
+// pool_wait_ended(): launches `pool` and waits until its tasks have ended. A wait that could never
+// end throws Error, naming the wait `what`: from inside one of its own tasks or one ordered after it,
+// or behind a task this thread suspended to run the caller (Error(invalid_argument)); while this thread
+// holds a mapping one of them needs (Error(buffer_misuse)). pool_report() then rethrows the failure
+// (else the cancellation) the pool's tasks ended with, once. (The C API reports the two apart.)
+NERVE_API void pool_wait_ended(PoolState* pool, const char* what);
+NERVE_API void pool_report(PoolState* pool);
+// pool_check_wait(): the errors pool_wait_ended() raises before it waits.
 NERVE_API void pool_check_wait(PoolState* pool, const char* what);
 // pool_destroy_checked(): waits for a launched pool's tasks (discards an unlaunched one's), then frees
 // the pool. A wait that could never end (pool_check_wait's cases) is not done: the pool is detached
