@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "perf/model_schema.hpp"
 #include "util/fnv1a.hpp"
 #include "util/json_text.hpp"
 #include "util/log.hpp"
@@ -63,10 +64,18 @@ void settle_calibration(ModelEntry& entry) {
   entry = std::move(settled);
 }
 
+// count(): a count as the file holds it, a whole number from 0 to max_samples; nullopt for anything
+// else. Converted as it is, a float beyond the integers (1e20) was undefined behaviour (it read as 0),
+// a fraction (3.7) lost its part, and a negative number became 2^64 - n.
+std::optional<std::uint64_t> count(const nlohmann::json& value) {
+  if (!value.is_number_unsigned() || value.get<std::uint64_t>() > max_samples) return std::nullopt;
+  return value.get<std::uint64_t>();
+}
+
+// plausible(): the entry's times are times and its counts agree (count() took care of their range).
 bool plausible(const ModelEntry& entry) {
   const auto time = [](double ns) { return std::isfinite(ns) && ns >= 0; };
-  return entry.samples <= max_samples && time(entry.mean_ns) && time(entry.m2) && time(entry.recent_ns) &&
-         entry.outliers <= entry.samples &&
+  return time(entry.mean_ns) && time(entry.m2) && time(entry.recent_ns) && entry.outliers <= entry.samples &&
          std::all_of(entry.calibrating.begin(), entry.calibrating.end(), time) &&
          (entry.calibrating.empty() || entry.calibrating.size() == entry.samples);
 }
@@ -247,23 +256,57 @@ struct ForeignModelFile : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// described(): a JSON value for a message: a scalar as written, an array or object by its kind.
+std::string described(const nlohmann::json& value) {
+  if (value.is_array()) return "an array";
+  if (value.is_object()) return "an object";
+  return json_text(value);
+}
+
+enum class FieldKind { number, text, numbers };
+
+// entry_field(): field `name` of entry `index`, of `kind`; nullptr when the entry has none and it is
+// not `required`. A missing or mistyped field throws, naming the entry and the field: nlohmann's own
+// errors name neither ("cannot use at() with number" for an "entries" that was an object).
+const nlohmann::json* entry_field(const nlohmann::json& row, std::size_t index, const char* name,
+                                  FieldKind kind, bool required = true) {
+  const auto field = row.find(name);
+  if (field == row.end()) {
+    if (!required) return nullptr;
+    throw std::runtime_error(fmt::format("entries[{}] has no \"{}\"", index, name));
+  }
+  const auto number = [](const nlohmann::json& value) { return value.is_number(); };
+  const bool fits = kind == FieldKind::number ? field->is_number()
+                    : kind == FieldKind::text
+                        ? field->is_string()
+                        : field->is_array() && std::all_of(field->begin(), field->end(), number);
+  if (!fits) {
+    throw std::runtime_error(fmt::format("entries[{}]: \"{}\" is {}, not {}", index, name, described(*field),
+                                         kind == FieldKind::number ? "a number"
+                                         : kind == FieldKind::text ? "a string"
+                                                                   : "an array of numbers"));
+  }
+  return &*field;
+}
+
 // read_model_file(): the model in `path`; nullopt for another name's file; throws ForeignModelFile
-// for a file of another schema, another exception for one that cannot be read or parsed. Entries
-// with impossible values are skipped, logged unless `quiet` (a save re-reads what load() reported).
+// for a file of another schema, another exception, saying what is wrong, for one that cannot be read
+// or parsed or is not shaped as a model file. Entries with impossible values are skipped, logged
+// unless `quiet` (a save re-reads what load() reported).
 std::optional<ModelFile> read_model_file(const std::filesystem::path& path, bool quiet = false) {
   std::ifstream in(path);
   const nlohmann::json json = nlohmann::json::parse(in);
-  if (!json.is_object() || !json.contains("schema") || json.at("schema") != "nerve.perfmodel/1") {
-    throw ForeignModelFile(json.is_object() && json.contains("schema")
-                               ? "its schema is " + json.at("schema").dump() + ", not \"nerve.perfmodel/1\""
-                               : std::string("it has no \"schema\": not a nerve.perfmodel/1 file"));
-  }
+  if (std::optional<std::string> why = other_schema(json, "nerve.perfmodel/1")) throw ForeignModelFile(*why);
   // "kernel" is for people: bytes that are not UTF-8 read U+FFFD there. "kernel_bytes" (written
   // since) holds the name itself, percent-encoded, so such a kernel finds its model again.
   ModelFile model;
+  if (!json.contains("kernel") || !json.at("kernel").is_string())
+    throw std::runtime_error("\"kernel\" is missing or not a string");
   model.kernel = json.at("kernel");
   if (json.contains("kernel_bytes")) {
-    const std::optional<std::string> exact = percent_decoded(json.at("kernel_bytes").get<std::string>());
+    const nlohmann::json& bytes = json.at("kernel_bytes");
+    const std::optional<std::string> exact =
+        bytes.is_string() ? percent_decoded(bytes.get<std::string>()) : std::nullopt;
     if (!exact) throw std::runtime_error("kernel_bytes is not a percent-encoded name");
     model.kernel = *exact;
   }
@@ -274,42 +317,66 @@ std::optional<ModelFile> read_model_file(const std::filesystem::path& path, bool
                file_stem(model.kernel));
     return std::nullopt;
   }
-  for (const auto& row : json.at("entries")) {
+  const auto entries = json.find("entries");
+  if (entries == json.end()) throw std::runtime_error("it has no \"entries\"");
+  if (!entries->is_array())
+    throw std::runtime_error(fmt::format("\"entries\" is {}, not an array", described(*entries)));
+  for (std::size_t index = 0; index < entries->size(); ++index) {
+    const nlohmann::json& row = (*entries)[index];
+    if (!row.is_object())
+      throw std::runtime_error(fmt::format("entries[{}] is {}, not an object", index, described(row)));
+    const std::string device = entry_field(row, index, "device", FieldKind::text)->get<std::string>();
+    const nlohmann::json& footprint = *entry_field(row, index, "footprint", FieldKind::number);
+    const nlohmann::json& samples = *entry_field(row, index, "samples", FieldKind::number);
+    const nlohmann::json* outliers = entry_field(row, index, "outliers", FieldKind::number, false);
+    const nlohmann::json* recalibrations =
+        entry_field(row, index, "recalibrations", FieldKind::number, false);
     ModelEntry entry;
-    entry.samples = row.at("samples");
-    entry.mean_ns = row.at("mean_ns");
-    entry.m2 = row.at("m2");
-    entry.recent_ns = row.value("recent_ns", entry.mean_ns);
-    entry.outliers = row.value("outliers", std::uint64_t{0});
-    entry.recalibrations = row.value("recalibrations", std::uint64_t{0});
+    entry.mean_ns = entry_field(row, index, "mean_ns", FieldKind::number)->get<double>();
+    entry.m2 = entry_field(row, index, "m2", FieldKind::number)->get<double>();
+    const nlohmann::json* recent = entry_field(row, index, "recent_ns", FieldKind::number, false);
+    entry.recent_ns = recent != nullptr ? recent->get<double>() : entry.mean_ns;
     // A calibrating entry's raw samples: its estimate (their median) and the clamping at the end of
     // calibration need them, in a later process as in this one.
-    if (row.contains("calibration_ns"))
-      entry.calibrating = row.at("calibration_ns").get<std::vector<double>>();
+    if (const nlohmann::json* calibration =
+            entry_field(row, index, "calibration_ns", FieldKind::numbers, false))
+      entry.calibrating = calibration->get<std::vector<double>>();
     // A footprint is a byte count: a negative or fractional one would be read as some other number.
-    if (const nlohmann::json& footprint = row.at("footprint"); !footprint.is_number_unsigned()) {
+    if (!footprint.is_number_unsigned()) {
       if (!quiet)
         log::warn("performance model {}: entry for '{}' on {} skipped: footprint {} is not a byte count",
-                  path.string(), model.kernel, row.at("device").get<std::string>(), footprint.dump());
+                  path.string(), model.kernel, device, footprint.dump());
       continue;
     }
-    if (!plausible(entry)) {
+    const auto optional_count = [](const nlohmann::json* value) {
+      return value != nullptr ? count(*value) : std::optional<std::uint64_t>{0};
+    };
+    const std::optional<std::uint64_t> sample_count = count(samples),
+                                       outlier_count = optional_count(outliers),
+                                       recalibration_count = optional_count(recalibrations);
+    const bool counted = sample_count && outlier_count && recalibration_count;
+    if (counted) {
+      entry.samples = *sample_count;
+      entry.outliers = *outlier_count;
+      entry.recalibrations = *recalibration_count;
+    }
+    if (!counted || !plausible(entry)) {
       if (quiet) continue;
-      // The counts as written: a negative one read into an unsigned field would show as 2^64 - n.
+      // The counts as written: 1e20, 3.7 or -1 read into an unsigned field would show as another number.
       log::warn(
           "performance model {}: entry for '{}' on {} skipped: impossible values (samples {}, "
-          "mean_ns {}, m2 {}, recent_ns {}, outliers {}, {} calibration samples{})",
-          path.string(), model.kernel, row.at("device").get<std::string>(), row.at("samples").dump(),
-          entry.mean_ns, entry.m2, entry.recent_ns,
-          row.contains("outliers") ? row.at("outliers").dump() : "0", entry.calibrating.size(),
+          "mean_ns {}, m2 {}, recent_ns {}, outliers {}, recalibrations {}, {} calibration samples{}){}",
+          path.string(), model.kernel, device, samples.dump(), entry.mean_ns, entry.m2, entry.recent_ns,
+          outliers != nullptr ? outliers->dump() : "0",
+          recalibrations != nullptr ? recalibrations->dump() : "0", entry.calibrating.size(),
           std::all_of(entry.calibrating.begin(), entry.calibrating.end(),
                       [](double ns) { return std::isfinite(ns) && ns >= 0; })
               ? ""
-              : ", one of them negative or not finite");
+              : ", one of them negative or not finite",
+          counted ? "" : ": a count is a whole number from 0 to 2^48");
       continue;
     }
-    model.entries[{row.at("device").get<std::string>(), row.at("footprint").get<std::uint64_t>()}] =
-        std::move(entry);
+    model.entries[{device, footprint.get<std::uint64_t>()}] = std::move(entry);
   }
   return model;
 }

@@ -81,8 +81,9 @@ class HistoryModels {
   std::vector<ModelRow> rows() const;
   const std::filesystem::path& directory() const noexcept { return directory_; }
 
-  // load(): every `<dir>/*.json` model file (unreadable or foreign files, and entries with impossible
-  // values — negative or non-finite times, a sample count no run reaches — are skipped, logged).
+  // load(): every `<dir>/*.json` model file (unreadable, misshapen or foreign files, and entries with
+  // impossible values — negative or non-finite times, a count that is not a whole number or that no
+  // run reaches — are skipped, logged: a misshapen file's warning names the entry and field).
   void load();
   // save(): the kernels with entries, merged with what others saved since load(); a failure is
   // logged, never thrown. Once, at the end (a second save would count this one's samples twice).

@@ -288,6 +288,77 @@ TEST(HistoryModel, EntriesWithImpossibleValuesAreSkippedOnLoad) {
   std::filesystem::remove_all(directory);
 }
 
+// A count is a whole number written as one: a float such as 1e20 or 1e300 (beyond 2^48, and
+// converted to an integer, undefined: it read as 0 samples), or 3.7 (read as 3), is skipped with the
+// warning as any impossible value is, for the outlier and recalibration counts as for the samples.
+TEST(HistoryModel, CountsThatAreNotWholeNumbersAreSkippedOnLoad) {
+  const auto directory = fresh_directory("nerve-models-float-counts");
+  std::filesystem::create_directories(directory);
+  {
+    std::ofstream out(directory / "scale.json");
+    out << R"({"schema": "nerve.perfmodel/1", "kernel": "scale", "entries": [
+      {"device": "device:1", "footprint": 8, "samples": 1e20, "mean_ns": 10, "m2": 1},
+      {"device": "device:2", "footprint": 8, "samples": 1e300, "mean_ns": 10, "m2": 1},
+      {"device": "device:3", "footprint": 8, "samples": 3.7, "mean_ns": 10, "m2": 1},
+      {"device": "device:4", "footprint": 8, "samples": 12.0, "mean_ns": 10, "m2": 1},
+      {"device": "device:5", "footprint": 8, "samples": 12, "mean_ns": 10, "m2": 1, "outliers": 1.5},
+      {"device": "device:6", "footprint": 8, "samples": 12, "mean_ns": 10, "m2": 1, "recalibrations": 1e30},
+      {"device": "device:7", "footprint": 8, "samples": 12, "mean_ns": 10, "m2": 1, "recalibrations": -1},
+      {"device": "cpu", "footprint": 8, "samples": 12, "mean_ns": 700, "m2": 1200, "outliers": 2,
+       "recalibrations": 1}]})";
+  }
+  HistoryModels models(directory);
+  ::testing::internal::CaptureStderr();
+  models.load();
+  const std::string logged = ::testing::internal::GetCapturedStderr();
+  for (const char* written : {"samples 1e+20", "samples 1e+300", "samples 3.7", "samples 12.0",
+                              "outliers 1.5", "recalibrations 1e+30", "recalibrations -1"})
+    EXPECT_THAT(logged, ::testing::HasSubstr(written));
+  EXPECT_THAT(logged, ::testing::HasSubstr("a count is a whole number from 0 to 2^48"));
+  for (const auto& row : models.rows())
+    EXPECT_EQ(row.device, "cpu") << "a count read as another number: " << row.entry.samples << " samples";
+  const auto kept = models.estimate("scale", "cpu", 8);
+  ASSERT_TRUE(kept.has_value());
+  EXPECT_EQ(kept->samples, 12u);
+  std::filesystem::remove_all(directory);
+}
+
+// A file that is not shaped as a model (an "entries" object instead of an array, an entry with a
+// field of the wrong type) is skipped with a warning that says what is wrong and where; nlohmann's
+// own message said only "cannot use at() with number".
+TEST(HistoryModel, AMisshapenFileIsSkippedSayingWhatIsWrong) {
+  const auto directory = fresh_directory("nerve-models-misshapen");
+  std::filesystem::create_directories(directory);
+  const std::string entry = R"({"device": "cpu", "footprint": 8, "samples": 12, "mean_ns": 10, "m2": 1})";
+  const std::vector<std::pair<std::string, std::string>> files = {
+      {R"("entries": {"a": 1})", R"("entries" is an object, not an array)"},
+      {R"("entries": [3])", "entries[0] is 3, not an object"},
+      {R"("entries": [)" + entry + R"(, {"device": "cpu", "footprint": 8, "samples": 12, "m2": 1}])",
+       R"(entries[1] has no "mean_ns")"},
+      {R"("entries": [{"device": "cpu", "footprint": 8, "samples": 12, "mean_ns": "10", "m2": 1}])",
+       R"(entries[0]: "mean_ns" is "10", not a number)"},
+      {R"("entries": [{"device": 0, "footprint": 8, "samples": 12, "mean_ns": 10, "m2": 1}])",
+       R"(entries[0]: "device" is 0, not a string)"},
+      {R"("entries": [{"device": "cpu", "footprint": 8, "samples": 2, "mean_ns": 10, "m2": 1,
+                       "calibration_ns": [10, "x"]}])",
+       R"(entries[0]: "calibration_ns" is an array, not an array of numbers)"},
+      {R"("entries": null)", R"("entries" is null, not an array)"},
+  };
+  for (const auto& [entries, why] : files) {
+    SCOPED_TRACE(entries);
+    std::ofstream(directory / "scale.json", std::ios::trunc)
+        << R"({"schema": "nerve.perfmodel/1", "kernel": "scale", )" << entries << "}";
+    HistoryModels models(directory);
+    ::testing::internal::CaptureStderr();
+    models.load();
+    const std::string logged = ::testing::internal::GetCapturedStderr();
+    EXPECT_THAT(logged, ::testing::HasSubstr("performance model " + (directory / "scale.json").string() +
+                                             " skipped: " + why));
+    EXPECT_TRUE(models.rows().empty());
+  }
+  std::filesystem::remove_all(directory);
+}
+
 // A file of another schema (a newer nerve's, another program's, or none) is not this version's model:
 // skipped with a warning when loading, and left as it is when saving (it used to be replaced, silently).
 TEST(HistoryModel, AFileOfAnotherSchemaIsSkippedAndKept) {
