@@ -6,6 +6,9 @@
 #include <condition_variable>
 #include <fstream>
 #include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string_view>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -13,6 +16,7 @@
 #include "nerve/error.hpp"
 
 #include "memory/memory_node.hpp"
+#include "perf/model_schema.hpp"
 #include "util/json_text.hpp"
 #include "util/log.hpp"
 #include "util/monotonic_clock.hpp"
@@ -20,6 +24,8 @@
 
 namespace nerve::detail {
 namespace {
+
+constexpr std::string_view bus_schema = "nerve.busmodel/1";
 
 // One copy's completion, waited for by the calibrating thread.
 struct CopyWaiter final : CopyCompletion {
@@ -152,7 +158,12 @@ bool BusModel::load_locked(const std::vector<MemoryNode*>& nodes) {
   try {
     std::ifstream in(path);
     const nlohmann::json json = nlohmann::json::parse(in);
-    if (json.value("schema", "") != "nerve.busmodel/1") return false;
+    // Another schema's file (a newer nerve's) is measured around, not replaced: save_locked() keeps it.
+    if (const std::optional<std::string> why = other_schema(json, bus_schema)) {
+      log::warn("bus model {} skipped: {}; the bus is measured, and the file kept as it is", path.string(),
+                *why);
+      return false;
+    }
     const std::size_t n = nodes.size();
     std::vector<BusLink> links(n * n);
     std::size_t found = 0, wanted = 0;
@@ -206,15 +217,24 @@ void BusModel::save_locked() const noexcept {
     const std::size_t n = names_.size();
     std::error_code error;
     if (std::filesystem::exists(file(), error)) {
+      std::optional<nlohmann::json> old;
       try {
         std::ifstream in(file());
-        const nlohmann::json old = nlohmann::json::parse(in);
-        for (const auto& row : old.at("links")) {
-          const bool current = std::find(names_.begin(), names_.end(), row.at("from")) != names_.end() &&
-                               std::find(names_.begin(), names_.end(), row.at("to")) != names_.end();
-          if (!current) rows.push_back(row);
-        }
+        old = nlohmann::json::parse(in);
       } catch (const std::exception&) {  // an unreadable old file is replaced
+      }
+      // Another schema's file is not ours to replace (load_locked() said it was skipped).
+      if (const std::optional<std::string> why = old ? other_schema(*old, bus_schema) : std::nullopt)
+        throw std::runtime_error(fmt::format("{} is kept as it is ({})", file().string(), *why));
+      try {
+        if (old) {
+          for (const auto& row : old->at("links")) {
+            const bool current = std::find(names_.begin(), names_.end(), row.at("from")) != names_.end() &&
+                                 std::find(names_.begin(), names_.end(), row.at("to")) != names_.end();
+            if (!current) rows.push_back(row);
+          }
+        }
+      } catch (const std::exception&) {  // links that cannot be read are dropped
       }
     }
     for (std::size_t from = 0; from < n; ++from) {
@@ -227,8 +247,7 @@ void BusModel::save_locked() const noexcept {
                         {"bytes_per_second", link.bytes_per_ns * 1e9}});
       }
     }
-    replace_file(file(),
-                 json_text(nlohmann::json{{"schema", "nerve.busmodel/1"}, {"links", rows}}, 2) + '\n');
+    replace_file(file(), json_text(nlohmann::json{{"schema", bus_schema}, {"links", rows}}, 2) + '\n');
   } catch (const std::exception& failure) {
     log::warn("bus model not saved to {}: {}", directory_.string(), failure.what());
     try {

@@ -8,7 +8,9 @@
 //
 // Persistence: `<dir>/bus.json` (schema "nerve.busmodel/1"), links keyed by the nodes' names, so a
 // matrix measured with other devices present still serves the pairs it has. ensure_calibrated()
-// loads it and measures only when a pair of the current nodes is missing (then saves).
+// loads it and measures only when a pair of the current nodes is missing (then saves). A bus.json of
+// another schema (a newer nerve's, or none) is skipped with a warning and never overwritten: the bus
+// is measured for this model alone, and save_error() says why it was not saved.
 //
 // Thread safety: every member may be called from any thread (one mutex); calibrate() and a measuring
 // ensure_calibrated() block the caller until their copies have landed — they must not run on a

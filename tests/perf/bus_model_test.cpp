@@ -4,6 +4,12 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <utility>
+
+#include <gmock/gmock.h>
 
 #include "backend/opencl_support.hpp"
 #include "backend/test_device.hpp"
@@ -68,6 +74,40 @@ TEST(BusModel, MeasuresASimulatedLinkPersistsAndReloads) {
     detail::BusModel bus(directory);
     EXPECT_TRUE(bus.ensure_calibrated(nodes, quick_sizes)) << "measured again";
     EXPECT_GT(bus.link(0, 1).latency_ns, 150e3);
+  }
+  context.wait_all();
+  std::filesystem::remove_all(directory);
+}
+
+// A bus.json of another schema (a newer nerve's, or none) is skipped with a warning and kept as it is,
+// as the kernels' model files are: it used to be ignored without a word and replaced by the next save.
+TEST(BusModel, AFileOfAnotherSchemaIsSkippedAndKept) {
+  const auto directory = fresh_directory("nerve-bus-foreign");
+  std::filesystem::create_directories(directory);
+  Context context(make_settings(2));
+  context.impl()->add_test_device(detail::TestDeviceOptions{.copy_latency = 10us});
+  const auto nodes = context.impl()->memory_nodes();
+  const auto read = [&] {
+    std::ifstream in(directory / "bus.json");
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  };
+  for (const auto& [text, why] :
+       {std::pair<std::string, std::string>{
+            R"({"schema": "nerve.busmodel/2", "links": [], "future_field": 1})",
+            R"(its schema is "nerve.busmodel/2", not "nerve.busmodel/1")"},
+        std::pair<std::string, std::string>{R"({"links": []})", R"(it has no "schema")"}}) {
+    SCOPED_TRACE(text);
+    std::ofstream(directory / "bus.json", std::ios::trunc) << text;
+    detail::BusModel bus(directory);
+    ::testing::internal::CaptureStderr();
+    EXPECT_TRUE(bus.ensure_calibrated(nodes, quick_sizes)) << "measured for this model";
+    const std::string logged = ::testing::internal::GetCapturedStderr();
+    EXPECT_GT(bus.link(0, 1).bytes_per_ns, 0.0);
+    EXPECT_THAT(logged,
+                ::testing::HasSubstr("bus model " + (directory / "bus.json").string() + " skipped: " + why));
+    EXPECT_THAT(logged, ::testing::HasSubstr("bus model not saved"));
+    EXPECT_THAT(bus.save_error(), ::testing::HasSubstr("is kept as it is (" + why));
+    EXPECT_EQ(read(), text) << "another schema's file is not overwritten";
   }
   context.wait_all();
   std::filesystem::remove_all(directory);
