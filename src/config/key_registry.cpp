@@ -370,9 +370,9 @@ std::vector<KeySpec> build_key_table() {
       {"perf.models", boolean_type(), "false",
        "learn kernels' run times per device and data size, kept in perf.model_dir between runs",
        [](Config& c, const ParsedValue& v) { c.perf.models = v.boolean(); }},
-      {"perf.model_dir", output_path_type(), "",
+      {"perf.model_dir", output_path_type("the default directory"), "",
        "where performance models are kept (empty: $XDG_CACHE_HOME/nerve/perfmodels, else "
-       "~/.cache/nerve/perfmodels)",
+       "$HOME/.cache/nerve/perfmodels, else $TMPDIR/nerve-perfmodels, else /tmp/nerve-perfmodels)",
        [](Config& c, const ParsedValue& v) { c.perf.model_dir = v.string(); }},
       {"perf.decision_log", output_path_type(), "",
        "write each heft placement decision (candidates, predicted finish times, why) here as JSON lines",

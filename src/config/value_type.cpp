@@ -190,7 +190,7 @@ std::string ValueType::expected() const {
                          format_duration(nanoseconds{min}), format_duration(nanoseconds{max}));
     case ValueKind::choice: return fmt::format("one of {}", fmt::join(choices, ", "));
     case ValueKind::text: return "a string";
-    case ValueKind::output_path: return "a path, or empty for none";
+    case ValueKind::output_path: return fmt::format("a path, or empty for {}", empty_means);
     case ValueKind::readable_file: return "the path of a readable file";
     case ValueKind::list: return fmt::format("a comma-separated list of {}", item);
     case ValueKind::records:
@@ -238,9 +238,10 @@ ValueType text_type() {
   return type;
 }
 
-ValueType output_path_type() {
+ValueType output_path_type(std::string_view empty_means) {
   ValueType type;
   type.kind = ValueKind::output_path;
+  type.empty_means = empty_means;
   return type;
 }
 

@@ -55,8 +55,9 @@ struct ValueType {
   std::int64_t resolution_ns = 1;  // duration: the value must be a whole multiple of this
   std::vector<std::string_view> choices;
   std::vector<PlannedChoice> planned_choices;
-  std::string_view item;                 // list, records: what one item is, for messages
-  std::vector<std::string_view> fields;  // records: the fields of a map item, in the order joined
+  std::string_view item;                  // list, records: what one item is, for messages
+  std::vector<std::string_view> fields;   // records: the fields of a map item, in the order joined
+  std::string_view empty_means = "none";  // output_path: what the empty value stands for, for messages
 
   // expected() describes the accepted values for messages and documentation, e.g.
   // "an integer 0..4096 or 'auto'", "one of eager, locality_aware_stealing".
@@ -69,7 +70,9 @@ ValueType duration_type(std::chrono::nanoseconds min, std::chrono::nanoseconds m
                         std::chrono::nanoseconds resolution);
 ValueType choice_type(std::vector<std::string_view> choices, std::vector<PlannedChoice> planned = {});
 ValueType text_type();
-ValueType output_path_type();
+// output_path_type(): `empty_means` says what "" stands for ("none": nothing is written; "the default
+// directory" for perf.model_dir), in the messages that expect a path.
+ValueType output_path_type(std::string_view empty_means = "none");
 ValueType readable_file_type();
 // list_type(): `what` names one item in messages ("a device index or name").
 ValueType list_type(std::string_view what);

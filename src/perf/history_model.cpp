@@ -151,7 +151,12 @@ std::filesystem::path HistoryModels::default_directory() {
     return std::filesystem::path(cache) / "nerve" / "perfmodels";
   if (const char* home = std::getenv("HOME"); home != nullptr && home[0] != '\0')
     return std::filesystem::path(home) / ".cache" / "nerve" / "perfmodels";
-  return std::filesystem::temp_directory_path() / "nerve-perfmodels";
+  // Neither (a service, a bare container): the temporary directory as nerve-run picks it, $TMPDIR,
+  // else /tmp. Not temp_directory_path(), which also reads TMP, TEMP and TEMPDIR, and throws when the
+  // directory it picks is not one.
+  const char* temporary = std::getenv("TMPDIR");
+  return std::filesystem::path(temporary != nullptr && temporary[0] != '\0' ? temporary : "/tmp") /
+         "nerve-perfmodels";
 }
 
 void HistoryModels::add(const std::string& kernel, const std::string& device, std::uint64_t footprint,

@@ -94,7 +94,8 @@ class HistoryModels {
   // not at the end of the run whose learning would be lost.
   std::string usable_directory() const;
 
-  // default_directory(): $XDG_CACHE_HOME/nerve/perfmodels, else $HOME/.cache/nerve/perfmodels.
+  // default_directory(): $XDG_CACHE_HOME/nerve/perfmodels, else $HOME/.cache/nerve/perfmodels, else
+  // $TMPDIR/nerve-perfmodels, else /tmp/nerve-perfmodels (a variable that is empty counts as unset).
   static std::filesystem::path default_directory();
 
  private:

@@ -330,6 +330,16 @@ std::vector<BadInput> bad_inputs() {
        "perf.model_dir",
        0,
        {"api: perf.model_dir: ' \\x09' is only blanks"}},
+      // Regression (perf audit #3): for perf.model_dir the empty value is the default directory, not
+      // "none" as the message said.
+      {"model directory of only blanks from the environment",
+       "",
+       {{"NERVE_PERF_MODEL_DIR", " "}},
+       {},
+       "perf.model_dir",
+       0,
+       {"env NERVE_PERF_MODEL_DIR: perf.model_dir: ' ' is only blanks (expected a path, or empty for the "
+        "default directory)"}},
       // Regression (config audit #6.1): a nested sequence or map in gpu.devices was "an empty item".
       {"nested sequence in a list",
        "gpu:\n  devices: [[0]]\n",

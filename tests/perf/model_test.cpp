@@ -3,7 +3,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <initializer_list>
 #include <iterator>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -357,6 +359,54 @@ TEST(HistoryModel, AMisshapenFileIsSkippedSayingWhatIsWrong) {
     EXPECT_TRUE(models.rows().empty());
   }
   std::filesystem::remove_all(directory);
+}
+
+// The variables named, as they were, put back when it goes.
+class SavedEnvironment {
+ public:
+  explicit SavedEnvironment(std::initializer_list<const char*> names) {
+    for (const char* name : names) {
+      const char* value = std::getenv(name);
+      saved_.emplace_back(name, value != nullptr ? std::optional<std::string>(value) : std::nullopt);
+    }
+  }
+  ~SavedEnvironment() {
+    for (const auto& [name, value] : saved_) {
+      if (value) {
+        ::setenv(name, value->c_str(), 1);
+      } else {
+        ::unsetenv(name);
+      }
+    }
+  }
+  SavedEnvironment(const SavedEnvironment&) = delete;
+  SavedEnvironment& operator=(const SavedEnvironment&) = delete;
+
+ private:
+  std::vector<std::pair<const char*, std::optional<std::string>>> saved_;
+};
+
+// The default model directory, as docs/CONFIG.md gives it: $XDG_CACHE_HOME, else $HOME/.cache, else
+// (a service, a bare container) $TMPDIR, else /tmp; an empty variable counts as unset. It used to be
+// temp_directory_path(), which also read TMP (and TEMP, TEMPDIR), and threw for a TMPDIR that is no
+// directory.
+TEST(HistoryModel, TheDefaultDirectoryWithoutAHomeIsTheTemporaryOne) {
+  const SavedEnvironment saved{"XDG_CACHE_HOME", "HOME", "TMPDIR", "TMP"};
+  ::setenv("XDG_CACHE_HOME", "/cache", 1);
+  EXPECT_EQ(HistoryModels::default_directory(), "/cache/nerve/perfmodels");
+  ::setenv("XDG_CACHE_HOME", "", 1);
+  ::setenv("HOME", "/home/u", 1);
+  EXPECT_EQ(HistoryModels::default_directory(), "/home/u/.cache/nerve/perfmodels");
+  ::unsetenv("XDG_CACHE_HOME");
+  ::setenv("HOME", "", 1);
+  ::setenv("TMPDIR", "/nonexistent/scratch", 1);
+  EXPECT_EQ(HistoryModels::default_directory(), "/nonexistent/scratch/nerve-perfmodels");
+  ::unsetenv("HOME");
+  ::setenv("TMPDIR", "", 1);
+  ::setenv("TMP", "/elsewhere", 1);
+  EXPECT_EQ(HistoryModels::default_directory(), "/tmp/nerve-perfmodels");
+  ::unsetenv("TMPDIR");
+  EXPECT_EQ(HistoryModels::default_directory(), "/tmp/nerve-perfmodels");
 }
 
 // A file of another schema (a newer nerve's, another program's, or none) is not this version's model:
