@@ -306,7 +306,9 @@ class Runtime {
   DistributedStats stats() const { return detail::runtime_stats(impl_); }
   // dump_perf_stats() writes this rank's statistics (context and distributed) as JSON; "{rank}" in
   // the path is replaced by the rank. dump_trace() writes one Chrome trace-event timeline of every
-  // rank to `path` on rank 0 (a process track per rank). Collective; call after wait_all().
+  // rank to `path` on rank 0 (a process track per rank). Collective; call after wait_all(). A file
+  // that cannot be written throws Error(invalid_argument) with the system's reason ("cannot write the
+  // trace to '/tmp': Is a directory"), as Context::dump_perf_stats does.
   void dump_perf_stats(const std::filesystem::path& path) { detail::runtime_dump_perf_stats(impl_, path); }
   void dump_trace(const std::filesystem::path& path) { detail::runtime_dump_trace(impl_, path); }
 

@@ -1,26 +1,14 @@
 // report.cpp — per-rank statistics as JSON, and the merged timeline of every rank.
-#include <fstream>
 #include <string>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "nerve/error.hpp"
-
 #include "dist/runtime_impl.hpp"
 #include "util/json_text.hpp"
+#include "util/text_file.hpp"
 
 namespace nerve::distributed::detail {
-namespace {
-
-void write_file(const std::filesystem::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-  out.close();
-  if (!out) throw Error(ErrorCode::invalid_argument, fmt::format("cannot write '{}'", path.string()));
-}
-
-}  // namespace
 
 std::string trace_json(RuntimeImpl& runtime) {
   std::vector<TraceEvent> events;
@@ -54,7 +42,7 @@ void runtime_dump_trace(RuntimeImpl* runtime, const std::filesystem::path& path)
     text += all[i];
   }
   text += "]}\n";
-  write_file(path, text);
+  nerve::detail::write_text_file(path, text, "the trace");
 }
 
 void runtime_dump_perf_stats(RuntimeImpl* runtime, const std::filesystem::path& path) {
@@ -83,7 +71,7 @@ void runtime_dump_perf_stats(RuntimeImpl* runtime, const std::filesystem::path& 
   for (std::size_t at = name.find("{rank}"); at != std::string::npos; at = name.find("{rank}")) {
     name.replace(at, 6, std::to_string(stats.rank));
   }
-  write_file(name, nerve::detail::json_text(json, 2) + "\n");
+  nerve::detail::write_text_file(name, nerve::detail::json_text(json, 2) + "\n", "perf stats");
 }
 
 }  // namespace nerve::distributed::detail

@@ -1,17 +1,11 @@
 #include "perf/stats.hpp"
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
-#include <fstream>
-
-#include <fmt/format.h>
-
-#include "nerve/error.hpp"
 
 #include "perf/history_model.hpp"
 #include "runtime/context_impl.hpp"
 #include "util/json_text.hpp"
+#include "util/text_file.hpp"
 
 namespace nerve::detail {
 namespace {
@@ -268,19 +262,7 @@ nlohmann::json stats_to_json(const ContextStats& stats) {
 }
 
 void write_perf_stats(const ContextImpl& context, const std::filesystem::path& path) {
-  const auto reason = [] { return errno != 0 ? std::strerror(errno) : "write failed"; };
-  errno = 0;
-  std::ofstream out(path);
-  if (!out) {
-    throw Error(ErrorCode::invalid_argument,
-                fmt::format("cannot write perf stats to '{}': {}", path.string(), reason()));
-  }
-  out << json_text(stats_to_json(collect_stats(context)), 2) << '\n';
-  out.flush();
-  if (!out) {
-    throw Error(ErrorCode::invalid_argument,
-                fmt::format("failed writing perf stats to '{}': {}", path.string(), reason()));
-  }
+  write_text_file(path, json_text(stats_to_json(collect_stats(context)), 2) + '\n', "perf stats");
 }
 
 }  // namespace nerve::detail

@@ -1,9 +1,6 @@
 #include "perf/trace.hpp"
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
-#include <fstream>
 #include <mutex>
 #include <set>
 #include <span>
@@ -12,13 +9,12 @@
 
 #include <fmt/format.h>
 
-#include "nerve/error.hpp"
-
 #include "perf/stats.hpp"
 #include "runtime/context_impl.hpp"
 #include "util/json_text.hpp"
 #include "util/log.hpp"
 #include "util/replace_file.hpp"
+#include "util/text_file.hpp"
 
 namespace nerve::detail {
 namespace {
@@ -246,15 +242,7 @@ void write_trace_file(const ContextImpl& context, const std::filesystem::path& p
     } catch (const std::exception&) {  // no temporary possible there: written in place below
     }
   }
-  errno = 0;
-  std::ofstream out(path);
-  if (!out) {
-    throw Error(ErrorCode::invalid_argument, fmt::format("cannot write the trace to '{}': {}", path.string(),
-                                                         errno != 0 ? std::strerror(errno) : "open failed"));
-  }
-  out << text;
-  if (!out)
-    throw Error(ErrorCode::invalid_argument, fmt::format("failed writing the trace to '{}'", path.string()));
+  write_text_file(path, text, "the trace");
 }
 
 void ContextImpl::write_trace() noexcept {

@@ -1,6 +1,7 @@
 // The distributed runtime in one process (communication_backend: none) and the distributed.* keys.
 #include <atomic>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
@@ -131,6 +132,27 @@ TEST(DistributedLocal, OwnersOutsideTheWorldAreErrors) {
                    dist::TaskOptions{.rank = -2}, [](std::span<const int>) {}, dist::read(a)),
                Error)
       << "-1 means 'where its data is'; other negative ranks are errors";
+}
+
+// A dump that cannot be written says why, as Context::dump_perf_stats does: it said only "cannot
+// write '/tmp'", leaving the user to find that /tmp is a directory.
+TEST(DistributedLocal, ADumpThatCannotBeWrittenSaysWhy) {
+  Context context(with({}));
+  dist::Runtime world(context);
+  const auto message = [](auto&& dump) {
+    try {
+      dump();
+    } catch (const Error& error) {
+      EXPECT_EQ(error.code(), ErrorCode::invalid_argument);
+      return std::string(error.what());
+    }
+    return std::string("nothing thrown");
+  };
+  const std::string directory = std::filesystem::temp_directory_path().string();
+  EXPECT_EQ(message([&] { world.dump_trace(directory); }),
+            "cannot write the trace to '" + directory + "': Is a directory");
+  EXPECT_EQ(message([&] { world.dump_perf_stats("/nonexistent/dir/perf.{rank}.json"); }),
+            "cannot write perf stats to '/nonexistent/dir/perf.0.json': No such file or directory");
 }
 
 // One process is a world of one rank, failures included: the first wait_all() rethrows the task's own
