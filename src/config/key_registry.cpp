@@ -132,10 +132,22 @@ void for_each_item(std::string_view text, std::string_view key, Fn&& fn) {
 
 // parse_nodes() reads distributed.nodes: hosts separated by commas or blanks, each `host` or
 // `host:slots` (slots 1..4096), e.g. "node1:4, node2:4". A text value: configuration values are
-// scalars (value_type.hpp), and one line is also what an environment variable can hold.
+// scalars (value_type.hpp), and one line is also what an environment variable can hold. Two forms
+// are refused with their own reason: a host starting with '-' ("-np:2"), which mpirun's launcher
+// (ssh) would take for an option, and an IPv6 address ("::1", "[::1]:2"), which Open MPI's mpirun
+// (4.1) does not launch on ("Node names must be composed of ... letters, digits, dots, and the hyphen").
 std::vector<DistributedNode> parse_nodes(std::string_view text) {
   std::vector<DistributedNode> nodes;
   for_each_item(text, "distributed.nodes", [&](std::string_view item) {
+    const auto refuse = [&](std::string_view why) {
+      throw ConfigError(fmt::format("distributed.nodes: {} {}", quote(item), why), "distributed.nodes");
+    };
+    if (item.starts_with('-')) refuse("starts with '-': a host name cannot (it would read as an option)");
+    if (item.starts_with('[') || std::count(item.begin(), item.end(), ':') > 1) {
+      refuse(
+          "is an IPv6 address: not supported, as Open MPI's mpirun takes host names and IPv4 addresses "
+          "only (give the host's name)");
+    }
     DistributedNode node;
     const std::size_t colon = item.find(':');
     node.host = std::string(item.substr(0, colon));
@@ -153,7 +165,7 @@ std::vector<DistributedNode> parse_nodes(std::string_view text) {
     }
     if (!valid) {
       throw ConfigError(fmt::format("distributed.nodes: {} is not host or host:slots (a host name or "
-                                    "address, slots 1..4096)",
+                                    "IPv4 address, slots 1..4096)",
                                     quote(item)),
                         "distributed.nodes");
     }

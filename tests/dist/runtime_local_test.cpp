@@ -71,6 +71,24 @@ TEST(DistributedConfig, NodesParseIntoHostsAndSlots) {
   }
 }
 
+// A host starting with '-' would reach mpirun's launcher as an option ("-np:2" was taken as host
+// "-np"); an IPv6 address, which Open MPI's mpirun does not launch on, was refused as "not host or
+// host:slots (a host name or address ...)". Each is refused with its own reason.
+TEST(DistributedConfig, NodesRefuseOptionLikeHostsAndSayIpv6IsNotSupported) {
+  for (const char* option : {"-np:2", "node1, -oProxyCommand=x"}) {
+    const std::string error = config_error(with({{"distributed.nodes", option}}));
+    EXPECT_NE(error.find("distributed.nodes: '-"), std::string::npos) << error;
+    EXPECT_NE(error.find("starts with '-': a host name cannot (it would read as an option)"),
+              std::string::npos)
+        << error;
+  }
+  for (const char* ipv6 : {"::1", "[::1]:2", "fe80::1", "node1:2 [fe80::1]"}) {
+    const std::string error = config_error(with({{"distributed.nodes", ipv6}}));
+    EXPECT_NE(error.find("is an IPv6 address: not supported"), std::string::npos) << ipv6 << ": " << error;
+  }
+  EXPECT_EQ(config_error(with({{"distributed.nodes", "node-1:2, 10.0.0.3"}})), "");
+}
+
 TEST(DistributedConfig, CompressionTakesAThreshold) {
   Config config = Config::load(with({{"distributed.compression", "zstd"}}));
   EXPECT_EQ(config.distributed.compression, Compression::zstd);
