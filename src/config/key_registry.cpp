@@ -135,7 +135,8 @@ void for_each_item(std::string_view text, std::string_view key, Fn&& fn) {
 // scalars (value_type.hpp), and one line is also what an environment variable can hold. Two forms
 // are refused with their own reason: a host starting with '-' ("-np:2"), which mpirun's launcher
 // (ssh) would take for an option, and an IPv6 address ("::1", "[::1]:2"), which Open MPI's mpirun
-// (4.1) does not launch on ("Node names must be composed of ... letters, digits, dots, and the hyphen").
+// (4.1) does not launch on ("Node names must be composed of ... letters, digits, dots, and the hyphen",
+// which also rules out '_', refused with the other malformed hosts).
 std::vector<DistributedNode> parse_nodes(std::string_view text) {
   std::vector<DistributedNode> nodes;
   for_each_item(text, "distributed.nodes", [&](std::string_view item) {
@@ -151,10 +152,9 @@ std::vector<DistributedNode> parse_nodes(std::string_view text) {
     DistributedNode node;
     const std::size_t colon = item.find(':');
     node.host = std::string(item.substr(0, colon));
-    bool valid =
-        !node.host.empty() &&
-        node.host.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_") ==
-            std::string::npos;
+    bool valid = !node.host.empty() &&
+                 node.host.find_first_not_of(
+                     "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-") == std::string::npos;
     if (valid && colon != std::string_view::npos) {
       const std::string_view digits = item.substr(colon + 1);
       unsigned slots = 0;
@@ -164,8 +164,8 @@ std::vector<DistributedNode> parse_nodes(std::string_view text) {
       node.slots = slots;
     }
     if (!valid) {
-      throw ConfigError(fmt::format("distributed.nodes: {} is not host or host:slots (a host name or "
-                                    "IPv4 address, slots 1..4096)",
+      throw ConfigError(fmt::format("distributed.nodes: {} is not host or host:slots (a host name of "
+                                    "letters, digits, dots and hyphens, or an IPv4 address; slots 1..4096)",
                                     quote(item)),
                         "distributed.nodes");
     }

@@ -86,6 +86,9 @@ TEST(DistributedConfig, NodesRefuseOptionLikeHostsAndSayIpv6IsNotSupported) {
     const std::string error = config_error(with({{"distributed.nodes", ipv6}}));
     EXPECT_NE(error.find("is an IPv6 address: not supported"), std::string::npos) << ipv6 << ": " << error;
   }
+  // mpirun launches on no other name: '_' too is refused here rather than there.
+  EXPECT_NE(config_error(with({{"distributed.nodes", "node_1:2"}})).find("letters, digits, dots and hyphens"),
+            std::string::npos);
   EXPECT_EQ(config_error(with({{"distributed.nodes", "node-1:2, 10.0.0.3"}})), "");
 }
 
