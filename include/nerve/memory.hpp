@@ -20,7 +20,9 @@
 //
 // Misuse of small chunks (64 KiB and less) is not detected: a double free, a wrong size or a pointer
 // the pool did not give corrupts its free lists, like free() misuse in malloc — the fast path has no
-// room for a check. Blocks above 64 KiB are checked: such a deallocate() is logged and ignored.
+// room for a check. Blocks above 64 KiB are checked: such a deallocate() is logged and ignored, and the
+// block stays allocated. For them a size is wrong when it does not round up to the same whole pages as
+// the size given to allocate() (a size of 64 KiB or less is taken for a small chunk, unchecked).
 //
 // Thread safety: allocate() and deallocate() may be called from any threads concurrently, and a
 // block may be deallocated by another thread than the one that allocated it. compact() and stats()

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <mutex>
 #include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -177,6 +178,39 @@ TEST_F(PoolFixture, BigBlocksAreColouredSoEqualSizesDoNotAlias) {
   }
   EXPECT_GT(offsets.size(), 1u) << "every block at the same offset modulo 64 KiB";
   for (void* block : blocks) pool->deallocate(block, bytes);
+  expect_nothing_in_use(*pool);
+}
+
+// A deallocate() of a large block with a wrong size is logged and ignored, like a double free: it
+// used to free the block, and the next request of its size got it while the caller still held it.
+// Wrong means not rounding up to the pages the request did; a cached block reused for a smaller
+// request is deallocated with that request's size, not its own.
+TEST_F(PoolFixture, ALargeBlockDeallocatedWithAWrongSizeIsLoggedAndKept) {
+  auto pool = make_pool(config_with({}));
+  const std::size_t bytes = 48 * page_size();  // a large block below the colouring threshold
+  void* block = pool->allocate(bytes);
+  const std::size_t in_use = pool->stats().bytes_in_use;
+  ::testing::internal::CaptureStderr();
+  pool->deallocate(block, bytes / 2);
+  pool->deallocate(block, 4 << 20);
+  const std::string logged = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(pool->stats().bytes_in_use, in_use) << "the block is still the caller's";
+  const std::string allocated_for = " of a block allocated for " + std::to_string(bytes - page_size() + 1) +
+                                    " to " + std::to_string(bytes) + " bytes: a wrong size; ignored";
+  EXPECT_THAT(logged, HasSubstr(", " + std::to_string(bytes / 2) + ")" + allocated_for));
+  EXPECT_THAT(logged, HasSubstr(", 4194304)" + allocated_for));
+  void* other = pool->allocate(bytes);
+  EXPECT_NE(other, block) << "a block still held was handed out again";
+  pool->deallocate(other, bytes);
+
+  pool->deallocate(block, bytes - 1);  // the same pages: right
+  EXPECT_EQ(pool->stats().bytes_in_use, 0u);
+  void* reused = pool->allocate(46 * page_size());  // a cached block of 48 pages
+  EXPECT_EQ(pool->stats().large_from_cache, 1u);
+  ::testing::internal::CaptureStderr();
+  pool->deallocate(reused, 46 * page_size());
+  pool->deallocate(reused, 46 * page_size());  // a double free: logged and ignored, as before
+  EXPECT_THAT(::testing::internal::GetCapturedStderr(), HasSubstr("does not have live; ignored"));
   expect_nothing_in_use(*pool);
 }
 

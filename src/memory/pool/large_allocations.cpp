@@ -43,7 +43,7 @@ void* LargeAllocations::try_allocate(std::size_t bytes, bool* from_cache) {
       const CachedBlock hit = cache_[best];
       cache_.erase(cache_.begin() + static_cast<std::ptrdiff_t>(best));
       cached_bytes_ -= hit.bytes;
-      live_.emplace(hit.block, LiveBlock{hit.bytes, hit.charged});
+      live_.emplace(hit.block, LiveBlock{hit.bytes, hit.charged, wanted});
       live_bytes_ += hit.bytes;
       ++from_cache_;
       *from_cache = true;
@@ -75,7 +75,7 @@ void* LargeAllocations::try_allocate(std::size_t bytes, bool* from_cache) {
   }
   try {
     std::lock_guard lock(mutex_);
-    live_.emplace(block, LiveBlock{real, wanted});
+    live_.emplace(block, LiveBlock{real, wanted, wanted});
     live_bytes_ += real;
   } catch (...) {
     budget_.release(block, real, wanted);
@@ -104,6 +104,14 @@ void LargeAllocations::free(void* block, std::size_t bytes) noexcept {
     if (it == live_.end()) {
       log::error("memory pool: deallocate({}, {}) of a block this pool does not have live; ignored", block,
                  bytes);
+      return;
+    }
+    // Freeing it anyway would hand the caller's block to the next request of its size while the
+    // caller still uses it (its real size is known here, so nothing else would go wrong).
+    if (const std::size_t requested = it->second.requested; rounded_size(bytes) != requested) {
+      log::error(
+          "memory pool: deallocate({}, {}) of a block allocated for {} to {} bytes: a wrong size; ignored",
+          block, bytes, requested - page_size() + 1, requested);
       return;
     }
     size = it->second.bytes;

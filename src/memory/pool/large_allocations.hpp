@@ -10,8 +10,10 @@
 // Thread safety: every member may be called concurrently (one mutex; large allocations are rare and
 // cost a node call anyway when the cache misses). The node is called outside the mutex.
 // Errors: try_allocate() returns null when the pool's limit forbids a new block (the pool then makes
-// room or reports out_of_memory); the node's errors propagate. A free of an unknown pointer is logged
-// and ignored.
+// room or reports out_of_memory); the node's errors propagate. A free of a pointer that is not a live
+// block (never given, or freed already) or with a wrong size is logged and ignored: the block stays
+// the caller's. A size is wrong when it does not round up to the same whole pages as the size asked
+// for (rounded_size()): the block's own size may be larger (a cached block, colour padding).
 #pragma once
 
 #include <cstddef>
@@ -46,7 +48,8 @@ class LargeAllocations {
   // try_allocate() returns a block of at least `bytes`, or null when the limit forbids a new block.
   // `*from_cache` says whether it was a recently freed block.
   void* try_allocate(std::size_t bytes, bool* from_cache);
-  // free() takes back a block from try_allocate(); `bytes` is the size that was asked for.
+  // free() takes back a block from try_allocate(); `bytes` is the size that was asked for (or one of
+  // the same whole pages).
   void free(void* block, std::size_t bytes) noexcept;
   // release_cached() returns every cached block to the node; gives the bytes returned.
   std::size_t release_cached() noexcept;
@@ -64,6 +67,7 @@ class LargeAllocations {
   struct LiveBlock {
     std::size_t bytes;
     std::size_t charged;
+    std::size_t requested;  // rounded_size() of the request: what free() checks its size against
   };
 
   NodeBudget& budget_;
@@ -71,7 +75,7 @@ class LargeAllocations {
   const std::size_t max_cached_bytes_;
   const std::size_t max_cached_blocks_;
   mutable std::mutex mutex_;
-  std::unordered_map<void*, LiveBlock> live_;  // block -> its real size and charge
+  std::unordered_map<void*, LiveBlock> live_;  // block -> its real size, charge and request
   unsigned next_color_ = 0;                    // guarded by mutex_
   std::vector<CachedBlock> cache_;             // most recently freed last
   std::size_t cached_bytes_ = 0;
