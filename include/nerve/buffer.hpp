@@ -72,14 +72,14 @@ class Mapped {
   Mapped(Mapped&& other) noexcept
       : mapping_(std::exchange(other.mapping_, {})),
         count_(other.count_),
-        buffer_id_(other.buffer_id_),
+        label_(other.label_),
         offset_(other.offset_) {}
   Mapped& operator=(Mapped&& other) noexcept {
     if (this != &other) {
       unmap_quietly();
       mapping_ = std::exchange(other.mapping_, {});
       count_ = other.count_;
-      buffer_id_ = other.buffer_id_;
+      label_ = other.label_;
       offset_ = other.offset_;
     }
     return *this;
@@ -96,22 +96,15 @@ class Mapped {
 
   // unmap() ends the mapping; tasks waiting for it may start.
   void unmap() {
-    if (mapping_.record == nullptr) {
-      throw Error(ErrorCode::buffer_misuse,
-                  buffer_id_ == 0
-                      ? std::string("unmap of a buffer mapping that was never mapped")
-                      : "unmap of elements [" + std::to_string(offset_) + ", " +
-                            std::to_string(offset_ + count_) + ") of buffer " + std::to_string(buffer_id_) +
-                            ", which are not mapped (unmapped already, or moved from)");
-    }
+    if (mapping_.record == nullptr) detail::throw_unmap_without_map(label_, offset_, offset_ + count_);
     detail::buffer_unmap(std::exchange(mapping_, {}));
   }
 
  private:
   template <class>
   friend class Buffer;
-  Mapped(detail::Mapping mapping, std::size_t count, std::uint64_t buffer_id, std::size_t offset)
-      : mapping_(mapping), count_(count), buffer_id_(buffer_id), offset_(offset) {}
+  Mapped(detail::Mapping mapping, std::size_t count, detail::BufferLabel label, std::size_t offset)
+      : mapping_(mapping), count_(count), label_(std::move(label)), offset_(offset) {}
   void unmap_quietly() noexcept {
     if (mapping_.record == nullptr) return;
     try {
@@ -121,7 +114,7 @@ class Mapped {
   }
   detail::Mapping mapping_{};
   std::size_t count_ = 0;
-  std::uint64_t buffer_id_ = 0;  // for messages: which buffer, which elements
+  detail::BufferLabel label_;  // for messages: which buffer, which elements
   std::size_t offset_ = 0;
 };
 
@@ -178,7 +171,7 @@ class Buffer {
     if (state_ == nullptr) throw Error(ErrorCode::buffer_misuse, "slice of an empty buffer handle");
     if (offset > count_ || count > count_ - offset)
       detail::throw_slice_outside(state_, offset, count, offset_, count_);
-    detail::buffer_check_range(state_, (offset_ + offset) * sizeof(T), count * sizeof(T));
+    detail::buffer_check_range(state_, (offset_ + offset) * sizeof(T), count * sizeof(T), "slice of");
     Buffer view(*this);
     view.offset_ += offset;
     view.count_ = count;
@@ -236,7 +229,7 @@ class Buffer {
   Mapped<U> map_as(Access mode, bool wait) const {
     if (state_ == nullptr) throw Error(ErrorCode::buffer_misuse, "map of an empty buffer handle");
     detail::Mapping mapping = detail::buffer_map(state_, offset_ * sizeof(T), count_ * sizeof(T), mode, wait);
-    return Mapped<U>(mapping, mapping.record != nullptr ? count_ : 0, detail::buffer_id(state_), offset_);
+    return Mapped<U>(mapping, mapping.record != nullptr ? count_ : 0, detail::buffer_label(state_), offset_);
   }
 
   detail::BufferState* state_ = nullptr;

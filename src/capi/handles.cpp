@@ -4,6 +4,8 @@
 
 #include "nerve/error.hpp"
 
+#include "memory/buffer_state.hpp"
+
 namespace nerve::capi {
 
 const char* NameTable::intern(const std::string& name) {
@@ -55,7 +57,7 @@ void destroy_pool(nerve_task_pool* pool) {
 }
 
 std::string describe(const nerve_buffer& buffer) {
-  return fmt::format("buffer {} ({} bytes)", buffer.id, buffer.bytes);
+  return detail::describe_buffer(buffer.id, {}, buffer.bytes);  // C buffers have no name
 }
 
 int device_count(nerve_context& context) { return static_cast<int>(context.runtime->devices().size()); }

@@ -130,7 +130,8 @@ nerve_task_pool& checked_pool(nerve_task_pool* pool);
 // the tasks' descriptors) and the Error rethrown.
 void destroy_pool(nerve_task_pool* pool);
 
-// describe() names a buffer in messages: "buffer 3 (64 bytes)" (safe on a freed handle).
+// describe() names a buffer in messages as the runtime does, "buffer 3 (64 bytes)" (describe_buffer()),
+// from the handle's own fields: safe on a freed handle.
 std::string describe(const nerve_buffer& buffer);
 
 // check_device() throws Error(invalid_argument) unless `device` is NERVE_DEVICE_ANY or a device of

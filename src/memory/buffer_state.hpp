@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -61,6 +62,7 @@ class HostStorage {
 // describe_buffer(): how messages name a buffer, "buffer 7 'name' (4096 bytes)" ("buffer 7 (4096
 // bytes)" unnamed); also for one whose creation failed.
 std::string describe_buffer(std::uint64_t id, std::string_view name, std::size_t bytes);
+std::string describe_buffer(const BufferLabel& label);
 
 struct BufferState {
   // `worker_numa`: the NUMA node of the creating thread's worker, or -1 (see HostMemoryNode).
@@ -70,9 +72,12 @@ struct BufferState {
   BufferState(const BufferState&) = delete;
   BufferState& operator=(const BufferState&) = delete;
 
-  // check_usable() throws BufferMisuse if the buffer was freed or its context destroyed.
-  void check_usable(const char* operation) const;
+  // check_usable() throws BufferMisuse if the buffer was freed or its context destroyed, naming
+  // `operation` with its preposition ("slice of", "a read map of") and the bytes it was for.
+  void check_usable(const char* operation, std::size_t offset, std::size_t size) const;
   std::string describe() const;  // "buffer 7 'name' (4096 bytes)": describe_buffer()
+  // describe(offset, size): "bytes [16, 32) of buffer 7 'name' (4096 bytes)".
+  std::string describe(std::size_t offset, std::size_t size) const;
 
   // The layout follows who touches what per task. A program over many small buffers (W4: 65,536 of
   // them) finds each buffer's lines out of cache, so a task pays for every line it touches per
@@ -115,7 +120,7 @@ struct BufferState {
   // --- line 3: written where the buffer's tasks finish
   alignas(64) std::atomic<std::int64_t> accesses_ended{open_bias};
   // --- cold
-  alignas(64) const std::string name;
+  alignas(64) const std::shared_ptr<const std::string> name;  // null: none; shared with BufferLabel
   HostStorage host_storage;
   BufferReplicas replicas;
 };

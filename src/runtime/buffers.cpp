@@ -114,8 +114,9 @@ void throw_slice_outside(const BufferState* buffer, std::size_t offset, std::siz
                           offset, view));
 }
 
-void buffer_check_range(const BufferState* buffer, std::size_t offset, std::size_t size) {
-  buffer->check_usable("access");
+void buffer_check_range(const BufferState* buffer, std::size_t offset, std::size_t size,
+                        const char* operation) {
+  buffer->check_usable(operation, offset, size);
   if (offset > buffer->bytes || size > buffer->bytes - offset) {
     throw Error(ErrorCode::buffer_misuse, fmt::format("access to bytes {} is outside {}",
                                                       byte_range(offset, size), buffer->describe()));
@@ -128,7 +129,7 @@ void buffer_free(BufferState* buffer) {
     if (expected == BufferLife::freed) {
       throw Error(ErrorCode::buffer_misuse, fmt::format("double free of {}", buffer->describe()));
     }
-    buffer->check_usable("free");
+    buffer->check_usable("free of", 0, buffer->bytes);
   }
   release(buffer);
 }
@@ -157,13 +158,14 @@ void set_mapping_thread(TaskRecord* task, bool prefetch) noexcept {
   task->closure[prefetch_flag_offset] = std::byte{prefetch ? std::uint8_t{1} : std::uint8_t{0}};
 }
 
-const char* mode_name(Access mode) noexcept {
+// map_operation(): how messages name a map in `mode`, with the preposition its range takes.
+const char* map_operation(Access mode) noexcept {
   switch (mode) {
-    case Access::read: return "a read";
-    case Access::write: return "a write";
-    case Access::read_write: return "a read-write";
+    case Access::read: return "a read map of";
+    case Access::write: return "a write map of";
+    case Access::read_write: return "a read-write map of";
   }
-  return "an";
+  return "a map of";
 }
 
 bool mapped_by_this_thread(const TaskRecord* task) noexcept {
@@ -251,9 +253,9 @@ void ContextImpl::throw_waits_for_own_mapping(const TaskRecord& mapping, std::st
   const AccessRecord& held = mapping.accesses[0];
   const std::string waited = task != nullptr ? fmt::format(" for task '{}'", task) : std::string();
   throw Error(ErrorCode::buffer_misuse,
-              fmt::format("{}{} would wait forever for the mapping of bytes [{}, {}) of {} that this thread "
-                          "still holds (unmap it first)",
-                          what, waited, held.offset, held.offset + held.size, held.buffer->describe()));
+              fmt::format("{}{} would wait forever for the mapping of {} that this thread still holds (unmap "
+                          "it first)",
+                          what, waited, held.buffer->describe(held.offset, held.size)));
 }
 
 Mapping buffer_map(BufferState* buffer, std::size_t offset, std::size_t size, Access mode, bool wait) {
@@ -262,10 +264,9 @@ Mapping buffer_map(BufferState* buffer, std::size_t offset, std::size_t size, Ac
                 fmt::format("map of {}: {} is not an Access (read, write or read_write)", buffer->describe(),
                             static_cast<int>(mode)));
   }
-  buffer_check_range(buffer, offset, size);
+  buffer_check_range(buffer, offset, size, map_operation(mode));
   const auto describe_map = [&] {
-    return fmt::format("{} map of bytes [{}, {}) of {}", mode_name(mode), offset, offset + size,
-                       buffer->describe());
+    return fmt::format("{} {}", map_operation(mode), buffer->describe(offset, size));
   };
   ContextImpl& context = *buffer->context;
   // Room for this mapping in held_mappings first: once granted, recording it must not fail.
@@ -389,17 +390,32 @@ void buffer_unmap(Mapping mapping) {
     if (it != context.held_mappings.end()) context.held_mappings.erase(it);
     context.held_mapping_count.store(context.held_mappings.size(), std::memory_order_release);
   }
-  const bool context_gone = context.shut_down;
+  // Described before the mapping ends: the mapping may hold the buffer's last reference.
+  std::string context_gone;
+  if (context.shut_down) [[unlikely]] {
+    const AccessRecord& held = task->accesses[0];
+    context_gone = fmt::format("unmap of {}: the buffer's context has been destroyed (the mapping was ended)",
+                               held.buffer->describe(held.offset, held.size));
+  }
   // Ending the mapping may release the buffer, and with it the runtime (when the Context object
   // and every handle went first): hold the runtime until the mapping's record is given back.
   context.add_external_reference();
   context.end_mapping(task, context.current_thread());
   context.release_task(task);  // the Mapping's reference
   context.drop_external_reference();
-  if (context_gone) {
-    throw Error(ErrorCode::buffer_misuse,
-                "unmap of a buffer mapping whose context has been destroyed (the mapping was ended)");
-  }
+  if (!context_gone.empty()) throw Error(ErrorCode::buffer_misuse, context_gone);
+}
+
+BufferLabel buffer_label(const BufferState* buffer) noexcept {
+  return {buffer->id, buffer->bytes, buffer->name};
+}
+
+void throw_unmap_without_map(const BufferLabel& label, std::size_t first, std::size_t end) {
+  if (label.id == 0) throw Error(ErrorCode::buffer_misuse, "unmap of a buffer mapping that was never mapped");
+  throw Error(
+      ErrorCode::buffer_misuse,
+      fmt::format("unmap of elements [{}, {}) of {}, which are not mapped (unmapped already, or moved from)",
+                  first, end, describe_buffer(label)));
 }
 
 }  // namespace nerve::detail

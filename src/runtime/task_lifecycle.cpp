@@ -200,14 +200,15 @@ inline void ContextImpl::validate_access(const AccessSpec& access) const {
 }
 
 void ContextImpl::reject_access(const AccessSpec& access) const {
+  static constexpr const char* task_access = "a task's access to";
   const BufferState* buffer = access.buffer;
   if (buffer == nullptr) throw Error(ErrorCode::buffer_misuse, "a task accesses an empty buffer handle");
-  if (buffer->life.load(std::memory_order_acquire) != BufferLife::alive) buffer->check_usable("submit");
+  buffer->check_usable(task_access, access.offset, access.size);
   if (buffer->context != this) {
     throw Error(ErrorCode::buffer_misuse,
                 fmt::format("a task accesses {} of another context", buffer->describe()));
   }
-  buffer_check_range(buffer, access.offset, access.size);
+  buffer_check_range(buffer, access.offset, access.size, task_access);
   throw Error(ErrorCode::internal, "an access failed validation for no reason found");  // not reached
 }
 

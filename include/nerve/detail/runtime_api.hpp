@@ -13,6 +13,7 @@
 #include <limits>
 #include <memory>
 #include <ratio>
+#include <string>
 #include <type_traits>
 
 #include "nerve/export.hpp"
@@ -300,8 +301,10 @@ NERVE_API std::uint64_t buffer_id(const BufferState* buffer) noexcept;
 [[noreturn]] NERVE_API void throw_slice_outside(const BufferState* buffer, std::size_t offset,
                                                 std::size_t count, std::size_t view_offset,
                                                 std::size_t view_count);
-// Checks that [offset, offset+size) lies in the buffer and the buffer is alive; throws BufferMisuse.
-NERVE_API void buffer_check_range(const BufferState* buffer, std::size_t offset, std::size_t size);
+// Checks that [offset, offset+size) lies in the buffer and the buffer is alive; throws BufferMisuse
+// naming `operation` with its preposition ("slice of", "a read map of") and the range.
+NERVE_API void buffer_check_range(const BufferState* buffer, std::size_t offset, std::size_t size,
+                                  const char* operation);
 NERVE_API void buffer_free(BufferState* buffer);  // explicit free (C API); later use is an error
 
 struct Mapping {
@@ -312,6 +315,20 @@ struct Mapping {
 NERVE_API Mapping buffer_map(BufferState* buffer, std::size_t offset, std::size_t size, Access mode,
                              bool wait);
 NERVE_API void buffer_unmap(Mapping mapping);
+
+// What messages name a buffer by where no handle may reach it any more (a Mapped<T> after unmap():
+// its mapping no longer holds the buffer). The name is shared with the buffer, not copied: null when
+// it has none, so that mapping an unnamed buffer costs nothing more.
+struct BufferLabel {
+  std::uint64_t id = 0;  // 0: no buffer (a Mapped<T> never mapped)
+  std::size_t bytes = 0;
+  std::shared_ptr<const std::string> name;
+};
+NERVE_API BufferLabel buffer_label(const BufferState* buffer) noexcept;
+// Throws Error(buffer_misuse) for an unmap of elements [first, end) of the buffer `label` names,
+// which are not mapped (unmapped already, moved from, or never mapped when label.id is 0).
+[[noreturn]] NERVE_API void throw_unmap_without_map(const BufferLabel& label, std::size_t first,
+                                                    std::size_t end);
 
 // running_device() is the device index the calling thread's current task runs on (0 = CPU workers),
 // or -1 outside tasks.
