@@ -359,7 +359,7 @@ Mapping buffer_map(BufferState* buffer, std::size_t offset, std::size_t size, Ac
       throw;
     }
     if (reads(mode) && buffer->tracker.pool_written()) [[unlikely]]
-      note_gate_reads(task, task->accesses[0]);
+      note_gate_reads(task, 0);
     buffer->tracker.register_access(task, offset, size, mode, [&](Predecessor predecessor) {
       if (predecessor.task != task && add_edge(predecessor.task, task, predecessor.consumes)) ++edges;
     });

@@ -39,24 +39,31 @@ bool input_order(const PoolOutcome::Input& a, const PoolOutcome::Input& b) noexc
 
 // input_read_by(): the first of `outcome`'s inputs that one of `member`'s reads overlaps and that
 // satisfies `which(input, begin, end)`, [begin, end) being the part read; or nullptr. A buffer's inputs
-// are disjoint and sorted: a binary search each.
+// are disjoint and sorted: a binary search each. The parts an earlier access of the member writes are
+// its own output, not an input (as for a plain task, whose accesses register in order).
 template <class Which>
 const PoolOutcome::Input* input_read_by(const PoolOutcome& outcome, const TaskRecord& member,
                                         Which&& which) noexcept {
   const std::vector<PoolOutcome::Input>& inputs = outcome.inputs;
-  for (std::size_t i = 0; i < member.access_count; ++i) {
+  const PoolOutcome::Input* found = nullptr;
+  for (std::size_t i = 0; i < member.access_count && found == nullptr; ++i) {
     const AccessRecord& access = member.accesses[i];
     if (!reads(access.mode) || access.size == 0) continue;
-    const std::size_t end = access.offset + access.size;
-    auto it = std::partition_point(inputs.begin(), inputs.end(), [&](const PoolOutcome::Input& input) {
-      return input.buffer != access.buffer ? std::less<>()(input.buffer, access.buffer)
-                                           : input.end <= access.offset;
+    for_each_part_read(member, i, [&](std::size_t begin, std::size_t end) {
+      auto it = std::partition_point(inputs.begin(), inputs.end(), [&](const PoolOutcome::Input& input) {
+        return input.buffer != access.buffer ? std::less<>()(input.buffer, access.buffer)
+                                             : input.end <= begin;
+      });
+      for (; it != inputs.end() && it->buffer == access.buffer && it->begin < end; ++it) {
+        if (which(*it, std::max(it->begin, begin), std::min(it->end, end))) {
+          found = &*it;
+          return true;
+        }
+      }
+      return false;
     });
-    for (; it != inputs.end() && it->buffer == access.buffer && it->begin < end; ++it) {
-      if (which(*it, std::max(it->begin, access.offset), std::min(it->end, end))) return &*it;
-    }
   }
-  return nullptr;
+  return found;
 }
 
 // drop_inputs(): the references the inputs hold, once the gate is released (or abandoned).
@@ -291,31 +298,35 @@ void note_gate_inputs(TaskRecord* gate) {
   outcome->outputs.reserve(room);
 }
 
-void note_gate_reads(TaskRecord* consumer, AccessRecord& access) noexcept {
-  access.buffer->tracker.consumed_writers(
-      access.offset, access.size, [&](TaskRecord* writer, std::size_t begin, std::size_t end) {
-        if (writer->kind != TaskKind::pool_gate) return;
-        PoolOutcome& outcome = *gate_outcome(writer);  // made at the gate's registration, under this lock
-        access.noted_by_gates = true;
-        std::lock_guard lock(outcome.reads_lock);
-        if (outcome.reads_closed) {  // the gate's fate is known and it has begun cancelling: decide now
-          std::exception_ptr cause;
-          if (read_fails(writer, access.buffer, begin, end, cause)) mark_cancelled_by(consumer, cause);
-          return;
-        }
-        try {
-          outcome.reads.push_back(PoolOutcome::Read{consumer, access.buffer, begin, end});
-        } catch (const std::bad_alloc&) {
-          outcome.reads_lost = true;
-        }
-      });
+void note_gate_reads(TaskRecord* consumer, std::size_t index) noexcept {
+  const AccessRecord& access = consumer->accesses[index];
+  const auto note = [&](TaskRecord* writer, std::size_t begin, std::size_t end) {
+    if (writer->kind != TaskKind::pool_gate) return;
+    PoolOutcome& outcome = *gate_outcome(writer);  // made at the gate's registration, under this lock
+    std::lock_guard lock(outcome.reads_lock);
+    if (outcome.reads_closed) {  // the gate's fate is known and it has begun cancelling: decide now
+      std::exception_ptr cause;
+      if (read_fails(writer, access.buffer, begin, end, cause)) mark_cancelled_by(consumer, cause);
+      return;
+    }
+    try {
+      outcome.reads.push_back(PoolOutcome::Read{consumer, access.buffer, begin, end});
+    } catch (const std::bad_alloc&) {
+      outcome.reads_lost = true;
+    }
+  };
+  for_each_part_read(*consumer, index, [&](std::size_t begin, std::size_t end) {
+    access.buffer->tracker.consumed_writers(begin, end - begin, note);
+    return false;
+  });
 }
 
 void cancel_pool_consumer(const TaskRecord* gate, TaskRecord* successor) noexcept {
-  // The parts of the gate's data the successor read as it registered, as the gate noted them.
-  const PoolOutcome* found = gate_outcome(gate);
-  bool noted = false;
-  if (found != nullptr) {  // none: the gate has no accesses
+  // The parts of the gate's data the successor read as it registered, as the gate noted them. Every
+  // read of a buffer a gate wrote is noted (the registrations of tasks, gates and host mappings
+  // alike): a successor with no note read none of this gate's data (its edge is a write's, or came
+  // through another buffer), and a read of a part another task has written since is not noted.
+  if (const PoolOutcome* found = gate_outcome(gate); found != nullptr) {  // none: the gate has no accesses
     const PoolOutcome& outcome = *found;
     std::lock_guard lock(outcome.reads_lock);
     const auto by_consumer = [](const PoolOutcome::Read& a, const PoolOutcome::Read& b) {
@@ -325,8 +336,7 @@ void cancel_pool_consumer(const TaskRecord* gate, TaskRecord* successor) noexcep
       std::sort(outcome.reads.begin(), outcome.reads.end(), by_consumer);
       outcome.reads_closed = true;
     }
-    noted = !outcome.reads_lost;
-    if (noted) {
+    if (!outcome.reads_lost) {
       const PoolOutcome::Read key{successor, nullptr, 0, 0};
       const auto [first, last] =
           std::equal_range(outcome.reads.begin(), outcome.reads.end(), key, by_consumer);
@@ -337,13 +347,14 @@ void cancel_pool_consumer(const TaskRecord* gate, TaskRecord* successor) noexcep
           return;
         }
       }
+      return;
     }
   }
-  // Reads no note covers (a host mapping's; or a note was lost): the whole range read counts, also
-  // a part another task has written since the gate, which cancels more than it should.
+  // A note was lost (out of memory): the whole ranges read count, also a part another task has
+  // written since the gate, which cancels more than it should.
   for (std::size_t i = 0; i < successor->access_count; ++i) {
     const AccessRecord& access = successor->accesses[i];
-    if (!reads(access.mode) || access.size == 0 || (noted && access.noted_by_gates)) continue;
+    if (!reads(access.mode) || access.size == 0) continue;
     std::exception_ptr cause;
     if (read_fails(gate, access.buffer, access.offset, access.offset + access.size, cause)) {
       mark_cancelled_by(successor, cause);

@@ -99,7 +99,33 @@ void note_gate_inputs(TaskRecord* gate);
 // locked, before any of the task's accesses is registered, and only for buffers a gate wrote
 // (DependencyTracker::pool_written()). Never throws: out of memory, the gate falls back to deciding
 // by the dependents' accesses alone.
-void note_gate_reads(TaskRecord* consumer, AccessRecord& access) noexcept;
+void note_gate_reads(TaskRecord* consumer, std::size_t index) noexcept;
+
+// unwritten_parts(): for_each_part_read() for [begin, end), past the earlier accesses before `from`.
+template <class Fn>
+bool unwritten_parts(const TaskRecord& task, std::size_t index, std::size_t from, std::size_t begin,
+                     std::size_t end, Fn& fn) noexcept {
+  if (begin >= end) return false;
+  const AccessRecord& access = task.accesses[index];
+  for (std::size_t j = from; j < index; ++j) {
+    const AccessRecord& earlier = task.accesses[j];
+    if (earlier.buffer != access.buffer || !writes(earlier.mode) || earlier.offset >= end ||
+        earlier.offset + earlier.size <= begin)
+      continue;
+    return unwritten_parts(task, index, j + 1, begin, earlier.offset, fn) ||
+           unwritten_parts(task, index, j + 1, earlier.offset + earlier.size, end, fn);
+  }
+  return fn(begin, end);
+}
+
+// for_each_part_read(): calls fn(begin, end) for each part of `task`'s access `index` (a read) that
+// none of its earlier accesses writes — what it reads of other tasks' data, as registering its
+// accesses in order finds — until fn returns true; returns whether it did.
+template <class Fn>
+bool for_each_part_read(const TaskRecord& task, std::size_t index, Fn&& fn) noexcept {
+  const AccessRecord& access = task.accesses[index];
+  return unwritten_parts(task, index, 0, access.offset, access.offset + access.size, fn);
+}
 
 struct PoolState {
   explicit PoolState(ContextImpl& owner) : context(owner) {}

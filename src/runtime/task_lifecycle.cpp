@@ -297,7 +297,7 @@ std::size_t ContextImpl::register_dependencies(TaskRecord* task, ThreadState& th
   if (seen.capacity() < 64) seen.reserve(64);
   const std::size_t count = task->access_count;
   if (count == 1) {
-    AccessRecord& access = task->accesses[0];
+    const AccessRecord& access = task->accesses[0];
     BufferState* buffer = access.buffer;
     std::lock_guard lock(buffer->tracker.lock());
     buffer->tracker.split_for(access.offset, access.size);
@@ -308,7 +308,7 @@ std::size_t ContextImpl::register_dependencies(TaskRecord* task, ThreadState& th
     if (task->kind == TaskKind::pool_gate) [[unlikely]]
       note_gate_inputs(task);
     if (reads(access.mode) && buffer->tracker.pool_written()) [[unlikely]]
-      note_gate_reads(task, access);
+      note_gate_reads(task, 0);
     if (recorder != nullptr) [[unlikely]]
       record_finished_sources(access);
     buffer->tracker.register_access(task, access.offset, access.size, access.mode, on_predecessor);
@@ -373,9 +373,9 @@ std::size_t ContextImpl::register_dependencies(TaskRecord* task, ThreadState& th
     }
     // Nothing throws from here. Before any access registers: one may replace what another reads.
     for (std::size_t i = 0; i < count; ++i) {
-      AccessRecord& access = task->accesses[i];
+      const AccessRecord& access = task->accesses[i];
       if (reads(access.mode) && access.buffer->tracker.pool_written()) [[unlikely]]
-        note_gate_reads(task, access);
+        note_gate_reads(task, i);
     }
     for (std::size_t i = 0; i < count; ++i) {
       const AccessRecord& access = task->accesses[i];

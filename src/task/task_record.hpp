@@ -59,11 +59,7 @@ struct AccessRecord {
   std::size_t offset;
   std::size_t size;
   Access mode;
-  // A read that met data pool gates wrote, noted by them as it registered (note_gate_reads): a
-  // cancelled gate decides by its notes, not by this range, whether it cancels the task.
-  bool noted_by_gates = false;
 };
-static_assert(sizeof(AccessRecord) == 32, "an access record fills half a cache line");
 
 inline constexpr std::size_t inline_closure_bytes = 64;
 inline constexpr std::size_t inline_access_count = 3;
