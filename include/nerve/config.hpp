@@ -114,19 +114,22 @@ class NERVE_API Settings {
   // around the key are ignored. Keys and values are validated when the context is created, not here.
   Settings& set(std::string key, std::string value);
 
-  // config_file() selects the YAML file; it takes precedence over NERVE_CONFIG.
-  Settings& config_file(std::filesystem::path path);
+  // config_file() selects the YAML file; it takes precedence over NERVE_CONFIG. `named_by` says
+  // where the name came from, for the messages about the file ("--config" for a tool's option).
+  Settings& config_file(std::filesystem::path path, std::string named_by = "Settings::config_file");
 
   // use_environment(false) ignores NERVE_* variables (tests use this to stay hermetic).
   Settings& use_environment(bool enabled);
 
   const std::vector<std::pair<std::string, std::string>>& values() const { return values_; }
   const std::optional<std::filesystem::path>& file() const { return file_; }
+  const std::string& file_named_by() const { return file_named_by_; }
   bool environment_enabled() const { return use_environment_; }
 
  private:
   std::vector<std::pair<std::string, std::string>> values_;
   std::optional<std::filesystem::path> file_;
+  std::string file_named_by_;
   bool use_environment_ = true;
 };
 

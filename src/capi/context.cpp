@@ -144,7 +144,9 @@ nerve_context_t* nerve_init_with_config(const nerve_context_config_t* config) {
 void nerve_shutdown(nerve_context_t* ctx) {
   if (ctx == nullptr) return;
   const nerve_status_t refused = guard("nerve_shutdown", [ctx] {
-    if (!ctx->runtime) fail(nerve::ErrorCode::invalid_argument, "the context has already been shut down");
+    if (!ctx->runtime)
+      fail(nerve::ErrorCode::invalid_argument,
+           "the context has been shut down already (a second nerve_shutdown)");
     if (inside_task(*ctx)) {
       fail(nerve::ErrorCode::invalid_argument,
            "called from inside a task of the context; the context stays alive");

@@ -40,7 +40,8 @@ void add_field(Settings& settings, int value, const char* key, std::string text)
 Settings settings_from_config(const nerve_context_config_t& config) {
   Settings settings;
   settings.use_environment(config.use_environment != 0);
-  if (config.config_file != nullptr) settings.config_file(config.config_file);
+  if (config.config_file != nullptr)
+    settings.config_file(config.config_file, "nerve_context_config_t::config_file");
 
   add_field(settings, config.scheduler_spin_us, "scheduler.spin_us",
             std::to_string(config.scheduler_spin_us));

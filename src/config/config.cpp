@@ -95,8 +95,9 @@ Settings& Settings::set(std::string key, std::string value) {
   return *this;
 }
 
-Settings& Settings::config_file(std::filesystem::path path) {
+Settings& Settings::config_file(std::filesystem::path path, std::string named_by) {
   file_ = std::move(path);
+  file_named_by_ = std::move(named_by);
   return *this;
 }
 
@@ -128,8 +129,8 @@ Config Config::load(const Settings& settings, const std::map<std::string, std::s
   }
 
   if (settings.file()) {
-    log::debug("configuration file {} (from Settings::config_file)", settings.file()->string());
-    config::read_config_file(*settings.file(), "Settings::config_file",
+    log::debug("configuration file {} (from {})", settings.file()->string(), settings.file_named_by());
+    config::read_config_file(*settings.file(), settings.file_named_by(),
                              [&](const Assignment& assignment) { assign(result, assignment); });
   } else if (const auto named = env.find("NERVE_CONFIG"); named != env.end() && !named->second.empty()) {
     log::debug("configuration file {} (from NERVE_CONFIG)", named->second);

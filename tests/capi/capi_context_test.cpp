@@ -236,7 +236,8 @@ TEST(CapiContext, CallsAfterShutdownAreErrorsThatSaySo) {
     EXPECT_EQ(nerve_buffer_alloc_unified(ctx, 8, MEM_FLAG_READ), nullptr);
     EXPECT_EQ(nerve_task_pool_create(ctx, 1), nullptr);
     EXPECT_EQ(nerve_memory_compact(ctx), 0u);
-    EXPECT_NERVE_ERROR(nerve_shutdown(ctx), NERVE_ERROR_INVALID_ARGUMENT, "already been shut down");
+    EXPECT_NERVE_ERROR(nerve_shutdown(ctx), NERVE_ERROR_INVALID_ARGUMENT,
+                       "the context has been shut down already (a second nerve_shutdown)");
   }
 }
 

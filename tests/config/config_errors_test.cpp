@@ -742,6 +742,19 @@ TEST(ConfigBadFile, MissingFileNamesTheFileAndItsChooser) {
   }
 }
 
+// A tool names the file by its option: its message says so, not the API the tool called (the docs
+// audit found nerve-info's "--config missing.yaml" reported as named by Settings::config_file).
+TEST(ConfigBadFile, TheMessageSaysWhatNamedTheFile) {
+  try {
+    Config::load(testing::hermetic().config_file("absent.yaml", "--config"));
+    FAIL() << "expected a ConfigError";
+  } catch (const ConfigError& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("cannot open the configuration file (named by --config)"), std::string::npos)
+        << message;
+  }
+}
+
 // An empty path named no file in its message (": : cannot open the configuration file"): it says what
 // is wrong instead.
 TEST(ConfigBadFile, AnEmptyPathIsNamedAsSuch) {

@@ -42,7 +42,7 @@ struct Options {
 // --set topology.synthetic=... wins (Settings keeps the last value of a key).
 nerve::Settings make_settings(const Options& options) {
   nerve::Settings settings;
-  if (!options.config_file.empty()) settings.config_file(options.config_file);
+  if (!options.config_file.empty()) settings.config_file(options.config_file, "--config");
   if (options.no_environment) settings.use_environment(false);
   if (options.synthetic_given) settings.set("topology.synthetic", options.synthetic);
   for (const std::string& setting : options.settings) {

@@ -182,7 +182,7 @@ int main(int argc, char** argv) {
   if (first >= argc && !help) usage("no program given");
 
   nerve::Settings settings;
-  if (!config_file.empty()) settings.config_file(config_file);
+  if (!config_file.empty()) settings.config_file(config_file, "--config");
   nerve::Config config;
   try {
     config = nerve::Config::load(settings);

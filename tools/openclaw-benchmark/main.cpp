@@ -156,7 +156,7 @@ void report_failures(const nb::RunReport& report) {
 int list_workloads(const std::string& config) {
   nerve::Settings settings;  // what a run would use: the environment and --config
   settings.use_environment(true);
-  if (!config.empty()) settings.config_file(config);
+  if (!config.empty()) settings.config_file(config, "--config");
   // Asking whether a workload can run makes a context: what stops a run (a bad plugin, a bad key)
   // stops the list the same way, with the same message and exit status, rather than an abort.
   try {
@@ -583,7 +583,7 @@ int main(int argc, char** argv) {
     // names, a plugin) is left to the run and to the list's own checks.
     nerve::Settings settings;
     settings.use_environment(true);
-    if (!line.config.empty()) settings.config_file(line.config);
+    if (!line.config.empty()) settings.config_file(line.config, "--config");
     try {
       (void)nerve::Config::load(settings);
     } catch (const nerve::Error& error) {
@@ -605,7 +605,7 @@ int main(int argc, char** argv) {
     } else {
       nerve::Settings settings;
       settings.use_environment(true);
-      if (!line.config.empty()) settings.config_file(line.config);
+      if (!line.config.empty()) settings.config_file(line.config, "--config");
       // Validated before any workload starts: the keys, then what only a context can check against
       // the machine (gpu.devices naming an accelerator that is not there, a NUMA node it lacks) —
       // found by making one context as the workloads will, instead of failing each of them.
