@@ -1,18 +1,20 @@
 // backend_plugin.hpp — the ABI of device backends loaded as plugins.
 //
 // A plugin is a shared library named libnerve-backend-<name>.so in a directory of NERVE_PLUGIN_PATH
-// (colon-separated). When a context is created nerve dlopen()s each such file it has not loaded yet
-// (once per process; never unloaded), calls its entry function
+// (colon-separated): a regular file, or a symbolic link to one (anything else so named, such as a
+// directory, is skipped with a warning). When a context is created nerve dlopen()s each such file it
+// has not loaded yet — once per process, however many paths reach it (a directory listed twice, "dir"
+// and "dir/", links), so its backend is listed once; never unloaded — calls its entry function
 //
 //   extern "C" const nerve::plugin::Entry* nerve_backend_entry();
 //
 // and checks Entry::abi_version against nerve::plugin::abi_version. A file that cannot be loaded
 // (dlopen's message), has no entry symbol, or was built for another ABI version makes creating the
 // context fail with nerve::Error(invalid_config) naming the file; so does a plugin whose create(),
-// Backend::device_count(), describe() or open() throws (with its message), or whose open() returns
-// nullptr. The plugin's devices then join the built-in backends' (numbered after them; gpu.devices
-// selects among all of them, by index, name or the plugin's name), with the same memory-node, copy
-// and launch contract as a built-in device (docs/BACKENDS.md).
+// Backend::device_count(), describe() or open() throws (with its message), or whose create() or
+// open() returns nullptr. The plugin's devices then join the built-in backends' (numbered after
+// them; gpu.devices selects among all of them, by index, name or the plugin's name), with the same
+// memory-node, copy and launch contract as a built-in device (docs/BACKENDS.md).
 //
 // The ABI is the classes below — pure virtual, so a plugin needs no symbol of nerve and must not
 // link libnerve (the process that loads it has nerve already) — plus detail::KernelCall and
@@ -25,9 +27,9 @@
 // must then be host addressable), as the simulated device of tests/backend/plugins does. Plain
 // closures (Context::submit(fn, ...)) run on CPU workers only.
 //
-// Threads: a Backend is created once per process and never destroyed before exit. A Device is used
-// from any thread; it calls Completion::done exactly once per copy or launch, from any thread
-// (holding no lock that its own calls could need: done() may call back into the device).
+// Threads: a Backend is created once per process (Entry::create) and never destroyed before exit.
+// A Device is used from any thread; it calls Completion::done exactly once per copy or launch, from
+// any thread (holding no lock that its own calls could need: done() may call back into the device).
 #pragma once
 
 #include <cstddef>
@@ -114,9 +116,12 @@ class Backend {
 };
 
 struct Entry {
-  std::uint32_t abi_version = 0;   // first member, so that nerve can read it from any version
-  const char* name = nullptr;      // the backend's name, e.g. "sim"
-  Backend* (*create)() = nullptr;  // called once per process; the backend lives until exit
+  std::uint32_t abi_version = 0;  // first member, so that nerve can read it from any version
+  const char* name = nullptr;     // the backend's name, e.g. "sim"
+  // create(): called once per process until it succeeds — one that throws or returns nullptr fails
+  // that context's creation, and the next context calls it again; the backend it returns lives
+  // until exit.
+  Backend* (*create)() = nullptr;
 };
 
 }  // namespace nerve::plugin

@@ -2,9 +2,12 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <set>
 #include <system_error>
+#include <utility>
 
 #include <dlfcn.h>
+#include <sys/stat.h>
 
 #include <fmt/format.h>
 
@@ -13,6 +16,7 @@
 
 #include "backend/plugin.hpp"
 #include "backend/plugin_device.hpp"
+#include "util/log.hpp"
 
 namespace nerve::detail {
 namespace {
@@ -20,10 +24,19 @@ namespace {
 constexpr std::string_view plugin_prefix = "libnerve-backend-";
 constexpr std::string_view plugin_suffix = ".so";
 
+// A file's identity: its device and inode, which every path to it shares — "dir" and "dir/", a
+// symbolic link, a hard link — so that one library is one backend however it was reached.
+using FileIdentity = std::pair<dev_t, ino_t>;
+
 std::mutex plugins_mutex;
-std::map<std::string, std::shared_ptr<Backend>>& loaded_plugins() {
-  static auto* plugins = new std::map<std::string, std::shared_ptr<Backend>>();  // lives until exit
+std::map<FileIdentity, std::shared_ptr<Backend>>& loaded_plugins() {
+  static auto* plugins = new std::map<FileIdentity, std::shared_ptr<Backend>>();  // lives until exit
   return *plugins;
+}
+// Paths already warned about (not a regular file): once per process, not at every context.
+std::set<std::string>& skipped_paths() {
+  static auto* paths = new std::set<std::string>();  // lives until exit
+  return *paths;
 }
 
 [[noreturn]] void refuse(const std::filesystem::path& path, const std::string& why) {
@@ -36,9 +49,12 @@ std::shared_ptr<Backend> load_plugin(const std::filesystem::path& path) {
   std::error_code error;
   std::filesystem::path canonical = std::filesystem::canonical(path, error);
   if (error) refuse(path, fmt::format("cannot be opened: {}", error.message()));
+  struct stat file {};
+  if (::stat(canonical.c_str(), &file) != 0 || !S_ISREG(file.st_mode)) refuse(path, "is not a regular file");
   std::lock_guard lock(plugins_mutex);
   auto& plugins = loaded_plugins();
-  if (auto found = plugins.find(canonical.string()); found != plugins.end()) return found->second;
+  const FileIdentity identity{file.st_dev, file.st_ino};
+  if (auto found = plugins.find(identity); found != plugins.end()) return found->second;
 
   void* library = ::dlopen(canonical.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (library == nullptr) {
@@ -80,9 +96,31 @@ std::shared_ptr<Backend> load_plugin(const std::filesystem::path& path) {
   if (backend == nullptr) refuse(path, "creating its backend returned nothing");
   // The library stays loaded for the process's life: its code runs every device it creates.
   auto wrapped = make_plugin_backend(entry->name, backend, path);
-  plugins.emplace(canonical.string(), wrapped);
+  plugins.emplace(identity, wrapped);
   return wrapped;
 }
+
+namespace {
+
+// plugin_file(): `path` (a name the prefix and suffix match) is a library to load: a regular file, or
+// a symbolic link to one. Anything else (a directory so named, a dangling link) is skipped with a
+// warning: dlopen() would fail on it, and every context with it.
+bool plugin_file(const std::filesystem::path& path) {
+  std::error_code error;
+  const std::filesystem::file_status status = std::filesystem::status(path, error);
+  if (!error && std::filesystem::is_regular_file(status)) return true;
+  std::lock_guard lock(plugins_mutex);
+  if (skipped_paths().insert(path.string()).second) {
+    const std::string what = error                                   ? error.message()
+                             : std::filesystem::is_directory(status) ? "it is a directory"
+                                                                     : "it is not a regular file";
+    log::warn("NERVE_PLUGIN_PATH: skipping '{}', which is named like a backend plugin: {}", path.string(),
+              what);
+  }
+  return false;
+}
+
+}  // namespace
 
 std::vector<std::shared_ptr<Backend>> plugins_on_path(std::string_view path_list) {
   std::vector<std::shared_ptr<Backend>> backends;
@@ -101,7 +139,14 @@ std::vector<std::shared_ptr<Backend>> plugins_on_path(std::string_view path_list
       }
     }
     std::sort(files.begin(), files.end());
-    for (const auto& file : files) backends.push_back(load_plugin(file));
+    for (const auto& file : files) {
+      if (!plugin_file(file)) continue;
+      // A directory listed twice ("dir:dir/"), or a link to a file already listed, is the same
+      // backend: listed again, each of its devices would be opened twice, with a memory node each.
+      std::shared_ptr<Backend> backend = load_plugin(file);
+      if (std::find(backends.begin(), backends.end(), backend) == backends.end())
+        backends.push_back(std::move(backend));
+    }
   }
   return backends;
 }

@@ -135,13 +135,23 @@ TEST(BackendPlugin, AFileThatIsNoLibraryIsRefusedWithTheLoadersMessage) {
   EXPECT_NE(message.find("dlopen failed"), std::string::npos) << message;
 }
 
-// The test plugin fails the way SIM_PLUGIN_FAIL says (sim_plugin.cpp) while one of these lives.
-class SimPluginFails {
+// The environment variable `name` (one of the test plugin's, sim_plugin.cpp) is `value` while one of
+// these lives.
+class SimPluginSetting {
  public:
-  explicit SimPluginFails(const char* mode) { ::setenv("SIM_PLUGIN_FAIL", mode, 1); }
-  ~SimPluginFails() { ::unsetenv("SIM_PLUGIN_FAIL"); }
-  SimPluginFails(const SimPluginFails&) = delete;
-  SimPluginFails& operator=(const SimPluginFails&) = delete;
+  SimPluginSetting(const char* name, const char* value) : name_(name) { ::setenv(name, value, 1); }
+  ~SimPluginSetting() { ::unsetenv(name_); }
+  SimPluginSetting(const SimPluginSetting&) = delete;
+  SimPluginSetting& operator=(const SimPluginSetting&) = delete;
+
+ private:
+  const char* name_;
+};
+
+// The test plugin fails the way SIM_PLUGIN_FAIL says while one of these lives.
+class SimPluginFails : SimPluginSetting {
+ public:
+  explicit SimPluginFails(const char* mode) : SimPluginSetting("SIM_PLUGIN_FAIL", mode) {}
 };
 
 // thread_count(): the process's threads once the count has settled. A thread that was joined may
@@ -326,6 +336,48 @@ TEST(BackendPlugin, ABufferPreferringADeviceLivesOnThatDevicesNumaNode) {
     EXPECT_EQ(nerve_buffer_free(anywhere), NERVE_OK);
   }
   EXPECT_EQ(nerve_buffer_free(for_sim1), NERVE_OK);
+}
+
+// Regression: "dir:dir/", or a link to a plugin file beside the file itself, listed the plugin twice:
+// create() ran once, but each device was opened twice, each with a memory node of its own.
+TEST(BackendPlugin, APluginReachedByTwoPathsIsOneBackend) {
+  const std::string good = NERVE_TEST_PLUGIN_DIR;
+  const std::string path = good + ":" + good + "/:" + NERVE_TEST_PLUGIN_LINK_DIR;
+  auto context = context_with_plugins(path.c_str(), "sim");
+  const auto devices = context->devices();
+  ASSERT_EQ(devices.size(), 3u) << "the CPU workers, sim0 and sim1, each once";
+  EXPECT_EQ(devices[1].name, "sim0");
+  EXPECT_EQ(devices[2].name, "sim1");
+}
+
+// Regression: a directory named like a plugin was dlopen()ed, and every context failed.
+TEST(BackendPlugin, ADirectoryNamedLikeAPluginIsSkippedWithAWarning) {
+  const std::string path = std::string(NERVE_TEST_PLUGIN_DIRECTORY_DIR) + ":" + NERVE_TEST_PLUGIN_DIR;
+  ::testing::internal::CaptureStderr();
+  std::unique_ptr<Context> context;
+  EXPECT_NO_THROW(context = context_with_plugins(path.c_str(), "sim"));
+  const std::string warnings = ::testing::internal::GetCapturedStderr();
+  ASSERT_NE(context, nullptr);
+  EXPECT_EQ(context->devices().size(), 3u);
+  EXPECT_NE(warnings.find("skipping '" NERVE_TEST_PLUGIN_DIRECTORY_DIR "/libnerve-backend-directory.so'"),
+            std::string::npos)
+      << warnings;
+}
+
+// Entry::create() that threw is called again by the next context, and once it succeeded never again
+// (backend_plugin.hpp: once per process until it succeeds). libnerve-backend-simretry.so is a file of
+// its own, which no other test loads.
+TEST(BackendPlugin, ACreateThatFailedIsCalledAgainUntilItSucceeds) {
+  {
+    const SimPluginFails failing("create");
+    const std::string message = creation_error(NERVE_TEST_PLUGIN_RETRY_DIR, "sim");
+    EXPECT_NE(message.find("creating its backend failed: sim: create() failed on purpose"), std::string::npos)
+        << message;
+  }
+  EXPECT_EQ(context_with_plugins(NERVE_TEST_PLUGIN_RETRY_DIR, "sim")->devices().size(), 3u);
+  const SimPluginFails failing("create");
+  EXPECT_EQ(context_with_plugins(NERVE_TEST_PLUGIN_RETRY_DIR, "sim")->devices().size(), 3u)
+      << "the backend created already is used";
 }
 
 }  // namespace

@@ -10,8 +10,9 @@
 // or "open_null" (Backend::open of the second device, sim1, throws or returns nullptr, after sim0 was
 // opened), "launch_throw" (Device::launch throws instead of calling done); "slow_open" is no failure:
 // Backend::open takes 300 ms, as a device whose driver initialises slowly. "copy_fail":
-// copy_to_device reports a failure. SIM_PLUGIN_NUMA set (read at describe): device i says it is
-// attached to NUMA node i.
+// copy_to_device reports a failure; "create": Entry::create() throws (nerve calls it again at the
+// next context until it succeeds: the tests use a copy of their own, libnerve-backend-simretry.so).
+// SIM_PLUGIN_NUMA set (read at describe): device i says it is attached to NUMA node i.
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -150,7 +151,10 @@ class SimBackend final : public nerve::plugin::Backend {
 #define NERVE_SIM_ABI_VERSION nerve::plugin::abi_version
 #endif
 
-nerve::plugin::Backend* create() { return new SimBackend(); }  // lives until exit (the ABI's rule)
+nerve::plugin::Backend* create() {
+  if (failing("create")) throw std::runtime_error("sim: create() failed on purpose");
+  return new SimBackend();  // lives until exit (the ABI's rule)
+}
 
 }  // namespace
 
