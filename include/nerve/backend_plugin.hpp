@@ -11,10 +11,13 @@
 // and checks Entry::abi_version against nerve::plugin::abi_version. A file that cannot be loaded
 // (dlopen's message), has no entry symbol, or was built for another ABI version makes creating the
 // context fail with nerve::Error(invalid_config) naming the file; so does a plugin whose create(),
-// Backend::device_count(), describe() or open() throws (with its message), or whose create() or
-// open() returns nullptr. The plugin's devices then join the built-in backends' (numbered after
-// them; gpu.devices selects among all of them, by index, name or the plugin's name), with the same
-// memory-node, copy and launch contract as a built-in device (docs/BACKENDS.md).
+// Backend::device_count(), describe() or open() throws (with its message), whose create() or open()
+// returns nullptr, or one of whose devices declares DeviceKind::cpu. The plugin's devices then join
+// the built-in backends' (numbered after them; gpu.devices selects among all of them, by index, name
+// or the plugin's name), with the same memory-node, copy and launch contract as a built-in device
+// (docs/BACKENDS.md): nerve keeps at most gpu.max_pending_transfers of a device's asynchronous copies
+// (both directions together) with the plugin at once, and holds later ones back itself, in order,
+// blocking no thread — OpenOptions::max_pending_transfers says so, it asks nothing of the plugin.
 //
 // The ABI is the classes below — pure virtual, so a plugin needs no symbol of nerve and must not
 // link libnerve (the process that loads it has nerve already) — plus detail::KernelCall and
@@ -22,10 +25,18 @@
 // family and C++ standard library as nerve, against this version's headers; abi_version changes
 // whenever any of these types changes.
 //
-// Devices: a device declares a DeviceKind: it runs a Kernel's implementation of that kind
-// (Kernel::implement), and — when `runs_cpu_kernels` — a Kernel's CPU body on its own memory (which
-// must then be host addressable), as the simulated device of tests/backend/plugins does. Plain
-// closures (Context::submit(fn, ...)) run on CPU workers only.
+// Devices: a device declares a DeviceKind — test (the default: neither OpenCL nor CUDA), opencl or
+// cuda; never cpu, the CPU workers' alone — and runs what a Kernel attached for that kind with
+// Kernel::implement(kind, ...) (Launch::implementation), and — when `runs_cpu_kernels` — a Kernel's
+// CPU body on its own memory (which must then be host addressable), as the simulated device of
+// tests/backend/plugins does. Implementations belong to a backend, not to a kind: nerve's OpenCL and
+// CUDA devices run only those made by nerve::opencl::attach and nerve::cuda::attach, which plugin
+// devices never receive (Launch::implementation is nullptr then). So a plugin device of kind opencl
+// and a built-in OpenCL device share no call: nerve places each call on a device that runs its
+// implementation, and a call sent to one that does not (TaskOptions::device) is
+// Error(invalid_argument) at submit. A plugin dynamic_casts Launch::implementation to its own type
+// (another plugin of the same kind may attach its own). Plain closures (Context::submit(fn, ...)) run
+// on CPU workers only, and C kernels (the C API's launcher form) on the built-in CUDA devices only.
 //
 // Threads: a Backend is created once per process (Entry::create) and never destroyed before exit.
 // A Device is used from any thread; it calls Completion::done exactly once per copy or launch, from
@@ -56,11 +67,14 @@ class Completion {
 
 struct DeviceDescription {
   std::string name;                    // e.g. "sim0"; gpu.devices matches names by substring
-  DeviceKind kind = DeviceKind::test;  // whose Kernel implementations it runs
+  DeviceKind kind = DeviceKind::test;  // which Kernel implementations it is given; not cpu (refused)
   bool runs_cpu_kernels = false;       // it runs Kernels' CPU bodies (host-addressable memory)
   bool host_addressable = false;       // a CPU may dereference its memory's pointers
   bool unified_memory = false;
-  std::uint64_t memory_bytes = 0;  // its memory node's limit
+  // memory_bytes: its memory node's limit. 0: unknown — nerve sets no limit of its own, allocate()
+  // returning nullptr is what makes nerve evict and then report out_of_memory, and nerve-info says
+  // "unknown memory".
+  std::uint64_t memory_bytes = 0;
   unsigned compute_units = 1;
   int numa_node = -1;  // nerve's NUMA node index when known
 };
@@ -79,7 +93,7 @@ struct Launch {
 struct OpenOptions {
   int index = 1;                        // the device's index in the context
   unsigned stream_count = 4;            // gpu.stream_count
-  unsigned max_pending_transfers = 32;  // gpu.max_pending_transfers
+  unsigned max_pending_transfers = 32;  // gpu.max_pending_transfers: nerve keeps its copies within it
 };
 
 class Device {
@@ -90,7 +104,8 @@ class Device {
   virtual void* allocate(std::size_t bytes) = 0;
   virtual void deallocate(void* data, std::size_t bytes) noexcept = 0;
   // Asynchronous copies between host memory and this device; `done` once the bytes have landed.
-  // Host memory stays valid and unchanged until then.
+  // Host memory stays valid and unchanged until then. A copy that throws has not started: it must
+  // not call `done` then, and the copy fails with what it threw (so does the task that needed it).
   virtual void copy_to_device(const void* host, void* device, std::size_t bytes, Completion& done) = 0;
   virtual void copy_to_host(const void* device, void* host, std::size_t bytes, Completion& done) = 0;
   // Synchronous copies, which must not wait for the asynchronous ones' completions (nerve calls

@@ -14,8 +14,11 @@
 namespace nerve {
 
 enum class DeviceKind {
-  cpu,   // the CPU worker pool
-  test,  // a simulated device with separate memory and its own copy engine (tests)
+  cpu,  // the CPU worker pool
+  // test: a device with separate memory that is neither OpenCL nor CUDA: a backend plugin's (the
+  // default kind of plugin devices, which run the implementation Kernel::implement attached for
+  // test), or nerve's simulated device in its own tests (which runs Kernels' cpu() bodies only).
+  test,
   opencl,
   cuda,
 };
@@ -26,7 +29,9 @@ struct DeviceInfo {
   int index = 0;
   DeviceKind kind = DeviceKind::cpu;
   std::string name;
-  std::uint64_t memory_bytes = 0;  // capacity of its memory node (0: unknown / host memory)
+  // memory_bytes: capacity of its memory node (0: unknown — then no limit of nerve's own, as for a
+  // plugin device that does not say — or host memory).
+  std::uint64_t memory_bytes = 0;
   unsigned compute_units = 0;
   int numa_node = -1;           // the host NUMA node it is attached to, when known
   int memory_node = 0;          // index of its memory node

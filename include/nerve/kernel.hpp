@@ -10,8 +10,9 @@
 //   nerve::opencl::attach(axpy, source, "axpy");   // an OpenCL implementation (backend header)
 //   context.submit(axpy, nerve::read(x), nerve::read_write(y), nerve::value(2.0f));
 //
-// The scheduler places a kernel's task only on devices whose kind the kernel implements; a kernel
-// that implements none of the context's enabled devices is an error at submit time. Arguments are
+// The scheduler places a kernel's task only on devices that run one of its implementations (the
+// kind's, made for the device's backend: backend_plugin.hpp); a kernel that none of the context's
+// enabled devices runs is an error at submit time. Arguments are
 // the task's accesses (in order) and plain values (in order, each copied into the task).
 //
 // KernelArgs checks what a body asks for: span<T>(i) needs sizeof(T) to divide the access's size,
@@ -150,10 +151,14 @@ class NERVE_API Kernel {
   // an empty one is Error(invalid_argument).
   explicit Kernel(std::string name);
 
-  // cpu(): the implementation for CPU workers (and for simulated test devices). Before the first
-  // submit only (see Thread safety above).
+  // cpu(): the implementation for CPU workers (and for devices that run CPU bodies: nerve's
+  // simulated test devices, plugin devices that say so). Before the first submit only (see Thread
+  // safety above).
   Kernel& cpu(CpuKernel body);
-  // implement(): attach an implementation for another device kind (backends wrap this). Before the
+  // implement(): attach an implementation for a device kind other than cpu (cpu() gives that one:
+  // Error(invalid_argument) otherwise): opencl and cuda (nerve::opencl::attach and cuda::attach wrap
+  // this), or a backend plugin's own for its devices' kind — test, their default, included. Each
+  // backend's devices run only the implementations made for them (backend_plugin.hpp). Before the
   // first submit only.
   Kernel& implement(DeviceKind kind, std::shared_ptr<const KernelImplementation> implementation);
 

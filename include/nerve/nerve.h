@@ -297,14 +297,18 @@ NERVE_API nerve_status_t nerve_task_set_priority(nerve_task_t* task, int priorit
 #define NERVE_DEVICE_KIND_CPU 0x1u
 #define NERVE_DEVICE_KIND_CUDA 0x2u
 /* nerve_task_set_device_kinds() says which devices may run the kernel: NERVE_DEVICE_KIND_CPU (the
- * default), NERVE_DEVICE_KIND_CUDA, or both (then placement picks by data locality). On a CUDA device
- * the kernel is a launcher, as in the design documents: it is called on that device's launcher thread
- * with the device's index and a cudaStream_t as `stream`; nerve_buffer_get_device_ptr(buffer, device)
- * gives device addresses; it enqueues its work on `stream` (kernels, cuBLAS with that stream) and
- * returns without synchronising; the task completes when the stream's work has (a launch error or a
- * failing kernel fails it, like nerve_task_fail()). Submitting to a CUDA device's index
- * (nerve_task_submit) makes a kernel a launcher without this call; OpenCL devices run no C kernels.
- * A kernel for CUDA only, submitted with NERVE_DEVICE_ANY to a context without a CUDA device (or to
+ * default), NERVE_DEVICE_KIND_CUDA, or both (then placement picks by data locality).
+ * NERVE_DEVICE_KIND_CUDA means the devices of nerve's built-in CUDA backend: a backend plugin's
+ * devices run no C kernels, even those of kind cuda (the C++ API's Context::devices() lists them as
+ * cuda; they run Kernel calls with the plugin's own implementation). On such a CUDA device the kernel
+ * is a launcher, as in the design documents: it is called on that device's launcher thread with the
+ * device's index and a cudaStream_t as `stream`; nerve_buffer_get_device_ptr(buffer, device) gives
+ * device addresses; it enqueues its work on `stream` (kernels, cuBLAS with that stream) and returns
+ * without synchronising; the task completes when the stream's work has (a launch error or a failing
+ * kernel fails it, like nerve_task_fail()). Submitting to a built-in CUDA device's index
+ * (nerve_task_submit) makes a kernel a launcher without this call; OpenCL devices and plugin devices
+ * run no C kernels (submitting one to their index is NERVE_ERROR_INVALID_ARGUMENT). A kernel for CUDA
+ * only, submitted with NERVE_DEVICE_ANY to a context without a built-in CUDA device (or to
  * NERVE_DEVICE_CPU), is NERVE_ERROR_INVALID_ARGUMENT at submit. Other bits, or 0, are
  * NERVE_ERROR_INVALID_ARGUMENT. */
 NERVE_API nerve_status_t nerve_task_set_device_kinds(nerve_task_t* task, uint32_t kinds);

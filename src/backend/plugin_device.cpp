@@ -1,13 +1,19 @@
 #include "backend/plugin_device.hpp"
 
 #include <atomic>
+#include <cstdint>
+#include <deque>
 #include <exception>
+#include <optional>
 #include <type_traits>
 #include <utility>
 
 #include <fmt/format.h>
 
+#include "backend/cuda_launcher.hpp"
 #include "backend/host_bounce.hpp"
+#include "backend/opencl_program.hpp"
+#include "backend/transfer_gate.hpp"
 #include "task/kernel_task.hpp"
 #include "task/task_record.hpp"
 
@@ -36,24 +42,41 @@ std::exception_ptr launch_failure(const TaskRecord& task, const std::string& dev
             fmt::format("kernel '{}'{} failed on device '{}': {}", kernel, named, device, why)));
 }
 
-// A plugin's copy completion forwarded to the runtime's; one per copy, deleted when done.
-struct CopyBridge final : plugin::Completion {
-  CopyCompletion* target;
-  explicit CopyBridge(CopyCompletion& completion) : target(&completion) {}
-  void done(bool ok, const char* error) noexcept override {
-    CopyCompletion* forward = target;
-    const std::string message = error != nullptr ? error : (ok ? "" : "the plugin's copy failed");
-    delete this;
-    forward->copy_done(ok, message);
-  }
+class PluginMemoryNode;
+
+// One copy between host memory and the plugin's device, kept while it waits for a place under
+// gpu.max_pending_transfers.
+struct HostCopy {
+  PluginMemoryNode* node = nullptr;
+  const std::byte* source = nullptr;
+  std::byte* destination = nullptr;
+  std::size_t bytes = 0;
+  bool to_device = false;
+  CopyCompletion* completion = nullptr;
 };
+
+// A plugin's copy completion: frees the copy's place and forwards to the runtime's. One per copy,
+// deleted when done.
+struct CopyBridge final : plugin::Completion {
+  HostCopy copy;
+  explicit CopyBridge(const HostCopy& started) : copy(started) {}
+  void done(bool ok, const char* error) noexcept override;
+};
+
+// The node's limit: memory_bytes 0 is a size the plugin does not know, not a node that holds
+// nothing; the plugin's allocate() then says what fits.
+std::size_t memory_limit(const plugin::DeviceDescription& description) noexcept {
+  if (description.memory_bytes == 0 || description.memory_bytes > SIZE_MAX) return SIZE_MAX;
+  return static_cast<std::size_t>(description.memory_bytes);
+}
 
 class PluginMemoryNode final : public MemoryNode {
  public:
   PluginMemoryNode(unsigned index, std::string name, const plugin::DeviceDescription& description,
-                   plugin::Device& device)
-      : MemoryNode(index, std::move(name), description.memory_bytes, description.host_addressable),
-        device_(device) {}
+                   plugin::Device& device, unsigned max_pending_transfers)
+      : MemoryNode(index, std::move(name), memory_limit(description), description.host_addressable),
+        device_(device),
+        gate_(max_pending_transfers) {}
 
   void drain() noexcept override { device_.drain(); }
 
@@ -68,6 +91,15 @@ class PluginMemoryNode final : public MemoryNode {
     }
   }
 
+  void count_copies(DeviceCounters& counters) const { gate_.count(counters); }
+
+  // finish(): a copy the plugin was given is over: its place goes to the first waiting copy, which
+  // starts now, and the runtime hears of the outcome.
+  void finish(const HostCopy& copy, bool ok, const std::string& error) noexcept {
+    if (std::optional<HostCopy> next = gate_.leave()) start(*next);
+    copy.completion->copy_done(ok, error);
+  }
+
  protected:
   std::byte* allocate_storage(std::size_t bytes) override {
     return static_cast<std::byte*>(device_.allocate(bytes));
@@ -75,19 +107,75 @@ class PluginMemoryNode final : public MemoryNode {
   void free_storage(std::byte* data, std::size_t bytes) noexcept override { device_.deallocate(data, bytes); }
   void start_copy(MemoryNode& from, const std::byte* source, MemoryNode& to, std::byte* destination,
                   std::size_t bytes, CopyCompletion& completion) override {
-    if (&to == this && from.host_addressable()) {
-      device_.copy_to_device(source, destination, bytes, *new CopyBridge(completion));
-    } else if (&from == this && to.host_addressable()) {
-      device_.copy_to_host(source, destination, bytes, *new CopyBridge(completion));
-    } else {
+    const bool to_device = &to == this && from.host_addressable();
+    if (!to_device && !(&from == this && to.host_addressable())) {
       copy_through_host(from, source, to, destination, bytes);  // another backend's device memory
       completion.copy_done(true, {});
+      return;
     }
+    // The plugin promises a built-in device's copy contract, so nerve bounds its copies in flight
+    // itself, whatever the plugin does with OpenOptions::max_pending_transfers.
+    const HostCopy copy{this, source, destination, bytes, to_device, &completion};
+    if (gate_.enter(copy)) start(copy);  // else the copy that frees a place starts it
   }
 
  private:
+  // start(): hands `copy` (holding a place) to the plugin. A plugin may complete a copy inside the
+  // call, and that completion starts the next waiting copy: copies started so run from this loop,
+  // not one stack frame deeper each.
+  static void start(const HostCopy& copy) noexcept {
+    thread_local std::deque<HostCopy>* starting = nullptr;
+    if (starting != nullptr) {
+      starting->push_back(copy);
+      return;
+    }
+    std::deque<HostCopy> queue{copy};
+    starting = &queue;
+    while (!queue.empty()) {
+      const HostCopy next = queue.front();
+      queue.pop_front();
+      next.node->issue(next);
+    }
+    starting = nullptr;
+  }
+
+  void issue(const HostCopy& copy) noexcept {
+    auto bridge = std::make_unique<CopyBridge>(copy);
+    try {
+      if (copy.to_device) {
+        device_.copy_to_device(copy.source, copy.destination, copy.bytes, *bridge);
+      } else {
+        device_.copy_to_host(copy.source, copy.destination, copy.bytes, *bridge);
+      }
+      (void)bridge.release();  // the plugin's until its done(), which deletes it
+    } catch (...) {
+      // A copy that throws has not started (backend_plugin.hpp): it fails as a reported failure does.
+      finish(copy, false,
+             fmt::format("its copy_to_{}() threw: {}", copy.to_device ? "device" : "host", thrown_message()));
+    }
+  }
+
   plugin::Device& device_;
+  TransferGate<HostCopy> gate_;
 };
+
+void CopyBridge::done(bool ok, const char* error) noexcept {
+  const HostCopy finished = copy;
+  const std::string message = error != nullptr ? error : (ok ? "" : "the plugin's copy failed");
+  delete this;
+  finished.node->finish(finished, ok, message);
+}
+
+// plugin_implementation(): what the kernel attached for `kind` that a plugin can run. nerve's own
+// OpenCL programs and CUDA launchers are internal types no plugin can read: they run on the built-in
+// backends' devices only, as a plugin's own run on its devices only.
+const KernelImplementation* plugin_implementation(const KernelState& kernel, DeviceKind kind) noexcept {
+  const KernelImplementation* implementation = kernel.by_kind[static_cast<std::size_t>(kind)].get();
+  if (dynamic_cast<const OpenclProgram*>(implementation) != nullptr ||
+      dynamic_cast<const CudaLauncher*>(implementation) != nullptr)
+    return nullptr;
+  return implementation;
+}
 
 void run_cpu_body(const void* kernel, const KernelCall& call) {
   static_cast<const KernelState*>(kernel)->cpu(KernelArgs(call));
@@ -99,7 +187,7 @@ class PluginDevice final : public Device {
                std::unique_ptr<plugin::Device> device, const plugin::OpenOptions& opened)
       : Device(info, std::make_unique<PluginMemoryNode>(static_cast<unsigned>(info.index),
                                                         fmt::format("{}{}", info.backend, info.index),
-                                                        description, *device)),
+                                                        description, *device, opened.max_pending_transfers)),
         device_(std::move(device)),
         description_(description),
         opened_(opened) {}
@@ -109,9 +197,10 @@ class PluginDevice final : public Device {
 
   bool can_run(const TaskRecord& task) const noexcept override {
     if (task.kind != TaskKind::function || task.kernel == nullptr) return false;
-    const bool own_kind = description_.kind != DeviceKind::cpu && description_.kind != DeviceKind::test &&
-                          task.kernel->implements(description_.kind);
-    return own_kind || (description_.runs_cpu_kernels && static_cast<bool>(task.kernel->cpu));
+    // Its kind is never cpu (refused when the context is created), so this is an implementation
+    // attached with Kernel::implement.
+    return plugin_implementation(*task.kernel, description_.kind) != nullptr ||
+           (description_.runs_cpu_kernels && static_cast<bool>(task.kernel->cpu));
   }
 
   void start(DeviceHost& host) override { host_ = &host; }
@@ -133,7 +222,7 @@ class PluginDevice final : public Device {
       return;
     }
     launch.call = &running->launch.call;
-    launch.implementation = running->launch.implementation;
+    launch.implementation = plugin_implementation(*task->kernel, description_.kind);
     launch.has_cpu_body = static_cast<bool>(task->kernel->cpu);
     launch.run_cpu = &run_cpu_body;
     launch.kernel = task->kernel;
@@ -150,9 +239,16 @@ class PluginDevice final : public Device {
   }
 
   DeviceCapabilities capabilities() const noexcept override {
-    // The plugin runs its own queues and copies: what it reports is the bounds it was opened with.
+    // The plugin runs its own queues, within the bounds it was opened with; nerve keeps its copies
+    // in flight within max_pending_transfers (PluginMemoryNode).
     return DeviceCapabilities{description_.host_addressable, description_.unified_memory,
                               opened_.stream_count, opened_.max_pending_transfers};
+  }
+
+  DeviceCounters counters() const override {
+    DeviceCounters counters;
+    static_cast<const PluginMemoryNode&>(memory()).count_copies(counters);
+    return counters;
   }
 
  private:
@@ -222,8 +318,18 @@ class PluginBackend final : public Backend {
     return out;
   }
 
+  // describe(): the plugin's description of device `which`, refused when it claims DeviceKind::cpu —
+  // the CPU workers' kind, device 0 and memory node 0 alone: such a device would be taken for them.
   plugin::DeviceDescription describe(std::size_t which) {
-    return call(fmt::format("Backend::describe({})", which), [&] { return backend_->describe(which); });
+    plugin::DeviceDescription description =
+        call(fmt::format("Backend::describe({})", which), [&] { return backend_->describe(which); });
+    if (description.kind == DeviceKind::cpu) {
+      throw plugin_error(file_,
+                         fmt::format("device {} ('{}') of backend '{}' declares DeviceKind::cpu, which is "
+                                     "the CPU workers' alone: declare test (the default), opencl or cuda",
+                                     which, description.name, name_));
+    }
+    return description;
   }
 
   // A call into the plugin's Backend: what it throws is the plugin's failure, not an exception of

@@ -53,6 +53,12 @@ void make_room_for_one(std::vector<T>& values) {
   if (values.size() == values.capacity()) values.reserve(std::max<std::size_t>(4, 2 * values.size()));
 }
 
+// describe_limit(): a node's limit for an out-of-memory message. A node without one (a plugin device
+// whose size is unknown) runs out when its allocator fails, not at "limit 18446744073709551615 bytes".
+std::string describe_limit(const MemoryNode& memory) {
+  return memory.limit() == SIZE_MAX ? std::string("no limit") : fmt::format("limit {} bytes", memory.limit());
+}
+
 }  // namespace
 
 BufferReplicas::BufferReplicas(std::size_t bytes, std::byte* host) : bytes_(bytes) {
@@ -474,12 +480,10 @@ std::byte* CoherenceEngine::allocate_evicting(unsigned node, std::size_t bytes, 
       // The node refused the size itself (a device's largest single allocation): say which buffer
       // asked and what the node holds, as the limit's message does.
       if (error.code() != ErrorCode::out_of_memory) throw;
-      throw Error(ErrorCode::out_of_memory,
-                  fmt::format("memory node '{}' cannot hold {} bytes for {}: {}; {}, {} bytes in use",
-                              memory.name(), bytes, requester.describe(), error.what(),
-                              memory.limit() == SIZE_MAX ? std::string("no limit")
-                                                         : fmt::format("limit {} bytes", memory.limit()),
-                              memory.used()));
+      throw Error(
+          ErrorCode::out_of_memory,
+          fmt::format("memory node '{}' cannot hold {} bytes for {}: {}; {}, {} bytes in use", memory.name(),
+                      bytes, requester.describe(), error.what(), describe_limit(memory), memory.used()));
     }
     if (evict(node, bytes, requester) != 0) continue;
     // Nothing more can be evicted. If other tasks hold replicas here, memory frees up when they
@@ -507,12 +511,11 @@ std::byte* CoherenceEngine::allocate_evicting(unsigned node, std::size_t bytes, 
       if (idle_others) continue;               // released since the eviction pass looked: evict it now
       if (memory.used() + bytes <= memory.limit() && ++room_retries < 64) continue;
     }
-    throw Error(
-        ErrorCode::out_of_memory,
-        fmt::format("memory node '{}' cannot hold {} more bytes for {}: limit {} bytes, {} in use by {} "
-                    "replica(s); the task needs {} bytes there in all",
-                    memory.name(), bytes, requester.describe(), memory.limit(), memory.used(), residents,
-                    own));
+    throw Error(ErrorCode::out_of_memory,
+                fmt::format("memory node '{}' cannot hold {} more bytes for {}: {}, {} in use by {} "
+                            "replica(s); the task needs {} bytes there in all",
+                            memory.name(), bytes, requester.describe(), describe_limit(memory), memory.used(),
+                            residents, own));
   }
 }
 

@@ -136,9 +136,12 @@ void ContextImpl::check_closure_device(const TaskRecord& task, int device, const
     for (int each = 0; each < static_cast<int>(device_count()); ++each) {
       if (can_run_on(task, each)) return;
     }
-    throw Error(ErrorCode::invalid_argument,
-                fmt::format("task '{}' is a C kernel for CUDA devices only, and this context has none",
-                            name != nullptr ? name : "(unnamed)"));
+    throw Error(
+        ErrorCode::invalid_argument,
+        fmt::format("task '{}' is a C kernel for CUDA devices only, and this context has no device of "
+                    "the built-in CUDA backend (C kernels run on its devices alone, not on a plugin's "
+                    "devices, whatever their kind)",
+                    name != nullptr ? name : "(unnamed)"));
   }
   validate_device_hint(device, name);
   if (device == 0) {
@@ -150,11 +153,12 @@ void ContextImpl::check_closure_device(const TaskRecord& task, int device, const
   const Device& target = *devices[static_cast<std::size_t>(device) - 1];
   if (target.can_run(task)) return;
   throw Error(ErrorCode::invalid_argument,
-              fmt::format("task '{}' asks for device {} ({} '{}'), which cannot run {}: only "
-                          "Kernel calls with an implementation for that kind of device run there",
+              fmt::format("task '{}' asks for device {} ({} '{}', backend '{}'), which cannot run {}: only "
+                          "Kernel calls with an implementation for that device run there",
                           name != nullptr ? name : "(unnamed)", device, nerve::name(target.info().kind),
-                          target.info().name,
-                          task.stream_launcher ? "a C kernel (CUDA devices can)" : "a plain function"));
+                          target.info().name, target.info().backend,
+                          task.stream_launcher ? "a C kernel (the built-in CUDA backend's devices alone can)"
+                                               : "a plain function"));
 }
 
 // Data locality first: the device holding the most bytes the task reads, the CPU workers on a tie

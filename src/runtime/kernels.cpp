@@ -26,26 +26,46 @@ bool ContextImpl::strict_placement(const TaskRecord& task) const noexcept {
   return false;
 }
 
+namespace {
+// not_for_backend(): why a device of a kind the kernel implements does not run it. One kind, two
+// backends: a plugin's devices of kind opencl or cuda run the plugin's own implementation, which
+// nerve's OpenCL and CUDA devices cannot, and the other way round.
+std::string not_for_backend(const std::string& kernel, const DeviceInfo& device) {
+  return fmt::format(
+      "kernel '{}' has an implementation for {} devices, but not one that device {} ('{}', "
+      "backend '{}') runs: each backend runs only the implementations made for it "
+      "(nerve::opencl::attach, nerve::cuda::attach, or a plugin's own)",
+      kernel, nerve::name(device.kind), device.index, device.name, device.backend);
+}
+}  // namespace
+
 // A kernel call must have somewhere to run: the named device, or any enabled one.
 void ContextImpl::check_placeable(const TaskRecord& task) const {
+  const auto foreign = [&](const DeviceInfo& info) {
+    return info.index > 0 && task.kernel->implements(info.kind);
+  };
   if (task.device_hint >= 0) {
-    if (!can_run_on(task, task.device_hint)) {
-      throw Error(
-          ErrorCode::invalid_argument,
-          fmt::format("kernel '{}' has no implementation for device {} ({})", task.kernel->name,
-                      task.device_hint, device_infos()[static_cast<std::size_t>(task.device_hint)].name));
-    }
-    return;
+    if (can_run_on(task, task.device_hint)) return;
+    const std::vector<DeviceInfo> infos = device_infos();
+    const DeviceInfo& info = infos[static_cast<std::size_t>(task.device_hint)];
+    if (foreign(info)) throw Error(ErrorCode::invalid_argument, not_for_backend(task.kernel->name, info));
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("kernel '{}' has no implementation for device {} ({})", task.kernel->name,
+                            task.device_hint, info.name));
   }
   for (int device = 0; device < static_cast<int>(device_count()); ++device) {
     if (can_run_on(task, device)) return;
   }
+  const std::vector<DeviceInfo> infos = device_infos();
   std::string kinds;
-  for (const auto& info : device_infos())
-    kinds += (kinds.empty() ? "" : ", ") + std::string(nerve::name(info.kind));
-  throw Error(
-      ErrorCode::invalid_argument,
-      fmt::format("kernel '{}' implements none of this context's devices ({})", task.kernel->name, kinds));
+  for (const auto& info : infos) kinds += (kinds.empty() ? "" : ", ") + std::string(nerve::name(info.kind));
+  std::string why;
+  for (const auto& info : infos) {
+    if (why.empty() && foreign(info)) why = ": " + not_for_backend(task.kernel->name, info);
+  }
+  throw Error(ErrorCode::invalid_argument,
+              fmt::format("kernel '{}' implements none of this context's devices ({}){}", task.kernel->name,
+                          kinds, why));
 }
 
 TaskRecord* submit_kernel(ContextImpl* context, const TaskOptions* options, GroupState* group,

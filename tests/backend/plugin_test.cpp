@@ -10,10 +10,14 @@
 #include <string>
 #include <thread>
 
+#include <dlfcn.h>
+
 #include "nerve/nerve.h"
 
 #include "capi/handles.hpp"
+#include "cuda_support.hpp"
 #include "opencl_support.hpp"
+#include "plugins/sim_implementation.hpp"
 
 namespace nerve::testing {
 namespace {
@@ -378,6 +382,210 @@ TEST(BackendPlugin, ACreateThatFailedIsCalledAgainUntilItSucceeds) {
   const SimPluginFails failing("create");
   EXPECT_EQ(context_with_plugins(NERVE_TEST_PLUGIN_RETRY_DIR, "sim")->devices().size(), 3u)
       << "the backend created already is used";
+}
+
+// sim_peak_copies(): the most copies a sim device had in flight at once since the last reset.
+std::size_t sim_peak_copies(bool reset) {
+  void* library = ::dlopen(sim_plugin_file.c_str(), RTLD_NOLOAD | RTLD_LAZY);
+  if (library == nullptr) throw std::runtime_error("the sim plugin is not loaded");
+  const auto peak = reinterpret_cast<std::size_t (*)(bool)>(::dlsym(library, "sim_plugin_peak_copies"));
+  ::dlclose(library);  // the reference RTLD_NOLOAD took; nerve's keeps it loaded
+  return peak(reset);
+}
+
+// Regression: gpu.max_pending_transfers was only passed to the plugin (OpenOptions), which may ignore
+// it: 40 copies were in flight with the setting at 2. nerve holds the later ones back itself.
+TEST(BackendPlugin, CopiesInFlightToAPluginDeviceStayWithinMaxPendingTransfers) {
+  const SimPluginSetting slow_copies("SIM_PLUGIN_COPY_DELAY_US", "2000");
+  Settings settings = make_settings(2);
+  settings.set("gpu.max_pending_transfers", "2");
+  auto context = context_with_plugins(NERVE_TEST_PLUGIN_DIR, "sim0", settings);
+  {
+    const Kernel increment = make_increment();
+    std::vector<Buffer<int>> buffers;
+    for (int i = 0; i < 16; ++i) buffers.emplace_back(*context, std::vector<int>(1024, i));
+    (void)sim_peak_copies(/*reset=*/true);
+    for (auto& buffer : buffers)
+      context->spawn(TaskOptions{.device = 1}, increment, read_write(buffer), value(1));
+    context->wait_all();
+    for (int i = 0; i < 16; ++i)
+      EXPECT_EQ(buffers[static_cast<std::size_t>(i)].to_vector(), std::vector<int>(1024, i + 1));
+    EXPECT_LE(sim_peak_copies(false), 2u) << "copies the plugin had in flight at once";
+    const detail::DeviceCounters counters = context->impl()->devices.at(0)->counters();
+    EXPECT_EQ(counters.copies, 32u) << "16 buffers there and back";
+    EXPECT_GT(counters.copies_deferred, 0u);
+    EXPECT_LE(counters.peak_copies_in_flight, 2u);
+  }
+  context->wait_all();
+  expect_no_leaks(*context);
+}
+
+void add_hundred(const detail::KernelCall& call) {
+  for (int& each : KernelArgs(call).span<int>(0)) each += 100;
+}
+
+// A kernel with the sim plugin's own implementation for `kind` (and no CPU body).
+Kernel make_sim_kernel(DeviceKind kind) {
+  Kernel kernel("add_hundred");
+  kernel.implement(kind, std::make_shared<sim::Implementation>(&add_hundred));
+  return kernel;
+}
+
+// Regression: Kernel::implement(DeviceKind::test, ...) was refused, though test is the default kind of
+// plugin devices: a plugin of that kind could never be given its own implementation.
+TEST(BackendPlugin, APluginDeviceOfTheDefaultKindRunsTheKernelsImplementationForTest) {
+  auto context = context_with_plugins(NERVE_TEST_PLUGIN_DIR, "sim0");
+  ASSERT_EQ(context->devices().at(1).kind, DeviceKind::test);
+  {
+    const Kernel own = make_sim_kernel(DeviceKind::test);
+    Kernel both = make_sim_kernel(DeviceKind::test);
+    both.cpu([](const KernelArgs& args) {
+      for (int& each : args.span<int>(0)) each += 1;
+    });
+    Buffer<int> data(*context, std::vector<int>(64, 0));
+    context->submit(own, read_write(data)).wait();  // nerve's choice: sim0 alone runs it
+    EXPECT_EQ(data.to_vector(), std::vector<int>(64, 100));
+    context->submit(TaskOptions{.device = 1}, both, read_write(data)).wait();
+    EXPECT_EQ(data.to_vector(), std::vector<int>(64, 200)) << "the plugin's implementation, not the CPU body";
+  }
+  context->wait_all();
+  expect_no_leaks(*context);
+}
+
+// submit_everywhere(): `kernel` called `calls` times where nerve places it; each adds 100.
+void expect_placed_calls_run(Context& context, const Kernel& kernel, int calls) {
+  Buffer<int> data(context, std::vector<int>(256, 0));
+  for (int i = 0; i < calls; ++i) EXPECT_NO_THROW(context.submit(kernel, read_write(data)).wait());
+  EXPECT_EQ(data.to_vector(), std::vector<int>(256, 100 * calls));
+}
+
+// An explicit request for `device`, which does not run the kernel's implementation: refused at
+// submit, naming the device's backend.
+void expect_refused_on(Context& context, const Kernel& kernel, int device, const std::string& backend) {
+  Buffer<int> data(context, std::vector<int>(256, 0));
+  try {
+    context.submit(TaskOptions{.device = device}, kernel, read_write(data)).wait();
+    ADD_FAILURE() << "device " << device << " should be refused";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::invalid_argument) << error.what();
+    EXPECT_NE(std::string(error.what()).find("not one that device " + std::to_string(device)),
+              std::string::npos)
+        << error.what();
+    EXPECT_NE(std::string(error.what()).find("backend '" + backend + "'"), std::string::npos) << error.what();
+  }
+}
+
+// Regression: with a plugin's devices of kind opencl beside PoCL's, a call of a kernel carrying the
+// plugin's implementation for opencl went to the built-in device — even when nerve placed it — and
+// failed with Error(internal) "reached OpenCL device ... without an OpenCL implementation".
+TEST(BackendPlugin, BuiltInOpenclDevicesRunOnlyNervesOpenclPrograms) {
+  NERVE_SKIP_WITHOUT_OPENCL();
+  const SimPluginSetting kind("SIM_PLUGIN_KIND", "opencl");
+  auto context = context_with_plugins(NERVE_TEST_PLUGIN_DIR, "all");
+  int built_in = -1;
+  for (const DeviceInfo& device : context->devices())
+    if (device.backend == "opencl" && built_in < 0) built_in = device.index;
+  ASSERT_GT(built_in, 0);
+  {
+    const Kernel kernel = make_sim_kernel(DeviceKind::opencl);
+    expect_placed_calls_run(*context, kernel, 6);
+    expect_refused_on(*context, kernel, built_in, "opencl");
+  }
+  context->wait_all();
+}
+
+// The same rule for the CUDA backend (on its fake driver), both ways: its devices run only
+// cuda::attach's launchers, and a plugin's devices of kind cuda never receive those.
+TEST(BackendPlugin, BuiltInCudaDevicesRunOnlyNervesCudaLaunchers) {
+  const FakeCuda cuda(detail::cuda::FakeOptions{.devices = 1});
+  const SimPluginSetting kind("SIM_PLUGIN_KIND", "cuda");
+  auto context = context_with_plugins(NERVE_TEST_PLUGIN_DIR, "cuda-fake,sim0");
+  ASSERT_EQ(context->devices().size(), 3u);
+  ASSERT_EQ(context->devices()[1].backend, "cuda-fake");
+  ASSERT_EQ(context->devices()[2].kind, DeviceKind::cuda);
+  {
+    const Kernel plugins = make_sim_kernel(DeviceKind::cuda);
+    expect_placed_calls_run(*context, plugins, 4);
+    expect_refused_on(*context, plugins, 1, "cuda-fake");
+    Kernel nerves("add_hundred_cuda");
+    cuda::attach(nerves, cpu_launcher([](const KernelArgs& args) {
+                   for (int& each : args.span<int>(0)) each += 100;
+                 }));
+    expect_placed_calls_run(*context, nerves, 2);
+    expect_refused_on(*context, nerves, 2, "sim");
+  }
+  context->wait_all();
+}
+
+// Regression: a plugin device of kind cpu was opened, and nerve-info showed it as memory node 0.
+TEST(BackendPlugin, APluginDeviceOfKindCpuIsRefused) {
+  const SimPluginSetting kind("SIM_PLUGIN_KIND", "cpu");
+  const std::string message = creation_error(NERVE_TEST_PLUGIN_DIR, "sim0");
+  EXPECT_NE(message.find(sim_plugin_file), std::string::npos) << message;
+  EXPECT_NE(message.find("device 0 ('sim0') of backend 'sim' declares DeviceKind::cpu"), std::string::npos)
+      << message;
+}
+
+// Regression: memory_bytes 0 ("unknown") made a memory node of limit 0, where every task failed with
+// out_of_memory. Now the plugin's allocate() decides: eviction makes room, then out_of_memory.
+TEST(BackendPlugin, APluginDeviceOfUnknownMemorySizeIsBoundedByItsAllocator) {
+  const SimPluginSetting unknown("SIM_PLUGIN_MEMORY", "0");
+  const SimPluginSetting capacity("SIM_PLUGIN_CAPACITY", "3145728");  // 3 MiB
+  auto context = context_with_plugins(NERVE_TEST_PLUGIN_DIR, "sim0");
+  EXPECT_EQ(context->devices().at(1).memory_bytes, 0u);
+  {
+    const Kernel increment = make_increment();
+    constexpr std::size_t two_mib = std::size_t{1} << 19;  // ints
+    Buffer<int> first(*context, std::vector<int>(two_mib, 0));
+    Buffer<int> second(*context, std::vector<int>(two_mib, 0));
+    for (int round = 0; round < 2; ++round) {
+      // Each evicts the other: both do not fit at once.
+      context->submit(TaskOptions{.device = 1}, increment, read_write(first), value(1)).wait();
+      context->submit(TaskOptions{.device = 1}, increment, read_write(second), value(1)).wait();
+    }
+    EXPECT_EQ(first.to_vector(), std::vector<int>(two_mib, 2));
+    EXPECT_EQ(second.to_vector(), std::vector<int>(two_mib, 2));
+    Buffer<int> too_big(*context, std::vector<int>(2 * two_mib, 0));
+    try {
+      context->submit(TaskOptions{.device = 1}, increment, read_write(too_big), value(1)).wait();
+      ADD_FAILURE() << "4 MiB do not fit in 3";
+    } catch (const Error& error) {
+      EXPECT_EQ(error.code(), ErrorCode::out_of_memory) << error.what();
+      EXPECT_NE(std::string(error.what()).find("no limit"), std::string::npos) << error.what();
+    }
+  }
+  context->wait_all();
+  expect_no_leaks(*context);
+}
+
+void never_called(void* /*desc*/, nerve_device_t /*device*/, nerve_stream_t /*stream*/) {}
+
+// Regression: the C API's messages about a plugin device of kind cuda said "CUDA devices can" run a C
+// kernel and "this context has none", while Context::devices() listed a cuda device: the C launcher
+// form is for the built-in CUDA backend's devices, and the messages say so.
+TEST(BackendPlugin, CKernelsAreForTheBuiltInCudaBackendNotForPluginDevicesOfKindCuda) {
+  const SimPluginSetting kind("SIM_PLUGIN_KIND", "cuda");
+  ::setenv("NERVE_PLUGIN_PATH", NERVE_TEST_PLUGIN_DIR, 1);
+  const char* settings[] = {"gpu.devices=sim0", "parallel.thread_pool_size=2"};
+  nerve_context_config_t config = NERVE_CONTEXT_CONFIG_DEFAULT;
+  config.settings = settings;
+  config.setting_count = std::size(settings);
+  config.use_environment = 0;
+  const std::unique_ptr<nerve_context_t, void (*)(nerve_context_t*)> context(nerve_init_with_config(&config),
+                                                                             nerve_shutdown);
+  ::unsetenv("NERVE_PLUGIN_PATH");
+  ASSERT_NE(context, nullptr) << nerve_last_error();
+  ASSERT_EQ(context->runtime->devices().at(1).kind, DeviceKind::cuda);
+  nerve_task_t* on_plugin = nerve_task_create(never_called, nullptr);
+  EXPECT_EQ(nerve_task_submit(context.get(), on_plugin, 1), NERVE_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(nerve_last_error()).find("the built-in CUDA backend's devices alone can"),
+            std::string::npos)
+      << nerve_last_error();
+  nerve_task_t* cuda_only = nerve_task_create(never_called, nullptr);
+  ASSERT_EQ(nerve_task_set_device_kinds(cuda_only, NERVE_DEVICE_KIND_CUDA), NERVE_OK);
+  EXPECT_EQ(nerve_task_submit(context.get(), cuda_only, NERVE_DEVICE_ANY), NERVE_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(nerve_last_error()).find("no device of the built-in CUDA backend"), std::string::npos)
+      << nerve_last_error();
 }
 
 }  // namespace

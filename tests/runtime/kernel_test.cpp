@@ -252,5 +252,32 @@ TEST(KernelPlacement, KernelsRunOnlyWhereImplemented) {
   context->wait_all();
 }
 
+// Regression: Kernel::implement(DeviceKind::test) was refused, though test is the default kind of
+// plugin devices, which run that implementation. nerve's own simulated test devices run cpu() bodies
+// only: a call with none is refused at submit, saying that the device does not run what it carries.
+TEST(KernelPlacement, AnImplementationForTestIsAcceptedAndTestDevicesRunOnlyCpuBodies) {
+  auto context = std::make_unique<Context>(make_settings(2));
+  context->impl()->add_test_device({});
+  struct PluginProgram : KernelImplementation {};
+  Kernel plugin_only("plugin_only");
+  ASSERT_NO_THROW(plugin_only.implement(DeviceKind::test, std::make_shared<PluginProgram>()));
+  EXPECT_TRUE(plugin_only.implements(DeviceKind::test));
+  Buffer<float> x(*context, std::vector<float>(16, 1.0f));
+  for (const int device : {1, -1}) {
+    try {
+      context->spawn(TaskOptions{.device = device}, plugin_only, read(x));
+      FAIL() << "device " << device << ": no device of this context runs it";
+    } catch (const Error& error) {
+      EXPECT_EQ(error.code(), ErrorCode::invalid_argument);
+      EXPECT_NE(
+          std::string(error.what()).find("not one that device 1 ('test device 1', backend 'test') runs"),
+          std::string::npos)
+          << error.what();
+    }
+  }
+  EXPECT_THROW(Kernel("k").implement(DeviceKind::cpu, std::make_shared<PluginProgram>()), Error);
+  context->wait_all();
+}
+
 }  // namespace
 }  // namespace nerve::testing

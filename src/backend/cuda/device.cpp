@@ -46,9 +46,13 @@ CudaDevice::CudaDevice(std::shared_ptr<Driver> driver, int ordinal, const Device
 
 CudaDevice::~CudaDevice() { stop(); }
 
+// Only launchers of cuda::attach: an implementation a plugin attached for its devices of kind cuda
+// is not one, and would reach launch() with nothing to call.
 bool CudaDevice::can_run(const TaskRecord& task) const noexcept {
   if (task.kind != TaskKind::function) return false;
-  return task.kernel != nullptr ? task.kernel->implements(DeviceKind::cuda) : task.stream_launcher;
+  if (task.kernel == nullptr) return task.stream_launcher;
+  return dynamic_cast<const CudaLauncher*>(
+             task.kernel->by_kind[static_cast<std::size_t>(DeviceKind::cuda)].get()) != nullptr;
 }
 
 void CudaDevice::start(DeviceHost& host) {

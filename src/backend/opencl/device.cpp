@@ -36,9 +36,10 @@ OpenclDevice::OpenclDevice(const PlatformDevice& device, DeviceInfo info, const 
 
 OpenclDevice::~OpenclDevice() { stop(); }
 
+// Only nerve's own OpenCL programs (opencl::attach): an implementation a plugin attached for its
+// devices of kind opencl is not one, and would reach launch() with nothing to build.
 bool OpenclDevice::can_run(const TaskRecord& task) const noexcept {
-  return task.kind == TaskKind::function && task.kernel != nullptr &&
-         task.kernel->implements(DeviceKind::opencl);
+  return task.kind == TaskKind::function && program_of(task) != nullptr;
 }
 
 bool OpenclDevice::takes_accesses(const TaskRecord& task) const noexcept {

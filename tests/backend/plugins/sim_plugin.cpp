@@ -12,7 +12,17 @@
 // Backend::open takes 300 ms, as a device whose driver initialises slowly. "copy_fail":
 // copy_to_device reports a failure; "create": Entry::create() throws (nerve calls it again at the
 // next context until it succeeds: the tests use a copy of their own, libnerve-backend-simretry.so).
-// SIM_PLUGIN_NUMA set (read at describe): device i says it is attached to NUMA node i.
+// Read at describe: SIM_PLUGIN_NUMA set, device i says it is attached to NUMA node i;
+// SIM_PLUGIN_KIND (test, opencl, cuda or cpu) is the kind its devices declare (test by default);
+// SIM_PLUGIN_MEMORY is their memory_bytes (64 MiB by default; 0: unknown). Read at open:
+// SIM_PLUGIN_CAPACITY bounds what a device's allocate() gives (none by default), and
+// SIM_PLUGIN_COPY_DELAY_US makes each asynchronous copy take that long.
+//
+// A launch runs the kernel's sim::Implementation (sim_implementation.hpp) when it has one, else its
+// CPU body. sim_plugin_peak_copies() says how many asynchronous copies were in flight at once, at
+// most, on one device (since the last reset).
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -28,7 +38,16 @@
 
 #include "nerve/backend_plugin.hpp"
 
+#include "sim_implementation.hpp"
+
 namespace {
+
+std::atomic<std::size_t> peak_copies{0};
+
+std::size_t from_environment(const char* name, std::size_t otherwise) {
+  const char* text = std::getenv(name);
+  return text != nullptr ? static_cast<std::size_t>(std::strtoull(text, nullptr, 10)) : otherwise;
+}
 
 bool failing(const char* mode) {
   const char* fail = std::getenv("SIM_PLUGIN_FAIL");
@@ -38,15 +57,29 @@ bool failing(const char* mode) {
 // SimDevice: everything runs in order on one thread, like one stream of a GPU.
 class SimDevice final : public nerve::plugin::Device {
  public:
-  SimDevice() : thread_([this] { run(); }) {}
+  SimDevice()
+      : capacity_(from_environment("SIM_PLUGIN_CAPACITY", SIZE_MAX)),
+        copy_delay_(from_environment("SIM_PLUGIN_COPY_DELAY_US", 0)),
+        thread_([this] { run(); }) {}
   ~SimDevice() override { drain(); }
 
-  void* allocate(std::size_t bytes) override { return std::malloc(bytes); }
-  void deallocate(void* data, std::size_t /*bytes*/) noexcept override { std::free(data); }
+  void* allocate(std::size_t bytes) override {
+    std::size_t used = used_.load();
+    do {
+      if (bytes > capacity_ - used) return nullptr;
+    } while (!used_.compare_exchange_weak(used, used + bytes));
+    return std::malloc(bytes);
+  }
+  void deallocate(void* data, std::size_t bytes) noexcept override {
+    std::free(data);
+    used_.fetch_sub(bytes);
+  }
 
   void copy_to_device(const void* host, void* device, std::size_t bytes,
                       nerve::plugin::Completion& done) override {
-    post([=, &done] {
+    begin_copy();
+    post([=, this, &done] {
+      end_copy();
       if (failing("copy_fail")) {
         done.done(false, "sim: copy failed on purpose");
         return;
@@ -57,7 +90,9 @@ class SimDevice final : public nerve::plugin::Device {
   }
   void copy_to_host(const void* device, void* host, std::size_t bytes,
                     nerve::plugin::Completion& done) override {
-    post([=, &done] {
+    begin_copy();
+    post([=, this, &done] {
+      end_copy();
       std::memcpy(host, device, bytes);
       done.done(true, nullptr);
     });
@@ -70,14 +105,19 @@ class SimDevice final : public nerve::plugin::Device {
   }
   void launch(const nerve::plugin::Launch& launch, nerve::plugin::Completion& done) override {
     if (failing("launch_throw")) throw std::runtime_error("sim: launch() failed on purpose");
-    if (!launch.has_cpu_body) {
-      done.done(false, "the sim device runs CPU bodies only");
+    const auto* own = dynamic_cast<const sim::Implementation*>(launch.implementation);
+    if (own == nullptr && !launch.has_cpu_body) {
+      done.done(false, "the sim device runs sim implementations and CPU bodies only");
       return;
     }
     const nerve::plugin::Launch copy = launch;
-    post([copy, &done] {
+    post([copy, own, &done] {
       try {
-        copy.run_cpu(copy.kernel, *copy.call);
+        if (own != nullptr) {
+          own->run(*copy.call);
+        } else {
+          copy.run_cpu(copy.kernel, *copy.call);
+        }
       } catch (const std::exception& error) {
         done.done(false, error.what());
         return;
@@ -96,6 +136,18 @@ class SimDevice final : public nerve::plugin::Device {
   }
 
  private:
+  // A copy is in flight from its call until the device thread takes it up, after the delay.
+  void begin_copy() {
+    const std::size_t now = ++copies_in_flight_;
+    std::size_t peak = peak_copies.load();
+    while (now > peak && !peak_copies.compare_exchange_weak(peak, now)) {
+    }
+  }
+  void end_copy() {
+    if (copy_delay_ != 0) std::this_thread::sleep_for(std::chrono::microseconds(copy_delay_));
+    --copies_in_flight_;
+  }
+
   void post(std::function<void()> work) {
     {
       std::lock_guard lock(mutex_);
@@ -116,12 +168,25 @@ class SimDevice final : public nerve::plugin::Device {
     }
   }
 
+  const std::size_t capacity_;
+  const std::size_t copy_delay_;  // microseconds
+  std::atomic<std::size_t> used_{0};
+  std::atomic<std::size_t> copies_in_flight_{0};
   std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<std::function<void()>> work_;
   bool stopping_ = false;
-  std::thread thread_;
+  std::thread thread_;  // last: it runs as soon as it is made
 };
+
+nerve::DeviceKind kind_from_environment() {
+  const char* kind = std::getenv("SIM_PLUGIN_KIND");
+  if (kind == nullptr) return nerve::DeviceKind::test;
+  if (std::strcmp(kind, "opencl") == 0) return nerve::DeviceKind::opencl;
+  if (std::strcmp(kind, "cuda") == 0) return nerve::DeviceKind::cuda;
+  if (std::strcmp(kind, "cpu") == 0) return nerve::DeviceKind::cpu;
+  return nerve::DeviceKind::test;
+}
 
 class SimBackend final : public nerve::plugin::Backend {
  public:
@@ -130,10 +195,10 @@ class SimBackend final : public nerve::plugin::Backend {
     if (failing("describe")) throw std::runtime_error("sim: describe() failed on purpose");
     nerve::plugin::DeviceDescription description;
     description.name = "sim" + std::to_string(index);
-    description.kind = nerve::DeviceKind::test;
+    description.kind = kind_from_environment();
     description.runs_cpu_kernels = true;
     description.host_addressable = true;
-    description.memory_bytes = std::size_t{64} << 20;
+    description.memory_bytes = from_environment("SIM_PLUGIN_MEMORY", std::size_t{64} << 20);
     description.compute_units = 1;
     if (std::getenv("SIM_PLUGIN_NUMA") != nullptr) description.numa_node = static_cast<int>(index);
     return description;
@@ -157,6 +222,12 @@ nerve::plugin::Backend* create() {
 }
 
 }  // namespace
+
+// sim_plugin_peak_copies(): the most asynchronous copies one device had in flight at once since the
+// last call with `reset`; the tests find it with dlsym.
+extern "C" __attribute__((visibility("default"))) std::size_t sim_plugin_peak_copies(bool reset) {
+  return reset ? peak_copies.exchange(0) : peak_copies.load();
+}
 
 #ifndef NERVE_SIM_NO_ENTRY
 extern "C" __attribute__((visibility("default"))) const nerve::plugin::Entry* nerve_backend_entry() {
