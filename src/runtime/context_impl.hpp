@@ -374,6 +374,10 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   // them) but not tasks the user submitted: the statistics subtract them.
   std::atomic<std::uint64_t> pool_gates_submitted{0};
   std::atomic<std::uint64_t> pool_gates_completed{0};
+  // A pool's gate has registered a write (ever): until then no registration looks for the gates'
+  // readers to note (note_gate_reads). Set by the gate with its buffers' trackers locked, and read by
+  // a registration with its own locked, so that one seeing the gate in a tracker sees the flag too.
+  std::atomic<bool> pool_gate_wrote{false};
   // Tasks the CPU workers cannot run (a kernel without a CPU body), cancelled before placement: a
   // worker finishes them (place_with_data), which is no CPU run — the CPU's stats leave them out.
   std::atomic<std::uint64_t> cancelled_unplaced{0};

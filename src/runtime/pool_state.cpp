@@ -280,7 +280,10 @@ void note_gate_inputs(TaskRecord* gate) {
   outcome = new PoolOutcome;
   for (std::size_t i = 0; i < gate->access_count; ++i) {
     const AccessRecord& access = gate->accesses[i];
-    if (writes(access.mode)) access.buffer->tracker.mark_pool_written();
+    if (writes(access.mode)) {
+      access.buffer->tracker.mark_pool_written();
+      gate->context->pool_gate_wrote.store(true, std::memory_order_relaxed);
+    }
     if (!reads(access.mode)) continue;
     access.buffer->tracker.consumed_writers(
         access.offset, access.size, [&](TaskRecord* writer, std::size_t begin, std::size_t end) {

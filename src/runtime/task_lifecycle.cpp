@@ -307,7 +307,8 @@ std::size_t ContextImpl::register_dependencies(TaskRecord* task, ThreadState& th
     reserve_dep_nodes(task, bound + after_count);
     if (task->kind == TaskKind::pool_gate) [[unlikely]]
       note_gate_inputs(task);
-    if (reads(access.mode) && buffer->tracker.pool_written()) [[unlikely]]
+    if (pool_gate_wrote.load(std::memory_order_relaxed) && reads(access.mode) &&
+        buffer->tracker.pool_written()) [[unlikely]]
       note_gate_reads(task, 0);
     if (recorder != nullptr) [[unlikely]]
       record_finished_sources(access);
@@ -371,11 +372,14 @@ std::size_t ContextImpl::register_dependencies(TaskRecord* task, ThreadState& th
       for (BufferState* buffer : buffers) buffer->tracker.lock().unlock();
       throw;
     }
-    // Nothing throws from here. Before any access registers: one may replace what another reads.
-    for (std::size_t i = 0; i < count; ++i) {
-      const AccessRecord& access = task->accesses[i];
-      if (reads(access.mode) && access.buffer->tracker.pool_written()) [[unlikely]]
-        note_gate_reads(task, i);
+    // Nothing throws from here. Reads of a buffer a pool's gate wrote are noted before any access
+    // registers (one may replace what another reads), once a gate ever wrote (the flag is read with
+    // every tracker locked).
+    if (pool_gate_wrote.load(std::memory_order_relaxed)) [[unlikely]] {
+      for (std::size_t i = 0; i < count; ++i) {
+        const AccessRecord& access = task->accesses[i];
+        if (reads(access.mode) && access.buffer->tracker.pool_written()) note_gate_reads(task, i);
+      }
     }
     for (std::size_t i = 0; i < count; ++i) {
       const AccessRecord& access = task->accesses[i];
