@@ -343,13 +343,14 @@ void cancel_pool_consumer(const TaskRecord* gate, TaskRecord* successor) noexcep
       const PoolOutcome::Read key{successor, nullptr, 0, 0};
       const auto [first, last] =
           std::equal_range(outcome.reads.begin(), outcome.reads.end(), key, by_consumer);
+      std::exception_ptr cause;
+      bool fails = false;
       for (auto read = first; read != last; ++read) {
-        std::exception_ptr cause;
-        if (read_fails(gate, read->buffer, read->begin, read->end, cause)) {
-          mark_cancelled_by(successor, cause);
-          return;
-        }
+        if (read->spent) continue;  // an earlier task's in the same record
+        read->spent = true;
+        fails = fails || read_fails(gate, read->buffer, read->begin, read->end, cause);
       }
+      if (fails) mark_cancelled_by(successor, cause);
       return;
     }
   }

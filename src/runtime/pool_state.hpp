@@ -63,6 +63,9 @@ struct PoolOutcome {
     const BufferState* buffer;
     std::size_t begin;
     std::size_t end;
+    // Consulted, when its consumer's edge from the gate was: spent. The consumer may finish and its
+    // record carry another task, which must not meet this note.
+    bool spent = false;
   };
   std::vector<Input> inputs;
   std::vector<Output> outputs;  // reserved at launch for every member that could be cancelled

@@ -1424,6 +1424,23 @@ TEST_P(ErrorsTest, APoolCancelsOnlyTheMembersThatReadAFailedTasksData) {
   EXPECT_NO_THROW(context->wait_all());
 }
 
+// launch_half_cancelled_pool(): a pool whose first task writes 1s to x[0, 4) once `go` is set, and
+// whose second, reading what the failing task 'a' writes to `input`, is cancelled ("boom"): x[4, 8)
+// is the output it was to write.
+void launch_half_cancelled_pool(Context& context, TaskPool& pool, Buffer<int>& x, Buffer<int>& input,
+                                std::atomic<bool>& go) {
+  context.spawn(
+      TaskOptions{.name = "a"}, [](std::span<int>) { throw std::runtime_error("boom"); }, write(input));
+  pool.add(
+      [&go](std::span<int> out) {
+        while (!go.load()) std::this_thread::yield();
+        std::fill(out.begin(), out.end(), 1);
+      },
+      write(x.slice(0, 4)));
+  pool.add([](std::span<const int>, std::span<int>) {}, read(input), write(x.slice(4, 4)));
+  pool.launch();
+}
+
 // Regression (APoolsOverwrittenCancelledOutputCancelledItsReaders, differential test): a read of a
 // pool's data is cancelled for the part a cancelled task of the pool was to write only while the
 // pool is still that part's last writer. Work reading what the pool's other task wrote and, in the
@@ -1435,18 +1452,9 @@ TEST_P(ErrorsTest, AReadOfAPoolsCancelledOutputWrittenSinceRuns) {
   for (const bool while_running : {true, false}) {
     SCOPED_TRACE(while_running ? "readers registered while the pool runs" : "after it finished");
     Buffer<int> x(*context, 8), input(*context, 1);
-    context->spawn(
-        TaskOptions{.name = "a"}, [](std::span<int>) { throw std::runtime_error("boom"); }, write(input));
     std::atomic<bool> go{!while_running};
     TaskPool pool(*context);
-    pool.add(
-        [&](std::span<int> out) {
-          while (!go.load()) std::this_thread::yield();
-          std::fill(out.begin(), out.end(), 1);
-        },
-        write(x.slice(0, 4)));
-    pool.add([](std::span<const int>, std::span<int>) {}, read(input), write(x.slice(4, 4)));  // cancelled
-    pool.launch();
+    launch_half_cancelled_pool(*context, pool, x, input, go);
     if (!while_running) EXPECT_THROW(pool.wait_all(), TaskCancelled);
     Task early = context->submit([](std::span<const int>) {}, read(x));
     context->spawn([](std::span<int> out) { std::fill(out.begin(), out.end(), 2); }, write(x.slice(4, 4)));
@@ -1466,6 +1474,33 @@ TEST_P(ErrorsTest, AReadOfAPoolsCancelledOutputWrittenSinceRuns) {
     if (while_running) EXPECT_THROW(pool.wait_all(), TaskCancelled);
     EXPECT_THROW(context->wait_all(), std::runtime_error) << "a, waited for by nobody";
   }
+}
+
+// A gate's notes of what its readers read outlive the readers: a reader cancelled by them finishes
+// and its record is recycled, and a later reader in the same record must not meet the old notes —
+// here one that reads only what the pool's task that ran wrote. (Notes were consulted by record
+// address, so it was cancelled too.) Sequential waits with one slot recycle the records at once.
+TEST(PoolReaders, ANoteOfAFinishedReaderDoesNotCancelALaterReaderInItsRecord) {
+  Context context(make_settings(1));
+  Buffer<int> x(context, 8), input(context, 1);
+  std::atomic<bool> go{false};
+  TaskPool pool(context);
+  launch_half_cancelled_pool(context, pool, x, input, go);
+  std::vector<Task> noted;  // noted while the pool runs
+  for (int i = 0; i < 64; ++i)
+    noted.push_back(context.submit([](std::span<const int>) {}, read(x.slice(4, 4))));
+  go = true;
+  for (Task& reader : noted) EXPECT_THROW(reader.wait(), TaskCancelled);
+  noted.clear();
+  // A write over the cancelled output lets the trackers drop the readers: their records go back.
+  context.submit([](std::span<int> out) { std::fill(out.begin(), out.end(), 2); }, write(x.slice(4, 4)))
+      .wait();
+  for (int round = 0; round < 200; ++round) {
+    Task later = context.submit([](std::span<const int> in) { EXPECT_EQ(in[0], 1); }, read(x.slice(0, 4)));
+    EXPECT_NO_THROW(later.wait()) << "round " << round << ": it reads what the pool's task that ran wrote";
+  }
+  EXPECT_THROW(pool.wait_all(), TaskCancelled);
+  EXPECT_THROW(context.wait_all(), std::runtime_error);
 }
 
 // Regression (CancelledPoolGaveItsDependentsATaskCancelledAsCause): past a pool whose member was
