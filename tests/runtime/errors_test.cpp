@@ -1503,6 +1503,53 @@ TEST(PoolReaders, ANoteOfAFinishedReaderDoesNotCancelALaterReaderInItsRecord) {
   EXPECT_THROW(context.wait_all(), std::runtime_error);
 }
 
+// Readers of half-cancelled pools' output submitted by three application threads at once, on six
+// buffers, while the pools run and after: the notes are taken under each gate's lock by whichever
+// thread registers. Every reader of the good half runs and sees it; every reader of the other half is
+// cancelled.
+TEST(PoolReaders, ReadersFromSeveralThreadsAreEachDecidedByWhatTheyRead) {
+  Context context(make_settings(3));
+  for (int round = 0; round < 10; ++round) {
+    constexpr std::size_t buffers = 6;
+    std::vector<Buffer<int>> xs;
+    std::vector<std::unique_ptr<TaskPool>> pools;
+    std::atomic<bool> go{false};
+    for (std::size_t b = 0; b < buffers; ++b) {
+      xs.emplace_back(context, 8);
+      Buffer<int> input(context, 1);
+      pools.push_back(std::make_unique<TaskPool>(context));
+      launch_half_cancelled_pool(context, *pools.back(), xs.back(), input, go);
+    }
+    std::atomic<int> wrong{0};
+    std::vector<std::thread> threads;
+    for (std::size_t t = 0; t < 3; ++t) {
+      threads.emplace_back([&, t] {
+        std::vector<std::pair<Task, Task>> readers;
+        for (std::size_t i = 0; i < 40; ++i) {
+          Buffer<int>& x = xs[(t * 7 + i) % buffers];
+          readers.emplace_back(
+              context.submit([](std::span<const int> in) { EXPECT_EQ(in[0], 1); }, read(x.slice(0, 4))),
+              context.submit([](std::span<const int>) {}, read(x.slice(4, 4))));
+        }
+        for (auto& [good, cancelled] : readers) {
+          try {
+            good.wait();
+          } catch (...) {
+            ++wrong;
+          }
+          if (cancellation_of([&] { cancelled.wait(); }).cause != "boom") ++wrong;
+        }
+      });
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));  // some readers register before it ends
+    go = true;
+    for (std::thread& thread : threads) thread.join();
+    EXPECT_EQ(wrong.load(), 0) << "round " << round;
+    for (auto& pool : pools) EXPECT_THROW(pool->wait_all(), TaskCancelled);
+    EXPECT_THROW(context.wait_all(), std::runtime_error);
+  }
+}
+
 // Regression (CancelledPoolGaveItsDependentsATaskCancelledAsCause): past a pool whose member was
 // cancelled, dependents are cancelled as behind a plain cancelled task: cause() is the original
 // exception, not the member's TaskCancelled; and with none when the cancellation was requested,
