@@ -358,8 +358,7 @@ Mapping buffer_map(BufferState* buffer, std::size_t offset, std::size_t size, Ac
       discard();
       throw;
     }
-    if (reads(mode) && buffer->tracker.pool_written()) [[unlikely]]
-      note_gate_reads(task, 0);
+    context.note_reads_of_gates(task);
     buffer->tracker.register_access(task, offset, size, mode, [&](Predecessor predecessor) {
       if (predecessor.task != task && add_edge(predecessor.task, task, predecessor.consumes)) ++edges;
     });

@@ -70,6 +70,13 @@ struct RunningFrame {
   RunningFrame* outer;
   bool deferred;  // its body deferred its completion: another thread may finish (and recycle) its task
 };
+// note_gate_reads(): a task registering notes, for each of its reads of a buffer a pool's gate wrote
+// (DependencyTracker::pool_written()), in each gate that last wrote part of it and has not succeeded,
+// the part it reads — or, once that gate's fate is settled, is cancelled now if the part met a
+// cancelled task's output (runtime/pool_state.cpp). Called with the task's trackers locked, before any
+// of its accesses registers (one may replace what another reads). Never throws: out of memory, the
+// gate falls back to deciding by the dependents' accesses alone.
+void note_gate_reads(TaskRecord* consumer) noexcept;
 const RunningFrame* innermost_frame() noexcept;
 [[noreturn]] void throw_waits_for_itself(const TaskRecord& running, const char* what);
 [[noreturn]] void throw_wait_too_deep(const ThreadState& thread, const char* what);
@@ -378,6 +385,12 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   // readers to note (note_gate_reads). Set by the gate with its buffers' trackers locked, and read by
   // a registration with its own locked, so that one seeing the gate in a tracker sees the flag too.
   std::atomic<bool> pool_gate_wrote{false};
+  // note_reads_of_gates(): note_gate_reads() for `task`, once any gate wrote (one load for a program
+  // without pools). With its accesses' trackers locked, before any of them registers.
+  void note_reads_of_gates(TaskRecord* task) noexcept {
+    if (pool_gate_wrote.load(std::memory_order_relaxed)) [[unlikely]]
+      note_gate_reads(task);
+  }
   // Tasks the CPU workers cannot run (a kernel without a CPU body), cancelled before placement: a
   // worker finishes them (place_with_data), which is no CPU run — the CPU's stats leave them out.
   std::atomic<std::uint64_t> cancelled_unplaced{0};

@@ -301,27 +301,39 @@ void note_gate_inputs(TaskRecord* gate) {
   outcome->outputs.reserve(room);
 }
 
-void note_gate_reads(TaskRecord* consumer, std::size_t index) noexcept {
-  const AccessRecord& access = consumer->accesses[index];
+namespace {
+
+// note_reads_of(): note_gate_reads() for the consumer's access `index`, a read of a buffer a gate wrote.
+void note_reads_of(TaskRecord& consumer, std::size_t index) noexcept {
+  const AccessRecord& access = consumer.accesses[index];
   const auto note = [&](TaskRecord* writer, std::size_t begin, std::size_t end) {
     if (writer->kind != TaskKind::pool_gate) return;
     PoolOutcome& outcome = *gate_outcome(writer);  // made at the gate's registration, under this lock
     std::lock_guard lock(outcome.reads_lock);
     if (outcome.reads_closed) {  // the gate's fate is known and it has begun cancelling: decide now
       std::exception_ptr cause;
-      if (read_fails(writer, access.buffer, begin, end, cause)) mark_cancelled_by(consumer, cause);
+      if (read_fails(writer, access.buffer, begin, end, cause)) mark_cancelled_by(&consumer, cause);
       return;
     }
     try {
-      outcome.reads.push_back(PoolOutcome::Read{consumer, access.buffer, begin, end});
+      outcome.reads.push_back(PoolOutcome::Read{&consumer, access.buffer, begin, end});
     } catch (const std::bad_alloc&) {
       outcome.reads_lost = true;
     }
   };
-  for_each_part_read(*consumer, index, [&](std::size_t begin, std::size_t end) {
+  for_each_part_read(consumer, index, [&](std::size_t begin, std::size_t end) {
     access.buffer->tracker.consumed_writers(begin, end - begin, note);
     return false;
   });
+}
+
+}  // namespace
+
+void note_gate_reads(TaskRecord* consumer) noexcept {
+  for (std::size_t index = 0; index < consumer->access_count; ++index) {
+    const AccessRecord& access = consumer->accesses[index];
+    if (reads(access.mode) && access.buffer->tracker.pool_written()) note_reads_of(*consumer, index);
+  }
 }
 
 void cancel_pool_consumer(const TaskRecord* gate, TaskRecord* successor) noexcept {

@@ -83,7 +83,7 @@ struct PoolOutcome {
   mutable bool reads_lost = false;
 };
 
-// gate_outcome(): the gate's PoolOutcome, or nullptr (a pool with no such input).
+// gate_outcome(): the gate's PoolOutcome, or nullptr (a pool whose tasks access nothing).
 inline PoolOutcome*& gate_outcome(TaskRecord* gate) noexcept {
   return *std::launder(reinterpret_cast<PoolOutcome**>(gate->closure));
 }
@@ -95,14 +95,6 @@ inline const PoolOutcome* gate_outcome(const TaskRecord* gate) noexcept {
 // it registers in locked and split, before anything is registered; throws std::bad_alloc with
 // nothing kept (the gate's references are dropped by drop_gate_inputs()).
 void note_gate_inputs(TaskRecord* gate);
-
-// note_gate_reads(): a task registering `access` (a read) notes, in each pool gate that last wrote
-// part of it and has not succeeded, the part it reads — or, once that gate's fate is settled, is
-// cancelled now if the part met a cancelled member's output. Called with the access's tracker
-// locked, before any of the task's accesses is registered, and only for buffers a gate wrote
-// (DependencyTracker::pool_written()). Never throws: out of memory, the gate falls back to deciding
-// by the dependents' accesses alone.
-void note_gate_reads(TaskRecord* consumer, std::size_t index) noexcept;
 
 // unwritten_parts(): for_each_part_read() for [begin, end), past the earlier accesses before `from`.
 template <class Fn>

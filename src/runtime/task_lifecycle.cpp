@@ -307,9 +307,7 @@ std::size_t ContextImpl::register_dependencies(TaskRecord* task, ThreadState& th
     reserve_dep_nodes(task, bound + after_count);
     if (task->kind == TaskKind::pool_gate) [[unlikely]]
       note_gate_inputs(task);
-    if (pool_gate_wrote.load(std::memory_order_relaxed) && reads(access.mode) &&
-        buffer->tracker.pool_written()) [[unlikely]]
-      note_gate_reads(task, 0);
+    note_reads_of_gates(task);
     if (recorder != nullptr) [[unlikely]]
       record_finished_sources(access);
     buffer->tracker.register_access(task, access.offset, access.size, access.mode, on_predecessor);
@@ -372,15 +370,7 @@ std::size_t ContextImpl::register_dependencies(TaskRecord* task, ThreadState& th
       for (BufferState* buffer : buffers) buffer->tracker.lock().unlock();
       throw;
     }
-    // Nothing throws from here. Reads of a buffer a pool's gate wrote are noted before any access
-    // registers (one may replace what another reads), once a gate ever wrote (the flag is read with
-    // every tracker locked).
-    if (pool_gate_wrote.load(std::memory_order_relaxed)) [[unlikely]] {
-      for (std::size_t i = 0; i < count; ++i) {
-        const AccessRecord& access = task->accesses[i];
-        if (reads(access.mode) && access.buffer->tracker.pool_written()) note_gate_reads(task, i);
-      }
-    }
+    note_reads_of_gates(task);  // nothing throws from here
     for (std::size_t i = 0; i < count; ++i) {
       const AccessRecord& access = task->accesses[i];
       if (recorder != nullptr) [[unlikely]]
