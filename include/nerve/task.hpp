@@ -151,7 +151,8 @@ struct TaskOptions {
   //     round-robin to per-worker inboxes, each FIFO.
   //   - eager: tasks submitted from outside a task and tasks released by dependencies wait in one
   //     shared FIFO queue (first come first served); tasks submitted inside a task go to that
-  //     worker's deque (newest first for it, oldest first for thieves), NUMA-placed ones to inboxes.
+  //     worker's deque (newest first for it, oldest first for thieves). Data location places
+  //     nothing (scheduler.numa_affinity does not apply).
   int priority = Priority::normal;
 };
 

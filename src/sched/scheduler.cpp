@@ -409,10 +409,8 @@ void Scheduler::enqueue(TaskRecord* task, ThreadState& thread, bool submission, 
       numa_node >= 0 && numa_placement_ && (own == nullptr || own->numa_node != numa_node);
   if (policy_ == SchedulerPolicy::eager) {
     // Nested fork-join stays local; everything else is first come, first served.
-    if (own != nullptr && submission && thread.nesting > 0 && !bound_elsewhere) {
+    if (own != nullptr && submission && thread.nesting > 0) {
       if (own->deque.push(task)) notify_work(own, -1);
-    } else if (bound_elsewhere) {
-      push_to_slot_inbox(task, thread, submission, numa_node);
     } else {
       push_shared(task, thread, submission);
     }
@@ -456,12 +454,13 @@ void Scheduler::push_shared(TaskRecord* task, ThreadState& thread, bool submissi
     shared_.push_unbounded(task);
   } else {
     // Once stopped, nobody drains the queue: a late task (cancelled when picked) goes in regardless.
+    Clock::time_point full_since{};
     while (!shared_.try_push(task)) {
       if (stopping_.load(std::memory_order_acquire)) {
         shared_.push_unbounded(task);
         break;
       }
-      back_pressure(thread);
+      back_pressure(thread, full_since);
     }
   }
   notify_work(thread.slot, -1);
@@ -474,6 +473,7 @@ void Scheduler::push_to_slot_inbox(TaskRecord* task, ThreadState& thread, bool s
       bound ? &slots_by_node_[static_cast<std::size_t>(numa_node) % slots_by_node_.size()] : nullptr;
   if (candidates != nullptr && candidates->empty()) candidates = nullptr;
   const std::size_t count = candidates != nullptr ? candidates->size() : slots_.size();
+  Clock::time_point full_since{};
   while (true) {
     for (std::size_t attempt = 0; attempt < count; ++attempt) {
       const std::size_t k = thread.placement_cursor++ % count;
@@ -487,12 +487,26 @@ void Scheduler::push_to_slot_inbox(TaskRecord* task, ThreadState& thread, bool s
       if (!wake_slot(target)) notify_work(&target, bound ? numa_node : -1);
       return;
     }
-    back_pressure(thread);
+    back_pressure(thread, full_since);
   }
 }
 
-// Every candidate queue is full: help run tasks if this thread can, else wait a little.
-void Scheduler::back_pressure(ThreadState& thread) {
+// Every candidate queue is full. Helping takes one task out of it: when the queue holds no more tasks
+// than there are workers woken for them (or spinning), that task is one of theirs, and helping took
+// back each task just queued while they were waking (with task_queue.per_device_queue_depth 1 the
+// submitter ran nearly every task while the workers went back to sleep). Those workers get a moment
+// to take the tasks first. Otherwise, or past that moment, it helps run tasks if it can (a deep
+// queue is drained by more hands), else waits a little.
+void Scheduler::back_pressure(ThreadState& thread, Clock::time_point& full_since) {
+  const int coming = waking_.load(std::memory_order_acquire) + spinners_.load(std::memory_order_acquire);
+  if (coming > 0 && static_cast<std::size_t>(coming) >= shared_.capacity()) {  // every queue's depth
+    const auto now = Clock::now();
+    if (full_since == Clock::time_point{}) full_since = now;
+    if (now - full_since < back_pressure_grace) {
+      std::this_thread::yield();
+      return;
+    }
+  }
   if (!help_once(thread)) std::this_thread::sleep_for(std::chrono::microseconds(50));
 }
 
@@ -514,7 +528,12 @@ void Scheduler::notify_work(const WorkerSlot* origin, int numa_node) noexcept {
 
 bool Scheduler::wake_slot(WorkerSlot& slot) noexcept {
   if (!slot.sleeping.load(std::memory_order_relaxed)) return false;
-  if (!slot.sleeping.exchange(false, std::memory_order_acq_rel)) return false;
+  // Counted before the exchange: the slot, seeing it lost the exchange, takes the count off.
+  waking_.fetch_add(1, std::memory_order_acq_rel);
+  if (!slot.sleeping.exchange(false, std::memory_order_acq_rel)) {
+    waking_.fetch_sub(1, std::memory_order_acq_rel);
+    return false;
+  }
   sleepers_.fetch_sub(1, std::memory_order_acq_rel);
   if (ThreadState* occupant = slot.occupant.load(std::memory_order_acquire)) occupant->parker.unpark();
   return true;

@@ -143,8 +143,9 @@ class Scheduler {
   bool run_until(ThreadState& thread, Waitable& target, Clock::time_point deadline);
   template <class Waitable>
   bool park_until(ThreadState& thread, Waitable& target, Clock::time_point deadline, bool help = true);
+  // sleep_slot(): true when a publisher woke the slot (wake_slot() counted it in waking_).
   template <class Waitable>
-  void sleep_slot(ThreadState& thread, WorkerSlot& slot, Waitable& target, Clock::time_point deadline,
+  bool sleep_slot(ThreadState& thread, WorkerSlot& slot, Waitable& target, Clock::time_point deadline,
                   bool first);
 
   TaskRecord* find_work(ThreadState& thread, WorkerSlot& slot, IdleState& idle);
@@ -167,7 +168,9 @@ class Scheduler {
 
   void push_to_slot_inbox(TaskRecord* task, ThreadState& thread, bool submission, int numa_node);
   void push_shared(TaskRecord* task, ThreadState& thread, bool submission);
-  void back_pressure(ThreadState& thread);
+  // back_pressure(): one round of waiting for room in a full queue; `full_since` is when this
+  // submission first found every queue full (zero before the first round).
+  void back_pressure(ThreadState& thread, Clock::time_point& full_since);
   // notify_work(): after publishing a task reachable by any slot (near `origin`, or for NUMA node
   // `numa_node` when >= 0), wake a sleeper unless a spinner will find it.
   void notify_work(const WorkerSlot* origin, int numa_node) noexcept;
@@ -231,8 +234,14 @@ class Scheduler {
   std::atomic_flag submitter_taken_;  // set by the owner's first submission
   WaiterRegistry waiters_;
   static constexpr std::chrono::milliseconds first_sleep_bound{1};
+  // How long a submission that finds every queue full leaves the woken workers to take the tasks
+  // before it runs one itself: a little more than a futex wake-up takes on a busy machine.
+  static constexpr std::chrono::microseconds back_pressure_grace{200};
   alignas(cache_line_size) std::atomic<int> sleepers_{0};
   alignas(cache_line_size) std::atomic<int> spinners_{0};
+  // Slots woken by wake_slot() that have not yet begun to spin: neither sleepers nor spinners, but
+  // about to look for work (back_pressure() leaves them the tasks it queued).
+  alignas(cache_line_size) std::atomic<int> waking_{0};
   alignas(cache_line_size) std::atomic<bool> stopping_{false};
   std::atomic<unsigned> workers_ready_{0};
   bool started_ = false;
@@ -346,9 +355,10 @@ bool Scheduler::run_until(ThreadState& thread, Waitable& target, Clock::time_poi
     }
     // A sleeper must not count as a spinner: publishers skip waking anyone while a spinner exists.
     if (idle.spinning) spinners_.fetch_sub(1, std::memory_order_acq_rel);
-    sleep_slot(thread, slot, target, deadline, !idle.slept);
+    const bool woken = sleep_slot(thread, slot, target, deadline, !idle.slept);
     idle.slept = true;
     spinners_.fetch_add(1, std::memory_order_acq_rel);
+    if (woken) waking_.fetch_sub(1, std::memory_order_acq_rel);  // counted as a spinner now
     idle.spinning = true;
     idle.since = Clock::now();  // spin again before the next sleep
   }
@@ -358,7 +368,7 @@ bool Scheduler::run_until(ThreadState& thread, Waitable& target, Clock::time_poi
 }
 
 template <class Waitable>
-void Scheduler::sleep_slot(ThreadState& thread, WorkerSlot& slot, Waitable& target,
+bool Scheduler::sleep_slot(ThreadState& thread, WorkerSlot& slot, Waitable& target,
                            Clock::time_point deadline, bool first) {
   // Announce, then re-check: a publisher that misses the announcement published before it, and the
   // re-check sees its task (both sides order their two steps with seq_cst).
@@ -390,8 +400,9 @@ void Scheduler::sleep_slot(ThreadState& thread, WorkerSlot& slot, Waitable& targ
   }
   target.after_park();
   waiters_.remove(target.address(), &thread.parker);
-  if (slot.sleeping.exchange(false, std::memory_order_acq_rel))
-    sleepers_.fetch_sub(1, std::memory_order_acq_rel);
+  if (!slot.sleeping.exchange(false, std::memory_order_acq_rel)) return true;  // wake_slot() took it
+  sleepers_.fetch_sub(1, std::memory_order_acq_rel);
+  return false;
 }
 
 template <class Waitable>

@@ -468,6 +468,28 @@ TEST(ConfigBehaviour, PerDeviceQueueDepthBackPressuresTheSubmitter) {
   EXPECT_EQ(four.impl()->scheduler.shared_queue().capacity(), 16u);
 }
 
+// A full queue leaves the woken workers a moment to take its tasks: under eager with a depth of 1,
+// the back-pressured submitter took back each task it had just queued while the workers were waking,
+// and ran 198-200 of 200 while they went back to sleep (scheduling audit).
+TEST(ConfigBehaviour, ABackPressuredSubmitterLeavesTheQueuedTasksToTheWorkers) {
+  for (const char* policy : {"eager", "locality_aware_stealing"}) {
+    Context context(with({{"scheduler.policy", policy},
+                          {"parallel.thread_pool_size", "4"},
+                          {"task_queue.per_device_queue_depth", "1"}}));
+    const std::thread::id submitter = std::this_thread::get_id();
+    std::atomic<int> elsewhere{0};
+    for (int i = 0; i < 200; ++i) {
+      context.spawn([&] {  // sleeps: the workers do not compete for the two cores
+        if (std::this_thread::get_id() != submitter) elsewhere.fetch_add(1);
+        std::this_thread::sleep_for(std::chrono::microseconds(500));
+      });
+    }
+    context.wait_all();
+    // Three workers and the submitter share the tasks (about 150 elsewhere when run alone).
+    EXPECT_GE(elsewhere.load(), 40) << policy << ": the submitter ran nearly every task itself";
+  }
+}
+
 // The submitting thread's own deque is bounded too while another thread holds the master slot (it
 // cannot run tasks there, and the holder only steals from it): the submitter waits.
 TEST(ConfigBehaviour, PerDeviceQueueDepthHoldsWhileAnotherThreadHoldsTheMasterSlot) {
