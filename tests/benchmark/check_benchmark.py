@@ -15,18 +15,26 @@ Usage: check_benchmark.py <openclaw-benchmark> <case> [argument]; each case is o
                   wrong, --config's file included), an option that means nothing to --list given with it,
                   an option's value that is one of the
                   options (--json --help), a --json or --html path that is not a regular file (a FIFO: the
-                  output probe waited for a reader)
+                  output probe waited for a reader), a --compare or --from-json path that is a FIFO nobody
+                  writes to (reading it waited for ever), a directory or a device, an empty --param list
+                  or item, NERVE_TRACE naming a FIFO or a file that cannot be written (the error names
+                  the variable)
   param           --param sets W11's batching (recorded in the JSON, used by the run); a bad name
-                  is a usage error, a value out of range fails the run
+                  is a usage error, a value out of range fails the run, recorded as BENCHMARK_JSON.md
+                  says and read back by --from-json
   runtimes        an unknown --runtimes name, or none, is a usage error (exit 2) naming it and listing
                   the valid ones; a known name in other case runs only that runtime's variants; one
                   that selects no variant of the workloads run verifies nothing: exit 1, verified false
   html            the --html page: every chart's SVG present, self-contained, timeline only with --trace
+                  (a --trace that cannot be read, a FIFO nobody writes to or a directory included, leaves
+                  it out with a warning naming it)
   chromium        the page loads in headless Chromium, every chart in its DOM, no console error
                   (exit 77, a CTest skip, when chromium is not installed)
   compare         an unchanged run compares "same" and passes --fail-over; a figure planted 2x worse
                   is flagged and fails it; a planted improvement is flagged "better" and passes; a
-                  corrupted report is a usage error that names the bad field and where it is
+                  corrupted report is a usage error that names the bad field and where it is; a report
+                  is read through a pipe (<(...)); one that cannot be written names its option, file
+                  and the system's reason
   closed_stdout   a run whose standard output is closed (`| head -1`) still writes its --json report (SIGPIPE
                   killed it) and exits 1, saying the table was lost; so do --list and --help
   fault <Wn>      the hidden --inject-fault corrupts nerve's result in Wn: the run must fail (exit 1),
@@ -34,10 +42,12 @@ Usage: check_benchmark.py <openclaw-benchmark> <case> [argument]; each case is o
                   nerve variants give their % of the multithreaded BLAS reference
 Standard library only. Runs get an environment without NERVE_* variables.
 """
+import errno
 import html.parser
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import subprocess
@@ -64,10 +74,11 @@ def clean_environment(nerve_environment=None):
     return environment
 
 
-def run(binary, *args, expect=0, nerve_environment=None, timeout=TIMEOUT_S, cwd=None):
+def run(binary, *args, expect=0, nerve_environment=None, timeout=TIMEOUT_S, cwd=None, **options):
+    """options: more of subprocess.run's (pass_fds, preexec_fn)."""
     try:
         result = subprocess.run([binary, *args], env=clean_environment(nerve_environment), capture_output=True, text=True,
-                                timeout=timeout, cwd=cwd)
+                                timeout=timeout, cwd=cwd, **options)
     except subprocess.TimeoutExpired:
         raise CheckFailed(f"openclaw-benchmark {' '.join(args)} did not finish in {timeout} s")
     if expect is not None and result.returncode != expect:
@@ -205,6 +216,11 @@ def case_usage(binary, directory):
                        (["--param", "W11.rate=nan"], "not a (decimal) number"),
                        (["--param", "W11.max_batch=1 6"], "a blank inside"),
                        (["--param", "W11.max_batch= 5"], "a blank inside"),
+                       # An empty list or item is a mistake, as an empty --only is: it set nothing, silently.
+                       (["--param", ""], "--param '' names no parameter"),
+                       (["--param", " , "], "--param ' , ' names no parameter"),
+                       (["--param", "W11.rate=100,"], "--param 'W11.rate=100,': an empty item"),
+                       (["--param", "W11.rate=100,,W11.max_batch=2"], "an empty item"),
                        # CLI11 alone took nan (past its range check: the regression check was off),
                        # and hexadecimal.
                        (["--fail-over", "nan"], "--fail-over: 'nan' is not a (decimal) number"),
@@ -292,11 +308,26 @@ def case_usage(binary, directory):
         says = f"{option} {path}: this is {kind}, not a regular file"
         check(says in result.stderr, f"{option} {path}: the error does not say {says!r}: {result.stderr}")
         check("figures" not in result.stdout, f"{option} {path}: something ran: {result.stdout}")
-    # A FIFO as perf.trace is nerve's to write in place (docs/TRACING.md): not probed, so the run goes
-    # on to the next check (here a device the machine lacks) instead of waiting for a reader.
-    result = run(binary, *QUICK, "--only", "W1", expect=2, timeout=30,
-                 nerve_environment={"NERVE_PERF_TRACE": fifo, "NERVE_GPU_DEVICES": "5"})
-    check("gpu.devices" in result.stderr, f"perf.trace a FIFO, gpu.devices 5: {result.stderr}")
+    # An input that is not a regular file, nor a pipe a writer holds open, is refused before anything
+    # runs, --help or not: reading a FIFO nobody writes to waited for ever (regression), a directory
+    # gave "basic_filebuf::underflow error reading the file" without the path.
+    for option, path, says in (("--compare", fifo, "this is a FIFO (named pipe) and nothing was written to it"),
+                               ("--from-json", fifo, "this is a FIFO (named pipe) and nothing was written to it"),
+                               ("--compare", directory, "this is a directory, not a regular file"),
+                               ("--from-json", os.devnull, "this is a character device, not a regular file")):
+        for first in ([], ["--help"]):
+            result = run(binary, *first, option, path, expect=2, timeout=30)
+            check(f"{option} {path}: {says}" in result.stderr, f"{' '.join(first)} {option} {path}: {result.stderr}")
+            check(result.stdout == "", f"{' '.join(first)} {option} {path}: printed {result.stdout}")
+    # perf.trace is checked before the run as each workload's context checks it, the variable that set
+    # it named: a FIFO there let the run start, each workload fail to make its context and exit 1.
+    for variable, path, says in (("NERVE_TRACE", fifo, "perf.trace: '" + fifo + "' is a FIFO"),
+                                 ("NERVE_PERF_TRACE", fifo, "is a FIFO"),
+                                 ("NERVE_TRACE", os.path.join(directory, "no-such-dir", "t.json"),
+                                  "perf.trace: cannot write")):
+        result = run(binary, *QUICK, "--only", "W1", expect=2, timeout=30, nerve_environment={variable: path})
+        check(f"env {variable}: " in result.stderr and says in result.stderr, f"{variable}={path}: {result.stderr}")
+        check(result.stdout == "", f"{variable}={path}: ran: {result.stdout}")
     # The probe of a writable output leaves nothing behind.
     probe = os.path.join(directory, "probe.json")
     bad_config = os.path.join(directory, "bad.yaml")
@@ -548,12 +579,23 @@ def case_html(binary, directory):
             scaled = [series["workload"] for series in json.load(f)["scaling"]]
         check(scaled == expected, f"--only W3 {' '.join(scaling)}: scaled {scaled}, expected {expected}")
     # A trace that cannot be read (read after the run) costs the page its timeline, not the run.
-    page = os.path.join(directory, "no-trace.html")
-    result = run(binary, *QUICK, "--only", "W1", "--scaling", "none", "--html", page,
+    page, report = os.path.join(directory, "no-trace.html"), os.path.join(directory, "no-trace.json")
+    result = run(binary, *QUICK, "--only", "W1", "--scaling", "none", "--html", page, "--json", report,
                  "--trace", os.path.join(directory, "missing-trace.json"))
     check("warning" in result.stderr and "missing-trace.json" in result.stderr, f"no warning: {result.stderr}")
     with open(page, encoding="utf-8") as f:
         check("Not shown" in f.read(), "the page does not say why the timeline is missing")
+    # So does a --trace that is not a regular file, with a warning naming it: a FIFO nobody writes to
+    # hung the report for ever (regression), a directory's warning did not say which path.
+    fifo = os.path.join(directory, "trace-fifo")
+    os.mkfifo(fifo)
+    for trace, says in ((fifo, "this is a FIFO (named pipe) and nothing was written to it"),
+                        (directory, "this is a directory, not a regular file")):
+        page = os.path.join(directory, "special-trace.html")
+        result = run(binary, "--from-json", report, "--html", page, "--trace", trace, timeout=30)
+        check(f"warning: --trace {trace}: {says}" in result.stderr, f"--trace {trace}: {result.stderr}")
+        with open(page, encoding="utf-8") as f:
+            check("Not shown" in f.read(), f"--trace {trace}: the page does not say why the timeline is missing")
     # The documented recipe: NERVE_TRACE=trace.json with --trace trace.json shows the first workload's
     # timeline (the configuration probe and the device check made earlier contexts that took the name).
     trace = os.path.join(directory, "recipe-trace.json")
@@ -646,6 +688,25 @@ def case_compare(binary, directory):
         check(f"{named} name the same file" in clash.stderr, f"{args}: {clash.stderr}")
     with open(base, "rb") as f:
         check(f.read() == recorded, "the baseline was overwritten")
+    # A pipe its writer holds open is an input, as `--from-json <(zcat base.json.gz)` gives it.
+    cat = subprocess.Popen(["cat", base], stdout=subprocess.PIPE)
+    try:
+        piped = run(binary, "--from-json", f"/dev/fd/{cat.stdout.fileno()}", pass_fds=(cat.stdout.fileno(),))
+    finally:
+        cat.stdout.close()
+        cat.wait()
+    check("W1" in piped.stdout and "W3" in piped.stdout, f"--from-json through a pipe: {piped.stdout}")
+    # A report that cannot be written at the end is an error naming its option, its file and the
+    # system's reason (exit 1): a --json directory removed during the run said only "cannot write
+    # <path>". Here the file outgrows the file size limit after the probe found it writable.
+    def small_files():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (2048, 2048))
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails (EFBIG) instead of killing
+    for option in ("--json", "--html"):
+        output = os.path.join(directory, "too-big")
+        result = run(binary, "--from-json", base, option, output, expect=1, preexec_fn=small_files)
+        says = f"{option} {output}: cannot write this file: {os.strerror(errno.EFBIG)}"
+        check(says in result.stderr, f"{option} past the file size limit: the error does not say {says!r}: {result.stderr}")
     # A limit that is not a number is a usage error, not a check that never fires.
     nan = run(binary, "--from-json", base, "--compare", path, "--fail-over", "nan", expect=2)
     check("--fail-over" in nan.stderr and "REGRESSION" not in nan.stderr, f"--fail-over nan: {nan.stderr}")

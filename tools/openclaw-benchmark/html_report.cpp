@@ -3,9 +3,9 @@
 // chart per workload case (nerve against each baseline), W11's latencies, the scaling charts, the
 // trace timeline (only with --trace), the comparison (only with --compare), machine and config.
 #include <cstdio>
-#include <fstream>
 #include <stdexcept>
 
+#include "common/files.hpp"
 #include "report.hpp"
 #include "svg.hpp"
 
@@ -202,7 +202,7 @@ void write_html(const RunReport& report, const std::vector<Compared>* comparison
       const std::string svg = trace_timeline_svg(*trace, &summary);
       html += "<h2>Timeline excerpt</h2><p class=\"meta\">" + escape_html(summary) + "</p>" + svg;
     } catch (const std::exception& error) {
-      std::fprintf(stderr, "openclaw-benchmark: warning: --trace: %s; the HTML report has no timeline\n",
+      std::fprintf(stderr, "openclaw-benchmark: warning: --trace %s; the HTML report has no timeline\n",
                    error.what());
       html += "<h2>Timeline excerpt</h2><p class=\"meta\">Not shown: " + escape_html(error.what()) + "</p>";
     }
@@ -221,9 +221,7 @@ void write_html(const RunReport& report, const std::vector<Compared>* comparison
   }
   html += machine_section(report);
   html += "</body></html>\n";
-  std::ofstream out(path);
-  out << html;
-  if (!out) throw std::runtime_error("cannot write " + path.string());
+  nerve::tools::write_file(path, html);
 }
 
 }  // namespace nerve::benchmark

@@ -1,10 +1,7 @@
 // json_report.cpp — the --json document (schema "openclaw.benchmark/1", docs/BENCHMARK_JSON.md) and
 // reading it back (--compare, --from-json).
-#include <cerrno>
 #include <concepts>
 #include <cstdint>
-#include <cstring>
-#include <fstream>
 #include <initializer_list>
 #include <map>
 #include <stdexcept>
@@ -14,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/files.hpp"
 #include "report.hpp"
 
 namespace nerve::benchmark {
@@ -235,16 +233,13 @@ void write_json(const RunReport& report, const std::vector<Compared>* comparison
   doc["scaling"] = scaling;
   doc["comparison"] = comparison != nullptr ? comparison_json(*comparison) : Json(nullptr);
 
-  std::ofstream out(path);
-  out << doc.dump(2) << '\n';
-  if (!out) throw std::runtime_error("cannot write " + path.string());
+  nerve::tools::write_file(path, doc.dump(2) + '\n');
 }
 
 RunReport read_json(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error(path.string() + ": cannot read this file: " + std::strerror(errno));
+  const std::string text = nerve::tools::read_file(path);  // its errors name the file
   try {
-    const Json json = Json::parse(in);
+    const Json json = Json::parse(text);
     const Object doc(json, "");
     if (const auto found_schema = doc.get<std::string>("schema"); found_schema != schema)
       throw BadField("field \"schema\" is \"" + found_schema + "\", expected \"" + schema + "\"");

@@ -34,6 +34,8 @@
 #include "nerve/nerve.hpp"
 
 #include "common/cli_usage.hpp"
+#include "common/files.hpp"
+#include "config/diagnostics.hpp"
 #include "perf/output_path.hpp"
 #include "report.hpp"
 #include "scaling.hpp"
@@ -207,13 +209,18 @@ std::string parse_runtimes(const std::string& text, bool given, std::vector<std:
 std::string parse_parameters(const std::vector<std::string>& arguments,
                              std::map<std::string, std::string>& out) {
   for (const std::string& argument : arguments) {
-    std::stringstream items(argument);
-    std::string item;
-    while (std::getline(items, item, ',')) {
+    // An empty list ("", ",": a variable that expanded to nothing) or an empty item ("a=1,,b=2",
+    // "a=1,") is a mistake, as an empty --only, --runtimes or --scaling is, not nothing to set.
+    if (argument.find_first_not_of(" \t,") == std::string::npos)
+      return "--param '" + argument + "' names no parameter (expected W<n>.<name>=<value>; see --list)";
+    for (std::size_t begin = 0, end = 0; begin <= argument.size(); begin = end + 1) {
+      end = std::min(argument.find(',', begin), argument.size());
+      std::string item = argument.substr(begin, end - begin);
       // Blanks around an item are separators ("a=1, b=2"); one inside it is a mistake to report, not
       // to squeeze out ("W11.max_batch=1 6" is not 16).
       const auto first = item.find_first_not_of(" \t");
-      if (first == std::string::npos) continue;
+      if (first == std::string::npos)
+        return "--param '" + argument + "': an empty item between its commas (expected W<n>.<name>=<value>)";
       item = item.substr(first, item.find_last_not_of(" \t") - first + 1);
       if (item.find_first_of(" \t\n\r\f\v") != std::string::npos)
         return "--param '" + item + "': a blank inside a parameter (expected W<n>.<name>=<value>)";
@@ -244,45 +251,39 @@ std::string parse_parameters(const std::vector<std::string>& arguments,
   return {};
 }
 
-// special_file_kind() names what `path` is when something other than a regular file is there ("a
-// FIFO (named pipe)", "a directory", ...; links followed), or "" (a regular file, or nothing yet).
-std::string special_file_kind(const std::string& path) {
-  std::error_code ignored;
-  switch (std::filesystem::status(path, ignored).type()) {
-    case std::filesystem::file_type::not_found:
-    case std::filesystem::file_type::none:
-    case std::filesystem::file_type::regular: return {};
-    case std::filesystem::file_type::directory: return "a directory";
-    case std::filesystem::file_type::fifo: return "a FIFO (named pipe)";
-    case std::filesystem::file_type::socket: return "a socket";
-    case std::filesystem::file_type::character: return "a character device";
-    case std::filesystem::file_type::block: return "a block device";
-    default: return "a special file";
-  }
-}
-
 // unwritable() is true, having said why on stderr, when the output `path` that `option` names cannot
-// be written: a report goes to a regular file (a new one or one to replace), so anything else there
-// is refused before opening it (opening a FIFO blocks until a reader comes: the run hung); then the
-// file is opened for appending, as a probe that changes nothing, and removed again if the probe
-// created it (a missing directory, no permission).
+// be written: anything but a regular file is refused before opening it (opening a FIFO waited for a
+// reader: the run hung), then a file is probed, changing nothing (common/files.hpp).
 bool unwritable(const char* option, const std::string& path) {
   if (path.empty()) return false;
-  if (const std::string kind = special_file_kind(path); !kind.empty()) {
-    std::fprintf(stderr, "openclaw-benchmark: %s %s: this is %s, not a regular file\n", option, path.c_str(),
-                 kind.c_str());
-    return true;
+  std::string error = nerve::tools::not_a_regular_file(path);
+  if (error.empty()) {
+    error = nerve::tools::cannot_write(path);
+    if (!error.empty()) error = "cannot write this file: " + error;
   }
-  std::error_code ignored;
-  const bool existed = std::filesystem::exists(path, ignored);
-  const bool ok = static_cast<bool>(std::ofstream(path, std::ios::app));
-  // The probe made the file: remove that file, where a link leads, not the link (removing the path
-  // as given took a dangling link away and left its target behind, empty).
-  if (ok && !existed) std::filesystem::remove(std::filesystem::canonical(path, ignored), ignored);
-  if (!ok)
-    std::fprintf(stderr, "openclaw-benchmark: %s %s: cannot write this file: %s\n", option, path.c_str(),
-                 std::strerror(errno));
-  return !ok;
+  if (!error.empty())
+    std::fprintf(stderr, "openclaw-benchmark: %s %s: %s\n", option, path.c_str(), error.c_str());
+  return !error.empty();
+}
+
+// check_trace_path() throws the ConfigError a context would for perf.trace (a FIFO or a socket there,
+// a file that cannot be written), with where it was set ("env NERVE_TRACE: perf.trace: ..."): the
+// run's probe context traces nothing (see its caller), and without this the first workload's context
+// found it, failing each workload in turn and the run with exit 1. A device (/dev/null) is nerve's to
+// write in place (docs/TRACING.md), and not probed.
+void check_trace_path(const nerve::Config& config) {
+  const std::string& path = config.perf.trace;
+  if (path.empty()) return;
+  try {
+    nerve::detail::refuse_unwritable_kind(path, "perf.trace");
+    const std::string kind = nerve::tools::special_file_kind(path);
+    if (const std::string error =
+            kind.empty() || kind == "a directory" ? nerve::tools::cannot_write(path) : "";
+        !error.empty())
+      throw nerve::ConfigError("perf.trace: cannot write '" + path + "': " + error, "perf.trace");
+  } catch (const nerve::ConfigError& error) {
+    nerve::config::rethrow_with_origin(config, error);
+  }
 }
 
 // stdout_lost() is true, having said on stderr that `what`, when the standard output did not take
@@ -616,9 +617,7 @@ int main(int argc, char** argv) {
         // The probe traces nothing: the first context to name a trace file keeps it, and that must
         // be the first workload's (docs/BENCHMARKS.md, --trace). Its path is checked here instead.
         probe.set("perf.trace", "");
-        // A FIFO or a device there is nerve's to write in place (docs/TRACING.md), and not probed.
-        const std::string kind = special_file_kind(config.perf.trace);
-        if ((kind.empty() || kind == "a directory") && unwritable("perf.trace", config.perf.trace)) return 2;
+        check_trace_path(config);
         const nerve::Context context(probe);
       } catch (const nerve::Error& error) {
         const bool configuration = error.code() == nerve::ErrorCode::invalid_config;
@@ -646,11 +645,22 @@ int main(int argc, char** argv) {
     if (baseline) comparison = nb::compare_runs(*baseline, report);
     const auto* compared = comparison ? &*comparison : nullptr;
     nb::print_table(report, compared);
-    if (!line.json.empty()) nb::write_json(report, compared, line.json);
+    // A report that cannot be written now (its directory removed during the run) is an error that
+    // names its option; the text names the file and the system's reason.
+    const auto write_report = [](const char* option, const auto& write) {
+      try {
+        write();
+      } catch (const std::exception& error) {
+        throw std::runtime_error(std::string(option) + " " + error.what());
+      }
+    };
+    if (!line.json.empty()) write_report("--json", [&] { nb::write_json(report, compared, line.json); });
     if (!line.html.empty()) {
-      nb::write_html(report, compared,
-                     line.trace.empty() ? std::nullopt : std::optional<std::filesystem::path>(line.trace),
-                     line.html);
+      write_report("--html", [&] {
+        nb::write_html(report, compared,
+                       line.trace.empty() ? std::nullopt : std::optional<std::filesystem::path>(line.trace),
+                       line.html);
+      });
       std::printf("HTML report: %s\n", std::filesystem::absolute(line.html).c_str());
     }
     if (!line.json.empty()) std::printf("JSON report: %s\n", std::filesystem::absolute(line.json).c_str());

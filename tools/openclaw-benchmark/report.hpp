@@ -121,16 +121,19 @@ std::string tuning_summary(const RunReport& report);
 // format_ratio() writes a ratio with two decimals below 100 ("1.00", "0.15", "24.7" above 10).
 std::string format_ratio(double ratio);
 void print_table(const RunReport& report, const std::vector<Compared>* comparison);
+// write_json() and write_html() write a report to `path`; they throw std::runtime_error "<path>:
+// cannot write this file: <the system's reason>" (common/files.hpp).
 void write_json(const RunReport& report, const std::vector<Compared>* comparison,
                 const std::filesystem::path& path);
 // read_json() reads a --json file back; it throws std::runtime_error, whose text names the file and
-// what is wrong in it (which field, where).
+// what is wrong with it (not a regular file nor a pipe with a writer, common/files.hpp; which field,
+// where).
 RunReport read_json(const std::filesystem::path& path);
 void write_html(const RunReport& report, const std::vector<Compared>* comparison,
                 const std::optional<std::filesystem::path>& trace, const std::filesystem::path& path);
 
-// The timeline excerpt of a Chrome trace-event file as SVG (throws std::runtime_error on a file that
-// is not trace-event JSON).
+// The timeline excerpt of a Chrome trace-event file as SVG (throws std::runtime_error, whose text names
+// the file, on one that cannot be read, common/files.hpp, or is not trace-event JSON).
 std::string trace_timeline_svg(const std::filesystem::path& trace, std::string* summary);
 
 // Environment helpers.

@@ -5,13 +5,13 @@
 // name, each with its name and duration as a tooltip.
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <set>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
 
+#include "common/files.hpp"
 #include "report.hpp"
 #include "svg.hpp"
 
@@ -47,11 +47,10 @@ std::string number(double v) {
 }  // namespace
 
 std::string trace_timeline_svg(const std::filesystem::path& path, std::string* summary) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error("cannot read trace " + path.string());
+  const std::string text = nerve::tools::read_file(path);  // its errors name the file
   nlohmann::json doc;
   try {
-    doc = nlohmann::json::parse(in);
+    doc = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& error) {
     throw std::runtime_error(path.string() + ": not JSON: " + error.what());
   }
