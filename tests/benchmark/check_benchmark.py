@@ -495,8 +495,26 @@ def case_param(binary, directory):
     check("max_batches" in bad.stderr and "max_batch" in bad.stderr, f"bad name: {bad.stderr}")
     run(binary, *QUICK, "--param", "W99.x=1", expect=2)
     # A value out of range: the workload cannot run, which fails the run.
-    out_of_range = run(binary, *QUICK, "--only", "W11", "--runtimes", "nerve", "--param", "W11.max_batch=0", expect=1)
+    not_run = os.path.join(directory, "not-run.json")
+    out_of_range = run(binary, *QUICK, "--only", "W11", "--runtimes", "nerve", "--param", "W11.max_batch=0",
+                       "--json", not_run, expect=1)
     check("W11.max_batch" in out_of_range.stdout + out_of_range.stderr, "out-of-range value not named")
+    # The JSON records it as docs/BENCHMARK_JSON.md says, one record that is not a figure (the schema's
+    # "samples: options.repetitions of them" did not say so), and --from-json reads it back.
+    with open(not_run) as f:
+        w11 = json.load(f)["workloads"][0]
+    check(w11["size"] == "" and w11["verified"] is False and len(w11["measurements"]) == 1, f"W11 not run: {w11}")
+    record = w11["measurements"][0]
+    note = record.pop("note")
+    check("W11.max_batch" in note, f"the record's note: {note}")
+    check(record == {"case": "run", "runtime": "nerve", "variant": "(the workload did not run)", "value": 0,
+                     "unit": "", "lower_is_better": True, "min": 0, "max": 0, "mad": 0, "samples": [], "tasks": 0,
+                     "verified": False, "extra": {}, "nerve_speedup": None}, f"the record of W11 not run: {record}")
+    again = run(binary, "--from-json", not_run, "--compare", not_run, "--json", os.path.join(directory, "again.json"),
+                expect=1)
+    check("CHECK FAILED" in again.stdout and "W11.max_batch" in again.stdout, f"--from-json: {again.stdout}")
+    with open(os.path.join(directory, "again.json")) as f:
+        check([c["verdict"] for c in json.load(f)["comparison"]] == ["missing"], "the record compared as a figure")
     # A fraction for a count is not truncated: it fails the run the same way.
     fraction = run(binary, *QUICK, "--only", "W11", "--runtimes", "nerve", "--param", "W11.max_batch=1.5", expect=1)
     check("whole number" in fraction.stdout + fraction.stderr, "a fractional max_batch was accepted")
