@@ -11,7 +11,7 @@ expect_usage_error() {  # expect_usage_error FRAGMENT ARGS...
   local fragment=$1
   shift
   local out status
-  out=$("$run" "$@" 2>&1)
+  out=$(timeout 10 "$run" "$@" 2>&1)  # 124: it hung
   status=$?
   if [ "$status" != 2 ]; then echo "FAIL: nerve-run $* exited $status (not 2): $out"; return; fi
   if ! grep -qF -- "$fragment" <<<"$out"; then echo "FAIL: nerve-run $*: '$out' lacks '$fragment'"; return; fi
@@ -84,6 +84,30 @@ status=$?
 help_hosts="$config_dir/help-hosts"
 out=$("$run" --help --hostfile "$help_hosts" 2>&1) || echo "FAIL: --help --hostfile (writable): $out"
 [ -e "$help_hosts" ] && echo "FAIL: --help --hostfile left $help_hosts behind"
+# A hostfile path where something other than a regular file is is refused, --help or not, before
+# anything opens it: a FIFO blocked nerve-run until a reader came (--help too), /dev/null gave mpirun
+# an empty hostfile.
+mkfifo "$config_dir/fifo"
+for hosts in "$config_dir/fifo" /dev/null "$config_dir"; do
+  for help in "" --help; do
+    expect_usage_error "--hostfile $hosts: this is a" $help --hostfile "$hosts" --dry-run /bin/echo ran-the-program
+  done
+done
+# An option's value that is one of the options is a usage error, as in nerve-info and
+# openclaw-benchmark: `--hostfile --dry-run PROGRAM` wrote a hostfile named "--dry-run" and ran
+# mpirun for real. `./--dry-run` names such a file.
+(
+  cd "$config_dir" || exit 1
+  expect_usage_error "--hostfile: needs a file; got the option --dry-run" --hostfile --dry-run /bin/echo ran-the-program
+  expect_usage_error "--config: needs a file; got the option --dry-run" --config --dry-run /bin/echo ran-the-program
+  expect_usage_error "--config: needs a file; got the option --hostfile" --config --hostfile=h /bin/echo ran-the-program
+  expect_usage_error "-np: needs a number of ranks; got the option --help" -np --help /bin/echo ran-the-program
+  expect_usage_error "--hostfile: needs a file; got the option -h" --help --hostfile -h
+  [ -e ./--dry-run ] && echo "FAIL: --hostfile --dry-run wrote a file named --dry-run"
+  printf 'distributed:\n  nodes: "dashhost:1"\n' >./--dry-run
+  out=$(env -u NERVE_DISTRIBUTED_NODES "$run" --config ./--dry-run --dry-run /bin/echo ran 2>&1)
+  grep -q 'dashhost slots=1' <<<"$out" || echo "FAIL: --config ./--dry-run did not read that file: $out"
+)
 out=$("$run" -np 2 --dry-run /bin/echo ran 2>&1) || echo "FAIL: a good -np was refused: $out"
 grep -q -- '-np 2 ' <<<"$out" || echo "FAIL: -np 2 not passed on: $out"
 echo "nerve-run-usage: done"

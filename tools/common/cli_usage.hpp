@@ -16,6 +16,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "common/option_value.hpp"
+
 namespace nerve::tools {
 
 inline constexpr int exit_usage = 2;  // a bad command line (or configuration)
@@ -52,18 +54,16 @@ inline int usage_error(CLI::App& app, const CLI::ParseError& error) {
   return exit_usage;
 }
 
-// not_an_option() refuses, as an option's value, one of `app`'s own options: CLI11 gives an option
-// the next argument whatever it is, so `--json --help` wrote the report to a file named "--help"
-// and ran the whole suite. `what` names what the option needs ("a path"). Add it to an option first,
-// before the checks of its value, so that it is the error reported ("--threads: needs a number; got
-// the option --quick", not "'--quick' is not a whole number").
+// not_an_option() refuses, as an option's value, one of `app`'s own options (option_value.hpp).
+// `what` names what the option needs ("a path"). Add it to an option first, before the checks of
+// its value, so that it is the error reported ("--threads: needs a number; got the option --quick",
+// not "'--quick' is not a whole number").
 inline CLI::Validator not_an_option(const CLI::App& app, std::string what = "a value") {
   return CLI::Validator(
       [&app, what = std::move(what)](std::string& value) -> std::string {
-        if (!value.starts_with('-')) return {};
-        const std::string name = value.substr(0, value.find('='));
-        if (app.get_option_no_throw(name) == nullptr) return {};
-        return "needs " + what + "; got the option " + name;
+        return option_as_value(value, what, [&app](const std::string& name) {
+          return app.get_option_no_throw(name) != nullptr;
+        });
       },
       "");
 }

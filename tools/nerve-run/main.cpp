@@ -22,7 +22,10 @@
 // hostfile and the command (it writes the hostfile only to a --hostfile PATH, never a temporary one).
 // The mpirun used is $NERVE_MPIRUN (when set and not empty), else the one found at build time.
 // --help prints the usage line (exit 0) when nothing else on the line is wrong (the configuration
-// loaded and the --hostfile check above included), as in the other tools.
+// loaded and the --hostfile check above included), as in the other tools. So does the rest of their
+// rule: an option's value that is one of the options is a usage error (`--hostfile --dry-run`; write
+// `./--dry-run` for a file so named), and a --hostfile PATH where something other than a regular
+// file is (a FIFO, a directory, /dev/null) is refused before anything opens it (common/files.hpp).
 //
 // mpirun runs as a child (fork + exec, then wait) so that the temporary hostfile can be removed after
 // it; nerve-run exits with mpirun's status (127 if it could not be started; killed by a signal: the
@@ -45,6 +48,9 @@
 
 #include "nerve/config.hpp"
 #include "nerve/error.hpp"
+
+#include "common/files.hpp"
+#include "common/option_value.hpp"
 
 extern char** environ;
 
@@ -149,6 +155,18 @@ int main(int argc, char** argv) {
     if (std::find(seen.begin(), seen.end(), option) != seen.end()) usage(option + " given twice");
     seen.push_back(option);
   };
+  // An option's value that is one of the options is a usage error, as in the other tools
+  // (option_value.hpp): `--hostfile --dry-run PROGRAM` wrote a hostfile named "--dry-run" and ran
+  // mpirun for real. `./--dry-run` names such a file.
+  const auto value_of = [&](const std::string& option, const std::string& what) -> const char* {
+    const char* value = argv[++first];
+    const std::string error = nerve::tools::option_as_value(value, what, [](const std::string& name) {
+      return name == "--config" || name == "-np" || name == "-n" || name == "--hostfile" ||
+             name == "--dry-run" || name == "-h" || name == "--help" || name == "--";
+    });
+    if (!error.empty()) usage(option + ": " + error);
+    return value;
+  };
   for (; first < argc; ++first) {
     const std::string arg = argv[first];
     if (arg == "--config" || arg == "--hostfile" || arg == "--dry-run") once(arg);
@@ -156,14 +174,14 @@ int main(int argc, char** argv) {
     if (arg == "-h" || arg == "--help") {
       help = true;
     } else if (arg == "--config" && first + 1 < argc) {
-      const char* path = argv[++first];
+      const char* path = value_of(arg, "a file");
       std::error_code error;
       config_file = std::filesystem::absolute(path, error).string();
       if (*path == '\0' || error) usage(std::string("--config needs a file, not '") + path + "'");
     } else if ((arg == "-np" || arg == "-n") && first + 1 < argc) {
-      ranks = parse_ranks(argv[++first]);
+      ranks = parse_ranks(value_of(arg, "a number of ranks"));
     } else if (arg == "--hostfile" && first + 1 < argc) {
-      hostfile = argv[++first];
+      hostfile = value_of(arg, "a file");
       // An empty path (a variable that expanded to nothing) would quietly mean a temporary file.
       if (hostfile.empty()) usage("--hostfile needs a file, not ''");
     } else if (arg == "--dry-run") {
@@ -205,18 +223,19 @@ int main(int argc, char** argv) {
           ": distributed.nodes is empty, so there is no hostfile to write (set distributed.nodes, "
           "or give mpirun its own --hostfile)");
   }
+  // The hostfile is a regular file, new or replaced (files.hpp): a FIFO there blocked nerve-run, --help
+  // included, until a reader came, and /dev/null gave mpirun an empty hostfile.
+  if (const std::string error = nerve::tools::not_a_regular_file(hostfile); !error.empty()) {
+    std::fprintf(stderr, "nerve-run: --hostfile %s: %s\n", hostfile.c_str(), error.c_str());
+    return 2;
+  }
   if (help) {
-    if (!hostfile.empty()) {
-      // Not written for --help, but a path that cannot be is the usage error it is without it: probed
-      // by opening it for appending (which changes nothing), removed again if the probe created it.
-      std::error_code ignored;
-      const bool existed = std::filesystem::exists(hostfile, ignored);
-      if (!std::ofstream(hostfile, std::ios::app)) {
-        std::fprintf(stderr, "nerve-run: cannot write the hostfile %s: %s\n", hostfile.c_str(),
-                     std::strerror(errno));
-        return 2;
-      }
-      if (!existed) std::filesystem::remove(hostfile, ignored);
+    // Not written for --help, but a path that cannot be is the usage error it is without it: only
+    // probed (files.hpp), which leaves it as it was.
+    if (const std::string error = hostfile.empty() ? "" : nerve::tools::cannot_write(hostfile);
+        !error.empty()) {
+      std::fprintf(stderr, "nerve-run: cannot write the hostfile %s: %s\n", hostfile.c_str(), error.c_str());
+      return 2;
     }
     std::fputs(usage_line, stdout);
     if (std::fflush(stdout) == 0 && std::ferror(stdout) == 0) return 0;
