@@ -230,6 +230,9 @@ def case_usage(binary, directory):
                        (["--fail-over", "-1"], "--fail-over: '-1' is out of range"),
                        (["--runtimes", ""], "names no runtime"),
                        (["--scaling", ","], "names no workload"),
+                       # So is an empty item of the other lists: W5 and nerve were run, the rest dropped.
+                       (["--runtimes", "nerve, ,oneTBB"], "--runtimes 'nerve, ,oneTBB': an empty item"),
+                       (["--scaling", "W1,,W5"], "--scaling 'W1,,W5': an empty item"),
                        (["--compare", os.path.join(directory, "missing.json")], "missing.json"),
                        (["--compare", not_a_report], "not-a-report.json"),
                        (["--from-json", not_a_report], "not-a-report.json"),
@@ -348,6 +351,10 @@ def case_usage(binary, directory):
         result = run(binary, *QUICK, "--only", empty, expect=2)
         check("names no workload" in result.stderr, f"--only {empty!r}: {result.stderr}")
         check("figures" not in result.stdout, f"--only {empty!r}: something ran: {result.stdout}")
+    for listed in ("W1,,W5", "W1,"):  # an empty item too (W1 and W5 ran, the gap dropped)
+        result = run(binary, *QUICK, "--only", listed, expect=2)
+        check(f"--only '{listed}': an empty item" in result.stderr, f"--only {listed!r}: {result.stderr}")
+        check("figures" not in result.stdout, f"--only {listed!r}: something ran: {result.stdout}")
     # A blank inside an id is reported, not squeezed out ("W1 0" ran W10).
     result = run(binary, *QUICK, "--only", "W1 0", expect=2)
     check("no workload 'W1 0'" in result.stderr, f"--only 'W1 0': {result.stderr}")

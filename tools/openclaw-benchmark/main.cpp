@@ -204,6 +204,18 @@ std::string parse_runtimes(const std::string& text, bool given, std::vector<std:
   return {};
 }
 
+// empty_item() is the error for a list with an empty item ("W1,,W5", "W1,": a variable that expanded
+// to nothing), as --param gives, or "" (also for a list that is all blank: "names no ..." says that).
+std::string empty_item(const char* option, const std::string& text) {
+  if (text.find_first_not_of(" \t,") == std::string::npos) return {};
+  std::stringstream stream(text + ",");  // getline() drops a trailing empty item: keep it
+  for (std::string item; std::getline(stream, item, ',');) {
+    if (item.find_first_not_of(" \t") == std::string::npos)
+      return std::string(option) + " '" + text + "': an empty item between its commas";
+  }
+  return {};
+}
+
 // parse_parameters() turns --param "W11.max_batch=16,W11.rate=8000" into a map, checking that each
 // name is one its workload reads (the registry's `parameters`); "" or the error.
 std::string parse_parameters(const std::vector<std::string>& arguments,
@@ -497,6 +509,14 @@ int main(int argc, char** argv) {
     }
     return false;
   };
+  for (const auto& [option, text] : {std::pair<const char*, const std::string&>{"--only", line.only},
+                                     {"--runtimes", line.runtimes},
+                                     {"--scaling", line.scaling}}) {
+    if (const std::string error = empty_item(option, text); !error.empty()) {
+      std::fprintf(stderr, "openclaw-benchmark: %s\n", error.c_str());
+      return 2;
+    }
+  }
   if (unknown_workload("--only", line.only, "")) return 2;
   if (app.count("--only") != 0 && only.empty()) {
     std::fprintf(stderr, "openclaw-benchmark: --only names no workload (see --list)\n");
