@@ -543,6 +543,21 @@ TEST_F(OpenclTest, ProgramsAreCachedInMemoryAndOnDisk) {
   run_once();
   EXPECT_EQ(counters.builds.load(), builds + 3) << "the damaged entry is rebuilt, not trusted";
   EXPECT_EQ(counters.binary_loads.load(), loads + 1);
+  // So is one whose key material is intact but whose binary is not: PoCL crashed on such bytes
+  // (backend audit), so they must not reach the driver.
+  for (const auto& entry : std::filesystem::directory_iterator(cache / "opencl")) {
+    std::fstream file(entry.path(), std::ios::binary | std::ios::in | std::ios::out);
+    const auto size = static_cast<std::streamoff>(std::filesystem::file_size(entry.path()));
+    for (std::streamoff at = size / 2; at < size - 8; at += 7) {
+      file.seekg(at);
+      const int byte = file.get();
+      file.seekp(at);
+      file.put(static_cast<char>(byte ^ 0x5a));
+    }
+  }
+  run_once();
+  EXPECT_EQ(counters.builds.load(), builds + 4) << "a damaged binary is rebuilt, not loaded";
+  EXPECT_EQ(counters.binary_loads.load(), loads + 1);
 }
 
 TEST_F(OpenclTest, BuildErrorFailsTheTaskWithTheCompilerLogAndCancelsDependents) {
@@ -560,6 +575,8 @@ TEST_F(OpenclTest, BuildErrorFailsTheTaskWithTheCompilerLogAndCancelsDependents)
     const std::string message = error.what();
     EXPECT_EQ(message.rfind("kernel 'broken kernel': ", 0), 0u) << "names the Kernel first: " << message;
     EXPECT_NE(message.find("undeclared_name"), std::string::npos) << "the compiler log: " << message;
+    EXPECT_NE(message.find("does not build on device "), std::string::npos)
+        << "names the device: " << message;
   }
   EXPECT_THROW(dependent.wait(), TaskCancelled);
   // The failure is remembered: a second task fails at once with the same log, no rebuild.
@@ -581,6 +598,8 @@ TEST_F(OpenclTest, LaunchErrorsFailTheTask) {
     FAIL();
   } catch (const Error& error) {
     EXPECT_NE(std::string(error.what()).find("no_such_kernel"), std::string::npos) << error.what();
+    // Which device lacks it, by context index: two PoCL devices have one OpenCL name.
+    EXPECT_NE(std::string(error.what()).find("' on device "), std::string::npos) << error.what();
   }
   try {
     ctx.submit(wrong_arity, read_write(y)).wait();

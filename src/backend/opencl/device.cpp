@@ -31,7 +31,7 @@ OpenclDevice::OpenclDevice(const PlatformDevice& device, DeviceInfo info, const 
     : Device(std::move(info), make_node(device, options)),
       engine_(static_cast<OpenclMemoryNode&>(memory()).shared_engine()),
       node_(&static_cast<OpenclMemoryNode&>(memory())),
-      programs_(device, engine_->context()),
+      programs_(device, engine_->context(), this->info().index),
       pocl_sizes_(PoclSizeGuard::is_needed_for(device.platform_name, device.cpu_device)) {}
 
 OpenclDevice::~OpenclDevice() { stop(); }

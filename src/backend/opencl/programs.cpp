@@ -17,7 +17,8 @@
 namespace nerve::detail::opencl {
 namespace {
 
-constexpr char magic[8] = {'N', 'E', 'R', 'V', 'E', 'C', 'L', '1'};
+// Version 2 adds the binary's checksum (a file of version 1 is stale: rebuilt and replaced).
+constexpr char magic[8] = {'N', 'E', 'R', 'V', 'E', 'C', 'L', '2'};
 
 // The file name: two independent 64-bit hashes of the key material (the material itself is stored
 // in the file and compared on load, so a collision costs a rebuild, never a wrong program).
@@ -72,6 +73,10 @@ bool read_u64(std::ifstream& in, std::uint64_t& value) {
   return static_cast<bool>(in.read(reinterpret_cast<char*>(&value), 8));
 }
 
+std::uint64_t binary_checksum(const std::vector<unsigned char>& binary) {
+  return fnv1a(std::string_view(reinterpret_cast<const char*>(binary.data()), binary.size()));
+}
+
 }  // namespace
 
 ProgramCacheCounters& program_cache_counters() noexcept {
@@ -89,8 +94,10 @@ std::filesystem::path program_cache_directory() {
   return {};
 }
 
-ProgramCache::ProgramCache(const PlatformDevice& device, cl_context context)
-    : device_(device), context_(context) {}
+ProgramCache::ProgramCache(const PlatformDevice& device, cl_context context, int device_index)
+    : device_(device),
+      context_(context),
+      where_(fmt::format("device {} (OpenCL device '{}')", device_index, device.name)) {}
 
 ProgramCache::~ProgramCache() {
   for (auto& [key, built] : by_content_) {
@@ -125,8 +132,8 @@ cl_kernel ProgramCache::kernel(const OpenclProgram& program, const char* kernel_
         resolved.kernel = created;
       } else {
         resolved.failure =
-            fmt::format("kernel '{}': the OpenCL program has no usable __kernel function '{}' ({})",
-                        kernel_name, program.entry, error_name(status));
+            fmt::format("kernel '{}': the OpenCL program has no usable __kernel function '{}' on {} ({})",
+                        kernel_name, program.entry, where_, error_name(status));
       }
     }
     found = by_id_.emplace(program.id, std::move(resolved)).first;
@@ -167,8 +174,7 @@ ProgramCache::Built ProgramCache::build(const OpenclProgram& program, const std:
     program_cache_counters().failed_builds.fetch_add(1, std::memory_order_relaxed);
     const std::string log = created != nullptr ? build_log(created, device_.device) : std::string();
     built.failure = fmt::format(
-        "the OpenCL program of kernel entry '{}' does not build on device '{}'{}: {}{}{}", program.entry,
-        device_.name,
+        "the OpenCL program of kernel entry '{}' does not build on {}{}: {}{}{}", program.entry, where_,
         program.options.build_options.empty() ? ""
                                               : fmt::format(" (options '{}')", program.options.build_options),
         error_name(status), log.empty() ? "" : "; compiler log:\n", log);
@@ -197,8 +203,17 @@ cl_program ProgramCache::load_binary(const std::filesystem::path& file, const st
     return nullptr;
   }
   std::vector<unsigned char> binary(binary_size);
-  if (!in.read(reinterpret_cast<char*>(binary.data()), static_cast<std::streamsize>(binary_size)))
+  std::uint64_t checksum = 0;
+  if (!in.read(reinterpret_cast<char*>(binary.data()), static_cast<std::streamsize>(binary_size)) ||
+      !read_u64(in, checksum))
     return nullptr;
+  // Damaged bytes (a disk error, a partial copy, an edit) would go to the driver as a program, which
+  // may crash on them rather than refuse them: they are checked first, and the file rebuilt.
+  if (checksum != binary_checksum(binary)) {
+    log::debug("OpenCL program cache: {} is damaged (its checksum does not match); rebuilding from source",
+               file.string());
+    return nullptr;
+  }
   const unsigned char* data = binary.data();
   const std::size_t size = binary.size();
   cl_int binary_status = CL_SUCCESS;
@@ -264,6 +279,7 @@ void ProgramCache::store_binary(cl_program program, const std::filesystem::path&
     write_u64(out, binaries[mine].size());
     out.write(reinterpret_cast<const char*>(binaries[mine].data()),
               static_cast<std::streamsize>(binaries[mine].size()));
+    write_u64(out, binary_checksum(binaries[mine]));
     if (!out) {
       std::filesystem::remove(temporary, error);
       return;

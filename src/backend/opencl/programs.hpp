@@ -45,7 +45,8 @@ std::filesystem::path program_cache_directory();
 
 class ProgramCache {
  public:
-  ProgramCache(const PlatformDevice& device, cl_context context);
+  // `device_index`: the device's index in the context, for messages.
+  ProgramCache(const PlatformDevice& device, cl_context context, int device_index);
   ~ProgramCache();
   ProgramCache(const ProgramCache&) = delete;
   ProgramCache& operator=(const ProgramCache&) = delete;
@@ -71,6 +72,7 @@ class ProgramCache {
 
   const PlatformDevice& device_;
   cl_context context_;
+  std::string where_;  // "device 1 (OpenCL device 'name')", for messages
   std::unordered_map<std::uint64_t, Resolved> by_id_;
   std::unordered_map<std::string, std::unique_ptr<Built>> by_content_;
 };
