@@ -2,6 +2,7 @@
 #include <cerrno>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <vector>
 
@@ -214,20 +215,30 @@ class FileReader {
   std::map<std::string, int> first_line_;
 };
 
-// QuoteChecker finds quoted scalars that are never closed. yaml-cpp accepts a double- or
-// single-quoted scalar that runs to the end of the file (`policy: "eager` on the last line reads as
-// `eager`; with lines after it, the quote swallows them and the error shows up as a bad value), so
-// each scalar whose source text starts with a quote is scanned from there, by YAML's rules, for its
-// closing quote: `\x` escapes in "...", '' in '...'. A quoted scalar may span lines; it may not end
-// the file unclosed. The error points at the line where the quote opened.
+// EventChecker reads the parser's events before the document is loaded, for two mistakes yaml-cpp
+// does not report.
 //
-// It reads the parser's events, not the loaded document: there each scalar of the text is one event
+// A token that cannot start a node where it stands (`,` outside a flow collection) is neither
+// consumed nor reported: yaml-cpp's parser (0.7 and 0.8; jbeder/yaml-cpp#1040) answers with an empty
+// document and starts the next one at the same token, so YAML::LoadAll() adds empty documents for
+// ever, gigabytes within a minute. A document that starts where the previous one started is that
+// loop: reported as a syntax error at the token instead.
+//
+// Quoted scalars that are never closed: yaml-cpp accepts a double- or single-quoted scalar that runs
+// to the end of the file (`policy: "eager` on the last line reads as `eager`; with lines after it,
+// the quote swallows them and the error shows up as a bad value), so each scalar whose source text
+// starts with a quote is scanned from there, by YAML's rules, for its closing quote: `\x` escapes in
+// "...", '' in '...'. A quoted scalar may span lines; it may not end the file unclosed. The error
+// points at the line where the quote opened.
+//
+// It reads the parser's events, not a loaded document: there each scalar of the text is one event
 // and an alias (`*name`) is one event too, while the document shares the anchored node under every
 // alias, so a walk over it visits a node once per path to it: nine aliases of nine aliases ... ("a
-// billion laughs") took exponential time in a file of a few hundred bytes.
-class QuoteChecker : public YAML::EventHandler {
+// billion laughs") took exponential time in a file of a few hundred bytes. The parser's own syntax
+// errors (YAML::Exception) are its caller's to report.
+class EventChecker : public YAML::EventHandler {
  public:
-  QuoteChecker(const std::string& text, std::string file) : text_(text), file_(std::move(file)) {}
+  EventChecker(const std::string& text, std::string file) : text_(text), file_(std::move(file)) {}
 
   void check() {
     std::istringstream stream(text_);
@@ -239,7 +250,7 @@ class QuoteChecker : public YAML::EventHandler {
   void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t, const std::string&) override {
     check_scalar(mark);
   }
-  void OnDocumentStart(const YAML::Mark&) override {}
+  void OnDocumentStart(const YAML::Mark& mark) override { check_progress(mark); }
   void OnDocumentEnd() override {}
   void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
   void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
@@ -251,6 +262,18 @@ class QuoteChecker : public YAML::EventHandler {
   void OnMapEnd() override {}
 
  private:
+  void check_progress(const YAML::Mark& mark) {
+    if (last_document_start_ && *last_document_start_ == mark.pos) {
+      const auto at = static_cast<std::size_t>(mark.pos);
+      throw_config_error(file_origin(file_, mark.line + 1), "",
+                         fmt::format("YAML syntax error: unexpected {} (at column {}): no value, key or "
+                                     "document can start with it here",
+                                     quote(at < text_.size() ? std::string_view(text_).substr(at, 1) : ""),
+                                     mark.column + 1));
+    }
+    last_document_start_ = mark.pos;
+  }
+
   void check_scalar(const YAML::Mark& mark) const {
     if (mark.is_null() || mark.pos < 0 || static_cast<std::size_t>(mark.pos) >= text_.size()) return;
     const auto open = static_cast<std::size_t>(mark.pos);
@@ -275,6 +298,7 @@ class QuoteChecker : public YAML::EventHandler {
 
   const std::string& text_;
   std::string file_;
+  std::optional<int> last_document_start_;  // the offset of the last document's first token
 };
 
 }  // namespace
@@ -284,6 +308,7 @@ void read_config_file(const std::filesystem::path& path, std::string_view named_
   const std::string text = read_whole_file(path, named_by);
   YAML::Node document;
   try {
+    EventChecker(text, path.string()).check();  // before LoadAll(), which may never return
     std::vector<YAML::Node> documents = YAML::LoadAll(text);
     // A second document (after `---`) would otherwise be ignored, typos and all; empty ones hold nothing.
     std::erase_if(documents,
@@ -299,7 +324,6 @@ void read_config_file(const std::filesystem::path& path, std::string_view named_
   } catch (const YAML::Exception& error) {
     throw_yaml_syntax_error(error, text, path.string());
   }
-  QuoteChecker(text, path.string()).check();
   FileReader(path.string(), take).read(document);
 }
 

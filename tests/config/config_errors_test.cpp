@@ -485,6 +485,15 @@ std::vector<BadInput> bad_inputs() {
        "",
        4,
        {"YAML syntax error", "single-quoted scalar"}},
+      // Regression (fuzzing): a ',' where a value or key should start made yaml-cpp's LoadAll() add
+      // empty documents for ever, filling memory, instead of reporting anything.
+      {"YAML comma where nothing can start",
+       "# nerve settings\n,perf:\n  decision_log: x\n",
+       {},
+       {},
+       "",
+       2,
+       {"YAML syntax error: unexpected ',' (at column 1)"}},
       {"YAML bad indentation",
        "scheduler:\n  policy: eager\n    spin_us: 3\n",
        {},
