@@ -49,20 +49,22 @@ ConfigOrigin api_origin() {
 
 std::string quote(std::string_view value) {
   constexpr std::size_t longest_shown = 80;
-  std::string text = "'";
-  for (std::size_t i = 0; i < value.size(); ++i) {
-    if (i == longest_shown) {
-      text += fmt::format("...' ({} bytes)", value.size());
-      return text;
-    }
-    const auto byte = static_cast<unsigned char>(value[i]);
+  if (value.size() > longest_shown)
+    return fmt::format("'{}...' ({} bytes)", printable(value.substr(0, longest_shown)), value.size());
+  return "'" + printable(value) + "'";
+}
+
+std::string printable(std::string_view text) {
+  std::string result;
+  for (const char each : text) {
+    const auto byte = static_cast<unsigned char>(each);
     if (byte < 0x20 || byte == 0x7f) {
-      text += fmt::format("\\x{:02x}", byte);
+      result += fmt::format("\\x{:02x}", byte);
     } else {
-      text += value[i];
+      result += each;
     }
   }
-  return text + "'";
+  return result;
 }
 
 }  // namespace nerve::config

@@ -36,4 +36,9 @@ ConfigOrigin api_origin();
 // as \xNN and long values shortened, so that garbage input still gives a readable one-line message.
 std::string quote(std::string_view value);
 
+// printable() is `text` with its control bytes escaped as \xNN, as quote() writes them: for text that
+// is not a value, such as yaml-cpp's messages, which end in the offending byte as it is
+// ("unknown escape character: " and a line feed).
+std::string printable(std::string_view text);
+
 }  // namespace nerve::config

@@ -172,10 +172,12 @@ void throw_yaml_syntax_error(const YAML::Exception& error, const std::string& te
           file_origin(file, opening->line), "",
           fmt::format("YAML syntax error: the flow {} that opens here with '{}' (at column {}) "
                       "is not closed (the parser gave up {}: {})",
-                      sequence ? "sequence" : "map", opening->bracket, opening->column, gave_up, error.msg));
+                      sequence ? "sequence" : "map", opening->bracket, opening->column, gave_up,
+                      printable(error.msg)));
     }
   }
-  throw_config_error(file_origin(file, parser_line), "", fmt::format("YAML syntax error: {}", error.msg));
+  throw_config_error(file_origin(file, parser_line), "",
+                     fmt::format("YAML syntax error: {}", printable(error.msg)));
 }
 
 }  // namespace nerve::config

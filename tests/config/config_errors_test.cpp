@@ -494,6 +494,15 @@ std::vector<BadInput> bad_inputs() {
        "",
        2,
        {"YAML syntax error: unexpected ',' (at column 1)"}},
+      // Regression (fuzzing): yaml-cpp's message ends with the offending byte as it is, here a carriage
+      // return, which a terminal shows as nothing (or, for a line feed, as a broken message).
+      {"YAML unknown escape of a control byte",
+       "scheduler:\n  policy: \"eager\\\r\"\n",
+       {},
+       {},
+       "",
+       2,
+       {"YAML syntax error: unknown escape character: \\x0d"}},
       {"YAML bad indentation",
        "scheduler:\n  policy: eager\n    spin_us: 3\n",
        {},
