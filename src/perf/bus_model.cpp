@@ -164,6 +164,13 @@ bool BusModel::load_locked(const std::vector<MemoryNode*>& nodes) {
                 *why);
       return false;
     }
+    // Every link is checked for shape first, so that a misshapen one is named wherever it stands.
+    const nlohmann::json& rows = model_rows(json, "links");
+    for (std::size_t index = 0; index < rows.size(); ++index) {
+      for (const char* name : {"from", "to"}) row_field(rows[index], "links", index, name, FieldKind::text);
+      for (const char* name : {"latency_ns", "bytes_per_second"})
+        row_field(rows[index], "links", index, name, FieldKind::number);
+    }
     const std::size_t n = nodes.size();
     std::vector<BusLink> links(n * n);
     std::size_t found = 0, wanted = 0;
@@ -171,10 +178,10 @@ bool BusModel::load_locked(const std::vector<MemoryNode*>& nodes) {
       for (std::size_t to = 0; to < n; ++to) {
         if (from == to || (nodes[from]->is_host() && nodes[to]->is_host())) continue;
         ++wanted;
-        for (const auto& row : json.at("links")) {
-          if (row.at("from") == nodes[from]->name() && row.at("to") == nodes[to]->name()) {
-            const double latency_ns = row.at("latency_ns").get<double>();
-            const double bytes_per_second = row.at("bytes_per_second").get<double>();
+        for (const auto& row : rows) {
+          if (row["from"] == nodes[from]->name() && row["to"] == nodes[to]->name()) {
+            const double latency_ns = row["latency_ns"].get<double>();
+            const double bytes_per_second = row["bytes_per_second"].get<double>();
             // A day of latency or a petabyte per second is no measurement of this machine's bus.
             if (!std::isfinite(latency_ns) || latency_ns < 0 || latency_ns > 8.64e13 ||
                 !std::isfinite(bytes_per_second) || bytes_per_second <= 0 || bytes_per_second > 1e15) {

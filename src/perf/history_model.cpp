@@ -261,39 +261,6 @@ struct ForeignModelFile : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// described(): a JSON value for a message: a scalar as written, an array or object by its kind.
-std::string described(const nlohmann::json& value) {
-  if (value.is_array()) return "an array";
-  if (value.is_object()) return "an object";
-  return json_text(value);
-}
-
-enum class FieldKind { number, text, numbers };
-
-// entry_field(): field `name` of entry `index`, of `kind`; nullptr when the entry has none and it is
-// not `required`. A missing or mistyped field throws, naming the entry and the field: nlohmann's own
-// errors name neither ("cannot use at() with number" for an "entries" that was an object).
-const nlohmann::json* entry_field(const nlohmann::json& row, std::size_t index, const char* name,
-                                  FieldKind kind, bool required = true) {
-  const auto field = row.find(name);
-  if (field == row.end()) {
-    if (!required) return nullptr;
-    throw std::runtime_error(fmt::format("entries[{}] has no \"{}\"", index, name));
-  }
-  const auto number = [](const nlohmann::json& value) { return value.is_number(); };
-  const bool fits = kind == FieldKind::number ? field->is_number()
-                    : kind == FieldKind::text
-                        ? field->is_string()
-                        : field->is_array() && std::all_of(field->begin(), field->end(), number);
-  if (!fits) {
-    throw std::runtime_error(fmt::format("entries[{}]: \"{}\" is {}, not {}", index, name, described(*field),
-                                         kind == FieldKind::number ? "a number"
-                                         : kind == FieldKind::text ? "a string"
-                                                                   : "an array of numbers"));
-  }
-  return &*field;
-}
-
 // read_model_file(): the model in `path`; nullopt for another name's file; throws ForeignModelFile
 // for a file of another schema, another exception, saying what is wrong, for one that cannot be read
 // or parsed or is not shaped as a model file. Entries with impossible values are skipped, logged
@@ -322,29 +289,25 @@ std::optional<ModelFile> read_model_file(const std::filesystem::path& path, bool
                file_stem(model.kernel));
     return std::nullopt;
   }
-  const auto entries = json.find("entries");
-  if (entries == json.end()) throw std::runtime_error("it has no \"entries\"");
-  if (!entries->is_array())
-    throw std::runtime_error(fmt::format("\"entries\" is {}, not an array", described(*entries)));
-  for (std::size_t index = 0; index < entries->size(); ++index) {
-    const nlohmann::json& row = (*entries)[index];
-    if (!row.is_object())
-      throw std::runtime_error(fmt::format("entries[{}] is {}, not an object", index, described(row)));
-    const std::string device = entry_field(row, index, "device", FieldKind::text)->get<std::string>();
-    const nlohmann::json& footprint = *entry_field(row, index, "footprint", FieldKind::number);
-    const nlohmann::json& samples = *entry_field(row, index, "samples", FieldKind::number);
-    const nlohmann::json* outliers = entry_field(row, index, "outliers", FieldKind::number, false);
-    const nlohmann::json* recalibrations =
-        entry_field(row, index, "recalibrations", FieldKind::number, false);
+  const nlohmann::json& entries = model_rows(json, "entries");
+  for (std::size_t index = 0; index < entries.size(); ++index) {
+    const nlohmann::json& row = entries[index];
+    const auto entry_field = [&](const char* name, FieldKind kind, bool required = true) {
+      return row_field(row, "entries", index, name, kind, required);
+    };
+    const std::string device = entry_field("device", FieldKind::text)->get<std::string>();
+    const nlohmann::json& footprint = *entry_field("footprint", FieldKind::number);
+    const nlohmann::json& samples = *entry_field("samples", FieldKind::number);
+    const nlohmann::json* outliers = entry_field("outliers", FieldKind::number, false);
+    const nlohmann::json* recalibrations = entry_field("recalibrations", FieldKind::number, false);
     ModelEntry entry;
-    entry.mean_ns = entry_field(row, index, "mean_ns", FieldKind::number)->get<double>();
-    entry.m2 = entry_field(row, index, "m2", FieldKind::number)->get<double>();
-    const nlohmann::json* recent = entry_field(row, index, "recent_ns", FieldKind::number, false);
+    entry.mean_ns = entry_field("mean_ns", FieldKind::number)->get<double>();
+    entry.m2 = entry_field("m2", FieldKind::number)->get<double>();
+    const nlohmann::json* recent = entry_field("recent_ns", FieldKind::number, false);
     entry.recent_ns = recent != nullptr ? recent->get<double>() : entry.mean_ns;
     // A calibrating entry's raw samples: its estimate (their median) and the clamping at the end of
     // calibration need them, in a later process as in this one.
-    if (const nlohmann::json* calibration =
-            entry_field(row, index, "calibration_ns", FieldKind::numbers, false))
+    if (const nlohmann::json* calibration = entry_field("calibration_ns", FieldKind::numbers, false))
       entry.calibrating = calibration->get<std::vector<double>>();
     // A footprint is a byte count: a negative or fractional one would be read as some other number.
     if (!footprint.is_number_unsigned()) {

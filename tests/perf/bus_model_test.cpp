@@ -113,6 +113,37 @@ TEST(BusModel, AFileOfAnotherSchemaIsSkippedAndKept) {
   std::filesystem::remove_all(directory);
 }
 
+// Regression (fuzzing): a misshapen link (a field missing, or of the wrong JSON type) was warned about
+// in nlohmann's words ("key 'to' not found", "type must be number, but is string"), which name neither
+// the link nor, for a type, the field. The warning now names both, as for the kernels' model files.
+TEST(BusModel, AMisshapenLinkIsNamedInTheWarning) {
+  const auto directory = fresh_directory("nerve-bus-misshapen");
+  std::filesystem::create_directories(directory);
+  Context context(make_settings(2));
+  context.impl()->add_test_device(detail::TestDeviceOptions{.copy_latency = 10us});
+  const auto nodes = context.impl()->memory_nodes();
+  const std::string good = R"({"from": ")" + nodes[0]->name() + R"(", "to": ")" + nodes[1]->name() +
+                           R"(", "latency_ns": 1000, "bytes_per_second": 1e9})";
+  for (const auto& [link, why] :
+       {std::pair<std::string, std::string>{R"({"from": "host", "latency_ns": 1, "bytes_per_second": 1})",
+                                            R"(links[1] has no "to")"},
+        std::pair<std::string, std::string>{
+            R"({"from": "host", "to": "x", "latency_ns": "10", "bytes_per_second": 1})",
+            R"(links[1]: "latency_ns" is "10", not a number)"},
+        std::pair<std::string, std::string>{"7", "links[1] is 7, not an object"}}) {
+    SCOPED_TRACE(link);
+    std::ofstream(directory / "bus.json", std::ios::trunc)
+        << R"({"schema": "nerve.busmodel/1", "links": [)" << good << ", " << link << "]}";
+    detail::BusModel bus(directory);
+    ::testing::internal::CaptureStderr();
+    EXPECT_TRUE(bus.ensure_calibrated(nodes, quick_sizes)) << "measured again";
+    EXPECT_THAT(::testing::internal::GetCapturedStderr(),
+                ::testing::HasSubstr("bus model " + (directory / "bus.json").string() + " ignored: " + why));
+  }
+  context.wait_all();
+  std::filesystem::remove_all(directory);
+}
+
 TEST(BusModel, HeftMeasuresOnFirstUseAndTheNextContextReloads) {
   const auto directory = fresh_directory("nerve-bus-heft");
   auto settings = [&] {
