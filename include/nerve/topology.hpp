@@ -76,7 +76,8 @@ inline constexpr int other_package_penalty = 100;
 class NERVE_API Topology {
  public:
   // discover() reads the machine described by config.topology (real machine by default).
-  // Throws ConfigError when the synthetic description or XML file is invalid.
+  // Throws ConfigError when the synthetic description or XML file is invalid, or the description has
+  // more than 8192 PUs (the most Linux supports).
   static Topology discover(const Config& config);
 
   const std::vector<Package>& packages() const { return packages_; }

@@ -1,8 +1,12 @@
 // Topology::discover(): choose and load the hwloc topology, then read it into a Topology::Builder.
+#include <algorithm>
 #include <cerrno>
+#include <charconv>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <utility>
 
@@ -22,7 +26,53 @@ namespace {
 constexpr const char* synthetic_key = "topology.synthetic";
 constexpr const char* xml_key = "topology.xml";
 
+// The most PUs a synthetic description may give: Linux's own limit (NR_CPUS with MAXSMP). hwloc builds
+// whatever it is given, and a few bytes describe a billion PUs ("pack:1000 core:1000 pu:1000"), which
+// hwloc takes minutes to build, and nerve's core distance matrix gigabytes to hold.
+constexpr std::uint64_t max_synthetic_pus = 8192;
+
+// described_pus() is the product of the arities in an hwloc synthetic description (hwloc gives
+// every object of a level `arity` children of the next, ending with one PU per object of the last
+// level when it is not pu), saturating at max_synthetic_pus + 1. Items it cannot read (attributes in
+// parentheses, memory children in brackets, malformed ones) count as 1: hwloc judges the syntax.
+std::uint64_t described_pus(std::string_view description) {
+  std::uint64_t pus = 1;
+  std::size_t position = 0;
+  while (position < description.size()) {
+    const std::size_t start = description.find_first_not_of(" \t\r\n", position);
+    if (start == std::string_view::npos) break;
+    std::size_t end = start;
+    int nesting = 0;  // blanks inside (...), [...] and {...} do not end an item
+    for (; end < description.size(); ++end) {
+      const char c = description[end];
+      if (c == '(' || c == '[' || c == '{') ++nesting;
+      if ((c == ')' || c == ']' || c == '}') && nesting > 0) --nesting;
+      if (nesting == 0 && (c == ' ' || c == '\t' || c == '\r' || c == '\n')) break;
+    }
+    std::string_view item = description.substr(start, end - start);
+    position = end;
+    if (item.starts_with('[')) continue;  // memory children: none of them holds a PU
+    item = item.substr(0, item.find('('));
+    if (const std::size_t colon = item.rfind(':'); colon != std::string_view::npos)
+      item.remove_prefix(colon + 1);
+    std::uint64_t arity = 0;
+    const auto [last, error] = std::from_chars(item.data(), item.data() + item.size(), arity);
+    if (error != std::errc{} && error != std::errc::result_out_of_range) continue;
+    if (last != item.data() + item.size()) continue;
+    if (error == std::errc::result_out_of_range || (arity != 0 && pus > max_synthetic_pus / arity))
+      return max_synthetic_pus + 1;
+    pus *= arity;
+  }
+  return std::min(pus, max_synthetic_pus + 1);
+}
+
 void use_synthetic(hwloc_topology_t topology, const std::string& description) {
+  if (described_pus(description) > max_synthetic_pus) {
+    throw ConfigError(fmt::format("'{}' describes more than {} PUs, the most Linux supports (each level's "
+                                  "count multiplies the ones above it)",
+                                  description, max_synthetic_pus),
+                      synthetic_key);
+  }
   if (hwloc_topology_set_synthetic(topology, description.c_str()) != 0) {
     throw ConfigError(fmt::format("'{}' is not a valid hwloc synthetic topology (example: \"pack:2 numa:2 "
                                   "core:4 pu:1\")",

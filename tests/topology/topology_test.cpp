@@ -189,6 +189,26 @@ TEST(TopologyErrors, InvalidSyntheticDescriptionNamesTheKey) {
   expect_config_error(config, "topology.synthetic");
 }
 
+// Regression (fuzzing): hwloc builds any synthetic machine it is given, and a few bytes describe
+// millions of PUs ("pack:1000 core:1000 pu:1000" took minutes and gigabytes in hwloc, then in the core
+// distance matrix). A description of more PUs than Linux supports is refused before hwloc sees it.
+TEST(TopologyErrors, SyntheticMachineLargerThanLinuxSupportsIsRejected) {
+  Config config;
+  for (const char* description : {"pack:4 core:1024 pu:4", "pack:1000 core:1000(indexes=1) [numa] pu:1000"}) {
+    SCOPED_TRACE(description);
+    config.topology.synthetic = description;
+    expect_config_error(config, "topology.synthetic");
+    try {
+      (void)Topology::discover(config);
+    } catch (const ConfigError& error) {
+      EXPECT_NE(std::string(error.what()).find("describes more than 8192 PUs"), std::string::npos)
+          << error.what();
+    }
+  }
+  config.topology.synthetic = "pack:2 core:2 [numa] pu:2(indexes=0,2,1,3,4,6,5,7)";
+  EXPECT_EQ(Topology::discover(config).pu_count(), 8) << "attributes and memory children count as before";
+}
+
 TEST(TopologyErrors, MissingOrBrokenXmlNamesTheKey) {
   const TemporaryDirectory directory;
   Config config;
