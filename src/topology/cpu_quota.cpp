@@ -24,7 +24,9 @@ std::optional<long long> parse_integer(const std::string& text) {
 
 std::optional<unsigned> cpus_from_quota(long long quota, long long period) {
   if (quota <= 0 || period <= 0) return std::nullopt;
-  const long long cpus = (quota + period - 1) / period;  // a partial CPU still needs a thread
+  // A partial CPU still needs a thread: the quotient rounded up, without `quota + period - 1`, which
+  // overflows for a quota near the largest long long (cpu.max is a file, and may say anything).
+  const long long cpus = quota / period + (quota % period != 0 ? 1 : 0);
   return static_cast<unsigned>(std::clamp<long long>(cpus, 1, 1 << 20));
 }
 

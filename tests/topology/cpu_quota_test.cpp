@@ -41,6 +41,14 @@ TEST(CgroupCpuLimit, V1Quotas) {
   EXPECT_EQ(v1_limit("20000\n", "100000\n"), 1u);
 }
 
+// Regression (fuzzing): the rounding up added the period to the quota first, a signed overflow for a
+// quota near 2^63: UBSan reported it, and a release build read such a quota as 702313054 CPUs, or 0.
+TEST(CgroupCpuLimit, HugeQuotaIsTheLargestLimitNotAnOverflow) {
+  EXPECT_EQ(v2_limit("9223372036854775807 100000\n"), 1u << 20);
+  EXPECT_EQ(v1_limit("9223372036854775807\n", "2\n"), 1u << 20);
+  EXPECT_EQ(v2_limit("9223372036854775807 9223372036854775807\n"), 1u);
+}
+
 TEST(CgroupCpuLimit, GarbageOrMissingFilesMeanNoLimit) {
   EXPECT_EQ(v2_limit(""), std::nullopt);
   EXPECT_EQ(v2_limit("banana"), std::nullopt);
