@@ -1,5 +1,6 @@
 // Topology::discover(): choose and load the hwloc topology, then read it into a Topology::Builder.
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cstdint>
@@ -31,39 +32,52 @@ constexpr const char* xml_key = "topology.xml";
 // hwloc takes minutes to build, and nerve's core distance matrix gigabytes to hold.
 constexpr std::uint64_t max_synthetic_pus = 8192;
 
+// arity_at() reads the number at `position` as hwloc does (strtoul with base 0: 0x1f hexadecimal,
+// 017 octal), moving `position` past it; saturates at max_synthetic_pus + 1.
+std::uint64_t arity_at(std::string_view text, std::size_t& position) {
+  int base = 10;
+  if (text.substr(position).starts_with("0x") || text.substr(position).starts_with("0X")) {
+    base = 16;
+    position += 2;
+  } else if (text[position] == '0') {
+    base = 8;
+  }
+  std::uint64_t value = 0;
+  const char* const first = text.data() + position;
+  const auto [last, error] = std::from_chars(first, text.data() + text.size(), value, base);
+  position += static_cast<std::size_t>(last - first);
+  if (error == std::errc::result_out_of_range) {
+    while (position < text.size() && std::isxdigit(static_cast<unsigned char>(text[position]))) ++position;
+    return max_synthetic_pus + 1;
+  }
+  return std::min(value, max_synthetic_pus + 1);
+}
+
 // described_pus() is the product of the arities in an hwloc synthetic description (hwloc gives
 // every object of a level `arity` children of the next, ending with one PU per object of the last
-// level when it is not pu), saturating at max_synthetic_pus + 1. Items it cannot read (attributes in
-// parentheses, memory children in brackets, malformed ones) count as 1: hwloc judges the syntax.
+// level when it is not pu), saturating at max_synthetic_pus + 1. An arity is any number not inside
+// a type name ("l2", "numa1i"), attributes "(...)" or memory children "[...]": hwloc needs no blank
+// between levels ("core:2core:2" is two levels), and reads a bare number as a level too. Counting
+// too much only refuses a description hwloc would have refused; too little would let one through.
 std::uint64_t described_pus(std::string_view description) {
   std::uint64_t pus = 1;
-  std::size_t position = 0;
-  while (position < description.size()) {
-    const std::size_t start = description.find_first_not_of(" \t\r\n", position);
-    if (start == std::string_view::npos) break;
-    std::size_t end = start;
-    int nesting = 0;  // blanks inside (...), [...] and {...} do not end an item
-    for (; end < description.size(); ++end) {
-      const char c = description[end];
-      if (c == '(' || c == '[' || c == '{') ++nesting;
-      if ((c == ')' || c == ']' || c == '}') && nesting > 0) --nesting;
-      if (nesting == 0 && (c == ' ' || c == '\t' || c == '\r' || c == '\n')) break;
+  int nesting = 0;
+  for (std::size_t position = 0; position < description.size();) {
+    const char c = description[position];
+    const bool starts_number =
+        std::isdigit(static_cast<unsigned char>(c)) &&
+        (position == 0 || !std::isalnum(static_cast<unsigned char>(description[position - 1])));
+    if (c == '(' || c == '[' || c == '{') ++nesting;
+    if ((c == ')' || c == ']' || c == '}') && nesting > 0) --nesting;
+    if (nesting > 0 || !starts_number) {
+      ++position;
+      continue;
     }
-    std::string_view item = description.substr(start, end - start);
-    position = end;
-    if (item.starts_with('[')) continue;  // memory children: none of them holds a PU
-    item = item.substr(0, item.find('('));
-    if (const std::size_t colon = item.rfind(':'); colon != std::string_view::npos)
-      item.remove_prefix(colon + 1);
-    std::uint64_t arity = 0;
-    const auto [last, error] = std::from_chars(item.data(), item.data() + item.size(), arity);
-    if (error != std::errc{} && error != std::errc::result_out_of_range) continue;
-    if (last != item.data() + item.size()) continue;
-    if (error == std::errc::result_out_of_range || (arity != 0 && pus > max_synthetic_pus / arity))
-      return max_synthetic_pus + 1;
+    const std::uint64_t arity = arity_at(description, position);
+    if (arity != 0 && pus > max_synthetic_pus / arity) return max_synthetic_pus + 1;
     pus *= arity;
   }
-  return std::min(pus, max_synthetic_pus + 1);
+  return pus;
 }
 
 void use_synthetic(hwloc_topology_t topology, const std::string& description) {

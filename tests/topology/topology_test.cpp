@@ -194,7 +194,8 @@ TEST(TopologyErrors, InvalidSyntheticDescriptionNamesTheKey) {
 // distance matrix). A description of more PUs than Linux supports is refused before hwloc sees it.
 TEST(TopologyErrors, SyntheticMachineLargerThanLinuxSupportsIsRejected) {
   Config config;
-  for (const char* description : {"pack:4 core:1024 pu:4", "pack:1000 core:1000(indexes=1) [numa] pu:1000"}) {
+  for (const char* description : {"pack:4 core:1024 pu:4", "pack:1000 core:1000(indexes=1) [numa] pu:1000",
+                                  "pack:2 l2:361core:361 pu:2", "pack:0x10 core:01000 pu:2", "2 4096 2"}) {
     SCOPED_TRACE(description);
     config.topology.synthetic = description;
     expect_config_error(config, "topology.synthetic");
