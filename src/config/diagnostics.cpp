@@ -51,7 +51,7 @@ std::string quote(std::string_view value) {
   constexpr std::size_t longest_shown = 80;
   if (value.size() > longest_shown)
     return fmt::format("'{}...' ({} bytes)", printable(value.substr(0, longest_shown)), value.size());
-  return "'" + printable(value) + "'";
+  return fmt::format("'{}'", printable(value));  // not "'" + ... + "'": GCC 12 warns falsely (-Wrestrict)
 }
 
 std::string printable(std::string_view text) {
