@@ -335,6 +335,16 @@ std::string records_text(const RawValue& raw, const ValueType& type) {
 ParsedValue parse_value(std::string_view key, const ValueType& type, const RawValue& raw,
                         const ConfigOrigin& origin) {
   try {
+    // A NUL byte (a YAML "\0" escape, a string from the API) ends the text for hwloc, the file system
+    // and every C interface a value reaches: what follows it would be dropped without a word.
+    const auto refuse_nul = [&type](const std::string& text) {
+      if (const auto nul = text.find('\0'); nul != std::string::npos) {
+        throw Problem{fmt::format("{} holds a NUL byte (at byte {}), which would cut it short (expected {})",
+                                  quote(text), nul, type.expected())};
+      }
+    };
+    refuse_nul(raw.text);
+    for (const std::string& item : raw.items) refuse_nul(item);
     switch (raw.shape) {
       case RawValue::Shape::null:
         // `trace:` with nothing after it reads as the empty string ("not set") where that is a value.

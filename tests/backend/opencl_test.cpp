@@ -558,6 +558,15 @@ TEST_F(OpenclTest, ProgramsAreCachedInMemoryAndOnDisk) {
   run_once();
   EXPECT_EQ(counters.builds.load(), builds + 4) << "a damaged binary is rebuilt, not loaded";
   EXPECT_EQ(counters.binary_loads.load(), loads + 1);
+  // A file longer than its header says is damaged too (its stated size is checked against the file's
+  // before a buffer of that size is allocated).
+  run_once();
+  EXPECT_EQ(counters.binary_loads.load(), loads + 2) << "the rebuilt file serves again";
+  for (const auto& entry : std::filesystem::directory_iterator(cache / "opencl"))
+    std::ofstream(entry.path(), std::ios::binary | std::ios::app) << "trailing bytes";
+  run_once();
+  EXPECT_EQ(counters.builds.load(), builds + 5) << "a file of the wrong size is rebuilt, not loaded";
+  EXPECT_EQ(counters.binary_loads.load(), loads + 2);
 }
 
 TEST_F(OpenclTest, BuildErrorFailsTheTaskWithTheCompilerLogAndCancelsDependents) {

@@ -202,6 +202,16 @@ cl_program ProgramCache::load_binary(const std::filesystem::path& file, const st
       !read_u64(in, binary_size) || binary_size == 0 || binary_size > (std::uint64_t{1} << 30)) {
     return nullptr;
   }
+  // The file holds exactly the binary and its checksum after this: a size that says otherwise is
+  // damage, found before a buffer of that size is allocated (up to 1 GiB) and filled.
+  std::error_code error;
+  const std::uint64_t file_size = std::filesystem::file_size(file, error);
+  const auto header_size = static_cast<std::uint64_t>(in.tellg());
+  if (error || file_size < header_size || file_size - header_size != binary_size + 8) {
+    log::debug("OpenCL program cache: {} is damaged (its size does not match); rebuilding from source",
+               file.string());
+    return nullptr;
+  }
   std::vector<unsigned char> binary(binary_size);
   std::uint64_t checksum = 0;
   if (!in.read(reinterpret_cast<char*>(binary.data()), static_cast<std::streamsize>(binary_size)) ||
