@@ -250,8 +250,11 @@ void ContextImpl::copy_accesses(TaskRecord* task, const AccessSpec* accesses, st
 std::size_t ContextImpl::register_dependencies(TaskRecord* task, ThreadState& thread,
                                                TaskRecord* const* after, std::size_t after_count,
                                                bool after_consumes) {
-  auto& seen = thread.scratch_predecessors;
-  seen.clear();
+  // The predecessors met so far, on the stack: a vector kept in the thread state cost a W4 task ~40
+  // instructions of clearing, capacity checks and bookkeeping (callgrind, T = 1).
+  constexpr std::size_t seen_capacity = 64;
+  Predecessor seen[seen_capacity];
+  std::size_t seen_count = 0;
   std::size_t edges = 0;
   // One edge per predecessor, except that a consuming dependency on a predecessor already reached
   // through a non-consuming one (this task reads what it wrote and also overwrites or follows it)
@@ -261,14 +264,14 @@ std::size_t ContextImpl::register_dependencies(TaskRecord* task, ThreadState& th
   // ~25 instructions and a call (callgrind, T = 1) in the submission's hottest loop.
   auto on_predecessor = [&](Predecessor predecessor) __attribute__((always_inline)) {
     if (predecessor.task == task) return;
-    for (Predecessor& earlier : seen) {
+    for (Predecessor& earlier : std::span(seen, seen_count)) {
       if (earlier.task != predecessor.task) continue;
       if (earlier.consumes || !predecessor.consumes) return;
       earlier.consumes = true;
       edges += add_edge(predecessor.task, task, true) ? 1 : 0;
       return;
     }
-    if (seen.size() < 64) seen.push_back(predecessor);  // beyond that, duplicates are harmless
+    if (seen_count < seen_capacity) seen[seen_count++] = predecessor;  // beyond, duplicates are harmless
     edges += add_edge(predecessor.task, task, predecessor.consumes) ? 1 : 0;
     if (recorder != nullptr) [[unlikely]]
       recorder->edge(thread, predecessor.task, task);
@@ -294,23 +297,30 @@ std::size_t ContextImpl::register_dependencies(TaskRecord* task, ThreadState& th
   // Every allocation registration needs is made first, with the locks held (the trackers' segments
   // and readers, the task's dependency nodes: on_predecessor adds at most one edge per report); a bad_alloc
   // there leaves the task out of the graph and the submission throws. Registering then cannot fail.
-  if (seen.capacity() < 64) seen.reserve(64);
   const std::size_t count = task->access_count;
   if (count == 1) {
     const AccessRecord& access = task->accesses[0];
     BufferState* buffer = access.buffer;
-    std::lock_guard lock(buffer->tracker.lock());
-    buffer->tracker.split_for(access.offset, access.size);
+    DependencyTracker& tracker = buffer->tracker;
+    std::lock_guard lock(tracker.lock());
+    const bool whole = tracker.whole(access.offset, access.size);
+    if (!whole) tracker.split_for(access.offset, access.size);
     const std::size_t room = free_dep_nodes(task);
-    const std::size_t bound = buffer->tracker.reserve_for(access.offset, access.size, access.mode, 1,
-                                                          room > after_count ? room - after_count : 0);
+    const std::size_t free_room = room > after_count ? room - after_count : 0;
+    const std::size_t bound =
+        whole ? tracker.reserve_whole(access.mode, free_room)
+              : tracker.reserve_for(access.offset, access.size, access.mode, 1, free_room);
     reserve_dep_nodes(task, bound + after_count);
     if (task->kind == TaskKind::pool_gate) [[unlikely]]
       note_gate_inputs(task);
     note_reads_of_gates(task);
     if (recorder != nullptr) [[unlikely]]
       record_finished_sources(access);
-    buffer->tracker.register_access(task, access.offset, access.size, access.mode, on_predecessor);
+    if (whole) {
+      tracker.register_whole(task, access.mode, on_predecessor);
+    } else {
+      tracker.register_access(task, access.offset, access.size, access.mode, on_predecessor);
+    }
   } else if (count > 1) {
     // The distinct buffers in address order: most tasks have a few, sorted in place on the stack by
     // insertion (std::sort and the vector's bookkeeping cost a W4 task ~75 instructions).
@@ -349,18 +359,28 @@ std::size_t ContextImpl::register_dependencies(TaskRecord* task, ThreadState& th
           count > few ? std::span<std::size_t>(many_overlaps) : std::span<std::size_t>(few_overlaps, count);
       own_overlaps(std::span<const AccessRecord>(task->accesses, count), overlaps);
     }
+    // Bit i: access i covers its buffer whole (DependencyTracker::whole()), known once the locks are
+    // held. Only with one access per buffer: another access's split would make it stale.
+    std::uint32_t whole = 0;
     for (BufferState* buffer : buffers) buffer->tracker.lock().lock();
     try {
       for (std::size_t i = 0; i < count; ++i) {
         const AccessRecord& access = task->accesses[i];
-        access.buffer->tracker.split_for(access.offset, access.size);
+        if (merge && count <= few && access.buffer->tracker.whole(access.offset, access.size)) {
+          whole |= std::uint32_t{1} << i;
+        } else {
+          access.buffer->tracker.split_for(access.offset, access.size);
+        }
       }
       const std::size_t room = free_dep_nodes(task);
       std::size_t bound = after_count;
       for (std::size_t i = 0; i < count; ++i) {
         const AccessRecord& access = task->accesses[i];
-        bound += access.buffer->tracker.reserve_for(access.offset, access.size, access.mode,
-                                                    merge ? 1 : overlaps[i], room > bound ? room - bound : 0);
+        DependencyTracker& tracker = access.buffer->tracker;
+        const std::size_t free_room = room > bound ? room - bound : 0;
+        bound += ((whole >> i) & 1) != 0 ? tracker.reserve_whole(access.mode, free_room)
+                                         : tracker.reserve_for(access.offset, access.size, access.mode,
+                                                               merge ? 1 : overlaps[i], free_room);
       }
       reserve_dep_nodes(task, bound);
       // A pool's gate notes which writers the data it reads comes from (PoolState::cancel_members).
@@ -375,8 +395,12 @@ std::size_t ContextImpl::register_dependencies(TaskRecord* task, ThreadState& th
       const AccessRecord& access = task->accesses[i];
       if (recorder != nullptr) [[unlikely]]
         record_finished_sources(access);
-      access.buffer->tracker.register_access(task, access.offset, access.size, access.mode, on_predecessor,
-                                             merge);
+      if (((whole >> i) & 1) != 0) {
+        access.buffer->tracker.register_whole(task, access.mode, on_predecessor);
+      } else {
+        access.buffer->tracker.register_access(task, access.offset, access.size, access.mode, on_predecessor,
+                                               merge);
+      }
     }
     for (BufferState* buffer : buffers) buffer->tracker.lock().unlock();
   } else {

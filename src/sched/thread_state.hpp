@@ -52,7 +52,6 @@ struct alignas(cache_line_size) ThreadState {
   std::uint64_t count_in_flight_at = 0;
   std::uint32_t placement_cursor = 0;
   std::uint64_t random_state = 0x9E3779B97F4A7C15ull;
-  std::vector<Predecessor> scratch_predecessors;
   std::vector<const TaskRecord*> scratch_finished_sources;  // recording: arrows from finished tasks
   std::vector<BufferState*> scratch_buffers;
   TaskLog* perf_log = nullptr;  // perf recording: this thread's records (owned by the PerfMonitor)

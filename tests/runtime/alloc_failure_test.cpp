@@ -128,7 +128,13 @@ TEST_P(AllocationFailure, EverySubmissionPathFailsCleanlyAndLosesNothing) {
     };
     // Plain tasks with and without accesses, with a handle, in a group.
     count(__LINE__, [&] { context.spawn([&ran] { ran.fetch_add(1); }); });
-    count(__LINE__, [&] { context.spawn([&ran](std::span<int>) { ran.fetch_add(1); }, read_write(a)); });
+    // One access to a whole buffer allocates nothing once the thread has its state (the predecessors
+    // registration meets are kept on its stack): there is no failure to inject, and none may be needed.
+    EXPECT_EQ(sweep([&] {
+                context.spawn([&ran](std::span<int>) { ran.fetch_add(1); }, read_write(a));
+                ++accepted;
+              }),
+              0);
     count(__LINE__, [&] {
       Task task = context.submit([&ran](std::span<const int>, std::span<int>) { ran.fetch_add(1); }, read(a),
                                  write(b.slice(0, 128)));

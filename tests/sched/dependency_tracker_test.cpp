@@ -73,14 +73,17 @@ TEST(DependencyTracker, ReserveNamesTrackedTasksWithinRoomAndCountsUnfinishedBey
   tracker.clear();
 }
 
+// The statuses a random history gives its tasks (two unfinished first, then the three terminal
+// ones) and the access modes it draws from.
+constexpr std::uint32_t statuses[] = {status_pending, status_running, status_succeeded, status_failed,
+                                      status_cancelled};
+constexpr Access modes[] = {Access::read, Access::write, Access::read_write};
+
 // Random histories over split segments: for every access, the bound given any room is at least
 // what registration reports, and equals it when the room is zero.
 TEST(DependencyTracker, ReservationBoundsEveryRegistrationOverRandomHistories) {
   constexpr std::size_t bytes = 256;
   std::mt19937 random(20261201);
-  const std::uint32_t statuses[] = {status_pending, status_running, status_succeeded, status_failed,
-                                    status_cancelled};
-  const Access modes[] = {Access::read, Access::write, Access::read_write};
   for (int history = 0; history < 50; ++history) {
     Records records;
     DependencyTracker tracker(bytes);
@@ -107,6 +110,66 @@ TEST(DependencyTracker, ReservationBoundsEveryRegistrationOverRandomHistories) {
     }
     tracker.clear();
   }
+}
+
+// The whole-buffer path (whole(), reserve_whole(), register_whole()) that submissions take for an
+// access covering an unsplit buffer gives what the general path gives: two trackers fed the same
+// random history, one through each path, reserve and report alike and name the same tasks after.
+TEST(DependencyTracker, WholeAccessPathMatchesTheGeneralPath) {
+  constexpr std::size_t bytes = 64;
+  std::mt19937 random(20261202);
+  Records records;
+  DependencyTracker general(bytes);
+  DependencyTracker fast(bytes);
+  std::vector<TaskRecord*> registered;
+  for (int step = 0; step < 400; ++step) {
+    for (TaskRecord* task : registered) {
+      if (task->load_status() < status_succeeded && random() % 3 == 0)
+        task->status.store(statuses[2 + random() % 3], std::memory_order_relaxed);
+    }
+    const Access mode = modes[random() % 3];
+    ASSERT_TRUE(fast.whole(0, bytes));
+    const std::size_t room = random() % 4;
+    general.split_for(0, bytes);
+    ASSERT_EQ(fast.reserve_whole(mode, room), general.reserve_for(0, bytes, mode, 1, room))
+        << "step " << step;
+    TaskRecord* task = records.make(statuses[random() % 2]);
+    std::vector<Predecessor> general_reports;
+    std::vector<Predecessor> fast_reports;
+    general.register_access(task, 0, bytes, mode, [&](Predecessor p) { general_reports.push_back(p); });
+    fast.register_whole(task, mode, [&](Predecessor p) { fast_reports.push_back(p); });
+    ASSERT_EQ(fast_reports.size(), general_reports.size()) << "step " << step;
+    for (std::size_t i = 0; i < fast_reports.size(); ++i) {
+      EXPECT_EQ(fast_reports[i].task, general_reports[i].task);
+      EXPECT_EQ(fast_reports[i].consumes, general_reports[i].consumes);
+    }
+    registered.push_back(task);
+  }
+  // Each task is named by both trackers, or by neither: twice the references, or none, it took.
+  for (TaskRecord* task : registered) EXPECT_EQ((task->refs.load() - 1) % 2, 0) << task;
+  general.clear();
+  fast.clear();
+  for (TaskRecord* task : registered) EXPECT_EQ(task->refs.load(), 1);
+}
+
+// whole() holds only for a non-empty access to all of a buffer that was never split, or was merged
+// back whole by a write.
+TEST(DependencyTracker, WholeOnlyForTheWholeUnsplitBuffer) {
+  Records records;
+  DependencyTracker tracker(64);
+  EXPECT_TRUE(tracker.whole(0, 64));
+  EXPECT_FALSE(tracker.whole(0, 32));
+  EXPECT_FALSE(tracker.whole(32, 32));
+  EXPECT_FALSE(tracker.whole(0, 0));
+  DependencyTracker empty(0);
+  EXPECT_FALSE(empty.whole(0, 0));
+  TaskRecord* part = records.make(status_pending);
+  EXPECT_EQ(registered_reports(tracker, part, 16, 16, Access::write), 0u);
+  EXPECT_FALSE(tracker.whole(0, 64));  // split in three
+  TaskRecord* all = records.make(status_pending);
+  EXPECT_EQ(registered_reports(tracker, all, 0, 64, Access::write), 1u);
+  EXPECT_TRUE(tracker.whole(0, 64));  // the write merged it back
+  tracker.clear();
 }
 
 // forget() (a host mapping at its unmap) removes exactly that task, wherever it is tracked, with the
