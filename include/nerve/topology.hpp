@@ -77,7 +77,8 @@ class NERVE_API Topology {
  public:
   // discover() reads the machine described by config.topology (real machine by default).
   // Throws ConfigError when the synthetic description or XML file is invalid, or the description has
-  // more than 8192 PUs (the most Linux supports).
+  // more than 8192 PUs (the most Linux supports). An XML file is checked before hwloc reads it, since
+  // hwloc crashes on some malformed ones (docs/CONFIG.md, topology.xml).
   static Topology discover(const Config& config);
 
   const std::vector<Package>& packages() const { return packages_; }

@@ -6,10 +6,12 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <string_view>
 #include <system_error>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -19,6 +21,7 @@
 
 #include "config/diagnostics.hpp"
 #include "topology/hwloc_reader.hpp"
+#include "topology/hwloc_xml_check.hpp"
 
 namespace nerve {
 namespace topology {
@@ -95,14 +98,44 @@ void use_synthetic(hwloc_topology_t topology, const std::string& description) {
   }
 }
 
-void use_xml(hwloc_topology_t topology, const std::string& path) {
+// The largest topology.xml nerve reads: an hwloc export of 8192 PUs is 5 MiB.
+constexpr std::size_t max_xml_bytes = std::size_t{64} << 20;
+
+// read_xml() returns the content of the topology.xml file `path`, refusing one larger than
+// max_xml_bytes before reading it all.
+std::string read_xml(const std::string& path) {
   // Checked here because hwloc's own message for a missing file is only a failed return.
   std::error_code error;
   if (!std::filesystem::is_regular_file(path, error)) {
     throw ConfigError(fmt::format("hwloc XML file '{}' does not exist or is not a regular file", path),
                       xml_key);
   }
-  if (hwloc_topology_set_xml(topology, path.c_str()) != 0) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) throw ConfigError(fmt::format("cannot open '{}': {}", path, std::strerror(errno)), xml_key);
+  std::string text;
+  std::vector<char> chunk(std::size_t{1} << 16);
+  while (file.read(chunk.data(), static_cast<std::streamsize>(chunk.size())) || file.gcount() > 0) {
+    text.append(chunk.data(), static_cast<std::size_t>(file.gcount()));
+    if (text.size() > max_xml_bytes) {
+      throw ConfigError(
+          fmt::format("hwloc XML file '{}' is larger than {} MiB (an export of 8192 PUs is 5 MiB)", path,
+                      max_xml_bytes >> 20),
+          xml_key);
+    }
+  }
+  if (file.bad()) throw ConfigError(fmt::format("cannot read '{}': {}", path, std::strerror(errno)), xml_key);
+  return text;
+}
+
+// use_xml() hands hwloc the file's text once nerve's checks pass (hwloc_xml_check.hpp: hwloc 2.9
+// crashes on some malformed files); the checked text itself, so that the file cannot change between
+// the check and hwloc's reading.
+void use_xml(hwloc_topology_t topology, const std::string& path) {
+  const std::string text = read_xml(path);
+  if (const auto problem = find_hwloc_xml_problem(text)) {
+    throw ConfigError(fmt::format("cannot read '{}' as an hwloc XML topology: {}", path, *problem), xml_key);
+  }
+  if (hwloc_topology_set_xmlbuffer(topology, text.c_str(), static_cast<int>(text.size() + 1)) != 0) {
     throw ConfigError(
         fmt::format("cannot read '{}' as an hwloc XML topology: {}", path, std::strerror(errno)), xml_key);
   }

@@ -2,13 +2,17 @@
 #include "nerve/topology.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include <gtest/gtest.h>
 
 #include "nerve/config.hpp"
 #include "nerve/error.hpp"
 
+#include "topology/hwloc_xml_check.hpp"
 #include "topology/topology_builder.hpp"
 #include "topology/topology_json.hpp"
 #include "topology_test_support.hpp"
@@ -217,6 +221,184 @@ TEST(TopologyErrors, MissingOrBrokenXmlNamesTheKey) {
   expect_config_error(config, "topology.xml");
   config.topology.xml = directory.write("broken.xml", "<topology><object type=\"Mach").string();
   expect_config_error(config, "topology.xml");
+}
+
+// xml_error() is the message of the ConfigError that discovering the machine in `xml` throws.
+std::string xml_error(const std::string& xml) {
+  const TemporaryDirectory directory;
+  Config config;
+  config.topology.xml = directory.write("machine.xml", xml).string();
+  try {
+    (void)Topology::discover(config);
+  } catch (const ConfigError& error) {
+    EXPECT_EQ(error.key(), "topology.xml");
+    return error.what();
+  }
+  ADD_FAILURE() << "discover() accepted the XML";
+  return "";
+}
+
+// line_of() is the line (from 1) on which `text` first appears in `xml`.
+int line_of(const std::string& xml, const std::string& text) {
+  return 1 + static_cast<int>(std::count(xml.begin(), xml.begin() + static_cast<long>(xml.find(text)), '\n'));
+}
+
+// edited() is `xml` with the first `from` replaced by `to`.
+std::string edited(std::string xml, const std::string& from, const std::string& to) {
+  return xml.replace(xml.find(from), from.size(), to);
+}
+
+// with_attribute() is `xml` with the attribute `name` of the tag starting with `tag` set to `value`,
+// or removed when `value` is nullopt.
+std::string with_attribute(std::string xml, const std::string& tag, const std::string& name,
+                           const std::optional<std::string>& value) {
+  const auto start = xml.find(tag);
+  const auto attribute = xml.find(" " + name + "=\"", start);
+  EXPECT_LT(attribute, xml.find('>', start)) << tag << " has no " << name;
+  const auto end = xml.find('"', attribute + name.size() + 3) + 1;
+  xml.replace(attribute, end - attribute, value ? " " + name + "=\"" + *value + "\"" : "");
+  return xml;
+}
+
+// Regression (fuzzing): hwloc 2.9 dereferences a NULL bitmap or fails an assertion on edited exports
+// (45 inputs, and more that nerve's own fuzzing of the check found), killing the process, `lstopo -i`
+// too. Each is now a ConfigError naming the line, the object and its attribute.
+TEST(TopologyErrors, XmlThatCrashesHwlocIsAConfigError) {
+  const std::string xml = testing::export_xml("pack:2 numa:2 core:2 pu:2");
+  const std::string machine = "<object type=\"Machine\"";
+  const std::string node = "<object type=\"NUMANode\" os_index=\"1\"";
+  const std::string pu = "<object type=\"PU\" os_index=\"1\"";
+  std::string root_outside = with_attribute(xml, machine, "complete_cpuset", "0x00000100");
+  root_outside.insert(root_outside.find("<object type=\"Package\""), "<!-- a comment -->");
+  const std::string v1 =
+      testing::export_xml("pack:2 [numa] [numa] core:2 pu:2", HWLOC_TOPOLOGY_EXPORT_XML_FLAG_V1);
+  const std::string v1_node = "<object type=\"NUMANode\"";
+  std::string unknown_attribute = v1;
+  unknown_attribute.replace(unknown_attribute.find("online_cpuset"), 13, "onXine_cpuset");
+  struct Case {
+    std::string what, xml;
+    int line;
+    std::vector<std::string> expected;
+  };
+  const std::vector<Case> cases = {
+      {"cpuset without complete_cpuset",
+       with_attribute(xml, pu, "complete_cpuset", std::nullopt),
+       line_of(xml, pu),
+       {"object 'PU': cpuset without complete_cpuset"}},
+      {"nodeset without complete_nodeset",
+       with_attribute(xml, machine, "complete_nodeset", std::nullopt),
+       line_of(xml, machine),
+       {"object 'Machine': nodeset without complete_nodeset"}},
+      {"bitmap with a leading comma",
+       with_attribute(xml, node, "nodeset", ",0x00000002"),
+       line_of(xml, node),
+       {"object 'NUMANode': nodeset=',0x00000002' is not an hwloc bitmap"}},
+      {"bitmap with a word of 40 bits",
+       with_attribute(xml, pu, "cpuset", "0x0000000002"),
+       line_of(xml, pu),
+       {"object 'PU': cpuset='0x0000000002' is not an hwloc bitmap"}},
+      {"root cpuset outside its complete_cpuset",
+       root_outside,
+       line_of(xml, machine),
+       {"object 'Machine': cpuset is not within complete_cpuset"}},
+      {"childless root allowing none of its CPUs",
+       "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<topology version=\"2.0\">\n  <object type=\"Machine\" "
+       "cpuset=\"0x3\" complete_cpuset=\"0x3\" allowed_cpuset=\"0x4\" nodeset=\"0x1\" "
+       "complete_nodeset=\"0x1\"/>\n"
+       "</topology>\n",
+       3,
+       {"object 'Machine': allowed_cpuset shares no CPU with cpuset"}},
+      {"unknown attribute in a v1 export",
+       unknown_attribute,
+       line_of(v1, "online_cpuset"),
+       {"object 'Machine': unknown attribute 'onXine_cpuset'"}},
+      {"v1 NUMA node without cpuset",
+       with_attribute(v1, v1_node, "cpuset", std::nullopt),
+       line_of(v1, v1_node),
+       {"object 'NUMANode': no cpuset"}},
+      {"v1 object of a type hwloc reads as NUMANode",
+       edited(v1, v1_node, "<object type=\"NU76203008\""),
+       line_of(v1, v1_node),
+       {"object 'NU76203008': the type is not one hwloc writes"}},
+      {"PU index of two billion",
+       with_attribute(xml, pu, "os_index", "2000000000"),
+       line_of(xml, pu),
+       {"object 'PU': os_index='2000000000' is not a number up to 1048575"}},
+  };
+  for (const Case& test : cases) {
+    SCOPED_TRACE(test.what);
+    const std::string message = xml_error(test.xml);
+    EXPECT_NE(message.find("as an hwloc XML topology: line " + std::to_string(test.line) + ": "),
+              std::string::npos)
+        << message;
+    for (const std::string& part : test.expected) EXPECT_NE(message.find(part), std::string::npos) << message;
+  }
+}
+
+// Every export hwloc writes passes nerve's check and loads: synthetic machines of many shapes (caches,
+// dies, groups, memory children, 1024 PUs with sparse bitmaps), in the v2 and the v1 format.
+class XmlExportTest : public ::testing::TestWithParam<std::tuple<const char*, unsigned long>> {};
+
+TEST_P(XmlExportTest, PassesTheCheckAndLoads) {
+  const auto [description, flags] = GetParam();
+  const std::string xml = testing::export_xml(description, flags);
+  EXPECT_EQ(topology::find_hwloc_xml_problem(xml), std::nullopt);
+  const TemporaryDirectory directory;
+  expect_consistent(xml_topology(directory.write("machine.xml", xml)));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    TopologyXml, XmlExportTest,
+    ::testing::Combine(
+        ::testing::Values("pack:2 numa:2 core:4 pu:2", "pack:2 numa:2 l3:1 l2:2 core:2 pu:2", "pu:2",
+                          "numa:2 pack:2 core:2 pu:1", "pack:2 core:2 [numa] pu:2",
+                          "pack:2 [numa(memory=1GB)] [numa(memory=2GB)] core:2 pu:2",
+                          "pack:2 die:2 group:2 core:2 pu:4",
+                          "pack:2 numa:2 l3:2 l2:2 l1d:1 l1i:1 core:1 pu:2", "pack:4 core:64 pu:4"),
+        ::testing::Values(0ul, static_cast<unsigned long>(HWLOC_TOPOLOGY_EXPORT_XML_FLAG_V1))));
+
+TEST(TopologyXml, ThisMachineWithItsDevicesPassesTheCheck) {
+  for (const unsigned long flags : {0ul, static_cast<unsigned long>(HWLOC_TOPOLOGY_EXPORT_XML_FLAG_V1)}) {
+    const std::string xml = testing::export_xml("", flags);
+    EXPECT_EQ(topology::find_hwloc_xml_problem(xml), std::nullopt) << xml;
+    const TemporaryDirectory directory;
+    expect_consistent(xml_topology(directory.write("machine.xml", xml)));
+  }
+}
+
+// What would let libxml2 read the file otherwise than the check did, or make hwloc recurse or
+// allocate without bound, is refused too.
+TEST(TopologyXml, CheckRefusesWhatItCannotReadAsHwlocDoes) {
+  const std::string xml = testing::export_xml("pu:2");
+  const std::string tag = "<object type=\"PU\" os_index=\"1\"";
+  std::string utf16;
+  for (const char c : std::string("<?xml version=\"1.0\"?>")) utf16 += {c, '\0'};
+  std::string deep = "<topology>";
+  for (int i = 0; i < 300; ++i) deep += "<info>";
+  std::string many_attributes = "<topology><info";
+  for (int i = 0; i < 200000; ++i) many_attributes += " a" + std::to_string(i) + "=\"1\"";
+  many_attributes += "/></topology>";
+  std::string wide_bitmap = "0x1";
+  for (int i = 0; i < 40000; ++i) wide_bitmap += ",0x0";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {utf16, "line 1: NUL byte"},
+      {"<?xml version=\"1.0\" encoding=\"UTF-7\"?><topology/>", "line 1: encoding 'UTF-7'"},
+      {"Lo\xA7\x94\x93", "line 1: text before the first tag"},
+      {"<!DOCTYPE topology [<!ENTITY set \"0x1\">]><topology/>", "DOCTYPE with an internal subset"},
+      {edited(xml, tag, tag + " os_index=\"1\""), "attribute os_index given twice"},
+      {edited(xml, "<object type=\"PU\"", "<object"), "<object>: no type"},
+      {"<topology><info name=\"a\"></object></topology>", "</object> closes <info> from line 1"},
+      {"<topology>\n<!-- never closed", "line 2: a comment is never closed"},
+      {deep, "elements nested more than 256 deep"},
+      {with_attribute(xml, tag, "cpuset", wide_bitmap), "names indices above 1048575"},
+  };
+  for (const auto& [text, expected] : cases) {
+    const auto problem = topology::find_hwloc_xml_problem(text);
+    ASSERT_TRUE(problem.has_value()) << expected;
+    EXPECT_NE(problem->find(expected), std::string::npos) << *problem;
+  }
+  // 200000 attributes are read in linear time (a quadratic duplicate search would take minutes).
+  EXPECT_EQ(topology::find_hwloc_xml_problem(many_attributes), std::nullopt);
 }
 
 TEST(TopologyErrors, SyntheticAndXmlTogetherAreRejected) {

@@ -62,4 +62,20 @@ void export_synthetic_xml(const std::string& description, const std::filesystem:
   ASSERT_EQ(hwloc_topology_export_xml(topology.get(), path.c_str(), 0), 0);
 }
 
+std::string export_xml(const std::string& description, unsigned long flags) {
+  topology::HwlocTopology topology = topology::make_hwloc_topology();
+  if (description.empty()) {
+    EXPECT_EQ(hwloc_topology_set_io_types_filter(topology.get(), HWLOC_TYPE_FILTER_KEEP_ALL), 0);
+  } else {
+    EXPECT_EQ(hwloc_topology_set_synthetic(topology.get(), description.c_str()), 0);
+  }
+  EXPECT_EQ(hwloc_topology_load(topology.get()), 0);
+  char* buffer = nullptr;
+  int length = 0;
+  EXPECT_EQ(hwloc_topology_export_xmlbuffer(topology.get(), &buffer, &length, flags), 0);
+  std::string xml = buffer != nullptr ? std::string(buffer) : std::string();
+  hwloc_free_xmlbuffer(topology.get(), buffer);
+  return xml;
+}
+
 }  // namespace nerve::testing

@@ -40,4 +40,9 @@ class TemporaryDirectory {
 void export_synthetic_xml(const std::string& description, const std::filesystem::path& path,
                           const std::vector<hwloc_uint64_t>& numa_distances = {}, unsigned long kind = 0);
 
+// export_xml() is the XML text hwloc exports for the synthetic machine `description`, or for this
+// machine with all its I/O devices when `description` is empty; in the v1 format when `flags` holds
+// HWLOC_TOPOLOGY_EXPORT_XML_FLAG_V1.
+std::string export_xml(const std::string& description, unsigned long flags = 0);
+
 }  // namespace nerve::testing
