@@ -362,6 +362,7 @@ std::size_t ContextImpl::register_dependencies(TaskRecord* task, ThreadState& th
     // Bit i: access i covers its buffer whole (DependencyTracker::whole()), known once the locks are
     // held. Only with one access per buffer: another access's split would make it stale.
     std::uint32_t whole = 0;
+    const auto is_whole = [&whole](std::size_t i) { return i < few && ((whole >> i) & 1) != 0; };
     for (BufferState* buffer : buffers) buffer->tracker.lock().lock();
     try {
       for (std::size_t i = 0; i < count; ++i) {
@@ -378,9 +379,9 @@ std::size_t ContextImpl::register_dependencies(TaskRecord* task, ThreadState& th
         const AccessRecord& access = task->accesses[i];
         DependencyTracker& tracker = access.buffer->tracker;
         const std::size_t free_room = room > bound ? room - bound : 0;
-        bound += ((whole >> i) & 1) != 0 ? tracker.reserve_whole(access.mode, free_room)
-                                         : tracker.reserve_for(access.offset, access.size, access.mode,
-                                                               merge ? 1 : overlaps[i], free_room);
+        bound += is_whole(i) ? tracker.reserve_whole(access.mode, free_room)
+                             : tracker.reserve_for(access.offset, access.size, access.mode,
+                                                   merge ? 1 : overlaps[i], free_room);
       }
       reserve_dep_nodes(task, bound);
       // A pool's gate notes which writers the data it reads comes from (PoolState::cancel_members).
@@ -395,7 +396,7 @@ std::size_t ContextImpl::register_dependencies(TaskRecord* task, ThreadState& th
       const AccessRecord& access = task->accesses[i];
       if (recorder != nullptr) [[unlikely]]
         record_finished_sources(access);
-      if (((whole >> i) & 1) != 0) {
+      if (is_whole(i)) {
         access.buffer->tracker.register_whole(task, access.mode, on_predecessor);
       } else {
         access.buffer->tracker.register_access(task, access.offset, access.size, access.mode, on_predecessor,
