@@ -225,14 +225,13 @@ std::string parse_parameters(const std::vector<std::string>& arguments,
     // "a=1,") is a mistake, as an empty --only, --runtimes or --scaling is, not nothing to set.
     if (argument.find_first_not_of(" \t,") == std::string::npos)
       return "--param '" + argument + "' names no parameter (expected W<n>.<name>=<value>; see --list)";
-    for (std::size_t begin = 0, end = 0; begin <= argument.size(); begin = end + 1) {
-      end = std::min(argument.find(',', begin), argument.size());
-      std::string item = argument.substr(begin, end - begin);
+    if (const std::string error = empty_item("--param", argument); !error.empty())
+      return error + " (expected W<n>.<name>=<value>)";
+    std::stringstream items(argument);
+    for (std::string item; std::getline(items, item, ',');) {
       // Blanks around an item are separators ("a=1, b=2"); one inside it is a mistake to report, not
-      // to squeeze out ("W11.max_batch=1 6" is not 16).
+      // to squeeze out ("W11.max_batch=1 6" is not 16). No item is only blanks (empty_item()).
       const auto first = item.find_first_not_of(" \t");
-      if (first == std::string::npos)
-        return "--param '" + argument + "': an empty item between its commas (expected W<n>.<name>=<value>)";
       item = item.substr(first, item.find_last_not_of(" \t") - first + 1);
       if (item.find_first_of(" \t\n\r\f\v") != std::string::npos)
         return "--param '" + item + "': a blank inside a parameter (expected W<n>.<name>=<value>)";
