@@ -362,26 +362,41 @@ std::size_t ContextImpl::register_dependencies(TaskRecord* task, ThreadState& th
     // Bit i: access i covers its buffer whole (DependencyTracker::whole()), known once the locks are
     // held. Only with one access per buffer: another access's split would make it stale.
     std::uint32_t whole = 0;
-    const auto is_whole = [&whole](std::size_t i) { return i < few && ((whole >> i) & 1) != 0; };
+    const bool few_distinct = merge && count <= few;
+    const auto is_whole = [&whole, few_distinct](std::size_t i) {
+      return few_distinct && ((whole >> i) & 1) != 0;
+    };
     for (BufferState* buffer : buffers) buffer->tracker.lock().lock();
     try {
-      for (std::size_t i = 0; i < count; ++i) {
-        const AccessRecord& access = task->accesses[i];
-        if (merge && count <= few && access.buffer->tracker.whole(access.offset, access.size)) {
-          whole |= std::uint32_t{1} << i;
-        } else {
-          access.buffer->tracker.split_for(access.offset, access.size);
-        }
-      }
       const std::size_t room = free_dep_nodes(task);
       std::size_t bound = after_count;
-      for (std::size_t i = 0; i < count; ++i) {
-        const AccessRecord& access = task->accesses[i];
-        DependencyTracker& tracker = access.buffer->tracker;
-        const std::size_t free_room = room > bound ? room - bound : 0;
-        bound += is_whole(i) ? tracker.reserve_whole(access.mode, free_room)
-                             : tracker.reserve_for(access.offset, access.size, access.mode,
-                                                   merge ? 1 : overlaps[i], free_room);
+      // An access to a buffer of its own is split and reserved in one pass: no other access of the
+      // task changes that buffer's segments (W4: ~50 instructions less per task than two passes).
+      // Otherwise every split comes before any reservation.
+      if (few_distinct) {
+        for (std::size_t i = 0; i < count; ++i) {
+          const AccessRecord& access = task->accesses[i];
+          DependencyTracker& tracker = access.buffer->tracker;
+          const std::size_t free_room = room > bound ? room - bound : 0;
+          if (tracker.whole(access.offset, access.size)) {
+            whole |= std::uint32_t{1} << i;
+            bound += tracker.reserve_whole(access.mode, free_room);
+          } else {
+            tracker.split_for(access.offset, access.size);
+            bound += tracker.reserve_for(access.offset, access.size, access.mode, 1, free_room);
+          }
+        }
+      } else {
+        for (std::size_t i = 0; i < count; ++i) {
+          const AccessRecord& access = task->accesses[i];
+          access.buffer->tracker.split_for(access.offset, access.size);
+        }
+        for (std::size_t i = 0; i < count; ++i) {
+          const AccessRecord& access = task->accesses[i];
+          const std::size_t free_room = room > bound ? room - bound : 0;
+          bound += access.buffer->tracker.reserve_for(access.offset, access.size, access.mode,
+                                                      merge ? 1 : overlaps[i], free_room);
+        }
       }
       reserve_dep_nodes(task, bound);
       // A pool's gate notes which writers the data it reads comes from (PoolState::cancel_members).
