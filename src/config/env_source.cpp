@@ -43,9 +43,10 @@ std::vector<Assignment> read_environment(const std::map<std::string, std::string
       continue;
     }
     const ConfigOrigin origin = environment_origin(variable);
-    if (variable == "NERVE_TRACE") {  // the short alias of NERVE_PERF_TRACE
-      if (!environment.contains("NERVE_PERF_TRACE"))
-        assignments.push_back({"perf.trace", RawValue::scalar(value), origin});
+    if (variable == "NERVE_TRACE") {
+      // The short alias of NERVE_PERF_TRACE, which wins when both are set: assigned first, so that
+      // its value is still checked like every overridden one, then replaced.
+      assignments.insert(assignments.begin(), {"perf.trace", RawValue::scalar(value), origin});
       continue;
     }
     if (const auto known = key_of_variable.find(variable); known != key_of_variable.end()) {

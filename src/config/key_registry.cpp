@@ -441,14 +441,21 @@ std::string_view section_of(std::string_view key) { return key.substr(0, key.fin
 
 // suggestion() finds what a user probably meant by the unknown key `name`: a key whose last part is
 // exactly `name` (someone wrote "policy" for "scheduler.policy"), else the nearest key by edit
-// distance, else the keys of its section when the section exists (or `name` is one), else the
-// nearest section. A section is never offered as if it were a key.
+// distance, else a key of another section with the same last part ("parallel.policy": the key is
+// in the wrong section), else the keys of its section when the section exists (or `name` is one),
+// else the nearest section. A section is never offered as if it were a key.
 std::string suggestion(std::string_view name) {
   const std::vector<std::string> keys = all_key_names();
+  const auto leaf = [](std::string_view key) { return key.substr(key.find('.') + 1); };
   for (const std::string& key : keys) {
-    if (key.substr(key.find('.') + 1) == name) return fmt::format(" (did you mean '{}'?)", key);
+    if (leaf(key) == name) return fmt::format(" (did you mean '{}'?)", key);
   }
   if (std::string keys_hint = did_you_mean(name, keys); !keys_hint.empty()) return keys_hint;
+  if (name.find('.') != std::string_view::npos) {
+    for (const std::string& key : keys) {
+      if (leaf(key) == leaf(name)) return fmt::format(" (did you mean '{}'?)", key);
+    }
+  }
   const std::string_view section = section_of(name);
   const std::vector<std::string> sections = section_names();
   if (std::find(sections.begin(), sections.end(), section) != sections.end()) {

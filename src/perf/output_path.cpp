@@ -34,14 +34,16 @@ ClaimedPath claim_output_path(const std::filesystem::path& requested, std::uint6
   std::lock_guard lock(mutex);
   const auto [held, inserted] = owners.try_emplace(wanted, owner);
   if (inserted) return {wanted, {}};
-  const std::string stem = wanted.stem().string();
+  // <stem>.<context id><ext>; this context's other output may hold that name already (its trace and
+  // decision log both asked for another context's file): the rule applies again to the name, until
+  // one is free (docs/CONFIG.md: same.json, same.2.json, same.2.2.json).
   const std::string extension = wanted.extension().string();
+  std::string stem = wanted.stem().string();
   std::filesystem::path own = wanted;
-  own.replace_filename(fmt::format("{}.{}{}", stem, context_id, extension));
-  // This context's other output may hold that name already (its trace and decision log both asked
-  // for another context's file): count on until a name is free.
-  for (int attempt = 2; !owners.try_emplace(own, owner).second; ++attempt)
-    own.replace_filename(fmt::format("{}.{}.{}{}", stem, context_id, attempt, extension));
+  do {
+    stem = fmt::format("{}.{}", stem, context_id);
+    own.replace_filename(stem + extension);
+  } while (!owners.try_emplace(own, owner).second);
   return {own, held->second};
 }
 

@@ -606,7 +606,28 @@ TEST(Heft, ContextsNamingOneDecisionLogEachWriteTheirOwn) {
       both.parent_path() / (both.stem().string() + "." + std::to_string(c_id) + both.extension().string());
   EXPECT_TRUE(load_json(both).contains("traceEvents")) << "the trace keeps the named file";
   EXPECT_EQ(read_lines(log_beside).size(), 1u);
-  for (const auto& file : {log, own(b_id), both, log_beside}) std::filesystem::remove(file);
+  // Both outputs naming another context's file: the trace writes <stem>.<id><ext>, and the rule
+  // applies again to the log, <stem>.<id>.<id><ext> (it wrote <stem>.<id>.2<ext>, whatever the id).
+  std::uint64_t d_id = 0;
+  {
+    Settings settings = policy_settings("heft", models);
+    settings.set("perf.decision_log", log.string());
+    settings.set("perf.trace", log.string());
+    Context d(settings);
+    d_id = d.impl()->id;
+    d.impl()->add_test_device({});
+    Buffer<float> data(d, std::vector<float>(tile_floats, 1.0f));
+    d.spawn(synthetic("heft_both_taken", 20us, 20us), read_write(data));
+    d.wait_all();
+  }
+  const std::string d_suffix = "." + std::to_string(d_id);
+  const auto trace_of_d = log.parent_path() / (log.stem().string() + d_suffix + log.extension().string());
+  const auto log_of_d =
+      log.parent_path() / (log.stem().string() + d_suffix + d_suffix + log.extension().string());
+  EXPECT_TRUE(load_json(trace_of_d).contains("traceEvents"));
+  EXPECT_EQ(read_lines(log_of_d).size(), 1u);
+  for (const auto& file : {log, own(b_id), both, log_beside, trace_of_d, log_of_d})
+    std::filesystem::remove(file);
   std::filesystem::remove_all(models);
 }
 
