@@ -370,7 +370,8 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   // Room for every worker and this many application threads using the context at once (exited
   // threads' states are reused), whatever parallel.thread_pool_size is.
   static constexpr std::size_t max_application_threads = 4096;
-  const std::size_t max_threads = scheduler.slot_count() + max_application_threads;
+  // Slot 0 is no worker's: the application thread that waits takes it, counted among the 4096.
+  const std::size_t max_threads = scheduler.slot_count() - 1 + max_application_threads;
   std::mutex threads_mutex;
   std::unordered_map<std::thread::id, ThreadState*> threads_by_id;
   std::vector<std::unique_ptr<ThreadState>> thread_storage;

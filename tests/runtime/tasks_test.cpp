@@ -670,6 +670,66 @@ TEST(NestedWaits, ASmallStackStillNests) {
   EXPECT_TRUE(run.ok) << run.error;
 }
 
+// Besides the workers, exactly 4096 application threads may use a context at once (docs/CONFIG.md):
+// the 4097th is refused, whichever it is (4097 were let in: the count gave the limit the slot of the
+// application thread that waits, which is no worker's). A thread that exits frees its place.
+TEST(ApplicationThreads, AContextTakesExactly4096AtOnce) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "4097 threads under ThreadSanitizer";
+#endif
+  constexpr std::size_t allowed = 4096;
+  Context context(make_settings(2));
+  struct Shared {
+    Context* context;
+    std::atomic<std::size_t> admitted{0};
+    std::atomic<std::size_t> refused{0};
+    std::atomic<std::size_t> arrived{0};
+    std::atomic<bool> leave{false};
+  } shared{&context};
+  const auto body = [](void* argument) -> void* {
+    auto* s = static_cast<Shared*>(argument);
+    try {
+      s->context->spawn([] {});
+      s->admitted.fetch_add(1);
+    } catch (const Error&) {
+      s->refused.fetch_add(1);
+    }
+    s->arrived.fetch_add(1);
+    s->leave.wait(false);  // asleep: 4096 threads polling would flood the scheduler
+    return nullptr;
+  };
+  pthread_attr_t attributes;
+  pthread_attr_init(&attributes);
+  pthread_attr_setstacksize(&attributes, 256 * 1024);  // 4096 default stacks would reserve 32 GiB
+  std::vector<pthread_t> threads(allowed);
+  std::size_t started = 0;
+  for (; started < allowed; ++started) {
+    if (pthread_create(&threads[started], &attributes, body, &shared) != 0) break;
+  }
+  pthread_attr_destroy(&attributes);
+  while (shared.arrived.load() < started) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  bool main_refused = false;
+  std::string message;
+  if (started == allowed) {
+    try {
+      context.spawn([] {});  // this thread's first use: the 4097th
+    } catch (const Error& error) {
+      main_refused = true;
+      message = error.what();
+    }
+  }
+  shared.leave.store(true);
+  shared.leave.notify_all();
+  for (std::size_t i = 0; i < started; ++i) pthread_join(threads[i], nullptr);
+  ASSERT_EQ(started, allowed) << "the machine would not start 4096 threads";
+  EXPECT_EQ(shared.admitted.load(), allowed);
+  EXPECT_EQ(shared.refused.load(), 0u);
+  EXPECT_TRUE(main_refused) << "a 4097th application thread was let in";
+  EXPECT_THAT(message, ::testing::HasSubstr("more than 4096 application threads"));
+  context.spawn([] {});  // their places are free again
+  context.wait_all();
+}
+
 // A forked child that lets the parent's context go (a return from main) leaves it as it is instead
 // of joining worker threads it does not have (that crashed it), and may make a context of its own.
 TEST(ContextFork, AChildDestroyingTheParentsContextEndsCleanly) {
