@@ -95,9 +95,9 @@ struct CoPromiseBase {
       CoPromiseBase& promise = handle.promise();
       if (promise.continuation) return promise.continuation;  // back to the awaiting parent
       if (TaskRecord* record = promise.launched) {
-        std::exception_ptr error = std::move(promise.error);
+        std::exception_ptr failure = std::move(promise.error);
         handle.destroy();  // before the Task finishes: a waiter may free what the frame refers to
-        coroutine_task_finish(record, std::move(error));
+        coroutine_task_finish(record, std::move(failure));
       }
       return std::noop_coroutine();
     }

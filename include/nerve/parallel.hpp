@@ -191,8 +191,15 @@ std::size_t loop_index(I value, const char* loop, const char* which) {
 
 // LoopBound: what begin, end and grain may be — an integer type (bool and characters aside) or an
 // unscoped enumeration (which converts to one).
+// (The character types are what std::in_range(), which checks the bounds, refuses: char, wchar_t,
+// char8_t, char16_t, char32_t; signed char and unsigned char are integers.)
 template <class T>
-concept LoopBound = (std::integral<T> && !std::is_same_v<T, bool>) ||
+concept LoopBound = (std::integral<T> && !std::is_same_v<std::remove_cv_t<T>, bool> &&
+                     !std::is_same_v<std::remove_cv_t<T>, char> &&
+                     !std::is_same_v<std::remove_cv_t<T>, wchar_t> &&
+                     !std::is_same_v<std::remove_cv_t<T>, char8_t> &&
+                     !std::is_same_v<std::remove_cv_t<T>, char16_t> &&
+                     !std::is_same_v<std::remove_cv_t<T>, char32_t>) ||
                     (std::is_enum_v<T> && std::is_convertible_v<T, long long>);
 
 template <class F, LoopBound B, LoopBound E, LoopBound G>

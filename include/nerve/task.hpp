@@ -128,7 +128,7 @@ struct TaskOptions {
   // that failed or was cancelled cancels this one (with its cause); one that already finished well is
   // no constraint. Each must be a task of the same Context, and tasks added to a TaskPool cannot have
   // any: both are Error(invalid_argument) at submit.
-  std::vector<Task> after;
+  std::vector<Task> after{};  // `{}`: designated initializers may leave it out (g++ -Wextra)
   // A hint that the task runs long: it is handed to the next worker round-robin (a per-device
   // queue) instead of the submitting worker's own deque, so a burst of such tasks starts on every
   // worker at once instead of waiting to be stolen one by one.
@@ -252,7 +252,7 @@ TaskRecord* submit_kernel_call(ContextImpl* context, const TaskOptions* options,
   KernelValue values[value_count + 1] = {};
   std::size_t next_access = 0;
   std::size_t next_value = 0;
-  auto add = [&](const auto& arg) {
+  [[maybe_unused]] auto add = [&](const auto& arg) {  // unused by a kernel without arguments
     if constexpr (is_buffer_access<std::remove_cvref_t<decltype(arg)>>::value) {
       specs[next_access++] = arg.spec();
     } else {
