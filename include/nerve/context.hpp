@@ -73,7 +73,8 @@ class NERVE_API Context {
   Context& operator=(const Context&) = delete;
 
   // submit() schedules `fn` with the given accesses and returns a handle to it. An access to a
-  // buffer of another context, or to a freed one, is Error(buffer_misuse).
+  // buffer of another context, or to a freed one, is Error(buffer_misuse). A task has at most 65535
+  // accesses (NERVE_TASK_MAX_ACCESSES in the C API); more is Error(invalid_argument).
   template <NotKernel F, class... A>
   requires(BufferAccessor<A>&&...) Task submit(F&& fn, const A&... accesses) {
     return Task::adopt(

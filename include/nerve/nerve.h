@@ -270,15 +270,20 @@ typedef enum nerve_access_mode {
  * caller's: it must stay valid until the task has finished (nerve_task_pool_alloc_desc() gives such
  * memory). NULL on error. */
 NERVE_API nerve_task_t* nerve_task_create(nerve_kernel_fn fn, void* desc);
+/* A task declares at most this many accesses (nerve_task_set_memory_deps, nerve_task_add_access): one
+ * more is NERVE_ERROR_INVALID_ARGUMENT from the call that would declare it. */
+#define NERVE_TASK_MAX_ACCESSES 65535
 /* nerve_task_set_memory_deps() sets the task's accesses to the whole of each buffer, each in the mode
  * of its allocation flags, replacing any declared before. Dependencies are inferred from accesses in
  * submission order, as in the C++ API: a task waits for earlier tasks that write what it reads and for
- * earlier readers and writers of what it writes. */
+ * earlier readers and writers of what it writes. More than NERVE_TASK_MAX_ACCESSES buffers is
+ * NERVE_ERROR_INVALID_ARGUMENT. */
 NERVE_API nerve_status_t nerve_task_set_memory_deps(nerve_task_t* task, size_t count,
                                                     nerve_buffer_t* const* buffers);
 /* nerve_task_add_access() adds an access to bytes [offset, offset + size) of `buffer` (size > 0);
  * tasks that access disjoint ranges of one buffer never depend on each other. A range outside the
- * buffer is NERVE_ERROR_BUFFER_MISUSE. */
+ * buffer is NERVE_ERROR_BUFFER_MISUSE; an access beyond the task's NERVE_TASK_MAX_ACCESSES-th is
+ * NERVE_ERROR_INVALID_ARGUMENT. */
 NERVE_API nerve_status_t nerve_task_add_access(nerve_task_t* task, nerve_buffer_t* buffer,
                                                nerve_access_mode_t mode, size_t offset, size_t size);
 /* nerve_task_set_compute_intensive() marks a long-running task: it is handed round-robin to the

@@ -1,7 +1,6 @@
 // submit.cpp — C tasks as runtime tasks: the kernel closure, the running-kernel record and submission.
 #include "capi/submit.hpp"
 
-#include <limits>
 #include <mutex>
 #include <new>
 #include <vector>
@@ -17,9 +16,6 @@ namespace nerve::capi {
 namespace {
 
 thread_local RunningKernel* current_kernel = nullptr;
-
-// A task record stores one access count in 16 bits.
-constexpr std::size_t max_task_accesses = std::numeric_limits<std::uint16_t>::max();
 
 [[noreturn]] void throw_named_failure(const RunningKernel& running, const char* message) {
   throw Error(ErrorCode::task_failed, fmt::format("task '{}' failed: {}", running.name(), message));
@@ -120,11 +116,8 @@ void submit_task(nerve_context& ctx, std::unique_ptr<nerve_task> task, detail::P
                      "that data ({})",
                      task->failed_declaration.empty() ? "no message" : task->failed_declaration));
   }
+  // At most NERVE_TASK_MAX_ACCESSES: the declarations refused any beyond (capi/task.cpp).
   const std::size_t count = task->accesses.size();
-  if (count > max_task_accesses) {
-    fail(ErrorCode::invalid_argument,
-         fmt::format("a task declares {} accesses; at most {} are supported", count, max_task_accesses));
-  }
   BufferPins pins(count);
   std::vector<detail::AccessSpec> specs;
   specs.reserve(count);

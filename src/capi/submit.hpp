@@ -13,7 +13,7 @@ namespace nerve::capi {
 // submit_task() turns `task` into a runtime task of `ctx` (a member of `pool` if not null). The task
 // is consumed in every case: on success the runtime owns it until the task finishes; on error it is
 // destroyed before the exception propagates. Throws BufferMisuse for a freed buffer or one of another
-// context, Error(invalid_argument) for too many accesses or a launched pool.
+// context, Error(invalid_argument) for a launched pool (too many accesses were refused when declared).
 void submit_task(nerve_context& ctx, std::unique_ptr<nerve_task> task, detail::PoolState* pool,
                  int device = NERVE_DEVICE_ANY);
 

@@ -1,6 +1,8 @@
 // task.cpp — nerve_task_*: building a task, submitting it, and failing it from its kernel.
 #include "nerve/task.hpp"
 
+#include <cstdint>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -34,6 +36,20 @@ TaskAccess declared_access(nerve_buffer* buffer, Access mode, std::size_t offset
          fmt::format("access to bytes {} is outside {}", detail::byte_range(offset, size), describe(handle)));
   }
   return {buffer, offset, size, mode};
+}
+
+// A task record stores its access count in 16 bits.
+static_assert(NERVE_TASK_MAX_ACCESSES == std::numeric_limits<std::uint16_t>::max());
+
+// check_access_count() refuses a declaration that would give the task more accesses than it may
+// have, when it is made: found only at submission, the error came after the caller had built all of
+// them, and from a call that declared none.
+void check_access_count(std::size_t count) {
+  if (count > NERVE_TASK_MAX_ACCESSES) {
+    fail(ErrorCode::invalid_argument,
+         fmt::format("a task may declare at most {} accesses; this would give it {}", NERVE_TASK_MAX_ACCESSES,
+                     count));
+  }
 }
 
 // declare() runs an access declaration of `task`; if it fails, the task remembers why, and its
@@ -82,6 +98,7 @@ nerve_status_t nerve_task_set_memory_deps(nerve_task_t* task, size_t count, nerv
       if (count != 0 && buffers == nullptr) {
         fail(ErrorCode::invalid_argument, fmt::format("the buffer array is NULL but count is {}", count));
       }
+      check_access_count(count);
       std::vector<TaskAccess> accesses;
       accesses.reserve(count);
       for (std::size_t i = 0; i < count; ++i) {
@@ -105,6 +122,7 @@ nerve_status_t nerve_task_add_access(nerve_task_t* task, nerve_buffer_t* buffer,
              fmt::format("{} is not a nerve_access_mode_t", static_cast<int>(mode)));
       }
       if (size == 0) fail(ErrorCode::invalid_argument, "an access needs at least one byte");
+      check_access_count(checked.accesses.size() + 1);
       checked.accesses.push_back(
           declared_access(buffer, static_cast<nerve::Access>(mode), offset, size, false));
     });

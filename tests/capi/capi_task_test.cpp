@@ -287,6 +287,35 @@ TEST_P(CapiTaskTest, TheMostAccessesATaskMayDeclareAllToOneBuffer) {
   free_buffer(buffer);
 }
 
+// One access more than a task may have is refused by the call that declares it, with the limit in
+// the message: nerve_task_add_access accepted a 70,000th access, and only the submission said that
+// 65535 was the most, from a call that declared nothing. The task is marked as for any failed
+// declaration, so it is not submitted without that data.
+TEST_P(CapiTaskTest, RegressionTheAccessPastTheMostIsRefusedWhenDeclared) {
+  nerve_buffer_t* buffer = alloc(NERVE_TASK_MAX_ACCESSES + 1);
+  nerve_task_t* task = nerve_task_create(
+      +[](void*, nerve_device_t, nerve_stream_t) {}, nullptr);
+  for (std::size_t i = 0; i < NERVE_TASK_MAX_ACCESSES; ++i) {
+    ASSERT_EQ(nerve_task_add_access(task, buffer, NERVE_ACCESS_READ, i, 1), NERVE_OK) << nerve_last_error();
+  }
+  EXPECT_NERVE_ERROR(
+      nerve_task_add_access(task, buffer, NERVE_ACCESS_READ, NERVE_TASK_MAX_ACCESSES, 1),
+      NERVE_ERROR_INVALID_ARGUMENT,
+      "nerve_task_add_access: a task may declare at most 65535 accesses; this would give it 65536");
+  EXPECT_NERVE_ERROR(nerve_task_submit(ctx.get(), task, NERVE_DEVICE_ANY), NERVE_ERROR_INVALID_ARGUMENT,
+                     "not submitted: an access declaration of this task failed");
+
+  const std::vector<nerve_buffer_t*> buffers(NERVE_TASK_MAX_ACCESSES + 1, buffer);
+  nerve_task_t* whole = nerve_task_create(
+      +[](void*, nerve_device_t, nerve_stream_t) {}, nullptr);
+  EXPECT_NERVE_ERROR(nerve_task_set_memory_deps(whole, buffers.size(), buffers.data()),
+                     NERVE_ERROR_INVALID_ARGUMENT, "at most 65535 accesses; this would give it 65536");
+  EXPECT_EQ(nerve_task_set_memory_deps(whole, NERVE_TASK_MAX_ACCESSES, buffers.data()), NERVE_OK)
+      << nerve_last_error();
+  nerve_task_destroy(whole);
+  free_buffer(buffer);
+}
+
 TEST(CapiTask, KernelOnADeviceSeesTheDeviceReplica) {
   nerve_context_t* ctx = context_without_accelerators();
   ASSERT_NE(ctx, nullptr) << nerve_last_error();
