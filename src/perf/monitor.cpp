@@ -141,6 +141,10 @@ TaskLog& PerfMonitor::log_of(ThreadState& thread) {
 // undo a submission that is half in the graph, so an edge that cannot be stored (out of memory) is
 // left out of the recording, and the graph itself is not affected.
 void PerfMonitor::edge(ThreadState& thread, const TaskRecord* from, const TaskRecord* to) noexcept {
+  // Once the bound is taken for good, the task being submitted cannot be recorded: its edges could
+  // never be drawn, and kept they grew without limit (16 bytes each, a chain of 20 M tasks: 250 MB
+  // for 16 records).
+  if (exhausted_.load(std::memory_order_relaxed)) return;
   try {
     TaskLog& log = log_of(thread);
     std::lock_guard lock(log.lock);
@@ -153,6 +157,7 @@ void PerfMonitor::pool_launched(ThreadState& thread, TaskRecord* gate,
                                 std::span<TaskRecord* const> members) noexcept {
   // Numbered apart from the tasks (whose ids run from 1 in submission order, without gaps).
   gate->trace_id = gate_id_bit | (next_gate_id_.fetch_add(1, std::memory_order_relaxed) + 1);
+  if (exhausted_.load(std::memory_order_relaxed)) return;  // no member can be recorded (edge())
   try {
     TaskLog& log = log_of(thread);
     std::lock_guard lock(log.lock);
@@ -225,10 +230,69 @@ void PerfMonitor::record(ThreadState& thread, TaskEvent&& event) {
   TaskLog& log = log_of(thread);
   if (!take_quota(log)) {
     dropped_.fetch_add(1, std::memory_order_relaxed);
+    if (exhausted_.load(std::memory_order_relaxed) && !edges_pruned_.load(std::memory_order_relaxed))
+      forget_unrecorded_edges();
     return;
   }
   std::lock_guard lock(log.lock);
   log.tasks.push_back(std::move(event));
+}
+
+void PerfMonitor::forget_unrecorded_edges() noexcept {
+  std::lock_guard lock(logs_mutex_);
+  if (edges_pruned_.load(std::memory_order_relaxed)) return;
+  // Every record the bound granted must be in a log first: one granted but not yet appended would
+  // lose its edges. Appended records are never removed, so the ids read below are all of them.
+  std::uint64_t appended = 0;
+  for (const auto& log : logs_) {
+    std::lock_guard log_lock(log->lock);
+    appended += log->tasks.size();
+  }
+  if (appended < max_records_) return;
+  // Out of memory part way, what was let go was useless anyway, and a later drop tries again.
+  try {
+    std::vector<std::uint64_t> recorded;
+    recorded.reserve(appended);
+    for (const auto& log : logs_) {
+      std::lock_guard log_lock(log->lock);
+      for (const TaskEvent& task : log->tasks) recorded.push_back(task.id);
+    }
+    std::sort(recorded.begin(), recorded.end());
+    const auto is_recorded = [&](std::uint64_t id) {
+      return std::binary_search(recorded.begin(), recorded.end(), id);
+    };
+    // A pool's gate stands for its recorded members: an edge through it is drawn if one is left.
+    std::vector<std::uint64_t> drawn_gates;
+    for (const auto& log : logs_) {
+      std::lock_guard log_lock(log->lock);
+      std::erase_if(log->pool_members,
+                    [&](const PoolMemberEvent& entry) { return !is_recorded(entry.member); });
+      log->pool_members.shrink_to_fit();
+      for (const PoolMemberEvent& entry : log->pool_members) drawn_gates.push_back(entry.gate);
+    }
+    std::sort(drawn_gates.begin(), drawn_gates.end());
+    const auto drawn = [&](std::uint64_t id) {
+      return (id & gate_id_bit) != 0 ? std::binary_search(drawn_gates.begin(), drawn_gates.end(), id)
+                                     : is_recorded(id);
+    };
+    for (const auto& log : logs_) {
+      std::lock_guard log_lock(log->lock);
+      std::erase_if(log->edges, [&](const EdgeEvent& edge) { return !drawn(edge.from) || !drawn(edge.to); });
+      log->edges.shrink_to_fit();
+    }
+    edges_pruned_.store(true, std::memory_order_relaxed);
+  } catch (const std::bad_alloc&) {
+  }
+}
+
+std::size_t PerfMonitor::stored_edges() const {
+  std::lock_guard lock(logs_mutex_);
+  std::size_t stored = 0;
+  for (const auto& log : logs_) {
+    std::lock_guard log_lock(log->lock);
+    stored += log->edges.size() + log->pool_members.size();
+  }
+  return stored;
 }
 
 void PerfMonitor::transfer_finished(unsigned from, unsigned to, std::uint64_t bytes, std::int64_t start_ns) {
@@ -250,6 +314,7 @@ std::vector<Event> PerfMonitor::gather(std::deque<Event> TaskLog::*member) const
 }
 
 std::vector<TaskEvent> PerfMonitor::tasks() const { return gather(&TaskLog::tasks); }
+
 std::vector<EdgeEvent> PerfMonitor::edges() const { return gather(&TaskLog::edges); }
 std::vector<PoolMemberEvent> PerfMonitor::pool_members() const { return gather(&TaskLog::pool_members); }
 

@@ -119,10 +119,13 @@ class PerfMonitor final : public TransferObserver {
   void task_submitted(TaskRecord* task) noexcept;
   // task_ready(): its last predecessor finished (or it had none); numbers lean tasks.
   void task_ready(TaskRecord* task, bool submission) noexcept;
-  // edge(): records that `to` waits for `from`; under memory exhaustion the edge is left out.
+  // edge(): records that `to` waits for `from`; under memory exhaustion the edge is left out, and so
+  // it is once no task can be recorded any more (max_task_records is taken): `to`, submitted now,
+  // will not be.
   void edge(ThreadState& thread, const TaskRecord* from, const TaskRecord* to) noexcept;
   // pool_launched(): a task pool's gate (numbered now, in an id space of its own) and its members;
-  // under memory exhaustion the members are left out (their arrows with them).
+  // under memory exhaustion, or once no task can be recorded any more, the members are left out
+  // (their arrows with them).
   void pool_launched(ThreadState& thread, TaskRecord* gate, std::span<TaskRecord* const> members) noexcept;
   // record(): append a finished task's event to `thread`'s log (unless max_task_records is reached).
   void record(ThreadState& thread, TaskEvent&& event);
@@ -135,6 +138,9 @@ class PerfMonitor final : public TransferObserver {
   std::vector<TaskEvent> tasks() const;
   std::vector<EdgeEvent> edges() const;
   std::vector<PoolMemberEvent> pool_members() const;
+  // stored_edges(): the edges and pool memberships the logs hold (what edges() and pool_members()
+  // would copy), for tests of their bound.
+  std::size_t stored_edges() const;
   std::vector<TransferEvent> transfers() const;
   std::uint64_t dropped() const noexcept { return dropped_.load(std::memory_order_relaxed); }
   CounterStats counters() const;
@@ -155,6 +161,11 @@ class PerfMonitor final : public TransferObserver {
   TaskLog& log_of(ThreadState& thread);
   // take_quota(): one record from `log`'s quota, else from the bound, else from another thread's.
   bool take_quota(TaskLog& log);
+  // forget_unrecorded_edges(): once no task can be recorded any more, lets go of the edges and pool
+  // memberships that no trace can draw (an end not recorded), so that they take no more memory than
+  // the records do. Waits for nothing: while a record the bound granted is not yet appended, it
+  // leaves everything, and a later drop tries again.
+  void forget_unrecorded_edges() noexcept;
   // gather(): every thread's events of one kind, copied under their logs' locks.
   template <class Event>
   std::vector<Event> gather(std::deque<Event> TaskLog::*member) const;
@@ -171,6 +182,7 @@ class PerfMonitor final : public TransferObserver {
   std::atomic<std::uint64_t> dropped_{0};
   std::atomic<std::uint64_t> published_{0};  // of taken_, the records added to a thread's quota
   std::atomic<bool> exhausted_{false};       // the bound is taken and no thread holds unused quota
+  std::atomic<bool> edges_pruned_{false};    // forget_unrecorded_edges() has done its work
   mutable std::mutex logs_mutex_;
   std::vector<std::unique_ptr<TaskLog>> logs_;
   mutable std::mutex transfers_mutex_;
