@@ -315,6 +315,18 @@ std::vector<Event> PerfMonitor::gather(std::deque<Event> TaskLog::*member) const
 
 std::vector<TaskEvent> PerfMonitor::tasks() const { return gather(&TaskLog::tasks); }
 
+std::vector<const TaskEvent*> PerfMonitor::task_index() const {
+  std::vector<const TaskEvent*> index;
+  {
+    std::lock_guard lock(logs_mutex_);
+    for (const auto& log : logs_) {
+      std::lock_guard log_lock(log->lock);
+      for (const TaskEvent& task : log->tasks) index.push_back(&task);
+    }
+  }
+  std::sort(index.begin(), index.end(), [](const TaskEvent* a, const TaskEvent* b) { return a->id < b->id; });
+  return index;
+}
 std::vector<EdgeEvent> PerfMonitor::edges() const { return gather(&TaskLog::edges); }
 std::vector<PoolMemberEvent> PerfMonitor::pool_members() const { return gather(&TaskLog::pool_members); }
 

@@ -136,6 +136,10 @@ class PerfMonitor final : public TransferObserver {
 
   // --- reading (any thread, any time)
   std::vector<TaskEvent> tasks() const;
+  // task_index(): the recorded tasks by id, in place: a record is never moved nor changed once
+  // appended (the logs are deques that only grow at the back), so the pointers stay valid for the
+  // monitor's life — 8 bytes a record where tasks() copies them whole.
+  std::vector<const TaskEvent*> task_index() const;
   std::vector<EdgeEvent> edges() const;
   std::vector<PoolMemberEvent> pool_members() const;
   // stored_edges(): the edges and pool memberships the logs hold (what edges() and pool_members()

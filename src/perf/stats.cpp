@@ -4,7 +4,7 @@
 
 #include "perf/history_model.hpp"
 #include "runtime/context_impl.hpp"
-#include "util/json_text.hpp"
+#include "util/json_stream.hpp"
 #include "util/text_file.hpp"
 
 namespace nerve::detail {
@@ -34,7 +34,7 @@ TaskTimes to_task_times(const TaskEvent& event, std::int64_t epoch) {
 
 }  // namespace
 
-ContextStats collect_stats(const ContextImpl& context) {
+ContextStats collect_stats(const ContextImpl& context, bool with_records) {
   ContextStats stats;
   const PerfMonitor& perf = *context.perf;
   const std::int64_t now = monotonic_ns();
@@ -131,10 +131,10 @@ ContextStats collect_stats(const ContextImpl& context) {
 
   stats.tasks_recorded = perf.records_tasks();
   if (stats.tasks_recorded) {
-    for (const TaskEvent& event : perf.tasks())
-      stats.task_records.push_back(to_task_times(event, perf.epoch_ns()));
-    std::sort(stats.task_records.begin(), stats.task_records.end(),
-              [](const TaskTimes& a, const TaskTimes& b) { return a.id < b.id; });
+    if (with_records) {
+      for (const TaskEvent* event : perf.task_index())
+        stats.task_records.push_back(to_task_times(*event, perf.epoch_ns()));
+    }
     stats.task_records_dropped = perf.dropped();
   }
   stats.counters = perf.counters();
@@ -149,6 +149,20 @@ ContextStats collect_stats(const ContextImpl& context) {
     }
   }
   return stats;
+}
+
+nlohmann::json task_record_json(const TaskTimes& task) {
+  return {{"id", task.id},
+          {"name", task.name},
+          {"device", task.device},
+          {"worker", task.worker},
+          {"submitted_ns", task.submitted_ns},
+          {"ready_ns", task.ready_ns},
+          {"data_valid_ns", task.data_valid_ns},
+          {"start_ns", task.start_ns},
+          {"end_ns", task.end_ns},
+          {"bytes_moved", task.bytes_moved},
+          {"status", task.status}};
 }
 
 nlohmann::json stats_to_json(const ContextStats& stats) {
@@ -203,19 +217,7 @@ nlohmann::json stats_to_json(const ContextStats& stats) {
                           {"recorded", stats.tasks_recorded}};
   if (stats.tasks_recorded) {
     nlohmann::json records = nlohmann::json::array();
-    for (const TaskTimes& task : stats.task_records) {
-      records.push_back({{"id", task.id},
-                         {"name", task.name},
-                         {"device", task.device},
-                         {"worker", task.worker},
-                         {"submitted_ns", task.submitted_ns},
-                         {"ready_ns", task.ready_ns},
-                         {"data_valid_ns", task.data_valid_ns},
-                         {"start_ns", task.start_ns},
-                         {"end_ns", task.end_ns},
-                         {"bytes_moved", task.bytes_moved},
-                         {"status", task.status}});
-    }
+    for (const TaskTimes& task : stats.task_records) records.push_back(task_record_json(task));
     tasks["records"] = std::move(records);
     tasks["records_dropped"] = stats.task_records_dropped;
   }
@@ -262,7 +264,24 @@ nlohmann::json stats_to_json(const ContextStats& stats) {
 }
 
 void write_perf_stats(const ContextImpl& context, const std::filesystem::path& path) {
-  write_text_file(path, json_text(stats_to_json(collect_stats(context)), 2) + '\n', "perf stats");
+  // The records are written one at a time, from the monitor's logs: built as one document with the
+  // rest, each took ~2 KB at the peak (a node per value, a map per record, then the text).
+  const ContextStats stats = collect_stats(context, false);
+  const nlohmann::json skeleton = stats_to_json(stats);
+  const PerfMonitor& perf = *context.perf;
+  const std::vector<const TaskEvent*> index =
+      stats.tasks_recorded ? perf.task_index() : std::vector<const TaskEvent*>();
+  const StreamedArray records{"/tasks/records", [&](JsonArrayWriter& writer) {
+                                for (const TaskEvent* event : index)
+                                  writer.add(task_record_json(to_task_times(*event, perf.epoch_ns())));
+                              }};
+  write_text_file(
+      path,
+      [&](std::ostream& out) {
+        write_json(out, skeleton, 2, std::span(&records, 1));
+        out << '\n';
+      },
+      "perf stats");
 }
 
 }  // namespace nerve::detail

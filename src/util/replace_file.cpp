@@ -14,6 +14,10 @@
 namespace nerve::detail {
 
 void replace_file(const std::filesystem::path& path, std::string_view text) {
+  replace_file(path, [text](std::ostream& out) { out << text; });
+}
+
+void replace_file(const std::filesystem::path& path, const std::function<void(std::ostream&)>& write) {
   // A name of this writer's own: two saves at once (two contexts, two processes) must not write one
   // temporary, nor remove each other's.
   std::string pattern = path.string() + ".tmp.XXXXXX";
@@ -26,7 +30,8 @@ void replace_file(const std::filesystem::path& path, std::string_view text) {
   try {
     {
       std::ofstream out(temporary, std::ios::trunc);
-      out << text;
+      write(out);
+      out.flush();
       if (!out) throw std::runtime_error("cannot write " + temporary.string());
     }
     std::filesystem::permissions(

@@ -7,11 +7,16 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
+#include <ostream>
 #include <string_view>
 
 namespace nerve::detail {
 
 void replace_file(const std::filesystem::path& path, std::string_view text);
+// replace_file(): the same, the text written by `write` into the temporary as it makes it; what
+// `write` throws propagates (the temporary is removed).
+void replace_file(const std::filesystem::path& path, const std::function<void(std::ostream&)>& write);
 
 class FileLock {
  public:

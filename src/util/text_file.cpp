@@ -11,6 +11,12 @@
 namespace nerve::detail {
 
 void write_text_file(const std::filesystem::path& path, std::string_view text, std::string_view what) {
+  write_text_file(
+      path, [text](std::ostream& out) { out << text; }, what);
+}
+
+void write_text_file(const std::filesystem::path& path, const std::function<void(std::ostream&)>& write,
+                     std::string_view what) {
   // The streams keep no reason of their own: errno, cleared first, holds the failed call's.
   const auto reason = [] { return errno != 0 ? std::strerror(errno) : "the stream failed"; };
   errno = 0;
@@ -19,7 +25,7 @@ void write_text_file(const std::filesystem::path& path, std::string_view text, s
     throw Error(ErrorCode::invalid_argument,
                 fmt::format("cannot write {} to '{}': {}", what, path.string(), reason()));
   }
-  out << text;
+  write(out);
   out.close();
   if (!out) {
     throw Error(ErrorCode::invalid_argument,

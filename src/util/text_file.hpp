@@ -4,6 +4,8 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
+#include <ostream>
 #include <string_view>
 
 namespace nerve::detail {
@@ -13,5 +15,9 @@ namespace nerve::detail {
 // directory, no permission), "failed writing <what> to '<path>': <reason>" when writing it fails (a
 // full disk).
 void write_text_file(const std::filesystem::path& path, std::string_view text, std::string_view what);
+// write_text_file(): the same, the text written by `write` into the open file as it makes it (a large
+// document need not be held whole). What `write` throws propagates; the file then holds a part.
+void write_text_file(const std::filesystem::path& path, const std::function<void(std::ostream&)>& write,
+                     std::string_view what);
 
 }  // namespace nerve::detail

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -10,6 +11,8 @@
 #include "nerve/coroutine.hpp"
 
 #include "perf/perf_test.hpp"
+#include "util/json_stream.hpp"
+#include "util/json_text.hpp"
 
 namespace nerve::testing {
 namespace {
@@ -191,6 +194,33 @@ TEST(PerfStats, ANameThatIsNotUtf8DoesNotLoseTheFile) {
   const nlohmann::json json = dump_stats(context);
   ASSERT_EQ(json["tasks"]["records"].size(), 1u);
   EXPECT_EQ(json["tasks"]["records"][0]["name"], "caf\xef\xbf\xbd") << "U+FFFD in UTF-8";
+}
+
+// The stats file and the trace stream their task records (write_json()), yet must read exactly as
+// the whole document dumped at once: compact and indented, streamed arrays at any depth, empty
+// ones, names with line breaks and bytes that are not UTF-8.
+TEST(PerfStats, AStreamedDocumentIsTheWholeDocumentsText) {
+  const nlohmann::json whole = {
+      {"schema", "nerve.perf_stats/1"},
+      {"tasks",
+       {{"records",
+         {{{"id", 1}, {"name", "two\nlines"}}, {{"id", 2}, {"name", "\xff"}, {"times", {1.5, 2}}}}},
+        {"submitted", 2}}},
+      {"empty", nlohmann::json::array()},
+      {"nested", {{"list", {1, {{"object", nlohmann::json::object()}}}}}}};
+  nlohmann::json skeleton = whole;
+  skeleton["tasks"]["records"] = nlohmann::json::array();
+  const detail::StreamedArray streamed[] = {{"/tasks/records",
+                                             [&](detail::JsonArrayWriter& records) {
+                                               for (const auto& record : whole["tasks"]["records"])
+                                                 records.add(record);
+                                             }},
+                                            {"/empty", [](detail::JsonArrayWriter&) {}}};
+  for (const int indent : {-1, 0, 2, 4}) {
+    std::ostringstream out;
+    detail::write_json(out, skeleton, indent, streamed);
+    EXPECT_EQ(out.str(), detail::json_text(whole, indent)) << "indent " << indent;
+  }
 }
 
 // A call sent to a device (TaskOptions::device) and cancelled before it got there is no CPU run, even

@@ -16,6 +16,7 @@
 
 #include "nerve/nerve.h"
 
+#include "support/replace_operator_new.hpp"
 #include "support/runtime_fixture.hpp"
 
 namespace {
@@ -23,52 +24,18 @@ namespace {
 // The calling thread's allocations left before one fails; negative: none fails. Workers keep -1.
 thread_local long allocations_before_failure = -1;
 
-void* counted_allocation(std::size_t bytes, std::size_t alignment) {
+}  // namespace
+
+void* nerve_test_allocate(std::size_t bytes, std::size_t alignment) {
   if (allocations_before_failure == 0) {
     allocations_before_failure = -1;  // one failure per attempt: the unwinding may allocate
     throw std::bad_alloc();
   }
   if (allocations_before_failure > 0) --allocations_before_failure;
-  const std::size_t size = bytes == 0 ? 1 : bytes;
-  void* memory = alignment <= alignof(std::max_align_t)
-                     ? std::malloc(size)
-                     : std::aligned_alloc(alignment, (size + alignment - 1) / alignment * alignment);
-  if (memory == nullptr) throw std::bad_alloc();
-  return memory;
+  return heap_allocate(bytes, alignment);
 }
 
-}  // namespace
-
-void* operator new(std::size_t bytes) { return counted_allocation(bytes, 0); }
-void* operator new[](std::size_t bytes) { return counted_allocation(bytes, 0); }
-void* operator new(std::size_t bytes, std::align_val_t alignment) {
-  return counted_allocation(bytes, static_cast<std::size_t>(alignment));
-}
-void* operator new[](std::size_t bytes, std::align_val_t alignment) {
-  return counted_allocation(bytes, static_cast<std::size_t>(alignment));
-}
-void* operator new(std::size_t bytes, const std::nothrow_t&) noexcept {
-  try {
-    return counted_allocation(bytes, 0);
-  } catch (...) {
-    return nullptr;
-  }
-}
-void* operator new[](std::size_t bytes, const std::nothrow_t&) noexcept {
-  try {
-    return counted_allocation(bytes, 0);
-  } catch (...) {
-    return nullptr;
-  }
-}
-void operator delete(void* memory) noexcept { std::free(memory); }
-void operator delete[](void* memory) noexcept { std::free(memory); }
-void operator delete(void* memory, std::size_t) noexcept { std::free(memory); }
-void operator delete[](void* memory, std::size_t) noexcept { std::free(memory); }
-void operator delete(void* memory, std::align_val_t) noexcept { std::free(memory); }
-void operator delete[](void* memory, std::align_val_t) noexcept { std::free(memory); }
-void operator delete(void* memory, std::size_t, std::align_val_t) noexcept { std::free(memory); }
-void operator delete[](void* memory, std::size_t, std::align_val_t) noexcept { std::free(memory); }
+void nerve_test_free(void* memory) noexcept { std::free(memory); }
 
 namespace nerve::testing {
 namespace {
