@@ -136,6 +136,9 @@ void buffer_free(BufferState* buffer) {
 
 namespace {
 
+// The innermost blocking map of the calling thread waiting for its grant (WaitedMapping).
+constinit thread_local WaitedMapping* waited_mapping __attribute__((tls_model("initial-exec"))) = nullptr;
+
 // this_thread_token(): a number no other thread of the process has had, or will have. Not
 // std::thread::id: the system hands an exited thread's id to a later thread, which then counted as
 // holding the exited one's mappings (and was refused waits that would have ended).
@@ -202,6 +205,8 @@ void ContextImpl::end_mapping(TaskRecord* task, ThreadState& thread) noexcept {
   }
   finish(task, thread, status_succeeded);
 }
+
+const WaitedMapping* innermost_waited_mapping() noexcept { return waited_mapping; }
 
 bool ContextImpl::holds_mapping() {
   if (held_mapping_count.load(std::memory_order_acquire) == 0) return false;
@@ -365,8 +370,23 @@ Mapping buffer_map(BufferState* buffer, std::size_t offset, std::size_t size, Ac
   }
   if (close_submission_guard(task, edges)) context.make_ready(task, thread, true);
   if (prefetch) return {nullptr, nullptr};  // the record may be gone already: ended when granted
-  MappingGranted granted{task};
-  context.scheduler.wait(thread, granted);
+  {
+    // Listed while it waits: the tasks the wait runs must not wait for what is ordered after it
+    // (ContextImpl::suspended_blocker).
+    WaitedMapping waited{task, waited_mapping};
+    struct Unlist {
+      ThreadState& thread;
+      WaitedMapping& waited;
+      ~Unlist() {
+        waited_mapping = waited.outer;
+        --thread.map_waits;
+      }
+    } unlist{thread, waited};
+    waited_mapping = &waited;
+    ++thread.map_waits;
+    MappingGranted granted{task};
+    context.scheduler.wait(thread, granted);
+  }
   if (task->load_status() == status_cancelled) {
     std::exception_ptr error = cancellation_error(task, describe_map());
     context.release_task(task);  // the Mapping's reference; the runtime's went with the cancellation

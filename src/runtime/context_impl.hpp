@@ -78,6 +78,14 @@ struct RunningFrame {
 // gate falls back to deciding by the dependents' accesses alone.
 void note_gate_reads(TaskRecord* consumer) noexcept;
 const RunningFrame* innermost_frame() noexcept;
+// A blocking map on the calling thread's stack waiting for its mapping to be granted, innermost
+// first. The tasks it runs meanwhile run on top of it: the map returns, and the mapping can end,
+// only after they do, so a wait of theirs for a task ordered after the mapping never ends.
+struct WaitedMapping {
+  TaskRecord* mapping;
+  WaitedMapping* outer;
+};
+const WaitedMapping* innermost_waited_mapping() noexcept;
 [[noreturn]] void throw_waits_for_itself(const TaskRecord& running, const char* what);
 [[noreturn]] void throw_wait_too_deep(const ThreadState& thread, const char* what);
 // A blocking wait inside a task runs other tasks on the same stack, which may wait in turn: past

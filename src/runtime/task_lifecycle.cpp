@@ -570,6 +570,9 @@ void ContextImpl::make_ready(TaskRecord* task, ThreadState& thread, bool submiss
 // The mapping is granted (or cancelled): wake the thread blocked in map().
 void ContextImpl::grant_mapping(TaskRecord* task, ThreadState& thread) {
   if (task->cancel_pending.load(std::memory_order_acquire)) {
+    // A walk of suspended_blocker() from this mapping (its map waits below a task) reads what waits
+    // for it: it must be over before the cancellation releases them; a later one skips the mapping.
+    { std::lock_guard barrier(mappings_mutex); }
     finish(task, thread, status_cancelled);
     return;
   }

@@ -8,6 +8,7 @@
 
 #include "nerve/error.hpp"
 
+#include "memory/buffer_state.hpp"
 #include "runtime/context_impl.hpp"
 #include "runtime/failure_log.hpp"
 #include "runtime/waitables.hpp"
@@ -53,6 +54,15 @@ const TaskRecord* ContextImpl::suspended_blocker(const std::function<bool(const 
     // Its task is unfinished while its frame is on the stack: the walk reads live records only.
     if (first_waiting_for(frame->task, blocked) != nullptr) return frame->task;
   }
+  // A blocking map waiting below the running task: its mapping ends (at an unmap) only after that
+  // map returns. It is unfinished unless cancelled: its grant finishes a cancelled one, which the
+  // context's mappings_mutex holds off until the walk is over (grant_mapping), and the walk skips.
+  for (const WaitedMapping* waited = innermost_waited_mapping(); waited != nullptr; waited = waited->outer) {
+    TaskRecord* mapping = waited->mapping;
+    std::lock_guard lock(mapping->context->mappings_mutex);
+    if (mapping->cancel_pending.load(std::memory_order_acquire)) continue;
+    if (first_waiting_for(mapping, blocked) != nullptr) return mapping;
+  }
   return nullptr;
 }
 
@@ -61,6 +71,16 @@ void ContextImpl::throw_waits_behind(const TaskRecord* suspended, const char* wh
     return task != nullptr && task->name != nullptr ? task->name : "(unnamed)";
   };
   const TaskRecord* running = running_task_record();
+  if (suspended != nullptr && suspended->kind == TaskKind::host_access) {
+    const AccessRecord& mapped = suspended->accesses[0];
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("{} inside task '{}' would never return: it waits for the map of {} (or for "
+                            "tasks ordered after it), which this thread was waiting to be granted when "
+                            "it ran '{}', and which cannot return, nor end, before '{}' returns; map "
+                            "outside the tasks, or order the waiting task after the unmap instead",
+                            what, name(running), mapped.buffer->describe(mapped.offset, mapped.size),
+                            name(running), name(running)));
+  }
   throw Error(ErrorCode::invalid_argument,
               fmt::format("{} inside task '{}' would never return: it waits for task '{}' (or for tasks "
                           "ordered after it), which this thread suspended in a wait of its own to run "

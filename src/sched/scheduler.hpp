@@ -348,7 +348,8 @@ bool Scheduler::run_until(ThreadState& thread, Waitable& target, Clock::time_poi
     // not done, for its caller to say so (Waitable::hopeless(), asked only here: waits that end pay
     // nothing). Not for a timed wait, which ends at its deadline.
     if constexpr (may_be_hopeless<Waitable>) {
-      if (deadline == Clock::time_point::max() && thread.nesting > 1 && target.hopeless()) {
+      if (deadline == Clock::time_point::max() && thread.nesting + thread.map_waits > 1 &&
+          target.hopeless()) {
         leave_idle(idle);
         return target.done();
       }

@@ -35,7 +35,10 @@ struct alignas(cache_line_size) ThreadState {
   // submission outside a slot; see Scheduler::owns_submitter_deque).
   enum class SubmitterRole : std::uint8_t { undecided, owner, other };
   SubmitterRole submitter_role = SubmitterRole::undecided;
-  int nesting = 0;    // tasks currently executing on this thread's stack
+  int nesting = 0;  // tasks currently executing on this thread's stack
+  // Blocking maps on this thread's stack waiting to be granted (WaitedMapping): the tasks they run
+  // meanwhile are nested in a wait as much as those a task's wait runs.
+  int map_waits = 0;
   StackBounds stack;  // that stack (set when a thread takes this state)
   // Of those, bodies that deferred their completion (defer_current_task()): such a task may be
   // finished, and the context shut down, while its body still runs.

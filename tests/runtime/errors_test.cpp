@@ -1109,6 +1109,56 @@ TEST(WaitBehindSuspended, APoolsTaskOrAMappingBehindATaskSuspendedBelowIsAnError
               ::testing::HasSubstr("TaskPool::wait_all() inside task 'writer' would wait for"));
 }
 
+// A blocking map runs ready tasks while it waits to be granted, and returns only after they do:
+// a task it runs that waits for work ordered after that mapping (a map, or Task::wait()) would
+// never return either (a torture audit hung there). The map waits for a write mapping another
+// thread holds until the task has run; with one slot the task runs in that map's wait.
+TEST(WaitBehindSuspended, ATaskRunByAWaitingMapThatWaitsBehindThatMappingIsAnErrorNotAHang) {
+  for (const SchedulerPolicy policy :
+       {SchedulerPolicy::eager, SchedulerPolicy::locality_aware_stealing, SchedulerPolicy::heft}) {
+    for (const bool inner_map : {true, false}) {
+      SCOPED_TRACE(inner_map ? "the task maps" : "the task waits for a task");
+      Context context(make_settings(1, policy));
+      Buffer<int> data(context, 4);
+      std::atomic<bool> held{false};
+      std::atomic<bool> inner_done{false};
+      std::thread holder([&] {
+        auto mapped = data.map_write();
+        mapped[0] = 1;
+        held = true;
+        held.notify_all();
+        inner_done.wait(false);
+      });
+      held.wait(false);
+      Refusals refusals;
+      context.spawn(TaskOptions{.name = "inner"}, [&] {
+        // Ordered after the outer map's mapping, which cannot end before this task returns.
+        Task after_mapping = context.submit(
+            TaskOptions{.name = "writer"}, [](std::span<int> values) { values[0] += 10; }, read_write(data));
+        if (inner_map) {
+          refusals.record([&] { (void)data.map_read(); }, "mapped");
+        } else {
+          refusals.record([&] { after_mapping.wait(); }, "waited");
+        }
+        inner_done = true;
+        inner_done.notify_all();
+      });
+      {
+        auto mapped = data.map_read();  // waits for the holder, running "inner" meanwhile
+        EXPECT_EQ(mapped[0], 1);
+      }
+      holder.join();
+      context.wait_all();
+      EXPECT_EQ(data.to_vector()[0], 11) << "the writer ran after the unmap";
+      ASSERT_EQ(refusals.messages.size(), 1u);
+      EXPECT_THAT(refusals.messages[0],
+                  ::testing::HasSubstr("inside task 'inner' would never return: it waits for the map of "
+                                       "bytes [0, 16) of buffer"))
+          << static_cast<int>(policy);
+    }
+  }
+}
+
 // Mapping, inside a task, a buffer range the task itself accesses in a conflicting mode — or one a task
 // ordered after it accesses — would wait for the running task: Error(invalid_argument), not a hang.
 // A mapping that does not conflict is granted; nothing of a refused one is left behind.
