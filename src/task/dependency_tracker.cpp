@@ -1,6 +1,8 @@
 #include "task/dependency_tracker.hpp"
 
 #include <algorithm>
+#include <iterator>
+#include <utility>
 
 #include "task/task_graph.hpp"
 #include "task/task_record.hpp"
@@ -15,9 +17,7 @@ DependencyTracker::DependencyTracker(std::size_t bytes)
 DependencyTracker::~DependencyTracker() { clear(); }
 
 void DependencyTracker::forget(const TaskRecord* task, std::size_t offset, std::size_t size) noexcept {
-  const std::size_t end = offset + size;
-  for (Segment& segment : segments()) {
-    if (segment.end <= offset || segment.begin >= end) continue;
+  for_overlapping(*this, offset, size, [&](Segment& segment) {
     if (segment.writer == task) {
       release_task(segment.writer);
       segment.writer = nullptr;
@@ -28,97 +28,139 @@ void DependencyTracker::forget(const TaskRecord* task, std::size_t offset, std::
       return true;
     });
     segment.readers.erase_from(kept);
-  }
+  });
 }
 
 void DependencyTracker::clear() noexcept {
-  for (Segment& segment : segments()) {
+  const auto release_all = [](Segment& segment) noexcept {
     if (segment.writer != nullptr) release_task(segment.writer);
     for (TaskRecord* reader : segment.readers) release_task(reader);
     segment.writer = nullptr;
     segment.readers.clear();
-  }
-  if (!spill_.empty()) {
-    single_ = std::move(spill_.front());
-    single_.end = bytes_ == 0 ? 1 : bytes_;
-    spill_.clear();
+  };
+  release_all(single_);
+  if (spill_ != nullptr) {
+    for (auto& [end, segment] : *spill_) release_all(segment);
+    unsplit(spill_->begin());  // keeps a segment's reader room, as single_ keeps its own
   }
 }
 
-std::size_t DependencyTracker::split_at(std::size_t position) {
-  const std::span<Segment> all = segments();
-  auto it = std::upper_bound(all.begin(), all.end(), position,
-                             [](std::size_t value, const Segment& s) { return value < s.end; });
-  const auto index = static_cast<std::size_t>(it - all.begin());
-  if (index == all.size() || all[index].begin == position) return index;
-  // Split the segment at `index` into [begin, position) and [position, end): both halves keep the
-  // state. The copy and the insertion may throw; the references are taken once both are done.
-  Segment right{position, all[index].end, all[index].writer, all[index].readers};
-  if (spill_.empty()) {  // the first split: the one segment moves out of single_ (index is 0)
-    spill_.reserve(4);
-    spill_.push_back(std::move(single_));  // into reserved room: a segment moves without throwing
-    single_.writer = nullptr;
-    spill_.push_back(std::move(right));
-  } else {
-    spill_.insert(spill_.begin() + static_cast<std::ptrdiff_t>(index) + 1, std::move(right));
-  }
-  Segment& inserted = spill_[index + 1];
-  if (inserted.writer != nullptr) retain_task(inserted.writer);
-  for (TaskRecord* reader : inserted.readers) retain_task(reader);
-  spill_[index].end = position;
-  return index + 1;
+void DependencyTracker::spill(std::size_t position) {
+  // The map, its nodes and the copy of the readers may throw; the references are taken once they are
+  // all made.
+  auto halves = std::make_unique<SegmentMap>();
+  const auto left = halves->emplace_hint(halves->end(), position, Segment{0, position, nullptr, {}});
+  const auto right =
+      halves->emplace_hint(halves->end(), bytes_, Segment{position, bytes_, single_.writer, single_.readers});
+  left->second.writer = std::exchange(single_.writer, nullptr);
+  left->second.readers = std::move(single_.readers);
+  if (right->second.writer != nullptr) retain_task(right->second.writer);
+  for (TaskRecord* reader : right->second.readers) retain_task(reader);
+  spill_ = std::move(halves);
 }
 
-void DependencyTracker::split_around(std::size_t offset, std::size_t size) {
-  split_at(offset);
-  split_at(offset + size);
+DependencyTracker::SegmentMap::iterator DependencyTracker::split_at(std::size_t position) {
+  if (position >= bytes_) return spill_->end();
+  const auto holder = spill_->upper_bound(position);
+  Segment& right = holder->second;
+  if (right.begin == position) return holder;
+  // Both parts keep the state: the one before `position` is the new node. The node and the copy may
+  // throw; the references are taken after.
+  const auto left =
+      spill_->emplace_hint(holder, position, Segment{right.begin, position, right.writer, right.readers});
+  if (left->second.writer != nullptr) retain_task(left->second.writer);
+  for (TaskRecord* reader : left->second.readers) retain_task(reader);
+  right.begin = position;
+  return holder;
+}
+
+std::pair<DependencyTracker::SegmentMap::iterator, DependencyTracker::SegmentMap::iterator>
+DependencyTracker::split_range(std::size_t offset, std::size_t size) {
+  if (spill_ == nullptr) spill(offset != 0 ? offset : offset + size);
+  const auto last = split_at(offset + size);
+  return {split_at(offset), last};
 }
 
 std::size_t DependencyTracker::reserve_in_segments(std::size_t offset, std::size_t size, Access mode,
                                                    std::size_t own_accesses, std::size_t room) {
   if (size == 0) return 0;
-  const std::size_t end = offset + size;
-  // The first segment ending after `offset`, as in split_at().
-  const std::span<Segment> all = segments();
-  const auto first = std::upper_bound(all.begin(), all.end(), offset,
-                                      [](std::size_t value, const Segment& s) { return value < s.end; });
   // Every writer and, for a write, every reader may be reported: a bound that reads no other task's
   // status, whose line the core running that task is writing. Within `room` it is the answer.
   std::size_t named = 0;
-  for (auto it = first; it != all.end() && it->begin < end; ++it) {
-    Segment& segment = *it;
+  for_overlapping(*this, offset, size, [&](Segment& segment) {
     prefetch_named(segment, mode);
     named += named_in(segment, mode);
     if (!writes(mode) && !readers_fit(segment, own_accesses))
       make_room_for_readers(segment.readers, own_accesses);
-  }
+  });
   if (named <= room) return named;
   // What register_access() will report, by its own tests: a task only ever leaves `unfinished`,
   // so the count can only fall before the registration (and it stays an upper bound).
   std::size_t predecessors = 0;
-  for (auto it = first; it != all.end() && it->begin < end; ++it) {
-    const Segment& segment = *it;
+  for_overlapping(*this, offset, size, [&](const Segment& segment) {
     if (segment.writer != nullptr && (unfinished(segment.writer) || (reads(mode) && failed(segment.writer))))
       ++predecessors;
     if (writes(mode)) {
       for (const TaskRecord* reader : segment.readers) predecessors += unfinished(reader) ? 1 : 0;
     }
-  }
+  });
   return predecessors;
 }
 
-// After a write, [first, last) all have the same writer and no readers: fold them into one.
-void DependencyTracker::merge_around(std::size_t first, std::size_t last) {
-  for (std::size_t i = first + 1; i < last; ++i) {
-    if (spill_[i].writer != nullptr) release_task(spill_[i].writer);
+// After a write, [first, last) all have its writer and no readers: they fold into one. After a read,
+// the segments a slice-by-slice history left (each slice's writer, succeeded; readers that finished)
+// fold once nothing tells them apart: otherwise a buffer once written in n slices would cost every
+// later access to all of it n segments' work, for good. Only the segments the access covered are
+// looked at (each just gained or lost the same tasks, so their outside neighbours, which did not,
+// differ from them); the access's cost stays in proportion to what it covered.
+void DependencyTracker::merge_equivalent(SegmentMap::iterator first, SegmentMap::iterator last) noexcept {
+  // A run of segments folds into its last; the others are erased a run at a time, and not at all
+  // when the buffer is whole again: freeing the map then costs no rebalancing (a read after 10^5
+  // slices folds them all).
+  auto run = first;
+  auto previous = first;
+  for (auto it = std::next(first); it != last; previous = it++) {
+    Segment& left = previous->second;
+    Segment& right = it->second;
+    if (!equivalent(left, right)) {
+      spill_->erase(run, previous);
+      run = it;
+      continue;
+    }
+    // Settled writers that differ are both dropped: neither wrote all of the merged range.
+    if (left.writer != right.writer && right.writer != nullptr) {
+      release_task(right.writer);
+      right.writer = nullptr;
+    }
+    if (left.writer != nullptr) release_task(left.writer);
+    for (TaskRecord* reader : left.readers) release_task(reader);
+    right.begin = left.begin;
   }
-  spill_[first].end = spill_[last - 1].end;
-  spill_.erase(spill_.begin() + static_cast<std::ptrdiff_t>(first) + 1,
-               spill_.begin() + static_cast<std::ptrdiff_t>(last));
-  if (spill_.size() == 1) {  // whole again: back into single_
-    single_ = std::move(spill_.front());
-    spill_.clear();
+  if (previous->second.begin == 0 && previous->second.end == bytes_) {
+    unsplit(previous);
+    return;
   }
+  spill_->erase(run, previous);
+}
+
+bool DependencyTracker::equivalent(Segment& left, Segment& right) noexcept {
+  // A failed or cancelled writer is never settled: its segment stays apart from any other writer's,
+  // so that a later reader of it is still cancelled with its error.
+  if (left.writer != right.writer && !(settled(left.writer) && settled(right.writer))) return false;
+  const auto same_readers = [&] {
+    return std::equal(left.readers.begin(), left.readers.end(), right.readers.begin(), right.readers.end());
+  };
+  if (same_readers()) return true;
+  if (left.readers.size() > merge_prune_limit || right.readers.size() > merge_prune_limit) return false;
+  prune_finished(left.readers);
+  prune_finished(right.readers);
+  return same_readers();
+}
+
+void DependencyTracker::unsplit(SegmentMap::iterator whole) noexcept {
+  single_.writer = std::exchange(whole->second.writer, nullptr);
+  single_.readers = std::move(whole->second.readers);
+  spill_.reset();
 }
 
 void DependencyTracker::make_room_for_readers(ReaderList& readers, std::size_t more) {

@@ -5,7 +5,14 @@
 // the last writer (read-after-write, write-after-write) and, if it writes, on the readers since
 // (write-after-read). Ranges are kept as sorted, disjoint segments; accesses to disjoint slices
 // touch disjoint segments and so never depend on each other. Segments are split on partial
-// accesses and merged again when a write makes neighbours identical.
+// accesses and merged again when an access leaves neighbours meaning the same to every later one
+// (merge_equivalent()).
+//
+// Cost: a buffer only ever accessed whole keeps its one segment inline (no search, no heap). Split,
+// its segments are in a balanced tree, so an access costs O(log n) plus the segments it overlaps,
+// whatever the order of its slices. (A sorted vector cost each split or merge in the middle a move
+// of every later segment: slices written in reverse order took ~200 µs a task at 64k segments, and
+// a 1-D stencil's halo reads as much.)
 //
 // Thread safety: callers hold lock() around register_access() / would_wait(); to give concurrent
 // multi-buffer submissions one consistent order (no dependency cycles), a task locks all its buffers
@@ -15,8 +22,11 @@
 
 #include <algorithm>
 #include <cstddef>
-#include <span>
-#include <vector>
+#include <iterator>
+#include <map>
+#include <memory>
+#include <type_traits>
+#include <utility>
 
 #include "nerve/detail/runtime_api.hpp"
 
@@ -54,12 +64,12 @@ class DependencyTracker {
   // tasks it names when they are no more than `room` (the edges the task can take without
   // allocating), else the unfinished ones among them.
   void split_for(std::size_t offset, std::size_t size) {
-    if (size == 0 || (spill_.empty() && offset == 0 && size == bytes_)) return;  // the usual case
-    split_around(offset, size);
+    if (size == 0 || (spill_ == nullptr && offset == 0 && size == bytes_)) return;  // the usual case
+    split_range(offset, size);
   }
   std::size_t reserve_for(std::size_t offset, std::size_t size, Access mode, std::size_t own_accesses,
                           std::size_t room) {
-    if (spill_.empty() && size != 0) {  // the usual case, inline: one segment holds the access
+    if (spill_ == nullptr && size != 0) {  // the usual case, inline: one segment holds the access
       if (const std::size_t named = named_if_room(mode, own_accesses, room); named != not_within_room)
         return named;
     }
@@ -72,7 +82,7 @@ class DependencyTracker {
   // calls reserve_whole() and register_whole() instead, which skip the splitting, the search and the
   // merge (W4: ~70 instructions per task of three accesses, callgrind).
   bool whole(std::size_t offset, std::size_t size) const noexcept {
-    return spill_.empty() && offset == 0 && size == bytes_ && size != 0;
+    return spill_ == nullptr && offset == 0 && size == bytes_ && size != 0;
   }
   // reserve_whole(): reserve_for() of a whole() access that is the task's only one to this buffer.
   std::size_t reserve_whole(Access mode, std::size_t room) {
@@ -85,7 +95,8 @@ class DependencyTracker {
   // failed writers whose data it would read (a task may be reported more than once). The callback
   // runs before the tracker drops its own reference to the predecessor, so the record is alive.
   // After split_for() and reserve_for() it allocates nothing, provided `merge` is false whenever the
-  // task has another access to this buffer (a merge after a write would undo a split another needs).
+  // task has another access to this buffer (a merge would undo a split another needs). With `merge`,
+  // the segments the access covered are merged where they came to mean the same (merge_equivalent()).
   // Inlined: called once per access of every submission, where a call costs a W4 task ~40
   // instructions of prologue, epilogue and spilled arguments (callgrind).
   template <class OnPredecessor>
@@ -104,19 +115,22 @@ class DependencyTracker {
   // and for a write the readers still listed. register_access() leaves them out, as there is nothing
   // to wait for; the trace's flow arrows want them, as the data still came from them. A task may be
   // reported more than once.
+  // A merge forgets the finished writers it folds together when they differ (merge_equivalent()), so
+  // a later access to a merged range has no arrow from them: they reached the access that merged it.
+  // Not inlined: only a recording run calls it, and its search inlined into the submission's loop
+  // cost every W4 task ~8 instructions of closure set-up (callgrind).
   template <class Fn>
-  void finished_sources(std::size_t offset, std::size_t size, Access mode, Fn&& fn) const {
-    const std::size_t end = offset + size;
-    for (const Segment& segment : segments()) {
-      if (segment.end <= offset || segment.begin >= end) continue;
+  __attribute__((noinline)) void finished_sources(std::size_t offset, std::size_t size, Access mode,
+                                                  Fn&& fn) const {
+    for_overlapping(*this, offset, size, [&](const Segment& segment) {
       if (segment.writer != nullptr && !unfinished(segment.writer) &&
           !(reads(mode) && failed(segment.writer)))
         fn(segment.writer);
-      if (!writes(mode)) continue;
+      if (!writes(mode)) return;
       for (const TaskRecord* reader : segment.readers) {
         if (!unfinished(reader)) fn(reader);
       }
-    }
+    });
   }
 
   // consumed_writers() calls fn(writer, begin, end) for each segment of [offset, offset + size)
@@ -126,11 +140,10 @@ class DependencyTracker {
   template <class Fn>
   void consumed_writers(std::size_t offset, std::size_t size, Fn&& fn) const {
     const std::size_t end = offset + size;
-    for (const Segment& segment : segments()) {
-      if (segment.end <= offset || segment.begin >= end || segment.writer == nullptr) continue;
-      if (unfinished(segment.writer) || failed(segment.writer))
+    for_overlapping(*this, offset, size, [&](const Segment& segment) {
+      if (segment.writer != nullptr && (unfinished(segment.writer) || failed(segment.writer)))
         fn(segment.writer, std::max(segment.begin, offset), std::min(segment.end, end));
-    }
+    });
   }
 
   // would_wait() is true if an access would depend on a task that has not finished.
@@ -148,7 +161,7 @@ class DependencyTracker {
   // clear() forgets every access (buffer destruction).
   void clear() noexcept;
 
-  std::size_t segment_count() const noexcept { return spill_.empty() ? 1 : spill_.size(); }
+  std::size_t segment_count() const noexcept { return spill_ == nullptr ? 1 : spill_->size(); }
 
   // A pool's gate has written part of the buffer (ever: never reset): its later readers note their
   // reads with the gates they meet (note_gate_reads), which other buffers' readers skip. Under lock().
@@ -163,11 +176,21 @@ class DependencyTracker {
     ReaderList readers;
   };
 
+  // Split, the segments keyed by their end: the segment holding a byte is the first whose key is above
+  // it, one search (by its first byte it would take a step back as well). A split adds the part
+  // before the new boundary as a node of its own and a merge folds a segment into the next, so a key
+  // never changes.
+  using SegmentMap = std::map<std::size_t, Segment>;
+
   static bool unfinished(const TaskRecord* task) noexcept { return task->load_status() < status_succeeded; }
   // A failed or cancelled task still matters to readers of its data: they are cancelled with its error.
   static bool failed(const TaskRecord* task) noexcept {
     const std::uint32_t status = task->load_status();
     return status == status_failed || status == status_cancelled;
+  }
+  // settled(): a writer no later access waits for or is told of: none, or one that succeeded.
+  static bool settled(const TaskRecord* writer) noexcept {
+    return writer == nullptr || writer->load_status() == status_succeeded;
   }
   static void retain_task(TaskRecord* task) noexcept;
   // retain_registering(): a reference to the task being registered, by its submitter while every
@@ -179,9 +202,22 @@ class DependencyTracker {
   }
   static void release_task(TaskRecord* task) noexcept;
 
-  // split_at() makes `position` a segment boundary; returns the index of the segment starting there.
-  std::size_t split_at(std::size_t position);
-  void split_around(std::size_t offset, std::size_t size);
+  // spill() is the first split, at `position` (inside the buffer): single_'s state moves into spill_,
+  // as two segments. split_at() makes `position` a boundary of spill_'s segments and returns the one
+  // starting there (end() at bytes_): one search. An iterator to the segment that held `position`
+  // now names its part after it, so of two splits the later position goes first. Both throw
+  // std::bad_alloc having changed nothing.
+  void spill(std::size_t position);
+  SegmentMap::iterator split_at(std::size_t position);
+  // split_range(): split_at() both ends of an access that is not whole(), the first split by spill();
+  // returns its segments. Out of line, so that register_access() inlines small: the searches inlined
+  // into the submission's loop cost W4, whose accesses never get here, instructions (callgrind).
+  std::pair<SegmentMap::iterator, SegmentMap::iterator> split_range(std::size_t offset, std::size_t size);
+  // for_overlapping() calls fn(segment) for each segment [offset, offset + size) overlaps, in order:
+  // one search, then only those (a walk over every segment made a small access to a buffer split in
+  // n cost n). An empty range overlaps the segment it falls inside, not one it starts or ends at.
+  template <class Self, class Fn>
+  static void for_overlapping(Self& self, std::size_t offset, std::size_t size, Fn&& fn);
   // The tasks a segment names for an access in `mode` (its writer and, for a write, its readers):
   // a bound on what register_access() reports for it that reads none of their statuses.
   static std::size_t named_in(const Segment& segment, Access mode) noexcept {
@@ -217,7 +253,17 @@ class DependencyTracker {
   template <class OnPredecessor>
   __attribute__((always_inline)) void register_in(Segment& segment, TaskRecord* task, Access mode,
                                                   OnPredecessor& on_predecessor);
-  void merge_around(std::size_t first, std::size_t last);
+  // merge_equivalent(): folds each segment of [first, last) that an access just covered into the one
+  // after it where they now mean the same (equivalent()); whole again, back into single_.
+  void merge_equivalent(SegmentMap::iterator first, SegmentMap::iterator last) noexcept;
+  // equivalent(): every later access finds the same in both: the same writer, or only settled ones,
+  // and the same readers once finished ones are pruned (only lists of at most merge_prune_limit are,
+  // so that a pair that stays apart costs a bounded look per access).
+  static bool equivalent(Segment& left, Segment& right) noexcept;
+  static constexpr std::size_t merge_prune_limit = 8;
+  // unsplit(): `whole`, spill_'s segment that now covers the buffer (any other is folded into it,
+  // its references released), goes back into single_.
+  void unsplit(SegmentMap::iterator whole) noexcept;
   // make_room_for_readers(): room for `more` readers, pruning the finished ones first when the list
   // reached its prune mark; throws std::bad_alloc, leaving the list as valid as it was.
   static void make_room_for_readers(ReaderList& readers, std::size_t more);
@@ -231,47 +277,57 @@ class DependencyTracker {
   // The segments, sorted, disjoint, covering [0, bytes_). Most buffers are only ever accessed whole:
   // their one segment is single_, in the buffer's own line, rather than behind a pointer (a dependent
   // miss on every access to a buffer another core touched last, W4's case). Split, every segment is
-  // in spill_, which is otherwise empty (never holds just one); single_ is then unused.
+  // in spill_, which is otherwise null (never holds just one); single_ then names no task. A pointer
+  // rather than the map itself keeps the tracker, with the counters after it, in the buffer's two
+  // submission lines (BufferState's layout).
   Segment single_;
-  std::vector<Segment> spill_;
-  std::span<Segment> segments() noexcept {
-    return spill_.empty() ? std::span<Segment>(&single_, 1) : std::span<Segment>(spill_);
-  }
-  std::span<const Segment> segments() const noexcept {
-    return spill_.empty() ? std::span<const Segment>(&single_, 1) : std::span<const Segment>(spill_);
-  }
+  std::unique_ptr<SegmentMap> spill_;
 };
+
+template <class Self, class Fn>
+void DependencyTracker::for_overlapping(Self& self, std::size_t offset, std::size_t size, Fn&& fn) {
+  const std::size_t end = offset + size;
+  const auto overlaps = [&](const Segment& segment) { return segment.end > offset && segment.begin < end; };
+  if (self.spill_ == nullptr) {
+    if (overlaps(self.single_)) fn(self.single_);
+    return;
+  }
+  std::conditional_t<std::is_const_v<Self>, const SegmentMap&, SegmentMap&> all = *self.spill_;
+  for (auto it = all.upper_bound(offset); it != all.end() && overlaps(it->second); ++it) fn(it->second);
+}
 
 template <class Which>
 const TaskRecord* DependencyTracker::first_blocker(std::size_t offset, std::size_t size, Access mode,
                                                    Which&& which) const {
-  const std::size_t end = offset + size;
-  for (const Segment& segment : segments()) {
-    if (segment.end <= offset || segment.begin >= end) continue;
-    if (segment.writer != nullptr && unfinished(segment.writer) && which(segment.writer))
-      return segment.writer;
-    if (writes(mode)) {
-      for (const TaskRecord* reader : segment.readers) {
-        if (unfinished(reader) && which(reader)) return reader;
+  const TaskRecord* blocker = nullptr;
+  for_overlapping(*this, offset, size, [&](const Segment& segment) {
+    if (blocker != nullptr) return;
+    if (segment.writer != nullptr && unfinished(segment.writer) && which(segment.writer)) {
+      blocker = segment.writer;
+      return;
+    }
+    if (!writes(mode)) return;
+    for (const TaskRecord* reader : segment.readers) {
+      if (unfinished(reader) && which(reader)) {
+        blocker = reader;
+        return;
       }
     }
-  }
-  return nullptr;
+  });
+  return blocker;
 }
 
 template <class OnPredecessor>
 inline void DependencyTracker::register_access(TaskRecord* task, std::size_t offset, std::size_t size,
                                                Access mode, OnPredecessor&& on_predecessor, bool merge) {
   if (size == 0) return;
-  std::size_t first = 0;
-  std::size_t last = 1;  // exclusive
-  if (!spill_.empty() || offset != 0 || size != bytes_) {
-    first = split_at(offset);
-    last = split_at(offset + size);
+  if (spill_ == nullptr && offset == 0 && size == bytes_) {
+    register_in(single_, task, mode, on_predecessor);
+    return;
   }
-  const std::span<Segment> all = segments();  // after the splits (split_for() made them already)
-  for (std::size_t i = first; i < last; ++i) register_in(all[i], task, mode, on_predecessor);
-  if (merge && writes(mode) && last - first > 1) merge_around(first, last);
+  const auto [first, last] = split_range(offset, size);  // after split_for(): found, not made
+  for (auto it = first; it != last; ++it) register_in(it->second, task, mode, on_predecessor);
+  if (merge && std::next(first) != last) merge_equivalent(first, last);
 }
 
 template <class OnPredecessor>
