@@ -298,7 +298,22 @@ std::size_t PerfMonitor::stored_edges() const {
 void PerfMonitor::transfer_finished(unsigned from, unsigned to, std::uint64_t bytes, std::int64_t start_ns) {
   const std::int64_t end = monotonic_ns();
   std::lock_guard lock(transfers_mutex_);
-  transfers_.push_back(TransferEvent{from, to, bytes, start_ns, end});
+  // Bounded as the task records are (perf.max_task_records): one event per copy grew without end
+  // on a long run. The totals per pair of nodes are the coherence engine's counters, not these.
+  if (transfers_.size() >= max_records_) {
+    ++transfers_dropped_;
+    return;
+  }
+  try {
+    transfers_.push_back(TransferEvent{from, to, bytes, start_ns, end});
+  } catch (const std::bad_alloc&) {  // the copy is done; only its slice is left out
+    ++transfers_dropped_;
+  }
+}
+
+std::uint64_t PerfMonitor::transfers_dropped() const {
+  std::lock_guard lock(transfers_mutex_);
+  return transfers_dropped_;
 }
 
 template <class Event>

@@ -147,6 +147,8 @@ class PerfMonitor final : public TransferObserver {
   std::size_t stored_edges() const;
   std::vector<TransferEvent> transfers() const;
   std::uint64_t dropped() const noexcept { return dropped_.load(std::memory_order_relaxed); }
+  // transfers_dropped(): copies between memory nodes past perf.max_task_records, not kept as events.
+  std::uint64_t transfers_dropped() const;
   CounterStats counters() const;
 
   // start_counters(): the perf.enable_counters sampling thread. finish(): at shutdown, stop it and
@@ -190,7 +192,8 @@ class PerfMonitor final : public TransferObserver {
   mutable std::mutex logs_mutex_;
   std::vector<std::unique_ptr<TaskLog>> logs_;
   mutable std::mutex transfers_mutex_;
-  std::vector<TransferEvent> transfers_;
+  std::vector<TransferEvent> transfers_;  // at most max_records_; the copies beyond are counted
+  std::uint64_t transfers_dropped_ = 0;
   std::unique_ptr<CounterSampler> sampler_;
   std::unique_ptr<HistoryModels> models_;
 };

@@ -81,6 +81,7 @@ class TraceWriter {
             {"otherData",
              {{"schema", "nerve.trace/1"},
               {"tasks_dropped", perf_.dropped()},
+              {"transfers_dropped", perf_.transfers_dropped()},
               {"pool_arrows_dropped", pool_arrows_dropped_},
               {"counter_source", counters_.enabled ? counters_.source : std::string("off")}}}};
   }

@@ -292,6 +292,39 @@ TEST(Trace, RegressionEdgesOfTasksNotRecordedAreLetGo) {
   EXPECT_EQ(summarise(trace).phases["s"], 15) << "the arrows between recorded tasks are kept";
 }
 
+// perf.max_task_records bounds the trace's copy slices too (one event per copy between memory nodes
+// grew without end on a long run); the copies beyond are counted, and the stats count them all.
+TEST(Trace, CopySlicesAreBoundedWithTheRecords) {
+  const auto path = temp_file("nerve-trace-bounded-copies");
+  constexpr int round_trips = 3;  // host -> device -> host: two copies each
+  std::uint64_t copies = 0;
+  {
+    Settings settings = make_settings(2);
+    settings.set("perf.trace", path.string());
+    settings.set("perf.max_task_records", "2");
+    Context context(settings);
+    context.impl()->add_test_device({});
+    Buffer<int> data(context, std::vector<int>(256, 1));
+    Kernel bump("bump");
+    bump.cpu([](const KernelArgs& args) {
+      for (int& v : args.span<int>(0)) ++v;
+    });
+    for (int i = 0; i < round_trips; ++i) {
+      context.submit(TaskOptions{.device = 1}, bump, read_write(data));
+      context.submit(TaskOptions{.device = 0}, bump, read_write(data));
+    }
+    context.wait_all();
+    copies = context.stats().copies;
+  }
+  const nlohmann::json trace = load_json(path);
+  std::filesystem::remove(path);
+  ASSERT_GE(copies, 2u * round_trips);
+  int copy_slices = 0;
+  for (const auto& event : trace["traceEvents"]) copy_slices += event.value("cat", "") == "transfer" ? 1 : 0;
+  EXPECT_EQ(copy_slices, 2);
+  EXPECT_EQ(trace["otherData"]["transfers_dropped"], copies - 2);
+}
+
 // Failures are visible on the timeline: a failed task's slice says so, its cancelled dependent too.
 TEST(Trace, SlicesSayHowEachTaskEnded) {
   const auto path = temp_file("nerve-trace-status");
