@@ -183,26 +183,21 @@ class TraceWriter {
   // Flow arrows: from the predecessor's slice to the successor's (both must have been recorded).
   void write_arrows(JsonArrayWriter& events) const {
     std::uint64_t flow = 0;
+    // One end of arrow `flow`, at the start of `at`'s slice ("s" leaves it, "f" enters it).
+    const auto end_at = [&](const char* phase, const TaskEvent& at) {
+      nlohmann::json end = {{"ph", phase},          {"cat", "dependency"},   {"name", "dependency"},
+                            {"id", flow},           {"ts", us(at.start_ns)}, {"pid", process_id},
+                            {"tid", task_track(at)}};
+      if (phase[0] == 'f') end["bp"] = "e";  // bound to the enclosing slice
+      events.add(end);
+    };
     const auto arrow = [&](std::uint64_t from_id, std::uint64_t to_id) {
       const TaskEvent* from = task(from_id);
       const TaskEvent* to = task(to_id);
       if (from == nullptr || to == nullptr) return;
       ++flow;
-      events.add({{"ph", "s"},
-                  {"cat", "dependency"},
-                  {"name", "dependency"},
-                  {"id", flow},
-                  {"ts", us(from->start_ns)},
-                  {"pid", process_id},
-                  {"tid", task_track(*from)}});
-      events.add({{"ph", "f"},
-                  {"bp", "e"},
-                  {"cat", "dependency"},
-                  {"name", "dependency"},
-                  {"id", flow},
-                  {"ts", us(to->start_ns)},
-                  {"pid", process_id},
-                  {"tid", task_track(*to)}});
+      end_at("s", *from);
+      end_at("f", *to);
     };
     visit_arrows(arrow);
   }

@@ -63,6 +63,15 @@ Arrows arrows_of(const nlohmann::json& trace) {
   return arrows;
 }
 
+// A kernel that adds 1 to every int of its one access, on the CPU (and on test devices, which run it).
+Kernel bump_kernel() {
+  Kernel bump("bump");
+  bump.cpu([](const KernelArgs& args) {
+    for (int& v : args.span<int>(0)) ++v;
+  });
+  return bump;
+}
+
 TEST(Trace, WrittenAtShutdownWithTracksFlowsAndCounters) {
   const auto path = temp_file("nerve-trace");
   std::filesystem::remove(path);
@@ -72,10 +81,7 @@ TEST(Trace, WrittenAtShutdownWithTracksFlowsAndCounters) {
     Context context(settings);
     context.impl()->add_test_device({});
     Buffer<int> data(context, std::vector<int>(256, 1));
-    Kernel bump("bump");
-    bump.cpu([](const KernelArgs& args) {
-      for (int& v : args.span<int>(0)) ++v;
-    });
+    const Kernel bump = bump_kernel();
     // A chain host -> device -> host: two copies, two dependency edges ("first" is held until the
     // chain is submitted: an edge exists only to a predecessor that has not finished).
     std::atomic<bool> go{false};
@@ -305,10 +311,7 @@ TEST(Trace, CopySlicesAreBoundedWithTheRecords) {
     Context context(settings);
     context.impl()->add_test_device({});
     Buffer<int> data(context, std::vector<int>(256, 1));
-    Kernel bump("bump");
-    bump.cpu([](const KernelArgs& args) {
-      for (int& v : args.span<int>(0)) ++v;
-    });
+    const Kernel bump = bump_kernel();
     for (int i = 0; i < round_trips; ++i) {
       context.submit(TaskOptions{.device = 1}, bump, read_write(data));
       context.submit(TaskOptions{.device = 0}, bump, read_write(data));
