@@ -24,10 +24,12 @@
 // at once, a buffer map (or try_map) of data the task below or work ordered after it writes. A
 // pool's task counts as its pool: work ordered after the pool is ordered after it. Whether it
 // happens depends on which thread took the task: to wait inside a task for work that is not its own,
-// order the task after that work (TaskOptions::after, or its accesses) instead. The check sees the
-// waiting thread's own stack only: when tasks suspended on two threads each sit below a task that
-// waits for work behind the other's, both waits hang (a torture audit met it); the same ordering
-// avoids it. A blocking map counts as suspended below the tasks it runs while it waits. Destroying the
+// order the task after that work (TaskOptions::after, or its accesses) instead. Waits on several
+// threads may so wait for each other — each for work behind a task on the next one's stack (its
+// waiting task, or one suspended below it): once each has nothing left to run, one of them throws
+// the same error, naming the task on the other thread, and the others go on (a cycle closed by a
+// later submission is found within about 50 ms). A blocking map counts as suspended below the tasks
+// it runs while it waits (a wait for the map itself is not part of such a cycle). Destroying the
 // context waits for every submitted task, then frees buffers still alive (reporting them as a
 // warning). The destructor, as for any C++ object, must not overlap a call of a member of the same
 // Context on another thread (wait_all(), submit(), stats(), ...): end those calls first (the C API's

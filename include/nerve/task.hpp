@@ -78,9 +78,9 @@ class Task {
   // holds a mapping that the task waits for (directly or through others) is Error(buffer_misuse).
   // Called by the task's own body, or inside a task that the waited-for task is ordered after (its
   // accesses or `after` make it wait for the running task, directly or through others), it would
-  // never return: Error(invalid_argument) naming both. A cycle made of waits alone (task A's body
-  // waits for B while B's body waits for A) is not detected: like two threads joining each other,
-  // it never ends.
+  // never return: Error(invalid_argument) naming both. So is a cycle of waits (task A's body waits
+  // for B while B's body waits for A, or for work ordered after it): once both have nothing left to
+  // run, one of the waits throws it (see Context: waits on several threads).
   void wait() const { detail::task_wait(checked(), -1); }
   // wait_for() returns false if the task is not done within `timeout`; once it is done, it returns
   // true or, like wait(), rethrows its failure (which then counts as reported). It runs no other task

@@ -76,8 +76,7 @@ bool task_wait(TaskRecord* record, std::int64_t timeout_ns) {
       context.refuse_endless_wait(blocked, "Task::wait()",
                                   record->name != nullptr ? record->name : "(unnamed)");
     UnlessSuspended untimed{target, blocked};
-    if (!context.scheduler.wait(context.current_thread(), untimed))
-      ContextImpl::throw_waits_for_suspended(blocked, "Task::wait()");
+    if (!context.scheduler.wait(context.current_thread(), untimed)) untimed.throw_hopeless("Task::wait()");
   } else if (!context.scheduler.wait(context.current_thread(), target, deadline_after(timeout_ns))) {
     return false;
   }
@@ -158,7 +157,7 @@ void group_wait(ContextImpl* context, GroupState* group) {
     refuse_group_deadlock(runtime, group);
     UnlessSuspended untimed{target, group_member(group)};
     if (!runtime.wait_rechecking(thread, untimed, [&] { refuse_group_deadlock(runtime, group); }))
-      ContextImpl::throw_waits_for_suspended(group_member(group), "TaskGroup::wait()");
+      untimed.throw_hopeless("TaskGroup::wait()");
   }
   group_done(group);
 }
@@ -179,12 +178,12 @@ void group_destroy(ContextImpl* context, GroupState* group) noexcept {
     try {
       refuse_group_deadlock(*context, group);
       bool ended = true;
+      UnlessSuspended target{GroupDone{group}, group_member(group)};
       try {
-        UnlessSuspended target{GroupDone{group}, group_member(group)};
         ended = context->scheduler.wait(context->current_thread(), target);
       } catch (...) {
       }
-      if (!ended) ContextImpl::throw_waits_for_suspended(group_member(group), "TaskGroup::wait()");
+      if (!ended) target.throw_hopeless("TaskGroup::wait()");
     } catch (const std::exception& error) {
       // A wait that could never end (refused before, or found hopeless): the group lives on the
       // destroying thread's stack and its tasks will use it, so neither returning nor waiting is possible.
@@ -239,8 +238,7 @@ void pool_wait_ended(PoolState* pool, const char* what) {
   pool_check_wait(pool, what);
   ThreadState& thread = context.current_thread();
   UnlessSuspended target{TaskDone{pool->gate}, pool_member(pool)};
-  if (!context.scheduler.wait(thread, target))
-    ContextImpl::throw_waits_for_suspended(pool_member(pool), what);
+  if (!context.scheduler.wait(thread, target)) target.throw_hopeless(what);
 }
 
 void pool_report(PoolState* pool) {
@@ -261,12 +259,12 @@ void pool_destroy_checked(PoolState* pool) {
     try {
       refuse_endless_pool_wait(pool, "destroying a task pool");
       bool ended = true;
+      UnlessSuspended target{TaskDone{pool->gate}, pool_member(pool)};
       try {
-        UnlessSuspended target{TaskDone{pool->gate}, pool_member(pool)};
         ended = context.scheduler.wait(context.current_thread(), target);
       } catch (...) {
       }
-      if (!ended) ContextImpl::throw_waits_for_suspended(pool_member(pool), "destroying a task pool");
+      if (!ended) target.throw_hopeless("destroying a task pool");
     } catch (const Error& error) {  // a wait that could never end: refused before, or found hopeless
       context.detach_pool(pool);
       throw Error(error.code(), fmt::format("{}; the pool is detached instead: its tasks run when they can, "

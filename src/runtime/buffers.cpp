@@ -384,7 +384,7 @@ Mapping buffer_map(BufferState* buffer, std::size_t offset, std::size_t size, Ac
     } unlist{thread, waited};
     waited_mapping = &waited;
     ++thread.map_waits;
-    MappingGranted granted{task};
+    ListedMapWait granted{{task}, {}};
     context.scheduler.wait(thread, granted);
   }
   if (task->load_status() == status_cancelled) {

@@ -86,6 +86,15 @@ struct WaitedMapping {
   WaitedMapping* outer;
 };
 const WaitedMapping* innermost_waited_mapping() noexcept;
+// An untimed wait inside a task parked for want of work (Scheduler::run_until), listed in its
+// context's stuck_waits while it sleeps: its thread's frames and waited mappings stay as they are
+// until it withdraws (which it does before it runs anything or returns), so other threads' waits may
+// read them under stuck_waits_mutex. `blocked` selects the tasks it waits for.
+struct StuckWait {
+  const RunningFrame* frames = nullptr;  // innermost first
+  const WaitedMapping* mappings = nullptr;
+  const std::function<bool(const TaskRecord*)>* blocked = nullptr;
+};
 [[noreturn]] void throw_waits_for_itself(const TaskRecord& running, const char* what);
 [[noreturn]] void throw_wait_too_deep(const ThreadState& thread, const char* what);
 // A blocking wait inside a task runs other tasks on the same stack, which may wait in turn: past
@@ -413,6 +422,10 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   // for waits on the calling thread's own mappings, which would never end).
   std::mutex mappings_mutex;
   std::vector<TaskRecord*> held_mappings;
+  // Waits inside tasks parked for want of work (StuckWait, list_stuck_wait()); few, and touched
+  // only by waits about to park or just woken.
+  std::mutex stuck_waits_mutex;
+  std::vector<const StuckWait*> stuck_waits;
   // Maps in progress, each with room reserved in held_mappings: a granted mapping is recorded
   // without allocating (it cannot be given back once granted). Guarded by mappings_mutex.
   std::size_t mapping_rooms_reserved = 0;
@@ -482,12 +495,23 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   // never ends. Asked by a wait that found nothing to run (UnlessSuspended), not before every wait: a
   // wait that runs the running task's children on top of it (fork-join) pays nothing.
   static const TaskRecord* suspended_blocker(const std::function<bool(const TaskRecord*)>& blocked);
-  // throw_waits_for_suspended(): the error of a wait that suspended_blocker() found hopeless.
-  template <class Blocked>
-  [[noreturn]] static void throw_waits_for_suspended(Blocked&& blocked, const char* what) {
-    throw_waits_behind(suspended_blocker(blocked), what);
-  }
+  // blocker_among(): among `frames` (outward, deferred ones skipped) and `mappings` (cancelled ones
+  // skipped), a task for which `blocked` is true or that such a task waits for; nullptr if none.
+  static const TaskRecord* blocker_among(const RunningFrame* frames, const WaitedMapping* mappings,
+                                         const std::function<bool(const TaskRecord*)>& blocked);
+  // Waits inside tasks on different threads may wait for each other: each for work ordered behind a
+  // task suspended on the next one's stack. Each parks for good; no stack alone shows it. So a wait
+  // about to park lists itself (list_stuck_wait) and looks for a cycle through the waits already
+  // listed: it returns the task on another thread's stack that `wait` waits for where that thread's
+  // wait waits, directly or through others, for one on this thread's stack; nullptr if none (the
+  // wait then stays listed until unlist_stuck_wait()). Every wait of such a cycle is parked and
+  // listed, so the last to park finds it, and none of its waits could ever end.
+  const TaskRecord* list_stuck_wait(const StuckWait& wait);
+  void unlist_stuck_wait(const StuckWait& wait) noexcept;
+  // throw_waits_behind(): the error of a wait that suspended_blocker() found hopeless.
   [[noreturn]] static void throw_waits_behind(const TaskRecord* suspended, const char* what);
+  // throw_waits_across(): the error of a wait that list_stuck_wait() found in a cycle of waits.
+  [[noreturn]] static void throw_waits_across(const TaskRecord* elsewhere, const char* what);
   // refuse_coroutine_endless_wait(): refuse_endless_wait()'s checks for the launched coroutine `root`
   // whose stretch the calling thread runs (coroutines.cpp).
   static void refuse_coroutine_endless_wait(const TaskRecord& root,

@@ -5,6 +5,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
+#include <utility>
 
 #include "runtime/context_impl.hpp"
 #include "task/task_record.hpp"
@@ -55,19 +57,104 @@ struct AllDone {
   const void* address() const noexcept { return &context->root_parked; }
 };
 
+// A wait's entry in its context's stuck_waits (ContextImpl::list_stuck_wait) while its thread parks.
+class StuckWaitListing {
+ public:
+  StuckWaitListing() = default;
+  StuckWaitListing(const StuckWaitListing&) = delete;  // listed by address
+  StuckWaitListing& operator=(const StuckWaitListing&) = delete;
+  ~StuckWaitListing() { withdraw(); }
+  // list(): lists the calling thread's wait for the tasks `blocked` selects; returns the task on
+  // another thread's stack it waits for in a cycle of waits (the wait is then listed only if
+  // `stay_listed`), or nullptr (also out of memory: the wait then goes unchecked).
+  template <class Blocked>
+  const TaskRecord* list(ContextImpl& owner, const Blocked& blocked, bool stay_listed = false) {
+    context = &owner;
+    const TaskRecord* elsewhere = nullptr;
+    try {
+      erased_blocked = blocked;
+      stuck = {innermost_frame(), innermost_waited_mapping(), &erased_blocked};
+      elsewhere = owner.list_stuck_wait(stuck);
+    } catch (...) {
+    }
+    if (elsewhere != nullptr && !stay_listed) withdraw();
+    return elsewhere;
+  }
+  bool listed() const noexcept { return context != nullptr; }
+  void withdraw() noexcept {
+    if (context != nullptr) std::exchange(context, nullptr)->unlist_stuck_wait(stuck);
+  }
+
+ private:
+  std::function<bool(const TaskRecord*)> erased_blocked;
+  StuckWait stuck;
+  ContextImpl* context = nullptr;  // while listed
+};
+
+// A blocking map's wait for its grant, listed while it parks (inside a task, or below tasks its wait
+// ran): what it waits for is part of the other waits' graph. It never gives up itself — its mapping
+// is registered and cannot be taken back — so a cycle through it ends at a task's wait in it, which
+// finds the cycle when it next looks (Scheduler::stuck_wait_recheck).
+struct ListedMapWait {
+  MappingGranted granted;
+  StuckWaitListing listing;
+  static constexpr bool expensive = false;
+  static constexpr bool may_be_hopeless = true;
+  bool done() const noexcept { return granted.done(); }
+  void before_park() noexcept { granted.before_park(); }
+  void after_park() noexcept { granted.after_park(); }
+  const void* address() const noexcept { return granted.address(); }
+  bool parking(ThreadState& thread) {
+    const TaskRecord* mapping = granted.task;
+    (void)listing.list(
+        *thread.context, [mapping](const TaskRecord* task) { return task == mapping; }, true);
+    return false;
+  }
+  bool listed() const noexcept { return listing.listed(); }
+  void resumed() noexcept { listing.withdraw(); }
+};
+
 // `Target`, for a wait that may be waiting for a task suspended below it on the waiting thread's
-// stack: `blocked` selects the tasks the wait waits for (ContextImpl::suspended_blocker).
+// stack, or, through the waits of other threads, on theirs: `blocked` selects the tasks the wait
+// waits for (ContextImpl::suspended_blocker, list_stuck_wait). After a false return of
+// Scheduler::wait, throw_hopeless() throws the error that says why the wait could never end.
 template <class Target, class Blocked>
-struct UnlessSuspended {
-  Target target;
-  Blocked blocked;
+class UnlessSuspended {
+ public:
+  UnlessSuspended(Target waited, Blocked selects) : target(waited), blocked(selects) {}
+
   static constexpr bool expensive = Target::expensive;
   static constexpr bool may_be_hopeless = true;
   bool done() const noexcept { return target.done(); }
   void before_park() noexcept { target.before_park(); }
   void after_park() noexcept { target.after_park(); }
   const void* address() const noexcept { return target.address(); }
-  bool hopeless() const { return ContextImpl::suspended_blocker(blocked) != nullptr; }
+  // hopeless(): whether a task suspended on this thread's stack blocks the wait.
+  bool hopeless() {
+    blocker = ContextImpl::suspended_blocker(blocked);
+    return blocker != nullptr;
+  }
+  // parking(): before this thread parks for want of work, hopeless() or a cycle of waits through
+  // other threads (then true); else the wait is listed until resumed().
+  bool parking(ThreadState& thread) {
+    if (thread.nesting + thread.map_waits > 1 && hopeless()) return true;
+    blocker = listing.list(*thread.context, blocked);
+    blocked_elsewhere = blocker != nullptr;
+    return blocked_elsewhere;
+  }
+  bool listed() const noexcept { return listing.listed(); }
+  void resumed() noexcept { listing.withdraw(); }
+  [[noreturn]] void throw_hopeless(const char* what) const {
+    if (blocked_elsewhere) ContextImpl::throw_waits_across(blocker, what);
+    ContextImpl::throw_waits_behind(blocker, what);
+  }
+
+ private:
+  Target target;
+  Blocked blocked;
+  const TaskRecord* blocker = nullptr;
+  bool blocked_elsewhere = false;
+  StuckWaitListing listing;
 };
 template <class Target, class Blocked>
 UnlessSuspended(Target, Blocked) -> UnlessSuspended<Target, Blocked>;

@@ -47,7 +47,12 @@ void ContextImpl::wait_for_all_tasks() {
 const TaskRecord* ContextImpl::suspended_blocker(const std::function<bool(const TaskRecord*)>& blocked) {
   const RunningFrame* innermost = innermost_frame();
   if (innermost == nullptr) return nullptr;
-  for (const RunningFrame* frame = innermost->outer; frame != nullptr; frame = frame->outer) {
+  return blocker_among(innermost->outer, innermost_waited_mapping(), blocked);
+}
+
+const TaskRecord* ContextImpl::blocker_among(const RunningFrame* frames, const WaitedMapping* mappings,
+                                             const std::function<bool(const TaskRecord*)>& blocked) {
+  for (const RunningFrame* frame = frames; frame != nullptr; frame = frame->outer) {
     // A body that deferred its completion is not waited for through its frame: another thread may
     // finish its task (and recycle the record) while the body still runs.
     if (frame->deferred) continue;
@@ -57,13 +62,51 @@ const TaskRecord* ContextImpl::suspended_blocker(const std::function<bool(const 
   // A blocking map waiting below the running task: its mapping ends (at an unmap) only after that
   // map returns. It is unfinished unless cancelled: its grant finishes a cancelled one, which the
   // context's mappings_mutex holds off until the walk is over (grant_mapping), and the walk skips.
-  for (const WaitedMapping* waited = innermost_waited_mapping(); waited != nullptr; waited = waited->outer) {
+  for (const WaitedMapping* waited = mappings; waited != nullptr; waited = waited->outer) {
     TaskRecord* mapping = waited->mapping;
     std::lock_guard lock(mapping->context->mappings_mutex);
     if (mapping->cancel_pending.load(std::memory_order_acquire)) continue;
     if (first_waiting_for(mapping, blocked) != nullptr) return mapping;
   }
   return nullptr;
+}
+
+const TaskRecord* ContextImpl::list_stuck_wait(const StuckWait& wait) {
+  std::lock_guard lock(stuck_waits_mutex);
+  stuck_waits.push_back(&wait);
+  // The listed waits are a graph: a wait points at another when it waits for a task on that one's
+  // thread's stack (the innermost frame too: it is the waiting task). A path back to this wait from
+  // one it points at is a cycle. Few threads wait so at once: the walk is quadratic in them at most.
+  const auto waits_for_stack_of = [](const StuckWait& waiting, const StuckWait& holder) {
+    return blocker_among(holder.frames, holder.mappings, *waiting.blocked);
+  };
+  for (const StuckWait* next : stuck_waits) {
+    if (next == &wait) continue;
+    const TaskRecord* elsewhere = waits_for_stack_of(wait, *next);
+    if (elsewhere == nullptr) continue;
+    std::vector<const StuckWait*> frontier{next};
+    std::vector<const StuckWait*> seen{&wait, next};
+    while (!frontier.empty()) {
+      const StuckWait* waiting = frontier.back();
+      frontier.pop_back();
+      if (waits_for_stack_of(*waiting, wait) != nullptr) return elsewhere;
+      for (const StuckWait* holder : stuck_waits) {
+        if (std::find(seen.begin(), seen.end(), holder) != seen.end()) continue;
+        if (waits_for_stack_of(*waiting, *holder) == nullptr) continue;
+        seen.push_back(holder);
+        frontier.push_back(holder);
+      }
+    }
+  }
+  return nullptr;
+}
+
+void ContextImpl::unlist_stuck_wait(const StuckWait& wait) noexcept {
+  std::lock_guard lock(stuck_waits_mutex);
+  const auto listed = std::find(stuck_waits.begin(), stuck_waits.end(), &wait);
+  if (listed == stuck_waits.end()) return;
+  *listed = stuck_waits.back();
+  stuck_waits.pop_back();
 }
 
 void ContextImpl::throw_waits_behind(const TaskRecord* suspended, const char* what) {
@@ -87,6 +130,27 @@ void ContextImpl::throw_waits_behind(const TaskRecord* suspended, const char* wh
                           "'{}', and which cannot resume before '{}' returns; wait for it outside the "
                           "tasks, or order the waiting task after it (`after`, or its accesses) instead",
                           what, name(running), name(suspended), name(running), name(running)));
+}
+
+void ContextImpl::throw_waits_across(const TaskRecord* elsewhere, const char* what) {
+  const auto name = [](const TaskRecord* task) {
+    return task != nullptr && task->name != nullptr ? task->name : "(unnamed)";
+  };
+  const TaskRecord* running = running_task_record();
+  throw Error(ErrorCode::invalid_argument,
+              fmt::format("{} inside task '{}' would never return: it waits for {} (or for tasks ordered "
+                          "after it), held on another thread's stack below a wait that in turn waits, "
+                          "directly or through other waits, for a task held below '{}' on this thread "
+                          "(the waits inside these tasks wait for each other); wait outside the tasks, "
+                          "or order the waiting tasks after the work they wait for (`after`, or their "
+                          "accesses) instead",
+                          what, name(running),
+                          elsewhere->kind == TaskKind::host_access
+                              ? fmt::format("the map of {}",
+                                            elsewhere->accesses[0].buffer->describe(
+                                                elsewhere->accesses[0].offset, elsewhere->accesses[0].size))
+                              : fmt::format("task '{}'", name(elsewhere)),
+                          name(running)));
 }
 
 void ContextImpl::report_root_errors() {

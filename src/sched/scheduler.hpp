@@ -52,7 +52,7 @@ class TaskExecutor {
 
 using Clock = std::chrono::steady_clock;
 
-// A Waitable that declares `may_be_hopeless = true` has hopeless() (see Scheduler::wait).
+// A Waitable that declares `may_be_hopeless = true` has parking() and resumed() (see Scheduler::wait).
 template <class Waitable>
 constexpr bool may_be_hopeless = requires {
   requires Waitable::may_be_hopeless;
@@ -96,8 +96,9 @@ class Scheduler {
   }
 
   // A Waitable has done(), before_park() (make the completer notice this waiter), after_park(),
-  // address() (the registry key) and, optionally, hopeless() (may_be_hopeless): an untimed wait
-  // inside a task that finds no work to run and is hopeless returns false, not done (see run_until).
+  // address() (the registry key) and, optionally, parking() and resumed() (may_be_hopeless): an
+  // untimed wait inside a task that finds no work to run and whose parking() says it is hopeless
+  // returns false, not done (see run_until).
   // wait() runs tasks while waiting if `thread` runs a slot or can claim the master slot, else parks.
   // Returns false if `deadline` passed first. A timed wait runs no task while other slots can (see
   // below), unless `help` (a wait cut in slices, not a timeout).
@@ -234,6 +235,8 @@ class Scheduler {
   std::atomic_flag submitter_taken_;  // set by the owner's first submission
   WaiterRegistry waiters_;
   static constexpr std::chrono::milliseconds first_sleep_bound{1};
+  // How often a wait inside a task, parked for want of work, checks again for a cycle of waits.
+  static constexpr std::chrono::milliseconds stuck_wait_recheck{50};
   // How long a submission that finds every queue full leaves the woken workers to take the tasks
   // before it runs one itself: a little more than a futex wake-up takes on a busy machine.
   static constexpr std::chrono::microseconds back_pressure_grace{200};
@@ -344,19 +347,27 @@ bool Scheduler::run_until(ThreadState& thread, Waitable& target, Clock::time_poi
       continue;
     }
     // A wait inside a task that finds nothing to run may be waiting for a task suspended below it on
-    // this very stack, which cannot resume before it returns: such a wait would never end. It returns,
-    // not done, for its caller to say so (Waitable::hopeless(), asked only here: waits that end pay
-    // nothing). Not for a timed wait, which ends at its deadline.
+    // this very stack, which cannot resume before it returns, or for one below a wait on another
+    // thread that waits for this one: such a wait would never end. It returns, not done, for its
+    // caller to say so (Waitable::parking(), asked only here: waits that end pay nothing; it lists
+    // the wait for other threads' checks until resumed()). Not for a timed wait, which ends at its
+    // deadline.
+    Clock::time_point wake_by = deadline;
     if constexpr (may_be_hopeless<Waitable>) {
-      if (deadline == Clock::time_point::max() && thread.nesting + thread.map_waits > 1 &&
-          target.hopeless()) {
-        leave_idle(idle);
-        return target.done();
+      if (deadline == Clock::time_point::max() && thread.nesting + thread.map_waits > 0) {
+        if (target.parking(thread)) {
+          leave_idle(idle);
+          return target.done();
+        }
+        // A cycle closed after the check (by a submission that orders work a parked wait waits for
+        // behind a task on another parked wait's stack) is found at a later one.
+        if (target.listed()) wake_by = Clock::now() + stuck_wait_recheck;
       }
     }
     // A sleeper must not count as a spinner: publishers skip waking anyone while a spinner exists.
     if (idle.spinning) spinners_.fetch_sub(1, std::memory_order_acq_rel);
-    const bool woken = sleep_slot(thread, slot, target, deadline, !idle.slept);
+    const bool woken = sleep_slot(thread, slot, target, wake_by, !idle.slept);
+    if constexpr (may_be_hopeless<Waitable>) target.resumed();
     idle.slept = true;
     spinners_.fetch_add(1, std::memory_order_acq_rel);
     if (woken) waking_.fetch_sub(1, std::memory_order_acq_rel);  // counted as a spinner now

@@ -1159,6 +1159,150 @@ TEST(WaitBehindSuspended, ATaskRunByAWaitingMapThatWaitsBehindThatMappingIsAnErr
   }
 }
 
+// Waits inside tasks on two threads, each for work ordered behind a task suspended on the other's
+// stack: 'waiter 1' writes `first` and, in its group's wait, runs 'helper 1' on top of itself, which
+// waits for a reader of `second` — behind 'waiter 2', which runs 'helper 2' the same way, waiting
+// for a reader of `first`. Neither stack alone shows it (a torture audit hung on it); the second
+// wait to park finds the cycle: Error(invalid_argument) naming the task on the other thread, and
+// everything then finishes. Or 'helper 1' maps `second` instead (a map never gives up: 'helper 2'
+// does). Or, without helpers, two running tasks that wait for each other. The helpers are queued, each on its
+// waiter's worker, before either waiter waits, and both run before either waits; should a thread still take
+// the other's (it would be the one-stack case), the scene is played again.
+TEST(WaitBehindSuspended, WaitsOnTwoThreadsBehindEachOthersSuspendedTasksAreAnErrorNotAHang) {
+  for (const SchedulerPolicy policy :
+       {SchedulerPolicy::eager, SchedulerPolicy::locality_aware_stealing, SchedulerPolicy::heft}) {
+    enum class Scene { helpers_wait, helper_maps, tasks_wait };
+    for (const Scene scene : {Scene::helpers_wait, Scene::helper_maps, Scene::tasks_wait}) {
+      const bool helpers = scene != Scene::tasks_wait;
+      SCOPED_TRACE(scene == Scene::helpers_wait  ? "helpers on top of waiters"
+                   : scene == Scene::helper_maps ? "a helper maps"
+                                                 : "two tasks waiting for each other");
+      bool across = false;
+      for (int round = 0; round < 20 && !across; ++round) {
+        Context context(make_settings(3, policy));  // two workers
+        const std::vector<int> zero{0};
+        Buffer<int> first(context, std::span(zero)), second(context, std::span(zero));
+        std::optional<Task> reads_first, reads_second, waiter_1, waiter_2;
+        std::atomic<int> started{0};
+        std::atomic<bool> go{false};
+        std::atomic<int> queued{0}, helpers_started{0}, stayed{0}, finished{0};
+        Refusals refusals;
+        const auto waiter = [&](const char* name, std::optional<Task>& behind_other,
+                                std::optional<Task>& other) {
+          return [&, name](std::span<int> own) {
+            // Both waiters running (on the two workers) before anything else is queued.
+            started.fetch_add(1);
+            while (started.load() < 2 || !go.load()) std::this_thread::yield();
+            if (!helpers) {
+              refusals.record([&] { other->wait(); }, "returned");
+            } else {
+              const std::thread::id here = std::this_thread::get_id();
+              TaskGroup group(context);
+              group.spawn(TaskOptions{.name = name}, [&, here] {
+                if (std::this_thread::get_id() == here) stayed.fetch_add(1);
+                // Both helpers running before either waits: an idle thread would steal the other.
+                helpers_started.fetch_add(1);
+                while (helpers_started.load() < 2) std::this_thread::yield();
+                if (scene == Scene::helper_maps && &behind_other == &reads_second) {
+                  refusals.record([&] { (void)second.map_read(); }, "returned");
+                } else {
+                  refusals.record([&] { behind_other->wait(); }, "returned");
+                }
+              });
+              // Both helpers queued before either waiter waits: each then takes its own first.
+              queued.fetch_add(1);
+              while (queued.load() < 2) std::this_thread::yield();
+              group.wait();
+            }
+            own[0] += 1;
+            finished.fetch_add(1);
+            finished.notify_all();
+          };
+        };
+        waiter_1 = context.submit(TaskOptions{.name = "waiter 1"}, waiter("helper 1", reads_second, waiter_2),
+                                  read_write(first));
+        waiter_2 = context.submit(TaskOptions{.name = "waiter 2"}, waiter("helper 2", reads_first, waiter_1),
+                                  read_write(second));
+        reads_first = context.submit([](std::span<const int>) {}, read(first));
+        reads_second = context.submit([](std::span<const int>) {}, read(second));
+        go.store(true);
+        // Asleep outside nerve until the waiters finish: a wait here would take tasks too (a third
+        // stack), and a spinning thread would slow the workers enough for one to steal a helper.
+        for (int count = finished.load(); count < 2; count = finished.load()) finished.wait(count);
+        context.wait_all();  // the refused wait's task goes on, and finishes
+        EXPECT_EQ(first.to_vector()[0] + second.to_vector()[0], 2);
+        std::lock_guard lock(refusals.lock);
+        ASSERT_EQ(refusals.messages.size(), 2u);
+        const auto refused = std::count_if(refusals.messages.begin(), refusals.messages.end(),
+                                           [](const std::string& said) { return said != "returned"; });
+        ASSERT_EQ(refused, 1) << refusals.messages[0] << "\n" << refusals.messages[1];
+        across = !helpers || stayed.load() == 2;
+        if (!across) continue;
+        const std::string& message =
+            refusals.messages[0] != "returned" ? refusals.messages[0] : refusals.messages[1];
+        EXPECT_THAT(message,
+                    ::testing::MatchesRegex(".*inside task '(helper|waiter) [12]' would never return: it "
+                                            "waits for task 'waiter [12]' \\(or for tasks ordered after "
+                                            "it\\), held on another thread's stack below a wait.*"))
+            << static_cast<int>(policy);
+        if (scene == Scene::helper_maps) {
+          EXPECT_THAT(message, ::testing::HasSubstr("inside task 'helper 2'"));
+        }
+      }
+      EXPECT_TRUE(across) << "the helpers never stayed on their waiters' threads; policy "
+                          << static_cast<int>(policy);
+    }
+  }
+}
+
+// The same cycle closed only after both waits parked: each waiter waits for a group whose task is
+// held back by a mapping, until the application thread adds to each group a reader of the data the
+// other waiter writes. Nothing wakes the parked waits then; they look for cycles again every few
+// tens of milliseconds, and one of them is refused.
+TEST(WaitBehindSuspended, ACycleOfWaitsClosedAfterTheyParkedIsFoundToo) {
+  Context context(make_settings(3, SchedulerPolicy::locality_aware_stealing));  // two workers
+  const std::vector<int> zero{0};
+  Buffer<int> first(context, std::span(zero)), second(context, std::span(zero)), gate(context, 1);
+  auto held = gate.map_write();
+  TaskGroup group_1(context), group_2(context);
+  for (TaskGroup* group : {&group_1, &group_2}) group->spawn([](std::span<const int>) {}, read(gate));
+  std::atomic<int> started{0}, finished{0};
+  Refusals refusals;
+  const auto waiter = [&](TaskGroup& group) {
+    return [&](std::span<int> own) {
+      started.fetch_add(1);
+      while (started.load() < 2) std::this_thread::yield();  // on two threads
+      refusals.record([&] { group.wait(); }, "returned");
+      own[0] += 1;
+      finished.fetch_add(1);
+      finished.notify_all();
+    };
+  };
+  context.submit(TaskOptions{.name = "waiter 1"}, waiter(group_1), read_write(first));
+  context.submit(TaskOptions{.name = "waiter 2"}, waiter(group_2), read_write(second));
+  while (started.load() < 2) std::this_thread::yield();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // both parked, nothing to find
+  group_1.spawn(
+      TaskOptions{.name = "reads second"}, [](std::span<const int>) {}, read(second));
+  group_2.spawn(
+      TaskOptions{.name = "reads first"}, [](std::span<const int>) {}, read(first));
+  finished.wait(0);  // the refused waiter; the other waits for the gate
+  held.unmap();
+  for (int count = finished.load(); count < 2; count = finished.load()) finished.wait(count);
+  group_1.wait();
+  group_2.wait();
+  context.wait_all();
+  EXPECT_EQ(first.to_vector()[0] + second.to_vector()[0], 2);
+  ASSERT_EQ(refusals.messages.size(), 2u);
+  const auto refused = std::find_if(refusals.messages.begin(), refusals.messages.end(),
+                                    [](const std::string& said) { return said != "returned"; });
+  ASSERT_NE(refused, refusals.messages.end());
+  EXPECT_THAT(*refused, ::testing::MatchesRegex("TaskGroup::wait\\(\\) inside task 'waiter [12]' would never "
+                                                "return: it waits for task 'waiter [12]'.*held on another "
+                                                "thread's stack.*"));
+  EXPECT_EQ(std::count(refusals.messages.begin(), refusals.messages.end(), "returned"), 1);
+}
+
 // Mapping, inside a task, a buffer range the task itself accesses in a conflicting mode — or one a task
 // ordered after it accesses — would wait for the running task: Error(invalid_argument), not a hang.
 // A mapping that does not conflict is granted; nothing of a refused one is left behind.
