@@ -183,10 +183,11 @@ class Buffer {
   // cannot start before it ends) would never return: it throws Error(invalid_argument) naming the
   // task instead; so does one that would wait for a task this thread suspended in a wait of its own
   // to run the calling task (context.hpp), or for work ordered after that one, and try_map() there
-  // too (it could never stop being busy). A mapping is a task on the host: one that
-  // reads data a failed task wrote (map_read, map_read_write) throws TaskCancelled with that cause,
-  // and after a failed map_read_write the mapped range counts as failed for later readers until a
-  // write replaces it, as after a cancelled read_write task.
+  // too (it could never stop being busy). A blocking map in a cycle of waits across threads may
+  // throw the same error (context.hpp); the mapping it asked for then ends by itself. A mapping is
+  // a task on the host: one that reads data a failed task wrote (map_read, map_read_write) throws
+  // TaskCancelled with that cause, and after a failed map_read_write the mapped range counts as
+  // failed for later readers until a write replaces it, as after a cancelled read_write task.
   Mapped<const T> map_read() const { return map_as<const T>(Access::read, true); }
   Mapped<T> map_write() const { return map_as<T>(Access::write, true); }
   Mapped<T> map_read_write() const { return map_as<T>(Access::read_write, true); }

@@ -29,7 +29,8 @@
 // waiting task, or one suspended below it): once each has nothing left to run, one of them throws
 // the same error, naming the task on the other thread, and the others go on (a cycle closed by a
 // later submission is found within about 50 ms). A blocking map counts as suspended below the tasks
-// it runs while it waits (a wait for the map itself is not part of such a cycle). Destroying the
+// it runs while it waits, and its wait may be one of such a cycle: if it is the one that throws, the
+// mapping it asked for ends by itself once granted. Destroying the
 // context waits for every submitted task, then frees buffers still alive (reporting them as a
 // warning). The destructor, as for any C++ object, must not overlap a call of a member of the same
 // Context on another thread (wait_all(), submit(), stats(), ...): end those calls first (the C API's

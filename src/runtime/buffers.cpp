@@ -384,8 +384,13 @@ Mapping buffer_map(BufferState* buffer, std::size_t offset, std::size_t size, Ac
     } unlist{thread, waited};
     waited_mapping = &waited;
     ++thread.map_waits;
-    ListedMapWait granted{{task}, {}};
-    context.scheduler.wait(thread, granted);
+    ListedMapWait granted{{task}, {}, {}};
+    if (!context.scheduler.wait(thread, granted)) {
+      // Given up in a cycle of waits: its grant ends the mapping, which holds the runtime's reference.
+      const std::string what = describe_map();
+      context.release_task(task);  // the Mapping's reference
+      granted.throw_hopeless(what.c_str());
+    }
   }
   if (task->load_status() == status_cancelled) {
     std::exception_ptr error = cancellation_error(task, describe_map());

@@ -502,16 +502,20 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   // Waits inside tasks on different threads may wait for each other: each for work ordered behind a
   // task suspended on the next one's stack. Each parks for good; no stack alone shows it. So a wait
   // about to park lists itself (list_stuck_wait) and looks for a cycle through the waits already
-  // listed: it returns the task on another thread's stack that `wait` waits for where that thread's
-  // wait waits, directly or through others, for one on this thread's stack; nullptr if none (the
-  // wait then stays listed until unlist_stuck_wait()). Every wait of such a cycle is parked and
-  // listed, so the last to park finds it, and none of its waits could ever end.
-  const TaskRecord* list_stuck_wait(const StuckWait& wait);
+  // listed: it returns what it waits for on another thread's stack, where that thread's wait waits,
+  // directly or through others, for something on this thread's stack ("task 'name'" or "the map of
+  // ...", described while that stack cannot change); empty if none (the wait then stays listed until
+  // unlist_stuck_wait()). Every wait of such a cycle is parked and listed, so the last to park finds
+  // it, and none of its waits could ever end.
+  std::string list_stuck_wait(const StuckWait& wait);
   void unlist_stuck_wait(const StuckWait& wait) noexcept;
   // throw_waits_behind(): the error of a wait that suspended_blocker() found hopeless.
   [[noreturn]] static void throw_waits_behind(const TaskRecord* suspended, const char* what);
   // throw_waits_across(): the error of a wait that list_stuck_wait() found in a cycle of waits.
-  [[noreturn]] static void throw_waits_across(const TaskRecord* elsewhere, const char* what);
+  [[noreturn]] static void throw_waits_across(std::string_view elsewhere, const char* what);
+  // A blocking map in a cycle of waits gives up its pending mapping (abandon_mapping()): unless it
+  // was granted meanwhile (then false), its grant ends it at once (grant_mapping).
+  static bool abandon_mapping(TaskRecord* mapping) noexcept;
   // refuse_coroutine_endless_wait(): refuse_endless_wait()'s checks for the launched coroutine `root`
   // whose stretch the calling thread runs (coroutines.cpp).
   static void refuse_coroutine_endless_wait(const TaskRecord& root,

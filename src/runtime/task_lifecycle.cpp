@@ -580,9 +580,24 @@ void ContextImpl::grant_mapping(TaskRecord* task, ThreadState& thread) {
     end_mapping(task, thread);  // its only reference goes with it
     return;
   }
-  task->phase.store(status_running, std::memory_order_seq_cst);
+  // Against abandon_mapping(): one of the two wins; an abandoned mapping is over as soon as granted.
+  std::uint8_t phase = task->phase.load(std::memory_order_acquire);
+  do {
+    if (phase == mapping_abandoned) {
+      end_mapping(task, thread);  // its only reference left goes with it
+      return;
+    }
+  } while (!task->phase.compare_exchange_weak(phase, status_running, std::memory_order_seq_cst));
   if ((task->status.load(std::memory_order_seq_cst) & status_waiters_bit) != 0)
     scheduler.waiters().wake(task);
+}
+
+bool ContextImpl::abandon_mapping(TaskRecord* mapping) noexcept {
+  std::uint8_t phase = mapping->phase.load(std::memory_order_acquire);
+  do {
+    if (phase == status_running) return false;
+  } while (!mapping->phase.compare_exchange_weak(phase, mapping_abandoned, std::memory_order_acq_rel));
+  return true;
 }
 
 void ContextImpl::destroy_closure(TaskRecord* task) noexcept {

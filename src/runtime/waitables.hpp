@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <utility>
 
 #include "runtime/context_impl.hpp"
@@ -64,20 +65,20 @@ class StuckWaitListing {
   StuckWaitListing(const StuckWaitListing&) = delete;  // listed by address
   StuckWaitListing& operator=(const StuckWaitListing&) = delete;
   ~StuckWaitListing() { withdraw(); }
-  // list(): lists the calling thread's wait for the tasks `blocked` selects; returns the task on
-  // another thread's stack it waits for in a cycle of waits (the wait is then listed only if
-  // `stay_listed`), or nullptr (also out of memory: the wait then goes unchecked).
+  // list(): lists the calling thread's wait for the tasks `blocked` selects; returns what it waits
+  // for on another thread's stack in a cycle of waits (the wait is then not listed), or nothing
+  // (also out of memory: the wait then goes unchecked).
   template <class Blocked>
-  const TaskRecord* list(ContextImpl& owner, const Blocked& blocked, bool stay_listed = false) {
+  std::string list(ContextImpl& owner, const Blocked& blocked) {
     context = &owner;
-    const TaskRecord* elsewhere = nullptr;
+    std::string elsewhere;
     try {
       erased_blocked = blocked;
       stuck = {innermost_frame(), innermost_waited_mapping(), &erased_blocked};
       elsewhere = owner.list_stuck_wait(stuck);
     } catch (...) {
     }
-    if (elsewhere != nullptr && !stay_listed) withdraw();
+    if (!elsewhere.empty()) withdraw();
     return elsewhere;
   }
   bool listed() const noexcept { return context != nullptr; }
@@ -92,12 +93,12 @@ class StuckWaitListing {
 };
 
 // A blocking map's wait for its grant, listed while it parks (inside a task, or below tasks its wait
-// ran): what it waits for is part of the other waits' graph. It never gives up itself — its mapping
-// is registered and cannot be taken back — so a cycle through it ends at a task's wait in it, which
-// finds the cycle when it next looks (Scheduler::stuck_wait_recheck).
+// ran): what it waits for is part of the other waits' graph. Found in a cycle, it gives up its
+// mapping (ContextImpl::abandon_mapping) and the wait returns not done; throw_hopeless() then says why.
 struct ListedMapWait {
   MappingGranted granted;
   StuckWaitListing listing;
+  std::string elsewhere;
   static constexpr bool expensive = false;
   static constexpr bool may_be_hopeless = true;
   bool done() const noexcept { return granted.done(); }
@@ -106,12 +107,15 @@ struct ListedMapWait {
   const void* address() const noexcept { return granted.address(); }
   bool parking(ThreadState& thread) {
     const TaskRecord* mapping = granted.task;
-    (void)listing.list(
-        *thread.context, [mapping](const TaskRecord* task) { return task == mapping; }, true);
-    return false;
+    elsewhere = listing.list(*thread.context, [mapping](const TaskRecord* task) { return task == mapping; });
+    // Granted meanwhile (a cycle broken by a cancellation): the wait is done, not hopeless.
+    return !elsewhere.empty() && ContextImpl::abandon_mapping(granted.task);
   }
   bool listed() const noexcept { return listing.listed(); }
   void resumed() noexcept { listing.withdraw(); }
+  [[noreturn]] void throw_hopeless(const char* what) const {
+    ContextImpl::throw_waits_across(elsewhere, what);
+  }
 };
 
 // `Target`, for a wait that may be waiting for a task suspended below it on the waiting thread's
@@ -138,22 +142,21 @@ class UnlessSuspended {
   // other threads (then true); else the wait is listed until resumed().
   bool parking(ThreadState& thread) {
     if (thread.nesting + thread.map_waits > 1 && hopeless()) return true;
-    blocker = listing.list(*thread.context, blocked);
-    blocked_elsewhere = blocker != nullptr;
-    return blocked_elsewhere;
+    elsewhere = listing.list(*thread.context, blocked);
+    return !elsewhere.empty();
   }
   bool listed() const noexcept { return listing.listed(); }
   void resumed() noexcept { listing.withdraw(); }
   [[noreturn]] void throw_hopeless(const char* what) const {
-    if (blocked_elsewhere) ContextImpl::throw_waits_across(blocker, what);
+    if (!elsewhere.empty()) ContextImpl::throw_waits_across(elsewhere, what);
     ContextImpl::throw_waits_behind(blocker, what);
   }
 
  private:
   Target target;
   Blocked blocked;
-  const TaskRecord* blocker = nullptr;
-  bool blocked_elsewhere = false;
+  const TaskRecord* blocker = nullptr;  // on this thread's stack (hopeless())
+  std::string elsewhere;                // on another's (parking())
   StuckWaitListing listing;
 };
 template <class Target, class Blocked>

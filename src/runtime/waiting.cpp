@@ -1,5 +1,7 @@
 // waiting.cpp — counting tasks in flight, wait_all(), submission throttling, root errors.
 #include <algorithm>
+#include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -16,6 +18,17 @@
 #include "util/log.hpp"
 
 namespace nerve::detail {
+
+namespace {
+// How an error names a task another thread's wait holds: a task by name, a mapping by its data.
+std::string describe_waited(const TaskRecord& task) {
+  if (task.kind == TaskKind::host_access) {
+    const AccessRecord& mapped = task.accesses[0];
+    return fmt::format("the map of {}", mapped.buffer->describe(mapped.offset, mapped.size));
+  }
+  return fmt::format("task '{}'", task.name != nullptr ? task.name : "(unnamed)");
+}
+}  // namespace
 
 // Sum of completions first, then of submissions: a task's submission happens-before its completion
 // is counted, so the difference never under-counts the tasks in flight at the time of the reads.
@@ -71,34 +84,32 @@ const TaskRecord* ContextImpl::blocker_among(const RunningFrame* frames, const W
   return nullptr;
 }
 
-const TaskRecord* ContextImpl::list_stuck_wait(const StuckWait& wait) {
+std::string ContextImpl::list_stuck_wait(const StuckWait& wait) {
   std::lock_guard lock(stuck_waits_mutex);
   stuck_waits.push_back(&wait);
   // The listed waits are a graph: a wait points at another when it waits for a task on that one's
-  // thread's stack (the innermost frame too: it is the waiting task). A path back to this wait from
-  // one it points at is a cycle. Few threads wait so at once: the walk is quadratic in them at most.
+  // thread's stack (the innermost frame too: it is the waiting task). A path from this wait back to
+  // itself is a cycle. A breadth-first walk from it, each wait carrying the task its path's first step
+  // waits for: few threads wait so at once, and each wait is expanded once.
   const auto waits_for_stack_of = [](const StuckWait& waiting, const StuckWait& holder) {
     return blocker_among(holder.frames, holder.mappings, *waiting.blocked);
   };
-  for (const StuckWait* next : stuck_waits) {
-    if (next == &wait) continue;
-    const TaskRecord* elsewhere = waits_for_stack_of(wait, *next);
-    if (elsewhere == nullptr) continue;
-    std::vector<const StuckWait*> frontier{next};
-    std::vector<const StuckWait*> seen{&wait, next};
-    while (!frontier.empty()) {
-      const StuckWait* waiting = frontier.back();
-      frontier.pop_back();
-      if (waits_for_stack_of(*waiting, wait) != nullptr) return elsewhere;
-      for (const StuckWait* holder : stuck_waits) {
-        if (std::find(seen.begin(), seen.end(), holder) != seen.end()) continue;
-        if (waits_for_stack_of(*waiting, *holder) == nullptr) continue;
-        seen.push_back(holder);
-        frontier.push_back(holder);
-      }
+  std::vector<std::pair<const StuckWait*, const TaskRecord*>> frontier{{&wait, nullptr}};
+  std::vector<const StuckWait*> seen{&wait};
+  for (std::size_t next = 0; next < frontier.size(); ++next) {
+    const auto [waiting, first_step] = frontier[next];
+    for (const StuckWait* holder : stuck_waits) {
+      if (holder == waiting) continue;
+      const bool back = holder == &wait;
+      if (!back && std::find(seen.begin(), seen.end(), holder) != seen.end()) continue;
+      const TaskRecord* blocker = waits_for_stack_of(*waiting, *holder);
+      if (blocker == nullptr) continue;
+      if (back) return describe_waited(*first_step);
+      seen.push_back(holder);
+      frontier.emplace_back(holder, first_step != nullptr ? first_step : blocker);
     }
   }
-  return nullptr;
+  return {};
 }
 
 void ContextImpl::unlist_stuck_wait(const StuckWait& wait) noexcept {
@@ -132,25 +143,19 @@ void ContextImpl::throw_waits_behind(const TaskRecord* suspended, const char* wh
                           what, name(running), name(suspended), name(running), name(running)));
 }
 
-void ContextImpl::throw_waits_across(const TaskRecord* elsewhere, const char* what) {
-  const auto name = [](const TaskRecord* task) {
-    return task != nullptr && task->name != nullptr ? task->name : "(unnamed)";
-  };
+void ContextImpl::throw_waits_across(std::string_view elsewhere, const char* what) {
   const TaskRecord* running = running_task_record();
+  const char* name = running != nullptr && running->name != nullptr ? running->name : "(unnamed)";
   throw Error(ErrorCode::invalid_argument,
-              fmt::format("{} inside task '{}' would never return: it waits for {} (or for tasks ordered "
-                          "after it), held on another thread's stack below a wait that in turn waits, "
-                          "directly or through other waits, for a task held below '{}' on this thread "
-                          "(the waits inside these tasks wait for each other); wait outside the tasks, "
-                          "or order the waiting tasks after the work they wait for (`after`, or their "
+              fmt::format("{}{} would never return: it waits for {} (or for tasks ordered after it), held "
+                          "on another thread's stack below a wait that in turn waits, directly or through "
+                          "other waits, for {} (the waits wait for each other); wait outside the tasks, or "
+                          "order the waiting tasks after the work they wait for (`after`, or their "
                           "accesses) instead",
-                          what, name(running),
-                          elsewhere->kind == TaskKind::host_access
-                              ? fmt::format("the map of {}",
-                                            elsewhere->accesses[0].buffer->describe(
-                                                elsewhere->accesses[0].offset, elsewhere->accesses[0].size))
-                              : fmt::format("task '{}'", name(elsewhere)),
-                          name(running)));
+                          what, running != nullptr ? fmt::format(" inside task '{}'", name) : std::string(),
+                          elsewhere,
+                          running != nullptr ? fmt::format("a task held below '{}' on this thread", name)
+                                             : std::string("this thread's map")));
 }
 
 void ContextImpl::report_root_errors() {

@@ -45,6 +45,9 @@ inline constexpr std::uint32_t status_running = 2;
 inline constexpr std::uint32_t status_succeeded = 3;
 inline constexpr std::uint32_t status_failed = 4;
 inline constexpr std::uint32_t status_cancelled = 5;
+// A blocking map's pending mapping whose map gave up (ContextImpl::abandon_mapping): its phase, so
+// that its grant, which would set status_running, ends it instead.
+inline constexpr std::uint8_t mapping_abandoned = 6;
 
 struct DepNode {
   TaskRecord* successor;
