@@ -108,6 +108,12 @@ done
   out=$(env -u NERVE_DISTRIBUTED_NODES "$run" --config ./--dry-run --dry-run /bin/echo ran 2>&1)
   grep -q 'dashhost slots=1' <<<"$out" || echo "FAIL: --config ./--dry-run did not read that file: $out"
 )
+# A program named like an option, given after `--`, reaches mpirun as a program: "-x" went to mpirun
+# as its option -x. "./-x" is that file in the working directory; other names pass as they are.
+out=$(NERVE_DISTRIBUTED_NODES=localhost:1 "$run" --dry-run -- -x --flag 2>&1) || echo "FAIL: -- -x: $out"
+grep -qE -- " \./-x --flag $" <<<"$out" || echo "FAIL: -- -x did not reach mpirun as ./-x: $out"
+out=$(NERVE_DISTRIBUTED_NODES=localhost:1 "$run" --dry-run -- prog -x 2>&1) || echo "FAIL: -- prog: $out"
+grep -qE -- " prog -x $" <<<"$out" || echo "FAIL: -- prog -x changed: $out"
 out=$("$run" -np 2 --dry-run /bin/echo ran 2>&1) || echo "FAIL: a good -np was refused: $out"
 grep -q -- '-np 2 ' <<<"$out" || echo "FAIL: -np 2 not passed on: $out"
 echo "nerve-run-usage: done"

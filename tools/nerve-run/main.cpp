@@ -21,6 +21,8 @@
 // (parallel.thread_affinity), so mpirun must not bind ranks to one core each. --dry-run prints the
 // hostfile and the command (it writes the hostfile only to a --hostfile PATH, never a temporary one).
 // The mpirun used is $NERVE_MPIRUN (when set and not empty), else the one found at build time.
+// A PROGRAM that starts with '-' (after `--`, which ends nerve-run's options) reaches mpirun as
+// ./PROGRAM, so that mpirun does not read it as an option of its own.
 // --help prints the usage line (exit 0) when nothing else on the line is wrong (the configuration
 // loaded and the --hostfile check above included), as in the other tools. So does the rest of their
 // rule: an option's value that is one of the options is a usage error (`--hostfile --dry-run`; write
@@ -295,7 +297,12 @@ int main(int argc, char** argv) {
       command.insert(command.end(), {"-x", name});
     }
   }
-  for (int i = first; i < argc; ++i) command.emplace_back(argv[i]);
+  // mpirun takes the first word it does not know as the program: a program named "-x" (given after
+  // `--`) read as mpirun's option -x. A name starting with '-' cannot be absolute: "./-x" is that file
+  // in the working directory, where mpirun looks for a bare name too, and is no option to anyone.
+  const std::string program = argv[first];
+  command.push_back(program.starts_with("-") ? "./" + program : program);
+  for (int i = first + 1; i < argc; ++i) command.emplace_back(argv[i]);
 
   if (dry_run) {
     if (!hosts.empty()) std::printf("# hostfile %s\n%s", hostfile.c_str(), hosts.c_str());
