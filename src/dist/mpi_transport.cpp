@@ -234,6 +234,17 @@ class MpiTransport final : public Transport {
     return all;
   }
 
+  std::string broadcast(const std::string& text, int root) override {
+    std::string result = rank_ == root ? text : std::string();
+    call([&] {
+      int length = static_cast<int>(result.size());
+      check(MPI_Bcast(&length, 1, MPI_INT, root, comm_), "MPI_Bcast");
+      result.resize(static_cast<std::size_t>(length));
+      check(MPI_Bcast(result.data(), length, MPI_CHAR, root, comm_), "MPI_Bcast");
+    });
+    return result;
+  }
+
   void shutdown() noexcept override {
     if (!thread_.joinable()) return;
     {

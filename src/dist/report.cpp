@@ -1,14 +1,33 @@
 // report.cpp — per-rank statistics as JSON, and the merged timeline of every rank.
+#include <exception>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "nerve/error.hpp"
+
 #include "dist/runtime_impl.hpp"
+#include "util/exception_text.hpp"
 #include "util/json_text.hpp"
 #include "util/text_file.hpp"
 
 namespace nerve::distributed::detail {
+namespace {
+
+// write_trace(): the merged timeline of every rank's events (`all`, one trace_json() per rank).
+void write_trace(const std::filesystem::path& path, const std::vector<std::string>& all) {
+  std::string text = R"({"displayTimeUnit":"ms","traceEvents":[)";
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    if (i != 0) text += ',';
+    text += all[i];
+  }
+  text += "]}\n";
+  nerve::detail::write_text_file(path, text, "the trace");
+}
+
+}  // namespace
 
 std::string trace_json(RuntimeImpl& runtime) {
   std::vector<TraceEvent> events;
@@ -29,20 +48,28 @@ std::string trace_json(RuntimeImpl& runtime) {
 
 void runtime_dump_trace(RuntimeImpl* runtime, const std::filesystem::path& path) {
   const std::string mine = trace_json(*runtime);
-  std::vector<std::string> all;
-  if (runtime->transport) {
-    all = runtime->transport->gather(mine, 0);
-  } else {
-    all.push_back(mine);
+  if (!runtime->transport) {
+    write_trace(path, {mine});
+    return;
   }
-  if (runtime->rank != 0) return;
-  std::string text = R"({"displayTimeUnit":"ms","traceEvents":[)";
-  for (std::size_t i = 0; i < all.size(); ++i) {
-    if (i != 0) text += ',';
-    text += all[i];
+  const std::vector<std::string> all = runtime->transport->gather(mine, 0);
+  // Collective to the end: rank 0 tells every rank whether it wrote the file, so that a file it
+  // cannot write throws on every rank, as a collective call's error should (the others returned
+  // normally, and a program that checked on another rank never knew the trace was missing).
+  std::exception_ptr error;
+  std::string failure;  // rank 0's error message, empty when the trace was written
+  if (runtime->rank == 0) {
+    try {
+      write_trace(path, all);
+    } catch (...) {
+      error = std::current_exception();
+      failure = nerve::detail::what_of(error);
+      if (failure.empty()) failure = fmt::format("writing the trace to '{}' failed on rank 0", path.string());
+    }
   }
-  text += "]}\n";
-  nerve::detail::write_text_file(path, text, "the trace");
+  failure = runtime->transport->broadcast(failure, 0);
+  if (error) std::rethrow_exception(error);
+  if (!failure.empty()) throw Error(ErrorCode::invalid_argument, failure);
 }
 
 void runtime_dump_perf_stats(RuntimeImpl* runtime, const std::filesystem::path& path) {

@@ -8,7 +8,8 @@
 // them with detail::complete_deferred() once the data left or landed (or the run failed).
 //
 // Thread safety: send(), receive(), report_failure(), failure() and stats() may be called from any
-// thread; flush(), barrier(), gather() and shutdown() from the rank's submitting thread only.
+// thread; flush(), barrier(), gather(), broadcast() and shutdown() from the rank's submitting thread
+// only.
 #pragma once
 
 #include <cstddef>
@@ -47,9 +48,11 @@ class Transport {
   // while it waits, payloads are not held back for distributed.sync_interval (nothing more will be
   // submitted to fill a batch).
   virtual void set_waiting(bool /*waiting*/) noexcept {}
-  // barrier() and gather() are collective over every rank.
+  // barrier(), gather() and broadcast() are collective over every rank; broadcast() returns `root`'s
+  // `text` on every rank.
   virtual void barrier() = 0;
   virtual std::vector<std::string> gather(const std::string& mine, int root) = 0;
+  virtual std::string broadcast(const std::string& text, int root) = 0;
   // shutdown() stops the communication thread and finalises MPI if this transport initialised it;
   // abort() ends every rank's process now.
   virtual void shutdown() noexcept = 0;

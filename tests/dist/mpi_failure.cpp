@@ -9,6 +9,8 @@
 //                                     fails and the job ends with a non-zero status
 //   mpirun -np N mpi_failure huge     a task on rank 0 reads a buffer of rank 1 over MPI's 2 GiB count:
 //                                     every rank refuses it at submit (it used to hang rank 0)
+//   mpirun -np N mpi_failure dump     dump_trace() to a path rank 0 cannot write: every rank throws the
+//                                     same error (the other ranks returned normally)
 //   mpi_failure twice                 (one process, backend mpi) a second Runtime after the first
 //                                     finalised MPI is Error(not_supported), not an abort inside MPI
 //
@@ -20,7 +22,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -89,6 +93,21 @@ int main(int argc, char** argv) {
       world.barrier();
       return ok ? 0 : 1;
     }
+  }
+  if (argc > 1 && std::strcmp(argv[1], "dump") == 0) {
+    // A directory: rank 0 cannot write the trace there, and every rank must say so.
+    const std::string directory = std::filesystem::temp_directory_path().string();
+    bool ok = false;
+    try {
+      world.dump_trace(directory);
+      std::printf("rank %d: FAIL: dump_trace to a directory returned normally\n", world.rank());
+    } catch (const nerve::Error& error) {
+      ok = error.code() == nerve::ErrorCode::invalid_argument &&
+           std::string(error.what()) == "cannot write the trace to '" + directory + "': Is a directory";
+      std::printf("rank %d: %s: %s\n", world.rank(), ok ? "PASS" : "FAIL", error.what());
+    }
+    world.barrier();
+    return ok ? 0 : 1;
   }
   if (barrier) {
     auto mine = world.buffer<int>(16, 1);
