@@ -135,9 +135,14 @@ NERVE_API RuntimeImpl* runtime_create(Context& context);
 NERVE_API void runtime_destroy(RuntimeImpl* runtime) noexcept;
 NERVE_API int runtime_rank(const RuntimeImpl* runtime) noexcept;
 NERVE_API int runtime_size(const RuntimeImpl* runtime) noexcept;
-NERVE_API BufferEntry* register_buffer(RuntimeImpl* runtime, int owner, std::size_t bytes);
+// register_buffer() checks the buffer (owner, byte size: throws Error on every rank alike) before it
+// adds it to the bookkeeping.
+NERVE_API BufferEntry* register_buffer(RuntimeImpl* runtime, int owner, std::size_t count,
+                                       std::size_t element_size);
 NERVE_API int buffer_owner(const BufferEntry* entry) noexcept;
 NERVE_API std::uint64_t buffer_number(const BufferEntry* entry) noexcept;
+// throw_empty_handle() is Error(buffer_misuse) for `what` ("owner()") of an empty DistributedBuffer.
+[[noreturn]] NERVE_API void throw_empty_handle(const char* what);
 // plan_task() checks the task (throws Error on every rank alike) and updates the bookkeeping.
 NERVE_API TaskPlan plan_task(RuntimeImpl* runtime, const AccessDescription* accesses, std::size_t count,
                              const TaskOptions& options);
@@ -169,24 +174,31 @@ struct BufferData {
 }  // namespace detail
 
 // DistributedBuffer<T>: `size()` elements with an owner rank. Copies share the same data.
+// A default-constructed (or moved-from) handle is empty, as an empty nerve::Buffer is: size() 0, and
+// any other use — owner(), number(), local(), data(), or an access to it in Runtime::submit() — is
+// Error(buffer_misuse) naming what was used.
 template <class T>
 class DistributedBuffer {
  public:
   DistributedBuffer() = default;
-  int owner() const noexcept { return detail::buffer_owner(data_->entry); }
-  std::size_t size() const noexcept { return data_->count; }
-  std::size_t size_bytes() const noexcept { return data_->count * sizeof(T); }
+  int owner() const { return detail::buffer_owner(entry("owner()")); }
+  std::size_t size() const noexcept { return data_ != nullptr ? data_->count : 0; }
+  std::size_t size_bytes() const noexcept { return size() * sizeof(T); }
   // number() is the buffer's creation index, the same on every rank.
-  std::uint64_t number() const noexcept { return detail::buffer_number(data_->entry); }
+  std::uint64_t number() const { return detail::buffer_number(entry("number()")); }
   explicit operator bool() const noexcept { return data_ != nullptr; }
   // local() is this rank's copy: the data itself on the owner, the cached replica elsewhere (an empty
   // handle until one was received).
-  const Buffer<T>& local() const noexcept { return data_->local; }
-  detail::BufferData<T>& data() const noexcept { return *data_; }
+  const Buffer<T>& local() const { return data("local()").local; }
+  detail::BufferData<T>& data(const char* what = "data()") const {
+    if (data_ == nullptr) detail::throw_empty_handle(what);
+    return *data_;
+  }
 
  private:
   friend class Runtime;
   explicit DistributedBuffer(std::shared_ptr<detail::BufferData<T>> data) : data_(std::move(data)) {}
+  const detail::BufferEntry* entry(const char* what) const { return data(what).entry; }
   std::shared_ptr<detail::BufferData<T>> data_;
 };
 
@@ -260,12 +272,14 @@ class Runtime {
 
   // buffer() creates a distributed buffer owned by `owner` (0..size()-1). Every rank must create the
   // same buffers in the same order. Only the owner allocates the data now; other ranks allocate a
-  // replica when a task there first reads it.
+  // replica when a task there first reads it. Throws Error(invalid_argument), on every rank alike and
+  // before the buffer counts as created, for an owner outside the run or `count` elements larger than
+  // the address space.
   template <class T>
   // NOLINTNEXTLINE(performance-unnecessary-value-param): it is moved (a clang-tidy 14 bug, llvm#43943)
   DistributedBuffer<T> buffer(std::size_t count, int owner, std::string name = {}) {
     auto data = std::make_shared<detail::BufferData<T>>();
-    data->entry = detail::register_buffer(impl_, owner, count * sizeof(T));
+    data->entry = detail::register_buffer(impl_, owner, count, sizeof(T));
     data->count = count;
     data->name = std::move(name);
     if (owner == rank()) data->local = Buffer<T>(context(), count, BufferOptions{.name = data->name});
@@ -274,7 +288,8 @@ class Runtime {
 
   // submit() adds a task to the distributed graph (see the top of this file for where it runs). The
   // body gets one std::span per access, as Context::submit's does. Throws Error(invalid_argument),
-  // on every rank alike, if the written buffers have different owners or options.rank disagrees.
+  // on every rank alike, if the written buffers have different owners or options.rank disagrees, and
+  // Error(buffer_misuse) for an access to an empty DistributedBuffer handle.
   template <class F, class... A>
   requires(DistributedAccessor<A>&&...) void submit(F&& fn, const A&... accesses) {
     submit(TaskOptions{}, std::forward<F>(fn), accesses...);
@@ -283,7 +298,7 @@ class Runtime {
   requires(DistributedAccessor<A>&&...) void submit(const TaskOptions& options, F&& fn,
                                                     const A&... accesses) {
     const detail::AccessDescription descriptions[sizeof...(A) + 1] = {
-        detail::AccessDescription{accesses.buffer->data().entry, access_mode(accesses)}..., {}};
+        detail::AccessDescription{entry_or_null(*accesses.buffer), access_mode(accesses)}..., {}};
     const detail::TaskPlan plan = detail::plan_task(impl_, descriptions, sizeof...(A), options);
     const int me = rank();
     std::size_t index = 0;
@@ -317,6 +332,13 @@ class Runtime {
   template <class T, Access M>
   static constexpr Access access_mode(const DistributedAccess<T, M>&) noexcept {
     return M;
+  }
+
+  // entry_or_null(): an empty handle's access reaches plan_task() as a null buffer, which refuses it
+  // naming the task and the access.
+  template <class T>
+  static detail::BufferEntry* entry_or_null(const DistributedBuffer<T>& buffer) noexcept {
+    return buffer.data_ != nullptr ? buffer.data_->entry : nullptr;
   }
 
   // move_data() submits this rank's side of the transfers feeding access `index`.

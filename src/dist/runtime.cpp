@@ -59,6 +59,12 @@ const char* display(const char* name) noexcept { return name != nullptr ? name :
 
 }  // namespace
 
+void throw_empty_handle(const char* what) {
+  throw Error(
+      ErrorCode::buffer_misuse,
+      fmt::format("{} of an empty distributed buffer handle (default-constructed or moved from)", what));
+}
+
 RuntimeImpl::RuntimeImpl(Context& owner, std::unique_ptr<Transport> link)
     : context(owner), transport(std::move(link)) {
   if (transport) {
@@ -119,16 +125,25 @@ int runtime_rank(const RuntimeImpl* runtime) noexcept { return runtime->rank; }
 int runtime_size(const RuntimeImpl* runtime) noexcept { return runtime->size; }
 Context& runtime_context(RuntimeImpl* runtime) noexcept { return runtime->context; }
 
-BufferEntry* register_buffer(RuntimeImpl* runtime, int owner, std::size_t bytes) {
+BufferEntry* register_buffer(RuntimeImpl* runtime, int owner, std::size_t count, std::size_t element_size) {
   if (owner < 0 || owner >= runtime->size) {
     throw Error(ErrorCode::invalid_argument,
                 fmt::format("distributed buffer {} is given owner rank {}, but the run has ranks 0..{}",
                             runtime->buffers.size(), owner, runtime->size - 1));
   }
+  // Checked here, on every rank, before the buffer exists: a byte size that wrapped registered a tiny
+  // buffer everywhere, and only the owner then failed (to allocate it), so the ranks' bookkeeping
+  // disagreed from then on.
+  if (element_size != 0 && count > SIZE_MAX / element_size) {
+    throw Error(
+        ErrorCode::invalid_argument,
+        fmt::format("distributed buffer {} of {} elements of {} bytes is larger than the address space",
+                    runtime->buffers.size(), count, element_size));
+  }
   BufferEntry& entry = runtime->buffers.emplace_back();
   entry.number = runtime->buffers.size() - 1;
   entry.owner = owner;
-  entry.bytes = bytes;
+  entry.bytes = count * element_size;
   entry.held.assign(static_cast<std::size_t>(runtime->size), no_version);
   entry.held[static_cast<std::size_t>(owner)] = 0;
   return &entry;
@@ -149,6 +164,14 @@ TaskPlan plan_task(RuntimeImpl* runtime, const AccessDescription* accesses, std:
                             "same distributed tasks from its one submitting thread, and a task body runs on "
                             "one rank only (submit plain tasks to the context there)",
                             display(options.name)));
+  }
+  for (std::size_t i = 0; i < count; ++i) {
+    if (accesses[i].buffer == nullptr) {
+      throw Error(ErrorCode::buffer_misuse,
+                  fmt::format("distributed task '{}' accesses an empty distributed buffer handle (access {}: "
+                              "default-constructed or moved from)",
+                              display(options.name), i));
+    }
   }
   TaskPlan plan;
   int rank = -1;

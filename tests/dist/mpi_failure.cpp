@@ -9,6 +9,8 @@
 //                                     fails and the job ends with a non-zero status
 //   mpirun -np N mpi_failure huge     a task on rank 0 reads a buffer of rank 1 over MPI's 2 GiB count:
 //                                     every rank refuses it at submit (it used to hang rank 0)
+//   mpirun -np N mpi_failure overflow a buffer whose byte size wraps size_t: every rank refuses it
+//                                     before it counts as created (other ranks got a 4-byte buffer)
 //   mpirun -np N mpi_failure dump     dump_trace() to a path rank 0 cannot write: every rank throws the
 //                                     same error (the other ranks returned normally)
 //   mpi_failure twice                 (one process, backend mpi) a second Runtime after the first
@@ -19,6 +21,7 @@
 // the time taken.
 #include <chrono>
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -93,6 +96,26 @@ int main(int argc, char** argv) {
       world.barrier();
       return ok ? 0 : 1;
     }
+  }
+  if (argc > 1 && std::strcmp(argv[1], "overflow") == 0) {
+    bool ok = false;
+    try {
+      (void)world.buffer<int>(SIZE_MAX / sizeof(int) + 2, ranks - 1, "huge");
+      std::printf("rank %d: FAIL: a buffer whose byte size wraps was created\n", world.rank());
+    } catch (const nerve::Error& error) {
+      ok = error.code() == nerve::ErrorCode::invalid_argument;
+      std::printf("rank %d: %s: %s\n", world.rank(), ok ? "refused" : "FAIL", error.what());
+    }
+    // Every rank's bookkeeping still agrees: the refused buffer was not registered anywhere.
+    const auto next = world.buffer<int>(1, 0);
+    if (next.number() != 0) {
+      std::printf("rank %d: FAIL: the next buffer is number %llu, not 0\n", world.rank(),
+                  static_cast<unsigned long long>(next.number()));
+      ok = false;
+    }
+    world.barrier();
+    if (ok) std::printf("rank %d: PASS\n", world.rank());
+    return ok ? 0 : 1;
   }
   if (argc > 1 && std::strcmp(argv[1], "dump") == 0) {
     // A directory: rank 0 cannot write the trace there, and every rank must say so.

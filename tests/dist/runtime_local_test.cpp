@@ -1,5 +1,6 @@
 // The distributed runtime in one process (communication_backend: none) and the distributed.* keys.
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -22,6 +23,18 @@ Settings with(std::initializer_list<std::pair<const char*, const char*>> values)
   settings.set("parallel.thread_pool_size", "2");
   for (const auto& [key, value] : values) settings.set(key, value);
   return settings;
+}
+
+// error_of(): the message of the Error `use` throws, which must have code `expected`.
+template <class Use>
+std::string error_of(ErrorCode expected, Use&& use) {
+  try {
+    use();
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), expected) << error.what();
+    return error.what();
+  }
+  return "nothing thrown";
 }
 
 std::string config_error(const Settings& settings) {
@@ -155,20 +168,60 @@ TEST(DistributedLocal, OwnersOutsideTheWorldAreErrors) {
       << "-1 means 'where its data is'; other negative ranks are errors";
 }
 
+// An empty handle is used as an empty nerve::Buffer is: size() 0, anything else Error(buffer_misuse)
+// naming what was used (black-box audit: size(), owner(), number() and a submit() that read it
+// dereferenced a null pointer). The refused submission changes nothing.
+TEST(DistributedLocal, AnEmptyHandleIsBufferMisuseNotACrash) {
+  Context context(with({}));
+  dist::Runtime world(context);
+  const auto misuse = [](auto&& use) { return error_of(ErrorCode::buffer_misuse, use); };
+  dist::DistributedBuffer<int> empty;
+  EXPECT_FALSE(empty);
+  EXPECT_EQ(empty.size(), 0u);
+  EXPECT_EQ(empty.size_bytes(), 0u);
+  EXPECT_EQ(misuse([&] { (void)empty.owner(); }),
+            "owner() of an empty distributed buffer handle (default-constructed or moved from)");
+  EXPECT_EQ(misuse([&] { (void)empty.number(); }),
+            "number() of an empty distributed buffer handle (default-constructed or moved from)");
+  EXPECT_EQ(misuse([&] { (void)empty.local(); }),
+            "local() of an empty distributed buffer handle (default-constructed or moved from)");
+  auto a = world.buffer<int>(4, 0);
+  const std::string refused = misuse([&] {
+    world.submit(
+        dist::TaskOptions{.name = "reader"}, [](std::span<int>, std::span<const int>) {}, dist::write(a),
+        dist::read(empty));
+  });
+  EXPECT_EQ(refused,
+            "distributed task 'reader' accesses an empty distributed buffer handle (access 1: "
+            "default-constructed or moved from)");
+  const dist::DistributedBuffer<int> moved_to = std::move(a);
+  // NOLINTNEXTLINE(bugprone-use-after-move): what this checks
+  EXPECT_NE(misuse([&] { world.submit([](std::span<int>) {}, dist::write(a)); }).find("access 0"),
+            std::string::npos);
+  world.wait_all();
+  EXPECT_EQ(world.stats().tasks_run + world.stats().tasks_skipped, 0u);
+  EXPECT_EQ(moved_to.number(), 0u);
+}
+
+// count * sizeof(T) wrapped (to 4 bytes for SIZE_MAX / 4 + 2 ints): the buffer was registered with
+// the wrapped size on every rank, then only its owner failed (allocating it), so the owner's next
+// buffer was number 1 and the other ranks held a handle of 4 bytes. It is refused before it counts.
+TEST(DistributedLocal, ABufferLargerThanTheAddressSpaceIsRefusedBeforeItIsCreated) {
+  Context context(with({}));
+  dist::Runtime world(context);
+  const std::size_t count = SIZE_MAX / sizeof(int) + 2;
+  EXPECT_EQ(error_of(ErrorCode::invalid_argument, [&] { world.buffer<int>(count, 0, "huge"); }),
+            "distributed buffer 0 of " + std::to_string(count) +
+                " elements of 4 bytes is larger than the address space");
+  EXPECT_EQ(world.buffer<int>(1, 0).number(), 0u) << "the refused buffer was registered";
+}
+
 // A dump that cannot be written says why, as Context::dump_perf_stats does: it said only "cannot
 // write '/tmp'", leaving the user to find that /tmp is a directory.
 TEST(DistributedLocal, ADumpThatCannotBeWrittenSaysWhy) {
   Context context(with({}));
   dist::Runtime world(context);
-  const auto message = [](auto&& dump) {
-    try {
-      dump();
-    } catch (const Error& error) {
-      EXPECT_EQ(error.code(), ErrorCode::invalid_argument);
-      return std::string(error.what());
-    }
-    return std::string("nothing thrown");
-  };
+  const auto message = [](auto&& dump) { return error_of(ErrorCode::invalid_argument, dump); };
   const std::string directory = std::filesystem::temp_directory_path().string();
   EXPECT_EQ(message([&] { world.dump_trace(directory); }),
             "cannot write the trace to '" + directory + "': Is a directory");
