@@ -138,7 +138,7 @@ NERVE_API int runtime_size(const RuntimeImpl* runtime) noexcept;
 // register_buffer() checks the buffer (owner, byte size: throws Error on every rank alike) before it
 // adds it to the bookkeeping.
 NERVE_API BufferEntry* register_buffer(RuntimeImpl* runtime, int owner, std::size_t count,
-                                       std::size_t element_size);
+                                       std::size_t element_size, const std::string& name);
 NERVE_API int buffer_owner(const BufferEntry* entry) noexcept;
 NERVE_API std::uint64_t buffer_number(const BufferEntry* entry) noexcept;
 // throw_empty_handle() is Error(buffer_misuse) for `what` ("owner()") of an empty DistributedBuffer.
@@ -147,11 +147,12 @@ NERVE_API std::uint64_t buffer_number(const BufferEntry* entry) noexcept;
 NERVE_API TaskPlan plan_task(RuntimeImpl* runtime, const AccessDescription* accesses, std::size_t count,
                              const TaskOptions& options);
 // start_send()/start_receive() run inside the send/receive tasks: they defer the task's completion
-// to the communication thread. receive's `data` is the replica, `bytes` its size.
+// to the communication thread. receive's `data` is the replica of `entry`, `bytes` its size, and
+// `task` the name of the task that reads it (for the error if the payload does not fit).
 NERVE_API void start_send(RuntimeImpl* runtime, int to, std::uint64_t sequence, const void* data,
                           std::size_t bytes);
 NERVE_API void start_receive(RuntimeImpl* runtime, int from, std::uint64_t sequence, void* data,
-                             std::size_t bytes);
+                             std::size_t bytes, const BufferEntry* entry, const char* task);
 // task_started()/task_failed()/task_finished() wrap a task body: trace events, failure broadcast.
 NERVE_API std::uint64_t task_started(RuntimeImpl* runtime) noexcept;
 NERVE_API void task_finished(RuntimeImpl* runtime, const char* name, std::uint64_t started) noexcept;
@@ -279,7 +280,7 @@ class Runtime {
   // NOLINTNEXTLINE(performance-unnecessary-value-param): it is moved (a clang-tidy 14 bug, llvm#43943)
   DistributedBuffer<T> buffer(std::size_t count, int owner, std::string name = {}) {
     auto data = std::make_shared<detail::BufferData<T>>();
-    data->entry = detail::register_buffer(impl_, owner, count, sizeof(T));
+    data->entry = detail::register_buffer(impl_, owner, count, sizeof(T), name);
     data->count = count;
     data->name = std::move(name);
     if (owner == rank()) data->local = Buffer<T>(context(), count, BufferOptions{.name = data->name});
@@ -302,7 +303,7 @@ class Runtime {
     const detail::TaskPlan plan = detail::plan_task(impl_, descriptions, sizeof...(A), options);
     const int me = rank();
     std::size_t index = 0;
-    (move_data(plan, index++, *accesses.buffer, me), ...);
+    (move_data(plan, index++, *accesses.buffer, me, options.name), ...);
     if (plan.rank != me) return;
     nerve::TaskOptions local;
     local.name = options.name;
@@ -343,8 +344,8 @@ class Runtime {
 
   // move_data() submits this rank's side of the transfers feeding access `index`.
   template <class T>
-  void move_data(const detail::TaskPlan& plan, std::size_t index, const DistributedBuffer<T>& buffer,
-                 int me) {
+  void move_data(const detail::TaskPlan& plan, std::size_t index, const DistributedBuffer<T>& buffer, int me,
+                 const char* task) {
     for (const detail::Transfer& transfer : plan.transfers) {
       if (transfer.access != index) continue;
       detail::BufferData<T>& data = buffer.data();
@@ -365,12 +366,13 @@ class Runtime {
         detail::RuntimeImpl* impl = impl_;
         const int from = transfer.from;
         const std::uint64_t sequence = transfer.sequence;
+        const detail::BufferEntry* entry = data.entry;
         nerve::TaskOptions options;
         options.name = "nerve.receive";
         context().spawn(
             options,
-            [impl, from, sequence](std::span<T> view) {
-              detail::start_receive(impl, from, sequence, view.data(), view.size_bytes());
+            [impl, from, sequence, entry, task](std::span<T> view) {
+              detail::start_receive(impl, from, sequence, view.data(), view.size_bytes(), entry, task);
             },
             nerve::write(data.local));
       }

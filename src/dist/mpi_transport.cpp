@@ -57,6 +57,7 @@ struct PostedReceive {
   void* data;
   std::size_t bytes;
   TaskRecord* task;
+  std::string what;  // the replica, for errors (Transport::receive)
 };
 
 struct IncomingReceive {
@@ -150,9 +151,11 @@ class MpiTransport final : public Transport {
   void send(int to, std::uint64_t sequence, const void* data, std::size_t bytes, TaskRecord* task) override {
     if (bytes > static_cast<std::size_t>(INT32_MAX)) {
       complete_deferred(
-          task, std::make_exception_ptr(Error(
-                    ErrorCode::not_supported,
-                    fmt::format("distributed: a payload of {} bytes is over MPI's 2 GiB count", bytes))));
+          task,
+          std::make_exception_ptr(Error(
+              ErrorCode::not_supported,
+              fmt::format("distributed: a payload of {} bytes is over MPI's int count (at most {} bytes)",
+                          bytes, INT32_MAX))));
       return;
     }
     {
@@ -162,10 +165,11 @@ class MpiTransport final : public Transport {
     wake_.notify_one();
   }
 
-  void receive(int from, std::uint64_t sequence, void* data, std::size_t bytes, TaskRecord* task) override {
+  void receive(int from, std::uint64_t sequence, void* data, std::size_t bytes, TaskRecord* task,
+               std::string what) override {
     {
       std::lock_guard lock(mutex_);
-      receives_.push_back(IncomingReceive{from, sequence, PostedReceive{data, bytes, task}});
+      receives_.push_back(IncomingReceive{from, sequence, PostedReceive{data, bytes, task, std::move(what)}});
     }
     wake_.notify_one();
   }
@@ -336,8 +340,8 @@ class MpiTransport final : public Transport {
       bool progress = !sends.empty() || !receives.empty() || !calls.empty() || broadcast;
       if (broadcast) broadcast_failure();
       for (const OutgoingSend& send : sends) start_send(send);
-      for (const IncomingReceive& receive : receives)
-        post_receive(receive.from, receive.sequence, receive.posted);
+      for (IncomingReceive& receive : receives)
+        post_receive(receive.from, receive.sequence, std::move(receive.posted));
       for (auto& task : calls) task();
       progress |= poll_incoming();
       progress |= poll_active();
@@ -509,7 +513,7 @@ class MpiTransport final : public Transport {
       fill(posted, bytes, from, sequence);
       return;
     }
-    posted_.emplace(k, posted);
+    posted_.emplace(k, std::move(posted));
   }
 
   // fill() copies an arrived payload into its posted receive and completes the receive task.
@@ -518,9 +522,9 @@ class MpiTransport final : public Transport {
     if (bytes.size() != posted.bytes) {
       // The program's mistake, and the run cannot go on: every rank fails (and ~Runtime ends the job).
       const std::string message = fmt::format(
-          "distributed: payload {} from rank {} has {} bytes; its replica on rank {} has {} (the ranks did "
-          "not submit the same buffers and tasks)",
-          sequence, from, bytes.size(), rank_, posted.bytes);
+          "distributed: {}: payload {} from rank {} has {} bytes; its replica on rank {} has {} (the ranks "
+          "did not submit the same buffers and tasks)",
+          posted.what, sequence, from, bytes.size(), rank_, posted.bytes);
       report_failure(message);
       complete_deferred(posted.task, std::make_exception_ptr(Error(ErrorCode::invalid_argument, message)));
       return;
@@ -534,7 +538,7 @@ class MpiTransport final : public Transport {
   void deliver(int from, std::uint64_t sequence, std::vector<std::byte> bytes) {
     const Key k = key(from, sequence);
     if (auto it = posted_.find(k); it != posted_.end()) {
-      const PostedReceive posted = it->second;
+      const PostedReceive posted = std::move(it->second);
       posted_.erase(it);
       fill(posted, bytes, from, sequence);
       return;

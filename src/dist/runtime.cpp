@@ -59,6 +59,11 @@ const char* display(const char* name) noexcept { return name != nullptr ? name :
 
 }  // namespace
 
+std::string describe(const BufferEntry& entry) {
+  return entry.name.empty() ? fmt::format("buffer {}", entry.number)
+                            : fmt::format("buffer {} '{}'", entry.number, entry.name);
+}
+
 void throw_empty_handle(const char* what) {
   throw Error(
       ErrorCode::buffer_misuse,
@@ -125,7 +130,8 @@ int runtime_rank(const RuntimeImpl* runtime) noexcept { return runtime->rank; }
 int runtime_size(const RuntimeImpl* runtime) noexcept { return runtime->size; }
 Context& runtime_context(RuntimeImpl* runtime) noexcept { return runtime->context; }
 
-BufferEntry* register_buffer(RuntimeImpl* runtime, int owner, std::size_t count, std::size_t element_size) {
+BufferEntry* register_buffer(RuntimeImpl* runtime, int owner, std::size_t count, std::size_t element_size,
+                             const std::string& name) {
   if (owner < 0 || owner >= runtime->size) {
     throw Error(ErrorCode::invalid_argument,
                 fmt::format("distributed buffer {} is given owner rank {}, but the run has ranks 0..{}",
@@ -142,6 +148,7 @@ BufferEntry* register_buffer(RuntimeImpl* runtime, int owner, std::size_t count,
   }
   BufferEntry& entry = runtime->buffers.emplace_back();
   entry.number = runtime->buffers.size() - 1;
+  entry.name = name;
   entry.owner = owner;
   entry.bytes = count * element_size;
   entry.held.assign(static_cast<std::size_t>(runtime->size), no_version);
@@ -217,10 +224,11 @@ TaskPlan plan_task(RuntimeImpl* runtime, const AccessDescription* accesses, std:
   for (std::size_t i = 0; i < count; ++i) {
     const BufferEntry& entry = *accesses[i].buffer;
     if (needs_transfer(i) && entry.bytes > static_cast<std::size_t>(INT32_MAX)) {
-      throw Error(ErrorCode::not_supported,
-                  fmt::format("distributed task '{}' on rank {} reads buffer {} ({} bytes) from rank {}: "
-                              "payloads are limited to 2 GiB (MPI's int count); split the buffer",
-                              display(options.name), rank, entry.number, entry.bytes, entry.owner));
+      throw Error(
+          ErrorCode::not_supported,
+          fmt::format("distributed task '{}' on rank {} reads {} ({} bytes) from rank {}: payloads "
+                      "are limited to 2 GiB - 1 byte ({} bytes, MPI's int count); split the buffer",
+                      display(options.name), rank, describe(entry), entry.bytes, entry.owner, INT32_MAX));
     }
   }
   for (std::size_t i = 0; i < count; ++i) {
@@ -249,9 +257,13 @@ void start_send(RuntimeImpl* runtime, int to, std::uint64_t sequence, const void
   runtime->transport->send(to, sequence, data, bytes, task);
 }
 
-void start_receive(RuntimeImpl* runtime, int from, std::uint64_t sequence, void* data, std::size_t bytes) {
+void start_receive(RuntimeImpl* runtime, int from, std::uint64_t sequence, void* data, std::size_t bytes,
+                   const BufferEntry* entry, const char* task_name) {
+  // The transport knows payloads, not buffers or tasks: it gets the replica's description ready-made,
+  // for the error it raises when a payload does not fit (the ranks disagree on the buffer's size).
+  std::string what = fmt::format("{} for task '{}'", describe(*entry), display(task_name));
   nerve::detail::TaskRecord* task = nerve::detail::defer_current_task();
-  runtime->transport->receive(from, sequence, data, bytes, task);
+  runtime->transport->receive(from, sequence, data, bytes, task, std::move(what));
 }
 
 std::uint64_t task_started(RuntimeImpl* runtime) noexcept {

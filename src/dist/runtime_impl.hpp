@@ -31,6 +31,7 @@ inline constexpr std::uint64_t no_version = ~std::uint64_t{0};
 
 struct BufferEntry {
   std::uint64_t number = 0;
+  std::string name;  // for errors: empty when the buffer has none
   int owner = 0;
   std::size_t bytes = 0;
   std::uint64_t version = 0;        // writes so far
@@ -75,6 +76,9 @@ struct RuntimeImpl {
   }
   void throw_if_failed() const;
 };
+
+// describe() names a buffer in errors: "buffer 3 'tile'", or "buffer 3" without a name.
+std::string describe(const BufferEntry& entry);
 
 // trace_json() is this rank's events as Chrome trace-event objects ("X" events, pid = rank),
 // comma-separated, without the enclosing array.

@@ -34,9 +34,11 @@ class Transport {
   // send() transmits `bytes` at `data`, which stays valid and unchanged until `task` completes.
   virtual void send(int to, std::uint64_t sequence, const void* data, std::size_t bytes,
                     nerve::detail::TaskRecord* task) = 0;
-  // receive() fills `bytes` at `data` with the payload (from, sequence), then completes `task`.
+  // receive() fills `bytes` at `data` with the payload (from, sequence), then completes `task`. A
+  // payload of another size fails the run with an error that names the replica by `what` ("buffer 3
+  // 'tile' for task 'gemm'").
   virtual void receive(int from, std::uint64_t sequence, void* data, std::size_t bytes,
-                       nerve::detail::TaskRecord* task) = 0;
+                       nerve::detail::TaskRecord* task, std::string what) = 0;
   // report_failure() tells every other rank that this one failed (once; later calls do nothing) and
   // fails this rank's pending transfers.
   virtual void report_failure(const std::string& message) = 0;

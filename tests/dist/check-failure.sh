@@ -23,6 +23,10 @@ fi
 if [[ $mode == mismatch ]] && ! grep -q "did not submit the same buffers and tasks" <<<"$output"; then
   echo "FAIL: no error saying the ranks submitted different buffers"; exit 1
 fi
+# The error names the buffer (number and name) and the task that reads it: it named neither.
+if [[ $mode == mismatch ]] && ! grep -q "distributed: buffer 0 'tile' for task 'reader': payload 0 from rank 1 has 16 bytes; its replica on rank 0 has 32" <<<"$output"; then
+  echo "FAIL: the size-mismatch error does not name the buffer and the task"; exit 1
+fi
 if [[ $mode == die ]] && ! grep -q "rank 1" <<<"$output"; then
   echo "FAIL: no error naming the rank that died"; exit 1
 fi
