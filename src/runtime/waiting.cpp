@@ -104,7 +104,13 @@ std::string ContextImpl::list_stuck_wait(const StuckWait& wait) {
       if (!back && std::find(seen.begin(), seen.end(), holder) != seen.end()) continue;
       const TaskRecord* blocker = waits_for_stack_of(*waiting, *holder);
       if (blocker == nullptr) continue;
-      if (back) return describe_waited(*first_step);
+      if (back) {
+        // Out of the list before anyone else looks: the others of the cycle, looking again, must
+        // not find it too once this wait has decided to end it (one refusal per cycle).
+        std::string elsewhere = describe_waited(*first_step);
+        unlist_locked(wait);
+        return elsewhere;
+      }
       seen.push_back(holder);
       frontier.emplace_back(holder, first_step != nullptr ? first_step : blocker);
     }
@@ -114,6 +120,10 @@ std::string ContextImpl::list_stuck_wait(const StuckWait& wait) {
 
 void ContextImpl::unlist_stuck_wait(const StuckWait& wait) noexcept {
   std::lock_guard lock(stuck_waits_mutex);
+  unlist_locked(wait);
+}
+
+void ContextImpl::unlist_locked(const StuckWait& wait) noexcept {
   const auto listed = std::find(stuck_waits.begin(), stuck_waits.end(), &wait);
   if (listed == stuck_waits.end()) return;
   *listed = stuck_waits.back();
