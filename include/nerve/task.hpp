@@ -134,7 +134,9 @@ struct TaskOptions {
   // worker at once instead of waiting to be stolen one by one.
   bool compute_intensive = false;
   // Run on this device (Context::devices(): 0 = the CPU workers); -1 lets nerve choose, data
-  // locality first. Its data is moved there before it starts.
+  // locality first, among the devices whose memory could hold the whole buffers the task touches (a
+  // device replica is the whole buffer, even for a slice). Its data is moved there before it starts;
+  // sent to a device too small for it, it fails with out_of_memory.
   int device = -1;
   // The order in which CPU workers start ready tasks (every scheduler.policy):
   // - A non-zero priority puts the task in one shared priority queue: higher first, and among equal

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <new>
+#include <span>
 
 #include <fmt/format.h>
 
@@ -177,6 +178,28 @@ bool CoherenceEngine::acquire(TaskRecord* task, unsigned node) {
   }
   start_copies(started);
   return task->fetches.fetch_sub(1, std::memory_order_acq_rel) == 1;
+}
+
+std::size_t CoherenceEngine::replica_footprint(const TaskRecord& task) {
+  const std::span<const AccessRecord> accesses(task.accesses, task.access_count);
+  std::size_t total = 0;
+  // Few accesses (nearly every task): a pairwise look is cheaper than sorting a copy.
+  if (accesses.size() <= 32) {
+    for (std::size_t i = 0; i < accesses.size(); ++i) {
+      const BufferState* buffer = accesses[i].buffer;
+      if (std::none_of(accesses.begin(), accesses.begin() + static_cast<std::ptrdiff_t>(i),
+                       [&](const AccessRecord& earlier) { return earlier.buffer == buffer; }))
+        total += replica_bytes(*buffer);
+    }
+    return total;
+  }
+  std::vector<const BufferState*> buffers;
+  buffers.reserve(accesses.size());
+  for (const AccessRecord& access : accesses) buffers.push_back(access.buffer);
+  std::sort(buffers.begin(), buffers.end());
+  buffers.erase(std::unique(buffers.begin(), buffers.end()), buffers.end());
+  for (const BufferState* buffer : buffers) total += replica_bytes(*buffer);
+  return total;
 }
 
 bool CoherenceEngine::host_holds_all(const TaskRecord& task) noexcept {
@@ -463,13 +486,7 @@ std::byte* CoherenceEngine::allocate_evicting(unsigned node, std::size_t bytes, 
     }
     return false;
   };
-  std::size_t own = 0;  // each buffer once, however many of the task's accesses name it
-  for (std::size_t i = 0; i < task.access_count; ++i) {
-    const BufferState& buffer = *task.accesses[i].buffer;
-    bool seen = false;
-    for (std::size_t j = 0; j < i && !seen; ++j) seen = task.accesses[j].buffer == &buffer;
-    if (!seen) own += replica_bytes(buffer);
-  }
+  const std::size_t own = replica_footprint(task);
   // Passes that found room after the allocation failed (freed meanwhile by a task's eviction or a
   // dying buffer). Bounded: a device's allocator may fail below the limit, and then room never helps.
   int room_retries = 0;

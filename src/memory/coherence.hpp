@@ -126,6 +126,11 @@ class CoherenceEngine {
   bool acquire(TaskRecord* task, unsigned node);
   // host_holds_all(): no buffer the task touches has ever had a replica off the host.
   static bool host_holds_all(const TaskRecord& task) noexcept;
+  // replica_footprint(): the bytes `task` needs on a device node. A replica is the whole buffer,
+  // however small the slice the task touches (valid ranges are per byte range, storage is not), and
+  // a buffer counts once however many of its accesses name it. A task whose footprint is above a
+  // node's limit can never run there: acquire() fails it with OutOfMemory, and placement avoids it.
+  static std::size_t replica_footprint(const TaskRecord& task);
   void release(TaskRecord* task, unsigned node) noexcept;
   // replica(): where `buffer`'s bytes are on `node` (valid after acquire; nullptr if none).
   std::byte* replica(BufferState& buffer, unsigned node) noexcept;

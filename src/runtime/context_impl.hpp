@@ -227,11 +227,19 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   unsigned device_count() const noexcept { return static_cast<unsigned>(devices.size()) + 1; }
   std::vector<DeviceInfo> device_infos() const;
   bool has_devices() const noexcept { return !devices.empty(); }
+  // PlacementNeeds: what nerve's own placement asks of a device for one task, worked out once per
+  // decision. `replica_bytes` is CoherenceEngine::replica_footprint(): a device whose memory limit is
+  // below it can never hold the task's data (it would fail there with out_of_memory), whereas one
+  // that is only full now makes the task wait, so the limit counts, not what is free.
+  struct PlacementNeeds {
+    bool strict = true;
+    std::size_t replica_bytes = 0;
+  };
   int choose_device(TaskRecord* task);
   // place_heft(): scheduler.policy heft's choice for a kernel call (heft_placement.cpp);
-  // `locality` is the locality-aware choice, its fallback while models calibrate; `strict`: see
+  // `locality` is the locality-aware choice, its fallback while models calibrate; `needs`: see
   // placeable_on().
-  int place_heft(TaskRecord* task, int locality, bool strict);
+  int place_heft(TaskRecord* task, int locality, const PlacementNeeds& needs);
   // heft_finished(): a task placed by heft finished (or failed before running): its device frees up.
   void heft_finished(const TaskRecord* task) noexcept;
   // memory_nodes(): every memory node, by index (host first).
@@ -263,10 +271,12 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
     return task.device_hint <= 0 && can_run_on(task, 0);
   }
   // placeable_on(): nerve's own placement may choose `device` for `task`: it runs the task and, when
-  // `strict`, takes its accesses as they are (Device::takes_accesses). strict_placement(): some
-  // device does both (else placement falls back to any device that runs it, where it fails saying why).
-  bool placeable_on(const TaskRecord& task, int device, bool strict) const noexcept;
-  bool strict_placement(const TaskRecord& task) const noexcept;
+  // `needs.strict`, takes its accesses as they are (Device::takes_accesses) and has the room for its
+  // replicas. placement_needs(): strict when some device does all of that — the CPU workers do
+  // whenever they run the task — else placement falls back to any device that runs it, where it fails
+  // saying why.
+  bool placeable_on(const TaskRecord& task, int device, const PlacementNeeds& needs) const noexcept;
+  PlacementNeeds placement_needs(const TaskRecord& task) const;
   // write_trace(): perf.trace at shutdown (a failure is logged, not thrown).
   void write_trace() noexcept;
   // perf.trace made absolute, or this context's own file when that one is another output's

@@ -90,8 +90,12 @@ bool ContextImpl::place_elsewhere(TaskRecord* task, Device& device) noexcept {
   if (task->device_hint >= 0 || task->kind != TaskKind::function) return false;  // sent there: it fails
   const int from = device.info().index;
   int fallback = -1;
-  for (int each = 0; each < static_cast<int>(device_count()) && fallback < 0; ++each) {
-    if (each != from && placeable_on(*task, each, /*strict=*/true)) fallback = each;
+  try {
+    const PlacementNeeds needs{true, CoherenceEngine::replica_footprint(*task)};
+    for (int each = 0; each < static_cast<int>(device_count()) && fallback < 0; ++each) {
+      if (each != from && placeable_on(*task, each, needs)) fallback = each;
+    }
+  } catch (const std::bad_alloc&) {  // no memory to weigh the others: it fails with the device's error
   }
   if (fallback < 0) return false;  // no other device runs the kernel: it fails with the device's error
   task->phase.store(status_ready, std::memory_order_relaxed);  // prepare_launch() may have said running
@@ -163,7 +167,9 @@ void ContextImpl::check_closure_device(const TaskRecord& task, int device, const
 
 // Data locality first: the device holding the most bytes the task reads, the CPU workers on a tie
 // (or when no device can run it). An explicit TaskOptions::device wins. A device that runs the
-// kernel but cannot take the task's accesses as they are is left out while another can run it.
+// kernel but cannot take the task's accesses as they are, or whose memory is too small for the
+// task's replicas however much of it were free, is left out while another can run it: the task
+// would only fail there.
 int ContextImpl::choose_device(TaskRecord* task) {
   if (task->device_hint >= 0) return task->device_hint;
   // Most tasks have one choice (closures, single-kind kernels): no need to weigh their data — unless
@@ -179,10 +185,10 @@ int ContextImpl::choose_device(TaskRecord* task) {
     }
     if (choices == 1) return only;
   }
-  const bool strict = strict_placement(*task);
+  const PlacementNeeds needs = placement_needs(*task);
   int best = -1;
   std::size_t best_bytes = 0;
-  if (placeable_on(*task, 0, strict)) {
+  if (placeable_on(*task, 0, needs)) {
     best = 0;
     for (std::size_t i = 0; i < task->access_count; ++i) {
       const AccessRecord& access = task->accesses[i];
@@ -191,7 +197,7 @@ int ContextImpl::choose_device(TaskRecord* task) {
     }
   }
   for (auto& device : devices) {
-    if (!placeable_on(*task, device->info().index, strict)) continue;
+    if (!placeable_on(*task, device->info().index, needs)) continue;
     std::size_t bytes = 0;
     for (std::size_t i = 0; i < task->access_count; ++i) {
       const AccessRecord& access = task->accesses[i];
@@ -204,7 +210,7 @@ int ContextImpl::choose_device(TaskRecord* task) {
     }
   }
   if (heft != nullptr && model_name(*task) != nullptr) [[unlikely]]
-    return place_heft(task, best, strict);
+    return place_heft(task, best, needs);
   return best;
 }
 

@@ -51,7 +51,7 @@ std::vector<MemoryNode*> ContextImpl::memory_nodes() {
   return nodes;
 }
 
-int ContextImpl::place_heft(TaskRecord* task, int locality, bool strict) {
+int ContextImpl::place_heft(TaskRecord* task, int locality, const PlacementNeeds& needs) {
   // The bus is measured when the context starts (or loaded from perf.model_dir); devices added later
   // (test devices) are measured here, on first use: a few copies per node pair.
   if (!bus->covers(coherence->node_count())) {
@@ -66,7 +66,7 @@ int ContextImpl::place_heft(TaskRecord* task, int locality, bool strict) {
   std::vector<HeftCandidate> candidates;
   std::size_t locality_index = 0;
   for (int device = 0; device < static_cast<int>(device_count()); ++device) {
-    if (!placeable_on(*task, device, strict)) continue;
+    if (!placeable_on(*task, device, needs)) continue;
     HeftCandidate candidate;
     candidate.device = device;
     // A device runs one kernel at a time in its queue order; the CPU workers run one per slot.

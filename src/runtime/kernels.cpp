@@ -14,16 +14,21 @@ bool ContextImpl::can_run_on(const TaskRecord& task, int device) const noexcept 
   return devices[static_cast<std::size_t>(device) - 1]->can_run(task);
 }
 
-bool ContextImpl::placeable_on(const TaskRecord& task, int device, bool strict) const noexcept {
+bool ContextImpl::placeable_on(const TaskRecord& task, int device,
+                               const PlacementNeeds& needs) const noexcept {
   if (!can_run_on(task, device)) return false;
-  return !strict || device == 0 || devices[static_cast<std::size_t>(device) - 1]->takes_accesses(task);
+  if (!needs.strict || device == 0) return true;  // the CPU workers use the host copies: no replica
+  const Device& target = *devices[static_cast<std::size_t>(device) - 1];
+  return needs.replica_bytes <= target.memory().limit() && target.takes_accesses(task);
 }
 
-bool ContextImpl::strict_placement(const TaskRecord& task) const noexcept {
+ContextImpl::PlacementNeeds ContextImpl::placement_needs(const TaskRecord& task) const {
+  PlacementNeeds needs{true, CoherenceEngine::replica_footprint(task)};
   for (int device = 0; device < static_cast<int>(device_count()); ++device) {
-    if (placeable_on(task, device, true)) return true;
+    if (placeable_on(task, device, needs)) return needs;
   }
-  return false;
+  needs.strict = false;
+  return needs;
 }
 
 namespace {

@@ -156,7 +156,7 @@ std::string HeftPlacer::reason(const HeftDecision& decision, const std::vector<H
       return fmt::format(
           "only device {} can take the call: device{} {} implement{} the kernel but {} left out (its "
           "program does not build there or a launch was refused there, or a slice or work size of this "
-          "call does not fit)",
+          "call does not fit, or its memory is too small for the whole buffers the call touches)",
           chosen.device, left_out.size() > 1 ? "s" : "", fmt::join(left_out, ", "),
           left_out.size() > 1 ? "" : "s", left_out.size() > 1 ? "are" : "is");
     case HeftMode::earliest: {

@@ -389,6 +389,42 @@ TEST(Coherence, OutOfMemoryFailsTheTaskWithAClearError) {
   EXPECT_EQ(small_buffer.to_vector()[0], 2);
 }
 
+// A task nerve places itself never goes to a device whose memory, even empty, cannot hold its
+// replicas: the device holding most of its input is left out, and the CPU workers run it instead of
+// it failing there with out_of_memory — under either policy that places by locality. Sent to that
+// device with TaskOptions::device, it still fails, saying so.
+TEST(Coherence, APlacedTaskWhoseDataCanNeverFitTheDeviceWithItsInputRunsOnTheCpu) {
+  for (const SchedulerPolicy policy : {SchedulerPolicy::locality_aware_stealing, SchedulerPolicy::eager}) {
+    Context context(make_settings(2, policy));
+    context.impl()->add_test_device(detail::TestDeviceOptions{.memory_limit = 3 * n * sizeof(int)});
+    Buffer<int> first(context, n), second(context, n), on_host(context, std::vector<int>(n, 1));
+    Buffer<long> sum(context, 1);
+    for (Buffer<int>* each : {&first, &second}) {
+      context.spawn(
+          TaskOptions{.device = 1}, [](std::span<int> d) { std::fill(d.begin(), d.end(), 5); }, write(*each));
+    }
+    context.wait_all();
+    // Two thirds of its input is on the device, but its four replicas would take 3n ints and a long.
+    const auto add_all = [&](std::span<const int> a, std::span<const int> b, std::span<const int> c,
+                             std::span<long> out) {
+      EXPECT_GE(context.current_worker(), 0) << "it ran on the device";
+      out[0] = std::accumulate(a.begin(), a.end(), 0L) + std::accumulate(b.begin(), b.end(), 0L) +
+               std::accumulate(c.begin(), c.end(), 0L);
+    };
+    EXPECT_NO_THROW(context.submit(add_all, read(first), read(second), read(on_host), write(sum)).wait());
+    EXPECT_EQ(sum.to_vector()[0], 11L * n);
+    try {
+      context.submit(TaskOptions{.device = 1}, add_all, read(first), read(second), read(on_host), write(sum))
+          .wait();
+      ADD_FAILURE() << "sent to the device, its data cannot fit";
+    } catch (const Error& error) {
+      EXPECT_EQ(error.code(), ErrorCode::out_of_memory);
+      EXPECT_THAT(error.what(), ::testing::HasSubstr("the task needs 12296 bytes there in all"));
+    }
+    context.wait_all();
+  }
+}
+
 // A task that fails because its data cannot fit never runs; what its closure holds is released.
 TEST(Coherence, ATaskFailedForMemoryReleasesItsClosure) {
   detail::TestDeviceOptions small;

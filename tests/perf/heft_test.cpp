@@ -486,6 +486,40 @@ TEST(Heft, OnlyDevicesImplementingTheKernelAreCandidates) {
   std::filesystem::remove(log);
 }
 
+// A device whose memory could never hold the call's buffers (the whole of each: a replica is the
+// whole buffer) is no candidate, however much of the input it holds: the call would fail there with
+// out_of_memory. heft sends it to the CPU workers and says why the device was left out.
+TEST(Heft, ADeviceTooSmallForTheCallsBuffersIsNoCandidate) {
+  const auto models = fresh_directory("nerve-heft-too-small");
+  const auto log = temp_file("nerve-heft-too-small-log");
+  {
+    Settings settings = policy_settings("heft", models);
+    settings.set("perf.decision_log", log.string());
+    Context context(settings);
+    context.impl()->add_test_device(TestDeviceOptions{.memory_limit = 3 * tile_floats * sizeof(float)});
+    Buffer<float> first(context, tile_floats), second(context, tile_floats);
+    Buffer<float> on_host(context, std::vector<float>(tile_floats, 1.0f)), out(context, 1);
+    for (Buffer<float>* each : {&first, &second}) {
+      context.spawn(
+          TaskOptions{.device = 1}, [](std::span<float> d) { std::fill(d.begin(), d.end(), 2.0f); },
+          write(*each));
+    }
+    context.wait_all();
+    const Kernel sum = synthetic("heft_too_small", 1ms, 1ms);
+    EXPECT_NO_THROW(context.submit(sum, read(first), read(second), read(on_host), write(out)).wait());
+    EXPECT_EQ(out.to_vector()[0], 1.0f);
+  }
+  const auto lines = read_lines(log);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0]["mode"], "only") << lines[0].dump();
+  EXPECT_EQ(lines[0]["chosen"], 0) << lines[0].dump();
+  EXPECT_EQ(lines[0]["candidates"].size(), 1u) << lines[0].dump();
+  EXPECT_NE(lines[0]["reason"].get<std::string>().find("memory is too small"), std::string::npos)
+      << lines[0].dump();
+  std::filesystem::remove_all(models);
+  std::filesystem::remove(log);
+}
+
 TEST(Heft, IntegerPrioritiesOrderReadyTasks) {
   const auto models = fresh_directory("nerve-heft-priority");
   Settings settings = policy_settings("heft", models);
