@@ -530,7 +530,8 @@ std::byte* CoherenceEngine::allocate_evicting(unsigned node, std::size_t bytes, 
     }
     throw Error(ErrorCode::out_of_memory,
                 fmt::format("memory node '{}' cannot hold {} more bytes for {}: {}, {} in use by {} "
-                            "replica(s); the task needs {} bytes there in all",
+                            "replica(s); the task needs {} bytes there in all (a replica on a device is "
+                            "the whole buffer, even for a task on a slice of it)",
                             memory.name(), bytes, requester.describe(), describe_limit(memory), memory.used(),
                             residents, own));
   }

@@ -3,10 +3,12 @@
 // Each buffer remembers, per byte range, on which memory nodes its bytes are valid (a node mask):
 // valid on one node after a write (MSI "modified"), on several after reads elsewhere ("shared"),
 // invalid everywhere else. Ranges split at access boundaries and merge back when equal, so tasks on
-// disjoint slices keep independent state.
+// disjoint slices keep independent state. Storage is per buffer: a replica is the whole buffer, so
+// that slices keep their offsets and a later task on another slice finds its place already made.
 //
 // acquire(task, node), called when a ready task has been placed on a node:
-//  - allocates the buffer's replica on that node if missing (evicting other replicas on pressure),
+//  - allocates the buffer's replica (the whole buffer) on that node if missing (evicting other
+//    replicas on pressure),
 //  - for each range the task reads that is not valid there: joins a copy already in flight to that
 //    node, or starts one from a valid node (host preferred) — so no byte is ever copied twice to the
 //    same node for the same version,

@@ -425,6 +425,36 @@ TEST(Coherence, APlacedTaskWhoseDataCanNeverFitTheDeviceWithItsInputRunsOnTheCpu
   }
 }
 
+// A device replica is the whole buffer, so a buffer larger than the device never goes there, not
+// even one slice at a time. Slice tasks that nerve places run on the CPU workers — although another
+// input, whole on the device, would draw them there — and one sent there fails, saying why.
+TEST(Coherence, SlicesOfABufferLargerThanTheDeviceRunOnTheCpuWhenPlaced) {
+  auto context = context_with_devices(2, 1, detail::TestDeviceOptions{.memory_limit = 2 * n * sizeof(int)});
+  Buffer<int> stream(*context, std::vector<int>(4 * n, 1), BufferOptions{.name = "stream"});
+  Buffer<int> steps(*context, n / 2);
+  context->spawn(
+      TaskOptions{.device = 1}, [](std::span<int> d) { std::fill(d.begin(), d.end(), 1); }, write(steps));
+  context->wait_all();
+  const auto step = [](std::span<const int> by, std::span<int> chunk) {
+    for (int& value : chunk) value += by[0];
+  };
+  std::vector<Task> tasks;
+  for (std::size_t offset = 0; offset < 4 * n; offset += n / 4)
+    tasks.push_back(context->submit(step, read(steps), read_write(stream.slice(offset, n / 4))));
+  for (Task& task : tasks) EXPECT_NO_THROW(task.wait());
+  EXPECT_EQ(stream.to_vector(), std::vector<int>(4 * n, 2));
+  EXPECT_FALSE(has_replica(*context, stream, 1));
+  try {
+    context->submit(TaskOptions{.device = 1}, step, read(steps), read_write(stream.slice(0, n / 4))).wait();
+    ADD_FAILURE() << "sent to the device, its slice needs the whole buffer there";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::out_of_memory);
+    EXPECT_THAT(error.what(), ::testing::HasSubstr("'stream'"));
+    EXPECT_THAT(error.what(), ::testing::HasSubstr("the whole buffer, even for a task on a slice"));
+  }
+  context->wait_all();
+}
+
 // A task that fails because its data cannot fit never runs; what its closure holds is released.
 TEST(Coherence, ATaskFailedForMemoryReleasesItsClosure) {
   detail::TestDeviceOptions small;
