@@ -70,7 +70,7 @@ struct TaskTimes {
   std::int64_t data_valid_ns = 0;  // its data was valid where it runs (copies done)
   std::int64_t start_ns = 0;
   std::int64_t end_ns = 0;
-  std::uint64_t bytes_moved = 0;  // bytes copied between memory nodes for it
+  std::uint64_t bytes_moved = 0;  // bytes copied between memory nodes for it (not those of a copy it joined)
   // How it ended: "succeeded", "failed" (its body threw or its kernel failed), "cancelled" (a
   // predecessor failed, or its group was cancelled: it never ran), or "deferred" (its body handed
   // completion to another thread, which had not finished it when it was recorded).

@@ -25,6 +25,9 @@ struct PendingCopy final : CopyCompletion {
   std::size_t end;
   std::uint64_t start_epoch;
   std::int64_t start_ns = 0;  // with a TransferObserver
+  // The task it was started for, whose bytes_moved counts it (null: a HOST_CACHED copy-back, started
+  // for no task). Tasks that join it wait for it too, but moved nothing themselves.
+  TaskRecord* started_for = nullptr;
   std::vector<TaskRecord*> waiters;
   // Copies into the same node over the same bytes land in the order they were queued: a later one
   // waits for `blockers` earlier ones, and each earlier one lists the later ones it holds back.
@@ -261,6 +264,7 @@ void CoherenceEngine::fetch_range(BufferState& buffer, unsigned node, std::size_
     copy->begin = state.ranges_[k].begin;
     copy->end = state.ranges_[m - 1].end;
     copy->start_epoch = state.epoch_;
+    copy->started_for = waiter;
     copy->waiters.push_back(waiter);
     waiter->fetches.fetch_add(1, std::memory_order_relaxed);
     hold_access(&buffer);  // the waiter's own access is pending
@@ -371,7 +375,9 @@ void CoherenceEngine::copy_finished(PendingCopy& copy, bool ok, const std::strin
   counters.bytes.fetch_add(bytes, std::memory_order_relaxed);
   if (observer_ != nullptr) {
     observer_->transfer_finished(copy.from, copy.to, bytes, copy.start_ns);
-    for (TaskRecord* waiter : copy.waiters) waiter->bytes_moved.fetch_add(bytes, std::memory_order_relaxed);
+    // Counted once, for the task that started it: one that joined it moved nothing itself.
+    if (copy.started_for != nullptr)
+      copy.started_for->bytes_moved.fetch_add(bytes, std::memory_order_relaxed);
   }
   for (TaskRecord* waiter : copy.waiters) {
     if (!ok && !waiter->cancel_pending.exchange(true, std::memory_order_acq_rel)) {

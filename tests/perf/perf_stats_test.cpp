@@ -1,6 +1,7 @@
 // Monitoring: dump_perf_stats() JSON (schema nerve.perf_stats/1, docs/PERF_STATS.md) — workers,
 // devices, transfers, per-task records — loaded by a JSON parser and checked field by field.
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <set>
 #include <sstream>
@@ -311,6 +312,27 @@ TEST(PerfStats, TaskPoolGatesAreNotCountedAsTasks) {
   EXPECT_EQ(run, 30u);
   EXPECT_EQ(stats.tasks_submitted, 30u) << "a pool's internal gate is not a task";
   EXPECT_EQ(stats.tasks_completed, 30u);
+}
+
+// Two tasks on one device read one buffer at once: the second joins the copy the first started
+// (docs/MEMORY.md), and that one copy counts in the first task's bytes_moved alone, not in both.
+TEST(PerfStats, AJoinedCopyCountsInTheBytesOfTheTaskThatStartedIt) {
+  Settings settings = make_settings(2);
+  settings.set("perf.record_tasks", "true");
+  Context context(settings);
+  // A slow copy, so that the second task finds it in flight.
+  context.impl()->add_test_device(detail::TestDeviceOptions{.copy_latency = std::chrono::milliseconds(100)});
+  Buffer<int> data(context, std::vector<int>(1024, 1));
+  const auto look = [](std::span<const int> d) { EXPECT_EQ(d[0], 1); };
+  context.spawn(TaskOptions{.name = "first", .device = 1}, look, read(data));
+  context.spawn(TaskOptions{.name = "second", .device = 1}, look, read(data));
+  context.wait_all();
+  const ContextStats stats = context.stats();
+  EXPECT_EQ(stats.copies, 1u);
+  std::map<std::string, std::uint64_t> moved;
+  for (const TaskTimes& task : stats.task_records) moved[task.name] = task.bytes_moved;
+  EXPECT_EQ(moved.at("first"), 1024 * sizeof(int));
+  EXPECT_EQ(moved.at("second"), 0u) << "it joined the first one's copy";
 }
 
 // docs/PERF_STATS.md: data_valid_ns = ready_ns when no copy was needed; ready_ns = when the last
