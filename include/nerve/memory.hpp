@@ -78,9 +78,12 @@ struct MemoryPoolStats {
   std::uint64_t from_central = 0;       // the central free list, the thread's own slabs, a cached large block
   std::uint64_t from_node = 0;          // a new slab or block from the node
 
-  std::uint64_t large_allocations = 0;  // requests above 64 KiB
+  // Allocations served from a block of their own: requests above 64 KiB, and those aligned to more
+  // than 64 bytes whatever their size (allocate(100, 4096) is one: only a page-aligned block gives
+  // that alignment). large_from_cache: of them, those served by a recently freed block.
+  std::uint64_t large_allocations = 0;
   std::uint64_t large_from_cache = 0;
-  std::size_t large_bytes_cached = 0;
+  std::size_t large_bytes_cached = 0;       // freed blocks kept for reuse
   std::size_t empty_slab_bytes = 0;         // empty slabs kept for reuse (compact() returns them)
   std::uint64_t numa_binding_failures = 0;  // blocks the OS refused to bind per memory.numa_policy
   // Of bytes_reserved, the bytes in blocks given transparent huge pages (memory.huge_pages).
