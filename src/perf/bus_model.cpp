@@ -44,26 +44,34 @@ struct CopyWaiter final : CopyCompletion {
 };
 
 // Storage for calibration copies on one node, from the node itself: on the host a buffer's memory,
-// so that copies of it take the path real buffers take (page-locked in place from 1 MiB on).
+// so that copies of it take the path real buffers take (page-locked in place from 1 MiB on). As much
+// as `wanted` when the node has room for it, else the largest half, quarter, ... of it that fits,
+// down to `least`: a device smaller than the usual bandwidth copy is still measured, with copies it
+// can hold. bytes() is 0 when it has no room even for `least`.
 class Scratch {
  public:
-  Scratch(MemoryNode& node, std::size_t bytes) : node_(node), bytes_(bytes) {
-    data_ = node.try_allocate(bytes);
-    if (data_ == nullptr) {
-      throw Error(
-          ErrorCode::out_of_memory,
-          fmt::format("bus calibration: memory node '{}' has no room for {} bytes", node.name(), bytes));
+  Scratch(MemoryNode& node, std::size_t wanted, std::size_t least) : node_(node) {
+    for (std::size_t bytes = wanted; data_ == nullptr && bytes >= least && bytes != 0; bytes /= 2) {
+      try {
+        data_ = node.try_allocate(bytes);
+      } catch (const Error& error) {  // a size the device refuses itself: a smaller one may do
+        if (error.code() != ErrorCode::out_of_memory) throw;
+      }
+      if (data_ != nullptr) bytes_ = bytes;
     }
-    if (node.is_host()) std::fill_n(data_, bytes, std::byte{0x5a});
+    if (data_ != nullptr && node.is_host()) std::fill_n(data_, bytes_, std::byte{0x5a});
   }
-  ~Scratch() { node_.deallocate(data_, bytes_); }
+  ~Scratch() {
+    if (data_ != nullptr) node_.deallocate(data_, bytes_);
+  }
   Scratch(const Scratch&) = delete;
   Scratch& operator=(const Scratch&) = delete;
   std::byte* data() const noexcept { return data_; }
+  std::size_t bytes() const noexcept { return bytes_; }
 
  private:
   MemoryNode& node_;
-  std::size_t bytes_;
+  std::size_t bytes_ = 0;
   std::byte* data_ = nullptr;
 };
 
@@ -88,6 +96,25 @@ double time_copy(MemoryNode& from, const std::byte* source, MemoryNode& to, std:
 // on a loaded machine took 5.7 ms for 64 bytes in CI, three times out of five), so the minimum is
 // the link's own cost; a median still took such a run for the latency.
 double fastest(const std::vector<double>& values) { return *std::min_element(values.begin(), values.end()); }
+
+// measure_link(): the latency and bandwidth of one ordered pair, with copies of `large_bytes` (which
+// both ends have room for) for the bandwidth.
+BusLink measure_link(MemoryNode& source, const Scratch& from, MemoryNode& destination, const Scratch& to,
+                     const BusCalibrationSizes& sizes, std::size_t large_bytes) {
+  // One untimed copy first: the first use of a path may set up queues, staging or pages.
+  time_copy(source, from.data(), destination, to.data(), sizes.small_bytes);
+  std::vector<double> small, large;
+  for (int i = 0; i < sizes.small_copies; ++i)
+    small.push_back(time_copy(source, from.data(), destination, to.data(), sizes.small_bytes));
+  for (int i = 0; i < sizes.large_copies; ++i)
+    large.push_back(time_copy(source, from.data(), destination, to.data(), large_bytes));
+  BusLink link;
+  link.latency_ns = fastest(small);
+  // A large copy that was barely slower than a small one (noise): bandwidth from its whole time.
+  const double streaming = fastest(large) - link.latency_ns;
+  link.bytes_per_ns = static_cast<double>(large_bytes) / std::max(streaming, fastest(large) * 0.05);
+  return link;
+}
 
 }  // namespace
 
@@ -117,26 +144,34 @@ void BusModel::measure_locked(const std::vector<MemoryNode*>& nodes, const BusCa
   std::vector<BusLink> links(n * n);
   std::vector<std::unique_ptr<Scratch>> scratch;
   scratch.reserve(n);
-  for (MemoryNode* node : nodes) scratch.push_back(std::make_unique<Scratch>(*node, sizes.large_bytes));
+  for (MemoryNode* node : nodes) {
+    scratch.push_back(std::make_unique<Scratch>(*node, sizes.large_bytes, sizes.small_bytes));
+    if (scratch.back()->bytes() == 0) {
+      log::warn("bus calibration: memory node '{}' has no room for {} bytes: its links are not measured",
+                node->name(), sizes.small_bytes);
+    } else if (scratch.back()->bytes() < sizes.large_bytes) {
+      log::debug(
+          "bus calibration: memory node '{}' has room for {} bytes: its bandwidth is measured with "
+          "copies of that size",
+          node->name(), scratch.back()->bytes());
+    }
+  }
+  // Each pair on its own: one that cannot be measured leaves its link unmeasured (heft predicts its
+  // transfers as free) and the others are kept.
   for (std::size_t from = 0; from < n; ++from) {
     for (std::size_t to = 0; to < n; ++to) {
       if (from == to || (nodes[from]->is_host() && nodes[to]->is_host())) continue;
-      MemoryNode& source = *nodes[from];
-      MemoryNode& destination = *nodes[to];
-      // One untimed copy first: the first use of a path may set up queues, staging or pages.
-      time_copy(source, scratch[from]->data(), destination, scratch[to]->data(), sizes.small_bytes);
-      std::vector<double> small, large;
-      for (int i = 0; i < sizes.small_copies; ++i)
-        small.push_back(
-            time_copy(source, scratch[from]->data(), destination, scratch[to]->data(), sizes.small_bytes));
-      for (int i = 0; i < sizes.large_copies; ++i)
-        large.push_back(
-            time_copy(source, scratch[from]->data(), destination, scratch[to]->data(), sizes.large_bytes));
-      BusLink& link = links[from * n + to];
-      link.latency_ns = fastest(small);
-      // A large copy that was barely slower than a small one (noise): bandwidth from its whole time.
-      const double streaming = fastest(large) - link.latency_ns;
-      link.bytes_per_ns = static_cast<double>(sizes.large_bytes) / std::max(streaming, fastest(large) * 0.05);
+      const std::size_t large_bytes = std::min(scratch[from]->bytes(), scratch[to]->bytes());
+      if (large_bytes == 0) continue;  // said above
+      try {
+        links[from * n + to] =
+            measure_link(*nodes[from], *scratch[from], *nodes[to], *scratch[to], sizes, large_bytes);
+      } catch (const Error& error) {
+        log::warn(
+            "bus calibration: the link from '{}' to '{}' is not measured ({}); heft predicts its "
+            "transfers as free",
+            nodes[from]->name(), nodes[to]->name(), error.what());
+      }
     }
   }
   adopt_locked(nodes, std::move(links));

@@ -2,9 +2,13 @@
 // memory nodes, for heft's transfer-time estimates (and `nerve-info --calibrate`).
 //
 // calibrate() times real copies through the nodes' asynchronous copy interface (MemoryNode::copy, the
-// same path the coherence layer uses): `small_bytes` copies give the latency (their median time),
-// `large_bytes` copies the bandwidth (bytes over their median time minus the latency). Host-to-host
-// is never copied (node 0 is one coherence domain) and costs nothing.
+// same path the coherence layer uses): `small_bytes` copies give the latency (the fastest one's
+// time), `large_bytes` copies the bandwidth (bytes over the fastest one's time minus the latency).
+// Each pair is measured on its own, with bandwidth copies that both of its nodes have room for
+// (`large_bytes`, else its largest half, quarter, ... down to `small_bytes`); a pair that cannot be
+// measured (no room for `small_bytes`, a copy that fails) is logged and left unmeasured, which
+// heft reads as free transfers, and the other pairs are kept. Host-to-host is never copied (node 0
+// is one coherence domain) and costs nothing.
 //
 // Persistence: `<dir>/bus.json` (schema "nerve.busmodel/1"), links keyed by the nodes' names, so a
 // matrix measured with other devices present still serves the pairs it has. ensure_calibrated()

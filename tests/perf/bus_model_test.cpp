@@ -182,6 +182,33 @@ TEST(BusModel, HeftContextWithOpenclMeasuresAtStart) {
   std::filesystem::remove_all(directory);
 }
 
+// A device with less room than the bandwidth copy (or one that refuses so large an allocation) is
+// measured with copies it can hold, and a node with no room at all leaves only its own links
+// unmeasured: one small device used to leave the whole bus unmeasured, and nothing saved.
+TEST(BusModel, EachPairIsMeasuredWithCopiesThatFitItsNodes) {
+  const auto directory = fresh_directory("nerve-bus-small");
+  Context context(make_settings(2));
+  context.impl()->add_test_device({});
+  context.impl()->add_test_device(detail::TestDeviceOptions{.memory_limit = 300 * 1024});
+  context.impl()->add_test_device(detail::TestDeviceOptions{.max_allocation = 100 * 1024});
+  context.impl()->add_test_device(detail::TestDeviceOptions{.memory_limit = 32});  // not even 64 bytes
+  const auto nodes = context.impl()->memory_nodes();
+  ASSERT_EQ(nodes.size(), 5u);
+  detail::BusModel bus(directory);
+  EXPECT_NO_THROW(bus.calibrate(nodes, quick_sizes));
+  for (unsigned from = 0; from < nodes.size(); ++from) {
+    for (unsigned to = 0; to < nodes.size(); ++to) {
+      if (from == to) continue;
+      const bool measurable = from != 4 && to != 4;
+      EXPECT_EQ(bus.link(from, to).measured(), measurable)
+          << nodes[from]->name() << " -> " << nodes[to]->name();
+    }
+  }
+  EXPECT_EQ(load_json(directory / "bus.json")["links"].size(), 12u) << "the measured links are saved";
+  context.wait_all();
+  std::filesystem::remove_all(directory);
+}
+
 // Every pair among the host, the test device, the sim plugin's devices and OpenCL (PoCL) devices.
 TEST(BusModel, CalibratesEveryPairOfEveryBackendsNodes) {
   ::setenv("NERVE_PLUGIN_PATH", NERVE_TEST_PLUGIN_DIR, 1);
