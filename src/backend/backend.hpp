@@ -32,6 +32,13 @@ struct DeviceOpenOptions {
   bool peer_access = true;              // gpu.peer_access
   const Config* config = nullptr;
   const Topology* topology = nullptr;
+  // The name its memory node goes by in messages and bus.json: the device's own name (as nerve-info
+  // and Context::devices() show it), made unique among the context's devices by the registry.
+  // node_name(): that, or the device's name when whoever opens it gave none (tests opening a backend).
+  std::string memory_node_name;
+  std::string node_name(const std::string& device_name) const {
+    return memory_node_name.empty() ? device_name : memory_node_name;
+  }
 };
 
 class Backend {

@@ -184,10 +184,11 @@ void run_cpu_body(const void* kernel, const KernelCall& call) {
 class PluginDevice final : public Device {
  public:
   PluginDevice(const DeviceInfo& info, const plugin::DeviceDescription& description,
-               std::unique_ptr<plugin::Device> device, const plugin::OpenOptions& opened)
-      : Device(info, std::make_unique<PluginMemoryNode>(static_cast<unsigned>(info.index),
-                                                        fmt::format("{}{}", info.backend, info.index),
-                                                        description, *device, opened.max_pending_transfers)),
+               std::unique_ptr<plugin::Device> device, const plugin::OpenOptions& opened,
+               std::string node_name)
+      : Device(info,
+               std::make_unique<PluginMemoryNode>(static_cast<unsigned>(info.index), std::move(node_name),
+                                                  description, *device, opened.max_pending_transfers)),
         device_(std::move(device)),
         description_(description),
         opened_(opened) {}
@@ -302,7 +303,8 @@ class PluginBackend final : public Backend {
     }
     DeviceInfo described = info(description);
     described.index = options.index;
-    return std::make_unique<PluginDevice>(described, description, std::move(device), open_options);
+    return std::make_unique<PluginDevice>(described, description, std::move(device), open_options,
+                                          options.node_name(described.name));
   }
 
  private:

@@ -125,10 +125,17 @@ std::vector<std::unique_ptr<Device>> discover_devices(const Config& config, cons
                             "included): select fewer",
                             selected.size(), max_memory_nodes));
   }
+  std::vector<std::string> node_names;
   for (std::size_t position : selected) {
     const FoundDevice& chosen = found[position];
     DeviceOpenOptions options;
     options.index = first_index + static_cast<int>(devices.size());
+    // Memory nodes go by their devices' names, but two devices may share one (two GPUs of a model,
+    // PoCL's two pthread devices): a later one adds its number, so that no message names two nodes.
+    options.memory_node_name = chosen.info.name;
+    if (std::find(node_names.begin(), node_names.end(), options.memory_node_name) != node_names.end())
+      options.memory_node_name += fmt::format(" (device {})", options.index);
+    node_names.push_back(options.memory_node_name);
     options.stream_count = config.gpu.stream_count;
     options.max_pending_transfers = config.gpu.max_pending_transfers;
     options.peer_access = config.gpu.peer_access;

@@ -122,10 +122,9 @@ DeviceInfo test_device_info(int device_index, const TestDeviceOptions& options) 
 }  // namespace
 
 TestDevice::TestDevice(int device_index, unsigned memory_node_index, const TestDeviceOptions& options)
-    : Device(
-          test_device_info(device_index, options),
-          std::make_unique<TestMemoryNode>(memory_node_index, fmt::format("test{}", device_index), options)) {
-}
+    : Device(test_device_info(device_index, options),
+             std::make_unique<TestMemoryNode>(memory_node_index, test_device_info(device_index, options).name,
+                                              options)) {}
 
 TestDevice::~TestDevice() { stop(); }
 

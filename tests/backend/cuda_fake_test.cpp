@@ -752,6 +752,20 @@ TEST(CudaFakeContext, AGpuListedByTwoBackendsIsOpenedThroughCudaOnly) {
   EXPECT_THROW(Context(FakeCuda::settings(1).set("gpu.devices", "twin")), Error);
 }
 
+// Memory nodes go by their devices' names, which two devices may share (two GPUs of one model): a
+// later one adds its number, so that no message names two nodes alike.
+TEST(CudaFakeContext, MemoryNodesOfDevicesOfOneNameHaveNamesOfTheirOwn) {
+  FakeCuda first, second;  // two backends of the same name, whose devices are named alike
+  Context context(FakeCuda::settings(1));
+  const auto& devices = context.impl()->devices;
+  ASSERT_EQ(devices.size(), 4u);
+  EXPECT_EQ(devices[0]->memory().name(), devices[0]->info().name);
+  EXPECT_EQ(devices[1]->memory().name(), devices[1]->info().name);
+  EXPECT_EQ(devices[2]->info().name, devices[0]->info().name);
+  EXPECT_EQ(devices[2]->memory().name(), devices[0]->info().name + " (device 3)");
+  EXPECT_EQ(devices[3]->memory().name(), devices[1]->info().name + " (device 4)");
+}
+
 TEST(CudaRuntime, ReportsDevicesOrWhyNot) {
   const std::string why = cuda_device_reason();
   if (!why.empty()) {

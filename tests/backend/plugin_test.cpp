@@ -12,6 +12,8 @@
 
 #include <dlfcn.h>
 
+#include <gmock/gmock.h>
+
 #include "nerve/nerve.h"
 
 #include "capi/handles.hpp"
@@ -418,6 +420,36 @@ TEST(BackendPlugin, CopiesInFlightToAPluginDeviceStayWithinMaxPendingTransfers) 
   }
   context->wait_all();
   expect_no_leaks(*context);
+}
+
+// A memory node goes by its device's name. With sim0 alone selected, device 1 is sim0, and its node
+// is 'sim0' in an out_of_memory message and a failed copy's message: it was named after its backend
+// and number, 'sim1', which is the other device's name.
+TEST(BackendPlugin, AMemoryNodeIsNamedAfterItsDevice) {
+  const SimPluginSetting small("SIM_PLUGIN_MEMORY", "1048576");
+  auto context = context_with_plugins(NERVE_TEST_PLUGIN_DIR, "sim0");
+  ASSERT_EQ(context->devices().at(1).name, "sim0");
+  EXPECT_EQ(context->impl()->devices.at(0)->memory().name(), "sim0");
+  {
+    const Kernel increment = make_increment();
+    Buffer<int> big(*context, std::vector<int>(524288, 1), BufferOptions{.name = "big"});
+    try {
+      context->submit(TaskOptions{.device = 1}, increment, read_write(big), value(1)).wait();
+      ADD_FAILURE() << "2 MiB cannot fit a 1 MiB device";
+    } catch (const Error& error) {
+      EXPECT_EQ(error.code(), ErrorCode::out_of_memory);
+      EXPECT_THAT(error.what(), ::testing::HasSubstr("memory node 'sim0'"));
+    }
+    Buffer<int> data(*context, std::vector<int>(64, 0));
+    const SimPluginFails failing("copy_fail");
+    try {
+      context->submit(TaskOptions{.device = 1}, increment, read_write(data), value(1)).wait();
+      ADD_FAILURE() << "its copy fails";
+    } catch (const Error& error) {
+      EXPECT_THAT(error.what(), ::testing::HasSubstr("from host to sim0 failed"));
+    }
+  }
+  context->wait_all();
 }
 
 void add_hundred(const detail::KernelCall& call) {

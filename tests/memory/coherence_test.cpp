@@ -145,7 +145,7 @@ TEST(Coherence, ARefusedAllocationSaysWhichBufferAndNode) {
     ADD_FAILURE() << "the replica was refused";
   } catch (const Error& error) {
     EXPECT_EQ(error.code(), ErrorCode::out_of_memory);
-    EXPECT_THAT(error.what(), ::testing::HasSubstr("memory node 'test1'"));
+    EXPECT_THAT(error.what(), ::testing::HasSubstr("memory node 'test device 1'"));
     EXPECT_THAT(error.what(), ::testing::HasSubstr("'too_big'"));
     EXPECT_THAT(error.what(), ::testing::HasSubstr("allows for one allocation"));
     EXPECT_THAT(error.what(), ::testing::HasSubstr(", 0 bytes in use"));
@@ -374,7 +374,7 @@ TEST(Coherence, OutOfMemoryFailsTheTaskWithAClearError) {
   } catch (const Error& error) {
     EXPECT_EQ(error.code(), ErrorCode::out_of_memory);
     const std::string message = error.what();
-    EXPECT_NE(message.find("test1"), std::string::npos) << message;
+    EXPECT_NE(message.find("memory node 'test device 1'"), std::string::npos) << message;
     EXPECT_NE(message.find("4096"), std::string::npos) << message;
     EXPECT_NE(message.find("limit 1000"), std::string::npos) << message;
   }

@@ -29,16 +29,16 @@ std::string print_devices(const std::vector<DeviceInfo>& devices) {
   std::string out = "Devices\n";
   for (const DeviceInfo& device : devices) {
     if (device.kind == "cpu") {
-      out += fmt::format("  {} ({}), memory node 0 (host memory)\n", device.name, device.count);
+      out += fmt::format("  {} ({}), memory node 0 'host' (host memory)\n", device.name, device.count);
       continue;
     }
     const std::string selection =
         device.gpu_devices_index >= 0 ? fmt::format(" (gpu.devices {})", device.gpu_devices_index) : "";
     // 0 is a size the backend does not know (a plugin's device may not say), not an empty memory.
     const std::string memory = device.memory_bytes != 0 ? format_bytes(device.memory_bytes) : "unknown";
-    out += fmt::format("  device {}{}: {} '{}' ({}), memory node {}, {} memory, {} compute units\n",
+    out += fmt::format("  device {}{}: {} '{}' ({}), memory node {} '{}', {} memory, {} compute units\n",
                        device.index, selection, device.kind, device.name, device.backend, device.memory_node,
-                       memory, device.compute_units);
+                       device.memory_node_name, memory, device.compute_units);
     const std::string numa =
         device.numa_node >= 0 ? fmt::format("NUMA node {}", device.numa_node) : "NUMA node unknown";
     const std::string pci = device.pci_bus_id.empty() ? "no PCI address" : "PCI " + device.pci_bus_id;

@@ -111,6 +111,7 @@ std::vector<DeviceInfo> describe_accelerators(const Context& context) {
     out.index = info.index;
     out.backend = info.backend;
     out.memory_node = static_cast<int>(device->memory().index());
+    out.memory_node_name = device->memory().name();
     out.memory_bytes = info.memory_bytes;
     out.compute_units = info.compute_units;
     out.numa_node = info.numa_node;

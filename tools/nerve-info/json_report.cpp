@@ -79,6 +79,7 @@ nlohmann::ordered_json report_to_json(const Report& report) {
           device.gpu_devices_index >= 0 ? Json(device.gpu_devices_index) : Json(nullptr);
       entry["backend"] = device.backend;
       entry["memory_node"] = device.memory_node;
+      entry["memory_node_name"] = device.memory_node_name;
       entry["memory_bytes"] = device.memory_bytes;
       entry["compute_units"] = device.compute_units;
       entry["numa_node"] = device.numa_node;

@@ -55,6 +55,9 @@ struct DeviceInfo {
   int gpu_devices_index = -1;
   std::string backend;  // "opencl", a plugin's name
   int memory_node = 0;  // the memory node its replicas live in
+  // That node's name, as error messages and bus.json name it: the device's name, unless another
+  // device of the context has the same one.
+  std::string memory_node_name;
   std::uint64_t memory_bytes = 0;
   unsigned compute_units = 0;
   int numa_node = -1;      // the host NUMA node it hangs on (hwloc), -1 when unknown

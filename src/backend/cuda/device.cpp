@@ -24,8 +24,8 @@ std::unique_ptr<CudaMemoryNode> make_node(const std::shared_ptr<Driver>& driver,
   memory.pin_host_buffers = cuda.pin_host_buffers;
   // A little of the device stays free for the CUDA context, cuBLAS workspaces and user launchers.
   memory.limit_bytes = static_cast<std::size_t>(static_cast<double>(info.memory_bytes) * 0.9);
-  return std::make_unique<CudaMemoryNode>(static_cast<unsigned>(options.index),
-                                          fmt::format("cuda{}", options.index), std::move(engine), memory);
+  return std::make_unique<CudaMemoryNode>(static_cast<unsigned>(options.index), options.node_name(info.name),
+                                          std::move(engine), memory);
 }
 
 bool cancelled(const TaskRecord& task) noexcept {

@@ -16,7 +16,7 @@ namespace {
 std::unique_ptr<OpenclMemoryNode> make_node(const PlatformDevice& device, const DeviceOpenOptions& options) {
   auto engine = std::make_shared<Engine>(device, options.stream_count, options.max_pending_transfers);
   return std::make_unique<OpenclMemoryNode>(static_cast<unsigned>(options.index),
-                                            fmt::format("opencl{}", options.index), std::move(engine),
+                                            options.node_name(device.name), std::move(engine),
                                             options.peer_access, staging_mode_from_environment());
 }
 
