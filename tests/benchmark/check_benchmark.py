@@ -772,6 +772,29 @@ BAD_REPORTS = (
      ['workloads[1] "W3" measurements[0] "', ': missing field "unit"']),
     (lambda doc: doc["options"].update(threads=2.5), ['options field "threads": expected a whole number, found 2.5']),
     (lambda doc: doc["machine"]["topology"].pop("pus"), ['machine topology: missing field "pus"']),
+    # Every documented field is checked, those a report read back recomputes or does not keep included
+    # (they were read past: a file without them was taken for a report).
+    (lambda doc: doc.pop("verified"), ['missing field "verified"']),
+    (lambda doc: doc.update(verified="yes"), ['field "verified": expected true or false, found a string']),
+    (lambda doc: doc.pop("comparison"), ['missing field "comparison"']),
+    (lambda doc: doc.update(comparison="x"), ['field "comparison": expected an array or null, found a string']),
+    (lambda doc: doc.update(comparison=[{"workload": "W1", "case": "c", "variant": "v", "runtime": "nerve",
+                                         "before": 1, "after": 1, "change": 0, "threshold": 0.05, "verdict": "meh"}]),
+     ['comparison[0] "W1 / c / v" field "verdict": expected better, worse, same or missing, found "meh"']),
+    (lambda doc: doc.update(comparison=[{"workload": "W1", "case": "c", "variant": "v", "runtime": "nerve"}]),
+     ['comparison[0] "W1 / c / v": missing field "before"']),
+    (lambda doc: doc["tool"].pop("name"), ['tool: missing field "name"']),
+    (lambda doc: doc["options"].pop("parameters"), ['options: missing field "parameters"']),
+    (lambda doc: doc["options"].pop("config_file"), ['options: missing field "config_file"']),
+    (lambda doc: doc["options"].update(config_file=3), ['options field "config_file": expected a string or null, found 3']),
+    (lambda doc: doc["versions"].pop("OpenMP"), ['versions: missing field "OpenMP"']),
+    (lambda doc: doc["versions"].update(nerve=1), ['versions field "nerve": expected a string or null, found 1']),
+    (lambda doc: doc["workloads"][0].update(verified=None),
+     ['workloads[0] "W1" field "verified": expected true or false, found null']),
+    (lambda doc: doc["workloads"][0]["measurements"][-1].update(nerve_speedup="x"),
+     ['workloads[0] "W1" measurements[', 'field "nerve_speedup": expected a number or null, found a string']),
+    (lambda doc: doc["workloads"][0]["measurements"][0].pop("nerve_speedup"),
+     ['workloads[0] "W1" measurements[0] "', ': missing field "nerve_speedup"']),
 )
 
 

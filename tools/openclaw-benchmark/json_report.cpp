@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -100,6 +101,17 @@ void read(const Json& value, const std::string& where, std::map<std::string, std
   if (!value.is_object()) wrong_type(where, "an object", value);
   for (const auto& [key, item] : value.items()) read(item, where + " \"" + key + "\"", out[key]);
 }
+// An optional value is null or of its type, never absent (docs/BENCHMARK_JSON.md): "a string or null".
+void read(const Json& value, const std::string& where, std::optional<std::string>& out) {
+  if (value.is_null()) return out.reset();
+  if (!value.is_string()) wrong_type(where, "a string or null", value);
+  out = value.get<std::string>();
+}
+void read(const Json& value, const std::string& where, std::optional<double>& out) {
+  if (value.is_null()) return out.reset();
+  if (!value.is_number()) wrong_type(where, "a number or null", value);
+  out = value.get<double>();
+}
 template <class T>
 void read(const Json& value, const std::string& where, std::vector<T>& out) {
   if (!value.is_array()) wrong_type(where, "an array", value);
@@ -119,7 +131,6 @@ class Object {
     if (!json_.is_object()) wrong_type(where_.empty() ? "the document" : where_, "an object", json_);
   }
   const Json& json() const { return json_; }
-  bool contains(const std::string& key) const { return json_.contains(key); }
 
   template <class T>
   T get(const std::string& key) const {
@@ -146,6 +157,15 @@ class Object {
     }
     return objects;
   }
+  // items_or_null() is items() of an array that may be null instead ("comparison": none).
+  std::vector<Object> items_or_null(const std::string& key,
+                                    std::initializer_list<const char*> labels = {}) const {
+    const Json& list = at(key);
+    if (list.is_null()) return {};
+    if (!list.is_array()) wrong_type(field(key), "an array or null", list);
+    return items(key, labels);
+  }
+  const std::string& where() const { return where_; }
 
  private:
   const Json& at(const std::string& key) const {
@@ -244,11 +264,15 @@ RunReport read_json(const std::filesystem::path& path) {
     if (const auto found_schema = doc.get<std::string>("schema"); found_schema != schema)
       throw BadField("field \"schema\" is \"" + found_schema + "\", expected \"" + schema + "\"");
     RunReport report;
+    // Every field is read or checked, even those a report read back does not keep (the tool's name,
+    // `verified`, the comparison): a file with one missing or of the wrong type is not a report.
     const Object tool = doc.object("tool");
+    (void)tool.get<std::string>("name");
     report.tool_version = tool.get<std::string>("version");
     report.git_commit = tool.get<std::string>("git_commit");
     report.started_at = doc.get<std::string>("started_at");
     report.duration_s = doc.get<double>("duration_s");
+    (void)doc.get<bool>("verified");  // recomputed from the workloads: RunReport::verified()
     const Object options = doc.object("options");
     report.quick = options.get<bool>("quick");
     report.threads = options.get<unsigned>("threads");
@@ -256,8 +280,8 @@ RunReport read_json(const std::filesystem::path& path) {
     report.warmup = options.get<int>("warmup");
     report.settle_ms = options.get<int>("settle_ms");
     report.only = options.get<std::vector<std::string>>("only");
-    if (options.contains("parameters"))  // absent in files of the first tool version
-      report.parameters = options.get<std::map<std::string, std::string>>("parameters");
+    report.parameters = options.get<std::map<std::string, std::string>>("parameters");
+    report.config_file = options.get<std::optional<std::string>>("config_file").value_or("");
     const Object machine = doc.object("machine");
     report.hostname = machine.get<std::string>("hostname");
     report.cpu_model = machine.get<std::string>("cpu_model");
@@ -271,8 +295,8 @@ RunReport read_json(const std::filesystem::path& path) {
     for (const Object& c : topology.items("caches"))
       report.caches.emplace_back(c.get<int>("level"), c.get<std::uint64_t>("size_bytes"));
     const Object versions = doc.object("versions");
-    for (const auto& [name, version] : versions.json().items())
-      report.versions.emplace_back(name, version.is_null() ? "" : versions.get<std::string>(name));
+    for (const char* name : version_names)
+      report.versions.emplace_back(name, versions.get<std::optional<std::string>>(name).value_or(""));
     for (const Object& e : doc.items("config", {"key"}))
       report.config.push_back(
           {e.get<std::string>("key"), e.get<std::string>("value"), e.get<std::string>("origin")});
@@ -281,6 +305,7 @@ RunReport read_json(const std::filesystem::path& path) {
       run.result.id = w.get<std::string>("id");
       run.result.title = w.get<std::string>("title");
       run.result.size = w.get<std::string>("size");
+      (void)w.get<bool>("verified");  // recomputed from the measurements: WorkloadResult::verified()
       run.duration_s = w.get<double>("duration_s");
       const Object load = w.object("load_average");
       run.load_before = load.get<double>("before");
@@ -303,6 +328,7 @@ RunReport read_json(const std::filesystem::path& path) {
         const Object extra = j.object("extra");
         for (const auto& item : extra.json().items())
           m.extra.emplace_back(item.key(), extra.get<double>(item.key()));
+        (void)j.get<std::optional<double>>("nerve_speedup");  // recomputed: speed()
         run.result.measurements.push_back(std::move(m));
       }
       report.workloads.push_back(std::move(run));
@@ -318,6 +344,15 @@ RunReport read_json(const std::filesystem::path& path) {
         series.points.push_back({p.get<unsigned>("threads"), p.get<double>("value"), p.get<double>("mad"),
                                  p.get<bool>("verified")});
       report.scaling.push_back(std::move(series));
+    }
+    // The comparison the file was written with; --compare compares again, against this run.
+    for (const Object& c : doc.items_or_null("comparison", {"workload", "case", "variant"})) {
+      for (const char* name : {"workload", "case", "variant", "runtime"}) (void)c.get<std::string>(name);
+      for (const char* name : {"before", "after", "change", "threshold"}) (void)c.get<double>(name);
+      if (const auto verdict = c.get<std::string>("verdict");
+          verdict != "better" && verdict != "worse" && verdict != "same" && verdict != "missing")
+        throw BadField(c.where() + " field \"verdict\": expected better, worse, same or missing, found \"" +
+                       verdict + "\"");
     }
     return report;
   } catch (const std::exception& error) {  // BadField, or nlohmann's parse error

@@ -81,6 +81,10 @@ struct RunReport {
   bool verified() const;
 };
 
+// The versions a report records (BENCHMARK_JSON.md's `versions`), in order; describe_machine() gives
+// each, "" for a baseline not built in.
+inline constexpr const char* version_names[] = {"nerve", "compiler", "oneTBB", "OpenMP", "OpenBLAS"};
+
 // Why a run that measured no figure is not verified: said on stderr, in the table and the HTML page.
 inline constexpr const char* nothing_measured =
     "no figure was measured (every workload was skipped, or --runtimes selects none of the variants of "
