@@ -6,7 +6,8 @@ Usage: check_benchmark.py <openclaw-benchmark> <case> [argument]; each case is o
   json            a quick run's --json validated against the documented schema; --config and a
                   NERVE_* variable recorded in the effective configuration with their origins; W5's
                   variants carry their % of the STREAM add
-  config_error    a bad --config fails with exit 2 and names the key; a workload --only names that
+  config_error    a bad --config fails with exit 2 and names the key, with --help and --list too (a
+                  value only a context refuses included); a workload --only names that
                   cannot run fails the run (exit 1), and the table and the JSON say so
   usage           every usage error exits 2 before anything runs: options unknown or out of range,
                   unknown --scaling workloads, --trace without --html, a non-numeric --param or
@@ -18,7 +19,7 @@ Usage: check_benchmark.py <openclaw-benchmark> <case> [argument]; each case is o
                   output probe waited for a reader), a --compare or --from-json path that is a FIFO nobody
                   writes to (reading it waited for ever), a directory or a device, an empty --param list
                   or item, NERVE_TRACE naming a FIFO or a file that cannot be written (the error names
-                  the variable)
+                  the variable; --help and --list too)
   param           --param sets W11's batching (recorded in the JSON, used by the run); a bad name
                   is a usage error, a value out of range fails the run, recorded as BENCHMARK_JSON.md
                   says and read back by --from-json
@@ -328,9 +329,12 @@ def case_usage(binary, directory):
                                  ("NERVE_PERF_TRACE", fifo, "is a FIFO"),
                                  ("NERVE_TRACE", os.path.join(directory, "no-such-dir", "t.json"),
                                   "perf.trace: cannot write")):
-        result = run(binary, *QUICK, "--only", "W1", expect=2, timeout=30, nerve_environment={variable: path})
-        check(f"env {variable}: " in result.stderr and says in result.stderr, f"{variable}={path}: {result.stderr}")
-        check(result.stdout == "", f"{variable}={path}: ran: {result.stdout}")
+        # So are --help and --list, which answered (exit 0) past it.
+        for args in ([*QUICK, "--only", "W1"], ["--help"], ["--list"]):
+            result = run(binary, *args, expect=2, timeout=30, nerve_environment={variable: path})
+            check(f"env {variable}: " in result.stderr and says in result.stderr,
+                  f"{variable}={path} {' '.join(args)}: {result.stderr}")
+            check(result.stdout == "", f"{variable}={path} {' '.join(args)}: ran, helped or listed: {result.stdout}")
     # The probe of a writable output leaves nothing behind.
     probe = os.path.join(directory, "probe.json")
     bad_config = os.path.join(directory, "bad.yaml")
@@ -391,6 +395,17 @@ def case_config_error(binary, directory):
               f"{key}: {value}: the error does not name the key and its line: {result.stderr}")
         check("figures" not in result.stdout and "CHECK FAILED" not in result.stdout,
               f"{key}: {value}: something ran: {result.stdout}")
+        # --help and --list make the run's checks: --list exited 0, calling the key's error "no OpenCL
+        # device" in W12's line.
+        for args in (["--help"], ["--list"]):
+            result = run(binary, *args, "--config", config, expect=2)
+            check(key in result.stderr and f"{config}:2" in result.stderr and result.stdout == "",
+                  f"{' '.join(args)} {key}: {value}: {result.stderr}\n{result.stdout}")
+    variable = "NERVE_MEMORY_NUMA_POLICY"
+    for args in (["--help"], ["--list"]):
+        result = run(binary, *args, expect=2, nerve_environment={variable: "preferred:3"})
+        check(f"env {variable}: memory.numa_policy" in result.stderr and "no OpenCL device" not in result.stderr
+              and result.stdout == "", f"{variable}=preferred:3 {' '.join(args)}: {result.stderr}\n{result.stdout}")
     # A plugin that cannot be loaded stops --list as it stops a run (an uncaught exception aborted it).
     plugins = os.path.join(directory, "plugins")
     os.mkdir(plugins)

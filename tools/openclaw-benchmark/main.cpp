@@ -117,6 +117,15 @@ bool contains(const std::vector<T>& list, const U& item) {
   return std::find(list.begin(), list.end(), item) != list.end();
 }
 
+// configuration_error() says on stderr what stopped the configuration (a bad key or value: exit 2;
+// anything else, such as a plugin that does not load: exit 1) and returns that exit status.
+int configuration_error(const nerve::Error& error) {
+  const bool configuration = error.code() == nerve::ErrorCode::invalid_config;
+  std::fprintf(stderr, "openclaw-benchmark: %s: %s\n", configuration ? "configuration" : "error",
+               error.what());
+  return configuration ? 2 : 1;
+}
+
 // report_failures(): on stderr, each workload --only names that could not run here, each workload
 // that ran and measured nothing, and each result that did not verify, by workload, case and variant,
 // with what failed (the table says it too, among everything else); or that nothing was measured, so
@@ -155,10 +164,7 @@ void report_failures(const nb::RunReport& report) {
   }
 }
 
-int list_workloads(const std::string& config) {
-  nerve::Settings settings;  // what a run would use: the environment and --config
-  settings.use_environment(true);
-  if (!config.empty()) settings.config_file(config, "--config");
+int list_workloads(const nerve::Settings& settings) {
   // Asking whether a workload can run makes a context: what stops a run (a bad plugin, a bad key)
   // stops the list the same way, with the same message and exit status, rather than an abort.
   try {
@@ -171,11 +177,8 @@ int list_workloads(const std::string& config) {
       std::printf("\n");
     }
   } catch (const nerve::Error& error) {
-    const bool configuration = error.code() == nerve::ErrorCode::invalid_config;
     std::fflush(stdout);
-    std::fprintf(stderr, "openclaw-benchmark: %s: %s\n", configuration ? "configuration" : "error",
-                 error.what());
-    return configuration ? 2 : 1;
+    return configuration_error(error);
   }
   return 0;
 }
@@ -295,6 +298,38 @@ void check_trace_path(const nerve::Config& config) {
   } catch (const nerve::ConfigError& error) {
     nerve::config::rethrow_with_origin(config, error);
   }
+}
+
+// run_settings() are the settings every nerve context of a run starts from: the NERVE_* variables
+// and the --config file over them.
+nerve::Settings run_settings(const CommandLine& line) {
+  nerve::Settings settings;
+  settings.use_environment(true);
+  if (!line.config.empty()) settings.config_file(line.config, "--config");
+  return settings;
+}
+
+// check_configuration() makes every check of the configuration a run makes before it starts, and
+// returns 0, or the exit status having said why on stderr (configuration_error()). The run, --help
+// and --list all call it, so that what stops a run stops them with the same message: --list passed a
+// NUMA node the machine lacks (W12 said "no OpenCL device", naming the key), and --help a NERVE_TRACE
+// that cannot be written. First the keys, then what only a context can check against the machine
+// (gpu.devices naming an accelerator that is not there, a NUMA node it lacks): found by making one
+// context as the workloads will, instead of failing each of them.
+int check_configuration(const nerve::Settings& settings, unsigned threads) {
+  try {
+    const nerve::Config config = nerve::Config::load(settings);
+    nerve::Settings probe = settings;
+    probe.set("parallel.thread_pool_size", std::to_string(threads));
+    // The probe traces nothing: the first context to name a trace file keeps it, and that must
+    // be the first workload's (docs/BENCHMARKS.md, --trace). Its path is checked here instead.
+    probe.set("perf.trace", "");
+    check_trace_path(config);
+    const nerve::Context context(probe);
+  } catch (const nerve::Error& error) {
+    return configuration_error(error);
+  }
+  return 0;
 }
 
 // stdout_lost() is true, having said on stderr that `what`, when the standard output did not take
@@ -594,28 +629,15 @@ int main(int argc, char** argv) {
     }
   }
   if (unwritable("--json", line.json) || unwritable("--html", line.html)) return 2;
-  // --help and --list after every check of the command line (cli_usage.hpp): a mistake on it is
-  // reported as without them.
-  if (line.help || line.list) {
-    // The configuration is loaded as a run loads it first (the --config file, the NERVE_*
-    // variables): a bad key is the usage error it is without them (--list only said that W12 could
-    // not run, naming the key, and exited 0). What needs a context (an accelerator gpu.devices
-    // names, a plugin) is left to the run and to the list's own checks.
-    nerve::Settings settings;
-    settings.use_environment(true);
-    if (!line.config.empty()) settings.config_file(line.config, "--config");
-    try {
-      (void)nerve::Config::load(settings);
-    } catch (const nerve::Error& error) {
-      const bool configuration = error.code() == nerve::ErrorCode::invalid_config;
-      std::fprintf(stderr, "openclaw-benchmark: %s: %s\n", configuration ? "configuration" : "error",
-                   error.what());
-      return configuration ? 2 : 1;
-    }
-  }
+  // --help and --list after every check of the command line (cli_usage.hpp), the configuration's
+  // as a run makes them included: a mistake on it is reported as without them. --from-json runs
+  // nothing and takes no --config, so no configuration is checked for it.
+  const nerve::Settings settings = run_settings(line);
+  if (const int status = earlier ? 0 : check_configuration(settings, line.threads); status != 0)
+    return status;
   if (line.help) return nerve::tools::answer("openclaw-benchmark", app.help());
   if (line.list) {
-    const int status = list_workloads(line.config);
+    const int status = list_workloads(settings);
     return stdout_lost("the list on it is incomplete") && status == 0 ? 1 : status;
   }
   const auto start = std::chrono::steady_clock::now();
@@ -623,27 +645,6 @@ int main(int argc, char** argv) {
     if (earlier) {
       report = std::move(*earlier);
     } else {
-      nerve::Settings settings;
-      settings.use_environment(true);
-      if (!line.config.empty()) settings.config_file(line.config, "--config");
-      // Validated before any workload starts: the keys, then what only a context can check against
-      // the machine (gpu.devices naming an accelerator that is not there, a NUMA node it lacks) —
-      // found by making one context as the workloads will, instead of failing each of them.
-      try {
-        const nerve::Config config = nerve::Config::load(settings);
-        nerve::Settings probe = settings;
-        probe.set("parallel.thread_pool_size", std::to_string(line.threads));
-        // The probe traces nothing: the first context to name a trace file keeps it, and that must
-        // be the first workload's (docs/BENCHMARKS.md, --trace). Its path is checked here instead.
-        probe.set("perf.trace", "");
-        check_trace_path(config);
-        const nerve::Context context(probe);
-      } catch (const nerve::Error& error) {
-        const bool configuration = error.code() == nerve::ErrorCode::invalid_config;
-        std::fprintf(stderr, "openclaw-benchmark: %s: %s\n", configuration ? "configuration" : "error",
-                     error.what());
-        return configuration ? 2 : 1;
-      }
       report.quick = line.quick;
       report.threads = line.threads;
       report.repetitions = line.repeat > 0 ? line.repeat : line.quick ? 3 : 5;
