@@ -35,7 +35,7 @@ Usage: check_benchmark.py <openclaw-benchmark> <case> [argument]; each case is o
                   is flagged and fails it; a planted improvement is flagged "better" and passes; a
                   corrupted report is a usage error that names the bad field and where it is; a report
                   is read through a pipe (<(...)); one that cannot be written names its option, file
-                  and the system's reason
+                  and the system's reason, and leaves the other report written and announced
   closed_stdout   a run whose standard output is closed (`| head -1`) still writes its --json report (SIGPIPE
                   killed it) and exits 1, saying the table was lost; so do --list and --help
   fault <Wn>      the hidden --inject-fault corrupts nerve's result in Wn: the run must fail (exit 1),
@@ -739,14 +739,35 @@ def case_compare(binary, directory):
     # A report that cannot be written at the end is an error naming its option, its file and the
     # system's reason (exit 1): a --json directory removed during the run said only "cannot write
     # <path>". Here the file outgrows the file size limit after the probe found it writable.
-    def small_files():
-        resource.setrlimit(resource.RLIMIT_FSIZE, (2048, 2048))
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails (EFBIG) instead of killing
     for option in ("--json", "--html"):
         output = os.path.join(directory, "too-big")
-        result = run(binary, "--from-json", base, option, output, expect=1, preexec_fn=small_files)
+        result = run(binary, "--from-json", base, option, output, expect=1, preexec_fn=file_size_limit(2048))
         says = f"{option} {output}: cannot write this file: {os.strerror(errno.EFBIG)}"
         check(says in result.stderr, f"{option} past the file size limit: the error does not say {says!r}: {result.stderr}")
+    # One report that cannot be written keeps neither the other from being written nor its line from
+    # being printed: a --json that failed left the --html unwritten, an --html that failed left out the
+    # "JSON report:" line. The file size limit falls between the two files' sizes; a report padded with
+    # samples (the page shows none) makes the JSON the bigger one.
+    with open(base) as f:
+        padded = json.load(f)
+    padded["workloads"][0]["measurements"][0]["samples"] += [1.0] * 20000
+    padded_path = os.path.join(directory, "padded.json")
+    with open(padded_path, "w") as f:
+        json.dump(padded, f)
+    for report, fails, written in ((base, "--html", "--json"), (padded_path, "--json", "--html")):
+        paths = {option: os.path.join(directory, "both" + option[2:]) for option in ("--json", "--html")}
+        run(binary, "--from-json", report, "--json", paths["--json"], "--html", paths["--html"])
+        sizes = {option: os.path.getsize(path) for option, path in paths.items()}
+        check(sizes[written] < sizes[fails], f"{report}: report sizes {sizes}: the test cannot split them")
+        for path in paths.values():
+            os.remove(path)
+        result = run(binary, "--from-json", report, "--json", paths["--json"], "--html", paths["--html"], expect=1,
+                     preexec_fn=file_size_limit((sizes[written] + sizes[fails]) // 2))
+        says = f"{fails} {paths[fails]}: cannot write this file: {os.strerror(errno.EFBIG)}"
+        check(says in result.stderr, f"{fails} past the limit: the error does not say {says!r}: {result.stderr}")
+        check(os.path.getsize(paths[written]) == sizes[written], f"{fails} failed: {written} was not written")
+        announced = f"{written[2:].upper()} report: {paths[written]}"
+        check(announced in result.stdout, f"{fails} failed: no {announced!r} line:\n{result.stdout}")
     # A limit that is not a number is a usage error, not a check that never fires.
     nan = run(binary, "--from-json", base, "--compare", path, "--fail-over", "nan", expect=2)
     check("--fail-over" in nan.stderr and "REGRESSION" not in nan.stderr, f"--fail-over nan: {nan.stderr}")
@@ -769,6 +790,15 @@ def case_compare(binary, directory):
             check("bad.json" in result.stderr and all(fragment in result.stderr for fragment in says),
                   f"{' '.join(args)}: the error does not say {says}: {result.stderr}")
             check("figures" not in result.stdout, f"{' '.join(args)}: a report was printed: {result.stdout}")
+
+
+def file_size_limit(size):
+    """A preexec_fn: the child's files cannot grow past `size` bytes (its write fails, EFBIG, where a
+    directory removed during the run would fail it, after the probe found the file writable)."""
+    def limit():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails (EFBIG) instead of killing
+    return limit
 
 
 # Ways a --compare or --from-json file is not a report (applied to a quick run of W1 and W3), and

@@ -665,25 +665,29 @@ int main(int argc, char** argv) {
     if (baseline) comparison = nb::compare_runs(*baseline, report);
     const auto* compared = comparison ? &*comparison : nullptr;
     nb::print_table(report, compared);
-    // A report that cannot be written now (its directory removed during the run) is an error that
-    // names its option; the text names the file and the system's reason.
-    const auto write_report = [](const char* option, const auto& write) {
+    // Every report that can be written is, each announced on stdout or its error on stderr (naming
+    // its option; the text names the file and the system's reason): one that cannot be written now
+    // (its directory removed during the run) left the other unwritten or unannounced. The run then
+    // exits 1.
+    bool written = true;
+    const auto write_report = [&written](const char* option, const char* name, const std::string& path,
+                                         const auto& write) {
+      if (path.empty()) return;
       try {
         write();
+        std::printf("%s report: %s\n", name, std::filesystem::absolute(path).c_str());
       } catch (const std::exception& error) {
-        throw std::runtime_error(std::string(option) + " " + error.what());
+        std::fflush(stdout);
+        std::fprintf(stderr, "openclaw-benchmark: %s %s\n", option, error.what());
+        written = false;
       }
     };
-    if (!line.json.empty()) write_report("--json", [&] { nb::write_json(report, compared, line.json); });
-    if (!line.html.empty()) {
-      write_report("--html", [&] {
-        nb::write_html(report, compared,
-                       line.trace.empty() ? std::nullopt : std::optional<std::filesystem::path>(line.trace),
-                       line.html);
-      });
-      std::printf("HTML report: %s\n", std::filesystem::absolute(line.html).c_str());
-    }
-    if (!line.json.empty()) std::printf("JSON report: %s\n", std::filesystem::absolute(line.json).c_str());
+    write_report("--html", "HTML", line.html, [&] {
+      nb::write_html(report, compared,
+                     line.trace.empty() ? std::nullopt : std::optional<std::filesystem::path>(line.trace),
+                     line.html);
+    });
+    write_report("--json", "JSON", line.json, [&] { nb::write_json(report, compared, line.json); });
     // The report files are written by now; a failed or regressed run keeps its own exit status.
     const bool lost = stdout_lost("the table on it is incomplete");
     // A result that failed its check, or a workload --only asks for by name and this machine cannot
@@ -692,6 +696,7 @@ int main(int argc, char** argv) {
       report_failures(report);
       return 1;
     }
+    // A report not written is exit 1, the regression (if any) said too.
     if (comparison && line.fail_over >= 0) {
       const double worst = nb::worst_nerve_regression(*comparison);
       if (worst * 100 > line.fail_over) {
@@ -699,10 +704,10 @@ int main(int argc, char** argv) {
             stderr,
             "openclaw-benchmark: REGRESSION: a nerve figure is %.0f%% worse than in %s (limit %.0f%%)\n",
             worst * 100, line.compare.c_str(), line.fail_over);
-        return 3;
+        return written ? 3 : 1;
       }
     }
-    if (lost) return 1;
+    if (lost || !written) return 1;
   } catch (const std::exception& error) {
     std::fprintf(stderr, "openclaw-benchmark: %s\n", error.what());
     return 1;
