@@ -25,7 +25,8 @@ Usage: check_benchmark.py <openclaw-benchmark> <case> [argument]; each case is o
                   says and read back by --from-json
   runtimes        an unknown --runtimes name, or none, is a usage error (exit 2) naming it and listing
                   the valid ones; a known name in other case runs only that runtime's variants; one
-                  that selects no variant of the workloads run verifies nothing: exit 1, verified false
+                  that selects no variant of the workloads run verifies nothing: exit 1, verified false,
+                  NOTHING VERIFIED on the page
   html            the --html page: every chart's SVG present, self-contained, timeline only with --trace
                   (a --trace that cannot be read, a FIFO nobody writes to or a directory included, leaves
                   it out with a warning naming it)
@@ -461,9 +462,14 @@ def case_runtimes(binary, directory):
     # A selection that keeps no variant of the workloads run measures nothing: the run verified
     # nothing and must not say it did (it wrote verified: true and exited 0).
     nothing = os.path.join(directory, "nothing.json")
-    result = run(binary, *QUICK, "--only", "W1", "--runtimes", "BLAS", "--json", nothing, expect=1)
+    page = os.path.join(directory, "nothing.html")
+    result = run(binary, *QUICK, "--only", "W1", "--runtimes", "BLAS", "--json", nothing, "--html", page,
+                 "--scaling", "none", expect=1)
     check("NOTHING VERIFIED" in result.stderr and "no figure was measured" in result.stderr,
           f"--only W1 --runtimes BLAS: {result.stderr}")
+    # The page gives the reason in the words of stderr and the table (it said "Nothing was verified").
+    with open(page) as f:
+        check("NOTHING VERIFIED: no figure was measured" in f.read(), "--only W1 --runtimes BLAS: the page's verdict")
     check("NOTHING VERIFIED" in result.stdout and "every result verified" not in result.stdout,
           f"--only W1 --runtimes BLAS:\n{result.stdout}")
     with open(nothing) as f:
