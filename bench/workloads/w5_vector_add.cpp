@@ -185,9 +185,14 @@ WorkloadResult run_w5_vector_add(const WorkloadOptions& options) {
   result.measurements = measure_interleaved(variants, options);
   // WORKLOADS.md's second figure, against STREAM's median of stream.c figures (note_share_of_stream()).
   note_share_of_stream(result.measurements, "STREAM add", "STREAM add", size_rule);
-  // With an OpenCL device: the chunks spread over the CPU workers and the device, as a case of its own.
-  if (options.runtimes.empty() ||
-      std::find(options.runtimes.begin(), options.runtimes.end(), "nerve") != options.runtimes.end()) {
+  // With an OpenCL device: the chunks spread over the CPU workers and the device, as a case of its own,
+  // with its own STREAM variant (--runtimes STREAM selects that one too: it needs nerve's buffers,
+  // whose pages its arrays take, but none of nerve's variants measured).
+  const auto selected = [&options](const char* runtime) {
+    return options.runtimes.empty() ||
+           std::find(options.runtimes.begin(), options.runtimes.end(), runtime) != options.runtimes.end();
+  };
+  if (selected("nerve") || selected("STREAM")) {
     WorkloadResult device = run_w5_heterogeneous(options);
     for (Measurement& measurement : device.measurements)
       result.measurements.push_back(std::move(measurement));

@@ -26,7 +26,8 @@ Usage: check_benchmark.py <openclaw-benchmark> <case> [argument]; each case is o
   runtimes        an unknown --runtimes name, or none, is a usage error (exit 2) naming it and listing
                   the valid ones; a known name in other case runs only that runtime's variants; one
                   that selects no variant of the workloads run verifies nothing: exit 1, verified false,
-                  NOTHING VERIFIED on the page
+                  NOTHING VERIFIED on the page; --runtimes STREAM measures W5's device case's STREAM
+                  variant too
   html            the --html page: every chart's SVG present, self-contained, timeline only with --trace
                   (a --trace that cannot be read, a FIFO nobody writes to or a directory included, leaves
                   it out with a warning naming it)
@@ -492,6 +493,15 @@ def case_runtimes(binary, directory):
         check(doc["verified"] is False and verdicts["W1"] is False and verdicts["W5"] is True,
               f"{only} --runtimes STREAM: verified {doc['verified']}, {verdicts}")
         run(binary, "--from-json", partial, expect=1)
+        stream = {m["variant"] for w in doc["workloads"] if w["id"] == "W5" for m in w["measurements"]}
+    # A runtime's variants are all measured when --runtimes names it alone: W5's device case (with an
+    # OpenCL device) has a STREAM variant of its own, which ran only when nerve was selected too.
+    both = os.path.join(directory, "both.json")
+    run(binary, *QUICK, "--only", "W5", "--runtimes", "nerve,STREAM", "--json", both)
+    with open(both) as f:
+        doc = json.load(f)
+    expected = {m["variant"] for m in doc["workloads"][0]["measurements"] if m["runtime"] == "STREAM"}
+    check(stream == expected, f"--runtimes STREAM measured {stream}, --runtimes nerve,STREAM {expected}")
     out = os.path.join(directory, "run.json")
     run(binary, *QUICK, "--only", "W1", "--runtimes", "NERVE", "--json", out)
     with open(out) as f:
