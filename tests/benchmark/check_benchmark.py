@@ -27,7 +27,7 @@ Usage: check_benchmark.py <openclaw-benchmark> <case> [argument]; each case is o
                   the valid ones; a known name in other case runs only that runtime's variants; one
                   that selects no variant of the workloads run verifies nothing: exit 1, verified false,
                   NOTHING VERIFIED on the page; --runtimes STREAM measures W5's device case's STREAM
-                  variant too
+                  variant too; W2's tasks are per sample (ten fibs with the cutoff)
   html            the --html page: every chart's SVG present, self-contained, timeline only with --trace
                   (a --trace that cannot be read, a FIFO nobody writes to or a directory included, leaves
                   it out with a warning naming it)
@@ -503,11 +503,19 @@ def case_runtimes(binary, directory):
     expected = {m["variant"] for m in doc["workloads"][0]["measurements"] if m["runtime"] == "STREAM"}
     check(stream == expected, f"--runtimes STREAM measured {stream}, --runtimes nerve,STREAM {expected}")
     out = os.path.join(directory, "run.json")
-    run(binary, *QUICK, "--only", "W1", "--runtimes", "NERVE", "--json", out)
+    run(binary, *QUICK, "--only", "W1,W2", "--runtimes", "NERVE", "--json", out)
     with open(out) as f:
         doc = json.load(f)
     runtimes = {m["runtime"] for w in doc["workloads"] for m in w["measurements"]}
     check(runtimes == {"nerve"}, f"--runtimes NERVE ran {runtimes}")
+    # W2's `tasks` are per sample as planned (BENCHMARK_JSON.md): with the cutoff a sample is ten fibs
+    # (BENCHMARKS.md), and it said one fib's.
+    def calls(n, cutoff):
+        return 1 if n < cutoff else 1 + calls(n - 1, cutoff) + calls(n - 2, cutoff)
+    for m in doc["workloads"][1]["measurements"]:
+        n = int(re.match(r"fib\((\d+)\)", m["case"]).group(1))
+        expected = 10 * calls(n, 20) if "cutoff" in m["case"] else calls(n, 2)
+        check(m["tasks"] == expected, f"W2 {m['case']}: tasks {m['tasks']}, expected {expected} per sample")
 
 
 def case_param(binary, directory):
