@@ -4,7 +4,8 @@
 Usage: check_benchmark.py <openclaw-benchmark> <case> [argument]; each case is one CTest test
 (tests/benchmark/CMakeLists.txt). Cases:
   json            a quick run's --json validated against the documented schema; --config and a
-                  NERVE_* variable recorded in the effective configuration with their origins; W5's
+                  NERVE_* variable recorded in the effective configuration with their origins (--threads's
+                  as "api (--threads)"); W5's
                   variants carry their % of the STREAM add
   config_error    a bad --config fails with exit 2 and names the key, with --help and --list too (a
                   value only a context refuses included); a workload --only names that
@@ -193,7 +194,8 @@ def case_json(binary, directory):
           f"scheduler.policy entry {policy}")
     # --threads sets every nerve context's pool size through the API: the configuration says so.
     pool = [e for e in doc["config"] if e["key"] == "parallel.thread_pool_size"]
-    check(pool and pool[0]["value"] == str(doc["options"]["threads"]) and pool[0]["origin"].startswith("api"),
+    # Its origin names the option, as a file's names the line and a variable's the variable ("api (api)").
+    check(pool and pool[0]["value"] == str(doc["options"]["threads"]) and pool[0]["origin"] == "api (--threads)",
           f"parallel.thread_pool_size entry {pool} (threads {doc['options']['threads']})")
 
 

@@ -1,6 +1,7 @@
 // environment.cpp — what the report says about the machine, the versions and the configuration.
 #include <ctime>
 #include <fstream>
+#include <map>
 #include <set>
 #include <thread>
 
@@ -62,7 +63,8 @@ std::string now_utc() {
   return text;
 }
 
-void describe_machine(RunReport& report, const nerve::Settings& settings) {
+void describe_machine(RunReport& report, const nerve::Settings& settings,
+                      const std::map<std::string, std::string>& set_by) {
   report.tool_version = NERVE_VERSION_STRING;
   report.git_commit = NERVE_GIT_COMMIT;
   char host[256] = {};
@@ -73,10 +75,14 @@ void describe_machine(RunReport& report, const nerve::Settings& settings) {
 
   const nerve::Config config = nerve::Config::load(settings);
   for (const auto& entry : config.entries) {
-    const std::string origin =
-        entry.origin.source == ConfigSource::default_value
-            ? "default"
-            : std::string(source_name(entry.origin.source)) + " (" + entry.origin.describe() + ")";
+    // nerve's own description of an API origin is "api" alone: the option that made the tool set the
+    // value says where it was set, as a file's line or a variable's name does.
+    const auto option = set_by.find(entry.key);
+    const bool by_option = entry.origin.source == ConfigSource::api && option != set_by.end();
+    const std::string origin = entry.origin.source == ConfigSource::default_value
+                                   ? "default"
+                                   : std::string(source_name(entry.origin.source)) + " (" +
+                                         (by_option ? option->second : entry.origin.describe()) + ")";
     report.config.push_back({entry.key, entry.value, origin});
   }
   const nerve::Topology topology = nerve::Topology::discover(config);

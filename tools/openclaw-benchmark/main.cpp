@@ -654,10 +654,10 @@ int main(int argc, char** argv) {
       report.config_file = line.config;
       report.started_at = nb::now_utc();
       // Every nerve context of the run gets parallel.thread_pool_size = --threads through the API
-      // (nerve_settings()): the configuration recorded says so, with that origin.
+      // (nerve_settings()): the configuration recorded says so, with that origin and option.
       nerve::Settings effective = settings;
       effective.set("parallel.thread_pool_size", std::to_string(line.threads));
-      nb::describe_machine(report, effective);
+      nb::describe_machine(report, effective, {{"parallel.thread_pool_size", "--threads"}});
       run_suite(line, only, settings, report);
       report.duration_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     }

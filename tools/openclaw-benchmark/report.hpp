@@ -141,7 +141,11 @@ void write_html(const RunReport& report, const std::vector<Compared>* comparison
 std::string trace_timeline_svg(const std::filesystem::path& trace, std::string* summary);
 
 // Environment helpers.
-void describe_machine(RunReport& report, const nerve::Settings& settings);
+// describe_machine() fills in the machine, the versions and the effective configuration of
+// `settings`; `set_by` names the option behind each key the tool sets through the API
+// ("parallel.thread_pool_size" → "--threads"), the origin recorded for it ("api (--threads)").
+void describe_machine(RunReport& report, const nerve::Settings& settings,
+                      const std::map<std::string, std::string>& set_by);
 double load_average();
 std::string now_utc();
 
