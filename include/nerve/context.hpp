@@ -28,11 +28,12 @@
 // threads may so wait for each other — each for work behind a task on the next one's stack (its
 // waiting task, or one suspended below it): once each has nothing left to run, one of them throws
 // the same error, naming the task on the other thread, and the others go on (a cycle closed by a
-// later submission is found within about 50 ms). A blocking map counts as suspended below the tasks
-// it runs while it waits, and its wait may be one of such a cycle: if it is the one that throws, the
-// mapping it asked for ends by itself once granted. Destroying the
-// context waits for every submitted task, then frees buffers still alive (reporting them as a
-// warning). The destructor, as for any C++ object, must not overlap a call of a member of the same
+// later submission is found within about 50 ms); a ~TaskGroup's wait leaves that to another wait of
+// the cycle, and is the fatal error above only if none does within about a second. A blocking map
+// counts as suspended below the tasks it runs while it waits, and its wait may be one of such a
+// cycle: if it is the one that throws, the mapping it asked for ends by itself once granted.
+// Destroying the context waits for every submitted task, then frees buffers still alive (reporting
+// them as a warning). The destructor, as for any C++ object, must not overlap a call of a member of the same
 // Context on another thread (wait_all(), submit(), stats(), ...): end those calls first (the C API's
 // rule for nerve_shutdown()).
 // Threads blocked in a wait on a handle — Task::wait(), TaskGroup::wait(), TaskPool::wait_all() — may

@@ -179,6 +179,7 @@ void group_destroy(ContextImpl* context, GroupState* group) noexcept {
       refuse_group_deadlock(*context, group);
       bool ended = true;
       UnlessSuspended target{GroupDone{group}, group_member(group)};
+      target.give_up_last();  // its failure is fatal: another wait of a cycle refuses first
       try {
         ended = context->scheduler.wait(context->current_thread(), target);
       } catch (...) {

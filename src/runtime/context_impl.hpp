@@ -514,10 +514,10 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   // about to park lists itself (list_stuck_wait) and looks for a cycle through the waits already
   // listed: it returns what it waits for on another thread's stack, where that thread's wait waits,
   // directly or through others, for something on this thread's stack ("task 'name'" or "the map of
-  // ...", described while that stack cannot change; the wait is then no longer listed); empty if none
-  // (the wait then stays listed until unlist_stuck_wait()). Every wait of such a cycle is parked and
-  // listed, so the last to park finds it, and none of its waits could ever end.
-  std::string list_stuck_wait(const StuckWait& wait);
+  // ...", described while that stack cannot change; the wait is then no longer listed, unless not
+  // `leave_when_found`); empty if none (the wait then stays listed until unlist_stuck_wait()). Every wait of
+  // such a cycle is parked and listed, so the last to park finds it, and none of its waits could ever end.
+  std::string list_stuck_wait(const StuckWait& wait, bool leave_when_found = true);
   void unlist_stuck_wait(const StuckWait& wait) noexcept;
   void unlist_locked(const StuckWait& wait) noexcept;  // under stuck_waits_mutex
   // throw_waits_behind(): the error of a wait that suspended_blocker() found hopeless.

@@ -66,19 +66,19 @@ class StuckWaitListing {
   StuckWaitListing& operator=(const StuckWaitListing&) = delete;
   ~StuckWaitListing() { withdraw(); }
   // list(): lists the calling thread's wait for the tasks `blocked` selects; returns what it waits
-  // for on another thread's stack in a cycle of waits (the wait is then not listed), or nothing
-  // (also out of memory: the wait then goes unchecked).
+  // for on another thread's stack in a cycle of waits (the wait is then not listed, unless not
+  // `leave_when_found`), or nothing (also out of memory: the wait then goes unchecked).
   template <class Blocked>
-  std::string list(ContextImpl& owner, const Blocked& blocked) {
+  std::string list(ContextImpl& owner, const Blocked& blocked, bool leave_when_found = true) {
     context = &owner;
     std::string elsewhere;
     try {
       erased_blocked = blocked;
       stuck = {innermost_frame(), innermost_waited_mapping(), &erased_blocked};
-      elsewhere = owner.list_stuck_wait(stuck);
+      elsewhere = owner.list_stuck_wait(stuck, leave_when_found);
     } catch (...) {
     }
-    if (!elsewhere.empty()) withdraw();
+    if (!elsewhere.empty() && leave_when_found) withdraw();
     return elsewhere;
   }
   bool listed() const noexcept { return context != nullptr; }
@@ -142,9 +142,27 @@ class UnlessSuspended {
   // other threads (then true); else the wait is listed until resumed().
   bool parking(ThreadState& thread) {
     if (thread.nesting + thread.map_waits > 1 && hopeless()) return true;
-    elsewhere = listing.list(*thread.context, blocked);
-    return !elsewhere.empty();
+    if (!last_resort) {
+      elsewhere = listing.list(*thread.context, blocked);
+      return !elsewhere.empty();
+    }
+    // A wait that cannot fail without ending the program (~TaskGroup) stays listed while it finds
+    // the cycle, for another wait of it, which can fail, to find it too and refuse; only a cycle
+    // still there after stuck_cycle_patience of its looks (about a second) is its own to report.
+    elsewhere = listing.list(*thread.context, blocked, false);
+    if (elsewhere.empty()) {
+      cycles_seen = 0;
+      return false;
+    }
+    if (++cycles_seen < stuck_cycle_patience) {
+      elsewhere.clear();
+      return false;
+    }
+    listing.withdraw();
+    return true;
   }
+  // give_up_last(): this wait cannot fail without ending the program (see parking()).
+  void give_up_last() noexcept { last_resort = true; }
   bool listed() const noexcept { return listing.listed(); }
   void resumed() noexcept { listing.withdraw(); }
   [[noreturn]] void throw_hopeless(const char* what) const {
@@ -155,9 +173,12 @@ class UnlessSuspended {
  private:
   Target target;
   Blocked blocked;
+  static constexpr int stuck_cycle_patience = 20;
   const TaskRecord* blocker = nullptr;  // on this thread's stack (hopeless())
   std::string elsewhere;                // on another's (parking())
   StuckWaitListing listing;
+  bool last_resort = false;
+  int cycles_seen = 0;
 };
 template <class Target, class Blocked>
 UnlessSuspended(Target, Blocked) -> UnlessSuspended<Target, Blocked>;

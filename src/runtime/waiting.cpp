@@ -84,7 +84,7 @@ const TaskRecord* ContextImpl::blocker_among(const RunningFrame* frames, const W
   return nullptr;
 }
 
-std::string ContextImpl::list_stuck_wait(const StuckWait& wait) {
+std::string ContextImpl::list_stuck_wait(const StuckWait& wait, bool leave_when_found) {
   std::lock_guard lock(stuck_waits_mutex);
   stuck_waits.push_back(&wait);
   // The listed waits are a graph: a wait points at another when it waits for a task on that one's
@@ -108,7 +108,7 @@ std::string ContextImpl::list_stuck_wait(const StuckWait& wait) {
         // Out of the list before anyone else looks: the others of the cycle, looking again, must
         // not find it too once this wait has decided to end it (one refusal per cycle).
         std::string elsewhere = describe_waited(*first_step);
-        unlist_locked(wait);
+        if (leave_when_found) unlist_locked(wait);
         return elsewhere;
       }
       seen.push_back(holder);

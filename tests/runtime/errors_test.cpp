@@ -1309,6 +1309,58 @@ TEST(WaitBehindSuspended, ACycleOfWaitsClosedAfterTheyParkedIsFoundToo) {
   EXPECT_EQ(std::count(refusals.messages.begin(), refusals.messages.end(), "returned"), 1);
 }
 
+// A ~TaskGroup cannot fail without ending the program: in a cycle of waits it leaves the refusal to
+// another wait of the cycle, even when it is the last to park (here 'waiter 1' leaves its group's
+// scope, which waits for a reader of `second`, after 'waiter 2' waits for a reader of `first`).
+TEST(WaitBehindSuspended, AGroupsDestructorInACycleLeavesTheRefusalToAnotherWait) {
+  Context context(make_settings(3, SchedulerPolicy::locality_aware_stealing));  // two workers
+  const std::vector<int> zero{0};
+  Buffer<int> first(context, std::span(zero)), second(context, std::span(zero));
+  std::optional<Task> reads_first;
+  std::atomic<int> started{0}, finished{0};
+  std::atomic<bool> go{false};
+  Refusals refusals;
+  const auto both_running = [&] {
+    started.fetch_add(1);
+    while (started.load() < 2 || !go.load()) std::this_thread::yield();
+  };
+  context.submit(
+      TaskOptions{.name = "waiter 1"},
+      [&](std::span<int> own) {
+        both_running();
+        {
+          TaskGroup group(context);
+          group.spawn(
+              TaskOptions{.name = "reads second"}, [](std::span<const int>) {}, read(second));
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));  // 'waiter 2' waits first
+        }
+        own[0] += 1;
+        finished.fetch_add(1);
+        finished.notify_all();
+      },
+      read_write(first));
+  context.submit(
+      TaskOptions{.name = "waiter 2"},
+      [&](std::span<int> own) {
+        both_running();
+        refusals.record([&] { reads_first->wait(); }, "returned");
+        own[0] += 1;
+        finished.fetch_add(1);
+        finished.notify_all();
+      },
+      read_write(second));
+  reads_first = context.submit([](std::span<const int>) {}, read(first));
+  go.store(true);
+  for (int count = finished.load(); count < 2; count = finished.load()) finished.wait(count);
+  context.wait_all();
+  EXPECT_EQ(first.to_vector()[0] + second.to_vector()[0], 2);
+  ASSERT_EQ(refusals.messages.size(), 1u);
+  EXPECT_THAT(refusals.messages[0],
+              ::testing::HasSubstr("Task::wait() inside task 'waiter 2' would never return: it waits for "
+                                   "task 'waiter 1' (or for tasks ordered after it), held on another "
+                                   "thread's stack"));
+}
+
 // Mapping, inside a task, a buffer range the task itself accesses in a conflicting mode — or one a task
 // ordered after it accesses — would wait for the running task: Error(invalid_argument), not a hang.
 // A mapping that does not conflict is granted; nothing of a refused one is left behind.
