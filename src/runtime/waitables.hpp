@@ -78,7 +78,7 @@ class StuckWaitListing {
       elsewhere = owner.list_stuck_wait(stuck, leave_when_found);
     } catch (...) {
     }
-    if (!elsewhere.empty() && leave_when_found) withdraw();
+    if (!elsewhere.empty() && leave_when_found) context = nullptr;  // list_stuck_wait() unlisted it
     return elsewhere;
   }
   bool listed() const noexcept { return context != nullptr; }
@@ -142,23 +142,19 @@ class UnlessSuspended {
   // other threads (then true); else the wait is listed until resumed().
   bool parking(ThreadState& thread) {
     if (thread.nesting + thread.map_waits > 1 && hopeless()) return true;
-    if (!last_resort) {
-      elsewhere = listing.list(*thread.context, blocked);
-      return !elsewhere.empty();
-    }
     // A wait that cannot fail without ending the program (~TaskGroup) stays listed while it finds
     // the cycle, for another wait of it, which can fail, to find it too and refuse; only a cycle
     // still there after stuck_cycle_patience of its looks (about a second) is its own to report.
-    elsewhere = listing.list(*thread.context, blocked, false);
+    elsewhere = listing.list(*thread.context, blocked, !last_resort);
     if (elsewhere.empty()) {
       cycles_seen = 0;
       return false;
     }
-    if (++cycles_seen < stuck_cycle_patience) {
+    if (last_resort && ++cycles_seen < stuck_cycle_patience) {
       elsewhere.clear();
       return false;
     }
-    listing.withdraw();
+    listing.withdraw();  // still listed only as a last resort
     return true;
   }
   // give_up_last(): this wait cannot fail without ending the program (see parking()).

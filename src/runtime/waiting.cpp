@@ -136,14 +136,12 @@ void ContextImpl::throw_waits_behind(const TaskRecord* suspended, const char* wh
   };
   const TaskRecord* running = running_task_record();
   if (suspended != nullptr && suspended->kind == TaskKind::host_access) {
-    const AccessRecord& mapped = suspended->accesses[0];
     throw Error(ErrorCode::invalid_argument,
-                fmt::format("{} inside task '{}' would never return: it waits for the map of {} (or for "
-                            "tasks ordered after it), which this thread was waiting to be granted when "
-                            "it ran '{}', and which cannot return, nor end, before '{}' returns; map "
-                            "outside the tasks, or order the waiting task after the unmap instead",
-                            what, name(running), mapped.buffer->describe(mapped.offset, mapped.size),
-                            name(running), name(running)));
+                fmt::format("{} inside task '{}' would never return: it waits for {} (or for tasks "
+                            "ordered after it), which this thread was waiting to be granted when it ran "
+                            "'{}', and which cannot return, nor end, before '{}' returns; map outside the "
+                            "tasks, or order the waiting task after the unmap instead",
+                            what, name(running), describe_waited(*suspended), name(running), name(running)));
   }
   throw Error(ErrorCode::invalid_argument,
               fmt::format("{} inside task '{}' would never return: it waits for task '{}' (or for tasks "
