@@ -35,6 +35,17 @@ void ContextImpl::unregister_buffer(BufferState* buffer) noexcept {
   if (last_created == buffer) last_created = nullptr;
 }
 
+namespace {
+
+// delete_buffer() ends a BufferState made in its context's buffer_slots (buffer_create()).
+void delete_buffer(BufferState* buffer) noexcept {
+  ContextImpl* context = buffer->context;
+  buffer->~BufferState();
+  context->buffer_slots.deallocate(buffer);
+}
+
+}  // namespace
+
 BufferState* buffer_create(ContextImpl* context, std::size_t bytes, std::size_t element_size,
                            const BufferOptions& options) {
   if (live(context).shut_down)
@@ -47,20 +58,25 @@ BufferState* buffer_create(ContextImpl* context, std::size_t bytes, std::size_t 
   }
   const std::uint64_t id = context->next_buffer_id();
   BufferState* buffer = nullptr;
+  void* slot = context->buffer_slots.allocate();
   try {
-    buffer = new BufferState(context, context->host_memory, context->calling_worker_numa(), bytes,
-                             element_size, options, id);
+    buffer = new (slot) BufferState(context, context->host_memory, context->calling_worker_numa(), bytes,
+                                    element_size, options, id);
   } catch (const Error& error) {
+    context->buffer_slots.deallocate(slot);
     // The host pool's refusal names the node, the size and the limit; which buffer asked is ours to say.
     if (error.code() != ErrorCode::out_of_memory) throw;
     throw Error(ErrorCode::out_of_memory,
                 fmt::format("creating {}: {}", describe_buffer(id, options.name, bytes), error.what()));
+  } catch (...) {
+    context->buffer_slots.deallocate(slot);
+    throw;
   }
   context->add_external_reference();
   try {
     context->register_buffer(buffer);
   } catch (...) {
-    delete buffer;
+    delete_buffer(buffer);
     context->drop_external_reference();
     throw;
   }
@@ -80,7 +96,7 @@ void destroy(BufferState* buffer) noexcept {
   }
   if (context->coherence != nullptr) context->coherence->forget(*buffer);
   context->unregister_buffer(buffer);
-  delete buffer;
+  delete_buffer(buffer);
   context->drop_external_reference();
 }
 

@@ -50,6 +50,7 @@ ContextImpl::ContextImpl(const Settings& settings)
     : config(Config::load(settings)),
       topology(Topology::discover(config)),
       host_memory(config, topology),
+      buffer_slots(sizeof(BufferState), alignof(BufferState)),
       perf(make_perf_monitor(config)),
       monitored_executor(*this),
       scheduler(config, topology,

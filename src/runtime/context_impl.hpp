@@ -41,6 +41,7 @@
 #include "sched/scheduler.hpp"
 #include "task/record_allocator.hpp"
 #include "util/fork_generation.hpp"
+#include "util/slot_arena.hpp"
 #include "util/spin_lock.hpp"
 
 namespace nerve::detail {
@@ -352,6 +353,8 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   Topology topology;
   RecordAllocator records;
   HostMemoryNode host_memory;
+  // Where BufferStates live (buffer_create()): in creation order, whatever the heap went through.
+  SlotArena buffer_slots;
   std::vector<std::unique_ptr<Device>> devices;  // device i + 1
   std::unique_ptr<CoherenceEngine> coherence;    // once there is more than one memory node
   // How many devices run plain closures (test devices), probed once when added: none means a closure
