@@ -38,8 +38,13 @@
 // (or a child it awaits), of its own Task, of the TaskGroup it was launched into, or of work ordered
 // after its Task (by accesses or `after`) — none could finish while it waits. The blocking waits
 // (Task::wait(), TaskGroup::wait(), ...) refuse the same inside a coroutine, as inside a task.
-// Coroutines awaiting each other's Tasks in a cycle (A awaits B's Task while B awaits A's) are not
-// detected, as with blocking waits: they stay suspended, and a wait for them never ends.
+// So does a co_await that closes a cycle of coroutines awaiting each other: A awaits B's Task (or a
+// task ordered after it, or a TaskGroup B belongs to) while B awaits A's, directly or through more
+// coroutines and tasks. The await that closes the cycle throws Error(invalid_argument) in its
+// coroutine ("... the awaits wait for each other"); the others stay suspended until that coroutine
+// goes on (it may catch the error) and ends. Two awaits that close one cycle at the same moment on
+// two threads see each other when both coroutines belong to one context; across contexts only a
+// cycle closed after the other awaits suspended is found.
 //
 // Lifetime: as with any coroutine, arguments taken by reference must outlive it; the context must
 // outlive every coroutine launched in it (~Context waits for their Tasks like any others). A
@@ -75,8 +80,9 @@ class CoTask;
 namespace detail {
 
 // refuse_coroutine_self_wait(): Error(invalid_argument) when the launched coroutine whose Task is
-// `root` awaits that very Task, or the TaskGroup (`group`) it was launched into: neither can finish
-// while it waits.
+// `root` awaits that very Task, or the TaskGroup (`group`) it was launched into, or a task that waits
+// for its Task (ordered after it, or through other coroutines that await it): none can finish while
+// it waits. resume_coroutine() and group_suspend() make the same check.
 NERVE_API void refuse_coroutine_self_wait(const TaskRecord* root, const TaskRecord* task,
                                           const GroupState* group);
 
@@ -144,9 +150,8 @@ struct TaskAwaiter {
   bool await_ready() const { return task.done(); }
   template <class P>
   void await_suspend(std::coroutine_handle<P> coroutine) {
-    const TaskRecord* root = root_of(coroutine);
-    if (root != nullptr) refuse_coroutine_self_wait(root, task.record(), nullptr);
-    resume_coroutine(task_context(task.record()), coroutine.address(), task.record(), root);
+    // Refuses (Error) an await that could never resume, as refuse_coroutine_self_wait() does.
+    resume_coroutine(task_context(task.record()), coroutine.address(), task.record(), root_of(coroutine));
   }
   void await_resume() const { task.wait(); }  // done: rethrows its failure, or TaskCancelled
 };
@@ -159,10 +164,9 @@ struct GroupAwaiter {
   }
   template <class P>
   bool await_suspend(std::coroutine_handle<P> coroutine) {
-    const TaskRecord* root = root_of(coroutine);
-    if (root != nullptr) refuse_coroutine_self_wait(root, nullptr, group.state());
     parked = true;  // set first: once parked, the coroutine may resume on another thread at once
-    if (group_suspend(group.state(), coroutine.address(), root)) return true;
+    // Refuses (Error) an await that could never resume, as refuse_coroutine_self_wait() does.
+    if (group_suspend(group.state(), coroutine.address(), root_of(coroutine))) return true;
     parked = false;
     return false;
   }

@@ -230,30 +230,76 @@ bool ContextImpl::holds_mapping() {
   return std::any_of(held_mappings.begin(), held_mappings.end(), mapped_by_this_thread);
 }
 
+namespace {
+
+// parked_coroutine_root(): the launched coroutine parked in `co_await` on the group of `task`, if any.
+// While `task` is unfinished the group cannot empty, so that coroutine stays parked (and alive).
+const TaskRecord* parked_coroutine_root(const TaskRecord& task) noexcept {
+  const GroupState* group = task.group;
+  if (group == nullptr ||
+      (group->pending.load(std::memory_order_acquire) & GroupState::coroutine_parked) == 0)
+    return nullptr;
+  return group->continuation_root.load(std::memory_order_acquire);
+}
+
+}  // namespace
+
 // Everything reachable from an unfinished task (or mapping) through successor edges waits for it, so
 // is unfinished and alive while it is: the walk reads only live records, provided `unfinished` cannot
-// finish meanwhile (own_mapping_blocking holds off the mapping's end; a task walks from itself). It is
-// bounded (a deadlock through a longer chain is not detected, only waited for).
+// finish meanwhile (own_mapping_blocking holds off the mapping's end; a task walks from itself). So
+// are the coroutines that wait for such a task: a coroutine whose next stretch (not started: it waits)
+// is ordered after it is suspended until that stretch runs, so its Task is unfinished; one parked on
+// the task's group stays parked while the task is unfinished; an announced one is between its check
+// and its suspension (the caller holds coroutine_awaits_mutex). The walk is bounded (a deadlock
+// through a longer chain is not detected, only waited for).
 const TaskRecord* ContextImpl::first_waiting_for(const TaskRecord* unfinished,
-                                                 const std::function<bool(const TaskRecord*)>& blocked) {
+                                                 const std::function<bool(const TaskRecord*)>& blocked,
+                                                 std::span<const AnnouncedAwait> announced,
+                                                 bool* through_coroutine) {
+  if (through_coroutine != nullptr) *through_coroutine = false;
   if (blocked(unfinished)) return unfinished;
   // A pool's task has no successors of its own: what is ordered after it waits for its pool's gate,
   // which ends after it (so is unfinished and alive too).
   const TaskRecord* first = unfinished->pool != nullptr ? unfinished->pool->gate : unfinished;
   const std::uintptr_t head = first->successors.load(std::memory_order_acquire);
-  if (first == unfinished && (head == 0 || head == closed_successors))
+  if (first == unfinished && (head == 0 || head == closed_successors) && announced.empty() &&
+      parked_coroutine_root(*unfinished) == nullptr)
     return nullptr;  // the common case: no allocation
   constexpr std::size_t max_visits = 1 << 16;
-  std::vector<const TaskRecord*> frontier{first};
-  std::unordered_set<const TaskRecord*> seen{unfinished, first};
+  // Each task with whether a coroutine's Task lies on the way to it (for the caller's message).
+  std::vector<std::pair<const TaskRecord*, bool>> frontier;
+  std::unordered_set<const TaskRecord*> seen{unfinished};
+  const auto visit = [&](const TaskRecord* task, bool via_coroutine) {
+    if (seen.insert(task).second) frontier.emplace_back(task, via_coroutine);
+  };
+  // The coroutines that wait for `task` other than through its successor edges.
+  const auto visit_waiting_coroutines = [&](const TaskRecord* task) {
+    if (const TaskRecord* parked = parked_coroutine_root(*task)) visit(parked, true);
+    for (const AnnouncedAwait& await : announced) {
+      if (await.target == task) visit(await.root, true);
+    }
+  };
+  seen.insert(first);
+  frontier.emplace_back(first, false);
+  visit_waiting_coroutines(unfinished);
   while (!frontier.empty() && seen.size() < max_visits) {
-    const TaskRecord* task = frontier.back();
+    const auto [task, via_coroutine] = frontier.back();
     frontier.pop_back();
-    if (blocked(task)) return task;
-    if (const TaskRecord* root = coroutine_root_of(*task); root != nullptr && blocked(root)) return task;
-    for_each_successor(task, [&](const TaskRecord* successor) {
-      if (seen.insert(successor).second) frontier.push_back(successor);
-    });
+    if (blocked(task)) {
+      if (through_coroutine != nullptr) *through_coroutine = via_coroutine;
+      return task;
+    }
+    // A coroutine's next stretch: the coroutine waits for what the stretch waits for.
+    if (const TaskRecord* root = coroutine_root_of(*task)) {
+      if (blocked(root)) {
+        if (through_coroutine != nullptr) *through_coroutine = true;
+        return task;
+      }
+      visit(root, true);
+    }
+    visit_waiting_coroutines(task);
+    for_each_successor(task,
+                       [&, via = via_coroutine](const TaskRecord* successor) { visit(successor, via); });
   }
   return nullptr;
 }

@@ -15,6 +15,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -446,10 +447,25 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   // own_mapping_blocking(): the calling thread's mapping that a task for which `blocked` is true
   // waits for, directly or through other tasks (or that is itself such a task); nullptr if none.
   const TaskRecord* own_mapping_blocking(const std::function<bool(const TaskRecord*)>& blocked);
+  // A coroutine's co_await between its check for a cycle of awaits and the registration of its
+  // continuation (coroutines.cpp): listed under coroutine_awaits_mutex meanwhile, so that two awaits
+  // that close one cycle at the same time see each other.
+  struct AnnouncedAwait {
+    const TaskRecord* root;    // the awaiting coroutine's Task
+    const TaskRecord* target;  // the Task it awaits
+  };
+  std::mutex coroutine_awaits_mutex;
+  std::vector<AnnouncedAwait> announced_awaits;
   // first_waiting_for(): a task for which `blocked` is true among `unfinished` and the tasks that wait
-  // for it, directly or through others; nullptr if none (within a bounded walk).
+  // for it, directly or through others; nullptr if none (within a bounded walk). Besides the tasks
+  // ordered after a task, a coroutine waits for it: one whose next stretch is ordered after it (its
+  // Task cannot end before that stretch starts), one parked on its TaskGroup, and one of `announced`
+  // awaiting it. `*through_coroutine` (if given) tells whether the task found was reached through a
+  // coroutine's Task.
   static const TaskRecord* first_waiting_for(const TaskRecord* unfinished,
-                                             const std::function<bool(const TaskRecord*)>& blocked);
+                                             const std::function<bool(const TaskRecord*)>& blocked,
+                                             std::span<const AnnouncedAwait> announced = {},
+                                             bool* through_coroutine = nullptr);
   // holds_mapping(): the calling thread holds a mapping of this context.
   bool holds_mapping();
   // refuse_own_mapping_wait(): Error(buffer_misuse) if a wait for the tasks `blocked` selects would

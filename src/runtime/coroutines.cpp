@@ -5,8 +5,11 @@
 // no stack. What the program sees as the coroutine's Task is a separate record that is never
 // scheduled: it is counted as submitted when the coroutine is launched and finished when the
 // coroutine returns or throws, so wait_all(), groups and Task::wait() treat it like any task.
+#include <algorithm>
 #include <coroutine>
 #include <exception>
+#include <mutex>
+#include <span>
 
 #include <fmt/format.h>
 
@@ -15,6 +18,7 @@
 #include "nerve/task.hpp"
 
 #include "runtime/context_impl.hpp"
+#include "task/task_graph.hpp"
 #include "util/log.hpp"
 
 namespace nerve::detail {
@@ -78,6 +82,46 @@ void submit_step(ContextImpl* context, Step step, TaskRecord* after, const char*
   commit_task(context, draft, info);
 }
 
+// refuse_awaits_that_wait_for_themselves(): refuse_coroutine_self_wait(), also through the
+// coroutines that wait for this one's Task (`announced`: awaits between their check and their
+// suspension). Called with the context's coroutine_awaits_mutex held.
+void refuse_awaits_that_wait_for_themselves(const TaskRecord* root, const TaskRecord* task,
+                                            const GroupState* group,
+                                            std::span<const ContextImpl::AnnouncedAwait> announced) {
+  const char* name = root->name != nullptr ? root->name : "(unnamed)";
+  if (task == root) {
+    throw Error(
+        ErrorCode::invalid_argument,
+        fmt::format("co_await of the own Task of coroutine '{}' inside it would wait for itself", name));
+  }
+  if (group != nullptr && root->group == group) {
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("co_await of the TaskGroup coroutine '{}' was launched into would wait for "
+                            "itself (it is one of the group's tasks)",
+                            name));
+  }
+  const auto awaited = [&](const TaskRecord* candidate) {
+    return candidate != root && (candidate == task || (group != nullptr && candidate->group == group));
+  };
+  bool through_coroutine = false;
+  const TaskRecord* waited = ContextImpl::first_waiting_for(root, awaited, announced, &through_coroutine);
+  if (waited == nullptr) return;
+  const char* what = task != nullptr ? "a Task" : "a TaskGroup";
+  const char* waited_name = waited->name != nullptr ? waited->name : "(unnamed)";
+  if (through_coroutine) {
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("co_await of {} inside coroutine '{}' would never resume: task '{}' waits for "
+                            "the coroutine to end, through other coroutines that await its Task (or "
+                            "work ordered after it) while it awaits theirs (the awaits wait for each other)",
+                            what, name, waited_name));
+  }
+  throw Error(ErrorCode::invalid_argument,
+              fmt::format("co_await of {} inside coroutine '{}' would never resume: task '{}' is ordered "
+                          "after the coroutine's own Task (by its accesses or `after`), so it cannot "
+                          "start before the coroutine ends",
+                          what, name, waited_name));
+}
+
 }  // namespace
 
 TaskRecord* coroutine_task_create(ContextImpl* context, const char* name, GroupState* group) {
@@ -116,6 +160,46 @@ void coroutine_task_finish(TaskRecord* record, std::exception_ptr error) noexcep
 }
 
 void resume_coroutine(ContextImpl* context, void* coroutine, TaskRecord* after, const TaskRecord* root) {
+  if (root == nullptr || after == nullptr) {
+    submit_step(context, Resume{coroutine, root}, after, step_name(root));
+    return;
+  }
+  // The check and the continuation's registration cannot share one critical section (a submission
+  // may run other tasks under back-pressure, which may await), so the await is announced from the
+  // check until its continuation is registered: two awaits closing one cycle at once see each other.
+  // Both records are held meanwhile: once registered, the continuation may run and the coroutine end
+  // before the announcement is withdrawn, and a recycled record must not inherit the announcement.
+  // (A finished one is harmless: the walks reach only unfinished tasks through it.)
+  ContextImpl& home = *root->context;
+  auto* awaiting = const_cast<TaskRecord*>(root);  // its count only
+  {
+    std::lock_guard lock(home.coroutine_awaits_mutex);
+    refuse_awaits_that_wait_for_themselves(root, after, nullptr, home.announced_awaits);
+    home.announced_awaits.push_back({root, after});
+    retain_record(awaiting);
+    retain_record(after);
+  }
+  struct Withdraw {
+    ContextImpl& home;
+    TaskRecord* root;
+    TaskRecord* target;
+    ~Withdraw() {
+      {
+        std::lock_guard lock(home.coroutine_awaits_mutex);
+        auto& list = home.announced_awaits;
+        const auto it =
+            std::find_if(list.begin(), list.end(), [&](const ContextImpl::AnnouncedAwait& listed) {
+              return listed.root == root && listed.target == target;
+            });
+        if (it != list.end()) {
+          *it = list.back();
+          list.pop_back();
+        }
+      }
+      release(root);
+      release(target);
+    }
+  } withdraw{home, awaiting, after};
   submit_step(context, Resume{coroutine, root}, after, step_name(root));
 }
 
@@ -134,7 +218,9 @@ void ContextImpl::resume_group_continuation(void* coroutine, const TaskRecord* r
   }
 }
 
-bool group_suspend(GroupState* group, void* coroutine, const TaskRecord* root) {
+namespace {
+
+bool park_in_group(GroupState* group, void* coroutine, const TaskRecord* root) {
   void* expected = nullptr;
   // The completer reads the root after seeing the parked bit (acquire) and taking the continuation.
   if (!group->continuation.compare_exchange_strong(expected, coroutine, std::memory_order_acq_rel)) {
@@ -142,7 +228,7 @@ bool group_suspend(GroupState* group, void* coroutine, const TaskRecord* root) {
   }
   // Only the parked coroutine writes it, before the parked bit that entitles a completer to read it
   // (written before the CAS, a refused awaiter could overwrite the parked one's root meanwhile).
-  group->continuation_root = root;
+  group->continuation_root.store(root, std::memory_order_relaxed);
   const std::int64_t before =
       group->pending.fetch_add(GroupState::coroutine_parked, std::memory_order_acq_rel);
   if ((before & GroupState::count_mask) != 0) return true;  // the last task to finish resumes it
@@ -150,6 +236,17 @@ bool group_suspend(GroupState* group, void* coroutine, const TaskRecord* root) {
   if (group->continuation.exchange(nullptr, std::memory_order_acq_rel) == nullptr) return true;
   group->pending.fetch_sub(GroupState::coroutine_parked, std::memory_order_acq_rel);
   return false;
+}
+
+}  // namespace
+
+bool group_suspend(GroupState* group, void* coroutine, const TaskRecord* root) {
+  if (root == nullptr) return park_in_group(group, coroutine, nullptr);
+  // Parking registers nothing that could run tasks: the check and the park share one critical section.
+  ContextImpl& home = *root->context;
+  std::lock_guard lock(home.coroutine_awaits_mutex);
+  refuse_awaits_that_wait_for_themselves(root, nullptr, group, home.announced_awaits);
+  return park_in_group(group, coroutine, root);
 }
 
 void group_resumed(GroupState* group) noexcept {
@@ -170,32 +267,9 @@ const TaskRecord* coroutine_root_of(const TaskRecord& task) noexcept {
 }
 
 void refuse_coroutine_self_wait(const TaskRecord* root, const TaskRecord* task, const GroupState* group) {
-  const char* name = root->name != nullptr ? root->name : "(unnamed)";
-  if (task == root) {
-    throw Error(
-        ErrorCode::invalid_argument,
-        fmt::format("co_await of the own Task of coroutine '{}' inside it would wait for itself", name));
-  }
-  if (group != nullptr && root->group == group) {
-    throw Error(ErrorCode::invalid_argument,
-                fmt::format("co_await of the TaskGroup coroutine '{}' was launched into would wait for "
-                            "itself (it is one of the group's tasks)",
-                            name));
-  }
-  // Work ordered after the coroutine's Task cannot start before the coroutine ends (a Task with no
-  // successors has none: one load, and no std::function is built).
-  if ((root->successors.load(std::memory_order_acquire) & ~closed_successors) == 0) return;
-  const auto awaited = [&](const TaskRecord* candidate) {
-    return candidate != root && (candidate == task || (group != nullptr && candidate->group == group));
-  };
-  if (const TaskRecord* waited = ContextImpl::first_waiting_for(root, awaited)) {
-    throw Error(ErrorCode::invalid_argument,
-                fmt::format("co_await of {} inside coroutine '{}' would never resume: task '{}' is ordered "
-                            "after the coroutine's own Task (by its accesses or `after`), so it cannot "
-                            "start before the coroutine ends",
-                            task != nullptr ? "a Task" : "a TaskGroup", name,
-                            waited->name != nullptr ? waited->name : "(unnamed)"));
-  }
+  ContextImpl& context = *root->context;
+  std::lock_guard lock(context.coroutine_awaits_mutex);
+  refuse_awaits_that_wait_for_themselves(root, task, group, context.announced_awaits);
 }
 
 void ContextImpl::refuse_coroutine_endless_wait(const TaskRecord& root,

@@ -876,7 +876,8 @@ void ContextImpl::finish_group_member(GroupState* group) noexcept {
                           ? group->continuation.exchange(nullptr, std::memory_order_acq_rel)
                           : nullptr;
     // The parked coroutine keeps the group alive until it resumes: its root can be read now.
-    const TaskRecord* root = coroutine != nullptr ? group->continuation_root : nullptr;
+    const TaskRecord* root =
+        coroutine != nullptr ? group->continuation_root.load(std::memory_order_relaxed) : nullptr;
     scheduler.waiters().wake(group);  // by address only: the group may be gone already
     if (coroutine != nullptr) resume_group_continuation(coroutine, root);
   }

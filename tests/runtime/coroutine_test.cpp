@@ -7,6 +7,8 @@
 #include <chrono>
 #include <coroutine>
 #include <exception>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -323,6 +325,185 @@ TEST_P(CoroutineTest, BlockingWaitsForItselfInsideACoroutineAreErrorsNotHangs) {
     self.reset();
     context->wait_all();
   }
+}
+
+// Coroutines that await each other in a cycle: each awaits, once `gate` has finished, what `target`
+// selects (a Task published after launch, possibly a task ordered after one, or a group); the await
+// that closes the cycle must throw instead of leaving every coroutine of the cycle suspended for good.
+// `refusals` counts the refused awaits, `messages` keeps their texts.
+struct CycleLog {
+  std::atomic<int> arrived{0};  // awaits about to be made
+  std::atomic<int> refusals{0};
+  std::mutex mutex;
+  std::vector<std::string> messages;
+  void refused(const char* what) {
+    refusals.fetch_add(1);
+    std::lock_guard lock(mutex);
+    messages.emplace_back(what);
+  }
+};
+
+// await_and_log(): co_await of `task`, or else of `group`, whose refusal is logged.
+CoTask<> await_and_log(Task* task, TaskGroup* group, CycleLog& log) {
+  log.arrived.fetch_add(1);
+  try {
+    if (task != nullptr) {
+      co_await *task;
+    } else {
+      co_await *group;
+    }
+  } catch (const Error& error) {
+    if (error.code() != ErrorCode::invalid_argument) throw;
+    log.refused(error.what());
+  }
+}
+
+CoTask<> await_peer(Task gate, std::vector<std::optional<Task>>& peers, std::size_t peer, CycleLog& log) {
+  co_await gate;
+  co_await await_and_log(&*peers[peer], nullptr, log);
+}
+
+CoTask<> await_after_peer(Context& ctx, Task gate, std::vector<std::optional<Task>>& peers, std::size_t peer,
+                          CycleLog& log) {
+  co_await gate;
+  Task after = ctx.submit(TaskOptions{.name = "after the peer", .after = {*peers[peer]}}, [] {});
+  co_await await_and_log(&after, nullptr, log);
+}
+
+CoTask<> await_group(Task gate, TaskGroup& group, CycleLog& log) {
+  co_await gate;
+  co_await await_and_log(nullptr, &group, log);
+}
+
+// A gate: a task that waits, without holding a thread, until open() (the handles are published
+// first). It reads a buffer this thread holds mapped for writing; open() ends the mapping.
+struct Gate {
+  Gate(Context& context, const char* name) : trigger(context, 1), held(trigger.map_write()) {
+    task = context.submit(
+        TaskOptions{.name = name}, [](std::span<const int>) {}, read(trigger));
+  }
+  void open() { held.reset(); }
+  Buffer<int> trigger;
+  std::optional<Mapped<int>> held;
+  Task task;
+};
+
+// open_and_settle(): opens a gate and lets the coroutine behind it make its await (counted in
+// `log.arrived`, which must reach `arrivals`) and suspend. With a single slot nothing runs unless
+// this thread waits: the gate is only opened, and the waits for the coroutines run them.
+void open_and_settle(Gate& gate, const CycleLog& log, int arrivals, unsigned workers) {
+  gate.open();
+  if (workers == 1) return;
+  while (log.arrived.load() < arrivals) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+}
+
+// Every Task of `tasks` finishes within the test's patience; true if so.
+bool all_finish(std::vector<std::optional<Task>>& tasks) {
+  return std::all_of(tasks.begin(), tasks.end(),
+                     [](std::optional<Task>& task) { return task->wait_for(std::chrono::seconds(20)); });
+}
+
+TEST_P(CoroutineTest, CoroutinesAwaitingEachOthersTasksInACycleAreAnErrorNotAHang) {
+  // Rings of 2 and 3 coroutines, each awaiting the next one's Task; the gates open one after the
+  // other, so each cycle is closed by the last await, after the others suspended.
+  for (const std::size_t ring : {std::size_t{2}, std::size_t{3}}) {
+    SCOPED_TRACE(ring);
+    const char* const names[2][3] = {{"A", "B", ""}, {"X", "Y", "Z"}};
+    CycleLog log;
+    std::vector<std::optional<Task>> coroutines(ring);
+    std::vector<std::unique_ptr<Gate>> gates;
+    for (std::size_t i = 0; i < ring; ++i) gates.push_back(std::make_unique<Gate>(*context, "gate"));
+    for (std::size_t i = 0; i < ring; ++i) {
+      coroutines[i] =
+          launch(*context, await_peer(gates[i]->task, coroutines, (i + 1) % ring, log), names[ring - 2][i]);
+    }
+    for (std::size_t i = 0; i < ring; ++i)
+      open_and_settle(*gates[i], log, static_cast<int>(i) + 1, workers());
+    ASSERT_TRUE(all_finish(coroutines)) << "the coroutines of the cycle stayed suspended";
+    EXPECT_EQ(log.refusals.load(), 1);
+    ASSERT_EQ(log.messages.size(), 1u);
+    // Which await closes the cycle is known when the gates open one by one (not on a single slot).
+    const std::string closer = workers() == 1 ? "" : std::string(names[ring - 2][ring - 1]) + "'";
+    EXPECT_THAT(log.messages[0], HasSubstr("co_await of a Task inside coroutine '" + closer));
+    EXPECT_THAT(log.messages[0], HasSubstr("would never resume: task "));
+    EXPECT_THAT(log.messages[0], HasSubstr("the awaits wait for each other"));
+    for (auto& task : coroutines) EXPECT_NO_THROW(task->wait());
+    coroutines.clear();
+    context->wait_all();
+  }
+}
+
+// The three cycles of ACycleOfAwaitsThroughATaskOrderedAfterACoroutineOrAGroupIsFoundToo: A then B
+// make their awaits (A's gate opens first), and B's or A's closes the cycle.
+enum class CycleThrough { task_after_peer, group_then_task, task_then_group };
+
+TEST_P(CoroutineTest, ACycleOfAwaitsThroughATaskOrderedAfterACoroutineOrAGroupIsFoundToo) {
+  for (const CycleThrough through :
+       {CycleThrough::task_after_peer, CycleThrough::group_then_task, CycleThrough::task_then_group}) {
+    SCOPED_TRACE(static_cast<int>(through));
+    CycleLog log;
+    TaskGroup group(*context);
+    Gate gate_a(*context, "gate A");
+    Gate gate_b(*context, "gate B");
+    std::vector<std::optional<Task>> coroutines(2);
+    std::string expected;
+    if (through == CycleThrough::task_after_peer) {
+      // A awaits a task ordered after B's Task; then B awaits A's.
+      coroutines[0] = launch(*context, await_after_peer(*context, gate_a.task, coroutines, 1, log), "A");
+      coroutines[1] = launch(*context, await_peer(gate_b.task, coroutines, 0, log), "B");
+      expected = "co_await of a Task inside coroutine 'B' would never resume";
+    } else {
+      // A belongs to a group that B awaits, and awaits B's Task.
+      coroutines[0] = launch(group, await_peer(gate_a.task, coroutines, 1, log), "A");
+      coroutines[1] = launch(*context, await_group(gate_b.task, group, log), "B");
+      expected = through == CycleThrough::group_then_task
+                     ? "co_await of a Task inside coroutine 'A' would never resume"
+                     : "co_await of a TaskGroup inside coroutine 'B' would never resume";
+    }
+    Gate& first = through == CycleThrough::group_then_task ? gate_b : gate_a;
+    Gate& second = through == CycleThrough::group_then_task ? gate_a : gate_b;
+    open_and_settle(first, log, 1, workers());
+    second.open();
+    ASSERT_TRUE(all_finish(coroutines)) << "the coroutines of the cycle stayed suspended";
+    EXPECT_EQ(log.refusals.load(), 1);
+    ASSERT_EQ(log.messages.size(), 1u);
+    EXPECT_THAT(log.messages[0], HasSubstr(workers() == 1 ? "would never resume" : expected));
+    EXPECT_THAT(log.messages[0], HasSubstr("the awaits wait for each other"));
+    group.wait();
+    coroutines.clear();
+    context->wait_all();
+  }
+}
+
+// Two coroutines released by one gate await each other's Task at the same moment, on two threads when
+// there are: neither check may miss the other's await (both would stay suspended). A chain that is no
+// cycle (each awaits the next; the last awaits nothing) is never refused.
+TEST_P(CoroutineTest, TwoAwaitsClosingOneCycleAtOnceSeeEachOther) {
+  for (int round = 0; round < 200; ++round) {
+    CycleLog log;
+    Gate gate(*context, "gate");
+    std::vector<std::optional<Task>> coroutines(2);
+    coroutines[0] = launch(*context, await_peer(gate.task, coroutines, 1, log), "A");
+    coroutines[1] = launch(*context, await_peer(gate.task, coroutines, 0, log), "B");
+    gate.open();
+    ASSERT_TRUE(all_finish(coroutines)) << "round " << round << ": both awaits suspended for good";
+    ASSERT_EQ(log.refusals.load(), 1) << "round " << round;
+    coroutines.clear();
+  }
+  context->wait_all();
+  CycleLog log;
+  Gate gate(*context, "gate");
+  std::vector<std::optional<Task>> chain(4);
+  chain[3] = launch(
+      *context, [](Task g) -> CoTask<> { co_await g; }(gate.task), "end of the chain");
+  for (std::size_t i = 3; i-- > 0;)
+    chain[i] = launch(*context, await_peer(gate.task, chain, i + 1, log), "link");
+  gate.open();
+  ASSERT_TRUE(all_finish(chain));
+  EXPECT_EQ(log.refusals.load(), 0);
+  chain.clear();
+  context->wait_all();
 }
 
 // A CoTask runs once: awaiting it again, or launching it after it was awaited, is an error (it used

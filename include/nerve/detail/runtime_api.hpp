@@ -143,8 +143,9 @@ struct GroupState {
   // completer that brings the count to zero (see coroutine.hpp). At most one at a time.
   std::atomic<void*> continuation{nullptr};
   // Its launched coroutine's Task record (null: none): names the resumed stretch and tells the
-  // wait checks which coroutine that stretch runs for.
-  const TaskRecord* continuation_root = nullptr;
+  // wait checks which coroutine that stretch runs for, and which coroutine waits for the group's
+  // tasks (the cycle checks read it from other threads while the coroutine is parked).
+  std::atomic<const TaskRecord*> continuation_root{nullptr};
 };
 
 // Two pointers, so that begin_task() returns it and commit_task() takes it in registers: a larger
@@ -193,7 +194,8 @@ NERVE_API TaskRecord* coroutine_task_create(ContextImpl* context, const char* na
 NERVE_API void coroutine_task_finish(TaskRecord* record, std::exception_ptr error) noexcept;
 // resume_coroutine() resumes the coroutine whose handle address is `coroutine` as a new task, once
 // `after` (if not null) has finished, whatever its outcome. The task carries the name of `root`, the
-// launched coroutine it runs for (if any).
+// launched coroutine it runs for (if any). With a root, refuses first (Error(invalid_argument)) an
+// await that could never resume (refuse_coroutine_self_wait(), coroutine.hpp).
 NERVE_API void resume_coroutine(ContextImpl* context, void* coroutine, TaskRecord* after,
                                 const TaskRecord* root);
 // start_coroutine() runs a launched coroutine's first stretch as a new task; if `launched` (its Task)
@@ -201,7 +203,8 @@ NERVE_API void resume_coroutine(ContextImpl* context, void* coroutine, TaskRecor
 NERVE_API void start_coroutine(ContextImpl* context, void* coroutine, TaskRecord* launched);
 // group_suspend() parks the coroutine in `group`: true when it will be resumed once the group is
 // empty, false when the group already is (resume now). Error(invalid_argument) if another coroutine
-// already waits for the group. group_resumed() is called by the coroutine once resumed.
+// already waits for the group, or (with a root) if the await could never resume
+// (refuse_coroutine_self_wait(), coroutine.hpp). group_resumed() is called by the coroutine once resumed.
 NERVE_API bool group_suspend(GroupState* group, void* coroutine, const TaskRecord* root);
 NERVE_API void group_resumed(GroupState* group) noexcept;
 NERVE_API ContextImpl* task_context(const TaskRecord* record) noexcept;
