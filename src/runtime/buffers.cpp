@@ -244,6 +244,15 @@ const TaskRecord* parked_coroutine_root(const TaskRecord& task) noexcept {
 
 }  // namespace
 
+bool ContextImpl::may_be_waited_for(const TaskRecord& task,
+                                    std::span<const AnnouncedAwait> announced) noexcept {
+  if (task.pool != nullptr) return true;  // through its pool's gate
+  const std::uintptr_t head = task.successors.load(std::memory_order_acquire);
+  return (head != 0 && head != closed_successors) || parked_coroutine_root(task) != nullptr ||
+         std::any_of(announced.begin(), announced.end(),
+                     [&](const AnnouncedAwait& await) { return await.target == &task; });
+}
+
 // Everything reachable from an unfinished task (or mapping) through successor edges waits for it, so
 // is unfinished and alive while it is: the walk reads only live records, provided `unfinished` cannot
 // finish meanwhile (own_mapping_blocking holds off the mapping's end; a task walks from itself). So
@@ -261,10 +270,7 @@ const TaskRecord* ContextImpl::first_waiting_for(const TaskRecord* unfinished,
   // A pool's task has no successors of its own: what is ordered after it waits for its pool's gate,
   // which ends after it (so is unfinished and alive too).
   const TaskRecord* first = unfinished->pool != nullptr ? unfinished->pool->gate : unfinished;
-  const std::uintptr_t head = first->successors.load(std::memory_order_acquire);
-  if (first == unfinished && (head == 0 || head == closed_successors) && announced.empty() &&
-      parked_coroutine_root(*unfinished) == nullptr)
-    return nullptr;  // the common case: no allocation
+  if (!may_be_waited_for(*unfinished, announced)) return nullptr;  // the common case: no allocation
   constexpr std::size_t max_visits = 1 << 16;
   // Each task with whether a coroutine's Task lies on the way to it (for the caller's message).
   std::vector<std::pair<const TaskRecord*, bool>> frontier;

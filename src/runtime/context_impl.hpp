@@ -466,6 +466,9 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
                                              const std::function<bool(const TaskRecord*)>& blocked,
                                              std::span<const AnnouncedAwait> announced = {},
                                              bool* through_coroutine = nullptr);
+  // may_be_waited_for(): something other than `task` itself may wait for it (first_waiting_for()
+  // would look further): successors, a pool, a coroutine parked on its group or announced on it.
+  static bool may_be_waited_for(const TaskRecord& task, std::span<const AnnouncedAwait> announced) noexcept;
   // holds_mapping(): the calling thread holds a mapping of this context.
   bool holds_mapping();
   // refuse_own_mapping_wait(): Error(buffer_misuse) if a wait for the tasks `blocked` selects would

@@ -100,6 +100,8 @@ void refuse_awaits_that_wait_for_themselves(const TaskRecord* root, const TaskRe
                             "itself (it is one of the group's tasks)",
                             name));
   }
+  // Nothing waits for the coroutine's Task (the usual case): no walk, no std::function.
+  if (!ContextImpl::may_be_waited_for(*root, announced)) return;
   const auto awaited = [&](const TaskRecord* candidate) {
     return candidate != root && (candidate == task || (group != nullptr && candidate->group == group));
   };
