@@ -3,12 +3,15 @@
 // A Buffer<T> names `size()` elements of trivially copyable T (alignof(T) at most 64: buffer data is
 // 64-byte aligned in every memory) owned by a Context. Handles are cheap
 // to copy (a reference count); the data is released when the last handle and the last task using it
-// are gone. slice(offset, count) gives a view of a sub-range; tasks that access disjoint slices of
-// one buffer do not depend on each other (on a device, though, a task on a slice needs a replica of
-// the whole buffer: docs/MEMORY.md). A buffer made from a span copies it in before the
-// constructor returns; from 16 MiB on the context's idle workers share that copy (the calling thread
-// copies too and runs no other task meanwhile), except under memory.numa_policy `local` on a machine
-// of several NUMA nodes, where the calling thread writes every page itself and so places them.
+// are gone. (Its bookkeeping, about 450 bytes, stays with the context for the next buffer made, until
+// the context is destroyed: buffers made one after the other lie one after the other, whatever the
+// heap went through, which keeps sweeps over many small buffers fast.) slice(offset, count) gives a
+// view of a sub-range; tasks that access disjoint slices of one buffer do not depend on each other
+// (on a device, though, a task on a slice needs a replica of the whole buffer: docs/MEMORY.md). A
+// buffer made from a span copies it in before the constructor returns; from 16 MiB on the context's
+// idle workers share that copy (the calling thread copies too and runs no other task meanwhile),
+// except under memory.numa_policy `local` on a machine of several NUMA nodes, where the calling
+// thread writes every page itself and so places them.
 //
 // Host access goes through map(): a mapping waits until every task that conflicts with it (writers
 // for a read mapping, readers and writers for a write mapping) has finished, and tasks submitted

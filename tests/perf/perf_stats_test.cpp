@@ -7,6 +7,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "nerve/coroutine.hpp"
@@ -65,10 +66,12 @@ TEST(PerfStats, WorkerTimeSplitsIntoBusyAndIdle) {
   EXPECT_EQ(stats.devices.at(0).busy_ns, busy);
 }
 
+// Each awaited piece of work lasts long enough for the coroutine to suspend on it (work done before
+// the co_await resumes at once, without a new stretch).
 CoTask<> await_task_then_group(Context& context) {
-  co_await context.submit([] {});
+  co_await context.submit([] { std::this_thread::sleep_for(std::chrono::milliseconds(20)); });
   TaskGroup group(context);
-  group.spawn([] {});
+  group.spawn([] { std::this_thread::sleep_for(std::chrono::milliseconds(20)); });
   co_await group;
 }
 
