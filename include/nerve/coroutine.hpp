@@ -43,8 +43,9 @@
 // coroutines and tasks. The await that closes the cycle throws Error(invalid_argument) in its
 // coroutine ("... the awaits wait for each other"); the others stay suspended until that coroutine
 // goes on (it may catch the error) and ends. Two awaits that close one cycle at the same moment on
-// two threads see each other when both coroutines belong to one context; across contexts only a
-// cycle closed after the other awaits suspended is found.
+// two threads see each other when both coroutines belong to one context; across contexts, or when
+// the closing step is a blocking wait inside a coroutine racing with an await, only a cycle closed
+// after the others suspended is found.
 //
 // Lifetime: as with any coroutine, arguments taken by reference must outlive it; the context must
 // outlive every coroutine launched in it (~Context waits for their Tasks like any others). A

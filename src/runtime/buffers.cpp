@@ -233,11 +233,17 @@ bool ContextImpl::holds_mapping() {
 namespace {
 
 // parked_coroutine_root(): the launched coroutine parked in `co_await` on the group of `task`, if any.
-// While `task` is unfinished the group cannot empty, so that coroutine stays parked (and alive).
+// While `task` is unfinished the group cannot empty, so that coroutine stays parked (and alive). The
+// parked bit alone is not enough: it stays set from the group's emptying (the completer takes the
+// continuation) until the resumed coroutine runs, and a task added to the reused group meanwhile is
+// not waited for by it. (Between the last member's finish and the completer's taking of the
+// continuation a task added to the group can still be taken for awaited: a refusal too many in that
+// instant, never a missed cycle.)
 const TaskRecord* parked_coroutine_root(const TaskRecord& task) noexcept {
   const GroupState* group = task.group;
   if (group == nullptr ||
-      (group->pending.load(std::memory_order_acquire) & GroupState::coroutine_parked) == 0)
+      (group->pending.load(std::memory_order_acquire) & GroupState::coroutine_parked) == 0 ||
+      group->continuation.load(std::memory_order_acquire) == nullptr)
     return nullptr;
   return group->continuation_root.load(std::memory_order_acquire);
 }
@@ -304,6 +310,8 @@ const TaskRecord* ContextImpl::first_waiting_for(const TaskRecord* unfinished,
       visit(root, true);
     }
     visit_waiting_coroutines(task);
+    // A pool's task: what is ordered after it waits for the pool's gate (alive: it ends after it).
+    if (task->pool != nullptr) visit(task->pool->gate, via_coroutine);
     for_each_successor(task,
                        [&, via = via_coroutine](const TaskRecord* successor) { visit(successor, via); });
   }

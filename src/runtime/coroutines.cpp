@@ -169,17 +169,18 @@ void resume_coroutine(ContextImpl* context, void* coroutine, TaskRecord* after, 
   // The check and the continuation's registration cannot share one critical section (a submission
   // may run other tasks under back-pressure, which may await), so the await is announced from the
   // check until its continuation is registered: two awaits closing one cycle at once see each other.
-  // Both records are held meanwhile: once registered, the continuation may run and the coroutine end
-  // before the announcement is withdrawn, and a recycled record must not inherit the announcement.
-  // (A finished one is harmless: the walks reach only unfinished tasks through it.)
+  // Both records are held meanwhile, as handles (with their contexts): once registered, the
+  // continuation may run and the coroutine end, and its context be destroyed, before the
+  // announcement is withdrawn; a recycled record must not inherit the announcement. (A finished one
+  // is harmless: the walks reach only unfinished tasks through it.)
   ContextImpl& home = *root->context;
-  auto* awaiting = const_cast<TaskRecord*>(root);  // its count only
+  auto* awaiting = const_cast<TaskRecord*>(root);  // its counts only
   {
     std::lock_guard lock(home.coroutine_awaits_mutex);
     refuse_awaits_that_wait_for_themselves(root, after, nullptr, home.announced_awaits);
     home.announced_awaits.push_back({root, after});
-    retain_record(awaiting);
-    retain_record(after);
+    retain_handle(awaiting);
+    retain_handle(after);
   }
   struct Withdraw {
     ContextImpl& home;
@@ -198,8 +199,8 @@ void resume_coroutine(ContextImpl* context, void* coroutine, TaskRecord* after, 
           list.pop_back();
         }
       }
-      release(root);
-      release(target);
+      release_handle(target);
+      release_handle(root);  // last: it may end `home`
     }
   } withdraw{home, awaiting, after};
   submit_step(context, Resume{coroutine, root}, after, step_name(root));
