@@ -80,13 +80,6 @@ class CoTask;
 
 namespace detail {
 
-// refuse_coroutine_self_wait(): Error(invalid_argument) when the launched coroutine whose Task is
-// `root` awaits that very Task, or the TaskGroup (`group`) it was launched into, or a task that waits
-// for its Task (ordered after it, or through other coroutines that await it): none can finish while
-// it waits. resume_coroutine() and group_suspend() make the same check.
-NERVE_API void refuse_coroutine_self_wait(const TaskRecord* root, const TaskRecord* task,
-                                          const GroupState* group);
-
 struct CoPromiseBase {
   std::coroutine_handle<> continuation;  // the coroutine awaiting this one, if any
   TaskRecord* launched = nullptr;        // the Task record, when started by launch()
@@ -151,7 +144,7 @@ struct TaskAwaiter {
   bool await_ready() const { return task.done(); }
   template <class P>
   void await_suspend(std::coroutine_handle<P> coroutine) {
-    // Refuses (Error) an await that could never resume, as refuse_coroutine_self_wait() does.
+    // Refuses (Error) an await that could never resume ("Errors" above).
     resume_coroutine(task_context(task.record()), coroutine.address(), task.record(), root_of(coroutine));
   }
   void await_resume() const { task.wait(); }  // done: rethrows its failure, or TaskCancelled
@@ -166,7 +159,7 @@ struct GroupAwaiter {
   template <class P>
   bool await_suspend(std::coroutine_handle<P> coroutine) {
     parked = true;  // set first: once parked, the coroutine may resume on another thread at once
-    // Refuses (Error) an await that could never resume, as refuse_coroutine_self_wait() does.
+    // Refuses (Error) an await that could never resume ("Errors" above).
     if (group_suspend(group.state(), coroutine.address(), root_of(coroutine))) return true;
     parked = false;
     return false;

@@ -273,9 +273,6 @@ const TaskRecord* ContextImpl::first_waiting_for(const TaskRecord* unfinished,
                                                  bool* through_coroutine) {
   if (through_coroutine != nullptr) *through_coroutine = false;
   if (blocked(unfinished)) return unfinished;
-  // A pool's task has no successors of its own: what is ordered after it waits for its pool's gate,
-  // which ends after it (so is unfinished and alive too).
-  const TaskRecord* first = unfinished->pool != nullptr ? unfinished->pool->gate : unfinished;
   if (!may_be_waited_for(*unfinished, announced)) return nullptr;  // the common case: no allocation
   constexpr std::size_t max_visits = 1 << 16;
   // Each task with whether a coroutine's Task lies on the way to it (for the caller's message).
@@ -284,16 +281,7 @@ const TaskRecord* ContextImpl::first_waiting_for(const TaskRecord* unfinished,
   const auto visit = [&](const TaskRecord* task, bool via_coroutine) {
     if (seen.insert(task).second) frontier.emplace_back(task, via_coroutine);
   };
-  // The coroutines that wait for `task` other than through its successor edges.
-  const auto visit_waiting_coroutines = [&](const TaskRecord* task) {
-    if (const TaskRecord* parked = parked_coroutine_root(*task)) visit(parked, true);
-    for (const AnnouncedAwait& await : announced) {
-      if (await.target == task) visit(await.root, true);
-    }
-  };
-  seen.insert(first);
-  frontier.emplace_back(first, false);
-  visit_waiting_coroutines(unfinished);
+  frontier.emplace_back(unfinished, false);
   while (!frontier.empty() && seen.size() < max_visits) {
     const auto [task, via_coroutine] = frontier.back();
     frontier.pop_back();
@@ -309,8 +297,13 @@ const TaskRecord* ContextImpl::first_waiting_for(const TaskRecord* unfinished,
       }
       visit(root, true);
     }
-    visit_waiting_coroutines(task);
-    // A pool's task: what is ordered after it waits for the pool's gate (alive: it ends after it).
+    // The coroutines that wait for it other than through its successor edges.
+    if (const TaskRecord* parked = parked_coroutine_root(*task)) visit(parked, true);
+    for (const AnnouncedAwait& await : announced) {
+      if (await.target == task) visit(await.root, true);
+    }
+    // A pool's task has no successors of its own: what is ordered after it waits for its pool's gate,
+    // which ends after it (so is unfinished and alive too).
     if (task->pool != nullptr) visit(task->pool->gate, via_coroutine);
     for_each_successor(task,
                        [&, via = via_coroutine](const TaskRecord* successor) { visit(successor, via); });

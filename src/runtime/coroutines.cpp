@@ -82,9 +82,11 @@ void submit_step(ContextImpl* context, Step step, TaskRecord* after, const char*
   commit_task(context, draft, info);
 }
 
-// refuse_awaits_that_wait_for_themselves(): refuse_coroutine_self_wait(), also through the
-// coroutines that wait for this one's Task (`announced`: awaits between their check and their
-// suspension). Called with the context's coroutine_awaits_mutex held.
+// refuse_awaits_that_wait_for_themselves(): Error(invalid_argument) when the launched coroutine whose
+// Task is `root` awaits that very Task (`task`), or the TaskGroup (`group`) it was launched into, or
+// something that waits for its Task: ordered after it, or through other coroutines that await it
+// (`announced`: awaits between their check and their suspension). Called with the context's
+// coroutine_awaits_mutex held.
 void refuse_awaits_that_wait_for_themselves(const TaskRecord* root, const TaskRecord* task,
                                             const GroupState* group,
                                             std::span<const ContextImpl::AnnouncedAwait> announced) {
@@ -267,12 +269,6 @@ const TaskRecord* coroutine_root_of(const TaskRecord& task) noexcept {
   if (task.ops == &Closure<Start>::ops)
     return static_cast<const Closure<Start>*>(static_cast<const void*>(task.closure))->fn.launched;
   return nullptr;
-}
-
-void refuse_coroutine_self_wait(const TaskRecord* root, const TaskRecord* task, const GroupState* group) {
-  ContextImpl& context = *root->context;
-  std::lock_guard lock(context.coroutine_awaits_mutex);
-  refuse_awaits_that_wait_for_themselves(root, task, group, context.announced_awaits);
 }
 
 void ContextImpl::refuse_coroutine_endless_wait(const TaskRecord& root,

@@ -195,7 +195,7 @@ NERVE_API void coroutine_task_finish(TaskRecord* record, std::exception_ptr erro
 // resume_coroutine() resumes the coroutine whose handle address is `coroutine` as a new task, once
 // `after` (if not null) has finished, whatever its outcome. The task carries the name of `root`, the
 // launched coroutine it runs for (if any). With a root, refuses first (Error(invalid_argument)) an
-// await that could never resume (refuse_coroutine_self_wait(), coroutine.hpp).
+// await that could never resume (coroutine.hpp, "Errors").
 NERVE_API void resume_coroutine(ContextImpl* context, void* coroutine, TaskRecord* after,
                                 const TaskRecord* root);
 // start_coroutine() runs a launched coroutine's first stretch as a new task; if `launched` (its Task)
@@ -204,7 +204,7 @@ NERVE_API void start_coroutine(ContextImpl* context, void* coroutine, TaskRecord
 // group_suspend() parks the coroutine in `group`: true when it will be resumed once the group is
 // empty, false when the group already is (resume now). Error(invalid_argument) if another coroutine
 // already waits for the group, or (with a root) if the await could never resume
-// (refuse_coroutine_self_wait(), coroutine.hpp). group_resumed() is called by the coroutine once resumed.
+// (coroutine.hpp, "Errors"). group_resumed() is called by the coroutine once resumed.
 NERVE_API bool group_suspend(GroupState* group, void* coroutine, const TaskRecord* root);
 NERVE_API void group_resumed(GroupState* group) noexcept;
 NERVE_API ContextImpl* task_context(const TaskRecord* record) noexcept;
