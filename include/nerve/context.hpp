@@ -6,8 +6,9 @@
 // it at that moment, while it waits inside nerve (Task::wait, TaskGroup::wait, wait_all, ...) or is
 // back-pressured by submit() (task_queue.max_in_flight, full queues), and runs ready tasks there
 // (current_worker() returns 0 inside them); it gives slot 0 back when the wait ends (a
-// back-pressured submitter: after each task it ran). Under locality_aware_stealing and heft a
-// submission also takes it for an instant, to push the task into slot 0's deque. An application
+// back-pressured submitter: after each task it ran; past task_queue.per_device_queue_depth its next
+// spawns of plain closures run at once there, inside spawn(), see CONFIG.md). Under locality_aware_stealing
+// and heft a submission also takes it for an instant, to push the task into slot 0's deque. An application
 // thread that waits while another holds slot 0 blocks instead of running tasks, retrying slot 0
 // about every millisecond, so it takes over once the holder leaves; a back-pressured one sleeps
 // briefly and retries. A timed wait (wait_for) takes slot 0 only in a context with a single slot.
@@ -93,6 +94,9 @@ class NERVE_API Context {
         detail::submit(impl_, &options, nullptr, nullptr, true, std::forward<F>(fn), accesses...));
   }
   // spawn() is submit() without a handle: the cheapest way to launch work (wait with wait_all()).
+  // Under back-pressure (the calling application thread's queue past task_queue.per_device_queue_depth)
+  // a plain closure without accesses or options may run at once, inside spawn(), as a task of slot 0:
+  // a task must not wait for what its submitter does only after spawn() returns.
   template <NotKernel F, class... A>
   requires(BufferAccessor<A>&&...) void spawn(F&& fn, const A&... accesses) {
     detail::submit(impl_, nullptr, nullptr, nullptr, false, std::forward<F>(fn), accesses...);

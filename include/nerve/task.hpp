@@ -212,12 +212,53 @@ class AfterRecords {
   std::vector<TaskRecord*> large_;
 };
 
+// run_and_destroy() is the body run_spawn_inline() calls: the closure made on the spawner's stack.
+template <class D>
+void run_and_destroy(void* storage) {
+  D& fn = *static_cast<D*>(storage);
+  struct Destroy {
+    D& fn;
+    ~Destroy() { fn.~D(); }
+  } destroy{fn};
+  std::invoke(fn);
+}
+
+// spawn_inline() runs a spawn at once (begin_spawn() said so): its own copy of the closure, as a
+// queued task would run.
+template <class D, class F>
+void spawn_inline(ContextImpl* context, F&& fn) {
+  alignas(D) unsigned char storage[sizeof(D)];
+  try {
+    ::new (static_cast<void*>(storage)) D(std::forward<F>(fn));
+  } catch (...) {
+    abandon_spawn(context);
+    throw;
+  }
+  run_spawn_inline(context, &run_and_destroy<D>, storage);
+}
+
+// A closure up to this size may run on the spawner's stack (spawn_inline); a larger one is always queued.
+inline constexpr std::size_t max_inline_spawn_bytes = 256;
+
 // submit() is the common path of Context::submit/spawn, TaskGroup::submit/spawn.
 template <class F, class... A>
 TaskRecord* submit(ContextImpl* context, const TaskOptions* options, GroupState* group, PoolState* pool,
                    bool keep_handle, F&& fn, const A&... accesses) {
   using C = Closure<std::decay_t<F>, std::remove_cvref_t<A>...>;
-  TaskDraft draft = begin_task(context, sizeof(C), alignof(C));
+  TaskDraft draft;
+  if constexpr (sizeof...(A) == 0 && sizeof(C) <= max_inline_spawn_bytes) {
+    if (!keep_handle && options == nullptr && group == nullptr && pool == nullptr) {
+      draft = begin_spawn(context, sizeof(C), alignof(C));
+      if (draft.record == nullptr) [[unlikely]] {
+        spawn_inline<std::decay_t<F>>(context, std::forward<F>(fn));
+        return nullptr;
+      }
+    } else {
+      draft = begin_task(context, sizeof(C), alignof(C));
+    }
+  } else {
+    draft = begin_task(context, sizeof(C), alignof(C));
+  }
   try {
     ::new (draft.closure) C{std::forward<F>(fn)};
   } catch (...) {

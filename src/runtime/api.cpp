@@ -42,6 +42,13 @@ TaskDraft begin_task(ContextImpl* context, std::size_t closure_size, std::size_t
   return live(context).begin_task(closure_size, closure_align);
 }
 void abandon_task(ContextImpl* context, TaskDraft draft) noexcept { context->abandon_task(draft); }
+TaskDraft begin_spawn(ContextImpl* context, std::size_t closure_size, std::size_t closure_align) {
+  return live(context).begin_spawn(closure_size, closure_align);
+}
+void run_spawn_inline(ContextImpl* context, void (*body)(void*), void* closure) noexcept {
+  context->run_spawn_inline(body, closure);
+}
+void abandon_spawn(ContextImpl* context) noexcept { context->abandon_spawn(); }
 TaskRecord* commit_task(ContextImpl* context, TaskDraft draft, const SubmitInfo& info) {
   return context->commit_task(draft, info);
 }

@@ -178,6 +178,17 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   // nerve's own continuations, which only queue work (refused, a coroutine would resume inline).
   TaskDraft begin_task(std::size_t closure_size, std::size_t closure_align, bool guard_depth = true);
   void abandon_task(TaskDraft draft) noexcept;
+  // begin_spawn(): begin_task() for a spawn of a plain closure with no accesses, options, group or
+  // pool. Under back-pressure (an application thread whose queue is past its depth) it returns
+  // {nullptr, nullptr} instead, with slot 0 taken: the caller runs the closure at once through
+  // run_spawn_inline(), or gives the slot back with abandon_spawn() if making it throws.
+  TaskDraft begin_spawn(std::size_t closure_size, std::size_t closure_align);
+  void run_spawn_inline(void (*body)(void*), void* closure) noexcept;
+  void abandon_spawn() noexcept;
+  TaskDraft allocate_draft(ThreadState& thread, std::size_t closure_size, std::size_t closure_align);
+  // spawns_may_run_inline(): nothing a queued fork-join task would get (placement on a device,
+  // recording, timing) is lost by running it at once.
+  bool spawns_may_run_inline() const noexcept { return lean_runs_on_host() && !times_tasks; }
   // discard_task(): a draft whose closure is built and accesses are counted goes back unsubmitted.
   void discard_task(TaskDraft draft, const ClosureOps* ops) noexcept;
   TaskRecord* commit_task(TaskDraft draft, const SubmitInfo& info);
@@ -343,6 +354,9 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   // record_root_error(): `task` failed outside groups and pools; wait_all() reports it unless
   // Task::wait() does first (forget_root_error()): then wait_all() does not report it again.
   void record_root_error(TaskRecord& task) noexcept;
+  // keep_root_error(): adds `error` to those wait_all() reports; 0 if kept, else the report in which it
+  // was dropped (over the cap, or out of memory).
+  std::uint32_t keep_root_error(const std::exception_ptr& error) noexcept;
   void forget_root_error(TaskRecord& task) noexcept;
 
   // --- buffers (buffers.cpp)

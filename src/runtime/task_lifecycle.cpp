@@ -161,7 +161,36 @@ TaskDraft ContextImpl::begin_task(std::size_t closure_size, std::size_t closure_
     throw Error(ErrorCode::invalid_argument,
                 "submit to a context that has been destroyed (a TaskGroup or TaskPool outlived it)");
   ThreadState& thread = current_thread();
+  thread.spawned_last = false;
   if (guard_depth) refuse_deep_nesting(thread, "a submission");
+  return allocate_draft(thread, closure_size, closure_align);
+}
+
+// Once the queue of an application thread's fork-join spawns is past its depth (throttle_slow() sets
+// spawns_inline), the next spawns run at once on that thread, in slot 0, until the workers have
+// taken the queue down to half its depth: the back-pressure task_queue.per_device_queue_depth
+// promises, without a record, a queue or a steal for a task the submitter would run itself anyway
+// (relieve_master() ran the newest queued ones, those just submitted). libgomp does the same past
+// 64 queued tasks per thread.
+TaskDraft ContextImpl::begin_spawn(std::size_t closure_size, std::size_t closure_align) {
+  if (shut_down)
+    throw Error(ErrorCode::invalid_argument,
+                "submit to a context that has been destroyed (a TaskGroup or TaskPool outlived it)");
+  ThreadState& thread = current_thread();
+  if (thread.spawns_inline) [[unlikely]] {
+    if (thread.slot == nullptr && spawns_may_run_inline() &&
+        scheduler.claim_master_for_spawn(thread, scheduler.queue_depth() / 2)) {
+      return {nullptr, nullptr};
+    }
+    thread.spawns_inline = false;
+  }
+  thread.spawned_last = true;
+  refuse_deep_nesting(thread, "a submission");
+  return allocate_draft(thread, closure_size, closure_align);
+}
+
+TaskDraft ContextImpl::allocate_draft(ThreadState& thread, std::size_t closure_size,
+                                      std::size_t closure_align) {
   TaskRecord* task = allocate_record(thread);
   void* closure = task->closure;
   if (closure_size > inline_closure_bytes || closure_align > alignof(std::max_align_t)) {
@@ -750,6 +779,28 @@ std::uint32_t ContextImpl::invoke_closure(TaskRecord* task, ThreadState& thread,
   }
   return outcome;
 }
+
+void ContextImpl::run_spawn_inline(void (*body)(void*), void* closure) noexcept {
+  ThreadState& thread = current_thread();
+  WorkerSlot::bump(thread.slot->stats.tasks_run);
+  thread.count_submitted();
+  const int outer_device = std::exchange(running_device_index, 0);
+  const bool outer_bypass = std::exchange(thread.bypass_enabled, false);
+  ++thread.nesting;
+  try {
+    body(closure);
+  } catch (...) {
+    (void)keep_root_error(std::current_exception());  // nobody holds a handle to forget it through
+  }
+  --thread.nesting;
+  thread.bypass_enabled = outer_bypass;
+  running_device_index = outer_device;
+  thread.count_completed();
+  scheduler.release_master(thread, false);
+  wake_root_waiters();
+}
+
+void ContextImpl::abandon_spawn() noexcept { scheduler.release_master(current_thread(), false); }
 
 namespace {
 

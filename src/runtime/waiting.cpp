@@ -214,7 +214,15 @@ void ContextImpl::throttle_slow(ThreadState& thread, const TaskRecord* submitted
   const std::uint64_t until_count = thread.count_in_flight_at - submitted_count - 1;
   thread.submissions_until_check = static_cast<std::uint32_t>(
       thread.is_worker_thread ? until_count : std::min<std::uint64_t>(intervals.depth, until_count));
-  scheduler.relieve_master(thread);
+  // Past its depth, a queue of fork-join spawns stops growing: the next ones run at once here (see
+  // begin_spawn()), the workers taking the queued ones. Other tasks are run from the queue, and while
+  // another thread holds slot 0 relieve_master() waits for the workers to take them.
+  if (thread.spawned_last && thread.slot == nullptr && spawns_may_run_inline() && scheduler.master_free() &&
+      scheduler.relieved_deque(thread).size() > scheduler.queue_depth()) {
+    thread.spawns_inline = true;
+  } else {
+    scheduler.relieve_master(thread);
+  }
   if (!count_due) return;
   const auto limit = static_cast<std::int64_t>(config.task_queue.max_in_flight);
   if (in_flight() < limit) return;
@@ -242,16 +250,20 @@ void ContextImpl::throttle_slow(ThreadState& thread, const TaskRecord* submitted
 }
 
 void ContextImpl::record_root_error(TaskRecord& task) noexcept {
+  task.dropped_in_report = keep_root_error(task.error);
+}
+
+std::uint32_t ContextImpl::keep_root_error(const std::exception_ptr& error) noexcept {
   std::lock_guard lock(root_error_lock);
   if (root_errors.size() < max_root_errors) {
     try {
-      root_errors.push_back(task.error);
-      return;
+      root_errors.push_back(error);
+      return 0;
     } catch (...) {  // out of memory: counted like one over the cap
     }
   }
   ++root_errors_dropped;
-  task.dropped_in_report = root_error_report;
+  return root_error_report;
 }
 
 void ContextImpl::forget_root_error(TaskRecord& task) noexcept {

@@ -86,6 +86,7 @@ Scheduler::Scheduler(const Config& config, const Topology& topology, TaskExecuto
                       : fmt::format("parallel.thread_pool_size {}", count));
     }
   }
+  queue_depth_ = slots_[0]->inbox.capacity();
   compute_victims();
 }
 
@@ -173,13 +174,14 @@ bool Scheduler::owns_submitter_deque(ThreadState& thread) noexcept {
   return thread.submitter_role == Role::owner;
 }
 
-void Scheduler::release_master(ThreadState& thread) noexcept {
+void Scheduler::release_master(ThreadState& thread, bool popped_submitter_deque) noexcept {
   thread.slot = nullptr;
   WorkerSlot& master = *slots_[0];
   master.occupant.store(nullptr, std::memory_order_release);
   // Tasks left in the master's deque (or the submitter's, which this thread may have been popping)
   // are now only reachable by stealing.
-  if (!master.deque.empty() || master.inbox.maybe_nonempty() || !submitter_deque_.empty())
+  if (!master.deque.empty() || master.inbox.maybe_nonempty() ||
+      (popped_submitter_deque && !submitter_deque_.empty()))
     notify_work(&master, -1);
 }
 
@@ -214,13 +216,27 @@ bool Scheduler::run_if_newest(ThreadState& thread, const TaskRecord* task) {
   return true;
 }
 
+ChaseLevDeque<TaskRecord*>& Scheduler::relieved_deque(const ThreadState& thread) noexcept {
+  // The submitter's own deque, else the master's (which this thread may have filled by borrowing it).
+  return thread.submitter_role == ThreadState::SubmitterRole::owner ? submitter_deque_ : slots_[0]->deque;
+}
+
+bool Scheduler::master_free() const noexcept {
+  return slots_[0]->occupant.load(std::memory_order_acquire) == nullptr;
+}
+
+bool Scheduler::claim_master_for_spawn(ThreadState& thread, std::size_t above) noexcept {
+  if (thread.submitter_role == ThreadState::SubmitterRole::undecided) return false;
+  if (relieved_deque(thread).size() <= above || stopping_.load(std::memory_order_acquire)) return false;
+  return try_claim_master(thread);
+}
+
 void Scheduler::relieve_master(ThreadState& thread) {
   if (thread.slot != nullptr) return;
   WorkerSlot& master = *slots_[0];
   const std::size_t depth = master.inbox.capacity();
-  // The submitter's own deque, else the master's (which this thread may have filled by borrowing it).
   const bool owner = thread.submitter_role == ThreadState::SubmitterRole::owner;
-  ChaseLevDeque<TaskRecord*>& deque = owner ? submitter_deque_ : master.deque;
+  ChaseLevDeque<TaskRecord*>& deque = relieved_deque(thread);
   // Only a queue past its depth is full: a task just submitted to an empty queue (depth 1) must not
   // run on its submitter, which may be about to do what that task waits for.
   if (deque.size() <= depth || stopping_.load(std::memory_order_acquire)) return;

@@ -118,6 +118,18 @@ class Scheduler {
   // half remain (the back-pressure that key promises; the tasks it runs are cache-hot and need no
   // steal). Threads that run a slot are not affected: their own deques are bounded by their waits.
   void relieve_master(ThreadState& thread);
+  // claim_master_for_spawn() takes the master slot for one fork-join spawn of an application thread to
+  // run at once (ContextImpl::begin_spawn): false unless the queue relieve_master() bounds holds more
+  // than `above` tasks and slot 0 is free. The caller gives it back with release_master(thread, false):
+  // it took nothing from the submitter's deque, whose tasks the workers were told about as they came.
+  bool claim_master_for_spawn(ThreadState& thread, std::size_t above) noexcept;
+  // queue_depth(): task_queue.per_device_queue_depth, the depth relieve_master() keeps;
+  // relieved_deque(): the queue it bounds for `thread`.
+  std::size_t queue_depth() const noexcept { return queue_depth_; }
+  ChaseLevDeque<TaskRecord*>& relieved_deque(const ThreadState& thread) noexcept;
+  void release_master(ThreadState& thread, bool popped_submitter_deque = true) noexcept;
+  // master_free(): no thread holds slot 0 at this moment.
+  bool master_free() const noexcept;
 
   // Worker statistics for tests and nerve-info.
   std::uint64_t total_steals() const noexcept;
@@ -162,7 +174,6 @@ class Scheduler {
   void requeue(TaskRecord* task, WorkerSlot& slot);
 
   bool try_claim_master(ThreadState& thread) noexcept;
-  void release_master(ThreadState& thread) noexcept;
   // owns_submitter_deque(): true for the one application thread that owns submitter_deque_ (the
   // first to submit outside a slot); decided once per thread.
   bool owns_submitter_deque(ThreadState& thread) noexcept;
@@ -232,6 +243,7 @@ class Scheduler {
   // feeding all the others would otherwise move its deque's lines to a thief once per task.
   static constexpr std::size_t submitter_batch = 16;
   ChaseLevDeque<TaskRecord*> submitter_deque_{256, submitter_batch};
+  std::size_t queue_depth_ = 0;       // the master inbox's capacity
   std::atomic_flag submitter_taken_;  // set by the owner's first submission
   WaiterRegistry waiters_;
   static constexpr std::chrono::milliseconds first_sleep_bound{1};

@@ -53,6 +53,10 @@ struct alignas(cache_line_size) ThreadState {
   // `submitted` count at which it next counts the tasks in flight.
   std::uint32_t submissions_until_check = 0;
   std::uint64_t count_in_flight_at = 0;
+  // Fork-join spawns of an application thread under back-pressure (ContextImpl::begin_spawn): the
+  // last submission was such a spawn, and whether they now run at once instead of being queued.
+  bool spawned_last = false;
+  bool spawns_inline = false;
   std::uint32_t placement_cursor = 0;
   std::uint64_t random_state = 0x9E3779B97F4A7C15ull;
   std::vector<const TaskRecord*> scratch_finished_sources;  // recording: arrows from finished tasks

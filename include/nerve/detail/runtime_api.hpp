@@ -184,6 +184,13 @@ struct SubmitInfo {
 NERVE_API TaskDraft begin_task(ContextImpl* context, std::size_t closure_size, std::size_t closure_align);
 NERVE_API void abandon_task(ContextImpl* context, TaskDraft draft) noexcept;
 NERVE_API TaskRecord* commit_task(ContextImpl* context, TaskDraft draft, const SubmitInfo& info);
+// A spawn of a plain closure (no accesses, options, group or pool) begins with begin_spawn(): under
+// back-pressure it returns a draft without a record, and the closure runs at once on the calling
+// thread through run_spawn_inline(), which calls body(closure) (body also destroys it) and reports
+// what it throws to wait_all(); abandon_spawn() if making the closure throws.
+NERVE_API TaskDraft begin_spawn(ContextImpl* context, std::size_t closure_size, std::size_t closure_align);
+NERVE_API void run_spawn_inline(ContextImpl* context, void (*body)(void*), void* closure) noexcept;
+NERVE_API void abandon_spawn(ContextImpl* context) noexcept;
 
 // Coroutine tasks (coroutine.hpp, src/runtime/coroutines.cpp).
 // coroutine_task_create() makes the record a launched coroutine's Task stands for: it counts as a
