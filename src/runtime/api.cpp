@@ -79,11 +79,14 @@ bool task_wait(TaskRecord* record, std::int64_t timeout_ns) {
   if (!target.done()) context.refuse_deep_nesting(context.current_thread(), "Task::wait()");
   const auto blocked = [record](const TaskRecord* task) { return task == record; };
   if (timeout_ns < 0) {
-    if (!target.done())
-      context.refuse_endless_wait(blocked, "Task::wait()",
-                                  record->name != nullptr ? record->name : "(unnamed)");
+    const char* name = record->name != nullptr ? record->name : "(unnamed)";
+    if (!target.done()) context.refuse_endless_wait(blocked, "Task::wait()", name);
     UnlessSuspended untimed{target, blocked};
-    if (!context.scheduler.wait(context.current_thread(), untimed)) untimed.throw_hopeless("Task::wait()");
+    // A coroutine's Task gains work to wait for as the coroutine goes on (a stretch may await a task
+    // that waits for a mapping this thread holds), so the check is repeated while a mapping is held.
+    if (!context.wait_rechecking(context.current_thread(), untimed,
+                                 [&] { context.refuse_own_mapping_wait(blocked, "Task::wait()", name); }))
+      untimed.throw_hopeless("Task::wait()");
   } else if (!context.scheduler.wait(context.current_thread(), target, deadline_after(timeout_ns))) {
     return false;
   }

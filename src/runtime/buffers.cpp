@@ -270,10 +270,12 @@ bool ContextImpl::may_be_waited_for(const TaskRecord& task,
 const TaskRecord* ContextImpl::first_waiting_for(const TaskRecord* unfinished,
                                                  const std::function<bool(const TaskRecord*)>& blocked,
                                                  std::span<const AnnouncedAwait> announced,
-                                                 bool* through_coroutine) {
+                                                 bool* through_coroutine,
+                                                 std::span<const StuckWait* const> stuck) {
   if (through_coroutine != nullptr) *through_coroutine = false;
   if (blocked(unfinished)) return unfinished;
-  if (!may_be_waited_for(*unfinished, announced)) return nullptr;  // the common case: no allocation
+  // The common case: no allocation.
+  if (stuck.empty() && !may_be_waited_for(*unfinished, announced)) return nullptr;
   constexpr std::size_t max_visits = 1 << 16;
   // Each task with whether a coroutine's Task lies on the way to it (for the caller's message).
   std::vector<std::pair<const TaskRecord*, bool>> frontier;
@@ -302,6 +304,17 @@ const TaskRecord* ContextImpl::first_waiting_for(const TaskRecord* unfinished,
     for (const AnnouncedAwait& await : announced) {
       if (await.target == task) visit(await.root, true);
     }
+    // A thread parked in a wait for it (inside a task, or in a blocking map) holds up what is on its
+    // stack: the tasks there and the maps they wait in end only after that wait does.
+    for (const StuckWait* wait : stuck) {
+      if (!(*wait->blocked)(task)) continue;
+      for (const RunningFrame* frame = wait->frames; frame != nullptr; frame = frame->outer) {
+        if (!frame->deferred) visit(frame->task, via_coroutine);
+      }
+      for (const WaitedMapping* waited = wait->mappings; waited != nullptr; waited = waited->outer) {
+        visit(waited->mapping, via_coroutine);
+      }
+    }
     // A pool's task has no successors of its own: what is ordered after it waits for its pool's gate,
     // which ends after it (so is unfinished and alive too).
     if (task->pool != nullptr) visit(task->pool->gate, via_coroutine);
@@ -314,10 +327,16 @@ const TaskRecord* ContextImpl::first_waiting_for(const TaskRecord* unfinished,
 // The walk runs under mappings_mutex: a mapping listed in held_mappings has not begun to end
 // (buffer_unmap takes it out of the list, under that mutex, before end_mapping finishes it), so it
 // and everything waiting for it stay alive while the walk reads them. `blocked` only reads tasks.
+// Through the waits parked inside tasks on other threads too (stuck_waits, whose stacks stay as they
+// are while listed): a task whose body waits for work that waits for this thread's mapping cannot end
+// either (the lock order is list_stuck_wait()'s: the parked waits first, then the mappings).
 const TaskRecord* ContextImpl::own_mapping_blocking(const std::function<bool(const TaskRecord*)>& blocked) {
+  std::lock_guard stuck_lock(stuck_waits_mutex);
   std::lock_guard lock(mappings_mutex);
   for (const TaskRecord* mapping : held_mappings) {
-    if (mapped_by_this_thread(mapping) && first_waiting_for(mapping, blocked) != nullptr) return mapping;
+    if (mapped_by_this_thread(mapping) &&
+        first_waiting_for(mapping, blocked, {}, nullptr, stuck_waits) != nullptr)
+      return mapping;
   }
   return nullptr;
 }

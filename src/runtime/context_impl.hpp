@@ -474,12 +474,14 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   // for it, directly or through others; nullptr if none (within a bounded walk). Besides the tasks
   // ordered after a task, a coroutine waits for it: one whose next stretch is ordered after it (its
   // Task cannot end before that stretch starts), one parked on its TaskGroup, and one of `announced`
-  // awaiting it. `*through_coroutine` (if given) tells whether the task found was reached through a
-  // coroutine's Task.
+  // awaiting it; and the tasks and maps on the stack of a `stuck` wait for it (the caller holds
+  // stuck_waits_mutex). `*through_coroutine` (if given) tells whether the task found was reached
+  // through a coroutine's Task.
   static const TaskRecord* first_waiting_for(const TaskRecord* unfinished,
                                              const std::function<bool(const TaskRecord*)>& blocked,
                                              std::span<const AnnouncedAwait> announced = {},
-                                             bool* through_coroutine = nullptr);
+                                             bool* through_coroutine = nullptr,
+                                             std::span<const StuckWait* const> stuck = {});
   // may_be_waited_for(): something other than `task` itself may wait for it (first_waiting_for()
   // would look further): successors, a pool, a coroutine parked on its group or announced on it.
   static bool may_be_waited_for(const TaskRecord& task, std::span<const AnnouncedAwait> announced) noexcept;

@@ -591,6 +591,29 @@ TEST_P(CoroutineTest, AGroupWhoseCoroutineComesToWaitForTheWaitersMappingIsRefus
   EXPECT_EQ(buffer.to_vector()[0], 9);
 }
 
+// The same through the coroutine's own Task: Task::wait() looks again while the coroutine goes on.
+TEST_P(CoroutineTest, AWaitForACoroutineThatComesToWaitForTheWaitersMappingIsRefused) {
+  Buffer<int> buffer(*context, 4);
+  auto writing = buffer.map_write();
+  Task late = launch(
+      *context,
+      [](Context& ctx, Buffer<int>& data) -> CoTask<> {
+        co_await ctx.submit([] { std::this_thread::sleep_for(std::chrono::milliseconds(30)); });
+        co_await ctx.submit([](std::span<const int> x) { (void)x[0]; }, read(data));
+      }(*context, buffer),
+      "late reader");
+  try {
+    late.wait();
+    FAIL() << "the coroutine waits for this thread's mapping";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::buffer_misuse);
+    EXPECT_THAT(error.what(),
+                HasSubstr("Task::wait() for task 'late reader' would wait forever for the mapping"));
+  }
+  writing.unmap();
+  EXPECT_NO_THROW(late.wait());
+}
+
 TEST_P(CoroutineTest, UnlaunchedCoroutineNeverRuns) {
   bool ran = false;
   {

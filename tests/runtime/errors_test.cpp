@@ -1415,6 +1415,54 @@ TEST_P(ErrorsTest, MappingInsideATaskThatWouldWaitForItIsAnErrorNotAHang) {
   EXPECT_THAT(messages[5], ::testing::HasSubstr("inside task 'reads other' would wait for task 'later'"));
 }
 
+// A task whose body waits (a blocking map, or a wait for a child task) for work behind a mapping this
+// thread holds cannot end while the mapping lasts: a wait for that task, for its group or for all is
+// Error(buffer_misuse), not a hang, whichever thread runs the task. If another thread runs it, the
+// wait finds it parked there (the waits inside tasks are listed while they park), looking again while
+// it waits. After the unmap the task goes on (or, run by this thread, failed with the same refusal).
+TEST_P(ErrorsTest, AWaitForATaskWhoseBodyWaitsBehindThisThreadsMappingIsRefused) {
+  Buffer<int> data(*context, 4);
+  for (const char* body : {"map", "child"}) {
+    for (const char* wait : {"task", "group", "all"}) {
+      SCOPED_TRACE(std::string(body) + " inside, wait for " + wait);
+      auto writing = data.map_write();
+      TaskGroup group(*context);
+      const auto blocked_body = [&context = *context, &data, child = std::string(body) == "child"] {
+        if (child) {
+          context.submit([](std::span<const int> x) { (void)x[0]; }, read(data)).wait();
+        } else {
+          (void)data.map_read();
+        }
+      };
+      Task task = std::string(wait) == "group"
+                      ? group.submit(TaskOptions{.name = "blocked"}, blocked_body)
+                      : context->submit(TaskOptions{.name = "blocked"}, blocked_body);
+      const auto wait_for_it = [&] {
+        if (std::string(wait) == "task") {
+          task.wait();
+        } else if (std::string(wait) == "group") {
+          group.wait();
+        } else {
+          context->wait_all();
+        }
+      };
+      try {
+        wait_for_it();
+        FAIL() << "the wait returned while the task waited for this thread's mapping";
+      } catch (const Error& error) {
+        EXPECT_EQ(error.code(), ErrorCode::buffer_misuse) << error.what();
+      }
+      writing.unmap();
+      try {
+        wait_for_it();
+      } catch (const Error& error) {  // the task ran on this thread and its own wait was refused
+        EXPECT_EQ(error.code(), ErrorCode::buffer_misuse) << error.what();
+      }
+      context->wait_all();
+    }
+  }
+}
+
 // try_map() inside a task on a range the task itself accesses in a conflicting mode could only ever
 // answer "busy" while the task runs (a polling loop never ended): it is refused as map() is. Busy
 // because of another task, it still answers nothing.
