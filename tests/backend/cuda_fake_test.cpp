@@ -2,10 +2,13 @@
 // priorities, the event pool, completion flags, peer and staged copies, managed memory with hints and
 // prefetches, launch errors, and whole contexts running kernels on simulated CUDA devices.
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <set>
+#include <stdexcept>
+#include <string>
 #include <thread>
 
 #include "nerve/cuda.hpp"
@@ -22,10 +25,13 @@
 namespace nerve::testing {
 namespace {
 
+using detail::MemoryNode;
 using detail::cuda::Advice;
 using detail::cuda::BlockKind;
 using detail::cuda::CompletionMode;
 using detail::cuda::CudaBlockAllocator;
+using detail::cuda::CudaMemoryNode;
+using detail::cuda::CudaMemoryOptions;
 using detail::cuda::Engine;
 using detail::cuda::EventPool;
 using detail::cuda::FakeDriver;
@@ -783,6 +789,310 @@ TEST(CudaAttach, RejectsAnEmptyLauncher) {
   EXPECT_THROW(cuda::attach(kernel, cuda::Launcher{}), Error);
   cuda::attach(kernel, [](const KernelArgs&, int, void*) {});
   EXPECT_TRUE(kernel.implements(DeviceKind::cuda));
+}
+
+// --- failure paths and staged device-to-device copies
+
+// Two CUDA memory nodes (fake devices 0 and 1) without a context: copies between them, driven by
+// the destination as the runtime drives them.
+struct TwoCudaNodes {
+  explicit TwoCudaNodes(FakeOptions fake, CudaMemoryOptions options = {})
+      : driver(std::make_shared<FakeDriver>(std::move(fake))) {
+    options.limit_bytes = std::size_t{64} << 20;
+    for (unsigned d = 0; d < 2; ++d) {
+      nodes[d] = std::make_unique<CudaMemoryNode>(
+          d + 1, "fake GPU " + std::to_string(d),
+          std::make_shared<Engine>(driver, static_cast<int>(d), 2, 0, 8, CompletionMode::flag), options);
+    }
+  }
+  std::shared_ptr<FakeDriver> driver;
+  std::unique_ptr<CudaMemoryNode> nodes[2];
+};
+
+// The outcome of one copy, and the device work still held when it was reported.
+struct CopyOutcome final : detail::CopyCompletion {
+  explicit CopyOutcome(FakeDriver& fake) : driver(fake) {}
+  void copy_done(bool success, const std::string& why) noexcept override {
+    ok = success;
+    error = why;
+    held_when_done = driver.held_work();
+    done.store(1);
+  }
+  // wait(): with hold_work, the test plays the device until the copy is reported.
+  void wait() {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (done.load() == 0 && std::chrono::steady_clock::now() < deadline) {
+      driver.run_pending(1);  // one operation at a time: the streams interleave
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+    ASSERT_EQ(done.load(), 1) << "the copy was never reported";
+  }
+  FakeDriver& driver;
+  std::atomic<int> done{0};
+  bool ok = false;
+  std::string error;
+  std::size_t held_when_done = 0;
+};
+
+// DevicePump: a thread that runs the fake devices' held work, as a GPU would, until it goes (also
+// when a failed expectation leaves the test early).
+class DevicePump {
+ public:
+  explicit DevicePump(FakeDriver& driver)
+      : thread_([this, &driver] {
+          while (!stop_.load()) {
+            driver.run_pending();
+            std::this_thread::sleep_for(std::chrono::microseconds(200));
+          }
+        }) {}
+  ~DevicePump() {
+    stop_.store(true);
+    thread_.join();
+  }
+  DevicePump(const DevicePump&) = delete;
+  DevicePump& operator=(const DevicePump&) = delete;
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+std::vector<std::byte> pattern(std::size_t bytes) {
+  std::vector<std::byte> data(bytes);
+  for (std::size_t i = 0; i < bytes; ++i) data[i] = static_cast<std::byte>((i * 7 + i / 4096) & 0xff);
+  return data;
+}
+
+TEST(CudaStagedPeerCopy, ACopyLargerThanTheStagingPoolGoesInPiecesThroughTwoBuffers) {
+  CudaMemoryOptions options;
+  options.staging_piece_bytes = 4096;
+  options.staging_limit_bytes = 4 * 4096;
+  TwoCudaNodes gpus(FakeOptions{.peer_access = false, .hold_work = true}, options);
+  const std::size_t bytes = 10 * 4096 + 100;  // 11 pieces, the last a short one
+  const std::vector<std::byte> data = pattern(bytes);
+  std::byte* source = gpus.nodes[0]->try_allocate(bytes);
+  std::byte* destination = gpus.nodes[1]->try_allocate(bytes);
+  ASSERT_NE(source, nullptr);
+  ASSERT_NE(destination, nullptr);
+  std::memcpy(source, data.data(), bytes);  // fake device memory is host memory
+  CopyOutcome outcome(*gpus.driver);
+  MemoryNode::copy(*gpus.nodes[0], source, *gpus.nodes[1], destination, bytes, outcome);
+  EXPECT_EQ(gpus.nodes[1]->staging().stats().bytes_in_use, 2 * 4096u) << "two pieces' buffers, not the copy";
+  outcome.wait();
+  EXPECT_TRUE(outcome.ok) << outcome.error;
+  EXPECT_EQ(std::memcmp(destination, data.data(), bytes), 0) << "no piece overwrote a buffer still going in";
+  EXPECT_EQ(gpus.driver->records("copy").size(), 22u)
+      << "each piece out of the source and into the destination";
+  EXPECT_EQ(gpus.nodes[1]->staging().stats().bytes_in_use, 0u);
+  EXPECT_EQ(gpus.nodes[1]->engine().snapshot().staged_copies, 1u);
+  EXPECT_TRUE(gpus.driver->records("copy_peer").empty());
+  gpus.nodes[0]->deallocate(source, bytes);
+  gpus.nodes[1]->deallocate(destination, bytes);
+}
+
+TEST(CudaStagedPeerCopy, AnExhaustedStagingPoolCopiesThroughHostMemoryInsteadOfFailing) {
+  CudaMemoryOptions options;
+  options.staging_piece_bytes = 4096;
+  options.staging_limit_bytes = 4 * 4096;
+  TwoCudaNodes gpus(FakeOptions{.peer_access = false}, options);
+  const std::size_t bytes = 3 * 4096;
+  const std::vector<std::byte> data = pattern(bytes);
+  std::byte* source = gpus.nodes[0]->try_allocate(bytes);
+  std::byte* destination = gpus.nodes[1]->try_allocate(bytes);
+  std::memcpy(source, data.data(), bytes);
+  {
+    // Every staging buffer is taken (by copies in flight, say).
+    memory::StagingBuffer hog = gpus.nodes[1]->staging().acquire(4 * 4096);
+    CopyOutcome outcome(*gpus.driver);
+    MemoryNode::copy(*gpus.nodes[0], source, *gpus.nodes[1], destination, bytes, outcome);
+    outcome.wait();
+    EXPECT_TRUE(outcome.ok) << outcome.error;
+    EXPECT_EQ(std::memcmp(destination, data.data(), bytes), 0);
+  }
+  gpus.nodes[0]->deallocate(source, bytes);
+  gpus.nodes[1]->deallocate(destination, bytes);
+}
+
+TEST(CudaStagedPeerCopy, AFailureAfterHalfACopyWasEnqueuedWaitsForItBeforeReportingIt) {
+  TwoCudaNodes gpus(FakeOptions{.peer_access = false, .hold_work = true});
+  const std::size_t bytes = 8192;
+  std::byte* source = gpus.nodes[0]->try_allocate(bytes);
+  std::byte* destination = gpus.nodes[1]->try_allocate(bytes);
+  // The copy out of the source is enqueued; the destination's wait for it fails.
+  gpus.driver->fail_next_call("stream_wait_event");
+  CopyOutcome outcome(*gpus.driver);
+  MemoryNode::copy(*gpus.nodes[0], source, *gpus.nodes[1], destination, bytes, outcome);
+  outcome.wait();
+  EXPECT_FALSE(outcome.ok);
+  EXPECT_NE(outcome.error.find("stream_wait_event failed"), std::string::npos) << outcome.error;
+  EXPECT_EQ(outcome.held_when_done, 0u)
+      << "the staging buffer went back to the pool while a DMA into it was still queued";
+  EXPECT_EQ(gpus.nodes[1]->staging().stats().bytes_in_use, 0u);
+  gpus.nodes[0]->deallocate(source, bytes);
+  gpus.nodes[1]->deallocate(destination, bytes);
+}
+
+// The audit's case: a replica larger than the 256 MiB staging pool (the audit's was 300 MiB) read on
+// another GPU without peer access, while the devices run their work on a thread of their own.
+TEST(CudaStagedPeerCopy, AReplicaLargerThanThePoolReachesAGpuWithoutPeerAccess) {
+  FakeCuda cuda(FakeOptions{
+      .devices = 2, .memory_bytes = std::size_t{1} << 30, .peer_access = false, .hold_work = true});
+  DevicePump pump(*cuda.driver);
+  {
+    Context context(FakeCuda::settings(2));
+    {
+      Kernel fill("fill");
+      cuda::attach(fill, cpu_launcher([](const KernelArgs& args) {
+                     for (float& each : args.span<float>(0)) each = args.value<float>(0);
+                   }));
+      const Kernel sum = make_sum();
+      const std::size_t n = (std::size_t{260} << 20) / sizeof(float);
+      Buffer<float> x(context, n), y(context, n);
+      context.submit(TaskOptions{.device = 1}, fill, write(x), value(2.0f));
+      context.submit(TaskOptions{.device = 2}, fill, write(y), value(1.0f));
+      context.submit(TaskOptions{.device = 2}, sum, read(x), read_write(y)).wait();  // x: GPU 1 -> GPU 2
+      const std::vector<float> result = y.to_vector();
+      EXPECT_EQ(std::count(result.begin(), result.end(), 3.0f), static_cast<std::ptrdiff_t>(n));
+      EXPECT_GE(context.impl()->devices[1]->counters().staged_copies, 1u);
+    }
+    expect_no_leaks(context);
+  }
+}
+
+TEST(CudaPeerAccessFake, APairWhosePeerAccessTheDriverRefusesIsStaged) {
+  FakeCuda cuda(FakeOptions{.refuse_peer_enable = true});
+  Context context(FakeCuda::settings(2));
+  {
+    const Kernel scale = make_scale(), sum = make_sum();
+    Buffer<float> x(context, std::vector<float>(512, 1.0f)), y(context, std::vector<float>(512, 0.0f));
+    context.submit(TaskOptions{.device = 1}, scale, read_write(x), value(4.0f));
+    context.submit(TaskOptions{.device = 2}, sum, read(x), read_write(y)).wait();
+    EXPECT_EQ(y.to_vector(), std::vector<float>(512, 4.0f));
+    EXPECT_GE(cuda.driver->calls("enable_peer_access"), 1u);
+    EXPECT_TRUE(cuda.driver->records("copy_peer").empty()) << "no direct copy the driver did not allow";
+    EXPECT_GE(context.impl()->devices[1]->counters().staged_copies, 1u);
+    EXPECT_EQ(context.impl()->devices[1]->counters().peer_copies, 0u);
+  }
+  expect_no_leaks(context);
+}
+
+// A launcher that enqueued work and then threw: the task fails only once that work is done, so its
+// replicas are not released (and reused) while the work still writes them.
+TEST(CudaLaunchFailure, ATaskWhoseLauncherThrewAfterEnqueueingEndsBehindItsWork) {
+  FakeCuda cuda(FakeOptions{.devices = 1, .hold_work = true});
+  Context context(FakeCuda::settings(2));
+  {
+    FakeDriver* driver = cuda.driver.get();
+    static const std::vector<float> garbage(1024, -1.0f);
+    std::atomic<bool> launched{false};
+    Kernel bad("bad");
+    cuda::attach(bad, [driver, &launched](const KernelArgs& args, int, void* stream) {
+      driver->copy_async(args.data(0), garbage.data(), args.size_bytes(0), stream);  // "kernel 1"
+      launched.store(true);
+      throw std::runtime_error("the second launch failed");
+    });
+    Buffer<float> y(context, garbage.size());
+    Task task = context.submit(TaskOptions{.device = 1}, bad, write(y));
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!launched.load() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    EXPECT_GT(driver->held_work(), 0u);
+    EXPECT_FALSE(task.done()) << "reported failed while its work was still queued on the device";
+    while (!task.done() && std::chrono::steady_clock::now() < deadline) {
+      driver->run_pending();
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    driver->run_pending();  // before y goes, whatever the outcome
+    try {
+      task.wait();
+      ADD_FAILURE() << "the launcher threw";
+    } catch (const std::exception& error) {
+      EXPECT_NE(std::string(error.what()).find("the second launch failed"), std::string::npos)
+          << error.what();
+    }
+  }
+  expect_no_leaks(context);
+}
+
+// The launch's completion cannot be armed: the task still ends only after its stream's work.
+TEST(CudaLaunchFailure, WithoutACompletionOnTheStreamTheTaskWaitsForTheStream) {
+  FakeCuda cuda(FakeOptions{.devices = 1, .hold_work = true});
+  Context context(FakeCuda::settings(2));
+  {
+    FakeDriver* driver = cuda.driver.get();
+    static const std::vector<float> ones(1024, 1.0f);
+    Kernel copy("copy_in");
+    cuda::attach(copy, [driver](const KernelArgs& args, int, void* stream) {
+      driver->copy_async(args.data(0), ones.data(), args.size_bytes(0), stream);
+      driver->fail_next_call("write_flag");  // arming the completion fails
+    });
+    Buffer<float> y(context, ones.size());
+    Task task = context.submit(TaskOptions{.device = 1}, copy, write(y));
+    EXPECT_THROW(task.wait(), std::exception);
+    EXPECT_EQ(driver->held_work(), 0u) << "the task failed while its work was still queued on the device";
+    driver->run_pending();  // before y goes, whatever the outcome
+  }
+  expect_no_leaks(context);
+}
+
+// A launch error left pending by a launcher that then threw is that task's, not the next task's.
+TEST(CudaLaunchFailure, APendingLaunchErrorDoesNotFailTheNextTask) {
+  FakeCuda cuda(FakeOptions{.devices = 1});
+  Context context(FakeCuda::settings(2));
+  {
+    FakeDriver* driver = cuda.driver.get();
+    Kernel bad("bad");
+    cuda::attach(bad, [driver](const KernelArgs&, int, void*) {
+      driver->fail_next_launch();  // as a kernel launched with a bad configuration leaves one
+      throw std::runtime_error("the launcher gave up");
+    });
+    const Kernel scale = make_scale();
+    Buffer<float> x(context, std::vector<float>(64, 1.0f)), unrelated(context, std::vector<float>(64, 1.0f));
+    EXPECT_THROW(context.submit(TaskOptions{.device = 1}, bad, read_write(x)).wait(), std::exception);
+    EXPECT_NO_THROW(
+        context.submit(TaskOptions{.device = 1}, scale, read_write(unrelated), value(2.0f)).wait());
+    EXPECT_EQ(unrelated.to_vector(), std::vector<float>(64, 2.0f));
+  }
+  expect_no_leaks(context);
+}
+
+TEST(CudaStreamOrderedPool, AnAllocationThatFailsAfterTheDriverGaveTheMemoryFreesIt) {
+  FakeDriver driver;
+  {
+    StreamOrderedPool pool(driver, 0,
+                           std::make_unique<CudaBlockAllocator>(driver, BlockKind::device, 0, 1, "d"),
+                           std::size_t{1} << 20);
+    driver.fail_next_call("synchronize_stream");
+    EXPECT_THROW((void)pool.allocate(4096), Error);
+    EXPECT_EQ(driver.live_device_allocations(), 0u) << "the memory cudaMallocAsync gave is freed";
+    EXPECT_EQ(pool.stats().bytes_in_use, 0u);
+  }
+  EXPECT_EQ(driver.live_streams(), 0u);
+}
+
+// An application thread that drives a GPU itself keeps its current device across nerve's calls.
+TEST(CudaCurrentDevice, AnApplicationThreadKeepsItsCurrentDevice) {
+  FakeCuda cuda(FakeOptions{.devices = 2});
+  Settings settings = FakeCuda::settings(2);
+  settings.set("gpu.devices", "Fake CUDA GPU 1");  // not device 0, which the application uses
+  Context context(settings);
+  {
+    ASSERT_EQ(context.devices().size(), 2u);
+    ASSERT_EQ(context.devices()[1].name, "Fake CUDA GPU 1");
+    cuda.driver->make_current(0);  // the application's own cudaSetDevice(0)
+    const Kernel scale = make_scale();
+    // 2 MiB: page-locked on its first transfer, a driver call of its own.
+    Buffer<float> x(context, std::vector<float>((std::size_t{2} << 20) / sizeof(float), 1.0f));
+    Buffer<float> small(context, std::vector<float>(256, 1.0f));  // through pinned staging
+    context.submit(TaskOptions{.device = 1}, scale, read_write(x), value(2.0f)).wait();
+    context.submit(TaskOptions{.device = 1}, scale, read_write(small), value(2.0f)).wait();
+    EXPECT_EQ(x.to_vector()[0], 2.0f);
+    EXPECT_EQ(small.to_vector()[0], 2.0f);
+    EXPECT_EQ(cuda.driver->current_device(), 0) << "nerve switched the application thread's device";
+    EXPECT_GE(cuda.driver->calls("enter_device"), 1u);
+  }
+  expect_no_leaks(context);
 }
 
 }  // namespace

@@ -22,7 +22,13 @@ void* CudaBlockAllocator::allocate_block(std::size_t bytes, std::size_t /*alignm
       block = driver_.malloc_managed(device_, bytes);
       break;
     }
-    case BlockKind::pinned: block = driver_.host_alloc(bytes); break;
+    case BlockKind::pinned: {
+      // In this device's context (not one the calling thread's current device would create), and the
+      // thread's own current device is given back.
+      const DeviceScope scope(driver_, device_);
+      block = driver_.host_alloc(bytes);
+      break;
+    }
   }
   blocks_.fetch_add(1, std::memory_order_relaxed);
   bytes_.fetch_add(bytes, std::memory_order_relaxed);

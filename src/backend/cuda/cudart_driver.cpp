@@ -15,6 +15,7 @@
 // supports) its host address is its device address.
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -46,6 +47,7 @@ namespace {
   X(cudaGetLastError)                 \
   X(cudaGetDeviceProperties)          \
   X(cudaSetDevice)                    \
+  X(cudaGetDevice)                    \
   X(cudaRuntimeGetVersion)            \
   X(cudaDriverGetVersion)             \
   X(cudaMemGetInfo)                   \
@@ -147,36 +149,59 @@ class CudartDriver final : public Driver {
 
   void make_current(int device) override { check(cudaSetDevice_(device), "cudaSetDevice"); }
 
+  SavedDevice enter_device(int device) override {
+    SavedDevice saved;
+    check(enter(device, saved), "cudaSetDevice");
+    return saved;
+  }
+  void leave_device(const SavedDevice& saved) noexcept override {
+    if (!saved.restore) return;
+    // The thread's own context exactly (none, too: cudaSetDevice back to device 0 would create device
+    // 0's context on a thread that never used CUDA); its device where the driver API is not reachable.
+    const ContextCalls& calls = context_calls();
+    if (saved.device < 0 && calls.set != nullptr) {
+      if (calls.set(static_cast<CUcontext>(saved.context)) == CUDA_SUCCESS) return;
+    } else if (saved.device >= 0 && cudaSetDevice_(saved.device) == cudaSuccess) {
+      return;
+    }
+    cudaGetLastError_();
+    log::warn("CUDA: could not give a thread its current device back");
+  }
+
   void memory_info(int device, std::size_t& free, std::size_t& total) override {
-    make_current(device);
+    const DeviceScope scope(*this, device);
     check(cudaMemGetInfo_(&free, &total), "cudaMemGetInfo");
   }
 
   void* malloc_device(int device, std::size_t bytes) override {
-    make_current(device);
+    const DeviceScope scope(*this, device);
     void* pointer = nullptr;
     check(cudaMalloc_(&pointer, bytes), "cudaMalloc");
     return pointer;
   }
   void free_device(int device, void* pointer) noexcept override {
-    cudaSetDevice_(device);
+    SavedDevice saved;
+    const bool entered = enter(device, saved) == cudaSuccess;
     cudaFree_(pointer);
+    if (entered) leave_device(saved);
   }
 
   void* malloc_async(int device, std::size_t bytes, Stream stream) override {
-    make_current(device);
+    const DeviceScope scope(*this, device);
     keep_pool_memory(device);
     void* pointer = nullptr;
     check(cudaMallocAsync_(&pointer, bytes, static_cast<cudaStream_t>(stream)), "cudaMallocAsync");
     return pointer;
   }
   void free_async(int device, void* pointer, Stream stream) noexcept override {
-    cudaSetDevice_(device);
+    SavedDevice saved;
+    const bool entered = enter(device, saved) == cudaSuccess;
     cudaFreeAsync_(pointer, static_cast<cudaStream_t>(stream));
+    if (entered) leave_device(saved);
   }
 
   void* malloc_managed(int device, std::size_t bytes) override {
-    make_current(device);
+    const DeviceScope scope(*this, device);
     void* pointer = nullptr;
     check(cudaMallocManaged_(&pointer, bytes, cudaMemAttachGlobal), "cudaMallocManaged");
     return pointer;
@@ -205,26 +230,28 @@ class CudartDriver final : public Driver {
   }
 
   void priority_range(int device, int& least, int& greatest) override {
-    make_current(device);
+    const DeviceScope scope(*this, device);
     check(cudaDeviceGetStreamPriorityRange_(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
   }
   Stream create_stream(int device, int priority) override {
-    make_current(device);
+    const DeviceScope scope(*this, device);
     cudaStream_t stream = nullptr;
     check(cudaStreamCreateWithPriority_(&stream, cudaStreamNonBlocking, priority),
           "cudaStreamCreateWithPriority");
     return stream;
   }
   void destroy_stream(int device, Stream stream) noexcept override {
-    cudaSetDevice_(device);
+    SavedDevice saved;
+    const bool entered = enter(device, saved) == cudaSuccess;
     cudaStreamDestroy_(static_cast<cudaStream_t>(stream));
+    if (entered) leave_device(saved);
   }
   void synchronize_stream(Stream stream) override {
     check(cudaStreamSynchronize_(static_cast<cudaStream_t>(stream)), "cudaStreamSynchronize");
   }
 
   Event create_event(int device) override {
-    make_current(device);
+    const DeviceScope scope(*this, device);
     cudaEvent_t event = nullptr;
     check(cudaEventCreateWithFlags_(&event, cudaEventDisableTiming), "cudaEventCreateWithFlags");
     return event;
@@ -266,18 +293,30 @@ class CudartDriver final : public Driver {
     }
     return can != 0;
   }
-  void enable_peer_access(int device, int peer) override {
-    {
-      std::lock_guard lock(mutex_);
-      if (!peers_enabled_.emplace(device, peer).second) return;
+  bool enable_peer_access(int device, int peer) noexcept override {
+    // Held across the call: a racing copy of the same pair waits until access is enabled (or known to
+    // be refused) instead of copying before it.
+    std::lock_guard lock(mutex_);
+    if (const auto found = peers_.find({device, peer}); found != peers_.end()) return found->second;
+    SavedDevice saved;
+    cudaError_t status = enter(device, saved);
+    if (status == cudaSuccess) {
+      status = cudaDeviceEnablePeerAccess_(peer, 0);
+      if (status == cudaErrorPeerAccessAlreadyEnabled) status = cudaSuccess;  // by the program itself
+      if (status != cudaSuccess) cudaGetLastError_();
+      leave_device(saved);
     }
-    make_current(device);
-    const cudaError_t status = cudaDeviceEnablePeerAccess_(peer, 0);
-    if (status == cudaErrorPeerAccessAlreadyEnabled) {
-      cudaGetLastError_();
-      return;
+    if (status != cudaSuccess) {
+      cudaGetLastError_();  // not left for the next launch check to report
+      // Recorded as refused, so logged once: copies between the pair are staged from now on.
+      log::warn("cudaDeviceEnablePeerAccess({} -> {}): {} ({}); copies between them go through host memory",
+                device, peer, cudaGetErrorString_(status), cudaGetErrorName_(status));
     }
-    check(status, "cudaDeviceEnablePeerAccess");
+    try {
+      peers_.emplace(std::pair{device, peer}, status == cudaSuccess);
+    } catch (...) {  // no memory to remember it: asked again next time
+    }
+    return status == cudaSuccess;
   }
 
   void advise(const void* pointer, std::size_t bytes, Advice advice, int device) override {
@@ -313,6 +352,7 @@ class CudartDriver final : public Driver {
   }
 
   void check_launch(int /*device*/) override { check(cudaGetLastError_(), "launching the kernel"); }
+  void clear_launch_error(int /*device*/) noexcept override { cudaGetLastError_(); }
 
  private:
   struct FlagWrite {
@@ -323,6 +363,51 @@ class CudartDriver final : public Driver {
       std::atomic_ref<std::uint32_t>(*self->flag).store(self->value, std::memory_order_release);
     }
   };
+
+  // enter(): `device` current for the calling thread, what was current before in `saved` (nothing to
+  // restore when it already was, as on nerve's launcher threads).
+  cudaError_t enter(int device, SavedDevice& saved) noexcept {
+    const ContextCalls& calls = context_calls();
+    CUcontext context = nullptr;
+    const bool context_known = calls.get != nullptr && calls.get(&context) == CUDA_SUCCESS;
+    int current = -1;
+    if (cudaGetDevice_(&current) != cudaSuccess) {
+      cudaGetLastError_();
+      current = -1;
+    }
+    // A thread without a context reports device 0 too: it is not "already current".
+    if (current == device && (!context_known || context != nullptr)) return cudaSuccess;
+    const cudaError_t status = cudaSetDevice_(device);
+    if (status != cudaSuccess) return status;
+    saved.restore = true;
+    saved.context = context_known ? context : nullptr;
+    saved.device = context_known ? -1 : current;
+    return cudaSuccess;
+  }
+
+  // The driver API's current-context calls (no link to libcuda: through cudart's entry points).
+  struct ContextCalls {
+    CUresult (*get)(CUcontext*) = nullptr;
+    CUresult (*set)(CUcontext) = nullptr;
+  };
+  const ContextCalls& context_calls() noexcept {
+    std::call_once(context_calls_once_, [this] {
+      const auto find = [this](const char* name) -> void* {
+        void* function = nullptr;
+        cudaDriverEntryPointQueryResult found{};
+        if (cudaGetDriverEntryPointByVersion_(name, &function, 12000, cudaEnableDefault, &found) ==
+                cudaSuccess &&
+            found == cudaDriverEntryPointSuccess)
+          return function;
+        cudaGetLastError_();
+        return nullptr;
+      };
+      context_calls_.get = reinterpret_cast<CUresult (*)(CUcontext*)>(find("cuCtxGetCurrent"));
+      context_calls_.set = reinterpret_cast<CUresult (*)(CUcontext)>(find("cuCtxSetCurrent"));
+      if (context_calls_.get == nullptr || context_calls_.set == nullptr) context_calls_ = {};
+    });
+    return context_calls_;
+  }
 
   void check(cudaError_t status, const char* what) {
     if (status == cudaSuccess) return;
@@ -366,9 +451,11 @@ class CudartDriver final : public Driver {
   NERVE_CUDART_FUNCTIONS(NERVE_DECLARE)
 #undef NERVE_DECLARE
   std::mutex mutex_;
-  std::set<std::pair<int, int>> peers_enabled_;
+  std::map<std::pair<int, int>, bool> peers_;  // enable_peer_access(): enabled (true) or refused
   std::set<int> pools_set_;
   std::once_flag write_value_once_;
+  std::once_flag context_calls_once_;
+  ContextCalls context_calls_;
   WriteValue32 write_value_ = nullptr;
   std::atomic<bool> write_value_failed_{false};
 };

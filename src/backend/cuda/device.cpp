@@ -105,50 +105,82 @@ void CudaDevice::launch(TaskRecord* task) {
     host_->run_on_device(task, *this);  // it sees the cancellation and finishes the task as cancelled
     return;
   }
+  // Once the launcher was called, work of the task may be on `stream` whatever happened after; the
+  // task must then end behind that work, never before it (its replicas would be released while
+  // kernels still write them).
+  Stream stream = nullptr;
+  std::size_t index = 0;
+  bool launched = false;
   try {
     if (task->kernel == nullptr) {
       // A C kernel in the launcher form: it gets this device's index and a stream and enqueues.
-      const std::size_t index = engine_->streams().pick_for_task(task->priority);
-      Stream stream = engine_->streams().stream(index);
+      index = engine_->streams().pick_for_task(task->priority);
+      stream = engine_->streams().stream(index);
+      launched = true;
       if (std::exception_ptr error = host_->launch_closure(task, *this, stream))
         std::rethrow_exception(error);
-      arm_completion(task, index, stream);
+    } else {
+      DeviceLaunch launch = host_->prepare_launch(task, *this);
+      const auto* implementation = dynamic_cast<const CudaLauncher*>(launch.implementation);
+      if (implementation == nullptr) {
+        throw Error(ErrorCode::internal,
+                    fmt::format("kernel '{}' reached CUDA device '{}' without a CUDA launcher",
+                                launch.call.kernel_name, info().name));
+      }
+      index = engine_->streams().pick_for_task(task->priority);
+      stream = engine_->streams().stream(index);
+      launch.call.queue = stream;
+      launched = true;  // prefetches are the task's work on the stream too
+      if (node_->unified_memory()) hint_and_prefetch(launch, stream);
+      implementation->launcher(KernelArgs(launch.call), ordinal_, stream);
+    }
+    driver_->check_launch(ordinal_);
+  } catch (...) {
+    if (!launched) {
+      host_->complete(task, *this, std::current_exception());
       return;
     }
-    DeviceLaunch launch = host_->prepare_launch(task, *this);
-    const auto* implementation = dynamic_cast<const CudaLauncher*>(launch.implementation);
-    if (implementation == nullptr) {
-      throw Error(ErrorCode::internal,
-                  fmt::format("kernel '{}' reached CUDA device '{}' without a CUDA launcher",
-                              launch.call.kernel_name, info().name));
-    }
-    const std::size_t index = engine_->streams().pick_for_task(task->priority);
-    Stream stream = engine_->streams().stream(index);
-    launch.call.queue = stream;
-    if (node_->unified_memory()) hint_and_prefetch(launch, stream);
-    implementation->launcher(KernelArgs(launch.call), ordinal_, stream);
-    arm_completion(task, index, stream);
-  } catch (...) {
-    host_->complete(task, *this, std::current_exception());
+    // A launch error the failure left pending is this task's: the next task's check must not report it.
+    driver_->clear_launch_error(ordinal_);
+    complete_behind(task, index, stream, std::current_exception());
+    return;
   }
+  complete_behind(task, index, stream, nullptr);
 }
 
-// After a launch: a launch error fails the task now; otherwise the task completes when the work
-// enqueued on `stream` so far is done (flag and event).
-void CudaDevice::arm_completion(TaskRecord* task, std::size_t stream_index, Stream stream) {
-  driver_->check_launch(ordinal_);
-  Operation* op = engine_->acquire();
-  op->owner = this;
-  op->task = task;
-  op->finish = &CudaDevice::finish_launch;
+// The task completes when the work enqueued on `stream` so far is done (flag and event), failed with
+// `error` when the launch failed after enqueueing some of it.
+void CudaDevice::complete_behind(TaskRecord* task, std::size_t stream_index, Stream stream,
+                                 std::exception_ptr error) noexcept {
+  Operation* op = nullptr;
   try {
+    op = engine_->acquire();
+    op->owner = this;
+    op->task = task;
+    op->finish = &CudaDevice::finish_launch;
+    op->launch_error = error;
     engine_->arm(op, stream);
   } catch (...) {
-    engine_->recycle(op);
-    throw;
+    if (op != nullptr) engine_->recycle(op);
+    if (error == nullptr) error = std::current_exception();
+    // No completion on the stream: wait for the task's work here instead.
+    try {
+      driver_->synchronize_stream(stream);
+    } catch (...) {  // the task fails with the first error either way
+    }
+    host_->complete(task, *this, error);
+    return;
   }
-  engine_->count_launch(stream_index);
-  engine_->watch(op);
+  if (error == nullptr) engine_->count_launch(stream_index);
+  try {
+    engine_->watch(op);
+  } catch (const std::exception& failure) {  // no memory to queue it: armed, so wait for the stream
+    try {
+      driver_->synchronize_stream(stream);
+    } catch (...) {
+    }
+    engine_->fail(op, failure.what());
+  }
 }
 
 bool CudaDevice::finish_launch(Engine& /*engine*/, Operation& op) {
@@ -156,8 +188,8 @@ bool CudaDevice::finish_launch(Engine& /*engine*/, Operation& op) {
   TaskRecord* task = op.task;
   // Launched behind earlier work on its stream, it began on the device once that work was done.
   if (op.stream_free_ns > task->start_ns) task->start_ns = op.stream_free_ns;
-  std::exception_ptr error;
-  if (op.failed) {
+  std::exception_ptr error = op.launch_error;  // the launcher's or the launch check's, first
+  if (error == nullptr && op.failed) {
     error = std::make_exception_ptr(
         Error(ErrorCode::task_failed,
               fmt::format("kernel '{}' failed on CUDA device '{}': {}",

@@ -10,7 +10,10 @@
 // operation (completion flag and event, engine.hpp); the engine's completion thread reports the
 // outcome to the runtime (DeviceHost::complete).
 //
-// Errors are the task's: a launcher that throws, a launch error, a kernel failing while it runs.
+// Errors are the task's: a launcher that throws, a launch error, a kernel failing while it runs. Once
+// the launcher was called the task ends behind its stream's work even when it failed (work it
+// enqueued before throwing still writes the task's replicas), and a launch error it left pending is
+// cleared so that the next task does not report it.
 //
 // Thread safety: submit(), can_run() and the queries may be called from any thread.
 #pragma once
@@ -65,7 +68,8 @@ class CudaDevice final : public Device {
  private:
   void launch(TaskRecord* task);
   void hint_and_prefetch(const DeviceLaunch& launch, Stream stream);
-  void arm_completion(TaskRecord* task, std::size_t stream_index, Stream stream);
+  void complete_behind(TaskRecord* task, std::size_t stream_index, Stream stream,
+                       std::exception_ptr error) noexcept;
   static bool finish_launch(Engine& engine, Operation& op);
 
   std::shared_ptr<Driver> driver_;  // outlives the engine and the node

@@ -35,7 +35,12 @@ void* StreamOrderedPool::allocate(std::size_t bytes) {
   void* pointer = driver_.malloc_async(device_, std::max<std::size_t>(bytes, 1), stream_);
   // Synchronised here so that work on any other stream may use it (allocations are per replica,
   // not per task: the wait is rare).
-  driver_.synchronize_stream(stream_);
+  try {
+    driver_.synchronize_stream(stream_);
+  } catch (...) {
+    driver_.free_async(device_, pointer, stream_);  // nobody else has it: no leak
+    throw;
+  }
   in_use_ += bytes;
   ++allocations_;
   return pointer;

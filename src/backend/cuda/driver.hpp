@@ -13,7 +13,9 @@
 //
 // Thread safety: every member may be called from any thread, as cudart's own functions may. Calls
 // that act on "the current device" in cudart take the device ordinal explicitly here; the real
-// driver sets it for the calling thread first.
+// driver sets it for the call and then gives the calling thread its own current device back, so an
+// application thread that drives a GPU itself finds its device unchanged after calling nerve. Only
+// make_current() changes it for good (nerve's launcher threads, for user launchers).
 #pragma once
 
 #include <cstddef>
@@ -24,6 +26,13 @@ namespace nerve::detail::cuda {
 
 using Stream = void*;  // cudaStream_t
 using Event = void*;   // cudaEvent_t
+
+// What enter_device() found current on the calling thread, for leave_device() to put back.
+struct SavedDevice {
+  void* context = nullptr;  // the thread's CUDA context (nullptr: none)
+  int device = -1;
+  bool restore = false;  // enter_device() changed something
+};
 
 struct DeviceProperties {
   std::string name;
@@ -54,6 +63,10 @@ class Driver {
   // make_current(): `device` becomes the calling thread's current device (cudaSetDevice), as user
   // launchers expect.
   virtual void make_current(int device) = 0;
+  // enter_device() / leave_device(): `device` current for the calling thread in between, the
+  // thread's own current device (or none) afterwards. DeviceScope pairs them.
+  virtual SavedDevice enter_device(int device) = 0;
+  virtual void leave_device(const SavedDevice& saved) noexcept = 0;
   // memory_info(): free and total bytes on `device` now (cudaMemGetInfo).
   virtual void memory_info(int device, std::size_t& free, std::size_t& total) = 0;
 
@@ -96,8 +109,9 @@ class Driver {
   virtual void copy_peer_async(void* destination, int destination_device, const void* source,
                                int source_device, std::size_t bytes, Stream stream) = 0;
   virtual bool can_access_peer(int device, int peer) noexcept = 0;
-  // enable_peer_access(): lets `device` reach `peer`'s memory (idempotent).
-  virtual void enable_peer_access(int device, int peer) = 0;
+  // enable_peer_access(): lets `device` reach `peer`'s memory (one direction; idempotent). False when
+  // the driver refused (logged once; the pair is not asked again): copies between them are staged.
+  virtual bool enable_peer_access(int device, int peer) noexcept = 0;
 
   // Managed memory hints and prefetches.
   virtual void advise(const void* pointer, std::size_t bytes, Advice advice, int device) = 0;
@@ -110,6 +124,22 @@ class Driver {
   // check_launch(): after a user launcher ran, report the error its launch left, if any
   // (cudaGetLastError); throws Error(task_failed).
   virtual void check_launch(int device) = 0;
+  // clear_launch_error(): drop the error a failed launch left pending (cudaGetLastError), so that it
+  // is not reported by the next, unrelated launch checked on this thread.
+  virtual void clear_launch_error(int device) noexcept = 0;
+};
+
+// DeviceScope: `device` is the calling thread's current device while it lives.
+class DeviceScope {
+ public:
+  DeviceScope(Driver& driver, int device) : driver_(driver), saved_(driver.enter_device(device)) {}
+  ~DeviceScope() { driver_.leave_device(saved_); }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  Driver& driver_;
+  const SavedDevice saved_;
 };
 
 }  // namespace nerve::detail::cuda

@@ -42,19 +42,37 @@ Engine::~Engine() {
 Operation* Engine::acquire() {
   {
     std::lock_guard lock(mutex_);
-    ++in_flight_;
+    ++in_flight_;  // first: drain() must not find the engine idle while an operation is being started
   }
-  std::lock_guard lock(pool_mutex_);
-  if (free_ != nullptr) {
-    Operation* op = free_;
-    free_ = op->next;
-    op->next = nullptr;
-    return op;
+  try {
+    std::lock_guard lock(pool_mutex_);
+    if (free_ != nullptr) {
+      Operation* op = free_;
+      free_ = op->next;
+      op->next = nullptr;
+      return op;
+    }
+    auto record = std::make_unique<Operation>();
+    if (flags_ != nullptr && records_.size() < flag_slots) record->flag = flags_ + records_.size();
+    records_.push_back(std::move(record));
+    return records_.back().get();
+  } catch (...) {
+    // No record (bad_alloc): nothing is in flight that drain() could ever see come back.
+    std::lock_guard lock(mutex_);
+    if (--in_flight_ == 0) idle_.notify_all();
+    throw;
   }
-  auto record = std::make_unique<Operation>();
-  if (flags_ != nullptr && records_.size() < flag_slots) record->flag = flags_ + records_.size();
-  records_.push_back(std::move(record));
-  return records_.back().get();
+}
+
+void Engine::release_step_events(Operation& op) noexcept {
+  for (Event& each : op.handoff) {
+    if (each != nullptr) op.handoff_pool->release(each);
+    each = nullptr;
+  }
+  for (Event& each : op.drained) {
+    if (each != nullptr) events_.release(each);
+    each = nullptr;
+  }
 }
 
 void Engine::recycle(Operation* op) noexcept {
@@ -77,9 +95,10 @@ void Engine::recycle(Operation* op) noexcept {
   op->bytes = 0;
   op->step = 0;
   op->staging.release();
-  if (op->handoff != nullptr) op->handoff_pool->release(op->handoff);
-  op->handoff = nullptr;
+  op->staging_next.release();
+  release_step_events(*op);
   op->handoff_pool = nullptr;
+  op->launch_error = nullptr;
   op->peer = nullptr;
   op->peer_node = nullptr;
   op->counts_as_transfer = false;
@@ -95,8 +114,9 @@ void Engine::recycle(Operation* op) noexcept {
 
 void Engine::arm(Operation* op, Stream stream) {
   // Driver-level stream operations (the flag write) act in the calling thread's current context: make
-  // it this device's (copies are armed from whatever runtime thread started them).
-  driver_.make_current(ordinal_);
+  // it this device's for the call (copies are armed from whatever runtime or application thread
+  // started them; an application thread keeps its own current device).
+  const DeviceScope scope(driver_, ordinal_);
   if (op->event == nullptr) op->event = events_.acquire();
   if (mode_ == CompletionMode::flag && op->flag != nullptr) {
     {
@@ -233,8 +253,7 @@ void Engine::finish(Operation* op) noexcept {
   // the completion wakes sees no event still in use (a next step acquires one again).
   events_.release(op->event);
   op->event = nullptr;
-  if (op->handoff != nullptr) op->handoff_pool->release(op->handoff);
-  op->handoff = nullptr;
+  release_step_events(*op);
   bool over = true;
   try {
     over = op->finish(*this, *op);

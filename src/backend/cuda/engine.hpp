@@ -38,6 +38,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -88,9 +89,16 @@ struct Operation {
   std::uint64_t armed = 0;                // arm() order: the stream's order among one stream's ops
   std::int64_t seen_running_ns = 0;       // the last polling pass that found it not done (0: none)
   memory::StagingBuffer staging;          // pinned, from the memory node's staging pool
-  Event handoff = nullptr;                // staged device-to-device: the source half's event, recorded on
-  EventPool* handoff_pool = nullptr;      // the source's stream, so from the source device's pool
-  Engine* peer = nullptr;                 // the other engine of a device-to-device copy
+  // Staged device-to-device, in pieces through two staging buffers taking turns (memory.hpp): the
+  // second buffer; per buffer, the event of its piece's copy out (recorded on the source's stream, so
+  // from the source device's pool) and the event of its piece's copy in (on the destination's stream,
+  // from this engine's pool), after which the buffer takes the next piece.
+  memory::StagingBuffer staging_next;
+  Event handoff[2] = {};
+  EventPool* handoff_pool = nullptr;
+  Event drained[2] = {};
+  std::exception_ptr launch_error;  // a launch that failed after enqueueing work: reported at its end
+  Engine* peer = nullptr;           // the other engine of a device-to-device copy
   void* peer_node = nullptr;
   bool counts_as_transfer = false;
   bool outbound = false;      // a copy out of the device (its gate and stream are the outbound ones)
@@ -150,6 +158,7 @@ class Engine {
   void run();  // the completion thread
   bool poll(Operation& op, bool query_events) noexcept;
   void finish(Operation* op) noexcept;
+  void release_step_events(Operation& op) noexcept;  // a staged copy's handoff and drained events
 
   const std::shared_ptr<Driver> driver_owner_;  // the driver outlives everything made with it
   Driver& driver_;

@@ -1,9 +1,11 @@
 #include "backend/cuda/fake_driver.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -17,9 +19,13 @@ struct FakeDriver::FakeStream {
   std::deque<Work> work;
 };
 
+// As in CUDA, a wait enqueued for an event waits for the record that was the event's latest when the
+// wait was enqueued, not for later ones (a staged copy re-records its events piece after piece).
 struct FakeDriver::FakeEvent {
   int device = 0;
-  bool complete = true;  // an event never recorded counts as complete, as in CUDA
+  std::uint64_t recorded = 0;   // records enqueued
+  std::uint64_t completed = 0;  // the latest record the stream ran (an event never recorded is complete)
+  bool complete() const noexcept { return completed >= recorded; }
 };
 
 namespace {
@@ -35,7 +41,18 @@ FakeDriver::~FakeDriver() {
   for (auto& [pointer, owner] : blocks_) std::free(pointer);
 }
 
-void FakeDriver::count(const std::string& name) { ++calls_[name]; }
+void FakeDriver::count(const std::string& name) {
+  ++calls_[name];
+  if (const auto found = failing_.find(name); found != failing_.end()) {
+    failing_.erase(found);
+    throw Error(ErrorCode::task_failed, fmt::format("fake CUDA: {} failed (injected)", name));
+  }
+}
+
+void FakeDriver::fail_next_call(const std::string& name) {
+  std::lock_guard lock(mutex_);
+  failing_.insert(name);
+}
 void FakeDriver::record(FakeRecord entry) { records_.push_back(std::move(entry)); }
 
 void FakeDriver::check_device(int device) const {
@@ -69,6 +86,35 @@ void FakeDriver::make_current(int device) {
   std::lock_guard lock(mutex_);
   check_device(device);
   count("make_current");
+  current_[std::this_thread::get_id()] = device;
+}
+
+SavedDevice FakeDriver::enter_device(int device) {
+  std::lock_guard lock(mutex_);
+  check_device(device);
+  count("enter_device");
+  SavedDevice saved;
+  const auto found = current_.find(std::this_thread::get_id());
+  saved.device = found == current_.end() ? -1 : found->second;
+  saved.restore = saved.device != device;
+  current_[std::this_thread::get_id()] = device;
+  return saved;
+}
+
+void FakeDriver::leave_device(const SavedDevice& saved) noexcept {
+  std::lock_guard lock(mutex_);
+  if (!saved.restore) return;
+  if (saved.device < 0) {
+    current_.erase(std::this_thread::get_id());
+  } else {
+    current_[std::this_thread::get_id()] = saved.device;
+  }
+}
+
+int FakeDriver::current_device() const {
+  std::lock_guard lock(mutex_);
+  const auto found = current_.find(std::this_thread::get_id());
+  return found == current_.end() ? -1 : found->second;
 }
 
 void FakeDriver::memory_info(int device, std::size_t& free, std::size_t& total) {
@@ -280,9 +326,9 @@ void FakeDriver::record_event(Event event, Stream stream) {
   std::lock_guard lock(mutex_);
   count("record_event");
   std::shared_ptr<FakeEvent> e = events_.at(static_cast<FakeEvent*>(event));
-  e->complete = false;
-  enqueue(stream, [e] {
-    e->complete = true;
+  const std::uint64_t record = ++e->recorded;
+  enqueue(stream, [e, record] {
+    e->completed = std::max(e->completed, record);
     return true;
   });
 }
@@ -292,14 +338,14 @@ EventState FakeDriver::query_event(Event event) noexcept {
   count("query_event");
   const auto found = events_.find(static_cast<FakeEvent*>(event));
   if (found == events_.end()) return EventState::failed;
-  return found->second->complete ? EventState::complete : EventState::pending;
+  return found->second->complete() ? EventState::complete : EventState::pending;
 }
 
 void FakeDriver::synchronize_event(Event event) {
   std::lock_guard lock(mutex_);
   count("synchronize_event");
   run_pending_locked();
-  if (!events_.at(static_cast<FakeEvent*>(event))->complete) {
+  if (!events_.at(static_cast<FakeEvent*>(event))->complete()) {
     throw Error(ErrorCode::internal, "fake CUDA: event cannot complete");
   }
 }
@@ -308,7 +354,8 @@ void FakeDriver::stream_wait_event(Stream stream, Event event) {
   std::lock_guard lock(mutex_);
   count("stream_wait_event");
   std::shared_ptr<FakeEvent> e = events_.at(static_cast<FakeEvent*>(event));
-  enqueue(stream, [e] { return e->complete; });
+  const std::uint64_t record = e->recorded;
+  enqueue(stream, [e, record] { return e->completed >= record; });
 }
 
 void FakeDriver::copy_async(void* destination, const void* source, std::size_t bytes, Stream stream) {
@@ -341,12 +388,12 @@ bool FakeDriver::can_access_peer(int device, int peer) noexcept {
          peer < options_.devices;
 }
 
-void FakeDriver::enable_peer_access(int device, int peer) {
+bool FakeDriver::enable_peer_access(int device, int peer) noexcept {
   std::lock_guard lock(mutex_);
-  check_device(device);
-  check_device(peer);
   count("enable_peer_access");
   record({"enable_peer_access", nullptr, 0, device, nullptr, peer});
+  return !options_.refuse_peer_enable && device != peer && device >= 0 && peer >= 0 &&
+         device < options_.devices && peer < options_.devices;
 }
 
 void FakeDriver::advise(const void* pointer, std::size_t bytes, Advice advice, int device) {
@@ -378,6 +425,12 @@ void FakeDriver::check_launch(int /*device*/) {
     fail_next_launch_ = false;
     throw Error(ErrorCode::task_failed, "fake CUDA: launch failed (cudaErrorLaunchFailure)");
   }
+}
+
+void FakeDriver::clear_launch_error(int /*device*/) noexcept {
+  std::lock_guard lock(mutex_);
+  ++calls_["clear_launch_error"];
+  fail_next_launch_ = false;
 }
 
 void FakeDriver::fail_next_launch() {

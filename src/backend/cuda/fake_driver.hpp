@@ -5,7 +5,8 @@
 // work at once (the default) or hold it until run_pending() (hold_work = true), which lets a test see
 // operations in flight, completion flags still unset and events still pending. Every call is counted
 // (calls("create_event")), and the calls whose arguments matter — advise, prefetch, copies, stream
-// creation — are recorded in order (records()).
+// creation — are recorded in order (records()). Tests can make a call fail (fail_next_call), leave a
+// launch error pending (fail_next_launch), and see each thread's current device (current_device).
 //
 // Thread safety: every member may be called from any thread (one mutex).
 #pragma once
@@ -17,7 +18,9 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend/cuda/driver.hpp"
@@ -34,6 +37,7 @@ struct FakeOptions {
   std::string why_none = "no CUDA-capable device is detected (fake)";  // when devices == 0
   std::string pci_bus_id;             // device 0's PCI address ("": none, locality unknown)
   bool refuse_host_register = false;  // host_register() fails (a locked-memory limit, say)
+  bool refuse_peer_enable = false;    // enable_peer_access() fails (cudaDeviceEnablePeerAccess)
 };
 
 struct FakeRecord {
@@ -54,6 +58,8 @@ class FakeDriver final : public Driver {
   int device_count(std::string& why_none) noexcept override;
   DeviceProperties properties(int device) override;
   void make_current(int device) override;
+  SavedDevice enter_device(int device) override;
+  void leave_device(const SavedDevice& saved) noexcept override;
   void memory_info(int device, std::size_t& free, std::size_t& total) override;
   void* malloc_device(int device, std::size_t bytes) override;
   void free_device(int device, void* pointer) noexcept override;
@@ -80,11 +86,12 @@ class FakeDriver final : public Driver {
   void copy_peer_async(void* destination, int destination_device, const void* source, int source_device,
                        std::size_t bytes, Stream stream) override;
   bool can_access_peer(int device, int peer) noexcept override;
-  void enable_peer_access(int device, int peer) override;
+  bool enable_peer_access(int device, int peer) noexcept override;
   void advise(const void* pointer, std::size_t bytes, Advice advice, int device) override;
   void prefetch_async(const void* pointer, std::size_t bytes, int device, Stream stream) override;
   void write_flag_async(std::uint32_t* flag, std::uint32_t value, Stream stream) override;
   void check_launch(int device) override;
+  void clear_launch_error(int device) noexcept override;
 
   // run_pending(): with hold_work, run every stream's held work (in stream order; a stream waiting
   // for an event not yet complete waits for the others), or at most `limit` operations of it.
@@ -94,8 +101,14 @@ class FakeDriver final : public Driver {
   std::size_t held_work() const;
   // set_free_bytes(): pretend only this much of `device`'s memory is free (managed memory tests).
   void set_free_bytes(int device, std::size_t bytes);
-  // fail_next_launch(): the next check_launch() reports a launch error.
+  // fail_next_launch(): a launch error is left pending (as a failed kernel launch leaves one in
+  // cudaGetLastError): the next check_launch() reports it, clear_launch_error() drops it.
   void fail_next_launch();
+  // fail_next_call(): the next call of that name ("synchronize_stream", "record_event", "copy", ...;
+  // one that may throw) throws Error(task_failed), once.
+  void fail_next_call(const std::string& name);
+  // current_device(): the calling thread's current device (make_current), -1 if it never had one.
+  int current_device() const;
 
   std::uint64_t calls(const std::string& name) const;
   std::vector<FakeRecord> records() const;
@@ -134,6 +147,8 @@ class FakeDriver final : public Driver {
   // destruction runs what is left), and that work still completes.
   std::map<FakeEvent*, std::shared_ptr<FakeEvent>> events_;
   bool fail_next_launch_ = false;
+  std::multiset<std::string> failing_;      // fail_next_call()
+  std::map<std::thread::id, int> current_;  // make_current(), per thread
 };
 
 }  // namespace nerve::detail::cuda

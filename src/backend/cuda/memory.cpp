@@ -1,6 +1,8 @@
 #include "backend/cuda/memory.hpp"
 
+#include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -43,7 +45,7 @@ CudaMemoryNode::CudaMemoryNode(unsigned index, std::string name, std::shared_ptr
       pool_(make_pool(engine_->driver(), engine_->ordinal(), index, name, options)),
       staging_(std::make_unique<CudaBlockAllocator>(engine_->driver(), BlockKind::pinned, engine_->ordinal(),
                                                     0, fmt::format("pinned staging memory of {}", name)),
-               staging_limit_bytes) {
+               options.staging_limit_bytes) {
   engine_->set_transfer_starter([this](Operation* op) { start(op); });
 }
 
@@ -63,8 +65,9 @@ bool CudaMemoryNode::pinned_host(MemoryNode& host, const std::byte* data, std::s
 
 bool CudaMemoryNode::register_host(void* data, std::size_t bytes) noexcept {
   try {
-    // This device's context, not whatever the calling thread had current (device 0's by default).
-    engine_->driver().make_current(engine_->ordinal());
+    // This device's context, not whatever the calling thread had current (device 0's by default);
+    // the thread's own is put back after.
+    const DeviceScope scope(engine_->driver(), engine_->ordinal());
     engine_->driver().host_register(data, bytes);
     return true;
   } catch (const std::exception& error) {
@@ -75,8 +78,9 @@ bool CudaMemoryNode::register_host(void* data, std::size_t bytes) noexcept {
 }
 
 void CudaMemoryNode::unregister_host(void* data) noexcept {
+  std::optional<DeviceScope> scope;
   try {
-    engine_->driver().make_current(engine_->ordinal());
+    scope.emplace(engine_->driver(), engine_->ordinal());
   } catch (const std::exception& error) {
     log::warn("{}: unregistering a page-locked host buffer: {}", name(), error.what());
   }
@@ -139,14 +143,83 @@ void CudaMemoryNode::start_copy(MemoryNode& from, const std::byte* source, Memor
   if (engine_->begin_transfer(op)) start(op);
 }
 
-bool CudaMemoryNode::take_staging(Operation& op) {
-  if (op.bytes == 0 || op.bytes > staging_copy_bytes) return false;
+bool CudaMemoryNode::try_staging(memory::StagingBuffer& into, std::size_t bytes) {
   try {
-    op.staging = staging_.acquire(op.bytes);
+    into = staging_.acquire(bytes);
     return true;
   } catch (const Error& error) {
     if (error.code() != ErrorCode::out_of_memory) throw;
-    return false;  // the pool is exhausted: copy directly rather than wait
+    return false;
+  }
+}
+
+bool CudaMemoryNode::take_staging(Operation& op) {
+  if (op.bytes == 0 || op.bytes > options_.staging_piece_bytes) return false;
+  return try_staging(op.staging, op.bytes);  // the pool is exhausted: copy directly rather than wait
+}
+
+void CudaMemoryNode::enqueue_staged_peer(Operation& op, Stream stream) {
+  auto& peer = *static_cast<CudaMemoryNode*>(op.peer_node);
+  Driver& driver = engine_->driver();
+  // Pieces of at most staging_piece_bytes, so that a copy of any size fits the pool (capped, and
+  // rounding up to powers of two) and a few large copies in flight do not exhaust it.
+  const std::size_t piece = std::max<std::size_t>(std::min(op.bytes, options_.staging_piece_bytes), 1);
+  const std::size_t pieces = op.bytes == 0 ? 1 : (op.bytes + piece - 1) / piece;
+  if (!try_staging(op.staging, piece)) {
+    // Every staging buffer is taken by copies in flight: copy through ordinary host memory now, with
+    // the calling thread waiting, rather than fail the task that needs the data.
+    copy_through_host(peer, op.source, *this, op.destination, op.bytes);
+    engine_->count_staged_copy();
+    return;
+  }
+  // A second buffer lets a piece go out of the source while the one before goes in; without one,
+  // each piece waits for the previous one's copy in.
+  const unsigned buffers = pieces > 1 && try_staging(op.staging_next, piece) ? 2 : 1;
+  Stream source_stream = peer.engine_->streams().copy_stream(false);
+  op.handoff_pool = &peer.engine_->events();
+  try {
+    // All enqueued now, chained by events on the two streams: the host's only part is enqueueing.
+    for (std::size_t i = 0; i < pieces; ++i) {
+      const unsigned b = static_cast<unsigned>(i % buffers);
+      std::byte* buffer = b == 0 ? op.staging.data() : op.staging_next.data();
+      const std::size_t offset = i * piece;
+      const std::size_t length = std::min(piece, op.bytes - offset);
+      // The buffer's previous piece must be in the destination before this one overwrites it.
+      if (i >= buffers) driver.stream_wait_event(source_stream, op.drained[b]);
+      driver.copy_async(buffer, op.source + offset, length, source_stream);
+      // CUDA records an event only on a stream of the event's own device.
+      if (op.handoff[b] == nullptr) op.handoff[b] = op.handoff_pool->acquire();
+      driver.record_event(op.handoff[b], source_stream);
+      driver.stream_wait_event(stream, op.handoff[b]);
+      driver.copy_async(op.destination + offset, buffer, length, stream);
+      if (i + buffers < pieces) {
+        if (op.drained[b] == nullptr) op.drained[b] = engine_->events().acquire();
+        driver.record_event(op.drained[b], stream);
+      }
+    }
+  } catch (...) {
+    // Pieces already enqueued may still be writing the staging buffers, which go back to the pool
+    // when the copy fails: let them finish first.
+    settle(op);
+    throw;
+  }
+  engine_->count_staged_copy();
+}
+
+void CudaMemoryNode::settle(Operation& op) noexcept {
+  Driver& driver = engine_->driver();
+  const Stream streams[2] = {
+      engine_->streams().copy_stream(!op.outbound),
+      op.step == staged_peer_to_device
+          ? static_cast<CudaMemoryNode*>(op.peer_node)->engine_->streams().copy_stream(false)
+          : nullptr};
+  for (Stream each : streams) {
+    if (each == nullptr) continue;
+    try {
+      driver.synchronize_stream(each);
+    } catch (const std::exception& error) {
+      log::warn("{}: waiting for a failed copy's work: {}", name(), error.what());
+    }
   }
 }
 
@@ -174,28 +247,18 @@ void CudaMemoryNode::enqueue(Operation& op) {
     case device_to_device: driver.copy_async(op.destination, op.source, op.bytes, stream); break;
     case peer_to_device: {
       auto& peer = *static_cast<CudaMemoryNode*>(op.peer_node);
-      driver.enable_peer_access(engine_->ordinal(), peer.engine_->ordinal());
+      // The driver refused to enable peer access (it logged why): staged, as if the pair could not.
+      if (!driver.enable_peer_access(engine_->ordinal(), peer.engine_->ordinal())) {
+        op.step = staged_peer_to_device;
+        enqueue_staged_peer(op, stream);
+        break;
+      }
       driver.copy_peer_async(op.destination, engine_->ordinal(), op.source, peer.engine_->ordinal(), op.bytes,
                              stream);
       engine_->count_peer_copy();
       break;
     }
-    case staged_peer_to_device: {
-      // Out of the source on its own stream, then in on ours once the source's event fired: the
-      // host's only part is enqueueing both halves.
-      auto& peer = *static_cast<CudaMemoryNode*>(op.peer_node);
-      op.staging = staging_.acquire(op.bytes == 0 ? 1 : op.bytes);
-      Stream source_stream = peer.engine_->streams().copy_stream(false);
-      driver.copy_async(op.staging.data(), op.source, op.bytes, source_stream);
-      // CUDA records an event only on a stream of the event's own device.
-      op.handoff_pool = &peer.engine_->events();
-      op.handoff = op.handoff_pool->acquire();
-      driver.record_event(op.handoff, source_stream);
-      driver.stream_wait_event(stream, op.handoff);
-      driver.copy_async(op.destination, op.staging.data(), op.bytes, stream);
-      engine_->count_staged_copy();
-      break;
-    }
+    case staged_peer_to_device: enqueue_staged_peer(op, stream); break;
   }
   engine_->arm(&op, stream);
 }
@@ -205,6 +268,9 @@ void CudaMemoryNode::start(Operation* op) noexcept {
     enqueue(*op);
     engine_->watch(op);
   } catch (const std::exception& error) {
+    // Work enqueued before the failure may still use the copy's staging memory or its destination,
+    // which the failure hands back: wait for it.
+    settle(*op);
     engine_->fail(op, fmt::format("{}: copying {} bytes: {}", name(), op->bytes, error.what()));
   }
 }

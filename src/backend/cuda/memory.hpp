@@ -17,9 +17,14 @@
 //                      larger copies, or when the pool is exhausted, go straight from pageable memory
 //   device -> host     into pinned staging, then copied out on the completion thread (same limits)
 //   device -> device   gpu.peer_access and the driver says the pair can access each other:
-//                      cudaMemcpyPeerAsync, direct; otherwise staged through pinned host memory:
-//                      a copy out of the source on the source's stream, an event, the destination's
-//                      stream waiting for it, a copy in — no host thread waits
+//                      cudaMemcpyPeerAsync, direct (peer access enabled from the destination to the
+//                      source on first use; where the driver refuses, staged); otherwise staged through
+//                      pinned host memory in pieces of up to staging_copy_bytes, two staging buffers
+//                      taking turns: each piece a copy out of the source on the source's stream, an
+//                      event, the destination's stream waiting for it, a copy in, and an event after
+//                      which the source's stream reuses the buffer — no host thread waits. When the
+//                      staging pool is exhausted, the copy goes through ordinary host memory
+//                      synchronously instead of failing
 //   other nodes        bounced through host memory synchronously (host_bounce.hpp)
 //
 // copy_sync() uses the engine's own sync stream and waits for it (eviction write-backs call it with a
@@ -51,6 +56,10 @@ struct CudaMemoryOptions {
   PoolKind pool = PoolKind::arena;
   std::size_t limit_bytes = 0;   // the node's capacity
   bool pin_host_buffers = true;  // gpu.pin_host_buffers
+  // Pinned staging: the most one copy (or one piece of a staged device-to-device copy) takes from the
+  // pool, and the pool's cap (tests make them small).
+  std::size_t staging_piece_bytes = staging_copy_bytes;
+  std::size_t staging_limit_bytes = cuda::staging_limit_bytes;
 };
 
 class CudaMemoryNode final : public MemoryNode, private DmaRegistrar {
@@ -70,7 +79,8 @@ class CudaMemoryNode final : public MemoryNode, private DmaRegistrar {
   std::size_t staging_bytes_reserved() const override { return staging_.stats().bytes_reserved; }
   memory::StagingPool& staging() noexcept { return staging_; }
   // direct_peer(): copies from `other` go device to device (gpu.peer_access and the driver agree);
-  // peer access is enabled both ways the first time it is asked.
+  // peer access is enabled in one direction, from this device (the destination) to `other`, by the
+  // first copy that needs it.
   bool direct_peer(const CudaMemoryNode& other) const noexcept;
 
  protected:
@@ -84,6 +94,9 @@ class CudaMemoryNode final : public MemoryNode, private DmaRegistrar {
   void enqueue(Operation& op);
   static bool finish_copy(Engine& engine, Operation& op);
   bool take_staging(Operation& op);
+  bool try_staging(memory::StagingBuffer& into, std::size_t bytes);  // false: the pool is exhausted
+  void enqueue_staged_peer(Operation& op, Stream stream);
+  void settle(Operation& op) noexcept;  // wait for the work a failed copy enqueued on its streams
   // pinned_host(): whether the host side of a copy with `host` is page-locked (registering it first).
   bool pinned_host(MemoryNode& host, const std::byte* data, std::size_t bytes);
 
