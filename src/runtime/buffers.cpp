@@ -311,8 +311,13 @@ const TaskRecord* ContextImpl::first_waiting_for(const TaskRecord* unfinished,
       for (const RunningFrame* frame = wait->frames; frame != nullptr; frame = frame->outer) {
         if (!frame->deferred) visit(frame->task, via_coroutine);
       }
+      // A cancelled mapping is finished by its grant, which the caller's mappings_mutex holds off only
+      // for a mapping of its own context (blocker_among()'s rule): those are skipped.
       for (const WaitedMapping* waited = wait->mappings; waited != nullptr; waited = waited->outer) {
-        visit(waited->mapping, via_coroutine);
+        const TaskRecord* mapping = waited->mapping;
+        if (mapping->context == unfinished->context &&
+            !mapping->cancel_pending.load(std::memory_order_acquire))
+          visit(mapping, via_coroutine);
       }
     }
     // A pool's task has no successors of its own: what is ordered after it waits for its pool's gate,

@@ -57,6 +57,9 @@ ContextImpl::ContextImpl(const Settings& settings)
                 config.perf.times_tasks() ? static_cast<TaskExecutor&>(monitored_executor) : *this),
       id(new_context_id()) {
   log::debug("context {}: {} worker slots on {}", id, scheduler.slot_count(), topology.description());
+  inline_spawn_record.context = this;
+  inline_spawn_record.refs.store(1, std::memory_order_relaxed);  // never released
+  inline_spawn_record.phase.store(status_running, std::memory_order_relaxed);
   if (config.perf.records_tasks()) recorder = perf.get();
   times_tasks = config.perf.times_tasks();
   if (!config.perf.trace.empty()) {

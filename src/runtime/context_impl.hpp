@@ -186,6 +186,11 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   void run_spawn_inline(void (*body)(void*), void* closure) noexcept;
   void abandon_spawn() noexcept;
   TaskDraft allocate_draft(ThreadState& thread, std::size_t closure_size, std::size_t closure_align);
+  // What the frame of a spawn run at once names as its task (running_task_record()): a record that is
+  // never queued, finished or recycled, with no accesses, successors, group or handle — what such a
+  // spawn would have had — so that the body's submissions, waits and maps are checked as a task's.
+  // Only slot 0 runs such spawns, so one serves the context.
+  TaskRecord inline_spawn_record;
   // spawns_may_run_inline(): nothing a queued fork-join task would get (placement on a device,
   // recording, timing) is lost by running it at once.
   bool spawns_may_run_inline() const noexcept { return lean_runs_on_host() && !times_tasks; }
@@ -575,11 +580,22 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   // come to wait for a mapping this thread holds, and the wait would never end. So a thread holding a
   // mapping waits in slices and calls `recheck` (which throws for such a wait) after each.
   // Returns false when the wait is hopeless (UnlessSuspended), true once `target` is done.
+  // Inside a task (or a map's wait) the wait stays untimed instead: only an untimed wait parks listed
+  // in stuck_waits, where cycles of waits across threads are found; it looks again each time it is
+  // about to park (at the latest every stuck_wait_recheck while listed), and a refusal then ends it.
   template <class Target, class Recheck>
   bool wait_rechecking(ThreadState& thread, Target& target, Recheck&& recheck) {
     // No mapping anywhere (the usual case): one load, no call.
     if (held_mapping_count.load(std::memory_order_acquire) == 0 || !holds_mapping()) [[likely]] {
       return scheduler.wait(thread, target);
+    }
+    if constexpr (requires { target.recheck_on_park(recheck); }) {
+      if (thread.nesting + thread.map_waits > 0) {
+        target.recheck_on_park(recheck);
+        if (scheduler.wait(thread, target)) return true;
+        target.rethrow_refusal();
+        return false;
+      }
     }
     constexpr auto slice = std::chrono::milliseconds(10);
     while (!scheduler.wait(thread, target, Clock::now() + slice, true)) {

@@ -161,7 +161,10 @@ TaskDraft ContextImpl::begin_task(std::size_t closure_size, std::size_t closure_
     throw Error(ErrorCode::invalid_argument,
                 "submit to a context that has been destroyed (a TaskGroup or TaskPool outlived it)");
   ThreadState& thread = current_thread();
+  // Any other submission ends a stretch of spawns run at once: the next stretch starts only from a
+  // queue found past its depth again.
   thread.spawned_last = false;
+  thread.spawns_inline = false;
   if (guard_depth) refuse_deep_nesting(thread, "a submission");
   return allocate_draft(thread, closure_size, closure_align);
 }
@@ -730,7 +733,8 @@ void throw_wait_too_deep(const ThreadState& thread, const char* what) {
 
 TaskRecord* defer_current_task() {
   TaskRecord* task = running_task_record();
-  if (task == nullptr || task->kind != TaskKind::function || task->device > 0) {
+  if (task == nullptr || task->kind != TaskKind::function || task->device > 0 ||
+      task == &task->context->inline_spawn_record) {
     throw Error(ErrorCode::invalid_argument, "defer_current_task() outside a task running on a CPU worker");
   }
   if (!running_frame->deferred) ++task->context->current_thread().deferred_bodies;
@@ -782,9 +786,13 @@ std::uint32_t ContextImpl::invoke_closure(TaskRecord* task, ThreadState& thread,
 
 void ContextImpl::run_spawn_inline(void (*body)(void*), void* closure) noexcept {
   ThreadState& thread = current_thread();
-  WorkerSlot::bump(thread.slot->stats.tasks_run);
+  WorkerSlot& slot = *thread.slot;
+  WorkerSlot::bump(slot.stats.tasks_run);
+  const std::uint64_t tasks_run = slot.stats.tasks_run.load(std::memory_order_relaxed);
   thread.count_submitted();
   const int outer_device = std::exchange(running_device_index, 0);
+  RunningFrame frame{&inline_spawn_record, running_frame, false};
+  running_frame = &frame;
   const bool outer_bypass = std::exchange(thread.bypass_enabled, false);
   ++thread.nesting;
   try {
@@ -794,9 +802,12 @@ void ContextImpl::run_spawn_inline(void (*body)(void*), void* closure) noexcept 
   }
   --thread.nesting;
   thread.bypass_enabled = outer_bypass;
+  running_frame = frame.outer;
   running_device_index = outer_device;
   thread.count_completed();
-  scheduler.release_master(thread, false);
+  // A wait inside the body ran tasks in slot 0, maybe from the submitter's deque: the workers must
+  // hear of what is left there, as after any stay in slot 0.
+  scheduler.release_master(thread, slot.stats.tasks_run.load(std::memory_order_relaxed) != tasks_run);
   wake_root_waiters();
 }
 

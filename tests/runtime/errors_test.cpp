@@ -1266,47 +1266,58 @@ TEST(WaitBehindSuspended, WaitsOnTwoThreadsBehindEachOthersSuspendedTasksAreAnEr
 // other waiter writes. Nothing wakes the parked waits then; they look for cycles again every few
 // tens of milliseconds, and one of them is refused.
 TEST(WaitBehindSuspended, ACycleOfWaitsClosedAfterTheyParkedIsFoundToo) {
-  Context context(make_settings(3, SchedulerPolicy::locality_aware_stealing));  // two workers
-  const std::vector<int> zero{0};
-  Buffer<int> first(context, std::span(zero)), second(context, std::span(zero)), gate(context, 1);
-  auto held = gate.map_write();
-  TaskGroup group_1(context), group_2(context);
-  for (TaskGroup* group : {&group_1, &group_2}) group->spawn([](std::span<const int>) {}, read(gate));
-  std::atomic<int> started{0}, finished{0};
-  Refusals refusals;
-  const auto waiter = [&](TaskGroup& group) {
-    return [&](std::span<int> own) {
-      started.fetch_add(1);
-      while (started.load() < 2) std::this_thread::yield();  // on two threads
-      refusals.record([&] { group.wait(); }, "returned");
-      own[0] += 1;
-      finished.fetch_add(1);
-      finished.notify_all();
+  // Also while one waiter holds a mapping (of a buffer nobody else uses): its wait then looks again
+  // for work behind that mapping, and must still park listed, where the cycle is found (found by
+  // review: waiting in timed slices instead, it was never listed, and both waits hung).
+  for (const bool holds_mapping : {false, true}) {
+    SCOPED_TRACE(holds_mapping ? "waiter 2 holds a mapping" : "no mapping held");
+    Context context(make_settings(3, SchedulerPolicy::locality_aware_stealing));  // two workers
+    const std::vector<int> zero{0};
+    Buffer<int> first(context, std::span(zero)), second(context, std::span(zero)), gate(context, 1);
+    Buffer<int> unrelated(context, 1);
+    auto held = gate.map_write();
+    TaskGroup group_1(context), group_2(context);
+    for (TaskGroup* group : {&group_1, &group_2}) group->spawn([](std::span<const int>) {}, read(gate));
+    std::atomic<int> started{0}, finished{0};
+    Refusals refusals;
+    const auto waiter = [&](TaskGroup& group) {
+      return [&](std::span<int> own) {
+        started.fetch_add(1);
+        while (started.load() < 2) std::this_thread::yield();  // on two threads
+        std::optional<Mapped<int>> own_mapping;
+        if (holds_mapping && &group == &group_2) own_mapping.emplace(unrelated.map_write());
+        refusals.record([&] { group.wait(); }, "returned");
+        if (own_mapping) own_mapping->unmap();
+        own[0] += 1;
+        finished.fetch_add(1);
+        finished.notify_all();
+      };
     };
-  };
-  context.submit(TaskOptions{.name = "waiter 1"}, waiter(group_1), read_write(first));
-  context.submit(TaskOptions{.name = "waiter 2"}, waiter(group_2), read_write(second));
-  while (started.load() < 2) std::this_thread::yield();
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // both parked, nothing to find
-  group_1.spawn(
-      TaskOptions{.name = "reads second"}, [](std::span<const int>) {}, read(second));
-  group_2.spawn(
-      TaskOptions{.name = "reads first"}, [](std::span<const int>) {}, read(first));
-  finished.wait(0);  // the refused waiter; the other waits for the gate
-  held.unmap();
-  for (int count = finished.load(); count < 2; count = finished.load()) finished.wait(count);
-  group_1.wait();
-  group_2.wait();
-  context.wait_all();
-  EXPECT_EQ(first.to_vector()[0] + second.to_vector()[0], 2);
-  ASSERT_EQ(refusals.messages.size(), 2u);
-  const auto refused = std::find_if(refusals.messages.begin(), refusals.messages.end(),
-                                    [](const std::string& said) { return said != "returned"; });
-  ASSERT_NE(refused, refusals.messages.end());
-  EXPECT_THAT(*refused, ::testing::MatchesRegex("TaskGroup::wait\\(\\) inside task 'waiter [12]' would never "
-                                                "return: it waits for task 'waiter [12]'.*held on another "
-                                                "thread's stack.*"));
-  EXPECT_EQ(std::count(refusals.messages.begin(), refusals.messages.end(), "returned"), 1);
+    context.submit(TaskOptions{.name = "waiter 1"}, waiter(group_1), read_write(first));
+    context.submit(TaskOptions{.name = "waiter 2"}, waiter(group_2), read_write(second));
+    while (started.load() < 2) std::this_thread::yield();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // both parked, nothing to find
+    group_1.spawn(
+        TaskOptions{.name = "reads second"}, [](std::span<const int>) {}, read(second));
+    group_2.spawn(
+        TaskOptions{.name = "reads first"}, [](std::span<const int>) {}, read(first));
+    finished.wait(0);  // the refused waiter; the other waits for the gate
+    held.unmap();
+    for (int count = finished.load(); count < 2; count = finished.load()) finished.wait(count);
+    group_1.wait();
+    group_2.wait();
+    context.wait_all();
+    EXPECT_EQ(first.to_vector()[0] + second.to_vector()[0], 2);
+    ASSERT_EQ(refusals.messages.size(), 2u);
+    const auto refused = std::find_if(refusals.messages.begin(), refusals.messages.end(),
+                                      [](const std::string& said) { return said != "returned"; });
+    ASSERT_NE(refused, refusals.messages.end());
+    EXPECT_THAT(*refused,
+                ::testing::MatchesRegex("TaskGroup::wait\\(\\) inside task 'waiter [12]' would never "
+                                        "return: it waits for task 'waiter [12]'.*held on another "
+                                        "thread's stack.*"));
+    EXPECT_EQ(std::count(refusals.messages.begin(), refusals.messages.end(), "returned"), 1);
+  }
 }
 
 // A ~TaskGroup cannot fail without ending the program: in a cycle of waits it leaves the refusal to

@@ -130,6 +130,102 @@ TEST(InlineSpawn, AQueueBackUnderItsDepthQueuesAgain) {
   EXPECT_EQ(saw_flag.load(), depth / 2) << "a spawn ran at once although its queue was short";
 }
 
+// Any other submission ends a stretch of spawns run at once: after one, handles queued below the
+// depth and then a plain spawn leave that spawn queued (it waits for what its submitter does after
+// spawn() returns: run inside it, it would wait 2 s for nothing). Found by review: the flag outlived
+// the stretch, and the spawn ran at once with 12 tasks queued.
+TEST(InlineSpawn, AnotherSubmissionEndsTheStretchOfSpawnsRunAtOnce) {
+  Context context(back_pressured("locality_aware_stealing"));
+  {
+    BlockedWorker blocked(context);
+    SpawnLog log(100);
+    spawn_logged(context, log, 100);
+    ASSERT_GT(log.runs.load(), 50);  // ended running them at once
+    blocked.release();
+    context.wait_all();
+  }
+  const std::thread::id submitter = std::this_thread::get_id();
+  std::atomic<bool> go{false};
+  std::atomic<bool> in_spawn{false};
+  std::atomic<int> ran_inside_spawn{0};
+  const auto waits_for_go = [&] {
+    if (std::this_thread::get_id() == submitter && in_spawn) ran_inside_spawn.fetch_add(1);
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (!go && std::chrono::steady_clock::now() < give_up)
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+  };
+  std::vector<Task> handles;
+  handles.push_back(context.submit(waits_for_go));  // the worker takes it and waits in it
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  for (int i = 0; i < depth - 4; ++i) handles.push_back(context.submit(waits_for_go));  // below the depth
+  in_spawn = true;
+  context.spawn(waits_for_go);
+  in_spawn = false;
+  go = true;
+  context.wait_all();
+  EXPECT_EQ(ran_inside_spawn.load(), 0) << "a spawn to a queue below its depth ran inside spawn()";
+}
+
+// A spawn run at once is a task for what its body does: a submission there past
+// task_queue.max_in_flight goes on (running the task it submitted if that is the newest), as inside
+// any task, instead of waiting for the count to fall — here behind work that waits for the body.
+// Found by review: without a frame for it, the body's submission helped run P, which waits for the
+// body, on the body's own stack.
+TEST(InlineSpawn, ASubmissionInsideASpawnRunAtOnceIsATasksSubmission) {
+  Settings settings = back_pressured("locality_aware_stealing");
+  settings.set("task_queue.max_in_flight", "64");
+  Context context(settings);
+  Buffer<int> data(context, 4);
+  BlockedWorker blocked(context);
+  const std::thread::id submitter = std::this_thread::get_id();
+  std::atomic<bool> claimed{false};
+  std::atomic<bool> flag{false};
+  std::atomic<bool> p_saw_flag{false};
+  std::atomic<int> body_worker{-2};
+  for (int i = 0; i < 300; ++i) {
+    context.spawn([&] {
+      // The first task run at once plays the body; the others do nothing.
+      if (std::this_thread::get_id() != submitter || claimed.exchange(true)) return;
+      body_worker = context.current_worker();
+      blocked.release();
+      context.spawn(
+          [&](std::span<int>) {  // P: waits for what the body does after its submissions
+            const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+            while (!flag && std::chrono::steady_clock::now() < give_up)
+              std::this_thread::sleep_for(std::chrono::microseconds(100));
+            p_saw_flag = flag.load();
+          },
+          write(data));
+      for (int k = 0; k < 100; ++k) context.spawn([](std::span<const int>) {}, read(data));
+      flag = true;
+    });
+  }
+  blocked.release();
+  context.wait_all();
+  ASSERT_TRUE(claimed.load()) << "no spawn ran at once";
+  EXPECT_EQ(body_worker.load(), 0);
+  EXPECT_TRUE(p_saw_flag.load()) << "the body's submission ran P, which waits for the body, under it";
+  // wait_all() inside such a spawn would wait for the spawn itself: refused, as inside any task.
+  std::atomic<int> refused{0};
+  std::atomic<int> ran_on_submitter{0};
+  BlockedWorker again(context);
+  for (int i = 0; i < 100; ++i) {
+    context.spawn([&] {
+      if (std::this_thread::get_id() != submitter) return;
+      ran_on_submitter.fetch_add(1);
+      try {
+        context.wait_all();
+      } catch (const Error& error) {
+        if (error.code() == ErrorCode::invalid_argument) refused.fetch_add(1);
+      }
+    });
+  }
+  again.release();
+  context.wait_all();
+  EXPECT_GT(ran_on_submitter.load(), 50);
+  EXPECT_EQ(refused.load(), ran_on_submitter.load());
+}
+
 // A closure is copied into its task, so a mutable lambda spawned as an lvalue starts afresh in every
 // task, run at once or not; an rvalue is moved.
 TEST(InlineSpawn, EachTaskRunsItsOwnCopyOfTheClosure) {
