@@ -94,9 +94,10 @@ class NERVE_API Context {
         detail::submit(impl_, &options, nullptr, nullptr, true, std::forward<F>(fn), accesses...));
   }
   // spawn() is submit() without a handle: the cheapest way to launch work (wait with wait_all()).
-  // Under back-pressure (the calling application thread's queue past task_queue.per_device_queue_depth)
-  // a plain closure without accesses or options may run at once, inside spawn(), as a task of slot 0:
-  // a task must not wait for what its submitter does only after spawn() returns.
+  // Under back-pressure (the queue the calling application thread submits to past
+  // task_queue.per_device_queue_depth; application threads other than the first share one: see
+  // CONFIG.md) a plain closure without accesses or options may run at once, inside spawn(), as a task
+  // of slot 0: a task must not wait for what its submitter does only after spawn() returns.
   template <NotKernel F, class... A>
   requires(BufferAccessor<A>&&...) void spawn(F&& fn, const A&... accesses) {
     detail::submit(impl_, nullptr, nullptr, nullptr, false, std::forward<F>(fn), accesses...);
