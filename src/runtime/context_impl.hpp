@@ -192,8 +192,13 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   // Only slot 0 runs such spawns, so one serves the context.
   TaskRecord inline_spawn_record;
   // spawns_may_run_inline(): nothing a queued fork-join task would get (placement on a device,
-  // recording, timing) is lost by running it at once.
-  bool spawns_may_run_inline() const noexcept { return lean_runs_on_host() && !times_tasks; }
+  // recording, timing) is lost by running it at once on the calling thread.
+  // Nor while the calling thread holds a mapping: a body that maps the same data would be refused
+  // (this thread's mapping), where a queued task waits for the unmap.
+  bool spawns_may_run_inline() { return lean_runs_on_host() && !times_tasks && !holds_mapping_fast(); }
+  bool holds_mapping_fast() {
+    return held_mapping_count.load(std::memory_order_acquire) != 0 && holds_mapping();
+  }
   // discard_task(): a draft whose closure is built and accesses are counted goes back unsubmitted.
   void discard_task(TaskDraft draft, const ClosureOps* ops) noexcept;
   TaskRecord* commit_task(TaskDraft draft, const SubmitInfo& info);
@@ -580,25 +585,20 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   // come to wait for a mapping this thread holds, and the wait would never end. So a thread holding a
   // mapping waits in slices and calls `recheck` (which throws for such a wait) after each.
   // Returns false when the wait is hopeless (UnlessSuspended), true once `target` is done.
-  // Inside a task (or a map's wait) the wait stays untimed instead: only an untimed wait parks listed
-  // in stuck_waits, where cycles of waits across threads are found; it looks again each time it is
-  // about to park (at the latest every stuck_wait_recheck while listed), and a refusal then ends it.
+  // Inside a task a slice that finds nothing to run parks listed in stuck_waits as an untimed wait
+  // does, so cycles of waits across threads through it are found (Scheduler::run_until, `sliced`);
+  // one found ends the wait, not done.
   template <class Target, class Recheck>
   bool wait_rechecking(ThreadState& thread, Target& target, Recheck&& recheck) {
     // No mapping anywhere (the usual case): one load, no call.
-    if (held_mapping_count.load(std::memory_order_acquire) == 0 || !holds_mapping()) [[likely]] {
+    if (!holds_mapping_fast()) [[likely]] {
       return scheduler.wait(thread, target);
-    }
-    if constexpr (requires { target.recheck_on_park(recheck); }) {
-      if (thread.nesting + thread.map_waits > 0) {
-        target.recheck_on_park(recheck);
-        if (scheduler.wait(thread, target)) return true;
-        target.rethrow_refusal();
-        return false;
-      }
     }
     constexpr auto slice = std::chrono::milliseconds(10);
     while (!scheduler.wait(thread, target, Clock::now() + slice, true)) {
+      if constexpr (may_be_hopeless<Target>) {
+        if (target.found_hopeless()) return false;  // by the slice's parking()
+      }
       recheck();
       if constexpr (may_be_hopeless<Target>) {
         if (thread.nesting > 1 && target.hopeless()) return false;

@@ -5,7 +5,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <exception>
 #include <functional>
 #include <string>
 #include <utility>
@@ -139,23 +138,11 @@ class UnlessSuspended {
     blocker = ContextImpl::suspended_blocker(blocked);
     return blocker != nullptr;
   }
-  // recheck_on_park(): `check` runs each time before the wait parks; what it throws ends the wait, not
-  // done, for rethrow_refusal() to rethrow (ContextImpl::wait_rechecking).
-  void recheck_on_park(std::function<void()> check) { recheck = std::move(check); }
-  void rethrow_refusal() const {
-    if (refusal != nullptr) std::rethrow_exception(refusal);
-  }
-  // parking(): before this thread parks for want of work, a refusal of the recheck, hopeless() or a
-  // cycle of waits through other threads (then true); else the wait is listed until resumed().
+  // found_hopeless(): the last parking() found the wait hopeless (a suspended blocker or a cycle).
+  bool found_hopeless() const noexcept { return blocker != nullptr || !elsewhere.empty(); }
+  // parking(): before this thread parks for want of work, hopeless() or a cycle of waits through
+  // other threads (then true); else the wait is listed until resumed().
   bool parking(ThreadState& thread) {
-    if (recheck) {
-      try {
-        recheck();
-      } catch (...) {
-        refusal = std::current_exception();
-        return true;
-      }
-    }
     if (thread.nesting + thread.map_waits > 1 && hopeless()) return true;
     // A wait that cannot fail without ending the program (~TaskGroup) stays listed while it finds
     // the cycle, for another wait of it, which can fail, to find it too and refuse; only a cycle
@@ -187,8 +174,6 @@ class UnlessSuspended {
   static constexpr int stuck_cycle_patience = 20;
   const TaskRecord* blocker = nullptr;  // on this thread's stack (hopeless())
   std::string elsewhere;                // on another's (parking())
-  std::function<void()> recheck;        // recheck_on_park()
-  std::exception_ptr refusal;           // what it threw
   StuckWaitListing listing;
   bool last_resort = false;
   int cycles_seen = 0;

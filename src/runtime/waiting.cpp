@@ -216,9 +216,13 @@ void ContextImpl::throttle_slow(ThreadState& thread, const TaskRecord* submitted
       thread.is_worker_thread ? until_count : std::min<std::uint64_t>(intervals.depth, until_count));
   // Past its depth, a queue of fork-join spawns stops growing: the next ones run at once here (see
   // begin_spawn()), the workers taking the queued ones. Other tasks are run from the queue, and while
-  // another thread holds slot 0 relieve_master() waits for the workers to take them.
-  if (thread.spawned_last && thread.slot == nullptr && spawns_may_run_inline() && scheduler.master_free() &&
-      scheduler.relieved_deque(thread).size() > scheduler.queue_depth()) {
+  // another thread holds slot 0 relieve_master() waits for the workers to take them. Neither while
+  // this thread holds a mapping: a task run here that maps the same data would be refused, where a
+  // queued one waits for the unmap (max_in_flight still bounds the queue, as below).
+  if (holds_mapping_fast()) {
+    // queued
+  } else if (thread.spawned_last && thread.slot == nullptr && spawns_may_run_inline() &&
+             scheduler.master_free() && scheduler.relieved_deque(thread).size() > scheduler.queue_depth()) {
     thread.spawns_inline = true;
   } else {
     scheduler.relieve_master(thread);

@@ -19,6 +19,7 @@
 // is claimed by an application thread for the duration of a wait; other application threads park.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -152,8 +153,9 @@ class Scheduler {
   };
 
   void worker_main(unsigned index);
+  // `sliced`: an untimed wait cut in slices (help), which parks listed as an untimed one does.
   template <class Waitable>
-  bool run_until(ThreadState& thread, Waitable& target, Clock::time_point deadline);
+  bool run_until(ThreadState& thread, Waitable& target, Clock::time_point deadline, bool sliced = false);
   template <class Waitable>
   bool park_until(ThreadState& thread, Waitable& target, Clock::time_point deadline, bool help = true);
   // sleep_slot(): true when a publisher woke the slot (wake_slot() counted it in waking_).
@@ -298,7 +300,7 @@ bool Scheduler::wait(ThreadState& thread, Waitable& target, Clock::time_point de
         }
       }
     }
-    return run_until(thread, target, deadline);
+    return run_until(thread, target, deadline, help);
   }
   if (try_claim_master(thread)) {
     struct Release {
@@ -306,13 +308,13 @@ bool Scheduler::wait(ThreadState& thread, Waitable& target, Clock::time_point de
       ThreadState& thread;
       ~Release() { scheduler.release_master(thread); }
     } release{*this, thread};
-    return run_until(thread, target, deadline);
+    return run_until(thread, target, deadline, help);
   }
   return park_until(thread, target, deadline);
 }
 
 template <class Waitable>
-bool Scheduler::run_until(ThreadState& thread, Waitable& target, Clock::time_point deadline) {
+bool Scheduler::run_until(ThreadState& thread, Waitable& target, Clock::time_point deadline, bool sliced) {
   WorkerSlot& slot = *thread.slot;
   const ActiveSpan span(slot);
   IdleState idle;
@@ -363,17 +365,17 @@ bool Scheduler::run_until(ThreadState& thread, Waitable& target, Clock::time_poi
     // thread that waits for this one: such a wait would never end. It returns, not done, for its
     // caller to say so (Waitable::parking(), asked only here: waits that end pay nothing; it lists
     // the wait for other threads' checks until resumed()). Not for a timed wait, which ends at its
-    // deadline.
+    // deadline — but for an untimed one cut in slices, whose caller looks again between them.
     Clock::time_point wake_by = deadline;
     if constexpr (may_be_hopeless<Waitable>) {
-      if (deadline == Clock::time_point::max() && thread.nesting + thread.map_waits > 0) {
+      if ((deadline == Clock::time_point::max() || sliced) && thread.nesting + thread.map_waits > 0) {
         if (target.parking(thread)) {
           leave_idle(idle);
           return target.done();
         }
         // A cycle closed after the check (by a submission that orders work a parked wait waits for
         // behind a task on another parked wait's stack) is found at a later one.
-        if (target.listed()) wake_by = Clock::now() + stuck_wait_recheck;
+        if (target.listed()) wake_by = std::min(wake_by, Clock::now() + stuck_wait_recheck);
       }
     }
     // A sleeper must not count as a spinner: publishers skip waking anyone while a spinner exists.

@@ -1474,6 +1474,45 @@ TEST_P(ErrorsTest, AWaitForATaskWhoseBodyWaitsBehindThisThreadsMappingIsRefused)
   }
 }
 
+// A wait inside a task that comes to wait for the task's own mapping is refused while its thread
+// keeps finding other work to run (a stream of short tasks from the application thread): it looks
+// again between slices of its wait, not only when it runs out of work. Found by review: looking
+// again only before parking, it was refused only once the stream ended.
+TEST(OwnMappingDeadlock, AWaitInsideATaskIsRefusedWhileItKeepsFindingWork) {
+  Context context(make_settings(2));
+  Buffer<int> data(context, 4);
+  std::atomic<bool> started{false};
+  std::atomic<bool> refused{false};
+  Task waiting = context.submit(TaskOptions{.name = "maps and waits"}, [&] {
+    started = true;
+    auto held = data.map_write();
+    TaskGroup group(context);
+    group.spawn([&] {  // comes to wait for the mapping once the wait is under way
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      group.spawn([](std::span<const int>) {}, read(data));
+    });
+    try {
+      group.wait();
+    } catch (const Error& error) {
+      refused = error.code() == ErrorCode::buffer_misuse;
+    }
+    held.unmap();
+    group.wait();
+  });
+  while (!started) std::this_thread::yield();
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!refused && std::chrono::steady_clock::now() < give_up) {
+    context.spawn([] {
+      const auto begin = std::chrono::steady_clock::now();
+      while (std::chrono::steady_clock::now() - begin < std::chrono::microseconds(50)) {
+      }
+    });
+  }
+  EXPECT_TRUE(refused.load()) << "the wait was not refused while work kept coming";
+  waiting.wait();
+  context.wait_all();
+}
+
 // try_map() inside a task on a range the task itself accesses in a conflicting mode could only ever
 // answer "busy" while the task runs (a polling loop never ended): it is refused as map() is. Busy
 // because of another task, it still answers nothing.
