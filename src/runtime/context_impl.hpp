@@ -186,6 +186,7 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   void run_spawn_inline(void (*body)(void*), void* closure) noexcept;
   void abandon_spawn() noexcept;
   TaskDraft allocate_draft(ThreadState& thread, std::size_t closure_size, std::size_t closure_align);
+  void refuse_submission_after_shutdown() const;
   // What the frame of a spawn run at once names as its task (running_task_record()): a record that is
   // never queued, finished or recycled, with no accesses, successors, group or handle — what such a
   // spawn would have had — so that the body's submissions, waits and maps are checked as a task's.

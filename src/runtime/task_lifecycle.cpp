@@ -156,10 +156,14 @@ TaskRecord* ContextImpl::allocate_record(ThreadState& thread) {
   return task;
 }
 
-TaskDraft ContextImpl::begin_task(std::size_t closure_size, std::size_t closure_align, bool guard_depth) {
+void ContextImpl::refuse_submission_after_shutdown() const {
   if (shut_down)
     throw Error(ErrorCode::invalid_argument,
                 "submit to a context that has been destroyed (a TaskGroup or TaskPool outlived it)");
+}
+
+TaskDraft ContextImpl::begin_task(std::size_t closure_size, std::size_t closure_align, bool guard_depth) {
+  refuse_submission_after_shutdown();
   ThreadState& thread = current_thread();
   // Any other submission ends a stretch of spawns run at once: the next stretch starts only from a
   // queue found past its depth again.
@@ -176,9 +180,7 @@ TaskDraft ContextImpl::begin_task(std::size_t closure_size, std::size_t closure_
 // (relieve_master() ran the newest queued ones, those just submitted). libgomp does the same past
 // 64 queued tasks per thread.
 TaskDraft ContextImpl::begin_spawn(std::size_t closure_size, std::size_t closure_align) {
-  if (shut_down)
-    throw Error(ErrorCode::invalid_argument,
-                "submit to a context that has been destroyed (a TaskGroup or TaskPool outlived it)");
+  refuse_submission_after_shutdown();
   ThreadState& thread = current_thread();
   if (thread.spawns_inline) [[unlikely]] {
     if (thread.slot == nullptr && spawns_may_run_inline() &&

@@ -219,13 +219,13 @@ void ContextImpl::throttle_slow(ThreadState& thread, const TaskRecord* submitted
   // another thread holds slot 0 relieve_master() waits for the workers to take them. Neither while
   // this thread holds a mapping: a task run here that maps the same data would be refused, where a
   // queued one waits for the unmap (max_in_flight still bounds the queue, as below).
-  if (holds_mapping_fast()) {
-    // queued
-  } else if (thread.spawned_last && thread.slot == nullptr && spawns_may_run_inline() &&
-             scheduler.master_free() && scheduler.relieved_deque(thread).size() > scheduler.queue_depth()) {
-    thread.spawns_inline = true;
-  } else {
-    scheduler.relieve_master(thread);
+  if (!holds_mapping_fast()) {
+    if (thread.spawned_last && thread.slot == nullptr && spawns_may_run_inline() && scheduler.master_free() &&
+        scheduler.relieved_deque(thread).size() > scheduler.queue_depth()) {
+      thread.spawns_inline = true;
+    } else {
+      scheduler.relieve_master(thread);
+    }
   }
   if (!count_due) return;
   const auto limit = static_cast<std::int64_t>(config.task_queue.max_in_flight);

@@ -233,8 +233,7 @@ bool Scheduler::claim_master_for_spawn(ThreadState& thread, std::size_t above) n
 
 void Scheduler::relieve_master(ThreadState& thread) {
   if (thread.slot != nullptr) return;
-  WorkerSlot& master = *slots_[0];
-  const std::size_t depth = master.inbox.capacity();
+  const std::size_t depth = queue_depth_;
   const bool owner = thread.submitter_role == ThreadState::SubmitterRole::owner;
   ChaseLevDeque<TaskRecord*>& deque = relieved_deque(thread);
   // Only a queue past its depth is full: a task just submitted to an empty queue (depth 1) must not
@@ -250,7 +249,7 @@ void Scheduler::relieve_master(ThreadState& thread) {
   while (deque.size() > depth / 2) {
     TaskRecord* task = deque.pop();
     if (task == nullptr) break;
-    while (task != nullptr) task = run(task, thread, master);
+    while (task != nullptr) task = run(task, thread, *slots_[0]);
   }
   release_master(thread);
 }
