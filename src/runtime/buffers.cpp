@@ -224,8 +224,7 @@ void ContextImpl::end_mapping(TaskRecord* task, ThreadState& thread) noexcept {
 
 const WaitedMapping* innermost_waited_mapping() noexcept { return waited_mapping; }
 
-bool ContextImpl::holds_mapping() {
-  if (held_mapping_count.load(std::memory_order_acquire) == 0) return false;
+bool ContextImpl::holds_one_of_the_mappings() {
   std::lock_guard lock(mappings_mutex);
   return std::any_of(held_mappings.begin(), held_mappings.end(), mapped_by_this_thread);
 }

@@ -196,10 +196,7 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   // recording, timing) is lost by running it at once on the calling thread.
   // Nor while the calling thread holds a mapping: a body that maps the same data would be refused
   // (this thread's mapping), where a queued task waits for the unmap.
-  bool spawns_may_run_inline() { return lean_runs_on_host() && !times_tasks && !holds_mapping_fast(); }
-  bool holds_mapping_fast() {
-    return held_mapping_count.load(std::memory_order_acquire) != 0 && holds_mapping();
-  }
+  bool spawns_may_run_inline() { return lean_runs_on_host() && !times_tasks && !holds_mapping(); }
   // discard_task(): a draft whose closure is built and accesses are counted goes back unsubmitted.
   void discard_task(TaskDraft draft, const ClosureOps* ops) noexcept;
   TaskRecord* commit_task(TaskDraft draft, const SubmitInfo& info);
@@ -496,8 +493,12 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   // may_be_waited_for(): something other than `task` itself may wait for it (first_waiting_for()
   // would look further): successors, a pool, a coroutine parked on its group or announced on it.
   static bool may_be_waited_for(const TaskRecord& task, std::span<const AnnouncedAwait> announced) noexcept;
-  // holds_mapping(): the calling thread holds a mapping of this context.
-  bool holds_mapping();
+  // holds_mapping(): the calling thread holds a mapping of this context (one load while none is held
+  // anywhere; else a scan under mappings_mutex, out of line).
+  bool holds_mapping() {
+    return held_mapping_count.load(std::memory_order_acquire) != 0 && holds_one_of_the_mappings();
+  }
+  bool holds_one_of_the_mappings();
   // refuse_own_mapping_wait(): Error(buffer_misuse) if a wait for the tasks `blocked` selects would
   // wait for a mapping the calling thread holds. `what` names the wait (and `task`, the task waited
   // for, if any). Nothing is done while no mapping is held anywhere: one atomic load.
@@ -592,7 +593,7 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   template <class Target, class Recheck>
   bool wait_rechecking(ThreadState& thread, Target& target, Recheck&& recheck) {
     // No mapping anywhere (the usual case): one load, no call.
-    if (!holds_mapping_fast()) [[likely]] {
+    if (!holds_mapping()) [[likely]] {
       return scheduler.wait(thread, target);
     }
     constexpr auto slice = std::chrono::milliseconds(10);

@@ -219,7 +219,7 @@ void ContextImpl::throttle_slow(ThreadState& thread, const TaskRecord* submitted
   // another thread holds slot 0 relieve_master() waits for the workers to take them. Neither while
   // this thread holds a mapping: a task run here that maps the same data would be refused, where a
   // queued one waits for the unmap (max_in_flight still bounds the queue, as below).
-  if (!holds_mapping_fast()) {
+  if (!holds_mapping()) {
     if (thread.spawned_last && thread.slot == nullptr && spawns_may_run_inline() && scheduler.master_free() &&
         scheduler.relieved_deque(thread).size() > scheduler.queue_depth()) {
       thread.spawns_inline = true;
