@@ -59,12 +59,8 @@ void* DeviceArena::take(std::size_t bytes) {
 }
 
 bool DeviceArena::try_chunk(std::size_t size) {
-  void* block = nullptr;
-  try {
-    block = budget_.try_acquire(size, alignment_);
-  } catch (const Error& error) {
-    if (error.code() != ErrorCode::out_of_memory) throw;
-  }
+  std::exception_ptr refusal;  // a full device is a smaller chunk to try, or the caller's report
+  void* block = budget_.try_acquire(size, alignment_, size, refusal);
   if (block == nullptr) return false;
   const auto start = reinterpret_cast<std::uintptr_t>(block);
   chunks_.emplace(start, Chunk{size, 0});

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <new>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -45,6 +46,7 @@ HostPool::HostPool(std::unique_ptr<NodeAllocator> node, const PoolOptions& optio
                                                  "make_node_pool())",
                                                  node_->describe()));
   }
+  for (Central& central : central_) central.slabs.count_spares_in(&spare_slab_bytes_);
   // Room for every slab the empty-slab cache may hold, so that retiring a slab never allocates.
   for (std::size_t bucket = 0; bucket < std::size(empty_slabs_); ++bucket) {
     empty_slabs_[bucket].reserve(options_.retained_empty_slab_bytes / (min_slab_bytes << bucket) + 1);
@@ -152,15 +154,20 @@ std::uint32_t HostPool::take_chunks(ThreadCache* cache, unsigned size_class, std
 
 void* HostPool::allocate_large(std::size_t bytes) {
   bool from_cache = false;
-  void* block = large_.try_allocate(bytes, &from_cache);
+  const auto attempt = [&](std::exception_ptr& refusal) {
+    return large_.try_allocate(bytes, &from_cache, refusal);
+  };
   // Compacting makes room, unless no room could ever be enough: a request past any node's size (or
   // past the pool's limit alone) would only have flushed every cache for nothing.
   const std::size_t rounded = LargeAllocations::rounded_size(bytes);
   const bool could_fit = rounded >= bytes && rounded <= NodeBudget::max_block_bytes &&
                          (budget_.limit() == 0 || rounded <= budget_.limit());
-  if (block == nullptr && could_fit) {
-    compact();
-    block = large_.try_allocate(bytes, &from_cache);
+  void* block = nullptr;
+  if (could_fit) {
+    block = retry_after_compacting(attempt, [this] { compact(); });
+  } else {
+    std::exception_ptr refusal;
+    block = attempt(refusal);
   }
   if (block == nullptr) throw_out_of_memory(bytes, LargeAllocations::rounded_size(bytes));
   return block;
@@ -348,6 +355,7 @@ std::size_t HostPool::reclaim_heap(ThreadCache* cache) noexcept {
 }
 
 bool HostPool::holds_free_memory() const {
+  if (spare_slab_bytes_.load(std::memory_order_relaxed) != 0) return true;
   {
     std::lock_guard lock(slabs_mutex_);
     if (empty_slab_bytes_ != 0) return true;
@@ -369,15 +377,20 @@ void* HostPool::reserve_slab(unsigned size_class, std::size_t& bytes) {
           : std::max(min_slab_bytes, std::bit_ceil(SlabHeader::header_bytes + class_size(size_class)));
   std::size_t within_limit = usual;  // what an empty pool would take
   while (budget_.limit() != 0 && within_limit > smallest && within_limit > budget_.limit()) within_limit /= 2;
-  for (int attempt = 0; attempt < 2; ++attempt) {
-    // Compacting flushes every thread's cache: before a smaller slab only when the pool holds
-    // something to give back (near a limit, every new slab would compact otherwise).
-    const std::size_t least = attempt == 0 && holds_free_memory() ? within_limit : smallest;
-    for (bytes = usual; bytes >= least; bytes /= 2) {
-      if (void* block = budget_.try_acquire(bytes, usual)) return block;
-    }
-    if (attempt == 0) compact();  // make room
-  }
+  bool first = true;
+  void* block = retry_after_compacting(
+      [&](std::exception_ptr& refusal) -> void* {
+        // Compacting flushes every thread's cache: before a smaller slab only when the pool holds
+        // something to give back (near a limit, every new slab would compact otherwise).
+        const std::size_t least =
+            std::exchange(first, false) && holds_free_memory() ? within_limit : smallest;
+        for (bytes = usual; bytes >= least; bytes /= 2) {
+          if (void* slab = budget_.try_acquire(bytes, usual, bytes, refusal)) return slab;
+        }
+        return nullptr;
+      },
+      [this] { compact(); });
+  if (block != nullptr) return block;
   bytes = usual;
   throw_out_of_memory(class_size(size_class), smallest);
 }

@@ -143,7 +143,8 @@ class HostPool final : public NodePool {
   std::size_t free_slab(SlabHeader* slab) noexcept;
   // reserve_slab(): a block for a new slab of `size_class` (its size in `bytes`), within the limit.
   void* reserve_slab(unsigned size_class, std::size_t& bytes);
-  // holds_free_memory(): empty slabs or large blocks are cached (compact() would give them back).
+  // holds_free_memory(): empty slabs (spares in a class's set, or in the empty-slab cache) or large
+  // blocks are cached: compact() would give them back.
   bool holds_free_memory() const;
   [[noreturn]] void throw_out_of_memory(std::size_t requested, std::size_t block_bytes) const;
   std::size_t bytes_in_use() const;
@@ -157,6 +158,7 @@ class HostPool final : public NodePool {
   Central central_[size_class_count];
   DirectCounters direct_;
   std::atomic<std::uint64_t> trim_epoch_{0};
+  std::atomic<std::size_t> spare_slab_bytes_{0};  // empty slabs kept in SlabSets (SlabSet::count_spares_in)
   std::atomic<std::size_t> slab_counts_[size_class_count] = {};
 
   mutable std::mutex slabs_mutex_;  // every slab, and the empty-slab cache

@@ -20,6 +20,7 @@ ThreadCache* HostPool::acquire_thread_cache() {
   } else {
     caches_.push_back(std::make_unique<ThreadCache>());
     cache = caches_.back().get();
+    for (SlabSet& own : cache->own) own.count_spares_in(&spare_slab_bytes_);
   }
   cache->attached = true;
   cache->next_released = nullptr;

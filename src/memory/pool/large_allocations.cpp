@@ -21,7 +21,7 @@ namespace {
 constexpr std::size_t colour_threshold = std::size_t{1} << 20;
 }  // namespace
 
-void* LargeAllocations::try_allocate(std::size_t bytes, bool* from_cache) {
+void* LargeAllocations::try_allocate(std::size_t bytes, bool* from_cache, std::exception_ptr& refusal) {
   *from_cache = false;
   // Rounding and colour padding below must not wrap a request no node can hold.
   if (bytes > NodeBudget::max_block_bytes) return nullptr;
@@ -63,25 +63,30 @@ void* LargeAllocations::try_allocate(std::size_t bytes, bool* from_cache) {
     std::lock_guard lock(mutex_);
     real += (next_color_++ % 8 + 1) * alignment_;
   }
-  void* block = budget_.try_acquire(real, alignment_, wanted);
+  void* block = budget_.try_acquire(real, alignment_, wanted, refusal);
   if (block == nullptr && real != wanted) {
     real = wanted;
-    block = budget_.try_acquire(real, alignment_, wanted);
+    block = budget_.try_acquire(real, alignment_, wanted, refusal);
   }
-  if (block == nullptr) {
-    std::lock_guard lock(mutex_);
-    --allocations_;  // the pool retries or reports; count the request once
-    return nullptr;
+  if (block != nullptr) {
+    try {
+      std::lock_guard lock(mutex_);
+      live_.emplace(block, LiveBlock{real, wanted, wanted});
+      live_bytes_ += real;
+      return block;
+    } catch (...) {
+      budget_.release(block, real, wanted);
+      uncount_request();
+      throw;
+    }
   }
-  try {
-    std::lock_guard lock(mutex_);
-    live_.emplace(block, LiveBlock{real, wanted, wanted});
-    live_bytes_ += real;
-  } catch (...) {
-    budget_.release(block, real, wanted);
-    throw;
-  }
-  return block;
+  uncount_request();
+  return nullptr;
+}
+
+void LargeAllocations::uncount_request() noexcept {
+  std::lock_guard lock(mutex_);
+  --allocations_;  // the pool retries or reports; count the request once
 }
 
 void LargeAllocations::free(void* block, std::size_t bytes) noexcept {

@@ -9,15 +9,17 @@
 //
 // Thread safety: every member may be called concurrently (one mutex; large allocations are rare and
 // cost a node call anyway when the cache misses). The node is called outside the mutex.
-// Errors: try_allocate() returns null when the pool's limit forbids a new block (the pool then makes
-// room or reports out_of_memory); the node's errors propagate. A free of a pointer that is not a live
-// block (never given, or freed already) or with a wrong size is logged and ignored: the block stays
-// the caller's. A size is wrong when it does not round up to the same whole pages as the size asked
-// for (rounded_size()): the block's own size may be larger (a cached block, colour padding).
+// Errors: try_allocate() returns null when the pool's limit forbids a new block, or when the node
+// refuses it with out_of_memory (kept in `refusal`): the pool then makes room or reports; the node's
+// other errors propagate. A block with colour padding the node refuses is asked again without it. A free of a
+// pointer that is not a live block (never given, or freed already) or with a wrong size is logged and
+// ignored: the block stays the caller's. A size is wrong when it does not round up to the same whole pages as
+// the size asked for (rounded_size()): the block's own size may be larger (a cached block, colour padding).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -45,9 +47,10 @@ class LargeAllocations {
   LargeAllocations(const LargeAllocations&) = delete;
   LargeAllocations& operator=(const LargeAllocations&) = delete;
 
-  // try_allocate() returns a block of at least `bytes`, or null when the limit forbids a new block.
-  // `*from_cache` says whether it was a recently freed block.
-  void* try_allocate(std::size_t bytes, bool* from_cache);
+  // try_allocate() returns a block of at least `bytes`, or null when the limit or the node forbids a
+  // new block (the node's out_of_memory in `refusal`). `*from_cache` says whether it was a recently
+  // freed block.
+  void* try_allocate(std::size_t bytes, bool* from_cache, std::exception_ptr& refusal);
   // free() takes back a block from try_allocate(); `bytes` is the size that was asked for (or one of
   // the same whole pages).
   void free(void* block, std::size_t bytes) noexcept;
@@ -59,6 +62,9 @@ class LargeAllocations {
   static std::size_t rounded_size(std::size_t bytes) noexcept;
 
  private:
+  // uncount_request(): a request that got no block is not an allocation.
+  void uncount_request() noexcept;
+
   struct CachedBlock {
     void* block;
     std::size_t bytes;

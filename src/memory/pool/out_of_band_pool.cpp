@@ -26,11 +26,9 @@ OutOfBandPool::~OutOfBandPool() {
 void* OutOfBandPool::allocate(std::size_t bytes) {
   if (bytes <= max_small_size) return allocate_small(bytes, size_class_of(bytes));
   bool from_cache = false;
-  void* block = large_.try_allocate(bytes, &from_cache);
-  if (block == nullptr) {
-    compact();
-    block = large_.try_allocate(bytes, &from_cache);
-  }
+  void* block = retry_after_compacting(
+      [&](std::exception_ptr& refusal) { return large_.try_allocate(bytes, &from_cache, refusal); },
+      [this] { compact(); });
   if (block == nullptr) throw_out_of_memory(bytes, LargeAllocations::rounded_size(bytes));
   return block;
 }
@@ -43,11 +41,9 @@ void* OutOfBandPool::allocate_small(std::size_t bytes, unsigned size_class) {
     // A new slab; the node is called without the mutex.
     const std::size_t slab_size = slab_bytes(size_class);
     lock.unlock();
-    void* block = budget_.try_acquire(slab_size, 0);
-    if (block == nullptr) {
-      compact();
-      block = budget_.try_acquire(slab_size, 0);
-    }
+    void* block = retry_after_compacting(
+        [&](std::exception_ptr& refusal) { return budget_.try_acquire(slab_size, 0, slab_size, refusal); },
+        [this] { compact(); });
     if (block == nullptr) throw_out_of_memory(bytes, slab_size);
     auto slab = std::make_unique<Slab>();
     slab->start = reinterpret_cast<std::uintptr_t>(block);

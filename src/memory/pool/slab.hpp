@@ -20,6 +20,7 @@
 // may read them. Everything else, and every SlabSet, belongs to the owner (see above).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
@@ -90,10 +91,15 @@ inline SlabHeader* slab_of(const void* chunk, unsigned size_class) noexcept {
 
 class SlabSet {
  public:
+  // count_spares_in() names the pool-wide count of the bytes of empty slabs kept in SlabSets (the
+  // spares): memory compact() would give back, which the pool looks at before it takes a smaller
+  // slab under its limit. Set once, before the set is used.
+  void count_spares_in(std::atomic<std::size_t>* spare_bytes) noexcept { spare_bytes_ = spare_bytes; }
+
   // add() takes a new (empty) slab.
   void add(SlabHeader* slab) noexcept {
     link_back(slab);
-    ++empty_slabs_;
+    gain_spare(slab);
   }
 
   // take() pops up to `want` chunks (partly used slabs first) onto the list `*head`; returns how
@@ -102,7 +108,7 @@ class SlabSet {
     std::uint32_t got = 0;
     while (got < want && first_ != nullptr) {
       SlabHeader* slab = first_;
-      if (slab->empty()) --empty_slabs_;
+      if (slab->empty()) lose_spare(slab);
       while (got < want && slab->has_free()) {
         FreeChunk* chunk = slab->pop();
         chunk->next = *head;
@@ -124,7 +130,7 @@ class SlabSet {
       unlink(slab);
       return slab;
     }
-    ++empty_slabs_;
+    gain_spare(slab);
     unlink(slab);  // the spare goes last: partly used slabs are filled first
     link_back(slab);
     return nullptr;
@@ -137,14 +143,23 @@ class SlabSet {
       SlabHeader* next = slab->next;
       if (slab->empty()) {
         unlink(slab);
+        lose_spare(slab);
         retire(slab);
       }
       slab = next;
     }
-    empty_slabs_ = 0;
   }
 
  private:
+  void gain_spare(const SlabHeader* slab) noexcept {
+    ++empty_slabs_;
+    if (spare_bytes_ != nullptr) spare_bytes_->fetch_add(slab->bytes, std::memory_order_relaxed);
+  }
+  void lose_spare(const SlabHeader* slab) noexcept {
+    --empty_slabs_;
+    if (spare_bytes_ != nullptr) spare_bytes_->fetch_sub(slab->bytes, std::memory_order_relaxed);
+  }
+
   void link_front(SlabHeader* slab) noexcept {
     slab->prev = nullptr;
     slab->next = first_;
@@ -169,6 +184,7 @@ class SlabSet {
   SlabHeader* first_ = nullptr;
   SlabHeader* last_ = nullptr;
   std::uint32_t empty_slabs_ = 0;
+  std::atomic<std::size_t>* spare_bytes_ = nullptr;
 };
 
 }  // namespace nerve::memory

@@ -54,6 +54,8 @@ StagingPool::~StagingPool() {
 }
 
 StagingBuffer StagingPool::acquire(std::size_t bytes) {
+  if (bytes > max_buffer_bytes) [[unlikely]]
+    throw_out_of_memory(bytes, bytes);
   const std::size_t capacity = std::bit_ceil(std::max(bytes, page_size()));
   const auto k = static_cast<unsigned>(std::countr_zero(capacity));
   StagingBuffer buffer;
@@ -71,23 +73,23 @@ StagingBuffer StagingPool::acquire(std::size_t bytes) {
       return buffer;
     }
   }
-  void* block = budget_.try_acquire(capacity, 0);
-  if (block == nullptr) {
-    compact();
-    block = budget_.try_acquire(capacity, 0);
-  }
-  if (block == nullptr) {
-    std::lock_guard lock(mutex_);
-    throw Error(
-        ErrorCode::out_of_memory,
-        fmt::format("{}: out of memory: cannot acquire a staging buffer of {} bytes ({} reserved): the "
-                    "staging pool {} and {} bytes are in use",
-                    source_->describe(), bytes, capacity, describe_limit(budget_.limit()), bytes_in_use_));
-  }
+  void* block = retry_after_compacting(
+      [&](std::exception_ptr& refusal) { return budget_.try_acquire(capacity, 0, capacity, refusal); },
+      [this] { compact(); });
+  if (block == nullptr) throw_out_of_memory(bytes, capacity);
   std::lock_guard lock(mutex_);
   bytes_in_use_ += capacity;
   buffer.data_ = static_cast<std::byte*>(block);
   return buffer;
+}
+
+void StagingPool::throw_out_of_memory(std::size_t bytes, std::size_t capacity) const {
+  std::lock_guard lock(mutex_);
+  throw Error(
+      ErrorCode::out_of_memory,
+      fmt::format("{}: out of memory: cannot acquire a staging buffer of {} bytes ({} reserved): the "
+                  "staging pool {} and {} bytes are in use",
+                  source_->describe(), bytes, capacity, describe_limit(budget_.limit()), bytes_in_use_));
 }
 
 void StagingPool::give_back(std::byte* data, std::size_t capacity) noexcept {

@@ -75,10 +75,13 @@ class StagingPool {
  private:
   friend class StagingBuffer;
   static constexpr unsigned class_count = 48;
+  // The largest buffer a class holds: a larger request is out_of_memory before any class is chosen.
+  static constexpr std::size_t max_buffer_bytes = std::size_t{1} << (class_count - 1);
   struct FreeBuffer {
     FreeBuffer* next;
   };
   void give_back(std::byte* data, std::size_t capacity) noexcept;
+  [[noreturn]] void throw_out_of_memory(std::size_t bytes, std::size_t capacity) const;
 
   const std::unique_ptr<NodeAllocator> source_;
   NodeBudget budget_;
