@@ -63,8 +63,16 @@ bool DeviceArena::try_chunk(std::size_t size) {
   void* block = budget_.try_acquire(size, alignment_, size, refusal);
   if (block == nullptr) return false;
   const auto start = reinterpret_cast<std::uintptr_t>(block);
-  chunks_.emplace(start, Chunk{size, 0});
-  add_free(start, size);
+  try {  // the bookkeeping may fail to allocate its nodes: the chunk then goes back to the node
+    chunks_.emplace(start, Chunk{size, 0});
+    add_free(start, size);
+  } catch (...) {
+    chunks_.erase(start);
+    if (free_.erase(start) != 0)
+      std::erase_if(by_size_, [start](const auto& entry) { return entry.second == start; });
+    budget_.release(block, size);
+    throw;
+  }
   ++from_node_;
   return true;
 }

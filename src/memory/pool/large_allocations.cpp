@@ -41,9 +41,9 @@ void* LargeAllocations::try_allocate(std::size_t bytes, bool* from_cache, std::e
     }
     if (best != cache_.size()) {
       const CachedBlock hit = cache_[best];
+      live_.emplace(hit.block, LiveBlock{hit.bytes, hit.charged, wanted});  // first: it may throw
       cache_.erase(cache_.begin() + static_cast<std::ptrdiff_t>(best));
       cached_bytes_ -= hit.bytes;
-      live_.emplace(hit.block, LiveBlock{hit.bytes, hit.charged, wanted});
       live_bytes_ += hit.bytes;
       ++from_cache_;
       *from_cache = true;
