@@ -38,7 +38,10 @@
 // Context on another thread (wait_all(), submit(), stats(), ...): end those calls first (the C API's
 // rule for nerve_shutdown()).
 // Threads blocked in a wait on a handle — Task::wait(), TaskGroup::wait(), TaskPool::wait_all() — may
-// stay there: the destruction finishes their tasks and they return. Destroying it inside
+// stay there: the destruction finishes their tasks and they return. Buffers are not members: other
+// threads may drop their handles meanwhile (each buffer is freed once, by whichever comes last), and
+// a map of one made meanwhile either maps its data, which then stays until the unmap (which reports
+// buffer_misuse), or throws buffer_misuse, once the context has freed that buffer. Destroying it inside
 // one of its own tasks would wait for that task: a reported fatal error. Those waits run tasks on
 // the waiting thread's stack, so blocking waits nested inside tasks thousands deep could overflow
 // it: with under 256 KiB of the thread's stack left (a quarter of a smaller stack), a wait inside a

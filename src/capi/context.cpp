@@ -116,6 +116,18 @@ void release_unfreed_buffers(nerve_context& ctx) {
   }
 }
 
+// drain_tasks() waits for every task, those submitted meanwhile included, while the context is still
+// usable: a kernel running at the shutdown may submit follow-up work and wait for it (nerve.h), and
+// std::optional::reset() marks the context gone before its destruction waits — such a kernel then
+// found the context shut down (and read the flag as it was written). What it throws is left to the
+// destruction that follows, which waits again and reports.
+void drain_tasks(nerve_context& ctx) noexcept {
+  try {
+    ctx.impl()->wait_for_all_tasks();
+  } catch (...) {
+  }
+}
+
 // inside_task() tells whether the calling thread is running a task of `ctx` (a C kernel or a C++
 // task): there, nerve_wait_all() would wait for its own task and nerve_shutdown() for everything.
 bool inside_task(nerve_context& ctx) { return ctx.impl()->current_thread().nesting > 0; }
@@ -161,6 +173,7 @@ void nerve_shutdown(nerve_context_t* ctx) {
     // Mappings first: a launched pool's tasks may wait for one, and destroying the pool waits for them.
     unmap_remaining_mappings(*ctx);
     destroy_remaining_pools(*ctx);
+    drain_tasks(*ctx);
     ctx->runtime.reset();         // waits for every task, stops the workers, reports buffers still alive
     ctx->detached_pools.clear();  // their tasks have ended: the descriptors can go
     release_unfreed_buffers(*ctx);

@@ -90,12 +90,14 @@ namespace {
 void destroy(BufferState* buffer) noexcept {
   ContextImpl* context = buffer->context;
   if (context->forked_child()) return;  // its memory (host pool, device) is the parent's to free
+  // Unregistered first: a context being destroyed on another thread sweeps the buffers still
+  // registered (ContextImpl::shutdown()), all under buffers_mutex.
+  context->unregister_buffer(buffer);
   {
     std::lock_guard lock(buffer->tracker.lock());
     buffer->tracker.clear();
   }
   if (context->coherence != nullptr) context->coherence->forget(*buffer);
-  context->unregister_buffer(buffer);
   delete_buffer(buffer);
   context->drop_external_reference();
 }
@@ -408,6 +410,12 @@ Mapping buffer_map(BufferState* buffer, std::size_t offset, std::size_t size, Ac
       task->refs.store(1, std::memory_order_relaxed);
       context.release_task(task);
     };
+    // The context's destruction sweeps each buffer under this lock (ContextImpl::shutdown()): a map
+    // registered before keeps the data, one after it is refused here.
+    if (buffer->life.load(std::memory_order_acquire) != BufferLife::alive) [[unlikely]] {
+      discard();
+      buffer->check_usable(map_operation(mode), offset, size);
+    }
     // A blocking map that would wait forever is refused: for the task this thread runs (which
     // accesses the range itself, or is ordered before a task that does) or one it suspended to run
     // that task, or for a mapping this thread holds, directly or through the tasks it waits for. A try_map

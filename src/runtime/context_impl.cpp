@@ -300,38 +300,41 @@ void ContextImpl::shutdown() noexcept {
   if (decisions != nullptr) decisions->flush();
   if (!config.perf.trace.empty()) write_trace();
 
-  // Buffers still alive: report, free their data, and make later use of their handles an error.
-  std::vector<BufferState*> alive;
-  {
-    std::lock_guard lock(buffers_mutex);
-    alive.assign(buffers.begin(), buffers.end());
-  }
+  // Buffers still alive: report, free their data, and make later use of their handles an error. Under
+  // buffers_mutex throughout: a handle dropped on another thread meanwhile destroys its buffer only
+  // after unregistering it (destroy(), buffers.cpp), so each buffer is either swept here whole or
+  // gone before — never both at once (that was a use after free and a double free of its data).
+  std::lock_guard buffers_lock(buffers_mutex);
   // A mapping still held keeps its buffer's data until it is unmapped (its pointer stays valid, and
   // unmap() then reports the misuse): freeing it under the program would be a silent use after free.
-  std::vector<const BufferState*> mapped;
+  // So does one being made on another thread right now (registered before its buffer is swept: a
+  // map after it is refused, buffer_map()).
+  std::size_t held = 0;
   {
     std::lock_guard lock(mappings_mutex);
-    for (const TaskRecord* mapping : held_mappings) mapped.push_back(mapping->accesses[0].buffer);
+    held = held_mappings.size();
   }
-  if (!mapped.empty()) {
+  if (held != 0) {
     log::warn(
         "context destroyed with {} buffer mapping(s) still held; their data stays until they are "
         "unmapped, and unmap() reports buffer_misuse",
-        mapped.size());
+        held);
   }
-  if (!alive.empty()) {
+  if (!buffers.empty()) {
     std::size_t bytes = 0;
-    for (BufferState* buffer : alive) bytes += buffer->bytes;
+    for (const BufferState* buffer : buffers) bytes += buffer->bytes;
     log::warn(
         "context destroyed with {} buffer(s) still alive ({} bytes); their data is freed now (a mapped one's "
         "when it is unmapped)",
-        alive.size(), bytes);
+        buffers.size(), bytes);
   }
-  for (BufferState* buffer : alive) {
-    buffer->life.store(BufferLife::context_gone, std::memory_order_release);
+  for (BufferState* buffer : buffers) {
     std::lock_guard lock(buffer->tracker.lock());
+    buffer->life.store(BufferLife::context_gone, std::memory_order_release);
+    // Every task has ended: what the tracker still waits for is a mapping, held or being granted.
+    const bool mapped = buffer->tracker.would_wait(0, buffer->bytes, Access::read_write);
     buffer->tracker.clear();
-    if (std::find(mapped.begin(), mapped.end(), buffer) != mapped.end()) continue;
+    if (mapped) continue;
     buffer->host_storage.release();
     buffer->host = nullptr;
   }

@@ -241,6 +241,52 @@ TEST(CapiContext, CallsAfterShutdownAreErrorsThatSaySo) {
   }
 }
 
+// nerve_shutdown() waits for every task: a kernel still running when it starts may still query the
+// context and submit follow-up work, which runs (nerve.h). The context used to be marked gone before
+// its destruction waited, so such a kernel's submission was refused ("has been shut down").
+struct ShutdownRace {
+  nerve_context_t* ctx = nullptr;
+  std::atomic<bool> parent_running{false};
+  std::atomic<int> workers_seen{0};
+  std::atomic<int> children_run{0};
+  std::atomic<int> refused{0};
+};
+ShutdownRace* shutdown_race = nullptr;  // the kernels' descriptor-free access to the test's state
+
+void shutdown_child(void*, nerve_device_t, nerve_stream_t) { shutdown_race->children_run.fetch_add(1); }
+
+void shutdown_parent(void*, nerve_device_t, nerve_stream_t) {
+  shutdown_race->parent_running.store(true);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // main is in nerve_shutdown() by now
+  shutdown_race->workers_seen.store(nerve_context_get_worker_count(shutdown_race->ctx));
+  if (nerve_task_submit(shutdown_race->ctx, nerve_task_create(shutdown_child, nullptr), NERVE_DEVICE_ANY) !=
+      NERVE_OK)
+    shutdown_race->refused.fetch_add(1);
+}
+
+TEST(CapiContext, AKernelRunningDuringShutdownMaySubmitFollowUpWork) {
+  for (const unsigned workers : {1u, 2u}) {
+    ShutdownRace race;
+    shutdown_race = &race;
+    nerve_context_config_t config = hermetic_config();
+    config.thread_pool_size = workers;
+    race.ctx = nerve_init_with_config(&config);
+    ASSERT_NE(race.ctx, nullptr) << nerve_last_error();
+    ASSERT_EQ(nerve_task_submit(race.ctx, nerve_task_create(shutdown_parent, nullptr), NERVE_DEVICE_ANY),
+              NERVE_OK)
+        << nerve_last_error();
+    // With a worker, the parent is running there when the shutdown starts; with none, it runs inside
+    // the shutdown's own wait.
+    if (workers > 1) {
+      while (!race.parent_running.load()) std::this_thread::yield();
+    }
+    nerve_shutdown(race.ctx);
+    EXPECT_EQ(race.refused.load(), 0) << workers << " worker(s)";
+    EXPECT_EQ(race.children_run.load(), 1) << workers << " worker(s)";
+    EXPECT_EQ(race.workers_seen.load(), static_cast<int>(workers));
+    shutdown_race = nullptr;
+  }
+}
 TEST(CapiContext, DumpPerfStatsWritesJson) {
   ContextPtr ctx = make_context(2);
   ASSERT_NE(ctx, nullptr);
