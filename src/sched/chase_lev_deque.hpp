@@ -60,7 +60,9 @@ class ChaseLevDeque {
     bottom_.store(bottom + 1, std::memory_order_release);
     // top_cache_ is a lower bound of top: "empty" by it is certain; "non-empty" is checked against
     // the real top, which thieves may have moved.
-    return bottom <= top_cache_ || bottom <= (top_cache_ = top_.load(std::memory_order_relaxed));
+    // Acquire: the capacity check of a later push trusts top_cache_, and the slots a thief's CAS gave
+    // up are overwritten only after its read of them (Lê et al. load top with acquire here too).
+    return bottom <= top_cache_ || bottom <= (top_cache_ = top_.load(std::memory_order_acquire));
   }
 
   // pop() takes the most recently pushed item (owner only); nullptr when empty.

@@ -528,7 +528,10 @@ void Scheduler::back_pressure(ThreadState& thread, Clock::time_point& full_since
 void Scheduler::notify_work(const WorkerSlot* origin, int numa_node) noexcept {
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (sleepers_.load(std::memory_order_relaxed) == 0) return;
-  const bool restricted = numa_node >= 0 && numa_placement_ && numa_affinity_ == NumaAffinity::strict;
+  // Under strict affinity (not eager) nobody steals across nodes: a spinner of another node cannot
+  // take this work, whatever node it was placed for, so a spinner is no reason to skip the wake-up.
+  const bool restricted = numa_placement_ && numa_affinity_ == NumaAffinity::strict &&
+                          (numa_node >= 0 || policy_ != SchedulerPolicy::eager);
   if (!restricted && spinners_.load(std::memory_order_relaxed) > 0) return;
   if (origin != nullptr) {
     for (unsigned victim : origin->victims) {

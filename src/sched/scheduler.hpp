@@ -400,6 +400,9 @@ bool Scheduler::sleep_slot(ThreadState& thread, WorkerSlot& slot, Waitable& targ
   // re-check sees its task (both sides order their two steps with seq_cst).
   sleepers_.fetch_add(1, std::memory_order_seq_cst);
   slot.sleeping.store(true, std::memory_order_seq_cst);
+  // The re-check's loads are acquire or relaxed: without a fence they may be ordered before the
+  // announcement (not on x86, where the seq_cst store is a full barrier, but on weaker machines).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   waiters_.add(target.address(), &thread.parker);
   target.before_park();
   if (!target.done() && !has_work_for(slot)) {

@@ -317,6 +317,34 @@ TEST(ConfigBehaviour, StrictAffinityWakesTheDataNodesWorkerForAPrioritizedTask) 
   EXPECT_EQ(ran.load(), rounds);
 }
 
+// Under strict affinity a worker steals only on its own node. A plain task another application thread
+// puts in slot 0's deque (node 0) while a node-1 worker spins was announced to nobody: the wake-up was
+// skipped because "a worker spins", which could not reach it, and slot 0's node-mate slept on. Task::
+// wait_for(), which runs nothing with several slots, timed out in every round (a white-box review).
+TEST(ConfigBehaviour, StrictAffinityWakesANodeMateForWorkAnotherNodesSpinnerCannotReach) {
+  Context context(with({{"parallel.thread_pool_size", "4"},
+                        {"parallel.thread_affinity", "none"},
+                        {"topology.synthetic", "pack:1 numa:2 core:2 pu:1"},
+                        {"scheduler.numa_affinity", "strict"},
+                        {"scheduler.spin_us", "200000"}}));
+  ASSERT_EQ(context.stats().workers[0].numa_node, 0);
+  ASSERT_EQ(context.stats().workers[1].numa_node, 0);
+  Buffer<int> on_node1(context, 16, BufferOptions{.numa_node = 1});
+  context.submit([] {}).wait();  // this thread owns the submitter deque; the others use slot 0's
+  int late = 0;
+  for (int round = 0; round < 3; ++round) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(600));  // past the spin: every worker asleep
+    context.submit([](std::span<int> data) { data[0] += 1; }, write(on_node1)).wait();  // node 1 spins
+    std::thread other([&] {
+      Task task = context.submit([] {});  // slot 0 is free: into its deque
+      if (!task.wait_for(std::chrono::seconds(1))) ++late;
+      task.wait();
+    });
+    other.join();
+  }
+  EXPECT_EQ(late, 0) << "a ready task waited 1 s in slot 0's deque while its node's worker slept";
+}
+
 // preferred (the default) against none: with stealing held off, a task runs where placement queued it
 // — under preferred on its data's node, under none where it was submitted (node 0's side). With
 // stealing on, both spread over every worker and look alike.
