@@ -1,6 +1,7 @@
 #include "memory/coherence.hpp"
 
 #include <algorithm>
+#include <memory>
 #include <new>
 #include <span>
 
@@ -55,6 +56,14 @@ bool lands_over(const PendingCopy& later, const PendingCopy& earlier) noexcept {
 template <class T>
 void make_room_for_one(std::vector<T>& values) {
   if (values.size() == values.capacity()) values.reserve(std::max<std::size_t>(4, 2 * values.size()));
+}
+
+// accesses_buffer(): `task` declares an access to `buffer`.
+bool accesses_buffer(const TaskRecord& task, const BufferState* buffer) noexcept {
+  for (std::size_t i = 0; i < task.access_count; ++i) {
+    if (task.accesses[i].buffer == buffer) return true;
+  }
+  return false;
 }
 
 // describe_limit(): a node's limit for an out-of-memory message. A node without one (a plugin device
@@ -135,6 +144,15 @@ std::size_t CoherenceEngine::valid_bytes(BufferState& buffer, std::size_t offset
   return total;
 }
 
+bool CoherenceEngine::copy_in_flight(BufferState& buffer, std::size_t offset, std::size_t size,
+                                     unsigned node) {
+  std::lock_guard lock(buffer.replicas.mutex_);
+  return std::any_of(
+      buffer.replicas.copies_.begin(), buffer.replicas.copies_.end(), [&](const PendingCopy* copy) {
+        return (copy->to == node || copy->from == node) && copy->begin < offset + size && offset < copy->end;
+      });
+}
+
 bool CoherenceEngine::acquire(TaskRecord* task, unsigned node) {
   // Phase 1: every replica the task needs, allocated and pinned, before any copy is promised — so
   // that a task that must wait for memory leaves nothing behind.
@@ -166,17 +184,28 @@ bool CoherenceEngine::acquire(TaskRecord* task, unsigned node) {
   // Phase 2: copy what it reads, claim what it writes.
   task->fetches.store(1, std::memory_order_relaxed);  // a guard while copies are being started
   std::vector<PendingCopy*> started;
-  for (std::size_t i = 0; i < task->access_count; ++i) {
-    const AccessRecord& access = task->accesses[i];
-    BufferState& buffer = *access.buffer;
-    if (node == 0 && buffer.host_only.load(std::memory_order_acquire)) continue;
-    std::lock_guard lock(buffer.replicas.mutex_);
-    if (node != 0) buffer.replicas.replicas_[node].last_use = tick();
-    if (reads(access.mode))
-      fetch_range(buffer, node, access.offset, access.offset + access.size, task, started);
-    if (writes(access.mode)) {
-      wait_for_copies_touching(buffer, node, access.offset, access.offset + access.size, task);
-      claim_for_write(buffer, node, access.offset, access.offset + access.size);
+  try {
+    for (std::size_t i = 0; i < task->access_count; ++i) {
+      const AccessRecord& access = task->accesses[i];
+      BufferState& buffer = *access.buffer;
+      if (node == 0 && buffer.host_only.load(std::memory_order_acquire)) continue;
+      std::lock_guard lock(buffer.replicas.mutex_);
+      if (node != 0) buffer.replicas.replicas_[node].last_use = tick();
+      if (reads(access.mode))
+        fetch_range(buffer, node, access.offset, access.offset + access.size, task, started);
+      if (writes(access.mode)) {
+        wait_for_copies_touching(buffer, node, access.offset, access.offset + access.size, task);
+        claim_for_write(buffer, node, access.offset, access.offset + access.size);
+      }
+    }
+  } catch (...) {
+    // Out of memory on the host while copies were being promised (each step leaves the state whole:
+    // fetch_range() reserves before it queues). The task fails as one whose input could not be
+    // brought, through the usual end, which releases its pins; the copies already queued start, as
+    // their other waiters may need them.
+    if (!task->cancel_pending.exchange(true, std::memory_order_acq_rel)) {
+      task->cancel_cause = TaskRecord::CancelCause::data;
+      task->error = std::current_exception();
     }
   }
   start_copies(started);
@@ -256,7 +285,9 @@ void CoherenceEngine::fetch_range(BufferState& buffer, unsigned node, std::size_
            choose_source(state.ranges_[m].valid, node) == source && joinable(state.ranges_[m]) == nullptr) {
       ++m;
     }
-    auto* copy = new PendingCopy{};
+    // Everything the copy needs is allocated before anything counts it: a bad_alloc leaves no copy
+    // half queued (one in copies_ that never starts would block every later copy over its bytes).
+    auto copy = std::make_unique<PendingCopy>();
     copy->engine = this;
     copy->buffer = &buffer;
     copy->from = source;
@@ -265,11 +296,13 @@ void CoherenceEngine::fetch_range(BufferState& buffer, unsigned node, std::size_
     copy->end = state.ranges_[m - 1].end;
     copy->start_epoch = state.epoch_;
     copy->started_for = waiter;
+    copy->waiters.reserve(1);
+    reserve_queue_copy(state, *copy, started);
     copy->waiters.push_back(waiter);
     waiter->fetches.fetch_add(1, std::memory_order_relaxed);
     hold_access(&buffer);  // the waiter's own access is pending
     ++state.replicas_[source].pins;
-    queue_copy(state, copy, started);
+    queue_copy(state, copy.release(), started);
     k = m;
   }
 }
@@ -370,10 +403,14 @@ void CoherenceEngine::copy_finished(PendingCopy& copy, bool ok, const std::strin
   }
   start_copies(unblocked);
   const std::size_t bytes = copy.end - copy.begin;
-  TransferCounters& counters = transfers_[copy.from * max_memory_nodes + copy.to];
-  counters.copies.fetch_add(1, std::memory_order_relaxed);
-  counters.bytes.fetch_add(bytes, std::memory_order_relaxed);
-  if (observer_ != nullptr) {
+  // A failed copy moved nothing that counts: the statistics, the trace and the task's bytes say what
+  // arrived.
+  if (ok) {
+    TransferCounters& counters = transfers_[copy.from * max_memory_nodes + copy.to];
+    counters.copies.fetch_add(1, std::memory_order_relaxed);
+    counters.bytes.fetch_add(bytes, std::memory_order_relaxed);
+  }
+  if (ok && observer_ != nullptr) {
     observer_->transfer_finished(copy.from, copy.to, bytes, copy.start_ns);
     // Counted once, for the task that started it: one that joined it moved nothing itself.
     if (copy.started_for != nullptr)
@@ -464,6 +501,13 @@ void CoherenceEngine::pin_replica(BufferState& buffer, unsigned node, const Task
       return;
     }
   }
+  {
+    // Room in the residents list first: once the replica is installed and pinned, listing it must
+    // not fail (an unlisted replica is never evicted, and the pin would stay). Only pinners push
+    // there, one at a time (`pinning`).
+    std::lock_guard lock(residents_[node].mutex);
+    make_room_for_one(residents_[node].buffers);
+  }
   std::byte* data = allocate_evicting(node, bytes, buffer, task);
   bool installed = false;
   {
@@ -486,12 +530,7 @@ void CoherenceEngine::pin_replica(BufferState& buffer, unsigned node, const Task
 std::byte* CoherenceEngine::allocate_evicting(unsigned node, std::size_t bytes, const BufferState& requester,
                                               const TaskRecord& task) {
   MemoryNode& memory = *nodes_[node];
-  auto is_own = [&](const BufferState* buffer) {
-    for (std::size_t i = 0; i < task.access_count; ++i) {
-      if (task.accesses[i].buffer == buffer) return true;
-    }
-    return false;
-  };
+  auto is_own = [&task](const BufferState* buffer) { return accesses_buffer(task, buffer); };
   const std::size_t own = replica_footprint(task);
   // Passes that found room after the allocation failed (freed meanwhile by a task's eviction or a
   // dying buffer). Bounded: a device's allocator may fail below the limit, and then room never helps.
@@ -508,7 +547,7 @@ std::byte* CoherenceEngine::allocate_evicting(unsigned node, std::size_t bytes, 
           fmt::format("memory node '{}' cannot hold {} bytes for {}: {}; {}, {} bytes in use", memory.name(),
                       bytes, requester.describe(), error.what(), describe_limit(memory), memory.used()));
     }
-    if (evict(node, bytes, requester) != 0) continue;
+    if (evict(node, bytes, task) != 0) continue;
     // Nothing more can be evicted. If other tasks hold replicas here, memory frees up when they
     // finish: the task waits. If the task alone cannot fit, waiting would never end: fail.
     std::size_t residents = 0, resident_bytes = 0;
@@ -544,13 +583,15 @@ std::byte* CoherenceEngine::allocate_evicting(unsigned node, std::size_t bytes, 
 }
 
 // Evicts unpinned replicas from `node`, least recently used first and STICKY buffers last, until
-// `wanted` bytes are free or nothing else can go. Returns the bytes freed.
-std::size_t CoherenceEngine::evict(unsigned node, std::size_t wanted, const BufferState& requester) {
+// `wanted` bytes are free or nothing else can go. Returns the bytes freed. Never one of `task`'s own
+// buffers: those not pinned yet would be allocated again at once and copied in again (a dirty one
+// written back first), for the task that evicted them.
+std::size_t CoherenceEngine::evict(unsigned node, std::size_t wanted, const TaskRecord& task) {
   std::vector<BufferState*> candidates;
   {
     std::lock_guard lock(residents_[node].mutex);
     for (BufferState* buffer : residents_[node].buffers) {
-      if (buffer != &requester && try_hold_access(buffer)) candidates.push_back(buffer);
+      if (!accesses_buffer(task, buffer) && try_hold_access(buffer)) candidates.push_back(buffer);
     }
   }
   auto key = [node](BufferState* buffer) {

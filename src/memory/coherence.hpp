@@ -138,6 +138,9 @@ class CoherenceEngine {
   std::byte* replica(BufferState& buffer, unsigned node) noexcept;
   // valid_bytes(): how many of [offset, offset+size) are valid on `node` (placement decisions).
   std::size_t valid_bytes(BufferState& buffer, std::size_t offset, std::size_t size, unsigned node);
+  // copy_in_flight(): a copy into or out of `node` over [offset, offset+size) has not landed — what a
+  // writer there waits for first (a try_map that writes returns nothing instead).
+  bool copy_in_flight(BufferState& buffer, std::size_t offset, std::size_t size, unsigned node);
   // forget(): free a dying buffer's device replicas.
   void forget(BufferState& buffer) noexcept;
 
@@ -162,7 +165,7 @@ class CoherenceEngine {
   void pin_replica(BufferState& buffer, unsigned node, const TaskRecord& task);
   std::byte* allocate_evicting(unsigned node, std::size_t bytes, const BufferState& requester,
                                const TaskRecord& task);
-  std::size_t evict(unsigned node, std::size_t wanted, const BufferState& requester);
+  std::size_t evict(unsigned node, std::size_t wanted, const TaskRecord& task);
   bool evict_replica(BufferState& buffer, unsigned node);
   static bool in_use_on(const BufferReplicas& state, unsigned node) noexcept;
   void write_back_exclusive(BufferState& buffer, unsigned node);

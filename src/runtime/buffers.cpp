@@ -450,6 +450,15 @@ Mapping buffer_map(BufferState* buffer, std::size_t offset, std::size_t size, Ac
       discard();
       return {nullptr, nullptr};
     }
+    // Nor for a copy: a mapping that writes waits for a copy still landing on the host or leaving it
+    // (a HOST_CACHED buffer's copy-back, which no task waits for) — busy until it is done. Checked
+    // after the writers: a writer's copy-back starts before the writer counts as finished.
+    if (!wait && writes(mode) && context.coherence != nullptr &&
+        !buffer->host_only.load(std::memory_order_acquire) &&
+        context.coherence->copy_in_flight(*buffer, offset, size, 0)) {
+      discard();
+      return {nullptr, nullptr};
+    }
     if (wait &&
         (context.held_mapping_count.load(std::memory_order_acquire) != 0 ||
          running_task_record() != nullptr) &&

@@ -6,6 +6,7 @@
 #include <optional>
 #include <stdexcept>
 #include <thread>
+#include <vector>
 
 #include <gmock/gmock.h>
 
@@ -222,6 +223,49 @@ TEST(Coherence, StickyReplicasAreEvictedLast) {
   EXPECT_TRUE(has_replica(*context, sticky, 1));
   EXPECT_FALSE(has_replica(*context, a, 1));
   EXPECT_TRUE(has_replica(*context, b, 1));
+}
+
+// Room for two replicas; b then c are on the device, b the least recently used. A task reading a
+// and b must make room by evicting c: b, which it needs itself, used to go, to be copied in again at
+// once (and, when it was written there, written back first) — more than the minimum the access
+// pattern needs (a white-box review).
+TEST(Coherence, MakingRoomForATaskNeverEvictsAReplicaThatTaskNeeds) {
+  constexpr std::size_t bytes = n * sizeof(int);
+  for (const bool b_written_on_device : {false, true}) {
+    detail::TestDeviceOptions small;
+    small.memory_limit = 2 * bytes + 64;  // and the small output's replica
+    auto context = context_with_devices(2, 1, small);
+    const std::vector<int> fives(n, 5);
+    Buffer<int> a(*context, std::span<const int>(fives));
+    Buffer<int> b(*context, std::span<const int>(fives));
+    Buffer<int> c(*context, std::span<const int>(fives));
+    Buffer<long> out(*context, 2);
+    const auto first = [](std::span<const int> x, std::span<long> o) { o[0] = x[0]; };
+    if (b_written_on_device) {
+      context->spawn(
+          TaskOptions{.device = 1}, [](std::span<int> x) { std::fill(x.begin(), x.end(), 7); }, write(b));
+    } else {
+      context->spawn(TaskOptions{.device = 1}, first, read(b), write(out.slice(0, 1)));
+    }
+    context->wait_all();
+    context->spawn(TaskOptions{.device = 1}, first, read(c), write(out.slice(1, 1)));
+    context->wait_all();
+    const std::uint64_t in_before = bytes_moved(*context, 0, 1);
+    const std::uint64_t back_before = bytes_moved(*context, 1, 0);
+    context->spawn(
+        TaskOptions{.device = 1},
+        [](std::span<const int> x, std::span<int> y) {
+          for (std::size_t i = 0; i < y.size(); ++i) y[i] += x[i];
+        },
+        read(a), read_write(b));
+    context->wait_all();
+    EXPECT_EQ(bytes_moved(*context, 0, 1) - in_before, bytes)
+        << "a alone comes in (b written there: " << b_written_on_device << ")";
+    EXPECT_EQ(bytes_moved(*context, 1, 0) - back_before, 0u) << "nothing is written back";
+    EXPECT_TRUE(has_replica(*context, b, 1));
+    EXPECT_FALSE(has_replica(*context, c, 1));
+    EXPECT_EQ(b.to_vector(), std::vector<int>(n, b_written_on_device ? 12 : 10));
+  }
 }
 
 TEST(Coherence, HostCachedKeepsAValidHostCopyAfterDeviceWrites) {
@@ -545,6 +589,27 @@ TEST(Coherence, TryMapDoesNotWaitForACopyBackFromADevice) {
   auto overwrite = written.try_map(Access::write);
   ASSERT_TRUE(overwrite.has_value()) << "a write mapping needs no copy";
   overwrite->unmap();
+  // A write mapping waits for a HOST_CACHED buffer's copy-back still landing on the host (it would
+  // overwrite what the mapping writes): try_map is busy instead of waiting. It waited 300 ms.
+  Buffer<int> cached(*context, 256, BufferOptions{.host_cached = true});
+  context
+      ->submit(
+          TaskOptions{.device = 1}, [](std::span<int> d) { std::fill(d.begin(), d.end(), 2); }, write(cached))
+      .wait();
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_FALSE(cached.try_map(Access::write).has_value()) << "the copy-back is in flight";
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(250))
+      << "try_map(write) waited for the copy-back";
+  std::optional<Mapped<int>> later;
+  for (int polls = 0; !later && polls < 20000; ++polls) {
+    later = cached.try_map(Access::write);
+    if (!later) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_TRUE(later.has_value()) << "busy for good";
+  (*later)[0] = 3;
+  later->unmap();
+  EXPECT_EQ(cached.to_vector()[0], 3) << "the copy-back landed before the mapping's write";
+  EXPECT_EQ(cached.to_vector()[1], 2);
 }
 
 }  // namespace

@@ -16,26 +16,8 @@
 
 #include "nerve/nerve.h"
 
-#include "support/replace_operator_new.hpp"
+#include "support/failing_allocations.hpp"
 #include "support/runtime_fixture.hpp"
-
-namespace {
-
-// The calling thread's allocations left before one fails; negative: none fails. Workers keep -1.
-thread_local long allocations_before_failure = -1;
-
-}  // namespace
-
-void* nerve_test_allocate(std::size_t bytes, std::size_t alignment) {
-  if (allocations_before_failure == 0) {
-    allocations_before_failure = -1;  // one failure per attempt: the unwinding may allocate
-    throw std::bad_alloc();
-  }
-  if (allocations_before_failure > 0) --allocations_before_failure;
-  return heap_allocate(bytes, alignment);
-}
-
-void nerve_test_free(void* memory) noexcept { std::free(memory); }
 
 namespace nerve::testing {
 namespace {
