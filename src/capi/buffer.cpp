@@ -127,6 +127,17 @@ nerve_buffer_t* nerve_buffer_alloc_unified(nerve_context_t* ctx, size_t bytes, u
 
 namespace {
 
+// wait_out_unmapping(): another thread's nerve_buffer_unmap() of the handle is under way (it never
+// waits for tasks): let it end. Until the runtime has dropped that mapping it counts as held by the
+// thread that made it, which a map, a wait or a pool's destruction there would be refused for.
+void wait_out_unmapping(const nerve_buffer& handle, std::unique_lock<nerve::SpinLock>& lock) {
+  while (handle.mapping_state == MappingState::unmapping) {
+    lock.unlock();
+    std::this_thread::yield();
+    lock.lock();
+  }
+}
+
 // map_buffer(): nerve_buffer_map (wait) and nerve_buffer_try_map (busy instead of waiting).
 void* map_buffer(const char* function, nerve_buffer_t* buffer, nerve_map_mode_t mode, bool wait) {
   return guard_value<void*>(function, nullptr, [&] {
@@ -137,8 +148,10 @@ void* map_buffer(const char* function, nerve_buffer_t* buffer, nerve_map_mode_t 
       // Another thread's try_map only probes (it never waits for tasks): a map lets it finish rather
       // than fail because of it. Not this thread's own probe, which it runs inside of (a kernel the
       // probe ran while bringing the data back): that would wait for itself.
+      // Nor fail because of another thread's unmap under way (wait_out_unmapping()).
       const std::thread::id self = std::this_thread::get_id();
-      while (wait && handle.mapping_state == MappingState::probing && handle.mapping_thread != self) {
+      while ((wait && handle.mapping_state == MappingState::probing && handle.mapping_thread != self) ||
+             handle.mapping_state == MappingState::unmapping) {
         lock.unlock();
         std::this_thread::yield();
         lock.lock();
@@ -215,8 +228,16 @@ nerve_status_t nerve_buffer_unmap(nerve_buffer_t* buffer) {
       }
       mapping = handle.mapping;
       handle.mapping = {};
-      handle.mapping_state = MappingState::none;
+      handle.mapping_state = MappingState::unmapping;
     }
+    // `none` only once the runtime has ended the mapping (whether or not buffer_unmap throws).
+    struct Unmapped {
+      nerve_buffer& handle;
+      ~Unmapped() {
+        std::lock_guard lock(handle.lock);
+        handle.mapping_state = MappingState::none;
+      }
+    } unmapped{handle};
     nerve::detail::buffer_unmap(mapping);
   });
 }
@@ -267,8 +288,9 @@ nerve_status_t nerve_buffer_free(nerve_buffer_t* buffer) {
     nerve_buffer& handle = checked_buffer(buffer);
     nerve::detail::BufferState* state = nullptr;
     {
-      std::lock_guard lock(handle.lock);
+      std::unique_lock lock(handle.lock);
       if (handle.freed) fail(ErrorCode::buffer_misuse, fmt::format("double free of {}", describe(handle)));
+      wait_out_unmapping(handle, lock);
       if (handle.mapping_state != MappingState::none) {
         fail(ErrorCode::buffer_misuse,
              handle.mapping_state == MappingState::mapped

@@ -80,6 +80,11 @@ void destroy_remaining_pools(nerve_context& ctx) {
   }
 }
 
+bool holds_pools(nerve_context& ctx) {
+  std::lock_guard lock(ctx.registry_mutex);
+  return !ctx.pools.empty();
+}
+
 // Mappings still open would make the runtime's final wait hang (tasks queued behind them never run).
 void unmap_remaining_mappings(nerve_context& ctx) {
   std::size_t unmapped = 0;
@@ -172,8 +177,12 @@ void nerve_shutdown(nerve_context_t* ctx) {
   guard("nerve_shutdown", [ctx] {
     // Mappings first: a launched pool's tasks may wait for one, and destroying the pool waits for them.
     unmap_remaining_mappings(*ctx);
-    destroy_remaining_pools(*ctx);
-    drain_tasks(*ctx);
+    // A kernel still running may create a pool (nerve.h) after the first look: look again after
+    // each drain until none is left.
+    do {
+      destroy_remaining_pools(*ctx);
+      drain_tasks(*ctx);
+    } while (holds_pools(*ctx));
     ctx->runtime.reset();         // waits for every task, stops the workers, reports buffers still alive
     ctx->detached_pools.clear();  // their tasks have ended: the descriptors can go
     release_unfreed_buffers(*ctx);

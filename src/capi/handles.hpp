@@ -42,6 +42,7 @@ enum class MappingState : std::uint8_t {
             // while the host copy is brought back from a device)
   waiting,  // a thread is blocked in nerve_buffer_map()
   mapped,
+  unmapping,  // a thread is in nerve_buffer_unmap(): the runtime still counts the mapping as held
 };
 
 // One declared access of an unsubmitted task.
