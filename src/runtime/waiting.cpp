@@ -167,20 +167,20 @@ void ContextImpl::throw_waits_across(std::string_view elsewhere, const char* wha
 }
 
 void ContextImpl::report_root_errors() {
-  std::vector<std::exception_ptr> errors;
+  std::vector<RootError> errors;
   std::uint64_t dropped = 0;
   {
     std::lock_guard lock(root_error_lock);
     errors = std::move(root_errors);
     root_errors.clear();
     dropped = std::exchange(root_errors_dropped, 0);
-    if (++root_error_report == 0) root_error_report = 1;  // earlier drops no longer count
+    if (++root_error_report == kept_root_error) root_error_report = 1;  // earlier drops no longer count
   }
   if (errors.empty() && dropped == 0) return;
   // One failure is rethrown; the others of the same wait are logged rather than lost (they are not
   // rethrown by a later wait: each failure is reported once).
   for (std::size_t i = 1; i < errors.size() && i <= logged_failures; ++i) {
-    log::warn("another task failure, not rethrown by this wait: {}", what_of(errors[i]));
+    log::warn("another task failure, not rethrown by this wait: {}", what_of(errors[i].error));
   }
   const std::uint64_t unlisted =
       (errors.size() > logged_failures + 1 ? errors.size() - logged_failures - 1 : 0) + dropped;
@@ -188,7 +188,7 @@ void ContextImpl::report_root_errors() {
     log::warn("and {} more task failures, not rethrown by this wait{}", unlisted,
               dropped > 0 ? " (some of their errors were not kept)" : "");
   }
-  if (!errors.empty()) std::rethrow_exception(errors.front());
+  if (!errors.empty()) std::rethrow_exception(errors.front().error);
   throw Error(ErrorCode::task_failed,
               fmt::format("{} tasks failed and nobody waited for them (their errors were not kept: more "
                           "than {} failures were pending)",
@@ -254,14 +254,28 @@ void ContextImpl::throttle_slow(ThreadState& thread, const TaskRecord* submitted
 }
 
 void ContextImpl::record_root_error(TaskRecord& task) noexcept {
-  task.dropped_in_report = keep_root_error(task.error);
+  std::uint32_t ticket = 0;
+  {
+    // A ticket no entry has (31 bits wrap only after that many failures kept; never two alike).
+    std::lock_guard lock(root_error_lock);
+    const auto taken = [this](std::uint32_t candidate) {
+      return std::any_of(root_errors.begin(), root_errors.end(),
+                         [candidate](const RootError& kept) { return kept.ticket == candidate; });
+    };
+    do {
+      root_error_tickets = (root_error_tickets + 1) & (kept_root_error - 1);
+    } while (root_error_tickets == 0 || taken(root_error_tickets));
+    ticket = root_error_tickets;
+  }
+  const std::uint32_t dropped_in = keep_root_error(task.error, ticket);
+  task.root_error_note = dropped_in == 0 ? (kept_root_error | ticket) : dropped_in;
 }
 
-std::uint32_t ContextImpl::keep_root_error(const std::exception_ptr& error) noexcept {
+std::uint32_t ContextImpl::keep_root_error(const std::exception_ptr& error, std::uint32_t ticket) noexcept {
   std::lock_guard lock(root_error_lock);
   if (root_errors.size() < max_root_errors) {
     try {
-      root_errors.push_back(error);
+      root_errors.push_back({ticket, error});
       return 0;
     } catch (...) {  // out of memory: counted like one over the cap
     }
@@ -272,13 +286,16 @@ std::uint32_t ContextImpl::keep_root_error(const std::exception_ptr& error) noex
 
 void ContextImpl::forget_root_error(TaskRecord& task) noexcept {
   std::lock_guard lock(root_error_lock);
-  const auto it = std::find(root_errors.begin(), root_errors.end(), task.error);
-  if (it != root_errors.end()) {
-    root_errors.erase(it);
-  } else if (task.dropped_in_report == root_error_report && root_errors_dropped > 0) {
+  const std::uint32_t note =
+      std::exchange(task.root_error_note, 0);  // a second wait() takes nothing more off
+  if ((note & kept_root_error) != 0) {
+    const std::uint32_t ticket = note & ~kept_root_error;
+    const auto it = std::find_if(root_errors.begin(), root_errors.end(),
+                                 [ticket](const RootError& kept) { return kept.ticket == ticket; });
+    if (it != root_errors.end()) root_errors.erase(it);  // else reported by a wait_all() already
+  } else if (note != 0 && note == root_error_report && root_errors_dropped > 0) {
     --root_errors_dropped;  // counted for the report still to come: it is no longer pending
   }
-  task.dropped_in_report = 0;  // a second wait() takes nothing more off
 }
 
 }  // namespace nerve::detail

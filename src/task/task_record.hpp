@@ -113,9 +113,10 @@ struct alignas(64) TaskRecord : QueueLink {
   const KernelState* kernel = nullptr;                  // a Kernel call (nullptr: a plain closure)
   std::shared_ptr<const KernelState> kernel_keepalive;  // its name outlives the closure (messages)
   std::atomic<std::int32_t> fetches{0};                 // copies its data still waits for (coherence)
-  // Its failure was only counted, not kept, for wait_all()'s report: that report's generation
-  // (ContextImpl::record_root_error); 0 otherwise. Guarded by the context's root_error_lock.
-  std::uint32_t dropped_in_report = 0;
+  // Its failure in wait_all()'s report (ContextImpl::record_root_error): kept, its entry's ticket
+  // with ContextImpl::kept_root_error set; only counted, that report's generation; 0: none. Guarded by
+  // the context's root_error_lock.
+  std::uint32_t root_error_note = 0;
   // --- line 3: the task's failure, and the times recording stamps
   std::exception_ptr error;  // the task's own failure, or the cause of its cancellation
   // Recording (perf.record_tasks / perf.trace) only; stale otherwise.
@@ -274,7 +275,7 @@ inline void TaskRecord::release_resources() noexcept {
   restore(data_valid_ns, 0);
   restore(start_ns, 0);
   restore(bytes_moved, 0u);
-  restore(dropped_in_report, 0u);
+  restore(root_error_note, 0u);
 }
 
 }  // namespace nerve::detail

@@ -439,6 +439,28 @@ TEST_P(ErrorsTest, WaitAllReportsOnlyFailuresNobodyWaitedFor) {
   EXPECT_NO_THROW(context->wait_all()) << "and only once";
 }
 
+// Tasks that throw the same exception object (a shared upstream error rethrown) fail with equal
+// errors: a wait for one of them took the other's failure off wait_all()'s report, which then
+// returned quietly — a group task's wait, or a second wait for a task already waited for (a
+// white-box review; 5 of 5 runs).
+TEST_P(ErrorsTest, AWaitTakesOffWaitAllsReportOnlyTheFailureOfTheTaskItWaitedFor) {
+  const std::exception_ptr shared = std::make_exception_ptr(std::runtime_error("shared upstream failure"));
+  context->spawn([shared] { std::rethrow_exception(shared); });  // nobody waits for this one
+  {
+    TaskGroup group(*context);
+    Task in_group = group.submit([shared] { std::rethrow_exception(shared); });
+    EXPECT_THROW(in_group.wait(), std::runtime_error);
+    EXPECT_THROW(group.wait(), std::runtime_error);
+  }
+  EXPECT_THROW(context->wait_all(), std::runtime_error) << "the spawned task's failure was lost";
+  context->spawn([shared] { std::rethrow_exception(shared); });
+  Task waited = context->submit([shared] { std::rethrow_exception(shared); });
+  EXPECT_THROW(waited.wait(), std::runtime_error);
+  EXPECT_THROW(waited.wait(), std::runtime_error) << "a second wait rethrows, and takes nothing more off";
+  EXPECT_THROW(context->wait_all(), std::runtime_error) << "the spawned task's failure was lost";
+  EXPECT_NO_THROW(context->wait_all()) << "and reported once";
+}
+
 // wait_all() rethrows one failure; the others of the same wait are logged, not silently dropped, and
 // not rethrown by a later wait.
 TEST_P(ErrorsTest, WaitAllLogsTheFailuresItDoesNotRethrow) {
