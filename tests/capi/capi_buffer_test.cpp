@@ -124,6 +124,13 @@ TEST_P(CapiBufferTest, UseAfterFree) {
   EXPECT_EQ(nerve_buffer_size(buffer), 0u);
   EXPECT_NERVE_ERROR(nerve_buffer_get_device_ptr(buffer, 0), NERVE_ERROR_BUFFER_MISUSE, "use after free");
   EXPECT_NERVE_ERROR(nerve_buffer_get_unified_ptr(buffer), NERVE_ERROR_BUFFER_MISUSE, "use after free");
+  // Also with another argument wrong (C_API.md: any use of a freed handle is BUFFER_MISUSE); these said
+  // INVALID_ARGUMENT.
+  EXPECT_NERVE_ERROR(nerve_buffer_get_device_ptr(buffer, 5), NERVE_ERROR_BUFFER_MISUSE, "use after free");
+  EXPECT_NERVE_ERROR(nerve_buffer_map(buffer, static_cast<nerve_map_mode_t>(9)), NERVE_ERROR_BUFFER_MISUSE,
+                     "use after free");
+  EXPECT_NERVE_ERROR(nerve_buffer_try_map(buffer, static_cast<nerve_map_mode_t>(9)),
+                     NERVE_ERROR_BUFFER_MISUSE, "use after free");
   nerve_task_t* task = nerve_task_create(
       +[](void*, nerve_device_t, nerve_stream_t) {}, nullptr);
   EXPECT_NERVE_ERROR(nerve_task_set_memory_deps(task, 1, &buffer), NERVE_ERROR_BUFFER_MISUSE,
