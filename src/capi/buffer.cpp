@@ -61,15 +61,6 @@ Access map_access(nerve_map_mode_t mode) {
   return static_cast<Access>(mode);
 }
 
-// check_usable_here(): inside a kernel, a buffer its task declared is usable (freed since or not);
-// elsewhere the handle must not be freed.
-void check_usable_here(nerve_buffer& buffer, const char* operation) {
-  if (const RunningKernel* kernel = RunningKernel::current(); kernel != nullptr && kernel->declares(&buffer))
-    return;
-  std::lock_guard lock(buffer.lock);
-  check_alive(buffer, operation);
-}
-
 // data_pointer() is what nerve_buffer_get_device_ptr / _get_unified_ptr return: inside a kernel, the
 // data of a buffer the task declared (alive even if freed since: the task holds it); outside, the
 // host data of a live buffer.
@@ -151,11 +142,7 @@ void wait_out_unmapping(const nerve_buffer& handle, std::unique_lock<nerve::Spin
 void* map_buffer(const char* function, nerve_buffer_t* buffer, nerve_map_mode_t mode, bool wait) {
   return guard_value<void*>(function, nullptr, [&] {
     nerve_buffer& handle = checked_buffer(buffer);
-    {
-      std::lock_guard lock(handle.lock);
-      check_alive(handle, "map");  // a freed handle is misuse, whatever the mode
-    }
-    const nerve::Access access = map_access(mode);
+    nerve::Access access{};
     {
       std::unique_lock lock(handle.lock);
       // Another thread's try_map only probes (it never waits for tasks): a map lets it finish rather
@@ -170,6 +157,7 @@ void* map_buffer(const char* function, nerve_buffer_t* buffer, nerve_map_mode_t 
         lock.lock();
       }
       check_alive(handle, "map");
+      access = map_access(mode);  // after: a freed handle is misuse, whatever the mode
       if (handle.mapping_state == MappingState::waiting || handle.mapping_state == MappingState::probing) {
         // Nothing is mapped yet, but this handle's one mapping is being taken. try_map reports a
         // pending mapping as busy, as documented.
@@ -258,7 +246,8 @@ nerve_status_t nerve_buffer_unmap(nerve_buffer_t* buffer) {
 void* nerve_buffer_get_device_ptr(nerve_buffer_t* buffer, nerve_device_t device) {
   return guard_value<void*>("nerve_buffer_get_device_ptr", nullptr, [&] {
     nerve_buffer& handle = checked_buffer(buffer);
-    check_usable_here(handle, "device pointer");  // a freed handle is misuse, whatever else is wrong
+    // First: a freed (or, in a kernel, undeclared) handle is misuse, whatever else is wrong.
+    void* data = data_pointer(handle, "device pointer");
     check_device(*handle.owner, device, "device");
     // The data is where the task runs (inside a kernel) or on the host (outside): an address on any
     // other device does not exist for this caller, and handing out the host's would be a lie.
@@ -274,7 +263,7 @@ void* nerve_buffer_get_device_ptr(nerve_buffer_t* buffer, nerve_device_t device)
                              "(device 0, or NERVE_DEVICE_ANY) is available there",
                              device));
     }
-    return data_pointer(handle, "device pointer");
+    return data;
   });
 }
 

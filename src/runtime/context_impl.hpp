@@ -362,9 +362,11 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   // record_root_error(): `task` failed outside groups and pools; wait_all() reports it unless
   // Task::wait() does first (forget_root_error()): then wait_all() does not report it again.
   void record_root_error(TaskRecord& task) noexcept;
-  // keep_root_error(): adds `error` to those wait_all() reports under `ticket` (0: nobody can take it
-  // off); 0 if kept, else the report in which it was dropped (over the cap, or out of memory).
-  std::uint32_t keep_root_error(const std::exception_ptr& error, std::uint32_t ticket = 0) noexcept;
+  // keep_root_error(): adds `error` to those wait_all() reports (nobody can take it off); 0 if kept,
+  // else the report in which it was dropped (over the cap, or out of memory). _locked(): the same
+  // under root_error_lock, for an entry under `ticket` (0: none).
+  std::uint32_t keep_root_error(const std::exception_ptr& error) noexcept;
+  std::uint32_t keep_root_error_locked(const std::exception_ptr& error, std::uint32_t ticket) noexcept;
   // forget_root_error() takes off what record_root_error() added for `task`, and nothing else: two
   // tasks that threw the same exception object have equal errors (a wait for one took the other's).
   void forget_root_error(TaskRecord& task) noexcept;
@@ -627,8 +629,8 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   std::vector<RootError> root_errors;
   std::uint32_t root_error_tickets = 0;  // the last ticket handed out (below kept_root_error)
   std::uint64_t root_errors_dropped = 0;
-  std::uint32_t root_error_report =
-      1;  // the generation of wait_all()'s report, from 1, below kept_root_error
+  // The generation of wait_all()'s report, counted from 1, below kept_root_error.
+  std::uint32_t root_error_report = 1;
   // Which named task recent failures came from, for the messages of the tasks they cancel (whose
   // cause() is the original exception, which does not say): note_failure_origin() when a task fails,
   // failure_origin() when a cancellation is reported. The oldest are forgotten past the bound.

@@ -254,25 +254,26 @@ void ContextImpl::throttle_slow(ThreadState& thread, const TaskRecord* submitted
 }
 
 void ContextImpl::record_root_error(TaskRecord& task) noexcept {
-  std::uint32_t ticket = 0;
-  {
-    // A ticket no entry has (31 bits wrap only after that many failures kept; never two alike).
-    std::lock_guard lock(root_error_lock);
-    const auto taken = [this](std::uint32_t candidate) {
-      return std::any_of(root_errors.begin(), root_errors.end(),
-                         [candidate](const RootError& kept) { return kept.ticket == candidate; });
-    };
-    do {
-      root_error_tickets = (root_error_tickets + 1) & (kept_root_error - 1);
-    } while (root_error_tickets == 0 || taken(root_error_tickets));
-    ticket = root_error_tickets;
-  }
-  const std::uint32_t dropped_in = keep_root_error(task.error, ticket);
-  task.root_error_note = dropped_in == 0 ? (kept_root_error | ticket) : dropped_in;
+  std::lock_guard lock(root_error_lock);
+  // A ticket no entry has (31 bits wrap only after that many failures kept; never two alike).
+  const auto taken = [this](std::uint32_t candidate) {
+    return std::any_of(root_errors.begin(), root_errors.end(),
+                       [candidate](const RootError& kept) { return kept.ticket == candidate; });
+  };
+  do {
+    root_error_tickets = (root_error_tickets + 1) & (kept_root_error - 1);
+  } while (root_error_tickets == 0 || taken(root_error_tickets));
+  const std::uint32_t dropped_in = keep_root_error_locked(task.error, root_error_tickets);
+  task.root_error_note = dropped_in == 0 ? (kept_root_error | root_error_tickets) : dropped_in;
 }
 
-std::uint32_t ContextImpl::keep_root_error(const std::exception_ptr& error, std::uint32_t ticket) noexcept {
+std::uint32_t ContextImpl::keep_root_error(const std::exception_ptr& error) noexcept {
   std::lock_guard lock(root_error_lock);
+  return keep_root_error_locked(error, 0);
+}
+
+std::uint32_t ContextImpl::keep_root_error_locked(const std::exception_ptr& error,
+                                                  std::uint32_t ticket) noexcept {
   if (root_errors.size() < max_root_errors) {
     try {
       root_errors.push_back({ticket, error});

@@ -11,10 +11,11 @@
 // cost a node call anyway when the cache misses). The node is called outside the mutex.
 // Errors: try_allocate() returns null when the pool's limit forbids a new block, or when the node
 // refuses it with out_of_memory (kept in `refusal`): the pool then makes room or reports; the node's
-// other errors propagate. A block with colour padding the node refuses is asked again without it. A free of a
-// pointer that is not a live block (never given, or freed already) or with a wrong size is logged and
-// ignored: the block stays the caller's. A size is wrong when it does not round up to the same whole pages as
-// the size asked for (rounded_size()): the block's own size may be larger (a cached block, colour padding).
+// other errors propagate. A block with colour padding the node refuses is asked again without it. A
+// free of a pointer that is not a live block (never given, or freed already) or with a wrong size is
+// logged and ignored: the block stays the caller's. A size is wrong when it does not round up to the
+// same whole pages as the size asked for (rounded_size()): the block's own size may be larger (a
+// cached block, colour padding).
 #pragma once
 
 #include <cstddef>
