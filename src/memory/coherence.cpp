@@ -29,7 +29,10 @@ struct PendingCopy final : CopyCompletion {
   // The task it was started for, whose bytes_moved counts it (null: a HOST_CACHED copy-back, started
   // for no task). Tasks that join it wait for it too, but moved nothing themselves.
   TaskRecord* started_for = nullptr;
-  std::vector<TaskRecord*> waiters;
+  std::vector<TaskRecord*> waiters;  // they need its bytes: a failed copy fails them
+  // Writers that wait only for it to be over (wait_for_copies_touching): they need none of its bytes,
+  // so its failure is not theirs.
+  std::vector<TaskRecord*> orderers;
   // Copies into the same node over the same bytes land in the order they were queued: a later one
   // waits for `blockers` earlier ones, and each earlier one lists the later ones it holds back.
   unsigned blockers = 0;
@@ -317,8 +320,11 @@ void CoherenceEngine::wait_for_copies_touching(BufferState& buffer, unsigned nod
   // writer on either end waits for it here.
   for (PendingCopy* copy : buffer.replicas.copies_) {
     if ((copy->to != node && copy->from != node) || copy->end <= begin || end <= copy->begin) continue;
-    if (std::find(copy->waiters.begin(), copy->waiters.end(), writer) != copy->waiters.end()) continue;
-    copy->waiters.push_back(writer);
+    auto waits = [writer](const std::vector<TaskRecord*>& tasks) {
+      return std::find(tasks.begin(), tasks.end(), writer) != tasks.end();
+    };
+    if (waits(copy->waiters) || waits(copy->orderers)) continue;
+    copy->orderers.push_back(writer);
     writer->fetches.fetch_add(1, std::memory_order_relaxed);
   }
 }
@@ -386,14 +392,20 @@ void CoherenceEngine::copy_finished(PendingCopy& copy, bool ok, const std::strin
   {
     std::lock_guard lock(buffer.replicas.mutex_);
     auto& state = buffer.replicas;
+    // Out of memory to split the ranges at its edges (they may have merged since it was queued), the
+    // bytes are not marked valid there: its waiters still read what landed, and a later task that
+    // needs them copies them again.
     if (ok) {
-      const std::size_t first = state.split_at(copy.begin);
-      const std::size_t last = state.split_at(copy.end);
-      for (std::size_t k = first; k < last; ++k) {
-        // Bytes rewritten after the copy started are newer than what it carried.
-        if (state.ranges_[k].epoch <= copy.start_epoch) state.ranges_[k].valid |= bit(copy.to);
+      try {
+        const std::size_t first = state.split_at(copy.begin);
+        const std::size_t last = state.split_at(copy.end);
+        for (std::size_t k = first; k < last; ++k) {
+          // Bytes rewritten after the copy started are newer than what it carried.
+          if (state.ranges_[k].epoch <= copy.start_epoch) state.ranges_[k].valid |= bit(copy.to);
+        }
+        state.merge();
+      } catch (const std::bad_alloc&) {
       }
-      state.merge();
     }
     --state.replicas_[copy.from].pins;
     state.copies_.erase(std::find(state.copies_.begin(), state.copies_.end(), &copy));
@@ -426,6 +438,9 @@ void CoherenceEngine::copy_finished(PendingCopy& copy, bool ok, const std::strin
                             nodes_[copy.from]->name(), nodes_[copy.to]->name(), error)));
     }
     if (waiter->fetches.fetch_sub(1, std::memory_order_acq_rel) == 1) listener_.data_ready(waiter);
+  }
+  for (TaskRecord* writer : copy.orderers) {
+    if (writer->fetches.fetch_sub(1, std::memory_order_acq_rel) == 1) listener_.data_ready(writer);
   }
   const unsigned source = copy.from;
   delete &copy;

@@ -270,6 +270,38 @@ TEST(BackendPlugin, AFailedCopyFailsTheTaskThatNeededIt) {
   expect_no_leaks(*context);
 }
 
+// A HOST_CACHED copy-back the device reports failed is no task's failure: the device's copy stays the
+// valid one. The next writer of those bytes, on the host (where the copy would land over its bytes) or
+// on the device (which the copy reads), waits for it to be over, needs none of its bytes, and runs.
+// (Both failed with the copy's error.)
+TEST(BackendPlugin, AFailedHostCachedCopyBackFailsNoWriterThatWaitedForIt) {
+  const SimPluginSetting slow_copies("SIM_PLUGIN_COPY_DELAY_US", "100000");  // in flight when they start
+  auto context = context_with_plugins(NERVE_TEST_PLUGIN_DIR, "sim0");
+  {
+    const Kernel increment = make_increment();
+    Kernel fill("fill");
+    fill.cpu([](const KernelArgs& args) {
+      for (int& each : args.span<int>(0)) each = args.value<int>(0);
+    });
+    Buffer<int> data(*context, std::vector<int>(64, 0), BufferOptions{.host_cached = true});
+    {
+      const SimPluginFails failing("copy_back_fail");
+      context->spawn(TaskOptions{.device = 1}, increment, read_write(data), value(1));
+      Task host_writer = context->submit(
+          TaskOptions{.name = "host-writer", .device = 0},
+          [](std::span<int> values) { std::fill(values.begin(), values.end(), 5); }, write(data));
+      EXPECT_NO_THROW(host_writer.wait());
+      context->spawn(TaskOptions{.device = 1}, increment, read_write(data), value(1));
+      Task device_writer =
+          context->submit(TaskOptions{.name = "device-writer", .device = 1}, fill, write(data), value(9));
+      EXPECT_NO_THROW(device_writer.wait());
+    }
+    EXPECT_EQ(data.to_vector(), std::vector<int>(64, 9));
+  }
+  EXPECT_NO_THROW(context->wait_all());
+  expect_no_leaks(*context);
+}
+
 TEST(BackendPlugin, ALaunchThatThrowsFailsTheTaskWithTaskFailed) {
   auto context = context_with_plugins(NERVE_TEST_PLUGIN_DIR, "sim");
   {

@@ -10,10 +10,10 @@
 // or "open_null" (Backend::open of the second device, sim1, throws or returns nullptr, after sim0 was
 // opened), "launch_throw" (Device::launch throws instead of calling done); "slow_open" is no failure:
 // Backend::open takes 300 ms, as a device whose driver initialises slowly. "copy_fail":
-// copy_to_device reports a failure; "create": Entry::create() throws (nerve calls it again at the
-// next context until it succeeds: the tests use a copy of their own, libnerve-backend-simretry.so).
-// Read at describe: SIM_PLUGIN_NUMA set, device i says it is attached to NUMA node i;
-// SIM_PLUGIN_KIND (test, opencl, cuda or cpu) is the kind its devices declare (test by default);
+// copy_to_device reports a failure; "copy_back_fail": copy_to_host does; "create": Entry::create() throws
+// (nerve calls it again at the next context until it succeeds: the tests use a copy of their own,
+// libnerve-backend-simretry.so). Read at describe: SIM_PLUGIN_NUMA set, device i says it is attached to NUMA
+// node i; SIM_PLUGIN_KIND (test, opencl, cuda or cpu) is the kind its devices declare (test by default);
 // SIM_PLUGIN_MEMORY is their memory_bytes (64 MiB by default; 0: unknown). Read at open:
 // SIM_PLUGIN_CAPACITY bounds what a device's allocate() gives (none by default), and
 // SIM_PLUGIN_COPY_DELAY_US makes each asynchronous copy take that long.
@@ -93,6 +93,10 @@ class SimDevice final : public nerve::plugin::Device {
     begin_copy();
     post([=, this, &done] {
       end_copy();
+      if (failing("copy_back_fail")) {
+        done.done(false, "sim: copy back failed on purpose");
+        return;
+      }
       std::memcpy(host, device, bytes);
       done.done(true, nullptr);
     });
