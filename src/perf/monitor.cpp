@@ -371,21 +371,16 @@ CounterStats PerfMonitor::counters() const {
 
 void MonitoredExecutor::execute(TaskRecord* task, ThreadState& thread) {
   PerfMonitor& perf = *context_.perf;
-  // scheduler.policy heft: the CPU workers free up by the task's prediction once it has run.
-  struct HeftCredit {
-    HeftPlacer* placer;
-    HeftAssignment assignment;
-    ~HeftCredit() {
-      if (assignment.device >= 0) placer->done(assignment);
-    }
-  } heft{context_.heft.get(), {}};
   const bool modelled = model_name(*task) != nullptr;
-  if (heft.placer != nullptr && modelled) heft.assignment = heft.placer->take(task);
   // A task the CPU workers may not run (a kernel without a CPU body, or one sent to a device) reaches
   // one only to be cancelled before it was placed anywhere (place_with_data): no CPU run to record
   // (docs/PERF_STATS.md).
   MonitoredRun run{task, perf.models() != nullptr && modelled,
                    perf.records_tasks() && context_.cpu_may_run(*task)};
+  if (HeftPlacer* placer = context_.heft.get(); placer != nullptr && modelled) {
+    run.heft.placer = placer;
+    run.heft.assignment = placer->take(task);
+  }
   if (run.recorded)
     run.event = perf.begin_event(task, 0, thread.slot != nullptr ? static_cast<int>(thread.slot->index) : -1);
   run.start_ns = run.recorded ? run.event.start_ns : monotonic_ns();
@@ -407,6 +402,7 @@ void MonitoredExecutor::execute(TaskRecord* task, ThreadState& thread) {
 void PerfMonitor::cpu_run_finished(ThreadState& thread, MonitoredRun& run, std::uint32_t outcome) {
   const std::int64_t end = monotonic_ns();
   run.finished = true;
+  run.heft.give_back();
   if (run.modelled && outcome == status_succeeded)
     models_->add(model_name(*run.task), model_device(0), footprint_of(*run.task),
                  static_cast<double>(end - run.start_ns));

@@ -23,6 +23,7 @@
 #include "nerve/stats.hpp"
 
 #include "memory/coherence.hpp"
+#include "sched/heft.hpp"
 #include "sched/scheduler.hpp"
 #include "util/monotonic_clock.hpp"
 #include "util/spin_lock.hpp"
@@ -201,10 +202,29 @@ class PerfMonitor final : public TransferObserver {
 // A CPU task MonitoredExecutor is running: PerfMonitor::cpu_run_finished() ends it from finish(),
 // before the task's completion is published, so whoever waits for the task then sees its sample
 // and its record, and a successor's ready time is never before the task's end.
+// scheduler.policy heft: the CPU workers free up by a task's prediction once it has run — before its
+// successors are placed (PerfMonitor::cpu_run_finished(), from finish()), else when its run's frame
+// ends (a body that deferred its completion to another thread).
+struct HeftCredit {
+  HeftPlacer* placer = nullptr;
+  HeftAssignment assignment{};
+
+  HeftCredit() = default;
+  HeftCredit(const HeftCredit&) = delete;
+  HeftCredit& operator=(const HeftCredit&) = delete;
+  ~HeftCredit() { give_back(); }
+  void give_back() {
+    if (assignment.device < 0) return;
+    placer->done(assignment);
+    assignment.device = -1;
+  }
+};
+
 struct MonitoredRun {
   const TaskRecord* task;
   bool modelled;  // a kernel call while perf.models is on: learn its run time
   bool recorded;  // perf.record_tasks: `event` is filed
+  HeftCredit heft{};
   bool finished = false;
   // A coroutine's exception escaped during this stretch: the stretch's record says failed, although
   // the stretch task itself succeeds (the coroutine's Task carries the failure, reported once).

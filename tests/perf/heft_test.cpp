@@ -589,6 +589,48 @@ TEST(Heft, DecisionLogOnlyUnderHeftAndHeftRunsWithoutDevices) {
   std::filesystem::remove(log);
 }
 
+// A call on the CPU workers gives its predicted time back before its successors are placed, as a
+// device's call does: the next call of a chain sees the workers free. (It was given back only after
+// them, so the CPU looked busy for another 1 ms and the call went to a device 25 % slower.)
+TEST(Heft, ACpuCallFreesTheWorkersBeforeItsSuccessorIsPlaced) {
+  const auto models = fresh_directory("nerve-heft-cpu-credit");
+  const auto log = temp_file("nerve-heft-cpu-credit-log");
+  const auto entry = [](const char* device, double mean) {
+    return nlohmann::json{{"device", device}, {"footprint", tile_floats * sizeof(float)},
+                          {"samples", 100},   {"mean_ns", mean},
+                          {"m2", 0.0},        {"recent_ns", mean},
+                          {"outliers", 0},    {"recalibrations", 0}};
+  };
+  std::filesystem::create_directories(models);
+  std::ofstream(models / "heft_chain.json")
+      << nlohmann::json{{"schema", "nerve.perfmodel/1"},
+                        {"kernel", "heft_chain"},
+                        {"entries", {entry("cpu", 2e6), entry("device:1", 2.5e6)}}}
+             .dump();
+  {
+    Settings settings = policy_settings("heft", models);
+    settings.set("perf.decision_log", log.string());
+    Context context(settings);
+    context.impl()->add_test_device({});
+    const Kernel kernel = synthetic("heft_chain", 2000us, 2500us);
+    Buffer<float> data(context, std::vector<float>(tile_floats, 1.0f));
+    context.spawn(kernel, read_write(data));
+    context.spawn(kernel, read_write(data));  // placed when the first ends
+    context.wait_all();
+  }
+  const auto lines = read_lines(log);
+  ASSERT_EQ(lines.size(), 2u);
+  for (const auto& decision : lines) {
+    EXPECT_EQ(decision["chosen"], 0) << decision.dump();
+    for (const auto& candidate : decision["candidates"]) {
+      if (candidate["device"] == 0)
+        EXPECT_EQ(candidate["ready_ns"], 0.0) << "nothing runs: " << decision.dump();
+    }
+  }
+  std::filesystem::remove_all(models);
+  std::filesystem::remove(log);
+}
+
 // Two contexts naming one decision log, and a context whose trace names its log, never share a file:
 // each later claim writes <stem>.<context id><ext>, so every line is one context's, whole, and
 // numbered from 1 (two live contexts used to truncate and interleave one file, tearing lines).
