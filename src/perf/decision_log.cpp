@@ -27,15 +27,26 @@ DecisionLog::DecisionLog(const std::filesystem::path& path, bool annotate) : ann
 void DecisionLog::record(std::uint64_t task_id, nlohmann::json&& decision) {
   std::lock_guard lock(mutex_);
   decision["decision"] = ++decisions_;
-  if (file_.is_open()) file_ << json_text(decision) << '\n';
-  if (annotate_ && task_id != 0) annotations_.insert_or_assign(task_id, std::move(decision));
+  std::string text = json_text(decision);
+  if (file_.is_open()) file_ << text << '\n';
+  if (annotate_ && task_id != 0) annotations_.insert_or_assign(task_id, std::move(text));
 }
 
 std::optional<nlohmann::json> DecisionLog::annotation(std::uint64_t task_id) const {
   std::lock_guard lock(mutex_);
   const auto it = annotations_.find(task_id);
   if (it == annotations_.end()) return std::nullopt;
-  return it->second;
+  return nlohmann::json::parse(it->second);
+}
+
+void DecisionLog::forget(std::uint64_t task_id) noexcept {
+  std::lock_guard lock(mutex_);
+  annotations_.erase(task_id);
+}
+
+std::size_t DecisionLog::annotations_kept() const {
+  std::lock_guard lock(mutex_);
+  return annotations_.size();
 }
 
 void DecisionLog::flush() {

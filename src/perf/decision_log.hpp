@@ -2,8 +2,10 @@
 //
 // With perf.decision_log set, each placement decision is one JSON line in that file (schema
 // "nerve.decision/1", docs/PERF_STATS.md), written as it is made. With tracing on (perf.trace),
-// the same object is kept per task id and added to the task's trace slice (`args.placement`).
-// Neither is built when both are off: the placer asks explains() first.
+// the same object is kept per task id, as text (a sixth of the tree's memory), and added to the task's
+// trace slice (`args.placement`); a task whose record perf.max_task_records leaves out has no slice,
+// and its decision is let go then (forget()), so that they never outnumber the records. Neither is
+// built when both are off: the placer asks explains() first.
 //
 // Thread safety: every member may be called from any thread (one mutex).
 #pragma once
@@ -13,6 +15,7 @@
 #include <fstream>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <unordered_map>
 
 #include <nlohmann/json.hpp>
@@ -29,6 +32,9 @@ class DecisionLog {
   // record(): one decision; `task_id` is the task's trace id (0 when tasks are not recorded).
   void record(std::uint64_t task_id, nlohmann::json&& decision);
   std::optional<nlohmann::json> annotation(std::uint64_t task_id) const;
+  // forget(): the task's record was not kept: no trace slice will ask for its decision.
+  void forget(std::uint64_t task_id) noexcept;
+  std::size_t annotations_kept() const;  // tests
   void flush();
 
  private:
@@ -36,7 +42,7 @@ class DecisionLog {
   std::ofstream file_;
   const bool annotate_;
   std::uint64_t decisions_ = 0;
-  std::unordered_map<std::uint64_t, nlohmann::json> annotations_;
+  std::unordered_map<std::uint64_t, std::string> annotations_;
 };
 
 }  // namespace nerve::detail

@@ -10,6 +10,7 @@
 #include "nerve/error.hpp"
 
 #include "perf/counters.hpp"
+#include "perf/decision_log.hpp"
 #include "perf/history_model.hpp"
 #include "perf/output_path.hpp"
 #include "runtime/context_impl.hpp"
@@ -230,6 +231,7 @@ void PerfMonitor::record(ThreadState& thread, TaskEvent&& event) {
   TaskLog& log = log_of(thread);
   if (!take_quota(log)) {
     dropped_.fetch_add(1, std::memory_order_relaxed);
+    if (decisions_ != nullptr) decisions_->forget(event.id);
     if (exhausted_.load(std::memory_order_relaxed) && !edges_pruned_.load(std::memory_order_relaxed))
       forget_unrecorded_edges();
     return;

@@ -96,6 +96,8 @@ struct DeviceActivity {
   std::int64_t forgotten_until_ = 0;                           // runs before this are no longer listed
 };
 
+class DecisionLog;
+
 class PerfMonitor final : public TransferObserver {
  public:
   explicit PerfMonitor(const Config::Perf& config);
@@ -128,8 +130,11 @@ class PerfMonitor final : public TransferObserver {
   // under memory exhaustion, or once no task can be recorded any more, the members are left out
   // (their arrows with them).
   void pool_launched(ThreadState& thread, TaskRecord* gate, std::span<TaskRecord* const> members) noexcept;
-  // record(): append a finished task's event to `thread`'s log (unless max_task_records is reached).
+  // record(): append a finished task's event to `thread`'s log (unless max_task_records is reached:
+  // then its heft decision, kept for its trace slice, goes too).
   void record(ThreadState& thread, TaskEvent&& event);
+  // keep_decisions_in(): heft's decisions kept for the trace (set once, before any task runs).
+  void keep_decisions_in(DecisionLog* decisions) noexcept { decisions_ = decisions; }
   TaskEvent begin_event(const TaskRecord* task, int device, int worker) const;
 
   // TransferObserver (from copy engines' threads)
@@ -197,6 +202,7 @@ class PerfMonitor final : public TransferObserver {
   std::uint64_t transfers_dropped_ = 0;
   std::unique_ptr<CounterSampler> sampler_;
   std::unique_ptr<HistoryModels> models_;
+  DecisionLog* decisions_ = nullptr;
 };
 
 // A CPU task MonitoredExecutor is running: PerfMonitor::cpu_run_finished() ends it from finish(),

@@ -93,8 +93,9 @@ ContextImpl::ContextImpl(const Settings& settings)
         "decisions to log (no file is written)",
         config.perf.decision_log, config::to_string(config.scheduler.policy));
   }
+  // The decisions kept for the trace's slices: only with a trace (nothing else reads them).
   if (config.scheduler.policy == SchedulerPolicy::heft &&
-      (!config.perf.decision_log.empty() || config.perf.records_tasks())) {
+      (!config.perf.decision_log.empty() || !config.perf.trace.empty())) {
     try {
       std::filesystem::path log_path;
       if (!config.perf.decision_log.empty()) {
@@ -105,7 +106,8 @@ ContextImpl::ContextImpl(const Settings& settings)
         }
         log_path = std::move(claimed.path);
       }
-      decisions = std::make_unique<DecisionLog>(log_path, config.perf.records_tasks());
+      decisions = std::make_unique<DecisionLog>(log_path, !config.perf.trace.empty());
+      if (!config.perf.trace.empty()) perf->keep_decisions_in(decisions.get());
     } catch (const ConfigError& error) {
       config::rethrow_with_origin(config, error);  // a file that cannot be made: say where it was set
     }

@@ -451,6 +451,46 @@ TEST(Heft, TraceSlicesCarryThePlacement) {
   std::filesystem::remove(trace);
 }
 
+// The decisions kept for the trace's slices are as many as the records, at most: those of tasks
+// perf.max_task_records leaves out go (they were kept, 4 KB each, for every call of the run). Without a
+// trace none is kept: nothing else reads them (they were, under perf.record_tasks alone).
+TEST(Heft, TraceDecisionsAreKeptOnlyForRecordedTasks) {
+  const auto models = fresh_directory("nerve-heft-trace-bound");
+  const auto trace = temp_file("nerve-heft-trace-bound");
+  {
+    Settings settings = policy_settings("heft", models);
+    settings.set("perf.trace", trace.string());
+    settings.set("perf.max_task_records", "5");
+    Context context(settings);
+    context.impl()->add_test_device({});
+    const Kernel kernel = synthetic("heft_trace_bound", 10us, 10us);
+    std::vector<Buffer<float>> buffers;
+    for (int i = 0; i < 60; ++i) {
+      buffers.emplace_back(context, std::vector<float>(tile_floats, 1.0f));
+      context.spawn(kernel, read_write(buffers.back()));
+    }
+    context.wait_all();
+    ASSERT_NE(context.impl()->decisions, nullptr);
+    EXPECT_LE(context.impl()->decisions->annotations_kept(), 5u);
+  }
+  int annotated = 0;
+  const nlohmann::json json = load_json(trace);
+  for (const auto& event : json["traceEvents"]) {
+    if (event.value("ph", "") != "X" || event.value("cat", "") != "task") continue;
+    EXPECT_TRUE(event["args"].contains("placement")) << event.dump();
+    ++annotated;
+  }
+  EXPECT_EQ(annotated, 5) << "each recorded task's slice still says why it ran there";
+  {
+    Settings settings = policy_settings("heft", models);
+    settings.set("perf.record_tasks", "true");
+    Context context(settings);
+    EXPECT_EQ(context.impl()->decisions, nullptr) << "records without a trace keep no decisions";
+  }
+  std::filesystem::remove_all(models);
+  std::filesystem::remove(trace);
+}
+
 // Only devices implementing the kernel are candidates: an OpenCL-only kernel never goes to the CPU
 // workers, a CPU-only kernel never to the OpenCL device.
 TEST(Heft, OnlyDevicesImplementingTheKernelAreCandidates) {
