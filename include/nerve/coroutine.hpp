@@ -152,20 +152,15 @@ struct TaskAwaiter {
 
 struct GroupAwaiter {
   TaskGroup& group;
-  bool parked = false;
   bool await_ready() noexcept {
     return (group.state()->pending.load(std::memory_order_acquire) & GroupState::count_mask) == 0;
   }
   template <class P>
   bool await_suspend(std::coroutine_handle<P> coroutine) {
-    parked = true;  // set first: once parked, the coroutine may resume on another thread at once
     // Refuses (Error) an await that could never resume ("Errors" above).
-    if (group_suspend(group.state(), coroutine.address(), root_of(coroutine))) return true;
-    parked = false;
-    return false;
+    return group_suspend(group.state(), coroutine.address(), root_of(coroutine));
   }
   void await_resume() {
-    if (parked) group_resumed(group.state());
     group.wait();  // empty now: rethrows the first failure, if any
   }
 };

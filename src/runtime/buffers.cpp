@@ -235,11 +235,10 @@ namespace {
 
 // parked_coroutine_root(): the launched coroutine parked in `co_await` on the group of `task`, if any.
 // While `task` is unfinished the group cannot empty, so that coroutine stays parked (and alive). The
-// parked bit alone is not enough: it stays set from the group's emptying (the completer takes the
-// continuation) until the resumed coroutine runs, and a task added to the reused group meanwhile is
-// not waited for by it. (Between the last member's finish and the completer's taking of the
-// continuation a task added to the group can still be taken for awaited: a refusal too many in that
-// instant, never a missed cycle.)
+// parked bit alone is not enough: it stays set from the group's emptying until the completer has taken
+// the continuation, and a task added to the reused group meanwhile is not waited for by it. (In that
+// instant a task added to the group can still be taken for awaited: a refusal too many, never a
+// missed cycle.)
 const TaskRecord* parked_coroutine_root(const TaskRecord& task) noexcept {
   const GroupState* group = task.group;
   if (group == nullptr ||

@@ -10,6 +10,7 @@
 #include <exception>
 #include <mutex>
 #include <span>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -231,6 +232,10 @@ bool park_in_group(GroupState* group, void* coroutine, const TaskRecord* root) {
   if (!group->continuation.compare_exchange_strong(expected, coroutine, std::memory_order_acq_rel)) {
     throw Error(ErrorCode::invalid_argument, "co_await on a TaskGroup another coroutine already awaits");
   }
+  // The completer that took the previous awaiter's continuation clears its bit right after
+  // (finish_group_member()): the bit must be this awaiter's alone when it is added.
+  while ((group->pending.load(std::memory_order_acquire) & GroupState::coroutine_parked) != 0)
+    std::this_thread::yield();
   // Only the parked coroutine writes it, before the parked bit that entitles a completer to read it
   // (written before the CAS, a refused awaiter could overwrite the parked one's root meanwhile).
   group->continuation_root.store(root, std::memory_order_relaxed);
@@ -254,9 +259,9 @@ bool group_suspend(GroupState* group, void* coroutine, const TaskRecord* root) {
   return park_in_group(group, coroutine, root);
 }
 
-void group_resumed(GroupState* group) noexcept {
-  group->pending.fetch_sub(GroupState::coroutine_parked, std::memory_order_acq_rel);
-}
+// The completer clears the parked bit now (finish_group_member()); kept for programs built against
+// a header that called it when the coroutine resumed.
+void group_resumed(GroupState* /*group*/) noexcept {}
 
 ContextImpl* task_context(const TaskRecord* record) noexcept { return record->context; }
 

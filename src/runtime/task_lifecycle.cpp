@@ -936,12 +936,19 @@ void ContextImpl::finish(TaskRecord* task, ThreadState& thread, std::uint32_t ou
 void ContextImpl::finish_group_member(GroupState* group) noexcept {
   const std::int64_t before = group->pending.fetch_sub(1, std::memory_order_acq_rel);
   if ((before & GroupState::count_mask) == 1 && before >= GroupState::parked_one) [[unlikely]] {
-    void* coroutine = (before & GroupState::coroutine_parked) != 0
-                          ? group->continuation.exchange(nullptr, std::memory_order_acq_rel)
-                          : nullptr;
-    // The parked coroutine keeps the group alive until it resumes: its root can be read now.
-    const TaskRecord* root =
-        coroutine != nullptr ? group->continuation_root.load(std::memory_order_relaxed) : nullptr;
+    void* coroutine = nullptr;
+    const TaskRecord* root = nullptr;
+    if ((before & GroupState::coroutine_parked) != 0) {
+      // The parked coroutine keeps the group alive until it resumes. Its root is read before its
+      // continuation is taken: from then on another coroutine may park there and write its own.
+      root = group->continuation_root.load(std::memory_order_relaxed);
+      coroutine = group->continuation.exchange(nullptr, std::memory_order_acq_rel);
+      // Cleared by the taker, not by the coroutine once it runs: the reused group's next awaiter
+      // (park_in_group() waits for this) must not add its bit to this one's (they overflowed into
+      // the sign, and that awaiter was never resumed). The last touch of the group.
+      if (coroutine != nullptr)
+        group->pending.fetch_sub(GroupState::coroutine_parked, std::memory_order_acq_rel);
+    }
     scheduler.waiters().wake(group);  // by address only: the group may be gone already
     if (coroutine != nullptr) resume_group_continuation(coroutine, root);
   }

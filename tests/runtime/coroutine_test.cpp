@@ -649,6 +649,60 @@ TEST_P(CoroutineTest, ACancelledGroupCancelsCoroutinesThatHaveNotStarted) {
 }
 
 // A group that outlived its context: launching into it is an error naming the coroutine.
+// A reused group awaited by a second coroutine after the first awaiter's resumption was queued but
+// before it ran: both parked bits added up into the sign of the group's count, and the completer of
+// the group's next emptying resumed nobody (the second coroutine waited for ever). The workers are
+// held busy so that the first awaiter's resumed stretch waits in the queue meanwhile.
+CoTask<> await_group(TaskGroup& group, std::atomic<bool>& resumed) {
+  co_await group;
+  resumed = true;
+}
+
+Detached await_group_from_here(TaskGroup& group, std::atomic<bool>& resumed) {
+  co_await group;
+  resumed = true;
+}
+
+template <class Condition>
+bool eventually(Condition condition) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!condition()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  return true;
+}
+
+TEST(Coroutines, ACoroutineAwaitingAReusedGroupBeforeThePreviousAwaiterRanIsResumed) {
+  Context context(make_settings(2));
+  TaskGroup group(context);
+  std::atomic<detail::TaskRecord*> deferred{nullptr};
+  group.spawn([&] { deferred = detail::defer_current_task(); });
+  ASSERT_TRUE(eventually([&] { return deferred.load() != nullptr; }));
+  std::atomic<bool> first_resumed{false}, second_resumed{false}, release{false};
+  Task first = launch(context, await_group(group, first_resumed));
+  ASSERT_TRUE(eventually(
+      [&] { return (group.state()->pending.load() & detail::GroupState::coroutine_parked) != 0; }));
+  std::atomic<int> holding{0};
+  context.spawn([&] {
+    ++holding;
+    while (!release) std::this_thread::yield();
+  });
+  ASSERT_TRUE(eventually([&] { return holding.load() == 1; }));
+  detail::complete_deferred(deferred.load(), nullptr);  // empties: the first awaiter's stretch is queued
+  std::atomic<bool> added_ran{false};
+  group.spawn(TaskOptions{.priority = Priority::high}, [&] { added_ran = true; });
+  await_group_from_here(group, second_resumed);  // parks in the reused group
+  release = true;
+  EXPECT_TRUE(eventually([&] { return first_resumed.load() && second_resumed.load(); }))
+      << "first " << first_resumed << ", second " << second_resumed << ", pending " << std::hex
+      << group.state()->pending.load();
+  EXPECT_TRUE(added_ran);
+  if (!second_resumed) std::_Exit(1);  // the group would wait for ever at its destruction
+  first.wait();
+  group.wait();
+}
+
 TEST(Coroutines, LaunchingIntoAGroupWhoseContextIsGoneNamesTheCoroutine) {
   std::optional<TaskGroup> group;
   {

@@ -128,8 +128,9 @@ class KeptFailure {
 struct GroupState {
   // Bits 0..39: tasks submitted to the group and not finished; bits 40..61: threads parked in wait()
   // (a completer that brings the count to zero wakes them through the waiter registry); bit 62: a
-  // coroutine awaits the group (the completer resumes `continuation`). Only that bit entitles the
-  // completer to touch the group after its decrement: a parked thread may return and destroy it.
+  // coroutine awaits the group (the completer takes `continuation`, clears the bit and resumes it).
+  // Only that bit entitles the completer to touch the group after its decrement: a parked thread may
+  // return and destroy it.
   static constexpr std::int64_t count_mask = (std::int64_t{1} << 40) - 1;
   static constexpr std::int64_t parked_one = std::int64_t{1} << 40;
   static constexpr std::int64_t coroutine_parked = std::int64_t{1} << 62;
@@ -211,7 +212,8 @@ NERVE_API void start_coroutine(ContextImpl* context, void* coroutine, TaskRecord
 // group_suspend() parks the coroutine in `group`: true when it will be resumed once the group is
 // empty, false when the group already is (resume now). Error(invalid_argument) if another coroutine
 // already waits for the group, or (with a root) if the await could never resume
-// (coroutine.hpp, "Errors"). group_resumed() is called by the coroutine once resumed.
+// (coroutine.hpp, "Errors"). group_resumed() does nothing (the completer that resumes the coroutine
+// clears its parked bit); kept for programs built against a header that called it.
 NERVE_API bool group_suspend(GroupState* group, void* coroutine, const TaskRecord* root);
 NERVE_API void group_resumed(GroupState* group) noexcept;
 NERVE_API ContextImpl* task_context(const TaskRecord* record) noexcept;
