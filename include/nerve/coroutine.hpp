@@ -12,7 +12,8 @@
 //
 // A launched coroutine runs as tasks on the workers: from its start to its first suspension is one
 // task, and each resumption is another, scheduled like any task when what it awaits is done. While
-// suspended it holds no worker and no thread, so any number of coroutines may wait at once. Its
+// suspended it holds no worker and no thread, so any number of coroutines may wait at once (a
+// suspended coroutine does not count against task_queue.max_in_flight). Its
 // Task (from launch()) finishes when the coroutine returns, or fails with the exception that
 // escaped it — exactly as a task body that throws: Task::wait() rethrows it, and wait_all() reports
 // it when nobody else did. Its status() is TaskStatus::running from launch() until then, suspended

@@ -482,6 +482,11 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   };
   std::mutex coroutine_awaits_mutex;
   std::vector<AnnouncedAwait> announced_awaits;
+  // Of in_flight(), the records suspended coroutines hold: their Tasks, and the continuations that
+  // wait for what they await (coroutines.cpp). task_queue.max_in_flight leaves them out: suspended,
+  // a coroutine holds no worker and no thread, and any number may wait (coroutine.hpp) — counted,
+  // an application thread launching coroutines that await what it does later blocked for ever.
+  std::atomic<std::int64_t> suspended_coroutine_records{0};
   // first_waiting_for(): a task for which `blocked` is true among `unfinished` and the tasks that wait
   // for it, directly or through others; nullptr if none (within a bounded walk). Besides the tasks
   // ordered after a task, a coroutine waits for it: one whose next stretch is ordered after it (its

@@ -38,10 +38,30 @@ void run_stretch(void* coroutine, const TaskRecord* root) {
   running_stretch = outer;
 }
 
+// Suspended, a coroutine's records do not count against task_queue.max_in_flight
+// (ContextImpl::suspended_coroutine_records): its continuation while it waits for its predecessor,
+// counted in the continuation's context, and its Task, in the Task's.
+constexpr std::uint8_t step_left_out = 1;
+constexpr std::uint8_t root_left_out = 2;
+
+void leave_out(ContextImpl& context, std::int64_t records) noexcept {
+  context.suspended_coroutine_records.fetch_add(records, std::memory_order_relaxed);
+}
+
 struct Resume {
   void* coroutine;
-  const TaskRecord* root;  // null: a coroutine nerve did not launch (no Task to check against)
-  void operator()() const { run_stretch(coroutine, root); }
+  const TaskRecord* root;     // null: a coroutine nerve did not launch (no Task to check against)
+  std::uint8_t left_out = 0;  // which records were left out of the count while it was suspended
+  void operator()() const {
+    count_again();
+    run_stretch(coroutine, root);
+  }
+  // count_again(): resumed, the coroutine's records count again (before it runs: it may end its Task,
+  // and with it its context).
+  void count_again() const noexcept {
+    if ((left_out & step_left_out) != 0) leave_out(*running_task_record()->context, -1);
+    if ((left_out & root_left_out) != 0) leave_out(*root->context, -1);
+  }
 };
 
 // The first stretch of a launched coroutine: a task like any other of its group, it does not start
@@ -164,9 +184,19 @@ void coroutine_task_finish(TaskRecord* record, std::exception_ptr error) noexcep
                  record->error != nullptr ? status_failed : status_succeeded);
 }
 
+// suspend_behind(): the coroutine's continuation, ordered after `after`, its records left out of the
+// count from now on (the continuation may already have run: the count then dips for an instant).
+void suspend_behind(ContextImpl* context, void* coroutine, TaskRecord* after, const TaskRecord* root) {
+  const std::uint8_t left_out =
+      (after != nullptr ? step_left_out : 0) | (after != nullptr && root != nullptr ? root_left_out : 0);
+  submit_step(context, Resume{coroutine, root, left_out}, after, step_name(root));
+  if ((left_out & step_left_out) != 0) leave_out(*context, 1);
+  if ((left_out & root_left_out) != 0) leave_out(*root->context, 1);
+}
+
 void resume_coroutine(ContextImpl* context, void* coroutine, TaskRecord* after, const TaskRecord* root) {
   if (root == nullptr || after == nullptr) {
-    submit_step(context, Resume{coroutine, root}, after, step_name(root));
+    suspend_behind(context, coroutine, after, root);
     return;
   }
   // The check and the continuation's registration cannot share one critical section (a submission
@@ -206,7 +236,7 @@ void resume_coroutine(ContextImpl* context, void* coroutine, TaskRecord* after, 
       release_handle(root);  // last: it may end `home`
     }
   } withdraw{home, awaiting, after};
-  submit_step(context, Resume{coroutine, root}, after, step_name(root));
+  suspend_behind(context, coroutine, after, root);
 }
 
 void start_coroutine(ContextImpl* context, void* coroutine, TaskRecord* launched) {
@@ -214,12 +244,15 @@ void start_coroutine(ContextImpl* context, void* coroutine, TaskRecord* launched
 }
 
 void ContextImpl::resume_group_continuation(void* coroutine, const TaskRecord* root) noexcept {
+  // Its Task was left out of the count while it was parked (group_suspend()).
+  const Resume resume{coroutine, root, root != nullptr ? root_left_out : std::uint8_t{0}};
   try {
-    submit_step(this, Resume{coroutine, root}, nullptr, step_name(root));
+    submit_step(this, resume, nullptr, step_name(root));
   } catch (const std::exception& error) {
     // No record for a continuation task (out of memory, context shutting down): resume here rather
     // than lose the coroutine; it runs on this thread's stack before the finish completes.
     log::warn("coroutine resumed inline: {}", error.what());
+    if (root != nullptr) leave_out(*root->context, -1);
     run_stretch(coroutine, root);
   }
 }
@@ -253,10 +286,20 @@ bool park_in_group(GroupState* group, void* coroutine, const TaskRecord* root) {
 bool group_suspend(GroupState* group, void* coroutine, const TaskRecord* root) {
   if (root == nullptr) return park_in_group(group, coroutine, nullptr);
   // Parking registers nothing that could run tasks: the check and the park share one critical section.
+  // Its Task is held, with its context, until the lock is let go: once parked, the coroutine may
+  // resume on another thread, end, and its context be destroyed.
+  auto* awaiting = const_cast<TaskRecord*>(root);  // its counts only
+  retain_handle(awaiting);
+  struct Release {
+    TaskRecord* root;
+    ~Release() { release_handle(root); }
+  } release{awaiting};
   ContextImpl& home = *root->context;
   std::lock_guard lock(home.coroutine_awaits_mutex);
   refuse_awaits_that_wait_for_themselves(root, nullptr, group, home.announced_awaits);
-  return park_in_group(group, coroutine, root);
+  if (!park_in_group(group, coroutine, root)) return false;
+  leave_out(home, 1);  // its Task, until resume_group_continuation()'s step runs
+  return true;
 }
 
 // The completer clears the parked bit now (finish_group_member()); kept for programs built against

@@ -229,7 +229,10 @@ void ContextImpl::throttle_slow(ThreadState& thread, const TaskRecord* submitted
   }
   if (!count_due) return;
   const auto limit = static_cast<std::int64_t>(config.task_queue.max_in_flight);
-  if (in_flight() < limit) return;
+  const auto counted = [this] {
+    return in_flight() - suspended_coroutine_records.load(std::memory_order_relaxed);
+  };
+  if (counted() < limit) return;
   // Inside a task the unfinished tasks may be this thread's own ancestors, waiting in the frames
   // below (nested fork-join): waiting for the count to fall would never end, and helping with any
   // task nests one stack frame chain in another without bound. The task just submitted runs here at
@@ -243,7 +246,7 @@ void ContextImpl::throttle_slow(ThreadState& thread, const TaskRecord* submitted
     (void)scheduler.run_if_newest(thread, submitted);
     return;
   }
-  while (in_flight() >= limit) {
+  while (counted() >= limit) {
     if (scheduler.help_once(thread)) continue;
     // The tasks are running or waiting elsewhere. If they may wait for a mapping this thread holds,
     // waiting for them here would never end: the submission goes on past the bound.

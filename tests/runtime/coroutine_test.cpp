@@ -703,6 +703,41 @@ TEST(Coroutines, ACoroutineAwaitingAReusedGroupBeforeThePreviousAwaiterRanIsResu
   group.wait();
 }
 
+// Suspended coroutines do not count against task_queue.max_in_flight: an application thread may
+// launch any number that await what it does afterwards. (Counted twice each, their Task and their
+// continuation, launch() blocked for ever past half the bound.)
+CoTask<> await_task(Task gate, std::atomic<int>& resumed) {
+  co_await gate;
+  ++resumed;
+}
+
+TEST(Coroutines, SuspendedCoroutinesDoNotCountAgainstMaxInFlight) {
+  Settings settings = make_settings(2);
+  settings.set("task_queue.max_in_flight", "64");
+  Context context(settings);
+  std::atomic<bool> open{false};
+  const Task gate = context.submit([&] {
+    while (!open) std::this_thread::yield();
+  });
+  constexpr int count = 400;
+  std::atomic<int> launched{0}, resumed{0};
+  std::vector<Task> tasks;
+  tasks.reserve(count);
+  std::thread launcher([&] {
+    for (int i = 0; i < count; ++i) {
+      tasks.push_back(launch(context, await_task(gate, resumed)));
+      ++launched;
+    }
+  });
+  const bool all_launched = eventually([&] { return launched.load() == count; });
+  open = true;  // everything can end now, either way
+  launcher.join();
+  EXPECT_TRUE(all_launched) << "launch() blocked after " << launched << " of " << count;
+  for (Task& task : tasks) task.wait();
+  EXPECT_EQ(resumed.load(), count);
+  EXPECT_EQ(context.impl()->suspended_coroutine_records.load(), 0);
+}
+
 TEST(Coroutines, LaunchingIntoAGroupWhoseContextIsGoneNamesTheCoroutine) {
   std::optional<TaskGroup> group;
   {
