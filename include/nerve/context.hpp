@@ -251,7 +251,9 @@ class TaskGroup {
   void wait() { detail::group_wait(context_, &state_); }
   // wait_for(): false if the group is not done within `timeout`; true when it is, after rethrowing
   // the first failure as wait() does (once: a later wait() or wait_for() returns quietly). Like
-  // Task::wait_for(), it runs no other task meanwhile unless the context has a single worker slot.
+  // Task::wait_for(), it runs no other task meanwhile unless the context has a single worker slot,
+  // and a timeout longer than int64 nanoseconds is no limit: that wait_for() is wait(), refusals
+  // included.
   template <class Rep, class Period>
   bool wait_for(std::chrono::duration<Rep, Period> timeout) {
     return detail::group_wait_for(context_, &state_, detail::timeout_ns(timeout));

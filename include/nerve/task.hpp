@@ -87,9 +87,10 @@ class Task {
   // meanwhile (one could outlast the timeout) — except in a context with a single worker slot,
   // where nobody else would run them: there it helps, and may return late by the task it ran.
   // A zero or negative timeout only polls (with a single slot: after running one task at most, so
-  // that a polling loop still gets the work done); one longer than int64 nanoseconds waits without
-  // limit. Where wait() would be refused (its own task, or one ordered after the running task)
-  // a finite wait_for() is not: it cannot deadlock, and returns false at the timeout.
+  // that a polling loop still gets the work done); one longer than int64 nanoseconds (or past the
+  // clock's range) is no limit: that wait_for() is wait(), which it refuses too. Where wait() would
+  // be refused (its own task, or one ordered after the running task) a finite wait_for() is not: it
+  // cannot deadlock, and returns false at the timeout.
   template <class Rep, class Period>
   bool wait_for(std::chrono::duration<Rep, Period> timeout) const {
     return detail::task_wait(checked(), detail::timeout_ns(timeout));

@@ -78,7 +78,9 @@ bool task_wait(TaskRecord* record, std::int64_t timeout_ns) {
   TaskDone target{record};
   if (!target.done()) context.refuse_deep_nesting(context.current_thread(), "Task::wait()");
   const auto blocked = [record](const TaskRecord* task) { return task == record; };
-  if (timeout_ns < 0) {
+  // A timeout past the clock's range is no limit: that wait_for() is wait(), refusals included.
+  const Clock::time_point deadline = deadline_after(timeout_ns);
+  if (deadline == Clock::time_point::max()) {
     const char* name = record->name != nullptr ? record->name : "(unnamed)";
     if (!target.done()) context.refuse_endless_wait(blocked, "Task::wait()", name);
     UnlessSuspended untimed{target, blocked};
@@ -87,7 +89,7 @@ bool task_wait(TaskRecord* record, std::int64_t timeout_ns) {
     if (!context.wait_rechecking(context.current_thread(), untimed,
                                  [&] { context.refuse_own_mapping_wait(blocked, "Task::wait()", name); }))
       untimed.throw_hopeless("Task::wait()");
-  } else if (!context.scheduler.wait(context.current_thread(), target, deadline_after(timeout_ns))) {
+  } else if (!context.scheduler.wait(context.current_thread(), target, deadline)) {
     return false;
   }
   switch (record->load_status()) {
@@ -173,10 +175,15 @@ void group_wait(ContextImpl* context, GroupState* group) {
 }
 
 bool group_wait_for(ContextImpl* context, GroupState* group, std::int64_t timeout_ns) {
+  const Clock::time_point deadline = deadline_after(timeout_ns);
+  if (deadline == Clock::time_point::max()) {  // no limit: wait(), refusals included
+    group_wait(context, group);
+    return true;
+  }
   ContextImpl& runtime = live(context);
   GroupDone target{group};
   if (!target.done()) runtime.refuse_deep_nesting(runtime.current_thread(), "TaskGroup::wait_for()");
-  if (!runtime.scheduler.wait(runtime.current_thread(), target, deadline_after(timeout_ns))) return false;
+  if (!runtime.scheduler.wait(runtime.current_thread(), target, deadline)) return false;
   group_done(group);
   return true;
 }

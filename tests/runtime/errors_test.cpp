@@ -937,6 +937,8 @@ TEST_P(ErrorsTest, WaitingForItselfIsAnErrorNotAHang) {
     if (refused([&] { self->wait(); })) refusals.fetch_add(1);
     // A finite timed wait cannot deadlock: it is not refused, and times out (task.hpp).
     if (!self->wait_for(std::chrono::milliseconds(5))) refusals.fetch_add(1);
+    // One without limit is wait(): refused too (it hung).
+    if (refused([&] { (void)self->wait_for(std::chrono::hours::max()); })) refusals.fetch_add(1);
   });
   self = task;
   published.store(true, std::memory_order_release);
@@ -945,6 +947,7 @@ TEST_P(ErrorsTest, WaitingForItselfIsAnErrorNotAHang) {
   TaskGroup group(*context);
   group.spawn([&] {
     if (refused([&] { group.wait(); })) refusals.fetch_add(1);
+    if (refused([&] { (void)group.wait_for(std::chrono::hours::max()); })) refusals.fetch_add(1);
   });
   group.wait();
 
@@ -953,7 +956,7 @@ TEST_P(ErrorsTest, WaitingForItselfIsAnErrorNotAHang) {
     if (refused([&] { pool.wait_all(); })) refusals.fetch_add(1);
   });
   pool.wait_all();
-  EXPECT_EQ(refusals.load(), 4);
+  EXPECT_EQ(refusals.load(), 6);
 }
 
 // Waiting inside a task for work its own accesses order after it — a Task, a group member or a pool
