@@ -25,12 +25,28 @@ std::filesystem::path absolute_path(const std::filesystem::path& path) {
   return error ? absolute.lexically_normal() : resolved;
 }
 
+namespace {
+
+// The process's claims: absolute path -> "context N's key".
+struct Claims {
+  std::mutex mutex;
+  std::map<std::filesystem::path, std::string> owners;
+};
+
+Claims& claims() {
+  static Claims process_claims;
+  return process_claims;
+}
+
+std::string owner_prefix(std::uint64_t context_id) { return fmt::format("context {}'s ", context_id); }
+
+}  // namespace
+
 ClaimedPath claim_output_path(const std::filesystem::path& requested, std::uint64_t context_id,
                               std::string_view key) {
-  static std::mutex mutex;
-  static std::map<std::filesystem::path, std::string> owners;  // absolute path -> "context N's key"
   const std::filesystem::path wanted = absolute_path(requested);
-  const std::string owner = fmt::format("context {}'s {}", context_id, key);
+  const std::string owner = owner_prefix(context_id) + std::string(key);
+  auto& [mutex, owners] = claims();
   std::lock_guard lock(mutex);
   const auto [held, inserted] = owners.try_emplace(wanted, owner);
   if (inserted) return {wanted, {}};
@@ -45,6 +61,27 @@ ClaimedPath claim_output_path(const std::filesystem::path& requested, std::uint6
     own.replace_filename(stem + extension);
   } while (!owners.try_emplace(own, owner).second);
   return {own, held->second};
+}
+
+void release_output_path(const std::filesystem::path& claimed, std::uint64_t context_id) noexcept {
+  auto& [mutex, owners] = claims();
+  std::lock_guard lock(mutex);
+  const auto held = owners.find(claimed);
+  try {
+    if (held != owners.end() && held->second.starts_with(owner_prefix(context_id))) owners.erase(held);
+  } catch (const std::bad_alloc&) {  // no memory for the owner's name: the claim stays, as before
+  }
+}
+
+ProvisionalClaims::~ProvisionalClaims() {
+  for (const std::filesystem::path& path : claimed_) release_output_path(path, context_id_);
+}
+
+ClaimedPath ProvisionalClaims::claim(const std::filesystem::path& requested, std::string_view key) {
+  claimed_.reserve(claimed_.size() + 1);  // before the claim: remembering it cannot fail
+  ClaimedPath claimed = claim_output_path(requested, context_id_, key);
+  claimed_.push_back(claimed.path);
+  return claimed;
 }
 
 void refuse_unwritable_kind(const std::filesystem::path& path, std::string_view key) {

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace nerve::detail {
 
@@ -23,6 +24,28 @@ struct ClaimedPath {
 // claim lasts for the process's lifetime, so a later context never takes over a finished one's file.
 ClaimedPath claim_output_path(const std::filesystem::path& requested, std::uint64_t context_id,
                               std::string_view key);
+
+// release_output_path(): gives back context `context_id`'s claim of `claimed` (a path
+// claim_output_path() returned): that context never came to be.
+void release_output_path(const std::filesystem::path& claimed, std::uint64_t context_id) noexcept;
+
+// ProvisionalClaims: the claims of a context under construction. Its construction may still fail after
+// them (a bad perf.decision_log, a device that does not open): they are given back then (the
+// destructor), so that the next context gets the files asked for instead of `<stem>.<id><ext>`
+// beside them, "taken" by a context that never existed. keep() once the context exists.
+class ProvisionalClaims {
+ public:
+  explicit ProvisionalClaims(std::uint64_t context_id) noexcept : context_id_(context_id) {}
+  ProvisionalClaims(const ProvisionalClaims&) = delete;
+  ProvisionalClaims& operator=(const ProvisionalClaims&) = delete;
+  ~ProvisionalClaims();
+  ClaimedPath claim(const std::filesystem::path& requested, std::string_view key);
+  void keep() noexcept { claimed_.clear(); }
+
+ private:
+  std::uint64_t context_id_;
+  std::vector<std::filesystem::path> claimed_;
+};
 
 // refuse_unwritable_kind(): ConfigError(key) when `path` exists as something a file cannot be
 // written to at a later time: a FIFO (opening it to check it would block until a reader came, and

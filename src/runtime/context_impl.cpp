@@ -62,8 +62,9 @@ ContextImpl::ContextImpl(const Settings& settings)
   inline_spawn_record.phase.store(status_running, std::memory_order_relaxed);
   if (config.perf.records_tasks()) recorder = perf.get();
   times_tasks = config.perf.times_tasks();
+  ProvisionalClaims output_claims(id);  // given back if the construction fails after them
   if (!config.perf.trace.empty()) {
-    ClaimedPath claimed = claim_output_path(config.perf.trace, id, "perf.trace");
+    ClaimedPath claimed = output_claims.claim(config.perf.trace, "perf.trace");
     trace_path = claimed.path.string();
     trace_taken_by = std::move(claimed.taken_by);
     // The trace is written when the context ends: a path that cannot be written is said now, not
@@ -99,7 +100,7 @@ ContextImpl::ContextImpl(const Settings& settings)
     try {
       std::filesystem::path log_path;
       if (!config.perf.decision_log.empty()) {
-        ClaimedPath claimed = claim_output_path(config.perf.decision_log, id, "perf.decision_log");
+        ClaimedPath claimed = output_claims.claim(config.perf.decision_log, "perf.decision_log");
         if (!claimed.taken_by.empty()) {
           log::warn("perf.decision_log: '{}' is {} in this process; context {} writes its own to '{}'",
                     config.perf.decision_log, claimed.taken_by, id, claimed.path.string());
@@ -135,6 +136,7 @@ ContextImpl::ContextImpl(const Settings& settings)
   // Its first sample marks the end of construction: workers and devices up, the bus measured.
   perf->start_counters();
   enter_context_directory(id, *this);  // from now on exiting threads hand their states back
+  output_claims.keep();
 }
 
 ContextImpl::~ContextImpl() {

@@ -671,6 +671,35 @@ TEST(Heft, ACpuCallFreesTheWorkersBeforeItsSuccessorIsPlaced) {
   std::filesystem::remove(log);
 }
 
+// A context whose construction fails after it claimed its outputs (here its perf.decision_log cannot
+// be created) gives them back: the next context naming the same trace writes that file, not
+// `<stem>.<id>.json` beside it "taken" by a context that never existed.
+TEST(Heft, AContextThatFailedToConstructHoldsNoOutputFile) {
+  const auto models = fresh_directory("nerve-heft-failed-claims");
+  const auto trace = temp_file("nerve-heft-failed-claims");
+  {
+    Settings settings = policy_settings("heft", models);
+    settings.set("perf.trace", trace.string());
+    settings.set("perf.decision_log", "/proc/no/such/dir/decisions.jsonl");
+    EXPECT_THROW(Context context(settings), Error);
+  }
+  {
+    Settings settings = policy_settings("heft", models);
+    settings.set("perf.trace", trace.string());
+    ::testing::internal::CaptureStderr();
+    {
+      Context context(settings);
+      context.spawn([] {});
+      context.wait_all();
+    }
+    const std::string logged = ::testing::internal::GetCapturedStderr();
+    EXPECT_EQ(logged.find("perf.trace"), std::string::npos) << logged;
+  }
+  EXPECT_TRUE(load_json(trace).contains("traceEvents")) << "the file asked for was written";
+  std::filesystem::remove_all(models);
+  std::filesystem::remove(trace);
+}
+
 // Two contexts naming one decision log, and a context whose trace names its log, never share a file:
 // each later claim writes <stem>.<context id><ext>, so every line is one context's, whole, and
 // numbered from 1 (two live contexts used to truncate and interleave one file, tearing lines).
