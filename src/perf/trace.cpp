@@ -288,16 +288,17 @@ void write_trace_file(const ContextImpl& context, const std::filesystem::path& p
     out << '\n';
   };
   // A regular file (or a new one) is replaced whole, through a temporary renamed over it: a process
-  // stopped while writing (Ctrl-C) leaves the previous trace, not an empty or half file. A device,
-  // a FIFO or a link (one that leads nowhere: the context resolved the others) is written in place,
-  // and so is a file whose directory does not let a temporary be made beside it.
+  // stopped while writing (Ctrl-C), or a write that fails (a full disk), leaves the previous trace,
+  // not an empty or half file. A device, a FIFO or a link (one that leads nowhere: the context
+  // resolved the others) is written in place, and so is a file whose directory does not let a
+  // temporary be made beside it or renamed over it.
   std::error_code error;
   const auto status = std::filesystem::symlink_status(path, error);
   if (error || !std::filesystem::exists(status) || std::filesystem::is_regular_file(status)) {
     try {
       replace_file(path, write);
       return;
-    } catch (const std::exception&) {  // no temporary possible there: written in place below
+    } catch (const ReplaceRefused&) {  // written in place below
     }
   }
   write_text_file(path, write, "the trace");

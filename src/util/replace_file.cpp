@@ -24,7 +24,7 @@ void replace_file(const std::filesystem::path& path, const std::function<void(st
   std::vector<char> name(pattern.begin(), pattern.end());
   name.push_back('\0');
   const int fd = mkstemp(name.data());
-  if (fd < 0) throw std::runtime_error("cannot create " + pattern + ": " + std::strerror(errno));
+  if (fd < 0) throw ReplaceRefused("cannot create " + pattern + ": " + std::strerror(errno));
   close(fd);
   const std::filesystem::path temporary(name.data());
   try {
@@ -37,7 +37,12 @@ void replace_file(const std::filesystem::path& path, const std::function<void(st
     std::filesystem::permissions(
         temporary, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write |
                        std::filesystem::perms::group_read | std::filesystem::perms::others_read);
-    std::filesystem::rename(temporary, path);
+    std::error_code refused;
+    std::filesystem::rename(temporary, path, refused);
+    if (refused) {
+      throw ReplaceRefused("cannot rename " + temporary.string() + " over " + path.string() + ": " +
+                           refused.message());
+    }
   } catch (...) {
     std::error_code ignored;
     std::filesystem::remove(temporary, ignored);  // no half-written file left behind

@@ -9,9 +9,17 @@
 #include <filesystem>
 #include <functional>
 #include <ostream>
+#include <stdexcept>
 #include <string_view>
 
 namespace nerve::detail {
+
+// ReplaceRefused: where `path` is, no file can be replaced whole: no temporary can be made beside it,
+// or it cannot be renamed over the file. (A failure to write the temporary, a full disk, is another
+// std::runtime_error: writing in place instead would fail the same way, destroying the old file.)
+struct ReplaceRefused : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
 void replace_file(const std::filesystem::path& path, std::string_view text);
 // replace_file(): the same, the text written by `write` into the temporary as it makes it; what

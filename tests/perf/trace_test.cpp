@@ -2,11 +2,16 @@
 // destroyed, loaded by a JSON parser; tracks per worker, device queue and transfer engine, flow
 // arrows along dependencies, utilisation counters.
 #include <chrono>
+#include <csignal>
+#include <fstream>
 #include <map>
+#include <optional>
 #include <set>
+#include <sstream>
 #include <stdexcept>
 #include <thread>
 
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include <gmock/gmock.h>
@@ -172,6 +177,51 @@ TEST(Trace, AnUnwritablePathIsAnErrorAtCreation) {
     EXPECT_EQ(error.key(), "perf.trace");
     EXPECT_EQ(std::string(error.what()).rfind("api: perf.trace: cannot write", 0), 0u) << error.what();
   }
+}
+
+// While one lives, files the process writes stop at `bytes` (a stand-in for a full disk): the write
+// fails (EFBIG) instead of the process being killed (SIGXFSZ).
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) : handler_(std::signal(SIGXFSZ, SIG_IGN)) {
+    getrlimit(RLIMIT_FSIZE, &old_);
+    rlimit limited = old_;
+    limited.rlim_cur = bytes;
+    setrlimit(RLIMIT_FSIZE, &limited);
+  }
+  ~FileSizeLimit() {
+    setrlimit(RLIMIT_FSIZE, &old_);
+    std::signal(SIGXFSZ, handler_);
+  }
+  FileSizeLimit(const FileSizeLimit&) = delete;
+  FileSizeLimit& operator=(const FileSizeLimit&) = delete;
+
+ private:
+  rlimit old_{};
+  void (*handler_)(int);
+};
+
+// A trace whose writing fails (a full disk) leaves the previous one whole. (The failed replacement
+// fell back to writing the file in place, which truncated it and failed the same way: the previous
+// trace was lost for 4 KiB of broken JSON.)
+TEST(Trace, AWriteThatFailsLeavesThePreviousTrace) {
+  const auto path = temp_file("nerve-trace-full-disk");
+  const std::string previous = "{\"traceEvents\": []}\n";
+  std::ofstream(path) << previous;
+  {
+    std::optional<FileSizeLimit> full_disk;  // destroyed after the context, which writes its trace
+    Settings settings = make_settings(2);
+    settings.set("perf.trace", path.string());
+    Context context(settings);
+    for (int i = 0; i < 500; ++i) context.spawn([] {});
+    context.wait_all();
+    full_disk.emplace(4096);
+  }
+  std::ifstream in(path);
+  std::stringstream now;
+  now << in.rdbuf();
+  EXPECT_EQ(now.str(), previous);
+  std::filesystem::remove(path);
 }
 
 // A FIFO is no file to write an output to: checking it for writing blocked until a reader came (and
