@@ -205,7 +205,9 @@ void OpenclMemoryNode::start(Operation* op) noexcept {
   engine_->watch(op);
 }
 
-// enqueue_piece(): the next (or only) step of `op`, its event in op->event.
+// enqueue_piece(): the next (or only) step of `op`, its event in op->event. A failure returned here
+// left nothing enqueued (the caller fails the copy at once); one found after part of the step was
+// enqueued is put in op->error with CL_SUCCESS returned, so the copy fails when op->event completes.
 cl_int OpenclMemoryNode::enqueue_piece(Operation* op) {
   cl_command_queue queue = engine_->next_queue();
   op->enqueued_ns = monotonic_ns();
@@ -248,10 +250,20 @@ cl_int OpenclMemoryNode::enqueue_piece(Operation* op) {
         break;
       }
       // One context: the write waits for the read's event on the device, no host round trip.
-      engine_->event_created();
-      op->direction = staged_write;
       status = clEnqueueWriteBuffer(queue, op->destination_mem, CL_FALSE, op->destination_offset, op->bytes,
                                     op->staging, 1, &read, &op->event);
+      if (status != CL_SUCCESS) {
+        // The read is enqueued and goes on writing into op->staging: failing the copy now would free
+        // that memory (or give it to another copy) under it. The copy fails behind the read instead:
+        // the read becomes the watched event, and finish_copy reports the error once it completed.
+        op->error = fmt::format("enqueueing a copy of {} bytes on OpenCL device '{}': {}", op->bytes,
+                                engine_->device().name, error_name(status));
+        op->event = read;
+        status = CL_SUCCESS;
+        break;
+      }
+      engine_->event_created();
+      op->direction = staged_write;
       engine_->release_event(read);
       break;
     }
@@ -262,7 +274,8 @@ cl_int OpenclMemoryNode::enqueue_piece(Operation* op) {
     default: status = CL_INVALID_OPERATION;
   }
   if (status == CL_SUCCESS) clFlush(queue);
-  // A read still pending between two platforms has its event on the source's queue, not this one.
+  // A read still pending (between two platforms, or behind a failed write) has its event on the
+  // source's queue, not this one.
   op->queue = status != CL_SUCCESS || op->direction == staged_read ? nullptr : queue;
   return status;
 }
