@@ -1,10 +1,10 @@
 // The OpenCL backend under driver faults that PoCL never produces on its own: an enqueue refused after
-// an earlier command of the same copy was enqueued. This binary is linked with
-// -Wl,--wrap=clEnqueueReadBuffer,--wrap=clEnqueueWriteBuffer (tests/backend/CMakeLists.txt), so
-// libnerve's calls to those functions reach the __wrap_ functions below. They pass every call through
-// until a test arms a fault.
+// an earlier command of the same copy was enqueued, and an event callback that cannot be registered.
+// This binary is linked with -Wl,--wrap=clEnqueueReadBuffer,--wrap=clEnqueueWriteBuffer,
+// --wrap=clSetEventCallback (tests/backend/CMakeLists.txt), so libnerve's calls to those functions
+// reach the __wrap_ functions below. They pass every call through until a test arms a fault.
 //
-// The cases use a device-to-device copy through host staging (two devices of one context,
+// Both cases use a device-to-device copy through host staging (two devices of one context,
 // gpu.peer_access off): a read from the source into staging memory, then a write to the destination
 // that waits for the read's event. The read is held back behind a user event, as a busy queue would
 // hold it, and a helper thread releases it after a while. The copy must not end (its staging memory
@@ -29,7 +29,7 @@
 
 namespace {
 
-enum class Fault { none, fail_staged_write };
+enum class Fault { none, fail_staged_write, fail_callback };
 
 // Shared between the test thread, nerve's threads (which call the wrappers) and the releaser.
 struct Injection {
@@ -38,6 +38,8 @@ struct Injection {
   std::atomic<bool> hold_claimed{false};         // one read is held back per test
   std::atomic<cl_event> gate{nullptr};           // the user event the held read waits for
   std::atomic<bool> write_fault_pending{false};  // fail_staged_write: not yet injected
+  std::atomic<cl_event> staged_write{nullptr};   // fail_callback: the event whose callback is refused
+  std::atomic<bool> callback_fault_pending{false};
   std::atomic<bool> released{false};  // set just before the gate completes
 };
 Injection injection;
@@ -49,6 +51,7 @@ cl_int __real_clEnqueueReadBuffer(cl_command_queue, cl_mem, cl_bool, size_t, siz
                                   const cl_event*, cl_event*);
 cl_int __real_clEnqueueWriteBuffer(cl_command_queue, cl_mem, cl_bool, size_t, size_t, const void*, cl_uint,
                                    const cl_event*, cl_event*);
+cl_int __real_clSetEventCallback(cl_event, cl_int, void(CL_CALLBACK*)(cl_event, cl_int, void*), void*);
 
 cl_int __wrap_clEnqueueReadBuffer(cl_command_queue queue, cl_mem mem, cl_bool blocking, size_t offset,
                                   size_t bytes, void* data, cl_uint count, const cl_event* wait,
@@ -74,7 +77,19 @@ cl_int __wrap_clEnqueueWriteBuffer(cl_command_queue queue, cl_mem mem, cl_bool b
   if (staged && injection.fault.load() == Fault::fail_staged_write &&
       injection.write_fault_pending.exchange(false))
     return CL_OUT_OF_RESOURCES;  // transient: the driver is short of something right now
-  return __real_clEnqueueWriteBuffer(queue, mem, blocking, offset, bytes, data, count, wait, event);
+  const cl_int status =
+      __real_clEnqueueWriteBuffer(queue, mem, blocking, offset, bytes, data, count, wait, event);
+  if (staged && status == CL_SUCCESS && event != nullptr && injection.fault.load() == Fault::fail_callback)
+    injection.staged_write.store(*event);
+  return status;
+}
+
+cl_int __wrap_clSetEventCallback(cl_event event, cl_int type,
+                                 void(CL_CALLBACK* notify)(cl_event, cl_int, void*), void* user) {
+  if (event != nullptr && event == injection.staged_write.load() &&
+      injection.callback_fault_pending.exchange(false))
+    return CL_OUT_OF_HOST_MEMORY;
+  return __real_clSetEventCallback(event, type, notify, user);
 }
 }  // extern "C"
 
@@ -101,7 +116,9 @@ class OpenclFaultTest : public ::testing::Test {
     if (releaser.joinable()) releaser.join();
     if (cl_event gate = injection.gate.exchange(nullptr)) clReleaseEvent(gate);
     injection.hold_claimed.store(false);
+    injection.staged_write.store(nullptr);
     injection.write_fault_pending.store(false);
+    injection.callback_fault_pending.store(false);
     injection.released.store(false);
     if (cache.empty()) return;
     if (cache_dir_before) {
@@ -117,6 +134,7 @@ class OpenclFaultTest : public ::testing::Test {
   void arm(Fault fault) {
     injection.hold_bytes.store(copy_floats * sizeof(float));
     injection.write_fault_pending.store(fault == Fault::fail_staged_write);
+    injection.callback_fault_pending.store(fault == Fault::fail_callback);
     injection.fault.store(fault);
     releaser = std::thread([] {
       const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
@@ -180,6 +198,36 @@ TEST_F(OpenclFaultTest, StagedWriteThatFailsToEnqueueFailsTheCopyOnlyAfterItsRea
     ctx.wait_all();
   } catch (const Error&) {  // the failure above, already seen
   }
+  expect_no_leaks(ctx);
+  expect_idle_devices(ctx);
+}
+
+// Regression: when clSetEventCallback failed, the operation was completed at once while its command
+// was still pending (a copy's staging memory freed under the transfer, a launch reported over before
+// it ran). The registering thread now waits for the command, and the copy ends with its status.
+TEST_F(OpenclFaultTest, CallbackThatCannotBeRegisteredEndsTheCopyOnlyWhenItsCommandIsOver) {
+  Context ctx(staged_two_devices());
+  {
+    const Kernel increment = make_increment();
+    Buffer<float> x(ctx, std::vector<float>(copy_floats, 0.0f));
+    ctx.submit(TaskOptions{.device = 1}, increment, read_write(x)).wait();
+    arm(Fault::fail_callback);
+    Task moved = ctx.submit(TaskOptions{.device = 2}, increment, read_write(x));
+    std::string failure;
+    try {
+      moved.wait();
+    } catch (const Error& error) {
+      failure = error.what();
+    }
+    const bool read_was_released = injection.released.load();
+    EXPECT_FALSE(injection.callback_fault_pending.load()) << "the fault was not injected";
+    EXPECT_TRUE(read_was_released) << "the copy ended while its staged read was pending";
+    EXPECT_EQ(failure, "") << "the command itself succeeded: so does the copy";
+    releaser.join();
+    if (failure.empty())
+      EXPECT_EQ(x.to_vector(), std::vector<float>(copy_floats, 2.0f)) << "device 1, then 2";
+  }
+  ctx.wait_all();
   expect_no_leaks(ctx);
   expect_idle_devices(ctx);
 }

@@ -1,6 +1,7 @@
 #include "backend/opencl/engine.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <utility>
 
 #include <fmt/format.h>
@@ -101,10 +102,30 @@ void Engine::watch(Operation* op) noexcept {
   op->handoff.fetch_add(1, std::memory_order_release);
   const cl_int status = clSetEventCallback(event, CL_COMPLETE, &Engine::on_event, op);
   if (status != CL_SUCCESS) {
-    op->status = status;
-    op->error = fmt::format("clSetEventCallback: {}", error_name(status));
-    op->queue = nullptr;  // its completion time is unknown
+    // No callback will come, but the command is enqueued and may still be queued or running: finishing
+    // the operation now would free a copy's staging memory and unpin replicas under the transfer, or
+    // report a kernel over before it ran. So this thread waits for the command instead, and the
+    // operation ends with the command's own status.
+    log::warn("OpenCL device '{}': clSetEventCallback failed ({}); waiting for the command on this thread",
+              device_.name, error_name(status));
+    op->status = wait_for(event);
+    op->queue = nullptr;  // its completion time is unknown (it may have completed before the wait)
     completed(op);
+  }
+}
+
+cl_int Engine::wait_for(cl_event event) noexcept {
+  // clWaitForEvents may itself fail (out of host memory, or CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST
+  // when the command failed): the command's execution status is what counts, so it is polled until the
+  // command is over, whatever the wait returned.
+  for (;;) {
+    (void)clWaitForEvents(1, &event);
+    cl_int execution = CL_QUEUED;
+    const cl_int query =
+        clGetEventInfo(event, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof execution, &execution, nullptr);
+    if (query != CL_SUCCESS) return query;  // a valid event the driver cannot describe: nothing to wait on
+    if (execution <= CL_COMPLETE) return execution;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
 }
 

@@ -101,8 +101,11 @@ class Engine {
   Operation* acquire() noexcept;
   void recycle(Operation* op) noexcept;  // an operation that never reached watch()
 
-  // watch(): run op.finish on the completion thread when op.event completes. On failure to
-  // register, the operation completes at once with that error.
+  // watch(): run op.finish on the completion thread when op.event completes. When the callback
+  // cannot be registered, the calling thread waits for op.event (clWaitForEvents) and the operation
+  // then completes with the command's status: never before the command is over, since its memory
+  // (staging, replicas) is released when it finishes. Never called from a driver callback, and no
+  // command of ours waits for the completion thread, so the wait cannot deadlock.
   void watch(Operation* op) noexcept;
 
   // fail(): complete `op` (not watched) with `error`, on the completion thread like any other.
@@ -132,7 +135,9 @@ class Engine {
  private:
   static void CL_CALLBACK on_event(cl_event event, cl_int status, void* user) noexcept;
   void completed(Operation* op) noexcept;  // append to the completion list
-  void run();                              // the completion thread
+  // wait_for(): blocks until `event`'s command is over; its execution status (CL_COMPLETE or an error).
+  static cl_int wait_for(cl_event event) noexcept;
+  void run();  // the completion thread
   void finish(Operation* op) noexcept;
 
   const PlatformDevice& device_;
