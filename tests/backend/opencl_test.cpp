@@ -569,6 +569,68 @@ TEST_F(OpenclTest, ProgramsAreCachedInMemoryAndOnDisk) {
   EXPECT_EQ(counters.binary_loads.load(), loads + 2);
 }
 
+// Regression: the disk cache's key held the source and options but not the files the source
+// includes, so a header changed between processes kept running the binary built from the old one. A
+// program that includes files is now never cached on disk.
+TEST_F(OpenclTest, ProgramsThatIncludeFilesSeeAChangedHeaderInALaterContext) {
+  auto& counters = detail::opencl::program_cache_counters();
+  const std::filesystem::path include = cache / "include";
+  std::filesystem::create_directories(include);
+  const auto run_with_header = [&](int value) {
+    std::ofstream(include / "value.h", std::ios::trunc) << "#define VALUE " << value << ".0f\n";
+    Kernel set("set_from_header");  // a new Kernel, as a later process would have
+    opencl::attach(
+        set, "#include \"value.h\"\n__kernel void set(__global float* x) { x[get_global_id(0)] = VALUE; }",
+        "set", opencl::Options{.build_options = "-I" + include.string()});
+    std::vector<float> result;
+    run_in(opencl_settings(1), [&](Context& ctx) {  // a new context: only the disk cache outlives it
+      Buffer<float> x(ctx, 64);
+      ctx.submit(TaskOptions{.device = 1}, set, write(x)).wait();
+      result = x.to_vector();
+    });
+    return result;
+  };
+  const std::uint64_t writes = counters.disk_writes.load(), loads = counters.binary_loads.load();
+  EXPECT_EQ(run_with_header(1), std::vector<float>(64, 1.0f));
+  EXPECT_EQ(run_with_header(2), std::vector<float>(64, 2.0f)) << "the binary built from the old header ran";
+  EXPECT_EQ(counters.disk_writes.load(), writes) << "a program that includes files is not stored";
+  EXPECT_EQ(counters.binary_loads.load(), loads);
+  // What counts as reading files: conservative, a false alarm costs only a build.
+  using detail::opencl::program_reads_files;
+  EXPECT_TRUE(program_reads_files("#include <x.h>", ""));
+  EXPECT_TRUE(program_reads_files("/* c */ #  include \"x.h\"", ""));
+  EXPECT_TRUE(program_reads_files("#\\\ninclude \"x.h\"", ""));
+  EXPECT_TRUE(program_reads_files("__kernel void k() {}", "-DX=1 -I/some/where"));
+  EXPECT_TRUE(program_reads_files("__kernel void k() {}", "-include x.h"));
+  EXPECT_FALSE(
+      program_reads_files("#define INCLUDED 1\n__kernel void k() {}", "-DX=1 -cl-fast-relaxed-math"));
+}
+
+// Regression: the key material joined its fields with newlines, so a source and options that hold
+// newlines could give two different programs one key: the second then ran the first's binary, from
+// memory or from disk. Each field is now preceded by its length.
+TEST_F(OpenclTest, ProgramCacheKeysKeepSourceAndOptionsApart) {
+  // The first source ends with a newline, its options are "-DV=1"; the second source lacks that
+  // newline and its options start with it. Joined by newlines, both read "<body>\n\n-DV=1".
+  auto& counters = detail::opencl::program_cache_counters();
+  constexpr const char* body = "__kernel void fill(__global float* x) { x[get_global_id(0)] = V; }";
+  Kernel first("first"), second("second");
+  opencl::attach(first, std::string(body) + "\n", "fill", opencl::Options{.build_options = "-DV=1"});
+  opencl::attach(second, body, "fill", opencl::Options{.build_options = "\n-DV=1"});
+  const std::uint64_t builds = counters.builds.load(), hits = counters.memory_hits.load();
+  run_in(opencl_settings(1), [&](Context& ctx) {
+    Buffer<float> x(ctx, 64), y(ctx, 64);
+    ctx.submit(TaskOptions{.device = 1}, first, write(x)).wait();
+    EXPECT_EQ(x.to_vector(), std::vector<float>(64, 1.0f));
+    try {
+      ctx.submit(TaskOptions{.device = 1}, second, write(y)).wait();
+    } catch (const Error&) {  // a driver may refuse a newline in the options (PoCL does): its own build
+    }
+  });
+  EXPECT_EQ(counters.builds.load(), builds + 2) << "two programs, two builds (successful or not)";
+  EXPECT_EQ(counters.memory_hits.load(), hits) << "the second program was served the first's build";
+}
+
 TEST_F(OpenclTest, BuildErrorFailsTheTaskWithTheCompilerLogAndCancelsDependents) {
   Context& ctx = open(opencl_settings(2));
   Kernel broken("broken kernel");

@@ -1,9 +1,11 @@
 #include "backend/opencl/programs.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <random>
+#include <string_view>
 #include <system_error>
 #include <vector>
 
@@ -77,7 +79,49 @@ std::uint64_t binary_checksum(const std::vector<unsigned char>& binary) {
   return fnv1a(std::string_view(reinterpret_cast<const char*>(binary.data()), binary.size()));
 }
 
+bool is_space(char c) noexcept {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+
 }  // namespace
+
+std::string program_cache_material(std::string_view source, std::string_view build_options,
+                                   const PlatformDevice& device) {
+  // Each field is preceded by its length: joined by a separator alone, a source and options that hold
+  // that separator could give two programs one key (and one binary).
+  std::string material = "nerve-opencl-cache-3\n";
+  for (const std::string_view field :
+       {source, build_options, std::string_view(device.platform_name), std::string_view(device.name),
+        std::string_view(device.driver_version)}) {
+    material += fmt::format("{}:", field.size());
+    material += field;
+    material += '\n';
+  }
+  return material;
+}
+
+bool program_reads_files(std::string_view source, std::string_view build_options) {
+  // '#', any blanks (line continuations included), "include": anywhere, not only at a line's start,
+  // so that a directive after a comment is found too. Text in a comment or string that looks like one
+  // is a false alarm, which costs only a build from source.
+  for (std::size_t hash = source.find('#'); hash != std::string_view::npos;
+       hash = source.find('#', hash + 1)) {
+    std::size_t at = hash + 1;
+    while (at < source.size() && (is_space(source[at]) || source[at] == '\\')) ++at;
+    if (source.substr(at, 7) == "include") return true;
+  }
+  // -I adds a directory to search; -include, -imacros, -isystem, -iquote and the like read or find
+  // files too: any option token starting with "-I" or "-i".
+  std::size_t at = 0;
+  while (at < build_options.size()) {
+    while (at < build_options.size() && is_space(build_options[at])) ++at;
+    const std::size_t end = std::min(build_options.find_first_of(" \t\n\r\f\v", at), build_options.size());
+    const std::string_view token = build_options.substr(at, end - at);
+    if (token.starts_with("-I") || token.starts_with("-i")) return true;
+    at = end;
+  }
+  return false;
+}
 
 ProgramCacheCounters& program_cache_counters() noexcept {
   static ProgramCacheCounters counters;
@@ -110,8 +154,7 @@ cl_kernel ProgramCache::kernel(const OpenclProgram& program, const char* kernel_
   auto found = by_id_.find(program.id);
   if (found == by_id_.end()) {
     const std::string material =
-        fmt::format("nerve-opencl-cache-2\n{}\n{}\n{}\n{}\n{}", program.source, program.options.build_options,
-                    device_.platform_name, device_.name, device_.driver_version);
+        program_cache_material(program.source, program.options.build_options, device_);
     auto& built = by_content_[material];
     if (built == nullptr) {
       built = std::make_unique<Built>(build(program, material));
@@ -144,7 +187,15 @@ cl_kernel ProgramCache::kernel(const OpenclProgram& program, const char* kernel_
 
 ProgramCache::Built ProgramCache::build(const OpenclProgram& program, const std::string& material) {
   Built built;
-  const std::filesystem::path directory = program_cache_directory();
+  // A program that reads files (headers) is not cached on disk: the files are not in the key material,
+  // so a binary stored before a header changed would be loaded after it. It is built from source in
+  // each process (and kept in memory for the device's life, like any other).
+  const bool reads_files = program_reads_files(program.source, program.options.build_options);
+  if (reads_files) {
+    log::debug("OpenCL program cache: the program of kernel entry '{}' includes files; not cached on disk",
+               program.entry);
+  }
+  const std::filesystem::path directory = reads_files ? std::filesystem::path() : program_cache_directory();
   const std::filesystem::path file = directory.empty() ? directory : directory / file_name(material);
   if (!file.empty()) {
     built.program = load_binary(file, material, program.options.build_options);

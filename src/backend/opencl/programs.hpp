@@ -6,7 +6,9 @@
 // as the driver's binary (clGetProgramInfo(CL_PROGRAM_BINARIES)). A later process — or context —
 // loads that binary with clCreateProgramWithBinary instead of compiling. Disk entries are keyed by a
 // hash of the source, the build options, the platform and device names and the driver version, and
-// hold that key material in full, so a hash collision or a stale file is detected and rebuilt.
+// hold that key material in full, so a hash collision or a stale file is detected and rebuilt. Files
+// a program includes are not part of that key: a program that reads files (program_reads_files) is
+// never cached on disk, so a changed header is always compiled.
 //
 // Directory: $NERVE_CACHE_DIR/opencl, else $XDG_CACHE_HOME/nerve/opencl, else ~/.cache/nerve/opencl;
 // no disk cache when none can be named or created. Files are written to a temporary name and renamed,
@@ -22,6 +24,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 
 #include "backend/opencl/cl.hpp"
@@ -42,6 +45,16 @@ ProgramCacheCounters& program_cache_counters() noexcept;
 // program_cache_directory(): where binaries go (read from the environment at each call); empty
 // when no directory can be named.
 std::filesystem::path program_cache_directory();
+
+// program_cache_material(): the key of a program built for `device`, in memory and on disk: every
+// field with its length, so that no two (source, options, device) give the same material.
+std::string program_cache_material(std::string_view source, std::string_view build_options,
+                                   const PlatformDevice& device);
+
+// program_reads_files(): the source has an #include directive, or the options name files or include
+// directories (-I..., -include and other -i... options). Conservative: text that merely looks like a
+// directive (in a comment) counts.
+bool program_reads_files(std::string_view source, std::string_view build_options);
 
 class ProgramCache {
  public:
