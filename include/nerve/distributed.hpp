@@ -103,7 +103,7 @@ struct DistributedStats {
 };
 
 struct TaskOptions {
-  const char* name = nullptr;  // for errors and traces; must outlive the task
+  const char* name = nullptr;  // for errors and traces; must outlive the task (the trace copies it)
   int rank = -1;  // where a task that writes nothing runs: 0..size-1, or -1 = the owner of its first
                   // buffer (rank 0 without buffers); other values are Error(invalid_argument)
   bool compute_intensive = false;

@@ -38,10 +38,11 @@ std::string trace_json(RuntimeImpl& runtime) {
   std::string out = fmt::format(
       R"({{"name":"process_name","ph":"M","pid":{0},"args":{{"name":"rank {0}"}}}})", runtime.rank);
   for (const TraceEvent& event : events) {
-    out += fmt::format(R"(,{{"name":{},"ph":"X","pid":{},"tid":{},"ts":{:.3f},"dur":{:.3f}}})",
-                       nerve::detail::json_text(nlohmann::json(event.name != nullptr ? event.name : "task")),
-                       runtime.rank, event.thread, static_cast<double>(event.start_ns) / 1e3,
-                       static_cast<double>(event.end_ns - event.start_ns) / 1e3);
+    out += fmt::format(
+        R"(,{{"name":{},"ph":"X","pid":{},"tid":{},"ts":{:.3f},"dur":{:.3f}}})",
+        nerve::detail::json_text(nlohmann::json(event.name != nullptr ? *event.name : std::string("task"))),
+        runtime.rank, event.thread, static_cast<double>(event.start_ns) / 1e3,
+        static_cast<double>(event.end_ns - event.start_ns) / 1e3);
   }
   return out;
 }

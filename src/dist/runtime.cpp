@@ -81,6 +81,14 @@ RuntimeImpl::RuntimeImpl(Context& owner, std::unique_ptr<Transport> link)
   epoch = std::chrono::steady_clock::now();
 }
 
+const std::string* RuntimeImpl::intern(const char* name) {
+  if (name == nullptr) return nullptr;
+  const std::string_view view(name);
+  auto found = trace_names.find(view);
+  if (found == trace_names.end()) found = trace_names.emplace(view).first;
+  return &*found;
+}
+
 void RuntimeImpl::throw_if_failed() const {
   std::optional<std::string> failure;
   if (transport) {
@@ -276,7 +284,8 @@ void task_finished(RuntimeImpl* runtime, const char* name, std::uint64_t started
   const std::int64_t end = runtime->now_ns();
   try {
     std::lock_guard lock(runtime->trace_mutex);
-    runtime->trace.push_back(TraceEvent{name, static_cast<std::int64_t>(started), end, thread});
+    runtime->trace.push_back(
+        TraceEvent{runtime->intern(name), static_cast<std::int64_t>(started), end, thread});
   } catch (...) {
   }
 }

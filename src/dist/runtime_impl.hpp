@@ -15,10 +15,13 @@
 #include <cstdint>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <unordered_set>
 #include <vector>
 
 #include "nerve/distributed.hpp"
@@ -39,7 +42,10 @@ struct BufferEntry {
 };
 
 struct TraceEvent {
-  const char* name;
+  // An interned copy (RuntimeImpl::trace_names), null for an unnamed task: TaskOptions::name need only
+  // outlive its task, and dump_trace() reads the names long after the tasks ended (a pointer to the
+  // caller's string was read after free).
+  const std::string* name;
   std::int64_t start_ns;  // since the run's common epoch
   std::int64_t end_ns;
   unsigned thread;
@@ -69,6 +75,17 @@ struct RuntimeImpl {
   std::chrono::steady_clock::time_point epoch;
   std::mutex trace_mutex;
   std::vector<TraceEvent> trace;
+  // Each distinct task name once, for the run's life (nodes do not move: events point at them). A
+  // program names many tasks alike ("gemm"), so millions of events cost a few strings.
+  struct NameHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view name) const noexcept {
+      return std::hash<std::string_view>{}(name);
+    }
+  };
+  std::unordered_set<std::string, NameHash, std::equal_to<>> trace_names;
+  // intern() is the stored copy of `name` (null for null); call with trace_mutex held.
+  const std::string* intern(const char* name);
 
   std::int64_t now_ns() const noexcept {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - epoch)

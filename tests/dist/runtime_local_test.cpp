@@ -1,11 +1,17 @@
 // The distributed runtime in one process (communication_backend: none) and the distributed.* keys.
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
@@ -227,6 +233,42 @@ TEST(DistributedLocal, ADumpThatCannotBeWrittenSaysWhy) {
             "cannot write the trace to '" + directory + "': Is a directory");
   EXPECT_EQ(message([&] { world.dump_perf_stats("/nonexistent/dir/perf.{rank}.json"); }),
             "cannot write perf stats to '/nonexistent/dir/perf.0.json': No such file or directory");
+}
+
+// TaskOptions::name need only outlive its task, but the trace kept the pointer and dump_trace() read
+// it after the tasks ended: a name built for the task ("step-0") and gone by then was read after
+// free (AddressSanitizer), or came out as whatever reused its memory. The names are overwritten
+// before they are freed, so that a stale read shows without a sanitizer too.
+TEST(DistributedLocal, TraceNamesNeedOnlyOutliveTheirTasks) {
+  Context context(with({}));
+  dist::Runtime world(context);
+  auto a = world.buffer<int>(16, 0, "a");
+  for (int i = 0; i < 3; ++i) {
+    // Longer than any small-string buffer: the characters are on the heap.
+    auto name = std::make_unique<std::string>("step-" + std::to_string(i % 2) + std::string(40, '.'));
+    world.submit(
+        dist::TaskOptions{.name = name->c_str()}, [](std::span<int> v) { ++v[0]; }, dist::read_write(a));
+    world.wait_all();  // the task ended: its name may go
+    std::fill(name->begin(), name->end(), 'X');
+  }
+  world.submit([](std::span<int> v) { ++v[0]; }, dist::read_write(a));  // unnamed
+  world.wait_all();
+  const std::filesystem::path path =
+      std::filesystem::temp_directory_path() / ("nerve-trace-names-" + std::to_string(::getpid()) + ".json");
+  world.dump_trace(path);
+  std::ifstream file(path);
+  const std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  std::filesystem::remove(path);
+  const auto count = [&text](const std::string& what) {
+    std::size_t n = 0;
+    for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+  };
+  const std::string dots(40, '.');
+  EXPECT_EQ(count("\"name\":\"step-0" + dots + "\""), 2u) << text;
+  EXPECT_EQ(count("\"name\":\"step-1" + dots + "\""), 1u) << text;
+  EXPECT_EQ(count("\"name\":\"task\""), 1u) << text;
+  EXPECT_EQ(count("XXXX"), 0u) << text;
 }
 
 // One process is a world of one rank, failures included: the first wait_all() rethrows the task's own
