@@ -314,12 +314,20 @@ void runtime_wait_all(RuntimeImpl* runtime) {
   }
   if (runtime->transport) runtime->transport->set_waiting(false);
   if (runtime->transport) runtime->transport->flush();
-  // A local task's own failure is rethrown as is, once (as Context::wait_all() reports each failure
-  // once); otherwise a failure anywhere — including a local one already reported — is task_failed,
-  // which also explains a local cancellation better than the cancellation does.
-  if (local) {
+  // A local task's own failure is rethrown as is, once; otherwise a failure anywhere — including a
+  // local one already reported — is task_failed, which also explains a local cancellation better than
+  // the cancellation does. The body's error is taken from first_body_error, not from what the context
+  // reported first: task_failed() broadcasts the failure before the context records the body's error
+  // (that happens once the closure is destroyed), so the communication thread may fail a pending
+  // transfer first, and the context then reported that transfer's Error(task_failed) and only logged
+  // the body's exception. first_body_error is set before the broadcast, and the task has finished by
+  // the time context.wait_all() returns.
+  {
     std::lock_guard lock(runtime->failure_mutex);
-    if (local == runtime->first_body_error) std::rethrow_exception(local);
+    if (runtime->first_body_error && !runtime->body_error_rethrown) {
+      runtime->body_error_rethrown = true;
+      std::rethrow_exception(runtime->first_body_error);
+    }
   }
   runtime->throw_if_failed();
   if (local) std::rethrow_exception(local);

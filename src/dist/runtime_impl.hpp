@@ -69,6 +69,7 @@ struct RuntimeImpl {
   mutable std::mutex failure_mutex;
   std::optional<std::string> local_failure;
   std::exception_ptr first_body_error;
+  bool body_error_rethrown = false;  // by a wait_all(): later ones throw Error(task_failed)
 
   // The trace: each rank's clock starts at a barrier at construction, so tracks line up to within
   // the barrier's skew (microseconds on one host, tens of microseconds across a network).

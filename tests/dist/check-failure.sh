@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# check-failure.sh <mpirun> <ranks> <program> <throw|die|barrier|mismatch> — a failure on rank 1 must end all ranks within
+# check-failure.sh <mpirun> <ranks> <program> <throw|die|barrier|mismatch|rethrow> — a failure on rank 1 must end all ranks within
 # 20 s (a bound for a loaded machine) with a non-zero status; `throw` must also print the failing task and rank.
 set -uo pipefail
 mpirun=$1 ranks=$2 program=$3 mode=$4
@@ -26,6 +26,10 @@ fi
 # The error names the buffer (number and name) and the task that reads it: it named neither.
 if [[ $mode == mismatch ]] && ! grep -q "distributed: buffer 0 'tile' for task 'reader': payload 0 from rank 1 has 16 bytes; its replica on rank 0 has 32" <<<"$output"; then
   echo "FAIL: the size-mismatch error does not name the buffer and the task"; exit 1
+fi
+# The rank whose task threw gets that exception from its first wait_all(), Error(task_failed) after.
+if [[ $mode == rethrow ]] && { ! grep -q "rank 0: PASS" <<<"$output" || grep -q "FAIL" <<<"$output"; }; then
+  echo "FAIL: rank 0's first wait_all() did not rethrow its task's own exception"; exit 1
 fi
 if [[ $mode == die ]] && ! grep -q "rank 1" <<<"$output"; then
   echo "FAIL: no error naming the rank that died"; exit 1

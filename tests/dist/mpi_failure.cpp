@@ -14,6 +14,10 @@
 //                                     before it counts as created (other ranks got a 4-byte buffer)
 //   mpirun -np N mpi_failure dump     dump_trace() to a path rank 0 cannot write: every rank throws the
 //                                     same error (the other ranks returned normally)
+//   mpirun -np 2 mpi_failure rethrow  rank 0's task throws while rank 0 waits for data from rank 1: its
+//                                     first wait_all() rethrows the task's own exception as is, the next
+//                                     one Error(task_failed) (the receive's failure, reported while the
+//                                     task's closure was still being destroyed, came out first)
 //   mpi_failure twice                 (one process, backend mpi) a second Runtime after the first
 //                                     finalised MPI is Error(not_supported), not an abort inside MPI
 //
@@ -27,6 +31,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -134,6 +139,62 @@ int main(int argc, char** argv) {
     }
     world.barrier();
     return ok ? 0 : 1;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "rethrow") == 0) {
+    // Rank 0 has a receive posted (rank 1 writes `far` slowly) when its task `boom` throws; the failure
+    // is broadcast at once, which fails that receive, while boom's closure takes 300 ms to destroy:
+    // the receive's failure reached the context first, every time.
+    struct SlowToDestroy {
+      ~SlowToDestroy() { std::this_thread::sleep_for(std::chrono::milliseconds(300)); }
+    };
+    auto near = world.buffer<int>(1, 0);
+    auto far = world.buffer<int>(1, 1);
+    auto result = world.buffer<int>(1, 0);
+    world.submit(
+        dist::TaskOptions{.name = "slow"},
+        [](std::span<int> out) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+          out[0] = 1;
+        },
+        dist::write(far));
+    world.submit(
+        dist::TaskOptions{.name = "reader"},
+        [](std::span<int> out, std::span<const int> in) { out[0] = in[0]; }, dist::write(result),
+        dist::read(far));
+    world.submit(
+        dist::TaskOptions{.name = "boom"},
+        [slow = std::make_shared<SlowToDestroy>()](std::span<int>) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+          throw std::runtime_error("injected failure");
+        },
+        dist::write(near));
+    if (world.rank() != 0) return expect_failure(world, "barrier", [&] { world.barrier(); });
+    bool ok = false;
+    try {
+      world.wait_all();
+      std::printf("rank 0: FAIL: the first wait_all() returned normally\n");
+    } catch (const nerve::Error& error) {
+      std::printf("rank 0: FAIL: the first wait_all() threw nerve::Error, not the task's exception: %s\n",
+                  error.what());
+    } catch (const std::runtime_error& error) {
+      ok = std::string(error.what()) == "injected failure";
+      std::printf("rank 0: %s: the first wait_all() rethrew the task's exception: %s\n", ok ? "ok" : "FAIL",
+                  error.what());
+    }
+    try {
+      world.wait_all();
+      std::printf("rank 0: FAIL: the second wait_all() returned normally\n");
+      ok = false;
+    } catch (const nerve::Error& error) {
+      const bool named =
+          error.code() == nerve::ErrorCode::task_failed &&
+          std::strstr(error.what(), "task 'boom' failed on rank 0: injected failure") != nullptr;
+      std::printf("rank 0: %s: the second wait_all() threw: %s\n", named ? "ok" : "FAIL", error.what());
+      ok = ok && named;
+    }
+    if (ok) std::printf("rank 0: PASS\n");
+    std::fflush(stdout);
+    return 3;
   }
   if (barrier) {
     auto mine = world.buffer<int>(16, 1);
