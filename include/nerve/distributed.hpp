@@ -325,7 +325,8 @@ class Runtime {
   // rank to `path` on rank 0 (a process track per rank). Collective; call after wait_all(). A file
   // that cannot be written throws Error(invalid_argument) with the system's reason ("cannot write the
   // trace to '/tmp': Is a directory"), as Context::dump_perf_stats does: dump_perf_stats() on the rank
-  // whose file it is, dump_trace() on every rank (rank 0 tells the others, with its message).
+  // whose file it is, dump_trace() on every rank (rank 0 tells the others, with its message). A merged
+  // trace over 2 GiB - 1 byte (MPI's int count) throws Error(not_supported) on every rank alike.
   void dump_perf_stats(const std::filesystem::path& path) { detail::runtime_dump_perf_stats(impl_, path); }
   void dump_trace(const std::filesystem::path& path) { detail::runtime_dump_trace(impl_, path); }
 

@@ -23,6 +23,8 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <span>
+#include <string_view>
 #include <thread>
 #include <utility>
 
@@ -212,39 +214,63 @@ class MpiTransport final : public Transport {
     arrived.get();
   }
 
-  std::vector<std::string> gather(const std::string& mine, int root) override {
+  std::vector<std::string> gather(const std::string& mine, int root, std::string_view what) override {
     std::vector<std::string> all;
     call([&] {
-      int length = static_cast<int>(mine.size());
-      std::vector<int> lengths(static_cast<std::size_t>(size_));
-      check(MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, root, comm_), "MPI_Gather");
-      std::vector<int> offsets(static_cast<std::size_t>(size_));
-      int total = 0;
-      for (int r = 0; r < size_; ++r) {
-        offsets[static_cast<std::size_t>(r)] = total;
-        total += lengths[static_cast<std::size_t>(r)];
+      // Every rank learns every length, in 64 bits, and decides alike whether the gather can be done
+      // before any of them commits to it (see collective_size_error()).
+      const std::uint64_t length = mine.size();
+      std::vector<std::uint64_t> lengths(static_cast<std::size_t>(size_));
+      check(MPI_Allgather(&length, 1, MPI_UINT64_T, lengths.data(), 1, MPI_UINT64_T, comm_), "MPI_Allgather");
+      if (auto error = collective_size_error(what, lengths, limit())) {
+        throw Error(ErrorCode::not_supported, *error);
       }
-      std::string joined(rank_ == root ? static_cast<std::size_t>(total) : 0, '\0');
-      check(MPI_Gatherv(mine.data(), length, MPI_CHAR, joined.data(), lengths.data(), offsets.data(),
-                        MPI_CHAR, root, comm_),
-            "MPI_Gatherv");
+      // From here every count and offset fits in an int.
+      std::vector<int> counts(static_cast<std::size_t>(size_));
+      std::vector<int> offsets(static_cast<std::size_t>(size_));
+      std::size_t total = 0;
+      for (std::size_t r = 0; r < counts.size(); ++r) {
+        counts[r] = static_cast<int>(lengths[r]);
+        offsets[r] = static_cast<int>(total);
+        total += static_cast<std::size_t>(lengths[r]);
+      }
+      // The root allocates everything before the gather, the pieces included: nothing may throw on
+      // the root alone once the others are past agree() (they would wait for its broadcast for ever).
+      std::string joined;
+      bool allocated = true;
       if (rank_ == root) {
-        for (int r = 0; r < size_; ++r) {
-          all.push_back(joined.substr(static_cast<std::size_t>(offsets[static_cast<std::size_t>(r)]),
-                                      static_cast<std::size_t>(lengths[static_cast<std::size_t>(r)])));
+        allocated = allocate(joined, total);
+        try {
+          all.resize(counts.size());
+        } catch (...) {
+          allocated = false;
         }
+        for (std::size_t r = 0; allocated && r < counts.size(); ++r) {
+          allocated = allocate(all[r], static_cast<std::size_t>(counts[r]));
+        }
+      }
+      agree(allocated, what, total, root);
+      check(MPI_Gatherv(mine.data(), static_cast<int>(length), MPI_CHAR, joined.data(), counts.data(),
+                        offsets.data(), MPI_CHAR, root, comm_),
+            "MPI_Gatherv");
+      for (std::size_t r = 0; r < all.size(); ++r) {
+        if (counts[r] > 0)
+          std::memcpy(all[r].data(), joined.data() + offsets[r], static_cast<std::size_t>(counts[r]));
       }
     });
     return all;
   }
 
-  std::string broadcast(const std::string& text, int root) override {
+  std::string broadcast(const std::string& text, int root, std::string_view what) override {
     std::string result = rank_ == root ? text : std::string();
     call([&] {
-      int length = static_cast<int>(result.size());
-      check(MPI_Bcast(&length, 1, MPI_INT, root, comm_), "MPI_Bcast");
-      result.resize(static_cast<std::size_t>(length));
-      check(MPI_Bcast(result.data(), length, MPI_CHAR, root, comm_), "MPI_Bcast");
+      std::uint64_t length = result.size();
+      check(MPI_Bcast(&length, 1, MPI_UINT64_T, root, comm_), "MPI_Bcast");
+      if (auto error = collective_size_error(what, std::span<const std::uint64_t>(&length, 1), limit())) {
+        throw Error(ErrorCode::not_supported, *error);
+      }
+      agree(allocate(result, static_cast<std::size_t>(length)), what, length, -1);
+      check(MPI_Bcast(result.data(), static_cast<int>(length), MPI_CHAR, root, comm_), "MPI_Bcast");
     });
     return result;
   }
@@ -298,6 +324,33 @@ class MpiTransport final : public Transport {
     }
     wake_.notify_one();
     done.get();
+  }
+
+  static std::uint64_t limit() noexcept {
+    return std::min(collective_bytes_limit.load(std::memory_order_relaxed), collective_bytes_max);
+  }
+
+  // allocate() sizes `text` to `bytes`; false when the memory is not there (a collective must not
+  // throw on one rank only: the others would wait in it for ever).
+  static bool allocate(std::string& text, std::size_t bytes) noexcept {
+    try {
+      text.resize(bytes);
+      return true;
+    } catch (...) {
+      return false;
+    }
+  }
+
+  // agree() tells every rank whether every rank could allocate its side of a collective on text, and
+  // throws the same Error(out_of_memory) on every rank if one could not (`root`: the rank that
+  // allocates, or -1 for every rank).
+  void agree(bool allocated, std::string_view what, std::uint64_t bytes, int root) const {
+    int all = allocated ? 1 : 0;
+    check(MPI_Allreduce(MPI_IN_PLACE, &all, 1, MPI_INT, MPI_MIN, comm_), "MPI_Allreduce");
+    if (all != 0) return;
+    throw Error(ErrorCode::out_of_memory,
+                root >= 0 ? fmt::format("{}: rank {} cannot allocate its {} bytes", what, root, bytes)
+                          : fmt::format("{}: a rank cannot allocate its {} bytes", what, bytes));
   }
 
   void check(int code, const char* what) const {

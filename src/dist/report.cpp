@@ -53,7 +53,7 @@ void runtime_dump_trace(RuntimeImpl* runtime, const std::filesystem::path& path)
     write_trace(path, {mine});
     return;
   }
-  const std::vector<std::string> all = runtime->transport->gather(mine, 0);
+  const std::vector<std::string> all = runtime->transport->gather(mine, 0, "dump_trace(): the merged trace");
   // Collective to the end: rank 0 tells every rank whether it wrote the file, so that a file it
   // cannot write throws on every rank, as a collective call's error should (the others returned
   // normally, and a program that checked on another rank never knew the trace was missing).
@@ -68,7 +68,7 @@ void runtime_dump_trace(RuntimeImpl* runtime, const std::filesystem::path& path)
       if (failure.empty()) failure = fmt::format("writing the trace to '{}' failed on rank 0", path.string());
     }
   }
-  failure = runtime->transport->broadcast(failure, 0);
+  failure = runtime->transport->broadcast(failure, 0, "dump_trace(): rank 0's error message");
   if (error) std::rethrow_exception(error);
   if (!failure.empty()) throw Error(ErrorCode::invalid_argument, failure);
 }

@@ -17,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "nerve/config.hpp"
@@ -51,10 +52,13 @@ class Transport {
   // submitted to fill a batch).
   virtual void set_waiting(bool /*waiting*/) noexcept {}
   // barrier(), gather() and broadcast() are collective over every rank; broadcast() returns `root`'s
-  // `text` on every rank.
+  // `text` on every rank. gather() and broadcast() throw on every rank alike, or on none: texts over
+  // the size limit of one collective (collective_size_error(), wire.hpp; `what` names them in the
+  // error) are Error(not_supported), and memory `root` (gather) or any rank (broadcast) cannot
+  // allocate for them Error(out_of_memory).
   virtual void barrier() = 0;
-  virtual std::vector<std::string> gather(const std::string& mine, int root) = 0;
-  virtual std::string broadcast(const std::string& text, int root) = 0;
+  virtual std::vector<std::string> gather(const std::string& mine, int root, std::string_view what) = 0;
+  virtual std::string broadcast(const std::string& text, int root, std::string_view what) = 0;
   // shutdown() stops the communication thread and finalises MPI if this transport initialised it;
   // abort() ends every rank's process now.
   virtual void shutdown() noexcept = 0;

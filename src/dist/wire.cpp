@@ -1,6 +1,7 @@
 // wire.cpp — compression and batch encoding (see wire.hpp).
 #include "dist/wire.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -52,6 +53,24 @@ void decompress(std::span<const std::byte>, std::span<std::byte>) {
   throw Error(ErrorCode::not_supported, "distributed: this build has no zstd (libzstd-dev)");
 }
 #endif
+
+std::atomic<std::uint64_t> collective_bytes_limit{collective_bytes_max};
+
+std::optional<std::string> collective_size_error(std::string_view what,
+                                                 std::span<const std::uint64_t> lengths,
+                                                 std::uint64_t limit) {
+  std::uint64_t total = 0;
+  std::size_t largest = 0;
+  for (std::size_t r = 0; r < lengths.size(); ++r) {
+    total += std::min(lengths[r], UINT64_MAX - total);  // saturates: a sum that wrapped would fit
+    if (lengths[r] > lengths[largest]) largest = r;
+  }
+  if (total <= limit) return std::nullopt;
+  return fmt::format(
+      "{} is {} bytes from {} ranks (rank {} the most: {} bytes), over the {} bytes one MPI collective "
+      "moves (MPI's int count)",
+      what, total, lengths.size(), largest, lengths[largest], limit);
+}
 
 void append_item(std::vector<std::byte>& batch, std::uint64_t sequence, std::span<const std::byte> bytes,
                  bool compressed) {

@@ -7,12 +7,18 @@
 //   compressed  a Zstandard frame of the payload (its size in the frame header)
 //   batch       several payloads to one rank: each an Item header, then its bytes (raw or compressed)
 //   failure     a rank's failure message (text)
-// Pure functions, no MPI: tested on their own (tests/dist/wire_test.cpp).
+// Also the size rule of the collectives on text. Pure functions, no MPI: tested on their own
+// (tests/dist/wire_test.cpp).
 #pragma once
 
+#include <atomic>
+#include <climits>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 namespace nerve::distributed::detail {
@@ -35,6 +41,21 @@ std::vector<std::byte> compress(std::span<const std::byte> data);
 void decompress(std::span<const std::byte> frame, std::span<std::byte> out);
 // decompressed_size() reads the original size from a frame's header; throws on a corrupt frame.
 std::size_t decompressed_size(std::span<const std::byte> frame);
+
+// Collectives on text (dump_trace(): every rank's trace gathered on rank 0, rank 0's verdict broadcast)
+// count bytes, and place them, with MPI's int: at most collective_bytes_max in all. Each rank learns
+// every length as a 64-bit number first, so that all of them refuse a collective too large alike,
+// before any commits to it (an int sum that wrapped threw on rank 0 alone and left the others in
+// MPI_Gatherv for ever).
+inline constexpr std::uint64_t collective_bytes_max = INT32_MAX;
+// collective_bytes_limit is the limit applied (never above collective_bytes_max): a test lowers it to
+// reach the refusal without gigabytes of text. Change it only while no collective runs.
+extern std::atomic<std::uint64_t> collective_bytes_limit;
+// collective_size_error() is nothing when texts of `lengths` bytes (one per rank) fit in one
+// collective of at most `limit` bytes in all, else the message of the Error(not_supported) every rank
+// throws alike; `what` names the text ("dump_trace(): the merged trace").
+std::optional<std::string> collective_size_error(std::string_view what,
+                                                 std::span<const std::uint64_t> lengths, std::uint64_t limit);
 
 // One payload inside a batch message.
 struct ItemHeader {

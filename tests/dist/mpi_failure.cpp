@@ -14,6 +14,11 @@
 //                                     before it counts as created (other ranks got a 4-byte buffer)
 //   mpirun -np N mpi_failure dump     dump_trace() to a path rank 0 cannot write: every rank throws the
 //                                     same error (the other ranks returned normally)
+//   mpirun -np N mpi_failure dump_too_large
+//                                     dump_trace() of a merged trace over the size one MPI collective
+//                                     moves (a limit lowered from 2 GiB - 1 byte to 64 bytes): every rank
+//                                     throws the same Error(not_supported), then a dump within the limit
+//                                     works (rank 0 threw std::length_error alone, the others hung)
 //   mpirun -np 2 mpi_failure rethrow  rank 0's task throws while rank 0 waits for data from rank 1: its
 //                                     first wait_all() rethrows the task's own exception as is, the next
 //                                     one Error(task_failed) (the receive's failure, reported while the
@@ -37,8 +42,12 @@
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
+
 #include "nerve/distributed.hpp"
 #include "nerve/nerve.hpp"
+
+#include "dist/wire.hpp"  // collective_bytes_limit: a trace over it without gigabytes of tasks
 
 namespace dist = nerve::distributed;
 
@@ -195,6 +204,37 @@ int main(int argc, char** argv) {
     if (ok) std::printf("rank 0: PASS\n");
     std::fflush(stdout);
     return 3;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "dump_too_large") == 0) {
+    auto mine = world.buffer<int>(1, world.rank());
+    world.submit(
+        dist::TaskOptions{.name = "traced"}, [](std::span<int> v) { v[0] = 1; }, dist::write(mine));
+    world.wait_all();
+    const std::filesystem::path path = std::filesystem::temp_directory_path() /
+                                       ("nerve-dump-too-large-" + std::to_string(::getpid()) + ".json");
+    bool ok = false;
+    dist::detail::collective_bytes_limit = 64;  // every rank's trace is more than that
+    try {
+      world.dump_trace(path);
+      std::printf("rank %d: FAIL: dump_trace over the limit returned normally\n", world.rank());
+    } catch (const nerve::Error& error) {
+      ok = error.code() == nerve::ErrorCode::not_supported &&
+           std::strstr(error.what(), "dump_trace(): the merged trace is ") != nullptr &&
+           std::strstr(error.what(), "over the 64 bytes one MPI collective moves") != nullptr;
+      std::printf("rank %d: %s: %s\n", world.rank(), ok ? "refused" : "FAIL", error.what());
+    } catch (const std::exception& error) {
+      std::printf("rank %d: FAIL: dump_trace threw a non-nerve exception: %s\n", world.rank(), error.what());
+    }
+    // Every rank left the collective alike: the next one works.
+    dist::detail::collective_bytes_limit = dist::detail::collective_bytes_max;
+    world.dump_trace(path);
+    world.barrier();
+    if (world.rank() == 0) {
+      ok = ok && std::filesystem::file_size(path) > 64;
+      std::filesystem::remove(path);
+    }
+    std::printf("rank %d: %s\n", world.rank(), ok ? "PASS" : "FAIL");
+    return ok ? 0 : 1;
   }
   if (barrier) {
     auto mine = world.buffer<int>(16, 1);

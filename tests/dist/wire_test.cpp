@@ -1,8 +1,11 @@
 // The distributed wire format on its own: tags, compression round trips, batches.
 #include "dist/wire.hpp"
 
+#include <cstdint>
 #include <cstring>
+#include <optional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -86,6 +89,40 @@ TEST(Wire, BatchesKeepEveryItem) {
   EXPECT_EQ(compressed, (std::vector<bool>{false, false, true}));
   batch.pop_back();
   EXPECT_THROW(for_each_item(batch, [](auto, auto, auto) {}), Error);
+}
+
+// dump_trace()'s gather summed the ranks' lengths in an int: over 2 GiB in all the sum wrapped,
+// rank 0 threw std::length_error alone and the other ranks waited in MPI_Gatherv for ever. The size
+// rule every rank applies alike to the 64-bit lengths, with sizes no test could allocate.
+TEST(Wire, CollectivesOverMpisIntCountAreRefused) {
+  const std::uint64_t max = collective_bytes_max;
+  EXPECT_EQ(max, 2147483647u);
+  EXPECT_EQ(collective_bytes_limit.load(), max) << "the limit applied unless a test lowers it";
+  const auto check = [max](std::vector<std::uint64_t> lengths) {
+    return collective_size_error("the merged trace", lengths, max);
+  };
+  EXPECT_EQ(check({}), std::nullopt);
+  EXPECT_EQ(check({0, 0}), std::nullopt);
+  EXPECT_EQ(check({max}), std::nullopt) << "exactly the limit fits";
+  EXPECT_EQ(check({max - 1, 1}), std::nullopt);
+  // The reviewer's case: ~1.1 GB per rank, 2.2 GB in all (the int sum was negative).
+  EXPECT_EQ(check({1'100'000'000, 1'100'000'000}),
+            "the merged trace is 2200000000 bytes from 2 ranks (rank 0 the most: 1100000000 bytes), over "
+            "the 2147483647 bytes one MPI collective moves (MPI's int count)");
+  EXPECT_NE(check({max, 1}), std::nullopt) << "one byte over, in all";
+  EXPECT_NE(check({0, max + 1, 0}), std::nullopt) << "one rank over alone (an int length was negative)";
+  EXPECT_NE(check({std::uint64_t{1} << 32}), std::nullopt) << "an int length was 0";
+  // A 64-bit sum that wrapped would fit again: it saturates instead.
+  const auto wrapped = check({UINT64_MAX, 2, 7});
+  ASSERT_NE(wrapped, std::nullopt);
+  EXPECT_NE(wrapped->find(" is 18446744073709551615 bytes from 3 ranks (rank 0 the most"), std::string::npos)
+      << *wrapped;
+  // A lower limit (what the MPI test uses to reach the refusal on every rank).
+  EXPECT_EQ(collective_size_error("x", std::vector<std::uint64_t>{40, 24}, 64), std::nullopt);
+  EXPECT_EQ(
+      collective_size_error("x", std::vector<std::uint64_t>{40, 25}, 64),
+      "x is 65 bytes from 2 ranks (rank 0 the most: 40 bytes), over the 64 bytes one MPI collective moves "
+      "(MPI's int count)");
 }
 
 }  // namespace
