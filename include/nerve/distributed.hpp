@@ -270,6 +270,7 @@ class Runtime {
   int rank() const noexcept { return detail::runtime_rank(impl_); }
   int size() const noexcept { return detail::runtime_size(impl_); }
   Context& context() const noexcept { return detail::runtime_context(impl_); }
+  detail::RuntimeImpl* impl() const noexcept { return impl_; }
 
   // buffer() creates a distributed buffer owned by `owner` (0..size()-1). Every rank must create the
   // same buffers in the same order. Only the owner allocates the data now; other ranks allocate a

@@ -326,9 +326,10 @@ class MpiTransport final : public Transport {
     done.get();
   }
 
-  static std::uint64_t limit() noexcept {
-    return std::min(collective_bytes_limit.load(std::memory_order_relaxed), collective_bytes_max);
+  void limit_collectives(std::uint64_t bytes) noexcept override {
+    collective_limit_.store(std::min(bytes, collective_bytes_max), std::memory_order_relaxed);
   }
+  std::uint64_t limit() const noexcept { return collective_limit_.load(std::memory_order_relaxed); }
 
   // allocate() sizes `text` to `bytes`; false when the memory is not there (a collective must not
   // throw on one rank only: the others would wait in it for ever).
@@ -752,6 +753,7 @@ class MpiTransport final : public Transport {
   }
 
   const Config::Distributed config_;
+  std::atomic<std::uint64_t> collective_limit_{collective_bytes_max};  // limit_collectives()
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;
   int size_ = 1;

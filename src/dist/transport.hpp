@@ -59,6 +59,10 @@ class Transport {
   virtual void barrier() = 0;
   virtual std::vector<std::string> gather(const std::string& mine, int root, std::string_view what) = 0;
   virtual std::string broadcast(const std::string& text, int root, std::string_view what) = 0;
+  // limit_collectives(): gather() and broadcast() refuse more than `bytes` in all (never more than
+  // MPI's int count allows, collective_bytes_max): tests reach the refusal without gigabytes of text.
+  // Called on every rank alike, while no collective runs.
+  virtual void limit_collectives(std::uint64_t bytes) noexcept = 0;
   // shutdown() stops the communication thread and finalises MPI if this transport initialised it;
   // abort() ends every rank's process now.
   virtual void shutdown() noexcept = 0;

@@ -54,8 +54,6 @@ void decompress(std::span<const std::byte>, std::span<std::byte>) {
 }
 #endif
 
-std::atomic<std::uint64_t> collective_bytes_limit{collective_bytes_max};
-
 std::optional<std::string> collective_size_error(std::string_view what,
                                                  std::span<const std::uint64_t> lengths,
                                                  std::uint64_t limit) {

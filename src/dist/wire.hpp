@@ -11,7 +11,6 @@
 // (tests/dist/wire_test.cpp).
 #pragma once
 
-#include <atomic>
 #include <climits>
 #include <cstddef>
 #include <cstdint>
@@ -48,9 +47,6 @@ std::size_t decompressed_size(std::span<const std::byte> frame);
 // before any commits to it (an int sum that wrapped threw on rank 0 alone and left the others in
 // MPI_Gatherv for ever).
 inline constexpr std::uint64_t collective_bytes_max = INT32_MAX;
-// collective_bytes_limit is the limit applied (never above collective_bytes_max): a test lowers it to
-// reach the refusal without gigabytes of text. Change it only while no collective runs.
-extern std::atomic<std::uint64_t> collective_bytes_limit;
 // collective_size_error() is nothing when texts of `lengths` bytes (one per rank) fit in one
 // collective of at most `limit` bytes in all, else the message of the Error(not_supported) every rank
 // throws alike; `what` names the text ("dump_trace(): the merged trace").

@@ -47,7 +47,8 @@
 #include "nerve/distributed.hpp"
 #include "nerve/nerve.hpp"
 
-#include "dist/wire.hpp"  // collective_bytes_limit: a trace over it without gigabytes of tasks
+#include "dist/runtime_impl.hpp"  // the transport's collective limit: a trace over it without gigabytes
+#include "dist/wire.hpp"
 
 namespace dist = nerve::distributed;
 
@@ -213,7 +214,7 @@ int main(int argc, char** argv) {
     const std::filesystem::path path = std::filesystem::temp_directory_path() /
                                        ("nerve-dump-too-large-" + std::to_string(::getpid()) + ".json");
     bool ok = false;
-    dist::detail::collective_bytes_limit = 64;  // every rank's trace is more than that
+    world.impl()->transport->limit_collectives(64);  // every rank's trace is more than that
     try {
       world.dump_trace(path);
       std::printf("rank %d: FAIL: dump_trace over the limit returned normally\n", world.rank());
@@ -226,7 +227,7 @@ int main(int argc, char** argv) {
       std::printf("rank %d: FAIL: dump_trace threw a non-nerve exception: %s\n", world.rank(), error.what());
     }
     // Every rank left the collective alike: the next one works.
-    dist::detail::collective_bytes_limit = dist::detail::collective_bytes_max;
+    world.impl()->transport->limit_collectives(dist::detail::collective_bytes_max);
     world.dump_trace(path);
     world.barrier();
     if (world.rank() == 0) {

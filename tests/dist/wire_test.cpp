@@ -97,7 +97,6 @@ TEST(Wire, BatchesKeepEveryItem) {
 TEST(Wire, CollectivesOverMpisIntCountAreRefused) {
   const std::uint64_t max = collective_bytes_max;
   EXPECT_EQ(max, 2147483647u);
-  EXPECT_EQ(collective_bytes_limit.load(), max) << "the limit applied unless a test lowers it";
   const auto check = [max](std::vector<std::uint64_t> lengths) {
     return collective_size_error("the merged trace", lengths, max);
   };
