@@ -215,11 +215,15 @@ class PluginDevice final : public Device {
     }
     auto* running = new Running(*this, task);
     plugin::Launch launch;
+    std::exception_ptr failure;
     try {
       running->launch = host_->prepare_launch(task, *this);
     } catch (...) {
+      failure = std::current_exception();
+    }
+    if (failure != nullptr) {  // completed out of the handler (as opencl/device.cpp says why)
       delete running;
-      host_->complete(task, *this, std::current_exception());
+      host_->complete(task, *this, std::move(failure));
       return;
     }
     launch.call = &running->launch.call;

@@ -231,6 +231,7 @@ void ContextImpl::acquire_and_dispatch(TaskRecord* task, ThreadState& thread, bo
       task->device == 0 ? 0 : devices[static_cast<std::size_t>(task->device) - 1]->memory().index();
   const std::uint64_t frees = memory_frees[node].load(std::memory_order_acquire);
   bool ready = false;
+  std::exception_ptr failure;
   try {
     ready = coherence->acquire(task, node);
   } catch (const MemoryBusy&) {
@@ -241,9 +242,15 @@ void ContextImpl::acquire_and_dispatch(TaskRecord* task, ThreadState& thread, bo
     if (memory_frees[node].load(std::memory_order_acquire) != frees) memory_freed(node);
     return;
   } catch (...) {
-    // The task's data can never fit there: it fails with that error (dependents cancelled).
+    failure = std::current_exception();
+  }
+  if (failure != nullptr) {
+    // The task's data can never fit there: it fails with that error (dependents cancelled). Finished
+    // out of the handler: the exception is then only the task's, whose last release frees it (a
+    // handler still open here could free it after a waiter read it, an order ThreadSanitizer cannot
+    // see through libstdc++'s uninstrumented counts).
     if (heft != nullptr) heft_finished(task);
-    task->error = std::current_exception();
+    task->error = std::move(failure);
     task->device = -1;
     destroy_closure(task);  // it never runs: nothing else releases what the closure holds
     finish(task, thread, status_failed);

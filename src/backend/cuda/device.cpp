@@ -111,6 +111,7 @@ void CudaDevice::launch(TaskRecord* task) {
   Stream stream = nullptr;
   std::size_t index = 0;
   bool launched = false;
+  std::exception_ptr failure;
   try {
     if (task->kernel == nullptr) {
       // A C kernel in the launcher form: it gets this device's index and a stream and enqueues.
@@ -136,16 +137,18 @@ void CudaDevice::launch(TaskRecord* task) {
     }
     driver_->check_launch(ordinal_);
   } catch (...) {
-    if (!launched) {
-      host_->complete(task, *this, std::current_exception());
-      return;
-    }
-    // A launch error the failure left pending is this task's: the next task's check must not report it.
-    driver_->clear_launch_error(ordinal_);
-    complete_behind(task, index, stream, std::current_exception());
+    // Completed once the handler is left (here, as below): the exception is then only the task's,
+    // whose last release frees it (a handler still open on this thread could free it after a waiter
+    // read it, an order ThreadSanitizer cannot see through libstdc++'s uninstrumented counts).
+    failure = std::current_exception();
+  }
+  if (failure != nullptr && !launched) {
+    host_->complete(task, *this, std::move(failure));
     return;
   }
-  complete_behind(task, index, stream, nullptr);
+  // A launch error the failure left pending is this task's: the next task's check must not report it.
+  if (failure != nullptr) driver_->clear_launch_error(ordinal_);
+  complete_behind(task, index, stream, std::move(failure));
 }
 
 // The task completes when the work enqueued on `stream` so far is done (flag and event), failed with

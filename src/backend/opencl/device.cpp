@@ -122,6 +122,7 @@ void OpenclDevice::launch(TaskRecord* task) {
     return;
   }
   Operation* op = nullptr;
+  std::exception_ptr failure;
   try {
     // The program first, before the task counts as running here: a call that cannot run here may
     // still go elsewhere.
@@ -132,6 +133,7 @@ void OpenclDevice::launch(TaskRecord* task) {
                               task->kernel != nullptr ? task->kernel->name.c_str() : "(none)", info().name));
     }
     cl_kernel kernel = nullptr;
+    std::exception_ptr build_failure;
     try {
       kernel = programs_.kernel(*program, task->kernel->name.c_str());
     } catch (const Error& error) {
@@ -142,10 +144,13 @@ void OpenclDevice::launch(TaskRecord* task) {
       // Placed here by nerve (before the failure was known) while another device runs the kernel:
       // it runs there, as the calls placed from now on do.
       if (host_->place_elsewhere(task, *this)) return;
+      build_failure = std::current_exception();
+    }
+    if (build_failure != nullptr) {  // completed out of the handler (see below)
       // No kernel ran: the task took no time on the device (the build is no run, as when it succeeds).
       const std::int64_t now = monotonic_ns();
       task->start_ns = now;
-      host_->complete(task, *this, std::current_exception(), now);
+      host_->complete(task, *this, std::move(build_failure), now);
       return;
     }
     DeviceLaunch launch = host_->prepare_launch(task, *this);
@@ -214,10 +219,16 @@ void OpenclDevice::launch(TaskRecord* task) {
     engine_->count_launch(queue_index);
     engine_->watch(std::exchange(op, nullptr));
   } catch (...) {
-    // Nothing of it ran: its record spans no time, from when the failure was found (PERF_STATS.md).
     if (op != nullptr) engine_->recycle(op);
+    failure = std::current_exception();
+  }
+  // Completed once the handler is left: the exception is then only the task's, whose last release
+  // frees it (a handler still open on this thread could free it after a waiter read it, an order
+  // ThreadSanitizer cannot see through libstdc++'s uninstrumented counts).
+  if (failure != nullptr) {
+    // Nothing of it ran: its record spans no time, from when the failure was found (PERF_STATS.md).
     task->start_ns = monotonic_ns();
-    host_->complete(task, *this, std::current_exception(), task->start_ns);
+    host_->complete(task, *this, std::move(failure), task->start_ns);
   }
 }
 
