@@ -305,7 +305,11 @@ class EventChecker : public YAML::EventHandler {
 
 void read_config_file(const std::filesystem::path& path, std::string_view named_by,
                       const AssignmentSink& take) {
-  const std::string text = read_whole_file(path, named_by);
+  std::string text = read_whole_file(path, named_by);
+  // A UTF-8 byte order mark (editors on Windows write one) is no content. yaml-cpp skips it but counts
+  // positions without it, while the checks read `text` by those positions: they looked three bytes
+  // early, refusing valid files and missing unclosed quotes.
+  if (text.starts_with("\xEF\xBB\xBF")) text.erase(0, 3);
   YAML::Node document;
   try {
     EventChecker(text, path.string()).check();  // before LoadAll(), which may never return

@@ -501,6 +501,14 @@ std::vector<BadInput> bad_inputs() {
        "",
        2,
        {"YAML syntax error", "double-quoted scalar", "no closing"}},
+      // Regression: after a byte order mark the quote check looked three bytes early and let this by.
+      {"YAML unterminated double quote after a byte order mark",
+       "\xEF\xBB\xBFscheduler:\n  policy: \"eager\n",
+       {},
+       {},
+       "",
+       2,
+       {"YAML syntax error", "double-quoted scalar", "no closing"}},
       {"YAML unterminated single quote",
        "parallel:\n  thread_pool_size: 2\nscheduler:\n  policy: 'eager\n",
        {},
@@ -915,6 +923,16 @@ TEST(ConfigBadFile, AliasBombIsReadInLinearTime) {
         << error.what();
   }
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+}
+
+// A file that starts with a UTF-8 byte order mark reads as without it. (The quote check looked three
+// bytes early: the apostrophe of "don't" in a comment read as an unclosed quote before `scheduler`.)
+TEST(ConfigBadFile, AByteOrderMarkIsNoContent) {
+  TempDir dir;
+  const auto file = dir.write("bom.yaml", "\xEF\xBB\xBF# settings we don't\nscheduler:\n  policy: eager\n");
+  const Config config = Config::load(testing::hermetic().config_file(file));
+  EXPECT_EQ(config.scheduler.policy, SchedulerPolicy::eager);
+  EXPECT_EQ(config.origin("scheduler.policy").line, 3);
 }
 
 // Aliases still mean what YAML says: a value given once and used again.
