@@ -75,6 +75,14 @@ std::vector<Assignment> read_environment(const std::map<std::string, std::string
     if (!section) continue;  // NERVE_SOMETHING_ELSE is not ours to judge
     const std::string key =
         section->second + "." + to_lower_ascii(std::string_view(variable).substr(section->first.size()));
+    // The key exists, spelled in another case: "unknown" would contradict itself.
+    if (const auto known = std::find_if(key_of_variable.begin(), key_of_variable.end(),
+                                        [&](const auto& each) { return each.second == key; });
+        known != key_of_variable.end()) {
+      throw_config_error(origin, key,
+                         fmt::format("environment variables are upper case: the variable of {} is {}",
+                                     quote(key), known->first));
+    }
     const auto hint = closest_match(variable, variables);
     throw_config_error(origin, key,
                        fmt::format("this variable names no configuration key ({} is unknown{})", quote(key),

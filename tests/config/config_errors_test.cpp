@@ -635,6 +635,15 @@ std::vector<BadInput> bad_inputs() {
        "scheduler.polcy",
        0,
        {"env NERVE_SCHEDULER_POLCY", "'scheduler.polcy' is unknown", "did you mean NERVE_SCHEDULER_POLICY?"}},
+      // Regression: a known key in lower case was said to be unknown.
+      {"NERVE_ variable of a known key in lower case",
+       "",
+       {{"NERVE_SCHEDULER_policy", "eager"}},
+       {},
+       "scheduler.policy",
+       0,
+       {"env NERVE_SCHEDULER_policy", "environment variables are upper case",
+        "the variable of 'scheduler.policy' is NERVE_SCHEDULER_POLICY"}},
       // Regression (config audit #6.3): a variable naming only a section was silently ignored.
       {"variable naming a section but no key",
        "",
