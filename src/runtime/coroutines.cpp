@@ -185,13 +185,22 @@ void coroutine_task_finish(TaskRecord* record, std::exception_ptr error) noexcep
 }
 
 // suspend_behind(): the coroutine's continuation, ordered after `after`, its records left out of the
-// count from now on (the continuation may already have run: the count then dips for an instant).
+// count from now on. Left out before the submission, while both contexts are surely alive: once
+// submitted, the continuation may run at once, end the coroutine, and let its context go.
 void suspend_behind(ContextImpl* context, void* coroutine, TaskRecord* after, const TaskRecord* root) {
-  const std::uint8_t left_out =
-      (after != nullptr ? step_left_out : 0) | (after != nullptr && root != nullptr ? root_left_out : 0);
-  submit_step(context, Resume{coroutine, root, left_out}, after, step_name(root));
-  if ((left_out & step_left_out) != 0) leave_out(*context, 1);
-  if ((left_out & root_left_out) != 0) leave_out(*root->context, 1);
+  const bool waits = after != nullptr;
+  const std::uint8_t left_out = (waits ? step_left_out : 0) | (waits && root != nullptr ? root_left_out : 0);
+  const auto leave = [&](std::int64_t records) {
+    if ((left_out & step_left_out) != 0) leave_out(*context, records);
+    if ((left_out & root_left_out) != 0) leave_out(*root->context, records);
+  };
+  leave(1);
+  try {
+    submit_step(context, Resume{coroutine, root, left_out}, after, step_name(root));
+  } catch (...) {
+    leave(-1);  // not suspended after all: the await throws
+    throw;
+  }
 }
 
 void resume_coroutine(ContextImpl* context, void* coroutine, TaskRecord* after, const TaskRecord* root) {
