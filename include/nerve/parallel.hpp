@@ -112,10 +112,21 @@ void call_chunk(F& fn, std::size_t begin, std::size_t end) {
 }
 
 // Waits for `group` even when the calling frame is unwinding: spawned pieces reference this frame.
+// Not group_wait(), which refuses a wait deep in the stack (the very refusal that may be unwinding
+// this frame: a submission there is refused alike) and returned with pieces still running on the
+// frame: the wait of a TaskGroup's destructor, which never returns before they end.
 inline void wait_before_unwind(ContextImpl* context, GroupState& group) noexcept {
+  group_destroy(context, &group);
+}
+
+// wait_for_pieces(): the loop's own wait; refused (deep in the stack), it still waits before the
+// frame unwinds.
+inline void wait_for_pieces(ContextImpl* context, GroupState& group) {
   try {
     group_wait(context, &group);
   } catch (...) {
+    wait_before_unwind(context, group);
+    throw;
   }
 }
 
@@ -140,7 +151,7 @@ void parallel_for_range(ContextImpl* context, std::size_t begin, std::size_t end
     wait_before_unwind(context, group);
     throw;
   }
-  group_wait(context, &group);
+  wait_for_pieces(context, group);
 }
 
 template <class T, class Map, class Reduce>
@@ -160,7 +171,7 @@ T parallel_reduce_range(ContextImpl* context, std::size_t begin, std::size_t end
     wait_before_unwind(context, group);
     throw;
   }
-  group_wait(context, &group);
+  wait_for_pieces(context, group);
   return shared.first.guard([&]() -> T { return shared.reduce(std::move(*left), std::move(*right)); });
 }
 
