@@ -210,7 +210,13 @@ void group_destroy(ContextImpl* context, GroupState* group) noexcept {
     }
     end_cancel(group);
   }
-  log_unreported_failure(group->first_error, "task group");
+  // A parallel loop's group: its loop reports the body's exceptions itself (one rethrown, the others
+  // counted), also when it waits here while unwinding (parallel.hpp).
+  if (group->quiet_failures) {
+    (void)group->first_error.take();
+  } else {
+    log_unreported_failure(group->first_error, "task group");
+  }
 }
 
 PoolState* pool_create(ContextImpl* context, std::size_t expected_tasks) {
