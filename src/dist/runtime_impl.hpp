@@ -19,9 +19,9 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
-#include <unordered_set>
 #include <vector>
 
 #include "nerve/distributed.hpp"
@@ -77,14 +77,9 @@ struct RuntimeImpl {
   std::mutex trace_mutex;
   std::vector<TraceEvent> trace;
   // Each distinct task name once, for the run's life (nodes do not move: events point at them). A
-  // program names many tasks alike ("gemm"), so millions of events cost a few strings.
-  struct NameHash {
-    using is_transparent = void;
-    std::size_t operator()(std::string_view name) const noexcept {
-      return std::hash<std::string_view>{}(name);
-    }
-  };
-  std::unordered_set<std::string, NameHash, std::equal_to<>> trace_names;
+  // program names many tasks alike ("gemm"), so millions of events cost a few strings. Looked up by
+  // string_view (std::less<> compares without making a string).
+  std::set<std::string, std::less<>> trace_names;
   // intern() is the stored copy of `name` (null for null); call with trace_mutex held.
   const std::string* intern(const char* name);
 
