@@ -502,11 +502,17 @@ class MpiTransport final : public Transport {
     messages_sent_.fetch_add(1, std::memory_order_relaxed);
     wire_bytes_sent_.fetch_add(bytes, std::memory_order_relaxed);
     if (code != MPI_SUCCESS) {
+      // The run cannot go on: the peer would wait for these bytes for ever (and a batch's or a
+      // compressed payload's failure had no task to tell). Every rank fails, as after a task's failure.
+      std::exception_ptr error;
       try {
         check(code, "MPI_Isend");
-      } catch (...) {
-        if (active.task != nullptr) complete_deferred(active.task, std::current_exception());
+      } catch (const std::exception& refused) {
+        error = std::current_exception();
+        report_failure(fmt::format("rank {}: sending {} bytes to rank {}: {}", rank_, bytes, active.peer,
+                                   refused.what()));
       }
+      if (active.task != nullptr) complete_deferred(active.task, std::move(error));
       return;
     }
     active.what = Active::What::send;

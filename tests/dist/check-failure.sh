@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# check-failure.sh <mpirun> <ranks> <program> <throw|die|barrier|mismatch|rethrow> — a failure on rank 1 must end all ranks within
+# check-failure.sh <mpirun> <ranks> <program> <throw|die|barrier|mismatch|rethrow|send_fails> — a failure on rank 1 must end all ranks within
 # 20 s (a bound for a loaded machine) with a non-zero status; `throw` must also print the failing task and rank.
 set -uo pipefail
 mpirun=$1 ranks=$2 program=$3 mode=$4
@@ -30,6 +30,9 @@ fi
 # The rank whose task threw gets that exception from its first wait_all(), Error(task_failed) after.
 if [[ $mode == rethrow ]] && { ! grep -q "rank 0: PASS" <<<"$output" || grep -q "FAIL" <<<"$output"; }; then
   echo "FAIL: rank 0's first wait_all() did not rethrow its task's own exception"; exit 1
+fi
+if [[ $mode == send_fails ]] && ! grep -q "rank 1: wait_all, barrier: .*sending 4 bytes to rank 1: distributed: MPI_Isend failed on rank 0" <<<"$output"; then
+  echo "FAIL: rank 1 did not fail with rank 0's refused send"; exit 1
 fi
 if [[ $mode == die ]] && ! grep -q "rank 1" <<<"$output"; then
   echo "FAIL: no error naming the rank that died"; exit 1

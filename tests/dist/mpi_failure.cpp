@@ -23,12 +23,16 @@
 //                                     first wait_all() rethrows the task's own exception as is, the next
 //                                     one Error(task_failed) (the receive's failure, reported while the
 //                                     task's closure was still being destroyed, came out first)
+//   mpirun -np 2 mpi_failure send_fails
+//                                     MPI_Isend refuses rank 0's send of a payload rank 1 reads (wrapped
+//                                     at link time): both ranks fail (rank 1 waited for ever)
 //   mpi_failure twice                 (one process, backend mpi) a second Runtime after the first
 //                                     finalised MPI is Error(not_supported), not an abort inside MPI
 //
 // Before the failure, the ranks exchange data in a ring so that some of them are blocked waiting for
 // rank 1's output when it fails. check-failure.sh runs it and checks the exit status, the message and
 // the time taken.
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdint>
@@ -44,6 +48,10 @@
 
 #include <unistd.h>
 
+#define OMPI_SKIP_MPICXX 1  // the C interface only (MPI_Isend), as nerve uses
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+
 #include "nerve/distributed.hpp"
 #include "nerve/nerve.hpp"
 
@@ -51,6 +59,17 @@
 #include "dist/wire.hpp"
 
 namespace dist = nerve::distributed;
+
+// send_fails: the next MPI_Isend of this process is refused (linked with --wrap=MPI_Isend).
+std::atomic<bool> refuse_next_isend{false};
+
+extern "C" int __real_MPI_Isend(const void* data, int count, MPI_Datatype type, int to, int tag,
+                                MPI_Comm comm, MPI_Request* request);
+extern "C" int __wrap_MPI_Isend(const void* data, int count, MPI_Datatype type, int to, int tag,
+                                MPI_Comm comm, MPI_Request* request) {
+  if (refuse_next_isend.exchange(false)) return MPI_ERR_OTHER;
+  return __real_MPI_Isend(data, count, type, to, tag, comm, request);
+}
 
 // expect_failure(): runs `wait` (a wait_all() or barrier() that must report the failure) and says what
 // it threw; 3 when it threw (~Runtime then ends the job), 0 when it did not.
@@ -92,6 +111,21 @@ int main(int argc, char** argv) {
     auto remote = world.buffer<int>(world.rank() == 1 ? 4 : 8, 1, "tile");
     world.submit(
         dist::TaskOptions{.name = "reader", .rank = 0}, [](std::span<const int>) {}, dist::read(remote));
+    return expect_failure(world, "wait_all, barrier", [&] {
+      world.wait_all();
+      world.barrier();
+    });
+  }
+  if (argc > 1 && std::strcmp(argv[1], "send_fails") == 0) {
+    auto source = world.buffer<int>(1, 0, "source");
+    world.submit(
+        dist::TaskOptions{.name = "writer", .rank = 0}, [](std::span<int> v) { v[0] = 7; },
+        dist::write(source));
+    world.wait_all();
+    world.barrier();
+    if (world.rank() == 0) refuse_next_isend = true;
+    world.submit(
+        dist::TaskOptions{.name = "reader", .rank = 1}, [](std::span<const int>) {}, dist::read(source));
     return expect_failure(world, "wait_all, barrier", [&] {
       world.wait_all();
       world.barrier();
