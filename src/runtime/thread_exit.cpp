@@ -1,7 +1,10 @@
 #include "runtime/thread_exit.hpp"
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <unordered_map>
 #include <vector>
@@ -9,19 +12,33 @@
 #include <pthread.h>
 
 #include "runtime/context_impl.hpp"
+#include "util/fork_generation.hpp"
 
 namespace nerve::detail {
 namespace {
 
 struct ContextDirectory {
+  explicit ContextDirectory(std::uint64_t made_in) noexcept : generation(made_in) {}
+  const std::uint64_t generation;  // fork_generation() of the process it belongs to
   std::mutex mutex;
   std::unordered_map<std::uint64_t, ContextImpl*> live;
 };
 
+// directory(): this process's. A forked child starts one of its own: the parent's contexts are not
+// its to give thread states back to, and another thread of the parent may have held the mutex (or a
+// context's threads_mutex) at the fork, for ever in the child — whose exit() then hung handing its
+// main thread's state back. The old one is left as it is (leaked, as every directory is: threads may
+// exit after static destruction).
 ContextDirectory& directory() {
-  static auto* instance =
-      new ContextDirectory;  // leaked on purpose: threads may exit after static destruction
-  return *instance;
+  static std::atomic<ContextDirectory*> current{new ContextDirectory(fork_generation())};
+  ContextDirectory* dir = current.load(std::memory_order_acquire);
+  const std::uint64_t generation = fork_generation();
+  if (dir->generation == generation) return *dir;
+  auto* own = new (std::nothrow) ContextDirectory(generation);
+  if (own == nullptr) return *dir;  // no memory: the parent's, as it was
+  if (current.compare_exchange_strong(dir, own, std::memory_order_acq_rel)) return *own;
+  delete own;  // another thread of the child made it first
+  return *dir;
 }
 
 struct Held {

@@ -794,6 +794,47 @@ TEST(ContextFork, AChildDestroyingTheParentsContextEndsCleanly) {
   EXPECT_EQ(value.to_vector()[0], 2) << "the parent's context is unaffected";
 }
 
+// A forked child that only calls exit() ends, whatever the parent's other threads held at the fork:
+// its main thread handed its state back to the parent's context at exit, taking locks that another
+// thread of the parent (here ones that keep registering and leaving) may have held at the fork, for
+// ever in the child (hung within the first 3 forks).
+TEST(ContextFork, AChildThatExitsDoesNotWaitForLocksOfTheParentsThreads) {
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "fork() of a multi-threaded process under the sanitizers (see above)";
+#endif
+  Context context(make_settings(2));
+  context.spawn([] {});
+  context.wait_all();  // this thread is registered: its state is handed back at exit
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> churn;
+  for (int i = 0; i < 2; ++i) {
+    churn.emplace_back([&] {
+      while (!stop.load()) std::thread([&] { context.spawn([] {}); }).join();  // register, hand back
+    });
+  }
+  int hung = 0;
+  for (int fork_number = 0; fork_number < 200 && hung == 0; ++fork_number) {
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) std::exit(0);  // runs the main thread's thread_local destructors
+    pid_t ended = 0;
+    int status = 0;
+    for (int tick = 0; tick < 500 && ended == 0; ++tick) {  // 5 s
+      ended = waitpid(child, &status, WNOHANG);
+      if (ended == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (ended == 0) {
+      ++hung;
+      kill(child, SIGKILL);
+      waitpid(child, &status, 0);
+    }
+  }
+  stop = true;
+  for (std::thread& thread : churn) thread.join();
+  context.wait_all();
+  EXPECT_EQ(hung, 0) << "a child hung in exit()";
+}
+
 INSTANTIATE_TEST_SUITE_P(Runtime, RuntimeTest, NERVE_RUNTIME_PARAMS, runtime_param_name);
 
 }  // namespace
