@@ -17,7 +17,23 @@ void replace_file(const std::filesystem::path& path, std::string_view text) {
   replace_file(path, [text](std::ostream& out) { out << text; });
 }
 
-void replace_file(const std::filesystem::path& path, const std::function<void(std::ostream&)>& write) {
+void replace_file(const std::filesystem::path& requested, const std::function<void(std::ostream&)>& write) {
+  // A link is followed: the file it names is replaced, and the link stays (renamed over, it was
+  // replaced by a file of its own and its target never changed again).
+  std::error_code unresolved;
+  std::filesystem::path path = requested;
+  if (std::filesystem::is_symlink(requested, unresolved)) {
+    path = std::filesystem::weakly_canonical(requested, unresolved);
+    if (unresolved) path = requested;
+  }
+  // The file keeps its permissions (a private 0600 one stayed private no longer); a new one is
+  // rw-r--r--.
+  namespace fs = std::filesystem;
+  std::error_code absent;
+  const fs::file_status existing = fs::status(path, absent);
+  const fs::perms mode = !absent && fs::exists(existing) ? existing.permissions()
+                                                         : fs::perms::owner_read | fs::perms::owner_write |
+                                                               fs::perms::group_read | fs::perms::others_read;
   // A name of this writer's own: two saves at once (two contexts, two processes) must not write one
   // temporary, nor remove each other's.
   std::string pattern = path.string() + ".tmp.XXXXXX";
@@ -34,9 +50,7 @@ void replace_file(const std::filesystem::path& path, const std::function<void(st
       out.flush();
       if (!out) throw std::runtime_error("cannot write " + temporary.string());
     }
-    std::filesystem::permissions(
-        temporary, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write |
-                       std::filesystem::perms::group_read | std::filesystem::perms::others_read);
+    fs::permissions(temporary, mode);
     std::error_code refused;
     std::filesystem::rename(temporary, path, refused);
     if (refused) {

@@ -1,7 +1,8 @@
 // replace_file(): writes a whole file so that readers (another process loading it) see the old
 // contents or the new, never a part: the text goes to a temporary of the writer's own beside it,
-// which is then renamed over `path`. On failure the temporary is removed and std::runtime_error /
-// filesystem_error thrown.
+// which is then renamed over `path`. A link is followed (the file it names is replaced, the link
+// stays), and the file keeps its permissions (a new one is rw-r--r--). On failure the temporary is
+// removed and std::runtime_error / filesystem_error thrown.
 // FileLock: an exclusive lock on a lock file (flock), held for its lifetime, across threads and
 // processes alike: for a read-merge-write of shared files (performance models in one directory).
 #pragma once

@@ -178,6 +178,42 @@ TEST(HistoryModel, SavedAndLoaded) {
   std::filesystem::remove_all(directory);
 }
 
+// A save keeps what the user made of a model file: its permissions (a 0600 file became 0644,
+// readable by everyone) and a link to it (replaced by a file of its own, the target never updated).
+TEST(HistoryModel, ASaveKeepsTheFilesPermissionsAndLinks) {
+  namespace fs = std::filesystem;
+  const auto directory = fresh_directory("nerve-models-kept");
+  const auto elsewhere = fresh_directory("nerve-models-kept-target");
+  fs::create_directories(directory);
+  fs::create_directories(elsewhere);
+  {
+    HistoryModels models(directory);
+    models.add("private", "cpu", 64, 100.0);
+    models.add("linked", "cpu", 64, 100.0);
+    models.save();
+  }
+  fs::permissions(directory / "private.json", fs::perms::owner_read | fs::perms::owner_write);
+  fs::rename(directory / "linked.json", elsewhere / "linked.json");
+  fs::create_symlink(elsewhere / "linked.json", directory / "linked.json");
+  {
+    HistoryModels models(directory);
+    models.load();
+    models.add("private", "cpu", 64, 200.0);
+    models.add("linked", "cpu", 64, 200.0);
+    models.save();
+  }
+  EXPECT_EQ(fs::status(directory / "private.json").permissions(),
+            fs::perms::owner_read | fs::perms::owner_write);
+  EXPECT_TRUE(fs::is_symlink(directory / "linked.json"));
+  HistoryModels loaded(elsewhere);
+  loaded.load();
+  const auto estimate = loaded.estimate("linked", "cpu", 64);
+  ASSERT_TRUE(estimate.has_value());
+  EXPECT_EQ(estimate->samples, 2u) << "the link's target has both runs";
+  fs::remove_all(directory);
+  fs::remove_all(elsewhere);
+}
+
 // Kernel names map to file names one to one (and names that are not valid UTF-8 come back intact): "a/b" and
 // "a_b" used to share a_b.json, so one kernel's model overwrote the other's. A name too long for a file name
 // is shortened with a hash; a file another name maps to (an older version's) is not read as this kernel's.
