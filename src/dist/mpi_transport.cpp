@@ -664,8 +664,8 @@ class MpiTransport final : public Transport {
     bool any = false;
     for (std::size_t i = 0; i < active_.size();) {
       int flag = 0;
-      MPI_Test(&active_[i].request, &flag, MPI_STATUS_IGNORE);
-      if (flag == 0) {
+      const int code = MPI_Test(&active_[i].request, &flag, MPI_STATUS_IGNORE);
+      if (code == MPI_SUCCESS && flag == 0) {
         ++i;
         continue;
       }
@@ -673,9 +673,28 @@ class MpiTransport final : public Transport {
       Active done = std::move(active_[i]);
       active_[i] = std::move(active_.back());
       active_.pop_back();
-      finished(std::move(done));
+      if (code == MPI_SUCCESS) {
+        finished(std::move(done));
+      } else {
+        transfer_failed(std::move(done), code);
+      }
     }
     return any;
+  }
+
+  // transfer_failed(): MPI reports `done` failed (it took it for done before: a receive's task ran on
+  // bytes that never came). The run cannot go on: every rank fails, as after a task's failure.
+  void transfer_failed(Active done, int code) {
+    std::exception_ptr error;
+    try {
+      check(code, done.what == Active::What::send ? "a send (MPI_Test)" : "a receive (MPI_Test)");
+    } catch (const std::exception& failed) {
+      error = std::current_exception();
+      report_failure(fmt::format("rank {}: {} rank {}: {}", rank_,
+                                 done.what == Active::What::send ? "sending to" : "receiving from", done.peer,
+                                 failed.what()));
+    }
+    if (done.task != nullptr) complete_deferred(done.task, std::move(error));
   }
 
   void finished(Active done) {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# check-failure.sh <mpirun> <ranks> <program> <throw|die|barrier|mismatch|rethrow|send_fails> — a failure on rank 1 must end all ranks within
+# check-failure.sh <mpirun> <ranks> <program> <throw|die|barrier|mismatch|rethrow|send_fails|transfer_fails> — a failure on rank 1 must end all ranks within
 # 20 s (a bound for a loaded machine) with a non-zero status; `throw` must also print the failing task and rank.
 set -uo pipefail
 mpirun=$1 ranks=$2 program=$3 mode=$4
@@ -34,6 +34,10 @@ fi
 # The job ends (it hung: rank 1 waited for the bytes for ever) with MPI's refusal said.
 if [[ $mode == send_fails ]] && ! grep -q "sending 4 bytes to rank 1: distributed: MPI_Isend failed on rank 0" <<<"$output"; then
   echo "FAIL: the refused send is not what ended the job"; exit 1
+fi
+# The job ends (it succeeded: the failed send was taken for done) with MPI's report said.
+if [[ $mode == transfer_fails ]] && ! grep -q "rank 0: sending to rank 1: distributed: a send (MPI_Test) failed on rank 0" <<<"$output"; then
+  echo "FAIL: the failed send is not what ended the job"; exit 1
 fi
 if [[ $mode == die ]] && ! grep -q "rank 1" <<<"$output"; then
   echo "FAIL: no error naming the rank that died"; exit 1

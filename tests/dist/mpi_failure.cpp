@@ -26,6 +26,10 @@
 //   mpirun -np 2 mpi_failure send_fails
 //                                     MPI_Isend refuses rank 0's send of a payload rank 1 reads (wrapped
 //                                     at link time): both ranks fail (rank 1 waited for ever)
+//   mpirun -np 2 mpi_failure transfer_fails
+//                                     MPI_Test reports rank 0's send of a payload rank 1 reads failed
+//                                     (wrapped at link time): both ranks fail (the send was taken for
+//                                     done, and the run went on)
 //   mpi_failure twice                 (one process, backend mpi) a second Runtime after the first
 //                                     finalised MPI is Error(not_supported), not an abort inside MPI
 //
@@ -62,6 +66,17 @@ namespace dist = nerve::distributed;
 
 // send_fails: the next MPI_Isend of this process is refused (linked with --wrap=MPI_Isend).
 std::atomic<bool> refuse_next_isend{false};
+
+// transfer_fails: the next MPI_Test of this process on a request it completes reports an error
+// (linked with --wrap=MPI_Test).
+std::atomic<bool> fail_next_test{false};
+
+extern "C" int __real_MPI_Test(MPI_Request* request, int* flag, MPI_Status* status);
+extern "C" int __wrap_MPI_Test(MPI_Request* request, int* flag, MPI_Status* status) {
+  const int code = __real_MPI_Test(request, flag, status);
+  if (code == MPI_SUCCESS && *flag != 0 && fail_next_test.exchange(false)) return MPI_ERR_OTHER;
+  return code;
+}
 
 extern "C" int __real_MPI_Isend(const void* data, int count, MPI_Datatype type, int to, int tag,
                                 MPI_Comm comm, MPI_Request* request);
@@ -116,16 +131,19 @@ int main(int argc, char** argv) {
       world.barrier();
     });
   }
-  if (argc > 1 && std::strcmp(argv[1], "send_fails") == 0) {
-    auto source = world.buffer<int>(1, 0, "source");
-    world.submit(
-        dist::TaskOptions{.name = "writer", .rank = 0}, [](std::span<int> v) { v[0] = 7; },
-        dist::write(source));
-    world.wait_all();
-    world.barrier();
-    if (world.rank() == 0) refuse_next_isend = true;  // the payload's send
-    // The submission too: rank 1 may learn of rank 0's failure before it submits, and submit() throws then.
+  const bool send_fails = argc > 1 && std::strcmp(argv[1], "send_fails") == 0;
+  if (send_fails || (argc > 1 && std::strcmp(argv[1], "transfer_fails") == 0)) {
+    // All of it inside the checked wait: rank 0 may fail while rank 1 is still leaving the first
+    // barrier, which then throws (it checks for a failure after the barrier).
     return expect_failure(world, "wait_all, barrier", [&] {
+      auto source = world.buffer<int>(1, 0, "source");
+      world.submit(
+          dist::TaskOptions{.name = "writer", .rank = 0}, [](std::span<int> v) { v[0] = 7; },
+          dist::write(source));
+      world.wait_all();
+      world.barrier();
+      // The payload's send: refused, or the next request rank 0 sees done (that send) reported failed.
+      if (world.rank() == 0) (send_fails ? refuse_next_isend : fail_next_test) = true;
       world.submit(
           dist::TaskOptions{.name = "reader", .rank = 1}, [](std::span<const int>) {}, dist::read(source));
       world.wait_all();
