@@ -104,12 +104,7 @@ class OpenclFaultTest : public ::testing::Test {
     NERVE_SKIP_WITHOUT_OPENCL();
     if (opencl_device_count() < 2)
       GTEST_SKIP() << "one OpenCL device (PoCL: set POCL_DEVICES=\"pthread pthread\")";
-    // A disk cache of our own, so that the test neither reads nor fills the user's.
-    cache =
-        std::filesystem::temp_directory_path() / ("nerve-opencl-fault-test-" + std::to_string(::getpid()));
-    std::filesystem::remove_all(cache);
-    if (const char* before = std::getenv("NERVE_CACHE_DIR")) cache_dir_before = before;
-    ::setenv("NERVE_CACHE_DIR", cache.c_str(), 1);
+    private_cache.emplace("fault-test");
   }
   void TearDown() override {
     injection.fault.store(Fault::none);
@@ -120,13 +115,7 @@ class OpenclFaultTest : public ::testing::Test {
     injection.write_fault_pending.store(false);
     injection.callback_fault_pending.store(false);
     injection.released.store(false);
-    if (cache.empty()) return;
-    if (cache_dir_before) {
-      ::setenv("NERVE_CACHE_DIR", cache_dir_before->c_str(), 1);
-    } else {
-      ::unsetenv("NERVE_CACHE_DIR");
-    }
-    std::filesystem::remove_all(cache);
+    private_cache.reset();
   }
 
   // arm(): the next staged read of copy_floats floats is held back; a thread releases it once it
@@ -166,9 +155,26 @@ class OpenclFaultTest : public ::testing::Test {
       EXPECT_EQ(device->counters().events_live, 0u) << "every driver event released";
   }
 
+  // move_armed(): `x` (valid on device 1 only) goes to device 2 with `fault` armed on its staged
+  // copy; the failure the task reported ("" if none), and whether the held read was released first.
+  struct Moved {
+    std::string failure;
+    bool read_was_released;
+  };
+  Moved move_armed(Context& ctx, const Kernel& increment, Buffer<float>& x, Fault fault) {
+    arm(fault);
+    Task moved = ctx.submit(TaskOptions{.device = 2}, increment, read_write(x));  // device 1 -> 2
+    std::string failure;
+    try {
+      moved.wait();
+    } catch (const Error& error) {
+      failure = error.what();
+    }
+    return {failure, injection.released.load()};
+  }
+
   std::thread releaser;
-  std::filesystem::path cache;
-  std::optional<std::string> cache_dir_before;
+  std::optional<PrivateProgramCache> private_cache;
 };
 
 // Regression: when the staged write failed to enqueue after the read was enqueued, the copy failed at
@@ -180,15 +186,7 @@ TEST_F(OpenclFaultTest, StagedWriteThatFailsToEnqueueFailsTheCopyOnlyAfterItsRea
     const Kernel increment = make_increment();
     Buffer<float> x(ctx, std::vector<float>(copy_floats, 0.0f));
     ctx.submit(TaskOptions{.device = 1}, increment, read_write(x)).wait();  // valid on device 1 only
-    arm(Fault::fail_staged_write);
-    Task moved = ctx.submit(TaskOptions{.device = 2}, increment, read_write(x));  // device 1 -> 2
-    std::string failure;
-    try {
-      moved.wait();
-    } catch (const Error& error) {
-      failure = error.what();
-    }
-    const bool read_was_released = injection.released.load();
+    const auto [failure, read_was_released] = move_armed(ctx, increment, x, Fault::fail_staged_write);
     EXPECT_NE(failure.find("CL_OUT_OF_RESOURCES"), std::string::npos)
         << "the staged write failed: " << failure;
     EXPECT_TRUE(read_was_released) << "the copy failed while its read into the staging memory was pending";
@@ -211,15 +209,7 @@ TEST_F(OpenclFaultTest, CallbackThatCannotBeRegisteredEndsTheCopyOnlyWhenItsComm
     const Kernel increment = make_increment();
     Buffer<float> x(ctx, std::vector<float>(copy_floats, 0.0f));
     ctx.submit(TaskOptions{.device = 1}, increment, read_write(x)).wait();
-    arm(Fault::fail_callback);
-    Task moved = ctx.submit(TaskOptions{.device = 2}, increment, read_write(x));
-    std::string failure;
-    try {
-      moved.wait();
-    } catch (const Error& error) {
-      failure = error.what();
-    }
-    const bool read_was_released = injection.released.load();
+    const auto [failure, read_was_released] = move_armed(ctx, increment, x, Fault::fail_callback);
     EXPECT_FALSE(injection.callback_fault_pending.load()) << "the fault was not injected";
     EXPECT_TRUE(read_was_released) << "the copy ended while its staged read was pending";
     EXPECT_EQ(failure, "") << "the command itself succeeded: so does the copy";

@@ -61,12 +61,9 @@ class OpenclTest : public ::testing::Test {
  protected:
   void SetUp() override {
     NERVE_SKIP_WITHOUT_OPENCL();
-    cache = std::filesystem::temp_directory_path() /
-            ("nerve-opencl-test-" + std::to_string(::getpid()) + "-" +
-             ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(cache);
-    if (const char* before = std::getenv("NERVE_CACHE_DIR")) cache_dir_before = before;
-    ::setenv("NERVE_CACHE_DIR", cache.c_str(), 1);
+    private_cache.emplace(std::string("test-") +
+                          ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    cache = private_cache->path();
   }
   void TearDown() override {
     if (context) {
@@ -77,15 +74,7 @@ class OpenclTest : public ::testing::Test {
       expect_no_leaks(*context);
       context.reset();
     }
-    if (cache.empty()) return;
-    // The binary's later suites (heterogeneous, Cholesky) build programs too: they go back to the
-    // process's cache instead of refilling this test's once it is gone (each run left one in /tmp).
-    if (cache_dir_before) {
-      ::setenv("NERVE_CACHE_DIR", cache_dir_before->c_str(), 1);
-    } else {
-      ::unsetenv("NERVE_CACHE_DIR");
-    }
-    std::filesystem::remove_all(cache);
+    private_cache.reset();  // after the context, which may still write there
   }
   Context& open(const Settings& settings) {
     context = std::make_unique<Context>(settings);
@@ -99,8 +88,8 @@ class OpenclTest : public ::testing::Test {
     expect_no_leaks(*context);
     context.reset();
   }
-  std::filesystem::path cache;
-  std::optional<std::string> cache_dir_before;  // NERVE_CACHE_DIR before SetUp, restored after
+  std::optional<PrivateProgramCache> private_cache;
+  std::filesystem::path cache;  // its directory (the tests keep models and logs there too)
   std::unique_ptr<Context> context;
 };
 
