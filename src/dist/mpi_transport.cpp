@@ -502,17 +502,9 @@ class MpiTransport final : public Transport {
     messages_sent_.fetch_add(1, std::memory_order_relaxed);
     wire_bytes_sent_.fetch_add(bytes, std::memory_order_relaxed);
     if (code != MPI_SUCCESS) {
-      // The run cannot go on: the peer would wait for these bytes for ever (and a batch's or a
-      // compressed payload's failure had no task to tell). Every rank fails, as after a task's failure.
-      std::exception_ptr error;
-      try {
-        check(code, "MPI_Isend");
-      } catch (const std::exception& refused) {
-        error = std::current_exception();
-        report_failure(fmt::format("rank {}: sending {} bytes to rank {}: {}", rank_, bytes, active.peer,
-                                   refused.what()));
-      }
-      if (active.task != nullptr) complete_deferred(active.task, std::move(error));
+      // A batch's or a compressed payload's failure has no task to tell: the run's failure tells.
+      transfer_failed(active, code, "MPI_Isend",
+                      fmt::format("sending {} bytes to rank {}", bytes, active.peer));
       return;
     }
     active.what = Active::What::send;
@@ -675,26 +667,27 @@ class MpiTransport final : public Transport {
       active_.pop_back();
       if (code == MPI_SUCCESS) {
         finished(std::move(done));
-      } else {
-        transfer_failed(std::move(done), code);
+      } else {  // taken for done before: a receive's task ran on bytes that never came
+        const bool send = done.what == Active::What::send;
+        transfer_failed(done, code, send ? "a send (MPI_Test)" : "a receive (MPI_Test)",
+                        fmt::format("{} rank {}", send ? "sending to" : "receiving from", done.peer));
       }
     }
     return any;
   }
 
-  // transfer_failed(): MPI reports `done` failed (it took it for done before: a receive's task ran on
-  // bytes that never came). The run cannot go on: every rank fails, as after a task's failure.
-  void transfer_failed(Active done, int code) {
+  // transfer_failed(): MPI says `failed` (`doing`) failed, with `code` from `call`. The run cannot go
+  // on (the peer would wait for those bytes for ever, or a task would run on bytes that never came):
+  // every rank fails, as after a task's failure, and the transfer's task with it.
+  void transfer_failed(Active& failed, int code, const char* call, const std::string& doing) {
     std::exception_ptr error;
     try {
-      check(code, done.what == Active::What::send ? "a send (MPI_Test)" : "a receive (MPI_Test)");
-    } catch (const std::exception& failed) {
+      check(code, call);
+    } catch (const std::exception& reported) {
       error = std::current_exception();
-      report_failure(fmt::format("rank {}: {} rank {}: {}", rank_,
-                                 done.what == Active::What::send ? "sending to" : "receiving from", done.peer,
-                                 failed.what()));
+      report_failure(fmt::format("rank {}: {}: {}", rank_, doing, reported.what()));
     }
-    if (done.task != nullptr) complete_deferred(done.task, std::move(error));
+    if (failed.task != nullptr) complete_deferred(std::exchange(failed.task, nullptr), std::move(error));
   }
 
   void finished(Active done) {
