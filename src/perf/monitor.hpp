@@ -205,9 +205,6 @@ class PerfMonitor final : public TransferObserver {
   DecisionLog* decisions_ = nullptr;
 };
 
-// A CPU task MonitoredExecutor is running: PerfMonitor::cpu_run_finished() ends it from finish(),
-// before the task's completion is published, so whoever waits for the task then sees its sample
-// and its record, and a successor's ready time is never before the task's end.
 // scheduler.policy heft: the CPU workers free up by a task's prediction once it has run — before its
 // successors are placed (PerfMonitor::cpu_run_finished(), from finish()), else when its run's frame
 // ends (a body that deferred its completion to another thread).
@@ -226,6 +223,9 @@ struct HeftCredit {
   }
 };
 
+// A CPU task MonitoredExecutor is running: PerfMonitor::cpu_run_finished() ends it from finish(),
+// before the task's completion is published, so whoever waits for the task then sees its sample
+// and its record, and a successor's ready time is never before the task's end.
 struct MonitoredRun {
   const TaskRecord* task;
   bool modelled;  // a kernel call while perf.models is on: learn its run time
