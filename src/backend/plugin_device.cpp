@@ -335,6 +335,15 @@ class PluginBackend final : public Backend {
                                      "the CPU workers' alone: declare test (the default), opencl or cuda",
                                      which, description.name, name_));
     }
+    // A value outside the enumeration (a plugin built against another header, or uninitialised
+    // memory) would index the kernels' implementations per kind out of bounds.
+    if (description.kind != DeviceKind::test && description.kind != DeviceKind::opencl &&
+        description.kind != DeviceKind::cuda) {
+      throw plugin_error(file_,
+                         fmt::format("device {} ('{}') of backend '{}' declares DeviceKind {}, which is "
+                                     "no kind of device: declare test (the default), opencl or cuda",
+                                     which, description.name, name_, static_cast<int>(description.kind)));
+    }
     return description;
   }
 

@@ -590,6 +590,18 @@ TEST(BackendPlugin, APluginDeviceOfKindCpuIsRefused) {
       << message;
 }
 
+// Regression: a kind outside DeviceKind indexed the kernels' implementations out of bounds at the
+// first submission (a crash), instead of refusing the plugin like a device of kind cpu.
+TEST(BackendPlugin, APluginDeviceOfAKindOutsideTheEnumerationIsRefused) {
+  const SimPluginSetting kind("SIM_PLUGIN_KIND", "out-of-range");
+  const std::string message = creation_error(NERVE_TEST_PLUGIN_DIR, "sim0");
+  EXPECT_NE(message.find(sim_plugin_file), std::string::npos) << message;
+  EXPECT_NE(
+      message.find("device 0 ('sim0') of backend 'sim' declares DeviceKind 7, which is no kind of device"),
+      std::string::npos)
+      << message;
+}
+
 // Regression: memory_bytes 0 ("unknown") made a memory node of limit 0, where every task failed with
 // out_of_memory. Now the plugin's allocate() decides: eviction makes room, then out_of_memory.
 TEST(BackendPlugin, APluginDeviceOfUnknownMemorySizeIsBoundedByItsAllocator) {

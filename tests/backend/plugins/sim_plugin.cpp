@@ -13,8 +13,8 @@
 // copy_to_device reports a failure; "copy_back_fail": copy_to_host does; "create": Entry::create() throws
 // (nerve calls it again at the next context until it succeeds: the tests use a copy of their own,
 // libnerve-backend-simretry.so). Read at describe: SIM_PLUGIN_NUMA set, device i says it is attached to NUMA
-// node i; SIM_PLUGIN_KIND (test, opencl, cuda or cpu) is the kind its devices declare (test by default);
-// SIM_PLUGIN_MEMORY is their memory_bytes (64 MiB by default; 0: unknown). Read at open:
+// node i; SIM_PLUGIN_KIND (test, opencl, cuda, cpu, or out-of-range: 7) is the kind its devices declare (test
+// by default); SIM_PLUGIN_MEMORY is their memory_bytes (64 MiB by default; 0: unknown). Read at open:
 // SIM_PLUGIN_CAPACITY bounds what a device's allocate() gives (none by default), and
 // SIM_PLUGIN_COPY_DELAY_US makes each asynchronous copy take that long.
 //
@@ -189,6 +189,7 @@ nerve::DeviceKind kind_from_environment() {
   if (std::strcmp(kind, "opencl") == 0) return nerve::DeviceKind::opencl;
   if (std::strcmp(kind, "cuda") == 0) return nerve::DeviceKind::cuda;
   if (std::strcmp(kind, "cpu") == 0) return nerve::DeviceKind::cpu;
+  if (std::strcmp(kind, "out-of-range") == 0) return static_cast<nerve::DeviceKind>(7);
   return nerve::DeviceKind::test;
 }
 
