@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <charconv>
 #include <chrono>
 #include <cstdint>
 #include <limits>
+#include <string_view>
 #include <system_error>
 #include <utility>
 
@@ -21,6 +23,11 @@ namespace nerve::config {
 namespace {
 
 using namespace std::chrono_literals;
+
+bool equal_ignoring_case(std::string_view text, std::string_view lower_case) {
+  return std::equal(text.begin(), text.end(), lower_case.begin(), lower_case.end(),
+                    [](char a, char b) { return std::tolower(static_cast<unsigned char>(a)) == b; });
+}
 
 // The words of memory.allocator. (They sit here rather than in enum_names.hpp only because this
 // change owns the memory keys' rows and not that file; they can move there as they are.)
@@ -341,7 +348,9 @@ std::vector<KeySpec> build_key_table() {
            c.gpu.devices.emplace_back(rest.substr(0, comma));
            rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
          }
-         if (c.gpu.devices.size() == 1 && c.gpu.devices[0] == "none") c.gpu.devices.clear();
+         // Items are compared without regard to case (selection.cpp): `None` loads no driver either.
+         if (c.gpu.devices.size() == 1 && equal_ignoring_case(c.gpu.devices[0], "none"))
+           c.gpu.devices.clear();
        }},
       {"gpu.stream_count", integer_type(1, 16), "4",
        "queues (streams) per device for kernels (copies have one per direction)",

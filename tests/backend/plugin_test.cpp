@@ -581,6 +581,18 @@ TEST(BackendPlugin, BuiltInCudaDevicesRunOnlyNervesCudaLaunchers) {
   context->wait_all();
 }
 
+// Regression: only "none" in lower case skipped the drivers; "None" selected nothing, but only after
+// every backend and plugin had been loaded and asked for its devices: a failing plugin failed the context.
+TEST(BackendPlugin, NoneInAnyCaseAsksNoPluginForItsDevices) {
+  const SimPluginFails failing("describe");
+  for (const char* none : {"none", "None", "NONE"}) {
+    SCOPED_TRACE(none);
+    std::unique_ptr<Context> context;
+    ASSERT_NO_THROW(context = context_with_plugins(NERVE_TEST_PLUGIN_DIR, none));
+    EXPECT_EQ(context->devices().size(), 1u);
+  }
+}
+
 // Regression: a plugin device of kind cpu was opened, and nerve-info showed it as memory node 0.
 TEST(BackendPlugin, APluginDeviceOfKindCpuIsRefused) {
   const SimPluginSetting kind("SIM_PLUGIN_KIND", "cpu");
