@@ -513,6 +513,30 @@ Mapping buffer_map(BufferState* buffer, std::size_t offset, std::size_t size, Ac
   return {task, buffer->host + offset};
 }
 
+namespace {
+
+// free_data_of_context_gone(): ends `mapping` of a buffer whose context has been destroyed, and frees
+// the buffer's data when no other mapping still reads it: the destruction kept the data for the
+// mappings alone (ContextImpl::shutdown()), not for the handles, which can no longer reach it. Freed
+// before the mapping ends: its access may be all that keeps the buffer alive (its handles may be gone).
+void free_data_of_context_gone(ContextImpl& context, TaskRecord* mapping) {
+  BufferState* buffer = mapping->accesses[0].buffer;
+  bool still_mapped = false;
+  {
+    std::lock_guard lock(context.mappings_mutex);
+    still_mapped = std::any_of(context.held_mappings.begin(), context.held_mappings.end(),
+                               [&](const TaskRecord* held) { return held->accesses[0].buffer == buffer; });
+  }
+  if (!still_mapped && !context.forked_child()) {
+    std::lock_guard lock(buffer->tracker.lock());
+    buffer->host_storage.release();
+    buffer->host = nullptr;
+  }
+  context.end_mapping(mapping, context.current_thread());
+}
+
+}  // namespace
+
 void buffer_unmap(Mapping mapping) {
   TaskRecord* task = mapping.record;
   ContextImpl& context = *task->context;
@@ -532,7 +556,11 @@ void buffer_unmap(Mapping mapping) {
   // Ending the mapping may release the buffer, and with it the runtime (when the Context object
   // and every handle went first): hold the runtime until the mapping's record is given back.
   context.add_external_reference();
-  context.end_mapping(task, context.current_thread());
+  if (!context_gone.empty()) [[unlikely]] {
+    free_data_of_context_gone(context, task);
+  } else {
+    context.end_mapping(task, context.current_thread());
+  }
   context.release_task(task);  // the Mapping's reference
   context.drop_external_reference();
   if (!context_gone.empty()) throw Error(ErrorCode::buffer_misuse, context_gone);

@@ -12,6 +12,7 @@
 
 #include <gmock/gmock.h>
 
+#include "runtime/context_impl.hpp"
 #include "runtime_test.hpp"
 
 namespace nerve::testing {
@@ -290,6 +291,26 @@ TEST(BuffersAfterContext, UnmapAfterTheContextAndTheLastHandleWentEndsCleanly) {
   EXPECT_EQ(mapping[99], 3) << "the data is still there";
   EXPECT_THROW(mapping.unmap(), Error) << "the context has been destroyed";
   EXPECT_THROW(mapping.unmap(), Error) << "already ended";
+}
+
+// Regression: the data of a buffer still mapped when its context was destroyed stayed allocated
+// after unmap(), until the last, now unusable, handle went (the destruction's warning says unmap()
+// frees it). A second mapping of it keeps it until that one is unmapped too.
+TEST(BuffersAfterContext, UnmapAfterTheContextFreesTheBuffersData) {
+  auto context = std::make_unique<Context>(make_settings(2));
+  detail::ContextImpl* impl = context->impl();
+  const auto in_use = [impl] { return impl->host_memory.memory_stats().bytes_in_use; };
+  Buffer<int> buffer(*context, std::vector<int>(1 << 16, 3));
+  std::optional<Mapped<const int>> first(buffer.map_read());
+  std::optional<Mapped<const int>> second(buffer.map_read());
+  context.reset();
+  const std::size_t held = in_use();
+  ASSERT_GE(held, buffer.size_bytes());
+  EXPECT_THROW(first->unmap(), Error) << "the context has been destroyed";
+  EXPECT_EQ(in_use(), held) << "the other mapping still reads the data";
+  EXPECT_EQ((*second)[1 << 15], 3);
+  EXPECT_THROW(second->unmap(), Error);
+  EXPECT_LE(in_use(), held - buffer.size_bytes()) << "unmapped: the data is freed while the handle lives";
 }
 
 // A count whose size in bytes wraps around would make a tiny buffer with a huge size(): refused.
