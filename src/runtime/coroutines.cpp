@@ -7,10 +7,13 @@
 // coroutine returns or throws, so wait_all(), groups and Task::wait() treat it like any task.
 #include <algorithm>
 #include <coroutine>
+#include <cstdlib>
 #include <exception>
 #include <mutex>
+#include <new>
 #include <span>
 #include <thread>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -84,6 +87,57 @@ struct Start {
   }
 };
 
+// A launched coroutine's Task record is never scheduled: its closure bytes hold what the coroutine
+// awaits (its AwaitSlot), so that a cycle check can follow awaits downwards, from the awaited Task
+// to what that one awaits (known_not_to_wait_for()). Only the coroutine itself writes its slot (its
+// awaits, its end), under its context's coroutine_awaits_mutex; checks read it under that mutex.
+struct AwaitSlot {
+  // The Task of its last co_await on a Task, held as a handle (released at the next await or at its
+  // end): while that Task is unfinished, the coroutine is suspended behind it.
+  TaskRecord* awaited = nullptr;
+  bool parked = false;  // since its last co_await on a TaskGroup: what it waits for is not listed
+};
+static_assert(sizeof(AwaitSlot) <= inline_closure_bytes);
+
+void never_invoked(void* /*closure*/, const AccessView* /*views*/) { std::abort(); }
+void nothing_to_destroy(void* /*closure*/) noexcept {}
+const ClosureOps coroutine_task_ops{&never_invoked, &nothing_to_destroy};
+
+AwaitSlot& await_slot(const TaskRecord& task) noexcept {
+  // The slot is the coroutine's state, not the record's: written through a const record too.
+  auto* closure = const_cast<std::byte*>(task.closure);
+  return *std::launder(reinterpret_cast<AwaitSlot*>(closure));
+}
+
+// known_not_to_wait_for(): true when `task` is known not to wait for `root` (the Task of a coroutine
+// of `home` about to await `task`), found by following what it waits for downwards: a coroutine's
+// Task waits for what its slot says, an ordinary task with no unfinished predecessor for nothing.
+// False when it does, or when the walk cannot tell (an ordinary task's predecessors are not
+// recorded, a parked coroutine's group not listed, another context's slots not guarded by the
+// caller's lock): the walk upwards from `root` then decides. Without it, a chain of coroutines each
+// awaiting the next one's Task walked the whole chain above each await (quadratic in its depth),
+// where the chain below the awaited one is short: it is the part just launched. Called with
+// home.coroutine_awaits_mutex held: no slot of `home` changes meanwhile, and each Task it reaches
+// is held by the slot it was found in (the first by the awaiter).
+bool known_not_to_wait_for(const TaskRecord* task, const TaskRecord* root, const ContextImpl& home) {
+  constexpr int max_steps = 4096;
+  for (int step = 0; step < max_steps; ++step) {
+    if (task == root) return false;
+    if (task->finished()) return true;
+    if (task->ops != &coroutine_task_ops) {
+      return task->kind == TaskKind::function && task->pool == nullptr &&
+             task->pending.load(std::memory_order_acquire) == 0;
+    }
+    if (task->context != &home) return false;
+    const AwaitSlot& slot = await_slot(*task);
+    if (slot.parked) return false;
+    // Not started, or running: a coroutine waits for nothing but what it is suspended behind.
+    if (slot.awaited == nullptr) return true;
+    task = slot.awaited;
+  }
+  return false;
+}
+
 // Each stretch is named after its launched coroutine: the trace and the stats show the coroutine's
 // work under the name launch() was given.
 const char* step_name(const TaskRecord* root) noexcept {
@@ -125,6 +179,7 @@ void refuse_awaits_that_wait_for_themselves(const TaskRecord* root, const TaskRe
   }
   // Nothing waits for the coroutine's Task (the usual case): no walk, no std::function.
   if (!ContextImpl::may_be_waited_for(*root, announced)) return;
+  if (task != nullptr && known_not_to_wait_for(task, root, *root->context)) return;
   const auto awaited = [&](const TaskRecord* candidate) {
     return candidate != root && (candidate == task || (group != nullptr && candidate->group == group));
   };
@@ -161,6 +216,8 @@ TaskRecord* coroutine_task_create(ContextImpl* context, const char* name, GroupS
   // "coroutine" in the trace and the stats (step_name()).
   task->name = name;
   task->group = group;
+  task->ops = &coroutine_task_ops;
+  ::new (static_cast<void*>(task->closure)) AwaitSlot{};
   task->phase.store(status_running, std::memory_order_relaxed);
   task->status.store(status_running, std::memory_order_relaxed);
   task->refs.store(2, std::memory_order_relaxed);  // the runtime's (until finished) and the handle's
@@ -178,6 +235,17 @@ void coroutine_task_finish(TaskRecord* record, std::exception_ptr error) noexcep
     if (MonitoredRun* run = context.current_thread().perf_run;
         run != nullptr && run->task == running_task_record())
       run->coroutine_failed = true;
+  }
+  // What it awaited last is released: nothing follows its slot once it has finished.
+  AwaitSlot& slot = await_slot(*record);
+  if (slot.awaited != nullptr || slot.parked) {  // its own writes: read without the lock
+    TaskRecord* awaited = nullptr;
+    {
+      std::lock_guard lock(context.coroutine_awaits_mutex);
+      awaited = std::exchange(slot.awaited, nullptr);
+      slot.parked = false;
+    }
+    if (awaited != nullptr) release_handle(awaited);
   }
   record->error = std::move(error);
   context.finish(record, context.current_thread(),
@@ -217,18 +285,26 @@ void resume_coroutine(ContextImpl* context, void* coroutine, TaskRecord* after, 
   // is harmless: the walks reach only unfinished tasks through it.)
   ContextImpl& home = *root->context;
   auto* awaiting = const_cast<TaskRecord*>(root);  // its counts only
+  TaskRecord* awaited_before = nullptr;
   {
     std::lock_guard lock(home.coroutine_awaits_mutex);
     refuse_awaits_that_wait_for_themselves(root, after, nullptr, home.announced_awaits);
     home.announced_awaits.push_back({root, after});
     retain_handle(awaiting);
-    retain_handle(after);
+    retain_handle(after);  // the announcement's: a recycled record must not inherit it
+    retain_handle(after);  // the slot's, until the coroutine's next await or its end
+    AwaitSlot& slot = await_slot(*root);
+    awaited_before = std::exchange(slot.awaited, after);
+    slot.parked = false;
   }
+  if (awaited_before != nullptr) release_handle(awaited_before);
   struct Withdraw {
     ContextImpl& home;
     TaskRecord* root;
     TaskRecord* target;
+    bool suspended = false;
     ~Withdraw() {
+      TaskRecord* not_awaited = nullptr;
       {
         std::lock_guard lock(home.coroutine_awaits_mutex);
         auto& list = home.announced_awaits;
@@ -240,12 +316,17 @@ void resume_coroutine(ContextImpl* context, void* coroutine, TaskRecord* after, 
           *it = list.back();
           list.pop_back();
         }
+        // Not suspended after all (the await throws): the coroutine runs on, behind nothing. (Once
+        // suspended, the slot is no longer this await's: the coroutine may have resumed already.)
+        if (!suspended) not_awaited = std::exchange(await_slot(*root).awaited, nullptr);
       }
+      if (not_awaited != nullptr) release_handle(not_awaited);
       release_handle(target);
       release_handle(root);  // last: it may end `home`
     }
   } withdraw{home, awaiting, after};
   suspend_behind(context, coroutine, after, root);
+  withdraw.suspended = true;
 }
 
 void start_coroutine(ContextImpl* context, void* coroutine, TaskRecord* launched) {
@@ -304,8 +385,19 @@ bool group_suspend(GroupState* group, void* coroutine, const TaskRecord* root) {
     ~Release() { release_handle(root); }
   } release{awaiting};
   ContextImpl& home = *root->context;
+  struct ReleaseAwaited {
+    TaskRecord* awaited = nullptr;
+    ~ReleaseAwaited() {
+      if (awaited != nullptr) release_handle(awaited);
+    }
+  } awaited_before;  // released after the lock is let go (it may end its context)
   std::lock_guard lock(home.coroutine_awaits_mutex);
   refuse_awaits_that_wait_for_themselves(root, nullptr, group, home.announced_awaits);
+  // Written before the park publishes the coroutine (it may resume, and end, at once). It stays
+  // `parked` until its next await, resumed or not parked at all: the walks then go upwards.
+  AwaitSlot& slot = await_slot(*root);
+  awaited_before.awaited = std::exchange(slot.awaited, nullptr);
+  slot.parked = true;
   if (!park_in_group(group, coroutine, root)) return false;
   leave_out(home, 1);  // its Task, until resume_group_continuation()'s step runs
   return true;

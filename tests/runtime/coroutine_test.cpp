@@ -509,6 +509,40 @@ TEST_P(CoroutineTest, TwoAwaitsClosingOneCycleAtOnceSeeEachOther) {
   context->wait_all();
 }
 
+// deep_link(): one level of a chain of launched coroutines, each awaiting the Task of the next one it
+// launches; the last awaits the first's (`top`, published once launched) when `closed`: a cycle
+// through the whole chain, closed by whichever of the last two awaits comes second.
+CoTask<> deep_link(Context& context, int level, int depth, bool closed, std::atomic<Task*>& top,
+                   CycleLog& log) {
+  if (level < depth) {
+    Task next = launch(context, deep_link(context, level + 1, depth, closed, top, log), "link");
+    co_await await_and_log(&next, nullptr, log);
+    co_return;
+  }
+  if (!closed) co_return;
+  Task* first = nullptr;
+  while ((first = top.load()) == nullptr) std::this_thread::yield();
+  co_await await_and_log(first, nullptr, log);
+}
+
+// The check of an await follows what the awaited coroutine awaits in turn, downwards: through a long
+// chain it must still find the cycle the last await closes, and refuse nothing when there is none.
+TEST_P(CoroutineTest, ACycleThroughADeepChainOfAwaitingCoroutinesIsFound) {
+  constexpr int depth = 2000;
+  for (const bool closed : {true, false}) {
+    SCOPED_TRACE(closed);
+    CycleLog log;
+    std::atomic<Task*> top{nullptr};
+    Task first = launch(*context, deep_link(*context, 0, depth, closed, top, log), "top");
+    top.store(&first);
+    ASSERT_TRUE(first.wait_for(std::chrono::seconds(60))) << "the chain stayed suspended";
+    context->wait_all();
+    EXPECT_EQ(log.refusals.load(), closed ? 1 : 0);
+    if (closed && log.refusals.load() == 1)
+      EXPECT_THAT(log.messages[0], HasSubstr("the awaits wait for each other"));
+  }
+}
+
 // A CoTask runs once: awaiting it again, or launching it after it was awaited, is an error (it used
 // to resume a finished coroutine).
 TEST_P(CoroutineTest, ACoTaskAwaitedOnceIsEmptyAfterwards) {
