@@ -197,6 +197,19 @@ def case_json(binary, directory):
     # Its origin names the option, as a file's names the line and a variable's the variable ("api (api)").
     check(pool and pool[0]["value"] == str(doc["options"]["threads"]) and pool[0]["origin"] == "api (--threads)",
           f"parallel.thread_pool_size entry {pool} (threads {doc['options']['threads']})")
+    # Text that is not UTF-8 (here the --config file's name, in the options and in each of its keys'
+    # origins; a configuration value or the host name may be so too) is written as U+FFFD: the JSON
+    # library threw on it while writing, and the whole report was lost (exit 1, no file).
+    odd = os.path.join(directory, "tuning\udcff.yaml")  # the byte 0xff in the name (surrogateescape)
+    with open(odd, "w") as f:
+        f.write("scheduler:\n  spin_us: 20\n")
+    odd_out = os.path.join(directory, "odd.json")
+    run(binary, *QUICK, "--threads", "1", "--only", "W3", "--config", odd, "--json", odd_out, errors="replace")
+    with open(odd_out, encoding="utf-8") as f:
+        doc = json.load(f)
+    check_schema(doc)
+    check(doc["options"]["config_file"].endswith("tuning\ufffd.yaml"),
+          f"config_file {doc['options']['config_file']!r}: the byte 0xff is not U+FFFD")
 
 
 def case_usage(binary, directory):

@@ -14,6 +14,7 @@
 
 #include "common/files.hpp"
 #include "report.hpp"
+#include "util/json_text.hpp"
 
 namespace nerve::benchmark {
 namespace {
@@ -253,7 +254,9 @@ void write_json(const RunReport& report, const std::vector<Compared>* comparison
   doc["scaling"] = scaling;
   doc["comparison"] = comparison != nullptr ? comparison_json(*comparison) : Json(nullptr);
 
-  nerve::tools::write_file(path, doc.dump(2) + '\n');
+  // json_text(): a text that is not UTF-8 (a path, a configuration value, the host name) is written
+  // as U+FFFD; dump() threw on it, and the whole report was lost.
+  nerve::tools::write_file(path, nerve::detail::json_text(doc, 2) + '\n');
 }
 
 RunReport read_json(const std::filesystem::path& path) {
