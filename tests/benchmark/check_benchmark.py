@@ -263,6 +263,23 @@ def case_usage(binary, directory):
             check(says in result.stderr, f"{' '.join(first + args)}: the error does not say {says!r}: {result.stderr}")
             check("figures" not in result.stdout and "supported" not in result.stdout and "Usage:" not in result.stdout,
                   f"{' '.join(first + args)}: something ran, was listed or helped: {result.stdout}")
+    # Nor may a report overwrite the configuration the run reads, --config's file or NERVE_CONFIG's
+    # (however spelt): `--config tune.yaml --json tune.yaml` ran and replaced tune.yaml by the report.
+    tune = os.path.join(directory, "tune.yaml")
+    with open(tune, "w") as f:
+        f.write("scheduler:\n  spin_us: 20\n")
+    for output in ("--json", "--html"):
+        for args, environment, named in (([output, tune, "--config", tune], None, "--config"),
+                                         (["--config", tune, output, os.path.join(directory, ".", "tune.yaml")], None,
+                                          "--config"),
+                                         ([output, os.path.relpath(tune)], {"NERVE_CONFIG": tune}, "NERVE_CONFIG")):
+            for first in ([], ["--help"]):
+                result = run(binary, *first, *QUICK, "--only", "W1", *args, expect=2, nerve_environment=environment)
+                says = f"{output} and {named} name the same file"
+                check(says in result.stderr, f"{' '.join(first + args)}: the error does not say {says!r}: {result.stderr}")
+                check(result.stdout == "", f"{' '.join(first + args)}: something ran: {result.stdout}")
+    with open(tune) as f:
+        check(f.read() == "scheduler:\n  spin_us: 20\n", "the configuration file was overwritten")
     # --help answers only when nothing else on the line is wrong, wherever it stands (as in nerve-info
     # and nerve-run): `--help --bogus` exited 0.
     for args in (["--help", "--bogus"], ["--bogus", "--help"], ["-h", "--bogus"], ["--help", "stray"],

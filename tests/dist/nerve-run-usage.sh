@@ -73,6 +73,24 @@ expect_usage_error "scheduler.polcy" --config "$config_dir/key.yaml" /bin/echo r
 out=$("$run" --dry-run --config "$config_dir/machine.yaml" /bin/echo ran 2>&1) ||
   echo "FAIL: a configuration for other machines (gpu.devices: 5, preferred:3) was refused: $out"
 
+# The hostfile may not overwrite the configuration it is made from, --config's file or NERVE_CONFIG's
+# (however spelt): `--dry-run --config dist.yaml --hostfile dist.yaml` wrote the hostfile over it.
+printf 'distributed:\n  nodes: "confighost:2"\n' >"$config_dir/dist.yaml"
+cp "$config_dir/dist.yaml" "$config_dir/dist.yaml.before"
+for help in "" --help; do
+  expect_usage_error "--hostfile and --config name the same file ($config_dir/dist.yaml)" $help --dry-run \
+    --config "$config_dir/dist.yaml" --hostfile "$config_dir/dist.yaml" /bin/echo ran-the-program
+  expect_usage_error "--hostfile and --config name the same file" $help --config "$config_dir/dist.yaml" \
+    --hostfile "$config_dir/./dist.yaml" /bin/echo ran-the-program
+  (
+    cd "$config_dir" || exit 1
+    export NERVE_CONFIG=dist.yaml
+    expect_usage_error "--hostfile and NERVE_CONFIG name the same file" $help --dry-run --hostfile ./dist.yaml \
+      /bin/echo ran-the-program
+  )
+done
+cmp -s "$config_dir/dist.yaml" "$config_dir/dist.yaml.before" || echo "FAIL: the hostfile overwrote the configuration"
+
 out=$("$run" --help 2>&1)
 status=$?
 [ "$status" = 0 ] || echo "FAIL: --help exited $status"

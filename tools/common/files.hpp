@@ -1,5 +1,6 @@
 // files.hpp — how nerve's tools (nerve-run, openclaw-benchmark) treat the files their options name:
-// what is refused before anything opens it, how an output is probed, and how an input is read.
+// what is refused before anything opens it, which two names are one file, how an output is probed,
+// and how an input is read.
 //
 // An output (a report, a hostfile) goes to a regular file, a new one or one to replace: anything else
 // already at its path (a FIFO, a directory, a device such as /dev/null, a socket; through a link too)
@@ -19,6 +20,8 @@
 
 #include <fcntl.h>
 #include <unistd.h>
+
+#include "perf/output_path.hpp"
 
 namespace nerve::tools {
 
@@ -44,6 +47,16 @@ inline std::string special_file_kind(const std::string& path) {
 inline std::string not_a_regular_file(const std::string& path) {
   const std::string kind = special_file_kind(path);
   return kind.empty() ? std::string() : "this is " + kind + ", not a regular file";
+}
+
+// same_file() is true when `a` and `b` name one file, however spelt (relative or absolute, with "."
+// or ".."), or through a link (to a file not made yet too), or under two names (a hard link): an
+// output naming an input or another output would overwrite it. "" names no file.
+inline bool same_file(const std::string& a, const std::string& b) {
+  if (a.empty() || b.empty()) return false;
+  std::error_code error;
+  return nerve::detail::absolute_path(a) == nerve::detail::absolute_path(b) ||
+         std::filesystem::equivalent(a, b, error);
 }
 
 // cannot_write() is the system's reason why the output `path` cannot be written ("No such file or

@@ -27,7 +27,8 @@
 // loaded and the --hostfile check above included), as in the other tools. So does the rest of their
 // rule: an option's value that is one of the options is a usage error (`--hostfile --dry-run`; write
 // `./--dry-run` for a file so named), and a --hostfile PATH where something other than a regular
-// file is (a FIFO, a directory, /dev/null) is refused before anything opens it (common/files.hpp).
+// file is (a FIFO, a directory, /dev/null) is refused before anything opens it (common/files.hpp),
+// and so is one that names the configuration file (--config's or NERVE_CONFIG's).
 //
 // mpirun runs as a child (fork + exec, then wait) so that the temporary hostfile can be removed after
 // it; nerve-run exits with mpirun's status (127 if it could not be started; killed by a signal: the
@@ -43,6 +44,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <sys/wait.h>
@@ -200,6 +202,16 @@ int main(int argc, char** argv) {
     }
   }
   if (first >= argc && !help) usage("no program given");
+  // The hostfile may not overwrite the configuration it is made from (--config's file, else
+  // NERVE_CONFIG's), however spelt (files.hpp): `--dry-run --config dist.yaml --hostfile dist.yaml`
+  // wrote the hostfile over it.
+  const std::string environment_config = environment("NERVE_CONFIG");
+  for (const auto& [option, path] : {std::pair<const char*, const std::string&>{"--config", config_file},
+                                     {"NERVE_CONFIG", environment_config}}) {
+    if (nerve::tools::same_file(hostfile, path))
+      usage("--hostfile and " + std::string(option) + " name the same file (" + hostfile +
+            "): --hostfile would overwrite it");
+  }
 
   nerve::Settings settings;
   if (!config_file.empty()) settings.config_file(config_file, "--config");

@@ -605,14 +605,11 @@ int main(int argc, char** argv) {
   }
   // So are outputs that cannot be written (unwritable()).
   // An output naming the file of another output, or an input (the --compare baseline, the
-  // --from-json report, the --trace file), would overwrite it: the same path however spelt (relative
-  // or absolute, with "." or ".."), or the same file under two names (a link).
-  const auto same_file = [](const std::string& a, const std::string& b) {
-    if (a.empty() || b.empty()) return false;
-    std::error_code error;
-    return nerve::detail::absolute_path(a) == nerve::detail::absolute_path(b) ||
-           std::filesystem::equivalent(a, b, error);
-  };
+  // --from-json report, the --trace file, the configuration: --config's file or NERVE_CONFIG's),
+  // would overwrite it: the same path however spelt, or the same file under two names (same_file()).
+  // `--config tune.yaml --json tune.yaml` ran and replaced the configuration by the report.
+  const char* named_config = std::getenv("NERVE_CONFIG");
+  const std::string environment_config = named_config != nullptr ? named_config : "";
   const std::tuple<const char*, const std::string*, const char*, const std::string*> overwrites[] = {
       {"--json", &line.json, "--html", &line.html},
       {"--json", &line.json, "--compare", &line.compare},
@@ -620,9 +617,13 @@ int main(int argc, char** argv) {
       {"--json", &line.json, "--from-json", &line.from_json},
       {"--html", &line.html, "--from-json", &line.from_json},
       {"--json", &line.json, "--trace", &line.trace},
-      {"--html", &line.html, "--trace", &line.trace}};
+      {"--html", &line.html, "--trace", &line.trace},
+      {"--json", &line.json, "--config", &line.config},
+      {"--html", &line.html, "--config", &line.config},
+      {"--json", &line.json, "NERVE_CONFIG", &environment_config},
+      {"--html", &line.html, "NERVE_CONFIG", &environment_config}};
   for (const auto& [output, path, other, other_path] : overwrites) {
-    if (same_file(*path, *other_path)) {
+    if (nerve::tools::same_file(*path, *other_path)) {
       std::fprintf(stderr, "openclaw-benchmark: %s and %s name the same file (%s): %s would overwrite it\n",
                    output, other, path->c_str(), output);
       return 2;
