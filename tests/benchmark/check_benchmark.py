@@ -795,11 +795,34 @@ def case_compare(binary, directory):
     # A report that cannot be written at the end is an error naming its option, its file and the
     # system's reason (exit 1): a --json directory removed during the run said only "cannot write
     # <path>". Here the file outgrows the file size limit after the probe found it writable.
+    # The report it was to replace is left whole, with nothing beside it: the file was truncated, then
+    # written in place, and the failed write left half a report where a good one had been.
     for option in ("--json", "--html"):
         output = os.path.join(directory, "too-big")
+        run(binary, "--from-json", base, option, output)
+        with open(output, "rb") as f:
+            previous = f.read()
         result = run(binary, "--from-json", base, option, output, expect=1, preexec_fn=file_size_limit(2048))
         says = f"{option} {output}: cannot write this file: {os.strerror(errno.EFBIG)}"
         check(says in result.stderr, f"{option} past the file size limit: the error does not say {says!r}: {result.stderr}")
+        with open(output, "rb") as f:
+            check(f.read() == previous, f"{option} past the file size limit: the previous report was not kept "
+                                        f"({os.path.getsize(output)} bytes, were {len(previous)})")
+        left = [name for name in os.listdir(directory) if name.startswith("too-big.")]
+        check(not left, f"{option} past the file size limit: left behind {left}")
+    # A report replaced keeps the file's permissions, and one written through a link replaces the file
+    # the link names (the link stays).
+    private = os.path.join(directory, "private.json")
+    with open(private, "w") as f:
+        f.write("{}\n")
+    os.chmod(private, 0o600)
+    through = os.path.join(directory, "through.json")
+    os.symlink("private.json", through)
+    run(binary, "--from-json", base, "--json", through)
+    check(os.path.islink(through), "a report written through a link replaced the link")
+    check(os.stat(private).st_mode & 0o777 == 0o600, f"the report's permissions: {os.stat(private).st_mode & 0o777:o}")
+    with open(private) as f:
+        check_schema(json.load(f))
     # One report that cannot be written keeps neither the other from being written nor its line from
     # being printed: a --json that failed left the --html unwritten, an --html that failed left out the
     # "JSON report:" line. The file size limit falls between the two files' sizes; a report padded with

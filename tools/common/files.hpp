@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <ostream>
 #include <stdexcept>
 #include <string>
 
@@ -22,6 +23,7 @@
 #include <unistd.h>
 
 #include "perf/output_path.hpp"
+#include "util/replace_file.hpp"
 
 namespace nerve::tools {
 
@@ -73,16 +75,37 @@ inline std::string cannot_write(const std::string& path) {
   return {};
 }
 
-// write_file() writes `text` to the output `path`, replacing what was there; it throws
-// std::runtime_error "<path>: cannot write this file: <the system's reason>".
+// write_file() writes `text` to the output `path`, replacing what was there whole: the text goes to a
+// temporary file beside it, renamed over it once all is written (util/replace_file.hpp: a link is
+// followed, the file keeps its permissions). A write that fails (a full disk, the file size limit)
+// leaves the previous file as it was: truncated and written in place, it was left half-written.
+// Where no temporary can be made or renamed (a directory the user may not write to, holding a file
+// they may), the file is written in place. It throws std::runtime_error "<path>: cannot write this
+// file: <the system's reason>".
 inline void write_file(const std::filesystem::path& path, const std::string& text) {
+  const auto failed = [&path](int error) {
+    return std::runtime_error(
+        path.string() + ": cannot write this file: " + (error != 0 ? std::strerror(error) : "write failed"));
+  };
+  try {
+    // Flushed here, so that the reason is the system's (errno) for this write, not "cannot write"
+    // the temporary.
+    nerve::detail::replace_file(path, [&](std::ostream& out) {
+      errno = 0;
+      out << text;
+      out.flush();
+      if (!out) throw failed(errno);
+    });
+    return;
+  } catch (const nerve::detail::ReplaceRefused&) {  // written in place below
+  } catch (const std::filesystem::filesystem_error& error) {
+    throw failed(error.code().value());
+  }
   errno = 0;
   std::ofstream out(path);
   out << text;
   out.close();
-  if (!out)
-    throw std::runtime_error(
-        path.string() + ": cannot write this file: " + (errno != 0 ? std::strerror(errno) : "write failed"));
+  if (!out) throw failed(errno);
 }
 
 // read_file() reads the whole of the input `path` (a regular file, or a pipe with a writer: see
