@@ -743,12 +743,17 @@ def case_compare(binary, directory):
     run(binary, *QUICK, "--only", "W1,W3", "--json", base)
     # Unchanged: every figure "same", --fail-over passes.
     same = run(binary, "--from-json", base, "--compare", base, "--fail-over", "10",
-               "--json", os.path.join(directory, "same.json"))
+               "--json", os.path.join(directory, "same.json"), "--html", os.path.join(directory, "same.html"))
     with open(os.path.join(directory, "same.json")) as f:
         doc = json.load(f)
     check_schema(doc)
     check(doc["comparison"] and all(c["verdict"] == "same" for c in doc["comparison"]), "unchanged run not 'same'")
     check(" same " in same.stdout, "the table shows no 'same' mark")
+    # An unchanged figure is "+0%", as every change is signed: a time's read "same -0%" (-0.0).
+    with open(os.path.join(directory, "same.html")) as f:
+        page = f.read()
+    for where, text in (("the table", same.stdout), ("the page", page)):
+        check("-0%" not in text and "same +0%" in text, f"{where}: an unchanged figure is not 'same +0%':\n{text}")
     # Planted regression: the baseline's W3 nerve figure halved, so this run looks 2x slower.
     with open(base) as f:
         planted = json.load(f)

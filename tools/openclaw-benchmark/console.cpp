@@ -1,5 +1,6 @@
 // console.cpp — the terminal output: a progress bar redrawn in place on a TTY (plain lines
 // elsewhere, e.g. in CI logs), and the results table.
+#include <cmath>
 #include <cstdio>
 #include <string>
 
@@ -41,10 +42,8 @@ std::string mark(const std::vector<Compared>* comparison, const std::string& id,
   if (comparison == nullptr) return "";
   for (const auto& c : *comparison) {
     if (c.workload != id || c.case_name != m.case_name || c.variant != m.variant) continue;
-    char text[64];
     if (c.verdict == Change::missing) return "  (new)";
-    std::snprintf(text, sizeof text, "  %s %+.0f%%", change_name(c.verdict), c.change * 100);
-    return text;
+    return "  " + std::string(change_name(c.verdict)) + " " + format_change(c.change);
   }
   return "  (new)";
 }
@@ -61,6 +60,15 @@ std::string format_figure(double value) {
                 : magnitude >= 1   ? "%.2f"
                                    : "%.3g",  // three significant digits: 0.0123, not 0.01
                 value);
+  return text;
+}
+
+std::string format_change(double change) {
+  // Rounded first: a change that rounds to nothing is "+0%", whatever its sign (an unchanged time's
+  // change is -0.0, which printed "same -0%").
+  const double percent = std::round(change * 100);
+  char text[32];
+  std::snprintf(text, sizeof text, "%+.0f%%", percent == 0 ? 0.0 : percent);
   return text;
 }
 

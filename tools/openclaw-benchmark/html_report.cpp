@@ -98,10 +98,11 @@ std::string workload_section(const WorkloadRun& run, const std::vector<Compared>
         for (const auto& c : *comparison) {
           if (c.workload != r.id || c.case_name != m->case_name || c.variant != m->variant) continue;
           css = change_name(c.verdict);
-          char text[96];
-          std::snprintf(text, sizeof text, "%s %+.0f%% (noise ±%.0f%%)", change_name(c.verdict),
-                        c.change * 100, c.threshold * 100);
-          mark = c.verdict == Change::missing ? "new" : text;
+          char noise[32];
+          std::snprintf(noise, sizeof noise, " (noise ±%.0f%%)", c.threshold * 100);
+          mark = c.verdict == Change::missing
+                     ? "new"
+                     : std::string(change_name(c.verdict)) + " " + format_change(c.change) + noise;
         }
         html += "<td class=\"" + css + "\">" + escape_html(mark) + "</td>";
       }

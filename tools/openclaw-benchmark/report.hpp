@@ -122,6 +122,9 @@ std::string format_figure(double value);
 // tuning_summary() is one line naming what the run was tuned with ("" when nothing): the --config
 // file and the --param values, e.g. "config tuning.yaml; W11.max_batch=16".
 std::string tuning_summary(const RunReport& report);
+// format_change() writes a Compared::change as a signed whole percentage ("+12%", "-100%"); one that
+// rounds to nothing is "+0%".
+std::string format_change(double change);
 // format_ratio() writes a ratio with two decimals below 100 ("1.00", "0.15", "24.7" above 10).
 std::string format_ratio(double ratio);
 void print_table(const RunReport& report, const std::vector<Compared>* comparison);
