@@ -34,8 +34,9 @@ Usage: check_benchmark.py <openclaw-benchmark> <case> [argument]; each case is o
                   it out with a warning naming it)
   chromium        the page loads in headless Chromium, every chart in its DOM, no console error
                   (exit 77, a CTest skip, when chromium is not installed)
-  compare         an unchanged run compares "same" and passes --fail-over; a figure planted 2x worse
-                  is flagged and fails it; a planted improvement is flagged "better" and passes; a
+  compare         an unchanged run compares "same +0%" and passes --fail-over; a figure planted 2x worse
+                  is flagged and fails it, as a rate ten times lower does (900% worse), with the change and
+                  the limit as precise as given; a planted improvement is flagged "better" and passes; a
                   corrupted report is a usage error that names the bad field and where it is; a report
                   is read through a pipe (<(...)); one that cannot be written names its option, file
                   and the system's reason, and leaves the other report written and announced
@@ -770,6 +771,35 @@ def case_compare(binary, directory):
     check("REGRESSION" in worse.stderr and "worse +" not in worse.stdout and "worse -100%" in worse.stdout,
           f"regression not reported:\n{worse.stdout}\n{worse.stderr}")
     run(binary, "--from-json", base, "--compare", path)  # without --fail-over it is reported, not fatal
+    # "X% worse" is the same slowdown for a rate as for a time: a rate that fell to a tenth is 900%
+    # worse, as a time ten times longer is. It was (before - after) / before, 90% at most, never 100%:
+    # --fail-over could not catch a rate that fell tenfold. Two hand-made reports: W3's nerve figure
+    # made a rate, ten times higher in the baseline.
+    with open(base) as f:
+        rate = json.load(f)
+    figure = [m for w in rate["workloads"] if w["id"] == "W3" for m in w["measurements"] if m["runtime"] == "nerve"][0]
+    figure["lower_is_better"] = False
+    rate_now, rate_before = os.path.join(directory, "rate-now.json"), os.path.join(directory, "rate-before.json")
+    with open(rate_now, "w") as f:
+        json.dump(rate, f)
+    figure["value"] *= 10
+    with open(rate_before, "w") as f:
+        json.dump(rate, f)
+    slower = run(binary, "--from-json", rate_now, "--compare", rate_before, "--fail-over", "500", expect=3)
+    check("worse -900%" in slower.stdout and "900% worse" in slower.stderr,
+          f"a rate ten times lower is not 900% worse:\n{slower.stdout}\n{slower.stderr}")
+    # The message gives the figure and the limit as precisely as they were: "5% worse (limit 5%)" was
+    # printed for 5.45% over a limit of 5.4%. (One repetition: no MAD, so the noise limit is the 5% floor.)
+    figure["lower_is_better"] = True
+    with open(rate_now, "w") as f:
+        json.dump(rate, f)
+    figure["value"] /= 1.0545
+    with open(rate_before, "w") as f:
+        json.dump(rate, f)
+    slight = run(binary, "--from-json", rate_now, "--compare", rate_before, "--fail-over", "5.4", expect=3)
+    check("is 5.45% worse than in" in slight.stderr and "(limit 5.4%)" in slight.stderr,
+          f"--fail-over 5.4, 5.45% worse: {slight.stderr}")
+    run(binary, "--from-json", rate_now, "--compare", rate_before, "--fail-over", "5.5")
     # --json (or --html) naming the baseline, however spelt, would overwrite it: a usage error.
     with open(base, "rb") as f:
         recorded = f.read()

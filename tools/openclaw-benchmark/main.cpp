@@ -332,6 +332,18 @@ int check_configuration(const nerve::Settings& settings, unsigned threads) {
   return 0;
 }
 
+// percent_over() writes `percent`, which is over `limit`, with the decimals it takes to show that it
+// is (as format_figure() would, or more): the limit 5.4 was exceeded by "5%" when whole percents
+// were printed ("5% worse ... (limit 5%)" for 5.45).
+std::string percent_over(double percent, double limit) {
+  char text[64];
+  for (int decimals = percent >= 100 ? 0 : percent >= 10 ? 1 : 2; decimals <= 15; ++decimals) {
+    std::snprintf(text, sizeof text, "%.*f", decimals, percent);
+    if (std::strtod(text, nullptr) > limit) break;
+  }
+  return text;
+}
+
 // stdout_lost() is true, having said on stderr that `what`, when the standard output did not take
 // everything written to it: closed early (`openclaw-benchmark --list | head -1`: SIGPIPE is
 // ignored, so the writes failed instead of ending the tool) or full. Called last, after a flush.
@@ -703,8 +715,8 @@ int main(int argc, char** argv) {
       if (worst * 100 > line.fail_over) {
         std::fprintf(
             stderr,
-            "openclaw-benchmark: REGRESSION: a nerve figure is %.0f%% worse than in %s (limit %.0f%%)\n",
-            worst * 100, line.compare.c_str(), line.fail_over);
+            "openclaw-benchmark: REGRESSION: a nerve figure is %s%% worse than in %s (limit %.15g%%)\n",
+            percent_over(worst * 100, line.fail_over).c_str(), line.compare.c_str(), line.fail_over);
         return written ? 3 : 1;
       }
     }

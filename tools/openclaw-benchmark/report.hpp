@@ -108,12 +108,15 @@ enum class Change { better, worse, same, missing };
 struct Compared {
   std::string workload, case_name, variant, runtime, unit;
   double before = 0, after = 0;
-  double change = 0;     // relative, signed so that > 0 is better
+  // How many times faster (> 0, better) or slower (< 0, worse) the figure got, minus one, for times
+  // and rates alike: +1 twice as fast, -1 twice as slow, -9 ten times as slow (compare_runs()).
+  double change = 0;
   double threshold = 0;  // relative noise threshold used
   Change verdict = Change::same;
 };
 std::vector<Compared> compare_runs(const RunReport& baseline, const RunReport& current);
-// The worst significant regression of a nerve figure, as a positive fraction (0.3 = 30 % worse).
+// The worst significant regression of a nerve figure, as a positive fraction (0.3 = 30 % worse: a
+// time 1.3 times as long, or a rate 1/1.3 of what it was).
 double worst_nerve_regression(const std::vector<Compared>& comparison);
 const char* change_name(Change change);
 
