@@ -578,6 +578,13 @@ def case_param(binary, directory):
     out_of_range = run(binary, *QUICK, "--only", "W11", "--runtimes", "nerve", "--param", "W11.max_batch=0",
                        "--json", not_run, expect=1)
     check("W11.max_batch" in out_of_range.stdout + out_of_range.stderr, "out-of-range value not named")
+    # The record of a workload that did not run is not a figure (below): the summary counted it as one
+    # ("1 workload(s), 1 figure ... 1 FAILED VERIFICATION"), and it is no "nothing measured" either.
+    summary = [line for line in out_of_range.stdout.splitlines() if line.startswith("1 workload(s), ")]
+    check(summary and summary[0].startswith("1 workload(s), 0 figures in ") and
+          summary[0].endswith(": 1 FAILED VERIFICATION"), f"the summary line: {summary}")
+    check("NOTHING" not in out_of_range.stdout + out_of_range.stderr,
+          f"a workload that did not run is 'nothing measured':\n{out_of_range.stdout}\n{out_of_range.stderr}")
     # The JSON records it as docs/BENCHMARK_JSON.md says, one record that is not a figure (the schema's
     # "samples: options.repetitions of them" did not say so), and --from-json reads it back.
     with open(not_run) as f:
@@ -592,6 +599,7 @@ def case_param(binary, directory):
     again = run(binary, "--from-json", not_run, "--compare", not_run, "--json", os.path.join(directory, "again.json"),
                 expect=1)
     check("CHECK FAILED" in again.stdout and "W11.max_batch" in again.stdout, f"--from-json: {again.stdout}")
+    check("1 workload(s), 0 figures in " in again.stdout, f"--from-json counted the record as a figure: {again.stdout}")
     with open(os.path.join(directory, "again.json")) as f:
         check([c["verdict"] for c in json.load(f)["comparison"]] == ["missing"], "the record compared as a figure")
     # A fraction for a count is not truncated: it fails the run the same way.

@@ -139,11 +139,13 @@ void print_table(const RunReport& report, const std::vector<Compared>* compariso
   if (!not_run.empty())
     verdict += (verdict.empty() ? "" : "; ") + std::to_string(not_run.size()) +
                " workload(s) named by --only COULD NOT RUN";
-  if (const std::size_t empty = report.measured_nothing().size(); empty != 0 && figures != 0)
+  if (const std::size_t empty = report.measured_nothing().size();
+      empty != 0 && !report.measured_nothing_at_all())
     verdict += (verdict.empty() ? "" : "; ") + std::to_string(empty) +
                " workload(s) MEASURED NOTHING (--runtimes selects none of their variants): NOT VERIFIED";
   if (verdict.empty())
-    verdict = figures == 0 ? std::string("NOTHING VERIFIED: ") + nothing_measured : "every result verified";
+    verdict = report.measured_nothing_at_all() ? std::string("NOTHING VERIFIED: ") + nothing_measured
+                                               : "every result verified";
   std::printf("\n%zu workload(s), %zu figure%s in %.1f s: %s\n", report.workloads.size(), figures,
               figures == 1 ? "" : "s", report.duration_s, verdict.c_str());
   std::fflush(stdout);

@@ -136,8 +136,16 @@ std::size_t RunReport::failed_results() const {
 
 std::size_t RunReport::figures() const {
   std::size_t count = 0;
-  for (const auto& run : workloads) count += run.result.measurements.size();
+  for (const auto& run : workloads)
+    for (const auto& m : run.result.measurements) count += !did_not_run(m);
   return count;
+}
+
+bool RunReport::measured_nothing_at_all() const {
+  for (const auto& run : workloads)
+    for (const auto& m : run.result.measurements)
+      if (did_not_run(m)) return false;
+  return figures() == 0;
 }
 
 std::vector<const WorkloadRun*> RunReport::measured_nothing() const {

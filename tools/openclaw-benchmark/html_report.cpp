@@ -164,7 +164,7 @@ void write_html(const RunReport& report, const std::vector<Compared>* comparison
     verdict = "<span class=\"fail\">";
     if (failed != 0) verdict += std::to_string(failed) + " result(s) FAILED verification. ";
     if (not_run != 0) verdict += std::to_string(not_run) + " workload(s) named by --only COULD NOT RUN. ";
-    if (report.figures() == 0) {
+    if (report.measured_nothing_at_all()) {
       verdict += std::string("NOTHING VERIFIED: ") + nothing_measured + ". ";
     } else if (const std::size_t empty = report.measured_nothing().size(); empty != 0) {
       verdict += std::to_string(empty) +

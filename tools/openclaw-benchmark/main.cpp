@@ -131,7 +131,7 @@ int configuration_error(const nerve::Error& error) {
 // with what failed (the table says it too, among everything else); or that nothing was measured, so
 // nothing verified.
 void report_failures(const nb::RunReport& report) {
-  if (report.figures() == 0) {
+  if (report.measured_nothing_at_all()) {
     std::fprintf(stderr, "openclaw-benchmark: NOTHING VERIFIED: %s\n", nb::nothing_measured);
   } else {
     for (const nb::WorkloadRun* run : report.measured_nothing())
@@ -395,7 +395,7 @@ void run_suite(const CommandLine& line, const std::vector<std::string>& only, co
       nerve::bench::Measurement failed;
       failed.case_name = "run";
       failed.runtime = "nerve";
-      failed.variant = "(the workload did not run)";
+      failed.variant = nb::did_not_run_variant;
       failed.note = error.what();
       run.result.measurements.push_back(failed);
     }

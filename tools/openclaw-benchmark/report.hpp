@@ -70,8 +70,13 @@ struct RunReport {
   std::vector<const Skipped*> not_run() const;  // the skipped workloads named()
   // failed_results(): measurements and scaling points that failed their check.
   std::size_t failed_results() const;
-  // figures() counts the measurements of every workload run.
+  // figures() counts the measurements of every workload run; the record of a workload that did not
+  // run (did_not_run()) is not one (BENCHMARK_JSON.md), though it fails the run as a result would.
   std::size_t figures() const;
+  // measured_nothing_at_all() is true when no figure was measured and no workload failed to run:
+  // every workload was skipped, or --runtimes selects none of the variants of those run
+  // (nothing_measured). A workload that did not run measured nothing either, but fails as such.
+  bool measured_nothing_at_all() const;
   // measured_nothing() lists the workloads that ran and measured nothing (--runtimes selected none of
   // their variants), --only naming them or not.
   std::vector<const WorkloadRun*> measured_nothing() const;
@@ -94,6 +99,11 @@ inline constexpr const char* nothing_measured =
 inline constexpr const char* workload_measured_nothing =
     "--runtimes selects none of its variants, so nothing in it was verified (--only chooses the workloads "
     "that have them)";
+
+// The variant of the one record a workload that did not run has (it threw before measuring
+// anything), which marks that record (BENCHMARK_JSON.md).
+inline constexpr const char* did_not_run_variant = "(the workload did not run)";
+inline bool did_not_run(const Measurement& m) { return m.variant == did_not_run_variant; }
 
 // speed() is how many times faster nerve's figure is than `other` (> 1: nerve faster), whatever the
 // unit's direction.
