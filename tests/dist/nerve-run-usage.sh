@@ -134,4 +134,18 @@ out=$(NERVE_DISTRIBUTED_NODES=localhost:1 "$run" --dry-run -- prog -x 2>&1) || e
 grep -qE -- " prog -x $" <<<"$out" || echo "FAIL: -- prog -x changed: $out"
 out=$("$run" -np 2 --dry-run /bin/echo ran 2>&1) || echo "FAIL: a good -np was refused: $out"
 grep -q -- '-np 2 ' <<<"$out" || echo "FAIL: -np 2 not passed on: $out"
+# --dry-run's output lost (a full device, a closed standard output) is exit 1 with a note, as --help's
+# is: it exited 0 with nothing printed.
+for help in "" --help; do
+  for lost in full closed; do
+    if [ $lost = full ]; then
+      out=$(NERVE_DISTRIBUTED_NODES=localhost:1 "$run" --dry-run $help /bin/echo x 2>&1 >/dev/full)
+    else
+      out=$(NERVE_DISTRIBUTED_NODES=localhost:1 "$run" --dry-run $help /bin/echo x 2>&1 >&-)
+    fi
+    status=$?
+    [ "$status" = 1 ] && grep -q "nerve-run: the standard output was closed early" <<<"$out" ||
+      echo "FAIL: --dry-run $help, stdout $lost: exit status $status: '$out'"
+  done
+done
 echo "nerve-run-usage: done"

@@ -381,6 +381,23 @@ def case_calibrate(binary):
         check("not saved" in result.stderr, f"no error on stderr:\n{result.stderr}")
 
 
+def case_closed_stdout(binary):
+    # Output that cannot be written (a full device, a closed standard output) is exit 1 with a note on
+    # stderr, as for --help: the report, --json and --calibrate exited 1 without a word.
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("NERVE_")}
+    with tempfile.TemporaryDirectory() as directory:
+        for args in ([], ["--json"], ["--calibrate", "--set", f"perf.model_dir={directory}"], ["--help"],
+                     ["--version"]):
+            for lost in ("full", "closed"):
+                with open("/dev/full", "w") as full:
+                    result = subprocess.run([binary, *args], env=environment, stdout=full, stderr=subprocess.PIPE,
+                                            text=True, timeout=TIMEOUT_S,
+                                            preexec_fn=(lambda: os.close(1)) if lost == "closed" else None)
+                check(result.returncode == 1 and "nerve-info: the standard output was closed early" in result.stderr,
+                      f"nerve-info {' '.join(args)} with stdout {lost}: exit status {result.returncode}, "
+                      f"stderr {result.stderr!r}")
+
+
 CASES = {name[len("case_"):]: function for name, function in globals().items() if name.startswith("case_")}
 
 

@@ -17,6 +17,7 @@
 #include <CLI/CLI.hpp>
 
 #include "common/option_value.hpp"
+#include "common/standard_output.hpp"
 
 namespace nerve::tools {
 
@@ -38,11 +39,7 @@ inline void add_version_flag(CLI::App& app, bool& version) {
 // status: 0, or 1 when it could not be written (a closed pipe), with a note on stderr.
 inline int answer(const char* tool, const std::string& text) {
   std::fputs(text.c_str(), stdout);
-  if (std::fflush(stdout) != 0 || std::ferror(stdout) != 0) {
-    std::fprintf(stderr, "%s: the standard output was closed early: the text on it is incomplete\n", tool);
-    return 1;
-  }
-  return 0;
+  return stdout_lost(tool, "the text on it is incomplete") ? 1 : 0;
 }
 
 // usage_error() prints the usage error `error`, thrown by app.parse(), on stderr with CLI11's hint

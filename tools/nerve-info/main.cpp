@@ -2,7 +2,8 @@
 // effective configuration (with where each value came from) and devices. docs/NERVE_INFO.md.
 //
 // Exit status: 0 on success; 2 when the command line or the configuration is wrong (the message names
-// the key, and the file and line or the environment variable); 1 for any other error.
+// the key, and the file and line or the environment variable); 1 for any other error, the output lost
+// (a closed or full standard output: a note on stderr says so) included.
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -15,6 +16,7 @@
 #include "nerve/error.hpp"
 
 #include "common/cli_usage.hpp"
+#include "common/standard_output.hpp"
 #include "report.hpp"
 #include "util/json_text.hpp"
 
@@ -116,12 +118,12 @@ int main(int argc, char** argv) {
       std::string save_error;
       const std::string out = nerve::info::calibrate_bus(make_settings(options), options.json, save_error);
       std::fwrite(out.data(), 1, out.size(), stdout);
-      std::fflush(stdout);
+      const bool lost = nerve::tools::stdout_lost("nerve-info", "the matrix on it is incomplete");
       if (!save_error.empty()) {  // measured, but heft will not find it: that is a failure
         std::cerr << "nerve-info: error: the bus model was measured but not saved: " << save_error << '\n';
         return exit_failure;
       }
-      return std::ferror(stdout) ? exit_failure : 0;
+      return lost ? exit_failure : 0;
     }
     const nerve::info::Report report = nerve::info::inspect(make_settings(options), NERVE_VERSION_STRING);
     if (options.json) {
@@ -129,8 +131,8 @@ int main(int argc, char** argv) {
     } else {
       print_text(report);
     }
-    std::fflush(stdout);
-    return std::ferror(stdout) ? exit_failure : 0;
+    // Lost (`> /dev/full`, a closed stdout), the report exited 1 without a word.
+    return nerve::tools::stdout_lost("nerve-info", "the report on it is incomplete") ? exit_failure : 0;
   } catch (const CLI::ParseError& error) {
     return nerve::tools::usage_error(app, error);  // exit 2, --help or --version or not
   } catch (const nerve::ConfigError& error) {

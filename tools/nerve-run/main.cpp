@@ -19,7 +19,8 @@
 // variable set here is forwarded to the ranks; NERVE_CONFIG as an absolute path, and --config FILE
 // replaces it, for nerve-run and the ranks alike. nerve binds its own workers
 // (parallel.thread_affinity), so mpirun must not bind ranks to one core each. --dry-run prints the
-// hostfile and the command (it writes the hostfile only to a --hostfile PATH, never a temporary one).
+// hostfile and the command (it writes the hostfile only to a --hostfile PATH, never a temporary one);
+// printed on a standard output that does not take it (closed, full), it is exit 1 with a note.
 // The mpirun used is $NERVE_MPIRUN (when set and not empty), else the one found at build time.
 // A PROGRAM that starts with '-' (after `--`, which ends nerve-run's options) reaches mpirun as
 // ./PROGRAM, so that mpirun does not read it as an option of its own.
@@ -55,6 +56,7 @@
 
 #include "common/files.hpp"
 #include "common/option_value.hpp"
+#include "common/standard_output.hpp"
 
 extern char** environ;
 
@@ -252,9 +254,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     std::fputs(usage_line, stdout);
-    if (std::fflush(stdout) == 0 && std::ferror(stdout) == 0) return 0;
-    std::fprintf(stderr, "nerve-run: the standard output was closed early: the usage line is incomplete\n");
-    return 1;
+    return nerve::tools::stdout_lost("nerve-run", "the usage line is incomplete") ? 1 : 0;
   }
 
   // An empty NERVE_MPIRUN (a variable set to nothing) is unset, not a program named "".
@@ -320,7 +320,8 @@ int main(int argc, char** argv) {
     if (!hosts.empty()) std::printf("# hostfile %s\n%s", hostfile.c_str(), hosts.c_str());
     for (const std::string& word : command) std::printf("%s ", shell_quoted(word).c_str());
     std::printf("\n");
-    return 0;
+    // What --dry-run is for is on its standard output: lost (`> /dev/full`), it exited 0.
+    return nerve::tools::stdout_lost("nerve-run", "the command on it is incomplete") ? 1 : 0;
   }
   std::vector<char*> args;
   args.reserve(command.size() + 1);

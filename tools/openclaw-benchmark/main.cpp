@@ -347,11 +347,7 @@ std::string percent_over(double percent, double limit) {
 // stdout_lost() is true, having said on stderr that `what`, when the standard output did not take
 // everything written to it: closed early (`openclaw-benchmark --list | head -1`: SIGPIPE is
 // ignored, so the writes failed instead of ending the tool) or full. Called last, after a flush.
-bool stdout_lost(const char* what) {
-  if (std::fflush(stdout) == 0 && std::ferror(stdout) == 0) return false;
-  std::fprintf(stderr, "openclaw-benchmark: the standard output was closed early: %s\n", what);
-  return true;
-}
+bool stdout_lost(const char* what) { return nerve::tools::stdout_lost("openclaw-benchmark", what); }
 
 // run_suite() runs the selected workloads and fills `report`.
 void run_suite(const CommandLine& line, const std::vector<std::string>& only, const nerve::Settings& settings,
