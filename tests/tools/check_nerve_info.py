@@ -336,6 +336,9 @@ def case_usage(binary):
         for args, says in ((("--help", "--set", "no_equals"), "expected key=value"),
                            (("--version", "--set", "no_equals"), "expected key=value"),
                            (("--set", "no_equals", "--help"), "expected key=value"),
+                           # A key of blanks is no key, as "=x" is: it was "unknown configuration key ''".
+                           (("--set", " =x"), "expected key=value, got ' =x'"),
+                           (("--set", "\t =x"), "expected key=value"),
                            (("--help", "--config", os.path.join(directory, "missing.yaml")), "missing.yaml"),
                            (("--version", "--config", bad_key), "polcy"),
                            (("--help", "--set", "scheduler.polcy=eager"), "polcy"),

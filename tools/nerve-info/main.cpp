@@ -48,8 +48,10 @@ nerve::Settings make_settings(const Options& options) {
   if (options.no_environment) settings.use_environment(false);
   if (options.synthetic_given) settings.set("topology.synthetic", options.synthetic);
   for (const std::string& setting : options.settings) {
+    // A key of blanks only (" =x") is no key, as "=x" is: Settings::set() drops the blanks around a
+    // key, and the error was "unknown configuration key ''".
     const std::size_t equals = setting.find('=');
-    if (equals == std::string::npos || equals == 0)
+    if (equals == std::string::npos || setting.find_first_not_of(" \t\r\n") >= equals)
       throw CLI::ValidationError("--set", "expected key=value, got '" + setting + "'");
     settings.set(setting.substr(0, equals), setting.substr(equals + 1));
   }
