@@ -278,8 +278,11 @@ class TaskGroup {
 // to a pool never depend on each other, whatever their accesses (so TaskOptions::after is refused
 // there: Error(invalid_argument)); the pool as a whole is ordered against everything outside it by
 // the union of its tasks' accesses (the ranges they touch, not the span between them: work on a gap
-// neither waits for the pool nor is cancelled by it), at its place in the submission order when it
-// is launched (work submitted before launch() does not wait for it). Tasks start at launch(). The
+// neither waits for the pool nor is cancelled by it; past 1024 separate ranges in one buffer, or
+// 65535 in all, neighbouring ranges are joined across their smallest gaps until the count fits, and
+// a pool over more than 65535 buffers is refused at launch with Error(invalid_argument)), at its
+// place in the submission order when it is launched (work submitted before launch() does not wait
+// for it). Tasks start at launch(). The
 // pool fails as a whole: after one of its tasks failed, later work that reads any range the pool's
 // tasks wrote is cancelled with that cause until a write replaces the data. Cancellation is per task,
 // as for tasks outside a pool: a task of the pool that reads data a failed (or cancelled) task wrote

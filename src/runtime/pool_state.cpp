@@ -1,10 +1,15 @@
 #include "runtime/pool_state.hpp"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
+#include <utility>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "nerve/error.hpp"
 
@@ -72,15 +77,50 @@ void drop_inputs(PoolOutcome& outcome) noexcept {
   outcome.inputs.clear();
 }
 
-// A buffer's pieces past this fold into the range covering them: the gate is one record, whose
-// accesses are counted in 16 bits, and each piece is one access to register.
+// The gate is one record, whose accesses are counted in 16 bits, and each piece is one access to
+// register: a buffer's pieces past its share of that (at most max_pieces_per_buffer) are merged
+// across the smallest gaps between them (merge_smallest_gaps()).
+constexpr std::size_t max_gate_accesses = std::numeric_limits<std::uint16_t>::max();
 constexpr std::size_t max_pieces_per_buffer = 1024;
 
 Access mode_of(unsigned bits) noexcept { return static_cast<Access>(bits); }
 
+// merge_smallest_gaps(): `pieces` (disjoint, sorted) merged into at most `budget` pieces by joining
+// neighbours across the smallest gaps first (a gap of 0: neighbours of different modes), each merged
+// piece read and/or written as any piece it covers is. Only those smallest gaps are then ordered
+// with the pool; the wide ones, which is where unrelated work usually lies, stay free.
+void merge_smallest_gaps(std::vector<AccessSpec>& pieces, std::size_t budget) {
+  const std::size_t count = pieces.size();
+  if (count <= budget) return;
+  std::vector<std::size_t> gaps(count - 1);  // gap k lies between piece k and piece k + 1
+  for (std::size_t k = 0; k + 1 < count; ++k) gaps[k] = k;
+  const auto width = [&](std::size_t k) {
+    return pieces[k + 1].offset - (pieces[k].offset + pieces[k].size);
+  };
+  const std::size_t joined = count - budget;
+  std::nth_element(
+      gaps.begin(), gaps.begin() + static_cast<std::ptrdiff_t>(joined - 1), gaps.end(),
+      [&](std::size_t a, std::size_t b) { return width(a) != width(b) ? width(a) < width(b) : a < b; });
+  std::vector<bool> join(count - 1, false);
+  for (std::size_t i = 0; i < joined; ++i) join[gaps[i]] = true;
+  std::vector<AccessSpec> merged;
+  merged.reserve(budget);
+  merged.push_back(pieces[0]);
+  for (std::size_t k = 1; k < count; ++k) {
+    if (!join[k - 1]) {
+      merged.push_back(pieces[k]);
+      continue;
+    }
+    AccessSpec& last = merged.back();
+    last.size = pieces[k].offset + pieces[k].size - last.offset;
+    last.mode = mode_of(static_cast<unsigned>(last.mode) | static_cast<unsigned>(pieces[k].mode));
+  }
+  pieces = std::move(merged);
+}
+
 // append_union(): `accesses` of one buffer as disjoint pieces (sorted, adjacent pieces of one mode
-// joined), each read and/or written as the accesses covering it are.
-void append_union(BufferState* buffer, const std::vector<const AccessRecord*>& accesses,
+// joined), each read and/or written as the accesses covering it are; at most `budget` of them.
+void append_union(BufferState* buffer, const std::vector<const AccessRecord*>& accesses, std::size_t budget,
                   std::vector<AccessSpec>& specs) {
   std::vector<std::size_t> bounds;
   bounds.reserve(2 * accesses.size());
@@ -102,7 +142,7 @@ void append_union(BufferState* buffer, const std::vector<const AccessRecord*>& a
     if ((mode & static_cast<unsigned>(Access::read)) != 0) ++readers[first], --readers[last];
     if ((mode & static_cast<unsigned>(Access::write)) != 0) ++writers[first], --writers[last];
   }
-  const std::size_t begin_count = specs.size();
+  std::vector<AccessSpec> pieces;
   std::int64_t reading = 0, writing = 0;
   for (std::size_t k = 0; k + 1 < bounds.size(); ++k) {
     reading += readers[k];
@@ -111,22 +151,15 @@ void append_union(BufferState* buffer, const std::vector<const AccessRecord*>& a
                           (writing > 0 ? static_cast<unsigned>(Access::write) : 0u);
     if (bits == 0) continue;  // a gap no member touches
     const std::size_t size = bounds[k + 1] - bounds[k];
-    if (specs.size() > begin_count && specs.back().offset + specs.back().size == bounds[k] &&
-        specs.back().mode == mode_of(bits)) {
-      specs.back().size += size;
+    if (!pieces.empty() && pieces.back().offset + pieces.back().size == bounds[k] &&
+        pieces.back().mode == mode_of(bits)) {
+      pieces.back().size += size;
     } else {
-      specs.push_back(AccessSpec{buffer, bounds[k], size, mode_of(bits)});
+      pieces.push_back(AccessSpec{buffer, bounds[k], size, mode_of(bits)});
     }
   }
-  if (specs.size() - begin_count > max_pieces_per_buffer) {
-    AccessSpec covering = specs[begin_count];
-    unsigned bits = 0;
-    for (std::size_t i = begin_count; i < specs.size(); ++i) bits |= static_cast<unsigned>(specs[i].mode);
-    covering.size = specs.back().offset + specs.back().size - covering.offset;
-    covering.mode = mode_of(bits);
-    specs.resize(begin_count);
-    specs.push_back(covering);
-  }
+  merge_smallest_gaps(pieces, budget);
+  specs.insert(specs.end(), pieces.begin(), pieces.end());
 }
 
 }  // namespace
@@ -144,8 +177,17 @@ void PoolState::launch() {
     for (std::size_t i = 0; i < member->access_count; ++i)
       by_buffer[member->accesses[i].buffer].push_back(&member->accesses[i]);
   }
+  if (by_buffer.size() > max_gate_accesses) {
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("a task pool's tasks touch {} buffers; a pool is ordered by at most {}: "
+                            "launch them as several pools",
+                            by_buffer.size(), max_gate_accesses));
+  }
+  // Each buffer's share of the gate's accesses: a pool over many buffers merges their gaps sooner.
+  const std::size_t budget =
+      std::min(max_pieces_per_buffer, max_gate_accesses / std::max<std::size_t>(by_buffer.size(), 1));
   std::vector<AccessSpec> specs;
-  for (const auto& [buffer, accesses] : by_buffer) append_union(buffer, accesses, specs);
+  for (const auto& [buffer, accesses] : by_buffer) append_union(buffer, accesses, budget, specs);
   release_list = std::make_unique<TaskRecord*[]>(members.size());
   std::copy(members.begin(), members.end(), release_list.get());
   gate = context.allocate_record(thread);

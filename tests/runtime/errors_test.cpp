@@ -1654,6 +1654,70 @@ TEST_P(ErrorsTest, APoolCoversItsMembersRangesNotTheGapsBetween) {
   EXPECT_THROW(head.wait(), TaskCancelled) << "reads what the failed member wrote";
 }
 
+// Regression: past 1024 ranges in one buffer, a pool was ordered by the whole span from its lowest
+// to its highest byte: work in a wide gap between its ranges waited for it and was cancelled by its
+// failure. Now only the smallest gaps are merged (here those of one element between neighbours).
+TEST(PoolRanges, APoolOfManyRangesMergesOnlyItsSmallestGaps) {
+  Context context(make_settings(2));
+  constexpr int members = 1100;  // every other element, in two runs with a wide gap between them
+  constexpr int wide_gap_start = 2 * (members / 2), second_run = 5000;
+  Buffer<int> data(context, second_run + 2 * members);
+  TaskPool pool(context);
+  for (int k = 0; k < members; ++k) {
+    const int at = k < members / 2 ? 2 * k : second_run + 2 * k;
+    pool.add(
+        [k](std::span<int> x) {
+          if (k == 0) throw std::runtime_error("member 0 failed");
+          x[0] = 1;
+        },
+        write(data.slice(static_cast<std::size_t>(at), 1)));
+  }
+  pool.launch();
+  Task in_wide_gap = context.submit([](std::span<const int>) {}, read(data.slice(wide_gap_start + 1000, 1)));
+  Task on_a_member = context.submit([](std::span<const int>) {}, read(data.slice(0, 1)));
+  EXPECT_THROW(pool.wait_all(), std::runtime_error);
+  EXPECT_NO_THROW(in_wide_gap.wait()) << "the wide gap is no member's: not poisoned";
+  EXPECT_THROW(on_a_member.wait(), TaskCancelled) << "reads what the failed member wrote";
+  context.wait_all();
+}
+
+// Regression: a pool over more buffers than 65535 / 1024 with many ranges each, or over more than
+// 65535 buffers, failed to launch with "a task declares N accesses", which no task did. The first
+// now merges each buffer's gaps sooner; the second is refused as the pool's doing.
+TEST(PoolRanges, APoolOverManyBuffersLaunchesOrIsRefusedAsAPool) {
+  Context context(make_settings(2));
+  {
+    constexpr std::size_t buffers = 70, per_buffer = 1000;  // 70000 ranges of one element
+    std::vector<Buffer<int>> data;
+    for (std::size_t b = 0; b < buffers; ++b) data.emplace_back(context, std::vector<int>(2 * per_buffer, 0));
+    TaskPool pool(context);
+    for (std::size_t b = 0; b < buffers; ++b) {
+      for (std::size_t k = 0; k < per_buffer; ++k)
+        pool.add([](std::span<int> x) { x[0] = 7; }, write(data[b].slice(2 * k, 1)));
+    }
+    ASSERT_NO_THROW(pool.wait_all());
+    long sum = 0;
+    for (auto& buffer : data) {
+      for (const int value : buffer.to_vector()) sum += value;
+    }
+    EXPECT_EQ(sum, 7L * static_cast<long>(buffers * per_buffer));
+  }
+  std::vector<Buffer<int>> one_each;
+  TaskPool pool(context);
+  for (std::size_t b = 0; b < 65536; ++b) {
+    one_each.emplace_back(context, 1);
+    pool.add([](std::span<int> x) { x[0] = 1; }, write(one_each.back()));
+  }
+  try {
+    pool.launch();
+    FAIL() << "a pool over 65536 buffers was launched";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::invalid_argument);
+    EXPECT_THAT(error.what(), ::testing::HasSubstr("a task pool's tasks touch 65536 buffers; a pool is "
+                                                   "ordered by at most 65535: launch them as several pools"));
+  }
+}
+
 // cause_of(): what a TaskCancelled's cause() says: its message, "null", or "not a std::exception".
 std::string cause_of(const TaskCancelled& cancelled) {
   if (cancelled.cause() == nullptr) return "null";
