@@ -30,7 +30,7 @@ void free_all(HostPool& pool, const std::vector<std::pair<void*, std::size_t>>& 
 TEST(NumaPolicy, PreferredRecordsTheNodeOnASyntheticMachine) {
   const Config config =
       config_with({{"topology.synthetic", two_nodes}, {"memory.numa_policy", "preferred:1"}});
-  auto pool = make_pool(config, 0, /*numa_node=*/0);
+  auto pool = make_pool(config, 0, /*numa_node=*/1);
   const auto blocks = allocate_mix(*pool);
   for (const auto& [pointer, bytes] : blocks) {
     const BlockPlacement placement = pool->placement_of(pointer);
@@ -41,6 +41,27 @@ TEST(NumaPolicy, PreferredRecordsTheNodeOnASyntheticMachine) {
   }
   EXPECT_EQ(pool->stats().numa_binding_failures, 0u) << "and binding is not even attempted";
   free_all(*pool, blocks);
+}
+
+// Regression: under preferred:<n> (and interleave) every pool bound its blocks to the policy's node
+// (or interleaved them), so a buffer asked for on node 1 (BufferOptions::numa_node, which picks the
+// pool of node 1) had its pages on node 0 while its tasks ran on node 1. The pool of a node other
+// than the policy's holds only buffers asked for there: its pages go to its node.
+TEST(NumaPolicy, APoolOfAnotherNodeBindsToItsOwnNode) {
+  for (const char* policy : {"preferred:0", "interleave"}) {
+    SCOPED_TRACE(policy);
+    const Config config = config_with({{"topology.synthetic", two_nodes}, {"memory.numa_policy", policy}});
+    auto pool = make_pool(config, 0, /*numa_node=*/1);
+    const auto blocks = allocate_mix(*pool);
+    for (const auto& [pointer, bytes] : blocks) {
+      const BlockPlacement placement = pool->placement_of(pointer);
+      EXPECT_EQ(placement.node, 1) << bytes;
+      EXPECT_EQ(placement.intended_node(pointer), 1) << bytes;
+      const auto* last_page = static_cast<const std::byte*>(pointer) + bytes - 1;
+      EXPECT_EQ(placement.intended_node(last_page), 1) << bytes;
+    }
+    free_all(*pool, blocks);
+  }
 }
 
 TEST(NumaPolicy, InterleaveAttributesPagesRoundRobin) {

@@ -67,10 +67,13 @@ NumaBinder::NumaBinder(const Topology& topology, NumaPolicy policy, int pool_nod
                       "memory.numa_policy");
   }
   for (const NumaNode& node : nodes) logical_nodes_.push_back(node.index);
-  if (policy.kind == NumaPolicy::Kind::interleave) {
+  interleaves_ = policy.kind == NumaPolicy::Kind::interleave && pool_node == interleaved_pool;
+  if (interleaves_) {
     for (const NumaNode& node : nodes) target_os_nodes_.push_back(node.os_index);
-  } else if (policy.kind == NumaPolicy::Kind::preferred) {
-    target_os_nodes_.push_back(nodes[static_cast<std::size_t>(policy.node)].os_index);
+  } else if (policy.kind != NumaPolicy::Kind::local) {
+    // The pool of node k holds what was asked for on node k (BufferOptions::numa_node): its pages go
+    // there. The policy's own node is the pool buffers without a node come from (HostMemoryNode).
+    target_os_nodes_.push_back(nodes[static_cast<std::size_t>(pool_node)].os_index);
   }
 }
 
@@ -79,13 +82,13 @@ std::string NumaBinder::describe() const { return numa_policy_text(policy_); }
 BlockPlacement NumaBinder::apply(void* block, std::size_t bytes) noexcept {
   BlockPlacement placement;
   placement.policy = policy_.kind;
-  switch (policy_.kind) {
-    case NumaPolicy::Kind::local: placement.node = pool_node_; return placement;
-    case NumaPolicy::Kind::interleave:
-      placement.node = -1;
-      placement.interleave_nodes = logical_nodes_;
-      break;
-    case NumaPolicy::Kind::preferred: placement.node = policy_.node; break;
+  placement.node = pool_node_;
+  if (policy_.kind == NumaPolicy::Kind::local) return placement;
+  if (interleaves_) {
+    placement.node = -1;
+    placement.interleave_nodes = logical_nodes_;
+  } else {
+    placement.policy = NumaPolicy::Kind::preferred;  // bound to its node, as preferred:<node> binds
   }
   if (!real_machine_) return placement;  // never bind on a machine we are only simulating
 
@@ -96,8 +99,7 @@ BlockPlacement NumaBinder::apply(void* block, std::size_t bytes) noexcept {
     hwloc_bitmap_t nodeset = hwloc_bitmap_alloc();
     if (nodeset != nullptr) {
       for (int os_index : target_os_nodes_) hwloc_bitmap_set(nodeset, static_cast<unsigned>(os_index));
-      const hwloc_membind_policy_t how =
-          policy_.kind == NumaPolicy::Kind::interleave ? HWLOC_MEMBIND_INTERLEAVE : HWLOC_MEMBIND_BIND;
+      const hwloc_membind_policy_t how = interleaves_ ? HWLOC_MEMBIND_INTERLEAVE : HWLOC_MEMBIND_BIND;
       const int flags = HWLOC_MEMBIND_BYNODESET | (migrate_ ? HWLOC_MEMBIND_MIGRATE : 0);
       errno = 0;
       result = hwloc_set_area_membind(topology, block, bytes, nodeset, how, flags);

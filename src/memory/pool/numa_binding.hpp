@@ -2,9 +2,14 @@
 //
 //   local       nothing is bound: a page lands on the NUMA node of the thread that first writes it
 //               (Linux's default first-touch policy). The block is attributed to the pool's node.
-//   interleave  hwloc_set_area_membind(HWLOC_MEMBIND_INTERLEAVE) over every node: pages go round-robin.
-//   preferred:n hwloc_set_area_membind(HWLOC_MEMBIND_BIND) to node n without HWLOC_MEMBIND_STRICT,
-//               which Linux implements as MPOL_PREFERRED: node n while it has free memory, then others.
+//   interleave  node 0's pool (interleaved_pool, where buffers without a node of their own come
+//               from): hwloc_set_area_membind(HWLOC_MEMBIND_INTERLEAVE) over every node, pages go
+//               round-robin. The pool of node k > 0 binds as preferred:k does.
+//   preferred:n hwloc_set_area_membind(HWLOC_MEMBIND_BIND) to the pool's node without
+//               HWLOC_MEMBIND_STRICT, which Linux implements as MPOL_PREFERRED: that node while it has
+//               free memory, then others. Buffers without a node of their own come from node n's pool;
+//               the pool of another node k holds buffers asked for on k (BufferOptions::numa_node),
+//               so its pages go to k: the policy never overrides a buffer's own node.
 //
 // Binding happens when a block is obtained, before the pool writes it (a slab's header is its first
 // write), so no page has been placed yet. Blocks from jemalloc/tcmalloc may be recycled memory that
@@ -35,6 +40,9 @@ namespace nerve::memory {
 
 class NumaBinder {
  public:
+  // Under interleave, the pool whose blocks are interleaved (the others bind to their node).
+  static constexpr int interleaved_pool = 0;
+
   NumaBinder(const Topology& topology, NumaPolicy policy, int pool_node, bool migrate_placed_pages);
 
   // apply() binds [block, block + bytes) per the policy (real machine only) and says what it meant
@@ -51,6 +59,7 @@ class NumaBinder {
   int pool_node_;
   bool real_machine_;
   bool migrate_;
+  bool interleaves_ = false;          // interleave, and this is the interleaved pool
   std::vector<int> logical_nodes_;    // every node, 0..n-1
   std::vector<int> target_os_nodes_;  // the OS indices to bind to
   std::atomic<std::uint64_t> failures_{0};
