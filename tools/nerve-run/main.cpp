@@ -43,7 +43,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -279,12 +278,11 @@ int main(int argc, char** argv) {
       hostfile = path;
     }
     if (!dry_run || !temporary_hostfile_name) {
-      std::ofstream out(hostfile);
-      out << hosts;
-      out.close();
-      if (!out) {  // mpirun would only say "internal error" about a file that is not there
-        std::fprintf(stderr, "nerve-run: cannot write the hostfile %s: %s\n", hostfile.c_str(),
-                     errno != 0 ? std::strerror(errno) : "write failed");
+      // Replaced whole (files.hpp): a write that fails leaves a --hostfile PATH as it was.
+      try {
+        nerve::tools::write_file(hostfile, hosts);
+      } catch (const std::exception& error) {  // mpirun would only say "internal error" about it
+        std::fprintf(stderr, "nerve-run: cannot write the hostfile: %s\n", error.what());
         if (temporary_hostfile) std::filesystem::remove(hostfile);
         return 2;
       }
