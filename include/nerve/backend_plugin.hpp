@@ -67,8 +67,8 @@ class Completion {
 
 struct DeviceDescription {
   std::string name;                    // e.g. "sim0"; gpu.devices matches names by substring
-  DeviceKind kind = DeviceKind::test;  // which Kernel implementations it is given; not cpu (refused)
-  bool runs_cpu_kernels = false;       // it runs Kernels' CPU bodies (host-addressable memory)
+  DeviceKind kind = DeviceKind::test;  // which Kernel implementations it is given: test, opencl or cuda
+  bool runs_cpu_kernels = false;       // it runs Kernels' CPU bodies (refused without host_addressable)
   bool host_addressable = false;       // a CPU may dereference its memory's pointers
   bool unified_memory = false;
   // memory_bytes: its memory node's limit. 0: unknown — nerve sets no limit of its own, allocate()

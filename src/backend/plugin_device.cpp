@@ -344,6 +344,14 @@ class PluginBackend final : public Backend {
                                      "no kind of device: declare test (the default), opencl or cuda",
                                      which, description.name, name_, static_cast<int>(description.kind)));
     }
+    // A Kernel's CPU body dereferences its arguments' pointers: on memory a CPU cannot address, it
+    // would read and write whatever those addresses are in this process.
+    if (description.runs_cpu_kernels && !description.host_addressable) {
+      throw plugin_error(file_, fmt::format("device {} ('{}') of backend '{}' runs Kernels' CPU bodies "
+                                            "(runs_cpu_kernels) on memory a CPU cannot address "
+                                            "(host_addressable false): one of the two is wrong",
+                                            which, description.name, name_));
+    }
     return description;
   }
 

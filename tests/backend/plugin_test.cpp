@@ -614,6 +614,17 @@ TEST(BackendPlugin, APluginDeviceOfAKindOutsideTheEnumerationIsRefused) {
       << message;
 }
 
+// Regression: a device that runs Kernels' CPU bodies on memory it says a CPU cannot address was
+// opened, and the bodies were given its device pointers to dereference.
+TEST(BackendPlugin, CpuBodiesOnMemoryNotHostAddressableAreRefused) {
+  const SimPluginSetting not_addressable("SIM_PLUGIN_NOT_ADDRESSABLE", "1");
+  const std::string message = creation_error(NERVE_TEST_PLUGIN_DIR, "sim0");
+  EXPECT_NE(message.find(sim_plugin_file), std::string::npos) << message;
+  EXPECT_NE(message.find("runs Kernels' CPU bodies (runs_cpu_kernels) on memory a CPU cannot address"),
+            std::string::npos)
+      << message;
+}
+
 // Regression: memory_bytes 0 ("unknown") made a memory node of limit 0, where every task failed with
 // out_of_memory. Now the plugin's allocate() decides: eviction makes room, then out_of_memory.
 TEST(BackendPlugin, APluginDeviceOfUnknownMemorySizeIsBoundedByItsAllocator) {

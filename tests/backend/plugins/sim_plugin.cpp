@@ -14,9 +14,10 @@
 // (nerve calls it again at the next context until it succeeds: the tests use a copy of their own,
 // libnerve-backend-simretry.so). Read at describe: SIM_PLUGIN_NUMA set, device i says it is attached to NUMA
 // node i; SIM_PLUGIN_KIND (test, opencl, cuda, cpu, or out-of-range: 7) is the kind its devices declare (test
-// by default); SIM_PLUGIN_MEMORY is their memory_bytes (64 MiB by default; 0: unknown). Read at open:
-// SIM_PLUGIN_CAPACITY bounds what a device's allocate() gives (none by default), and
-// SIM_PLUGIN_COPY_DELAY_US makes each asynchronous copy take that long.
+// by default), SIM_PLUGIN_NOT_ADDRESSABLE that their memory is not host-addressable; SIM_PLUGIN_MEMORY is
+// their memory_bytes (64 MiB by default; 0: unknown). Read at open: SIM_PLUGIN_CAPACITY bounds what a
+// device's allocate() gives (none by default), and SIM_PLUGIN_COPY_DELAY_US makes each asynchronous copy take
+// that long.
 //
 // A launch runs the kernel's sim::Implementation (sim_implementation.hpp) when it has one, else its
 // CPU body. sim_plugin_peak_copies() says how many asynchronous copies were in flight at once, at
@@ -202,7 +203,8 @@ class SimBackend final : public nerve::plugin::Backend {
     description.name = "sim" + std::to_string(index);
     description.kind = kind_from_environment();
     description.runs_cpu_kernels = true;
-    description.host_addressable = true;
+    // SIM_PLUGIN_NOT_ADDRESSABLE: it says its memory is not host-addressable, yet runs CPU bodies.
+    description.host_addressable = std::getenv("SIM_PLUGIN_NOT_ADDRESSABLE") == nullptr;
     description.memory_bytes = from_environment("SIM_PLUGIN_MEMORY", std::size_t{64} << 20);
     description.compute_units = 1;
     if (std::getenv("SIM_PLUGIN_NUMA") != nullptr) description.numa_node = static_cast<int>(index);
