@@ -304,7 +304,10 @@ class TaskPool {
   TaskPool& operator=(const TaskPool&) = delete;
   ~TaskPool() { detail::pool_destroy(pool_); }
 
-  // add() adds a task; throws Error(invalid_argument) after launch().
+  // add() adds a task; throws Error(invalid_argument) after launch(). One thread at a time fills a
+  // pool: add() calls on several threads, or an add() on one thread while another launches the
+  // pool (launch(), wait_all()), must be ordered by the program (a mutex, a join), as for a
+  // std::vector's push_back.
   template <NotKernel F, class... A>
   requires(BufferAccessor<A>&&...) void add(F&& fn, const A&... accesses) {
     detail::submit(context_, nullptr, nullptr, pool_, false, std::forward<F>(fn), accesses...);
