@@ -281,6 +281,17 @@ def case_usage(binary, directory):
                 check(result.stdout == "", f"{' '.join(first + args)}: something ran: {result.stdout}")
     with open(tune) as f:
         check(f.read() == "scheduler:\n  spin_us: 20\n", "the configuration file was overwritten")
+    # Nor a file the run's contexts write (perf.trace, perf.decision_log): `NERVE_TRACE=run.json ...
+    # --json run.json` let the report and the first workload's trace overwrite each other.
+    written = os.path.join(directory, "written.json")
+    for output in ("--json", "--html"):
+        for variable, key in (("NERVE_TRACE", "perf.trace"), ("NERVE_PERF_DECISION_LOG", "perf.decision_log")):
+            for first in ([], ["--help"]):
+                result = run(binary, *first, *QUICK, "--only", "W1", output, written, expect=2,
+                             nerve_environment={variable: os.path.join(directory, ".", "written.json")})
+                says = f"{output} and {key} name the same file"
+                check(says in result.stderr, f"{variable} {output}: the error does not say {says!r}: {result.stderr}")
+                check(result.stdout == "", f"{variable} {output}: something ran: {result.stdout}")
     # --help answers only when nothing else on the line is wrong, wherever it stands (as in nerve-info
     # and nerve-run): `--help --bogus` exited 0.
     for args in (["--help", "--bogus"], ["--bogus", "--help"], ["-h", "--bogus"], ["--help", "stray"],

@@ -316,11 +316,27 @@ nerve::Settings run_settings(const CommandLine& line) {
 // that cannot be written. First the keys, then what only a context can check against the machine
 // (gpu.devices naming an accelerator that is not there, a NUMA node it lacks): found by making one
 // context as the workloads will, instead of failing each of them.
-int check_configuration(const nerve::Settings& settings, unsigned threads) {
+int check_configuration(const nerve::Settings& settings, const CommandLine& line) {
   try {
     const nerve::Config config = nerve::Config::load(settings);
+    // The files the run's contexts write: a report written over one would destroy it (or be
+    // destroyed by it), as one over an input would (the overwrites check in main()).
+    const std::pair<const char*, const std::string*> outputs[] = {{"--json", &line.json},
+                                                                  {"--html", &line.html}};
+    const std::pair<const char*, const std::string*> written[] = {
+        {"perf.trace", &config.perf.trace}, {"perf.decision_log", &config.perf.decision_log}};
+    for (const auto& [output, path] : outputs) {
+      for (const auto& [key, other] : written) {
+        if (nerve::tools::same_file(*path, *other)) {
+          std::fprintf(stderr,
+                       "openclaw-benchmark: %s and %s name the same file (%s): %s would overwrite it\n",
+                       output, key, path->c_str(), output);
+          return 2;
+        }
+      }
+    }
     nerve::Settings probe = settings;
-    probe.set("parallel.thread_pool_size", std::to_string(threads));
+    probe.set("parallel.thread_pool_size", std::to_string(line.threads));
     // The probe traces nothing: the first context to name a trace file keeps it, and that must
     // be the first workload's (docs/BENCHMARKS.md, --trace). Its path is checked here instead.
     probe.set("perf.trace", "");
@@ -642,8 +658,7 @@ int main(int argc, char** argv) {
   // as a run makes them included: a mistake on it is reported as without them. --from-json runs
   // nothing and takes no --config, so no configuration is checked for it.
   const nerve::Settings settings = run_settings(line);
-  if (const int status = earlier ? 0 : check_configuration(settings, line.threads); status != 0)
-    return status;
+  if (const int status = earlier ? 0 : check_configuration(settings, line); status != 0) return status;
   if (line.help) return nerve::tools::answer("openclaw-benchmark", app.help());
   if (line.list) {
     const int status = list_workloads(settings);
