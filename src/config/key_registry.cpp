@@ -151,7 +151,12 @@ std::vector<DistributedNode> parse_nodes(std::string_view text) {
       throw ConfigError(fmt::format("distributed.nodes: {} {}", quote(item), why), "distributed.nodes");
     };
     if (item.starts_with('-')) refuse("starts with '-': a host name cannot (it would read as an option)");
-    if (item.starts_with('[') || std::count(item.begin(), item.end(), ':') > 1) {
+    // An IPv6 address: bracketed, or hex groups (IPv4 at the end allowed) with "::" or all eight of
+    // them; other items with two colons ("node1:2:3") are malformed host:slots.
+    const bool ipv6_text =
+        item.find_first_not_of("0123456789abcdefABCDEF:.") == std::string_view::npos &&
+        (item.find("::") != std::string_view::npos || std::count(item.begin(), item.end(), ':') == 7);
+    if (item.starts_with('[') || ipv6_text) {
       refuse(
           "is an IPv6 address: not supported, as Open MPI's mpirun takes host names and IPv4 addresses "
           "only (give the host's name)");

@@ -101,9 +101,15 @@ TEST(DistributedConfig, NodesRefuseOptionLikeHostsAndSayIpv6IsNotSupported) {
               std::string::npos)
         << error;
   }
-  for (const char* ipv6 : {"::1", "[::1]:2", "fe80::1", "node1:2 [fe80::1]"}) {
+  for (const char* ipv6 :
+       {"::1", "[::1]:2", "fe80::1", "node1:2 [fe80::1]", "2001:db8:0:0:0:0:0:1", "::ffff:10.0.0.1"}) {
     const std::string error = config_error(with({{"distributed.nodes", ipv6}}));
     EXPECT_NE(error.find("is an IPv6 address: not supported"), std::string::npos) << ipv6 << ": " << error;
+  }
+  // Two colons alone make no IPv6 address: a malformed host:slots was called one.
+  for (const char* malformed : {"node1:2:3", "a:1:2"}) {
+    const std::string error = config_error(with({{"distributed.nodes", malformed}}));
+    EXPECT_NE(error.find("is not host or host:slots"), std::string::npos) << malformed << ": " << error;
   }
   // mpirun launches on no other name: '_' too is refused here rather than there.
   EXPECT_NE(config_error(with({{"distributed.nodes", "node_1:2"}})).find("letters, digits, dots and hyphens"),
