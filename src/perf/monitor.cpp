@@ -410,7 +410,8 @@ void PerfMonitor::cpu_run_finished(ThreadState& thread, MonitoredRun& run, std::
                  static_cast<double>(end - run.start_ns));
   if (!run.recorded) return;
   run.event.end_ns = end;
-  run.event.outcome = run.coroutine_failed && outcome == status_succeeded ? status_failed : outcome;
+  run.event.outcome =
+      run.coroutine_outcome != 0 && outcome == status_succeeded ? run.coroutine_outcome : outcome;
   record(thread, std::move(run.event));
 }
 

@@ -232,9 +232,11 @@ struct MonitoredRun {
   bool recorded;  // perf.record_tasks: `event` is filed
   HeftCredit heft{};
   bool finished = false;
-  // A coroutine's exception escaped during this stretch: the stretch's record says failed, although
-  // the stretch task itself succeeds (the coroutine's Task carries the failure, reported once).
-  bool coroutine_failed = false;
+  // The coroutine's end in this stretch, when its record must say so although the stretch task
+  // itself succeeds (the coroutine's Task carries the outcome, reported once): status_failed, an
+  // exception escaped it; status_cancelled, its group was cancelled before it started and it never
+  // ran. 0: the stretch's own outcome.
+  std::uint32_t coroutine_outcome = 0;
   std::int64_t start_ns = 0;
   TaskEvent event{};
 };

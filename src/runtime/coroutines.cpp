@@ -51,6 +51,15 @@ void leave_out(ContextImpl& context, std::int64_t records) noexcept {
   context.suspended_coroutine_records.fetch_add(records, std::memory_order_relaxed);
 }
 
+// record_stretch_outcome(): with recording on, the running stretch's record says `outcome` (the
+// coroutine's end in it), although the stretch task itself succeeds.
+void record_stretch_outcome(ContextImpl& context, std::uint32_t outcome) noexcept {
+  if (!context.times_tasks) return;
+  if (MonitoredRun* run = context.current_thread().perf_run;
+      run != nullptr && run->task == running_task_record())
+    run->coroutine_outcome = outcome;
+}
+
 struct Resume {
   void* coroutine;
   const TaskRecord* root;     // null: a coroutine nerve did not launch (no Task to check against)
@@ -83,6 +92,7 @@ struct Start {
     }
     std::coroutine_handle<>::from_address(coroutine).destroy();
     ContextImpl& context = *launched->context;
+    record_stretch_outcome(context, status_cancelled);  // it never ran: not a stretch that succeeded
     context.finish(launched, context.current_thread(), status_cancelled);
   }
 };
@@ -231,11 +241,7 @@ void coroutine_task_finish(TaskRecord* record, std::exception_ptr error) noexcep
   ContextImpl& context = *record->context;
   // Recording: the stretch the exception escaped from is the coroutine's failed work (the records
   // and the trace have no entry for the coroutine's Task itself).
-  if (error != nullptr && context.times_tasks) {
-    if (MonitoredRun* run = context.current_thread().perf_run;
-        run != nullptr && run->task == running_task_record())
-      run->coroutine_failed = true;
-  }
+  if (error != nullptr) record_stretch_outcome(context, status_failed);
   // What it awaited last is released: nothing follows its slot once it has finished.
   AwaitSlot& slot = await_slot(*record);
   if (slot.awaited != nullptr || slot.parked) {  // its own writes: read without the lock

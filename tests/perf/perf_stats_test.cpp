@@ -118,6 +118,33 @@ TEST(PerfStats, TheStretchACoroutinesExceptionEscapedFromIsRecordedAsFailed) {
   EXPECT_EQ(statuses["at once"], (std::vector<std::string>{"failed"}));
 }
 
+// Regression: a coroutine whose group was cancelled before it started never runs and its Task is
+// cancelled (coroutine.hpp), but the stretch that found it so was recorded as succeeded.
+TEST(PerfStats, ACoroutineCancelledBeforeItStartedIsRecordedAsCancelled) {
+  Settings settings = make_settings(2);
+  settings.set("perf.record_tasks", "true");
+  Context context(settings);
+  bool ran = false;
+  TaskGroup group(context);
+  group.cancel();
+  Task never = launch(
+      group,
+      [](bool& body_ran) -> CoTask<> {
+        body_ran = true;
+        co_return;
+      }(ran),
+      "never");
+  group.wait();
+  EXPECT_FALSE(ran);
+  EXPECT_EQ(never.status(), TaskStatus::cancelled);
+  context.wait_all();
+  std::vector<std::string> statuses;
+  for (const TaskTimes& record : context.stats().task_records) {
+    if (record.name == "never") statuses.push_back(record.status);
+  }
+  EXPECT_EQ(statuses, (std::vector<std::string>{"cancelled"}));
+}
+
 TEST(PerfStats, RecordTasksGivesTimesDeviceAndBytesPerTask) {
   for (const bool synchronous : {false, true}) {
     SCOPED_TRACE(synchronous ? "synchronous copies" : "asynchronous copies");
