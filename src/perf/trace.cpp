@@ -21,12 +21,35 @@ namespace {
 constexpr int process_id = 1;
 constexpr int device_track_base = 1000;
 constexpr int transfer_track_base = 2000;
+// A device's or a node pair's lane L > 0 (slices that overlap those of the lanes before) is track
+// base + L * lane_stride.
+constexpr int lane_stride = 1'000'000;
 constexpr std::size_t utilisation_buckets = 100;
 constexpr std::size_t max_pool_arrows = 262144;
 
-int task_track(const TaskEvent& task) {
-  return task.device == 0 ? 1 + task.worker : device_track_base + task.device;
-}
+// Lanes: Perfetto draws the slices of one track only when they nest, but a device runs kernels on
+// several queues at once and a node pair has several copies in flight. Each slice goes to the first
+// lane of its track whose last slice ended before it starts.
+class Lanes {
+ public:
+  // lane_of() for slices given in order of their start.
+  unsigned lane_of(double start, double finish) {
+    for (std::size_t lane = 0; lane < ends_.size(); ++lane) {
+      if (ends_[lane] <= start) {
+        ends_[lane] = finish;
+        return static_cast<unsigned>(lane);
+      }
+    }
+    ends_.push_back(finish);
+    return static_cast<unsigned>(ends_.size() - 1);
+  }
+  unsigned count() const noexcept { return static_cast<unsigned>(ends_.size()); }
+
+ private:
+  std::vector<double> ends_;
+};
+
+std::string lane_suffix(unsigned lane) { return lane == 0 ? std::string() : fmt::format(" ({})", lane + 1); }
 
 nlohmann::json track_name(int track, const std::string& name, int sort_index) {
   return nlohmann::json::array({{{"ph", "M"},
@@ -69,6 +92,7 @@ class TraceWriter {
         transfers_(perf_.transfers()),
         counters_(perf_.counters()) {
     for (const PoolMemberEvent& entry : perf_.pool_members()) members_of_[entry.gate].push_back(entry.member);
+    assign_device_lanes();
     for (const TaskEvent* task : tasks_) end_ = std::max(end_, us(task->end_ns));
     for (const TransferEvent& copy : transfers_) end_ = std::max(end_, us(copy.end_ns));
     // otherData, written before the events, says how many arrows through pools were cut.
@@ -98,6 +122,27 @@ class TraceWriter {
  private:
   double us(std::int64_t t) const { return static_cast<double>(t - epoch_) / 1000.0; }
 
+  // assign_device_lanes(): each device task's lane (Lanes), and how many lanes each device needs.
+  void assign_device_lanes() {
+    std::vector<const TaskEvent*> by_start;
+    for (const TaskEvent* task : tasks_) {
+      if (task->device != 0) by_start.push_back(task);
+    }
+    std::stable_sort(by_start.begin(), by_start.end(),
+                     [](const TaskEvent* a, const TaskEvent* b) { return a->start_ns < b->start_ns; });
+    for (const TaskEvent* task : by_start) {
+      Lanes& lanes = device_lanes_[task->device];
+      device_lane_of_[task] = lanes.lane_of(us(task->start_ns), us(task->end_ns));
+    }
+  }
+
+  int task_track(const TaskEvent& task) const {
+    if (task.device == 0) return 1 + task.worker;
+    const auto lane = device_lane_of_.find(&task);
+    return device_track_base + task.device +
+           (lane != device_lane_of_.end() ? static_cast<int>(lane->second) : 0) * lane_stride;
+  }
+
   const TaskEvent* task(std::uint64_t id) const {
     const auto at = std::lower_bound(tasks_.begin(), tasks_.end(), id,
                                      [](const TaskEvent* task, std::uint64_t key) { return task->id < key; });
@@ -126,9 +171,14 @@ class TraceWriter {
     }
     for (const DeviceInfo& device : devices_) {
       if (device.index == 0) continue;
-      add_all(events, track_name(device_track_base + device.index,
-                                 fmt::format("device {} queue: {}", device.index, device.name),
-                                 device_track_base + device.index));
+      const auto lanes = device_lanes_.find(device.index);
+      const unsigned count = lanes != device_lanes_.end() ? std::max(1u, lanes->second.count()) : 1;
+      for (unsigned lane = 0; lane < count; ++lane) {
+        add_all(events,
+                track_name(device_track_base + device.index + static_cast<int>(lane) * lane_stride,
+                           fmt::format("device {} queue: {}{}", device.index, device.name, lane_suffix(lane)),
+                           device_track_base + device.index));
+      }
     }
   }
 
@@ -202,17 +252,28 @@ class TraceWriter {
     visit_arrows(arrow);
   }
 
-  // Transfer engines: one track per (source, destination) memory node pair.
+  // Transfer engines: one track per (source, destination) memory node pair, with a lane per copy in
+  // flight at once (Lanes).
   void write_transfers(JsonArrayWriter& events) const {
+    std::vector<const TransferEvent*> by_start;
+    for (const TransferEvent& copy : transfers_) by_start.push_back(&copy);
+    std::stable_sort(by_start.begin(), by_start.end(), [](const TransferEvent* a, const TransferEvent* b) {
+      return a->start_ns < b->start_ns;
+    });
+    std::unordered_map<int, Lanes> lanes_of;  // by the pair's first track
     std::vector<int> transfer_tracks;
-    for (const TransferEvent& copy : transfers_) {
-      const int track =
+    for (const TransferEvent* each : by_start) {
+      const TransferEvent& copy = *each;
+      const int pair =
           transfer_track_base + static_cast<int>(copy.from_node * max_memory_nodes + copy.to_node);
+      const unsigned lane = lanes_of[pair].lane_of(us(copy.start_ns), us(copy.end_ns));
+      const int track = pair + static_cast<int>(lane) * lane_stride;
       if (std::find(transfer_tracks.begin(), transfer_tracks.end(), track) == transfer_tracks.end()) {
         transfer_tracks.push_back(track);
-        add_all(events,
-                track_name(track, fmt::format("transfers node {} -> node {}", copy.from_node, copy.to_node),
-                           track));
+        add_all(events, track_name(track,
+                                   fmt::format("transfers node {} -> node {}{}", copy.from_node, copy.to_node,
+                                               lane_suffix(lane)),
+                                   pair));
       }
       events.add(
           {{"ph", "X"},
@@ -273,6 +334,8 @@ class TraceWriter {
   const std::vector<TransferEvent> transfers_;
   const CounterStats counters_;
   std::unordered_map<std::uint64_t, std::vector<std::uint64_t>> members_of_;
+  std::unordered_map<int, Lanes> device_lanes_;                    // by device
+  std::unordered_map<const TaskEvent*, unsigned> device_lane_of_;  // device tasks only
   double end_ = 0;
   std::uint64_t pool_arrows_dropped_ = 0;
 };
