@@ -137,7 +137,9 @@ class NERVE_API Context {
   // rethrown later). A task cancelled because a predecessor failed is not a failure of its own: once
   // that cause was reported (by Task::wait() or an earlier wait_all()), wait_all() is quiet about
   // the tasks it cancelled. Inside a task it throws
-  // Error(invalid_argument): it would wait for that very task (use a TaskGroup there). While this
+  // Error(invalid_argument): it would wait for that very task (use a TaskGroup there); inside a task
+  // of another context too, as this context's work may wait for that task (a map of a buffer it
+  // writes), a cycle across two contexts that no wait could find. While this
   // thread holds a mapping that a pending task waits for, it throws Error(buffer_misuse) (the wait
   // would never end; unmap first).
   void wait_all();

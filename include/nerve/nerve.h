@@ -22,7 +22,8 @@
  * kernels (a kernel may allocate, submit tasks, and wait for a task pool; waiting inside a kernel runs
  * other tasks meanwhile). Exceptions: a nerve_task_t is built by one thread; a task pool is filled,
  * launched and destroyed by one thread at a time; nerve_wait_all() and nerve_shutdown() are refused
- * inside a task (they would wait for that task itself); nerve_shutdown() must not race with any other
+ * inside a task (they would wait for that task itself; a task of another context too, which the
+ * context's work may wait for); nerve_shutdown() must not race with any other
  * call on the same context. Mapping, inside a kernel, a buffer range its own task accesses in a
  * conflicting mode (or that a task ordered after it does) is refused: the mapping would wait for the
  * task (NERVE_ERROR_INVALID_ARGUMENT). Blocking calls are marked "Blocks".

@@ -133,9 +133,13 @@ void drain_tasks(nerve_context& ctx) noexcept {
   }
 }
 
-// inside_task() tells whether the calling thread is running a task of `ctx` (a C kernel or a C++
-// task): there, nerve_wait_all() would wait for its own task and nerve_shutdown() for everything.
-bool inside_task(nerve_context& ctx) { return ctx.impl()->current_thread().nesting > 0; }
+// inside_task() tells whether the calling thread is running a task (a C kernel or a C++ task) of
+// `ctx`, where nerve_wait_all() would wait for its own task and nerve_shutdown() for everything, or
+// of another context, whose task this context's work may wait for (a mapping, a pool: a cycle of
+// waits across two contexts is not found).
+bool inside_task(nerve_context& ctx) {
+  return ctx.impl()->current_thread().nesting > 0 || nerve::detail::running_task_record() != nullptr;
+}
 
 }  // namespace
 }  // namespace nerve::capi
@@ -166,7 +170,7 @@ void nerve_shutdown(nerve_context_t* ctx) {
            "the context has been shut down already (a second nerve_shutdown)");
     if (inside_task(*ctx)) {
       fail(nerve::ErrorCode::invalid_argument,
-           "called from inside a task of the context; the context stays alive");
+           "called from inside a task (of this context or another); the context stays alive");
     }
   });
   if (refused != NERVE_OK) {
@@ -206,7 +210,8 @@ nerve_status_t nerve_wait_all(nerve_context_t* ctx) {
     checked = &checked_context(ctx);
     if (inside_task(*checked)) {
       fail(nerve::ErrorCode::invalid_argument,
-           "called from inside a task: it would wait for that task itself (wait for a task pool instead)");
+           "called from inside a task: it would wait for that task itself, or (a task of another context) "
+           "for work that may wait for it (wait for a task pool instead)");
     }
     // A wait that could never end is the caller's misuse (BUFFER_MISUSE), not a task's failure,
     // whether it is seen at the start or while waiting (work submitted meanwhile).

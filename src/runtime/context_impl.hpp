@@ -323,9 +323,13 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   // wait_rechecking()), then report_root_errors() (rethrows the first failure not reported yet). The C
   // API calls them apart: a refused wait is the caller's misuse, a rethrown failure a task's.
   void wait_all() {
+    refuse_wait_all_inside_a_task();
     wait_for_all_tasks();
     report_root_errors();
   }
+  // refuse_wait_all_inside_a_task(): Error(invalid_argument) inside a task of any context (the
+  // public wait_all()s; a destruction inside another context's task still waits).
+  void refuse_wait_all_inside_a_task();
   void wait_for_all_tasks();
   void report_root_errors();
   // refuse_endless_destruction(): shutdown()'s own-mapping check (context_impl.cpp).

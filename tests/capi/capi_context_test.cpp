@@ -321,6 +321,39 @@ TEST(CapiContext, AKernelRunningDuringShutdownMaySubmitFollowUpWork) {
     shutdown_race = nullptr;
   }
 }
+// Regression: nerve_wait_all() and nerve_shutdown() are refused inside a task (nerve.h), but only a
+// task of the context named was looked for: inside a kernel of A, nerve_wait_all(B) waited (a hang
+// when B's work waited for that kernel: a mapping of A's buffer it writes) and nerve_shutdown(B)
+// shut B down.
+struct TwoContexts {
+  nerve_context_t* other = nullptr;
+  nerve_status_t waited = NERVE_OK;
+  nerve_status_t shut_down = NERVE_OK;
+};
+TwoContexts* two_contexts = nullptr;
+
+void waits_for_the_other_context(void* /*data*/, nerve_device_t /*device*/, nerve_stream_t /*stream*/) {
+  two_contexts->waited = nerve_wait_all(two_contexts->other);
+  nerve_clear_last_error();
+  nerve_shutdown(two_contexts->other);
+  two_contexts->shut_down = nerve_last_status();
+}
+
+TEST(CapiContext, WaitAllAndShutdownOfAnotherContextInsideATaskAreRefused) {
+  ContextPtr first = make_context(2);
+  ContextPtr second = make_context(2);
+  TwoContexts seen{second.get()};
+  two_contexts = &seen;
+  ASSERT_EQ(nerve_task_submit(first.get(), nerve_task_create(waits_for_the_other_context, nullptr),
+                              NERVE_DEVICE_ANY),
+            NERVE_OK);
+  ASSERT_EQ(nerve_wait_all(first.get()), NERVE_OK);
+  two_contexts = nullptr;
+  EXPECT_EQ(seen.waited, NERVE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(seen.shut_down, NERVE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(nerve_context_get_worker_count(second.get()), 2) << "the other context is still alive";
+}
+
 TEST(CapiContext, DumpPerfStatsWritesJson) {
   ContextPtr ctx = make_context(2);
   ASSERT_NE(ctx, nullptr);

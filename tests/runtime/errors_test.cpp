@@ -917,6 +917,29 @@ TEST_P(ErrorsTest, TaskPoolRunsIndependentTasksAfterItsPredecessors) {
   EXPECT_THROW(pool.add([] {}), Error) << "no adding after launch";
 }
 
+// Regression: wait_all() inside a task is refused, but only inside one of the context's own: inside
+// a task of another context it waited, and hung when this context's work waited for that task (here
+// a map of the buffer it writes): a cycle of waits across two contexts, which is not found.
+TEST(ContextWaitAll, InsideATaskOfAnotherContextIsRefused) {
+  Context first(make_settings(2));
+  Context second(make_settings(2));
+  Buffer<int> data(first, 4);
+  std::string refusal;
+  first
+      .submit(
+          [&](std::span<int>) {
+            try {
+              second.wait_all();
+            } catch (const Error& error) {
+              if (error.code() == ErrorCode::invalid_argument) refusal = error.what();
+            }
+          },
+          write(data))
+      .wait();
+  EXPECT_THAT(refusal, ::testing::HasSubstr("called inside a task of another context"));
+  EXPECT_NO_THROW(second.wait_all()) << "outside tasks it waits as ever";
+}
+
 // A task waiting for itself — its own Task, its own group, its own pool — would never return: each is
 // Error(invalid_argument) naming the task, not a hang. A pool's expected size is a hint, a huge one too.
 TEST_P(ErrorsTest, WaitingForItselfIsAnErrorNotAHang) {
