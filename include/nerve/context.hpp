@@ -32,7 +32,9 @@
 // later submission is found within about 50 ms); a ~TaskGroup's wait leaves that to another wait of
 // the cycle, and is the fatal error above only if none does within about a second. A blocking map
 // counts as suspended below the tasks it runs while it waits, and its wait may be one of such a
-// cycle: if it is the one that throws, the mapping it asked for ends by itself once granted.
+// cycle: if it is the one that throws, the mapping it asked for ends by itself once granted. Such
+// cycles are found among the tasks and waits of one context: one through tasks of two contexts
+// (each waiting for the other's work) is not, and hangs.
 // Destroying the context waits for every submitted task, then frees buffers still alive (reporting
 // them as a warning). The destructor, as for any C++ object, must not overlap a call of a member of the same
 // Context on another thread (wait_all(), submit(), stats(), ...): end those calls first (the C API's
