@@ -97,7 +97,7 @@ printf 'previous slots=1\n' >"$config_dir/hosts"
 out=$(trap '' XFSZ; ulimit -f 0; NERVE_DISTRIBUTED_NODES=localhost:2 "$run" --dry-run --hostfile "$config_dir/hosts" \
   /bin/echo ran-the-program 2>&1)
 status=$?
-[ "$status" = 2 ] && grep -q "nerve-run: cannot write the hostfile: $config_dir/hosts: cannot write this file" <<<"$out" ||
+[ "$status" = 2 ] && grep -q "nerve-run: cannot write the hostfile $config_dir/hosts: cannot write this file" <<<"$out" ||
   echo "FAIL: a hostfile write past the size limit: exit status $status: '$out'"
 [ "$(cat "$config_dir/hosts")" = "previous slots=1" ] || echo "FAIL: the failed write changed the previous hostfile"
 

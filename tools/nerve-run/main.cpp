@@ -282,7 +282,7 @@ int main(int argc, char** argv) {
       try {
         nerve::tools::write_file(hostfile, hosts);
       } catch (const std::exception& error) {  // mpirun would only say "internal error" about it
-        std::fprintf(stderr, "nerve-run: cannot write the hostfile: %s\n", error.what());
+        std::fprintf(stderr, "nerve-run: cannot write the hostfile %s\n", error.what());  // "PATH: why"
         if (temporary_hostfile) std::filesystem::remove(hostfile);
         return 2;
       }
