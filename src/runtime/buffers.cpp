@@ -524,7 +524,11 @@ void free_data_of_context_gone(ContextImpl& context, TaskRecord* mapping) {
   bool still_mapped = false;
   {
     std::lock_guard lock(context.mappings_mutex);
-    still_mapped = std::any_of(context.held_mappings.begin(), context.held_mappings.end(),
+    // A map still waiting for its grant (or granted and not yet listed) is not among held_mappings
+    // but will use the data: while any map of the context is in progress, the data stays (until
+    // that mapping's unmap, or the last handle).
+    still_mapped = context.mapping_rooms_reserved != 0 ||
+                   std::any_of(context.held_mappings.begin(), context.held_mappings.end(),
                                [&](const TaskRecord* held) { return held->accesses[0].buffer == buffer; });
   }
   if (!still_mapped && !context.forked_child()) {

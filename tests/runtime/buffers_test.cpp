@@ -313,6 +313,29 @@ TEST(BuffersAfterContext, UnmapAfterTheContextFreesTheBuffersData) {
   EXPECT_LE(in_use(), held - buffer.size_bytes()) << "unmapped: the data is freed while the handle lives";
 }
 
+// ... but not while another map of it still waits for its grant: granted by that unmap, the waiting
+// map got the freed data's address (null) and wrote through it (the review of the change above).
+TEST(BuffersAfterContext, UnmapAfterTheContextKeepsTheDataForAMapStillWaiting) {
+  auto context = std::make_unique<Context>(make_settings(2));
+  Buffer<int> buffer(*context, std::vector<int>(1024, 5));
+  std::optional<Mapped<const int>> reading(buffer.map_read());
+  std::atomic<bool> asked{false};
+  int seen = 0;
+  std::thread writer([&] {
+    asked = true;
+    Mapped<int> writing = buffer.map_write();  // waits for the read mapping
+    seen = writing[3];
+    writing[3] = 7;
+    EXPECT_THROW(writing.unmap(), Error) << "the context has been destroyed";
+  });
+  while (!asked.load()) std::this_thread::yield();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the map is waiting
+  context.reset();
+  EXPECT_THROW(reading->unmap(), Error);
+  writer.join();
+  EXPECT_EQ(seen, 5) << "the waiting map was granted the data";
+}
+
 // A count whose size in bytes wraps around would make a tiny buffer with a huge size(): refused.
 TEST_P(BuffersTest, ASizeBeyondTheAddressSpaceIsRefused) {
   const std::size_t wraps = (std::size_t{1} << 61) + 1;  // * 8 bytes = 8 (mod 2^64)
