@@ -106,7 +106,11 @@ RuntimeImpl* runtime_create(Context& context) {
 
 void runtime_destroy(RuntimeImpl* runtime) noexcept {
   try {
-    runtime->context.wait_all();
+    // Waited for as ~Context waits, inside another context's task too (the public wait_all()
+    // refuses there): the transport must not go while this rank's tasks still use it.
+    nerve::detail::ContextImpl& context = *runtime->context.impl();
+    context.wait_for_all_tasks();
+    context.report_root_errors();
     if (runtime->transport) runtime->transport->flush();
   } catch (...) {
   }

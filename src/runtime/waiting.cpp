@@ -45,26 +45,29 @@ std::int64_t ContextImpl::in_flight() const noexcept {
   return static_cast<std::int64_t>(submitted - completed);
 }
 
+namespace {
+constexpr const char* wait_all_inside_own_task =
+    "wait_all() called inside a task would wait for that task itself; wait for a TaskGroup instead";
+}  // namespace
+
 void ContextImpl::refuse_wait_all_inside_a_task() {
   // A task of another context may be what this context's work waits for (a mapping of its buffer,
   // a pool reading what it writes): waiting for all of this context there could never end, and
   // the cycle, across two contexts, is not found. Inside one of this context's own tasks,
-  // wait_for_all_tasks() says why.
-  if (current_thread().nesting == 0 && running_task_record() != nullptr) {
-    throw Error(ErrorCode::invalid_argument,
-                fmt::format("wait_all() of context {} called inside a task of another context: it "
-                            "could wait for work that waits for that task; wait for a TaskGroup or "
-                            "a Task instead",
-                            id));
-  }
+  // wait_for_all_tasks() says why (on a device's launcher thread, running one of its calls: here).
+  const TaskRecord* running = running_task_record();
+  if (current_thread().nesting != 0 || running == nullptr) return;
+  if (running->context == this) throw Error(ErrorCode::invalid_argument, wait_all_inside_own_task);
+  throw Error(ErrorCode::invalid_argument,
+              fmt::format("wait_all() of context {} called inside a task of another context: it could "
+                          "wait for work that waits for that task; wait for a TaskGroup or a Task instead",
+                          id));
 }
 
 void ContextImpl::wait_for_all_tasks() {
   ThreadState& thread = current_thread();
   if (thread.nesting > 0) {
-    throw Error(
-        ErrorCode::invalid_argument,
-        "wait_all() called inside a task would wait for that task itself; wait for a TaskGroup instead");
+    throw Error(ErrorCode::invalid_argument, wait_all_inside_own_task);
   }
   AllDone all{this};
   wait_rechecking(thread, all, [this] { refuse_own_mapping_wait(waits_for_all, "wait_all()"); });
