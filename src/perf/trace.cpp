@@ -40,9 +40,14 @@ class Lanes {
         return static_cast<unsigned>(lane);
       }
     }
+    if (ends_.size() == max_lanes) {  // the tids stay ints: the last lane takes the rest, overlapping
+      ends_.back() = std::max(ends_.back(), finish);
+      return max_lanes - 1;
+    }
     ends_.push_back(finish);
     return static_cast<unsigned>(ends_.size() - 1);
   }
+  static constexpr unsigned max_lanes = 1000;  // max_lanes * lane_stride fits an int
   unsigned count() const noexcept { return static_cast<unsigned>(ends_.size()); }
 
  private:
