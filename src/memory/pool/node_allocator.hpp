@@ -33,8 +33,8 @@ struct BlockPlacement {
   // local: the pool's node (an attribution: pages land where they are first written);
   // preferred: the node the block is bound to; interleave: -1 (see intended_node()).
   int node = -1;
-  std::vector<int> interleave_nodes;  // interleave: every node, in order
-  bool bound = false;                 // the operating system accepted a binding for this block
+  int interleave_nodes = 0;  // interleave: the node count (every node, 0..n-1, in order)
+  bool bound = false;        // the operating system accepted a binding for this block
 
   // intended_node() is the node a byte of the block should be on: for interleave, Linux's rule for
   // anonymous memory, node[(address / page size) mod node count]; else `node`.

@@ -33,9 +33,9 @@ hwloc_topology_t real_machine_topology() {
 }  // namespace
 
 int BlockPlacement::intended_node(const void* address) const noexcept {
-  if (policy != NumaPolicy::Kind::interleave || interleave_nodes.empty()) return node;
+  if (policy != NumaPolicy::Kind::interleave || interleave_nodes <= 0) return node;
   const auto page = reinterpret_cast<std::uintptr_t>(address) / page_size();
-  return interleave_nodes[page % interleave_nodes.size()];
+  return static_cast<int>(page % static_cast<std::uintptr_t>(interleave_nodes));
 }
 
 std::string numa_policy_text(const NumaPolicy& policy) {
@@ -66,7 +66,7 @@ NumaBinder::NumaBinder(const Topology& topology, NumaPolicy policy, int pool_nod
                                   count == 1 ? "" : "s", count - 1),
                       "memory.numa_policy");
   }
-  for (const NumaNode& node : nodes) logical_nodes_.push_back(node.index);
+  node_count_ = count;
   interleaves_ = policy.kind == NumaPolicy::Kind::interleave && pool_node == interleaved_pool;
   if (interleaves_) {
     for (const NumaNode& node : nodes) target_os_nodes_.push_back(node.os_index);
@@ -86,7 +86,7 @@ BlockPlacement NumaBinder::apply(void* block, std::size_t bytes) noexcept {
   if (policy_.kind == NumaPolicy::Kind::local) return placement;
   if (interleaves_) {
     placement.node = -1;
-    placement.interleave_nodes = logical_nodes_;
+    placement.interleave_nodes = node_count_;  // no allocation: apply() is noexcept
   } else {
     placement.policy = NumaPolicy::Kind::preferred;  // bound to its node, as preferred:<node> binds
   }

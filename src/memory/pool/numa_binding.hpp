@@ -60,7 +60,7 @@ class NumaBinder {
   bool real_machine_;
   bool migrate_;
   bool interleaves_ = false;          // interleave, and this is the interleaved pool
-  std::vector<int> logical_nodes_;    // every node, 0..n-1
+  int node_count_ = 0;                // the topology's NUMA nodes, 0..n-1
   std::vector<int> target_os_nodes_;  // the OS indices to bind to
   std::atomic<std::uint64_t> failures_{0};
   std::atomic_flag warned_ = ATOMIC_FLAG_INIT;
