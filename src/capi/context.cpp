@@ -133,13 +133,9 @@ void drain_tasks(nerve_context& ctx) noexcept {
   }
 }
 
-// inside_task() tells whether the calling thread is running a task (a C kernel or a C++ task) of
-// `ctx`, where nerve_wait_all() would wait for its own task and nerve_shutdown() for everything, or
-// of another context, whose task this context's work may wait for (a mapping, a pool: a cycle of
-// waits across two contexts is not found).
-bool inside_task(nerve_context& ctx) {
-  return ctx.impl()->current_thread().nesting > 0 || nerve::detail::running_task_record() != nullptr;
-}
+// inside_task(): nerve_wait_all() would wait for its own task there, nerve_shutdown() for
+// everything, or (a task of another context) for work that may wait for it.
+bool inside_task(nerve_context& ctx) { return ctx.impl()->inside_a_task(); }
 
 }  // namespace
 }  // namespace nerve::capi

@@ -327,9 +327,13 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
     wait_for_all_tasks();
     report_root_errors();
   }
-  // refuse_wait_all_inside_a_task(): Error(invalid_argument) inside a task of any context (the
-  // public wait_all()s; a destruction inside another context's task still waits).
+  // refuse_wait_all_inside_a_task(): Error(invalid_argument) when inside_a_task() (the public
+  // wait_all()s; a destruction inside another context's task still waits).
   void refuse_wait_all_inside_a_task();
+  // inside_a_task(): the calling thread runs a task's body: one of this context's (nested in its
+  // waits, or a call on a device's launcher thread) or another context's, whose task this context's
+  // work may wait for (a mapping of its buffer, a pool reading what it writes).
+  bool inside_a_task() { return current_thread().nesting > 0 || running_task_record() != nullptr; }
   void wait_for_all_tasks();
   void report_root_errors();
   // refuse_endless_destruction(): shutdown()'s own-mapping check (context_impl.cpp).

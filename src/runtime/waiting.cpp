@@ -53,11 +53,11 @@ constexpr const char* wait_all_inside_own_task =
 void ContextImpl::refuse_wait_all_inside_a_task() {
   // A task of another context may be what this context's work waits for (a mapping of its buffer,
   // a pool reading what it writes): waiting for all of this context there could never end, and
-  // the cycle, across two contexts, is not found. Inside one of this context's own tasks,
-  // wait_for_all_tasks() says why (on a device's launcher thread, running one of its calls: here).
+  // the cycle, across two contexts, is not found.
+  if (!inside_a_task()) return;
   const TaskRecord* running = running_task_record();
-  if (current_thread().nesting != 0 || running == nullptr) return;
-  if (running->context == this) throw Error(ErrorCode::invalid_argument, wait_all_inside_own_task);
+  if (running == nullptr || running->context == this)
+    throw Error(ErrorCode::invalid_argument, wait_all_inside_own_task);
   throw Error(ErrorCode::invalid_argument,
               fmt::format("wait_all() of context {} called inside a task of another context: it could "
                           "wait for work that waits for that task; wait for a TaskGroup or a Task instead",
