@@ -386,23 +386,22 @@ bool group_suspend(GroupState* group, void* coroutine, const TaskRecord* root) {
   // resume on another thread, end, and its context be destroyed.
   auto* awaiting = const_cast<TaskRecord*>(root);  // its counts only
   retain_handle(awaiting);
-  struct Release {
-    TaskRecord* root;
-    ~Release() { release_handle(root); }
-  } release{awaiting};
-  ContextImpl& home = *root->context;
-  struct ReleaseAwaited {
-    TaskRecord* awaited = nullptr;
-    ~ReleaseAwaited() {
-      if (awaited != nullptr) release_handle(awaited);
+  // Handles let go after the lock (each may end its context), the coroutine's Task last.
+  struct ReleasedAtExit {
+    TaskRecord* record = nullptr;
+    ~ReleasedAtExit() {
+      if (record != nullptr) release_handle(record);
     }
-  } awaited_before;  // released after the lock is let go (it may end its context)
+  };
+  const ReleasedAtExit release{awaiting};
+  ContextImpl& home = *root->context;
+  ReleasedAtExit awaited_before;
   std::lock_guard lock(home.coroutine_awaits_mutex);
   refuse_awaits_that_wait_for_themselves(root, nullptr, group, home.announced_awaits);
   // Written before the park publishes the coroutine (it may resume, and end, at once). It stays
   // `parked` until its next await, resumed or not parked at all: the walks then go upwards.
   AwaitSlot& slot = await_slot(*root);
-  awaited_before.awaited = std::exchange(slot.awaited, nullptr);
+  awaited_before.record = std::exchange(slot.awaited, nullptr);
   slot.parked = true;
   if (!park_in_group(group, coroutine, root)) return false;
   leave_out(home, 1);  // its Task, until resume_group_continuation()'s step runs
