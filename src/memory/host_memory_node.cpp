@@ -5,6 +5,7 @@
 
 #include "memory/pool/host_node_allocator.hpp"
 #include "memory/pool/host_pool.hpp"
+#include "memory/pool/numa_binding.hpp"
 #include "memory/pool/pinned_allocator.hpp"
 
 namespace nerve::detail {
@@ -34,6 +35,7 @@ int HostMemoryNode::pool_for(int numa_node, int worker_numa) const noexcept {
   int node = numa_node;
   if (node < 0 && policy_.kind == NumaPolicy::Kind::preferred) node = policy_.node;
   if (node < 0 && policy_.kind == NumaPolicy::Kind::local) node = worker_numa;
+  if (node < 0 && policy_.kind == NumaPolicy::Kind::interleave) node = memory::NumaBinder::interleaved_pool;
   return node >= 0 && node < count ? node : 0;
 }
 
