@@ -545,8 +545,18 @@ void CoherenceEngine::pin_replica(BufferState& buffer, unsigned node, const Task
 std::byte* CoherenceEngine::allocate_evicting(unsigned node, std::size_t bytes, const BufferState& requester,
                                               const TaskRecord& task) {
   MemoryNode& memory = *nodes_[node];
-  auto is_own = [&task](const BufferState* buffer) { return accesses_buffer(task, buffer); };
   const std::size_t own = replica_footprint(task);
+  auto cannot_hold = [&](const NodeCensus& census) {
+    return Error(ErrorCode::out_of_memory,
+                 fmt::format("memory node '{}' cannot hold {} more bytes for {}: {}, {} in use by {} "
+                             "replica(s); the task needs {} bytes there in all (a replica on a device is "
+                             "the whole buffer, even for a task on a slice of it)",
+                             memory.name(), bytes, requester.describe(), describe_limit(memory),
+                             memory.used(), census.replicas, own));
+  };
+  // A task that can never fit fails before it evicts anything: emptying the node (dirty replicas
+  // written back, to be copied in again by the next task there) would not make it fit.
+  if (own > memory.limit()) throw cannot_hold(take_census(node, task));
   // Passes that found room after the allocation failed (freed meanwhile by a task's eviction or a
   // dying buffer). Bounded: a device's allocator may fail below the limit, and then room never helps.
   int room_retries = 0;
@@ -564,37 +574,32 @@ std::byte* CoherenceEngine::allocate_evicting(unsigned node, std::size_t bytes, 
     }
     if (evict(node, bytes, task) != 0) continue;
     // Nothing more can be evicted. If other tasks hold replicas here, memory frees up when they
-    // finish: the task waits. If the task alone cannot fit, waiting would never end: fail.
-    std::size_t residents = 0, resident_bytes = 0;
-    bool held_by_others = false, idle_others = false;
-    {
-      std::lock_guard lock(residents_[node].mutex);
-      for (BufferState* buffer : residents_[node].buffers) {
-        std::lock_guard buffer_lock(buffer->replicas.mutex_);
-        const auto& state = buffer->replicas;
-        if (state.replicas_[node].data == nullptr) continue;  // being evicted or forgotten
-        ++residents;
-        resident_bytes += replica_bytes(*buffer);
-        if (is_own(buffer)) continue;
-        const bool held = in_use_on(state, node);
-        held_by_others |= held;
-        idle_others |= !held;
-      }
-    }
+    // finish: the task waits.
+    const NodeCensus census = take_census(node, task);
     // Bytes in use beyond the replicas listed are another task's, between its allocation and its pin.
-    held_by_others |= memory.used() > resident_bytes;
-    if (own <= memory.limit()) {
-      if (held_by_others) throw MemoryBusy{};  // their release (memory_freed) retries the task
-      if (idle_others) continue;               // released since the eviction pass looked: evict it now
-      if (memory.used() + bytes <= memory.limit() && ++room_retries < 64) continue;
-    }
-    throw Error(ErrorCode::out_of_memory,
-                fmt::format("memory node '{}' cannot hold {} more bytes for {}: {}, {} in use by {} "
-                            "replica(s); the task needs {} bytes there in all (a replica on a device is "
-                            "the whole buffer, even for a task on a slice of it)",
-                            memory.name(), bytes, requester.describe(), describe_limit(memory), memory.used(),
-                            residents, own));
+    if (census.held_by_others || memory.used() > census.bytes)
+      throw MemoryBusy{};              // their release retries it
+    if (census.idle_others) continue;  // released since the eviction pass looked: evict it now
+    if (memory.used() + bytes <= memory.limit() && ++room_retries < 64) continue;
+    throw cannot_hold(census);
   }
+}
+
+CoherenceEngine::NodeCensus CoherenceEngine::take_census(unsigned node, const TaskRecord& task) {
+  NodeCensus census;
+  std::lock_guard lock(residents_[node].mutex);
+  for (BufferState* buffer : residents_[node].buffers) {
+    std::lock_guard buffer_lock(buffer->replicas.mutex_);
+    const auto& state = buffer->replicas;
+    if (state.replicas_[node].data == nullptr) continue;  // being evicted or forgotten
+    ++census.replicas;
+    census.bytes += replica_bytes(*buffer);
+    if (accesses_buffer(task, buffer)) continue;
+    const bool held = in_use_on(state, node);
+    census.held_by_others |= held;
+    census.idle_others |= !held;
+  }
+  return census;
 }
 
 // Evicts unpinned replicas from `node`, least recently used first and STICKY buffers last, until

@@ -162,6 +162,15 @@ class CoherenceEngine {
     std::mutex pinning;
     std::vector<BufferState*> evicted;  // under `pinning`: released once it is let go (may destroy)
   };
+  // What a node holds, as an allocation that found no room sees it: the replicas listed there, their
+  // bytes, and whether those of other buffers than the task's are in use by a task or idle.
+  struct NodeCensus {
+    std::size_t replicas = 0;
+    std::size_t bytes = 0;
+    bool held_by_others = false;
+    bool idle_others = false;
+  };
+  NodeCensus take_census(unsigned node, const TaskRecord& task);
   void pin_replica(BufferState& buffer, unsigned node, const TaskRecord& task);
   std::byte* allocate_evicting(unsigned node, std::size_t bytes, const BufferState& requester,
                                const TaskRecord& task);

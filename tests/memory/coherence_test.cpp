@@ -469,6 +469,39 @@ TEST(Coherence, APlacedTaskWhoseDataCanNeverFitTheDeviceWithItsInputRunsOnTheCpu
   }
 }
 
+// A task sent to a device its data can never fit fails before it evicts anything: emptying the
+// device would write its dirty replicas back and the next task there would copy them in again, and
+// the message would describe the emptied node instead of what it held.
+TEST(Coherence, ATaskThatCanNeverFitTheDeviceFailsWithoutEvictingIt) {
+  Context context(make_settings(2, SchedulerPolicy::locality_aware_stealing));
+  context.impl()->add_test_device(detail::TestDeviceOptions{.memory_limit = 3 * n * sizeof(int)});
+  Buffer<int> first(context, n), second(context, n), big(context, 4 * n);
+  for (Buffer<int>* each : {&first, &second}) {
+    context.spawn(
+        TaskOptions{.device = 1}, [](std::span<int> d) { std::fill(d.begin(), d.end(), 5); }, write(*each));
+  }
+  context.wait_all();
+  try {
+    context
+        .submit(
+            TaskOptions{.device = 1}, [](std::span<int>) {}, read_write(big))
+        .wait();
+    ADD_FAILURE() << "sent to the device, its data cannot fit";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::out_of_memory);
+    EXPECT_THAT(error.what(),
+                ::testing::HasSubstr(std::to_string(2 * n * sizeof(int)) + " in use by 2 replica(s)"));
+  }
+  EXPECT_EQ(bytes_moved(context, 1, 0), 0u) << "the device's dirty replicas were written back";
+  context
+      .submit(
+          TaskOptions{.device = 1}, [](std::span<int> d) { d[0] += 1; }, read_write(first))
+      .wait();
+  EXPECT_EQ(bytes_moved(context, 0, 1), 0u) << "the device's replica was copied in again";
+  EXPECT_EQ(first.to_vector()[0], 6);
+  context.wait_all();
+}
+
 // A device replica is the whole buffer, so a buffer larger than the device never goes there, not
 // even one slice at a time. Slice tasks that nerve places run on the CPU workers — although another
 // input, whole on the device, would draw them there — and one sent there fails, saying why.
