@@ -133,7 +133,8 @@ class Buffer {
   using value_type = T;
 
   Buffer() noexcept = default;
-  // Throws Error(invalid_argument) when count elements do not fit in the address space.
+  // Throws Error(invalid_argument) when count elements do not fit in the address space. A count of 0
+  // is valid: its mappings and its tasks' spans are empty.
   Buffer(Context& context, std::size_t count, const BufferOptions& options = {})
       : state_(detail::buffer_create(detail::context_impl(context), bytes_of(count), sizeof(T), options)),
         count_(count) {}

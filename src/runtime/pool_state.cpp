@@ -122,6 +122,12 @@ void merge_smallest_gaps(std::vector<AccessSpec>& pieces, std::size_t budget) {
 // joined), each read and/or written as the accesses covering it are; at most `budget` of them.
 void append_union(BufferState* buffer, const std::vector<const AccessRecord*>& accesses, std::size_t budget,
                   std::vector<AccessSpec>& specs) {
+  if (buffer->bytes == 0) {  // every access is the whole empty buffer: one piece, which orders the pool
+    unsigned bits = 0;
+    for (const AccessRecord* access : accesses) bits |= static_cast<unsigned>(access->mode);
+    specs.push_back(AccessSpec{buffer, 0, 0, mode_of(bits)});
+    return;
+  }
   std::vector<std::size_t> bounds;
   bounds.reserve(2 * accesses.size());
   for (const AccessRecord* access : accesses) {

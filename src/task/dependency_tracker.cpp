@@ -17,7 +17,7 @@ DependencyTracker::DependencyTracker(std::size_t bytes)
 DependencyTracker::~DependencyTracker() { clear(); }
 
 void DependencyTracker::forget(const TaskRecord* task, std::size_t offset, std::size_t size) noexcept {
-  for_overlapping(*this, offset, size, [&](Segment& segment) {
+  for_overlapping(*this, offset, tracked_size(size), [&](Segment& segment) {
     if (segment.writer == task) {
       release_task(segment.writer);
       segment.writer = nullptr;

@@ -63,12 +63,17 @@ class DependencyTracker {
   // predecessors register_access() will report for it (each report adds at most one edge): the
   // tasks it names when they are no more than `room` (the edges the task can take without
   // allocating), else the unfinished ones among them.
+  // A buffer of zero bytes is tracked as one byte (single_ is [0, 1)): its accesses, all (0, 0), order
+  // tasks as any buffer's do, while a zero-length slice of a longer buffer touches nothing.
+  std::size_t tracked_size(std::size_t size) const noexcept { return bytes_ == 0 ? 1 : size; }
+
   void split_for(std::size_t offset, std::size_t size) {
     if (size == 0 || (spill_ == nullptr && offset == 0 && size == bytes_)) return;  // the usual case
     split_range(offset, size);
   }
   std::size_t reserve_for(std::size_t offset, std::size_t size, Access mode, std::size_t own_accesses,
                           std::size_t room) {
+    size = tracked_size(size);
     if (spill_ == nullptr && size != 0) {  // the usual case, inline: one segment holds the access
       if (const std::size_t named = named_if_room(mode, own_accesses, room); named != not_within_room)
         return named;
@@ -82,12 +87,12 @@ class DependencyTracker {
   // calls reserve_whole() and register_whole() instead, which skip the splitting, the search and the
   // merge (W4: ~70 instructions per task of three accesses, callgrind).
   bool whole(std::size_t offset, std::size_t size) const noexcept {
-    return spill_ == nullptr && offset == 0 && size == bytes_ && size != 0;
+    return spill_ == nullptr && offset == 0 && size == bytes_;
   }
   // reserve_whole(): reserve_for() of a whole() access that is the task's only one to this buffer.
   std::size_t reserve_whole(Access mode, std::size_t room) {
     if (const std::size_t named = named_if_room(mode, 1, room); named != not_within_room) return named;
-    return reserve_in_segments(0, bytes_, mode, 1, room);
+    return reserve_in_segments(0, tracked_size(bytes_), mode, 1, room);
   }
 
   // register_access() records `task` accessing [offset, offset + size) and calls
@@ -122,7 +127,7 @@ class DependencyTracker {
   template <class Fn>
   __attribute__((noinline)) void finished_sources(std::size_t offset, std::size_t size, Access mode,
                                                   Fn&& fn) const {
-    for_overlapping(*this, offset, size, [&](const Segment& segment) {
+    for_overlapping(*this, offset, tracked_size(size), [&](const Segment& segment) {
       if (segment.writer != nullptr && !unfinished(segment.writer) &&
           !(reads(mode) && failed(segment.writer)))
         fn(segment.writer);
@@ -139,6 +144,7 @@ class DependencyTracker {
   // range. A pool's gate notes them before it registers (PoolState: which members a failure cancels).
   template <class Fn>
   void consumed_writers(std::size_t offset, std::size_t size, Fn&& fn) const {
+    size = tracked_size(size);
     const std::size_t end = offset + size;
     for_overlapping(*this, offset, size, [&](const Segment& segment) {
       if (segment.writer != nullptr && (unfinished(segment.writer) || failed(segment.writer)))
@@ -286,6 +292,7 @@ class DependencyTracker {
 
 template <class Self, class Fn>
 void DependencyTracker::for_overlapping(Self& self, std::size_t offset, std::size_t size, Fn&& fn) {
+  if (size == 0) return;  // a zero-length slice overlaps nothing, not the segment around it
   const std::size_t end = offset + size;
   const auto overlaps = [&](const Segment& segment) { return segment.end > offset && segment.begin < end; };
   if (self.spill_ == nullptr) {
@@ -300,7 +307,7 @@ template <class Which>
 const TaskRecord* DependencyTracker::first_blocker(std::size_t offset, std::size_t size, Access mode,
                                                    Which&& which) const {
   const TaskRecord* blocker = nullptr;
-  for_overlapping(*this, offset, size, [&](const Segment& segment) {
+  for_overlapping(*this, offset, tracked_size(size), [&](const Segment& segment) {
     if (blocker != nullptr) return;
     if (segment.writer != nullptr && unfinished(segment.writer) && which(segment.writer)) {
       blocker = segment.writer;
@@ -320,11 +327,11 @@ const TaskRecord* DependencyTracker::first_blocker(std::size_t offset, std::size
 template <class OnPredecessor>
 inline void DependencyTracker::register_access(TaskRecord* task, std::size_t offset, std::size_t size,
                                                Access mode, OnPredecessor&& on_predecessor, bool merge) {
-  if (size == 0) return;
-  if (spill_ == nullptr && offset == 0 && size == bytes_) {
+  if (spill_ == nullptr && offset == 0 && size == bytes_) {  // zero bytes too: single_ is [0, 1)
     register_in(single_, task, mode, on_predecessor);
     return;
   }
+  if (size == 0) return;
   const auto [first, last] = split_range(offset, size);  // after split_for(): found, not made
   for (auto it = first; it != last; ++it) register_in(it->second, task, mode, on_predecessor);
   if (merge && std::next(first) != last) merge_equivalent(first, last);

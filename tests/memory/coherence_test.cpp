@@ -469,6 +469,28 @@ TEST(Coherence, APlacedTaskWhoseDataCanNeverFitTheDeviceWithItsInputRunsOnTheCpu
   }
 }
 
+// A buffer of zero elements is valid (MEMORY.md): tasks on it run with empty spans on the CPU and
+// on a device, its mappings are empty, and it orders tasks as any buffer does.
+TEST(Coherence, ABufferOfZeroElementsRunsItsTasksWithEmptySpans) {
+  auto context = context_with_devices(2, 1);
+  Buffer<int> empty(*context, 0);
+  std::vector<int> order;
+  for (const int device : {0, 1, 0}) {
+    context->spawn(
+        TaskOptions{.device = device},
+        [&order, device](std::span<int> data) {
+          EXPECT_TRUE(data.empty());
+          order.push_back(device);
+        },
+        read_write(empty));
+  }
+  context->wait_all();
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 0})) << "read-write accesses of one buffer run in order";
+  EXPECT_EQ(empty.map_read().size(), 0u);
+  EXPECT_EQ(empty.to_vector().size(), 0u);
+  EXPECT_EQ(context->stats().bytes_transferred, 0u);
+}
+
 // A task sent to a device its data can never fit fails before it evicts anything: emptying the
 // device would write its dirty replicas back and the next task there would copy them in again, and
 // the message would describe the emptied node instead of what it held.

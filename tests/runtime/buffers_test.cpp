@@ -173,6 +173,42 @@ TEST_P(BuffersTest, TryMapIsBusyWhileATaskWrites) {
   EXPECT_EQ((*mapped)[0], 3);
 }
 
+// A buffer of zero elements orders tasks, mappings and pools as any buffer does (MEMORY.md): the
+// program may use one as a pure ordering token. A zero-length slice of a longer buffer orders nothing.
+TEST_P(BuffersTest, ABufferOfZeroElementsOrdersTasksMappingsAndPools) {
+  Buffer<int> token(*context, 0);
+  std::atomic<int> step{0};
+  {
+    auto holder = token.map_write();
+    EXPECT_EQ(holder.size(), 0u);
+    Task writer = context->submit(
+        [&](std::span<int> t) {
+          EXPECT_TRUE(t.empty());
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the pool, unordered, would run first
+          step = 1;
+        },
+        write(token));
+    EXPECT_FALSE(token.try_map(Access::read).has_value()) << "a write is pending on the buffer";
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    EXPECT_FALSE(writer.done()) << "a task on the buffer started while it was mapped";
+  }
+  TaskPool pool(*context);
+  for (int i = 0; i < 3; ++i) pool.add([&](std::span<const int>) { EXPECT_EQ(step.load(), 1); }, read(token));
+  pool.launch();
+  context->spawn([&](std::span<int>) { step = 2; }, write(token));
+  pool.wait_all();
+  context->wait_all();
+  EXPECT_EQ(step.load(), 2);
+
+  Buffer<int> longer(*context, 4);
+  auto whole = longer.map_write();
+  EXPECT_TRUE(longer.slice(2, 0).try_map(Access::write).has_value())
+      << "an empty slice conflicts with nothing";
+  Task empty_slice =
+      context->submit([](std::span<int> s) { EXPECT_TRUE(s.empty()); }, write(longer.slice(2, 0)));
+  empty_slice.wait();
+}
+
 TEST_P(BuffersTest, ConcurrentReadMappings) {
   Buffer<int> buffer(*context, std::vector<int>{9});
   auto first = buffer.map_read();

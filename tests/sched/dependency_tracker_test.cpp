@@ -74,6 +74,33 @@ TEST(DependencyTracker, ReserveNamesTrackedTasksWithinRoomAndCountsUnfinishedBey
   tracker.clear();
 }
 
+// A buffer of zero bytes orders its accesses as any buffer does (its one byte of tracking stands for
+// it, through every entry point); a zero-length slice of a longer buffer conflicts with nothing.
+TEST(DependencyTracker, AnEmptyBufferOrdersItsAccessesAndAnEmptySliceNothing) {
+  Records records;
+  DependencyTracker empty(0);
+  TaskRecord* writer = records.make(status_pending);
+  EXPECT_TRUE(empty.whole(0, 0));
+  EXPECT_EQ(empty.reserve_whole(Access::write, 0), 0u);
+  EXPECT_EQ(registered_reports(empty, writer, 0, 0, Access::write), 0u);
+  EXPECT_EQ(empty.reserve_for(0, 0, Access::read, 1, 0), 1u);
+  EXPECT_EQ(empty.reserve_whole(Access::read, 0), 1u);
+  EXPECT_TRUE(empty.would_wait(0, 0, Access::read));
+  TaskRecord* reader = records.make(status_pending);
+  EXPECT_EQ(registered_reports(empty, reader, 0, 0, Access::read), 1u);
+  empty.forget(writer, 0, 0);
+  EXPECT_EQ(empty.first_blocker(0, 0, Access::write, [](const TaskRecord*) { return true; }), reader);
+  empty.clear();
+
+  DependencyTracker longer(64);
+  TaskRecord* whole_writer = records.make(status_pending);
+  EXPECT_EQ(registered_reports(longer, whole_writer, 0, 64, Access::write), 0u);
+  EXPECT_FALSE(longer.would_wait(16, 0, Access::read_write));
+  TaskRecord* slice_writer = records.make(status_pending);
+  EXPECT_EQ(registered_reports(longer, slice_writer, 16, 0, Access::read_write), 0u);
+  longer.clear();
+}
+
 // The statuses a random history gives its tasks (two unfinished first, then the three terminal
 // ones) and the access modes it draws from.
 constexpr std::uint32_t statuses[] = {status_pending, status_running, status_succeeded, status_failed,
@@ -153,8 +180,8 @@ TEST(DependencyTracker, WholeAccessPathMatchesTheGeneralPath) {
   for (TaskRecord* task : registered) EXPECT_EQ(task->refs.load(), 1);
 }
 
-// whole() holds only for a non-empty access to all of a buffer that was never split, or was merged
-// back whole by a write.
+// whole() holds only for an access to all of a buffer that was never split, or was merged back whole
+// by a write — an empty buffer's too (its one byte of tracking), not an empty slice of a longer one.
 TEST(DependencyTracker, WholeOnlyForTheWholeUnsplitBuffer) {
   Records records;
   DependencyTracker tracker(64);
@@ -163,7 +190,7 @@ TEST(DependencyTracker, WholeOnlyForTheWholeUnsplitBuffer) {
   EXPECT_FALSE(tracker.whole(32, 32));
   EXPECT_FALSE(tracker.whole(0, 0));
   DependencyTracker empty(0);
-  EXPECT_FALSE(empty.whole(0, 0));
+  EXPECT_TRUE(empty.whole(0, 0));
   TaskRecord* part = records.make(status_pending);
   EXPECT_EQ(registered_reports(tracker, part, 16, 16, Access::write), 0u);
   EXPECT_FALSE(tracker.whole(0, 64));  // split in three
