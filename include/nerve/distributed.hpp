@@ -261,8 +261,10 @@ class Runtime {
   // Collective: every rank constructs its Runtime. Throws Error(not_supported) for a backend this
   // build lacks, Error(invalid_config) for `none` under an mpirun of several ranks.
   explicit Runtime(Context& context) : impl_(detail::runtime_create(context)) {}
-  // ~Runtime() waits for this rank's tasks and transfers, then finalises MPI if it initialised it;
-  // after a failure on any rank it ends the job instead (MPI_Abort).
+  // ~Runtime() waits for this rank's tasks and transfers and, when nerve initialised MPI, for every
+  // rank to destroy its Runtime, then finalises MPI; after a failure on any rank it ends the job
+  // instead (MPI_Abort). Destroyed by an exception leaving its scope, it waits for the other ranks at
+  // most 5 s (docs/DISTRIBUTED.md, Failures), then ends the job.
   ~Runtime() { detail::runtime_destroy(impl_); }
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;

@@ -131,6 +131,7 @@ class MpiTransport final : public Transport {
     MPI_Comm_size(comm_, &size_);
     // Errors come back as codes (checked below) rather than aborting inside MPI.
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    MPI_Comm_dup(comm_, &leave_comm_);  // after the handler: a duplicate inherits it
     void* tag_upper_bound = nullptr;
     int found = 0;
     MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_upper_bound, &found);
@@ -275,6 +276,20 @@ class MpiTransport final : public Transport {
     return result;
   }
 
+  bool leave(bool unwinding) override {
+    if (!unwinding && !initialized_here_) return true;
+    MPI_Request request = MPI_REQUEST_NULL;
+    call([&] { check(MPI_Ibarrier(leave_comm_, &request), "MPI_Ibarrier"); });
+    const auto deadline = Clock::now() + leave_limit;
+    while (true) {
+      int arrived = 0;
+      call([&] { check(MPI_Test(&request, &arrived, MPI_STATUS_IGNORE), "MPI_Test"); });
+      if (arrived != 0) return true;
+      if (failure() || (unwinding && Clock::now() >= deadline)) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+
   void shutdown() noexcept override {
     if (!thread_.joinable()) return;
     {
@@ -284,6 +299,7 @@ class MpiTransport final : public Transport {
     wake_.notify_one();
     thread_.join();
     MPI_Comm_free(&comm_);
+    MPI_Comm_free(&leave_comm_);
     if (initialized_here_) {
       int finalized = 0;
       MPI_Finalized(&finalized);
@@ -773,6 +789,7 @@ class MpiTransport final : public Transport {
   const Config::Distributed config_;
   std::atomic<std::uint64_t> collective_limit_{collective_bytes_max};  // limit_collectives()
   MPI_Comm comm_ = MPI_COMM_NULL;
+  MPI_Comm leave_comm_ = MPI_COMM_NULL;  // leave() only
   int rank_ = 0;
   int size_ = 1;
   int thread_level_ = 0;

@@ -105,6 +105,9 @@ RuntimeImpl* runtime_create(Context& context) {
 }
 
 void runtime_destroy(RuntimeImpl* runtime) noexcept {
+  // Destroyed by an exception leaving the Runtime's scope: on this rank only, the others may wait for
+  // it for ever (in a barrier, for a payload), and MPI_Finalize would then wait for them.
+  const bool unwinding = std::uncaught_exceptions() > 0;
   try {
     // Waited for as ~Context waits, inside another context's task too (the public wait_all()
     // refuses there): the transport must not go while this rank's tasks still use it.
@@ -115,6 +118,31 @@ void runtime_destroy(RuntimeImpl* runtime) noexcept {
   } catch (...) {
   }
   if (runtime->transport) {
+    bool left = false;
+    try {
+      left = !runtime->transport->failure() && runtime->transport->leave(unwinding);
+    } catch (const std::exception& error) {  // MPI refused the barrier: the failure ends the job below
+      try {
+        runtime->transport->report_failure(
+            fmt::format("rank {}: leaving the run: {}", runtime->rank, error.what()));
+      } catch (...) {
+      }
+    }
+    if (!left && !runtime->transport->failure()) {
+      if (unwinding) {
+        std::fprintf(stderr,
+                     "nerve: rank %d: the distributed Runtime was destroyed by an exception leaving its "
+                     "scope, and not every rank left the run within %lld s (they may wait for this rank "
+                     "for ever); ending every rank (MPI_Abort)\n",
+                     runtime->rank, static_cast<long long>(leave_limit.count()));
+      } else {
+        std::fprintf(stderr,
+                     "nerve: rank %d: could not leave the distributed run; ending every rank (MPI_Abort)\n",
+                     runtime->rank);
+      }
+      std::fflush(stderr);
+      runtime->transport->abort(1);
+    }
     if (auto failure = runtime->transport->failure()) {
       // MPI cannot be finalised safely with transfers cut off mid-flight, and a peer may still wait for
       // this rank: end the job, every rank, now.

@@ -12,6 +12,7 @@
 // only.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -25,6 +26,8 @@
 #include "nerve/distributed.hpp"
 
 namespace nerve::distributed::detail {
+
+inline constexpr std::chrono::seconds leave_limit{5};
 
 class Transport {
  public:
@@ -63,6 +66,14 @@ class Transport {
   // MPI's int count allows, collective_bytes_max): tests reach the refusal without gigabytes of text.
   // Called on every rank alike, while no collective runs.
   virtual void limit_collectives(std::uint64_t bytes) noexcept = 0;
+  // leave() is each rank's last collective, from its Runtime's destruction, on a communicator of its
+  // own (it never matches a program's barrier()): it waits until every rank has come to leave. A
+  // Runtime destroyed by an exception (`unwinding`) waits at most leave_limit, since the others may be
+  // waiting for this rank elsewhere for ever (a barrier(), a payload); when nerve did not initialise
+  // MPI, a normal destruction does not wait (the program's MPI_Finalize orders the ranks, and it may
+  // synchronise them itself before). True when every rank left; false when the limit passed first or
+  // a failure became known (failure()).
+  virtual bool leave(bool unwinding) = 0;
   // shutdown() stops the communication thread and finalises MPI if this transport initialised it;
   // abort() ends every rank's process now.
   virtual void shutdown() noexcept = 0;

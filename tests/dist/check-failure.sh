@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# check-failure.sh <mpirun> <ranks> <program> <throw|die|barrier|mismatch|rethrow|send_fails|transfer_fails> — a failure on rank 1 must end all ranks within
+# check-failure.sh <mpirun> <ranks> <program> <throw|die|barrier|escape|mismatch|rethrow|send_fails|transfer_fails> — a failure on rank 1 must end all ranks within
 # 20 s (a bound for a loaded machine) with a non-zero status; `throw` must also print the failing task and rank.
 set -uo pipefail
 mpirun=$1 ranks=$2 program=$3 mode=$4
@@ -38,6 +38,9 @@ fi
 # The job ends (it succeeded: the failed send was taken for done) with MPI's report said.
 if [[ $mode == transfer_fails ]] && ! grep -q "rank 0: sending to rank 1: distributed: a send (MPI_Test) failed on rank 0" <<<"$output"; then
   echo "FAIL: the failed send is not what ended the job"; exit 1
+fi
+if [[ $mode == escape ]] && ! grep -q "rank 1: the distributed Runtime was destroyed by an exception leaving its scope" <<<"$output"; then
+  echo "FAIL: no error saying rank 1's Runtime was destroyed by an exception"; exit 1
 fi
 if [[ $mode == die ]] && ! grep -q "rank 1" <<<"$output"; then
   echo "FAIL: no error naming the rank that died"; exit 1

@@ -30,6 +30,14 @@
 //                                     MPI_Test reports rank 0's send of a payload rank 1 reads failed
 //                                     (wrapped at link time): both ranks fail (the send was taken for
 //                                     done, and the run went on)
+//   mpirun -np N mpi_failure escape   an exception leaves rank 1's Runtime scope (outside any task)
+//                                     while the other ranks wait in barrier(): the job ends within a
+//                                     few seconds, saying why (rank 1 waited in MPI_Finalize and the
+//                                     others in the barrier, for ever)
+//   mpirun -np N mpi_failure escape_all
+//                                     the same exception leaves every rank's Runtime scope: they leave
+//                                     the run together and the program goes on (it catches it) to
+//                                     print PASS and exit 0
 //   mpi_failure twice                 (one process, backend mpi) a second Runtime after the first
 //                                     finalised MPI is Error(not_supported), not an abort inside MPI
 //
@@ -119,6 +127,28 @@ int main(int argc, char** argv) {
     }
   }
   nerve::Context context;
+  const bool escape_all = argc > 1 && std::strcmp(argv[1], "escape_all") == 0;
+  if (escape_all || (argc > 1 && std::strcmp(argv[1], "escape") == 0)) {
+    int rank = -1;
+    try {
+      dist::Runtime world(context);
+      rank = world.rank();
+      auto data = world.buffer<int>(1, 0, "data");
+      world.submit(
+          dist::TaskOptions{.name = "writer", .rank = 0}, [](std::span<int> v) { v[0] = 7; },
+          dist::write(data));
+      world.wait_all();
+      world.barrier();
+      if (escape_all || world.rank() == 1) throw std::runtime_error("the program's own error");
+      world.barrier();  // the other ranks wait here for rank 1, which never comes
+      std::printf("rank %d: FAIL: the barrier returned without rank 1\n", rank);
+      return 1;
+    } catch (const std::runtime_error& error) {
+      std::printf("rank %d: %s: caught after the Runtime: %s\n", rank, escape_all ? "PASS" : "FAIL",
+                  error.what());
+      return escape_all ? 0 : 1;
+    }
+  }
   dist::Runtime world(context);
   const int ranks = world.size();
   if (mismatch) {
