@@ -77,7 +77,7 @@ struct Grid {
   static constexpr Grid for_ranks(int ranks) noexcept {
     if (ranks < 1) return Grid{1, 1};
     int rows = 1;
-    for (int r = 1; r * r <= ranks; ++r) {
+    for (int r = 1; r <= ranks / r; ++r) {  // r * r <= ranks, without overflowing int near INT_MAX
       if (ranks % r == 0) rows = r;
     }
     return Grid{rows, ranks / rows};

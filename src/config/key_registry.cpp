@@ -181,6 +181,16 @@ std::vector<DistributedNode> parse_nodes(std::string_view text) {
                                     quote(item)),
                         "distributed.nodes");
     }
+    // mpirun refuses a hostfile naming a host twice ("multiple definitions of the slot count"):
+    // refused here, where the key and its line can be named.
+    for (std::size_t earlier = 0; earlier < nodes.size(); ++earlier) {
+      if (nodes[earlier].host == node.host) {
+        refuse(
+            fmt::format("names host '{}' again (item {} did): list each host once, with all its slots "
+                        "({}:N), as mpirun refuses a host defined twice",
+                        node.host, earlier + 1, node.host));
+      }
+    }
     nodes.push_back(std::move(node));
   });
   return nodes;

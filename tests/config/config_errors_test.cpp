@@ -301,6 +301,14 @@ std::vector<BadInput> bad_inputs() {
        "distributed.nodes",
        0,
        {"has an empty item"}},
+      // Regression (black-box review of DISTRIBUTED.md): accepted, then mpirun refused the hostfile.
+      {"distributed.nodes naming a host twice",
+       "distributed:\n  nodes: 'node1:2, node2 node1'\n",
+       {},
+       {},
+       "distributed.nodes",
+       2,
+       {"'node1' names host 'node1' again (item 1 did)", "(node1:N)"}},
       // Regression (config audit #5): an output path of only blanks wrote a file named " ".
       {"output path of only blanks from the environment",
        "",

@@ -1,6 +1,7 @@
 // The distributed runtime in one process (communication_backend: none) and the distributed.* keys.
 #include <algorithm>
 #include <atomic>
+#include <climits>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -355,6 +356,12 @@ TEST(DistributedGrid, BlockCyclicOwners) {
   static_assert(none.rows == 1 && none.cols == 1);
   EXPECT_EQ(dist::Grid::for_ranks(-3).owner(4, 7), 0);
   EXPECT_EQ((dist::Grid{2, 0}).owner(4, 7), 0);
+  // Rank counts near INT_MAX: r * r overflowed int (a loop for ever, or SIGFPE; black-box review).
+  volatile int square = 46340 * 46340, largest = INT_MAX;
+  EXPECT_EQ(dist::Grid::for_ranks(square).rows, 46340);
+  EXPECT_EQ(dist::Grid::for_ranks(square).cols, 46340);
+  EXPECT_EQ(dist::Grid::for_ranks(largest).rows, 1);  // 2^31 - 1 is prime
+  EXPECT_EQ(dist::Grid::for_ranks(largest).cols, INT_MAX);
 }
 
 // A distributed task submitted from inside a task's body would be submitted by one rank only (the
