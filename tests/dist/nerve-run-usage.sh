@@ -147,9 +147,14 @@ grep -q -- '-np 2 ' <<<"$out" || echo "FAIL: -np 2 not passed on: $out"
 # --dry-run's output lost (a full device, a closed standard output) is exit 1 with a note, as --help's
 # is: it exited 0 with nothing printed.
 for help in "" --help; do
-  for lost in full closed; do
+  for lost in full closed pipe; do
     if [ $lost = full ]; then
       out=$(NERVE_DISTRIBUTED_NODES=localhost:1 "$run" --dry-run $help /bin/echo x 2>&1 >/dev/full)
+    elif [ $lost = pipe ]; then  # a reader that quit early: SIGPIPE killed nerve-run, silently
+      out=$(NERVE_DISTRIBUTED_NODES=localhost:1 python3 -c 'import os, subprocess, sys
+reader, writer = os.pipe()
+os.close(reader)
+sys.exit(subprocess.run(sys.argv[1:], stdout=writer).returncode % 256)' "$run" --dry-run $help /bin/echo x 2>&1)
     else
       out=$(NERVE_DISTRIBUTED_NODES=localhost:1 "$run" --dry-run $help /bin/echo x 2>&1 >&-)
     fi
@@ -158,4 +163,14 @@ for help in "" --help; do
       echo "FAIL: --dry-run $help, stdout $lost: exit status $status: '$out'"
   done
 done
+# nerve-run ignores SIGPIPE for itself; the mpirun it starts gets the default back (an ignored
+# signal stays ignored across exec, and every rank would inherit it).
+launcher=$(mktemp)
+printf '#!/bin/sh\ngrep SigIgn /proc/$$/status\n' >"$launcher"
+chmod +x "$launcher"
+out=$(NERVE_MPIRUN=$launcher "$run" -np 1 /bin/true 2>&1)
+rm -f "$launcher"
+ignored=$(awk '{print $2}' <<<"$out")
+[[ $ignored =~ ^[0-9a-f]+$ ]] && (((0x$ignored & 0x1000) == 0)) ||
+  echo "FAIL: the launcher started with SIGPIPE ignored (SigIgn: '$out')"
 echo "nerve-run-usage: done"

@@ -385,17 +385,23 @@ def case_calibrate(binary):
 
 
 def case_closed_stdout(binary):
-    # Output that cannot be written (a full device, a closed standard output) is exit 1 with a note on
+    # Output that cannot be written (a full device, a closed standard output or pipe) is exit 1 with a note on
     # stderr, as for --help: the report, --json and --calibrate exited 1 without a word.
     environment = {k: v for k, v in os.environ.items() if not k.startswith("NERVE_")}
     with tempfile.TemporaryDirectory() as directory:
         for args in ([], ["--json"], ["--calibrate", "--set", f"perf.model_dir={directory}"], ["--help"],
                      ["--version"]):
-            for lost in ("full", "closed"):
+            # "pipe": a reader that quit before the first write (`nerve-info | head -0`); the child gets
+            # the default SIGPIPE back, as from a shell: it was killed by it, silently.
+            for lost in ("full", "closed", "pipe"):
+                reader, writer = os.pipe()
+                os.close(reader)
                 with open("/dev/full", "w") as full:
-                    result = subprocess.run([binary, *args], env=environment, stdout=full, stderr=subprocess.PIPE,
+                    result = subprocess.run([binary, *args], env=environment,
+                                            stdout=writer if lost == "pipe" else full, stderr=subprocess.PIPE,
                                             text=True, timeout=TIMEOUT_S,
                                             preexec_fn=(lambda: os.close(1)) if lost == "closed" else None)
+                os.close(writer)
                 check(result.returncode == 1 and "nerve-info: the standard output was closed early" in result.stderr,
                       f"nerve-info {' '.join(args)} with stdout {lost}: exit status {result.returncode}, "
                       f"stderr {result.stderr!r}")

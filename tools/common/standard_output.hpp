@@ -4,6 +4,7 @@
 // 0 exits 1 instead, with a note on stderr; each said nothing and exited 0 (or 1, silently) before.
 #pragma once
 
+#include <csignal>
 #include <cstdio>
 
 namespace nerve::tools {
@@ -16,5 +17,11 @@ inline bool stdout_lost(const char* tool, const char* what) {
   std::fprintf(stderr, "%s: the standard output was closed early: %s\n", tool, what);
   return true;
 }
+
+// ignore_sigpipe(): a reader that quits early (`nerve-info | head -1`) must not kill the tool with
+// SIGPIPE before stdout_lost() can say so and set the exit status: writes to the pipe fail (EPIPE)
+// instead. Called first in main(). A child the tool runs must get the default back before its exec
+// (an ignored signal stays ignored across exec).
+inline void ignore_sigpipe() { std::signal(SIGPIPE, SIG_IGN); }
 
 }  // namespace nerve::tools

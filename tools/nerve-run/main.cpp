@@ -103,6 +103,7 @@ int run(std::vector<char*>& args) {
   const pid_t pid = fork();
   if (pid < 0) return -1;
   if (pid == 0) {
+    std::signal(SIGPIPE, SIG_DFL);  // main() ignores it; an ignored signal would stay so across exec
     execvp(args[0], args.data());
     std::fprintf(stderr, "nerve-run: cannot run %s: %s\n", args[0], std::strerror(errno));
     _exit(127);
@@ -143,6 +144,7 @@ std::string shell_quoted(const std::string& word) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  nerve::tools::ignore_sigpipe();  // `nerve-run --dry-run ... | head -1`: exit 1 with a note, not killed
   std::string config_file;
   std::string hostfile;
   long ranks = 0;

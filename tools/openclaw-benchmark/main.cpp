@@ -447,7 +447,7 @@ int main(int argc, char** argv) {
   // SIGPIPE killed it before it wrote the report files. Writes to it fail (EPIPE) instead; the run
   // and its reports go on, and at the end a note on stderr says the output was lost and the exit
   // status is 1 where it would have been 0 (stdout_lost()).
-  std::signal(SIGPIPE, SIG_IGN);
+  nerve::tools::ignore_sigpipe();
   CommandLine line;
   CLI::App app{
       "openclaw-benchmark: the standard workloads on nerve and its rivals, verified, in one process"};
