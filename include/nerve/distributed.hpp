@@ -258,8 +258,10 @@ class Runtime {
   // Runtime() joins the distributed run described by context.config().distributed. With
   // communication_backend `none` it is a world of one rank (no MPI); with `mpi` it initialises MPI
   // (MPI_THREAD_SERIALIZED: only nerve's communication thread calls MPI) unless the program did.
-  // Collective: every rank constructs its Runtime. Throws Error(not_supported) for a backend this
-  // build lacks, Error(invalid_config) for `none` under an mpirun of several ranks.
+  // Collective: every rank constructs its Runtime. A backend this build lacks is refused earlier, by
+  // the Context's configuration (Error(invalid_config)). Throws Error(invalid_config) for `none` under
+  // an mpirun of several ranks, Error(not_supported) where MPI cannot serve it (finalised by an
+  // earlier Runtime, no thread support, another `mpi` Runtime alive in this process).
   explicit Runtime(Context& context) : impl_(detail::runtime_create(context)) {}
   // ~Runtime() waits for this rank's tasks and transfers and, when nerve initialised MPI, for every
   // rank to destroy its Runtime, then finalises MPI; after a failure on any rank it ends the job

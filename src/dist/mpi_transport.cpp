@@ -88,6 +88,26 @@ struct Batch {
   Clock::time_point started;
 };
 
+// One MPI transport alive at a time in a process: each has a communication thread calling MPI, which
+// MPI_THREAD_SERIALIZED does not allow from two threads at once. MPI is per process, so this claim is
+// too (the one piece of process-wide state here). A second Runtime over another context was accepted
+// and the two threads' calls raced.
+std::atomic<bool> transport_alive{false};
+
+class SoleTransport {
+ public:
+  SoleTransport() {
+    if (transport_alive.exchange(true, std::memory_order_acq_rel)) {
+      throw Error(ErrorCode::not_supported,
+                  "distributed: another Runtime with the mpi backend is alive in this process (over another "
+                  "context): one at a time, as each has a thread calling MPI; destroy it first");
+    }
+  }
+  ~SoleTransport() { transport_alive.store(false, std::memory_order_release); }
+  SoleTransport(const SoleTransport&) = delete;
+  SoleTransport& operator=(const SoleTransport&) = delete;
+};
+
 class MpiTransport final : public Transport {
  public:
   explicit MpiTransport(const Config::Distributed& config) : config_(config) {
@@ -122,9 +142,11 @@ class MpiTransport final : public Transport {
     }
     if (thread_level_ < MPI_THREAD_SERIALIZED) {
       if (initialized_here_) MPI_Finalize();
-      throw Error(ErrorCode::not_supported,
-                  "distributed: MPI provides no thread support beyond MPI_THREAD_FUNNELED; nerve's "
-                  "communication thread needs MPI_THREAD_SERIALIZED (initialise MPI with it)");
+      throw Error(
+          ErrorCode::not_supported,
+          fmt::format("distributed: MPI provides {} only; nerve's communication thread needs "
+                      "MPI_THREAD_SERIALIZED (initialise MPI with it)",
+                      thread_level_ == MPI_THREAD_SINGLE ? "MPI_THREAD_SINGLE" : "MPI_THREAD_FUNNELED"));
     }
     MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
     MPI_Comm_rank(comm_, &rank_);
@@ -786,6 +808,7 @@ class MpiTransport final : public Transport {
     for (Batch& batch : batches_) batch = Batch{};
   }
 
+  const SoleTransport sole_;  // first: claimed before MPI is touched, released after it is finalised
   const Config::Distributed config_;
   std::atomic<std::uint64_t> collective_limit_{collective_bytes_max};  // limit_collectives()
   MPI_Comm comm_ = MPI_COMM_NULL;

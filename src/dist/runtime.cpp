@@ -187,6 +187,7 @@ BufferEntry* register_buffer(RuntimeImpl* runtime, int owner, std::size_t count,
                     runtime->buffers.size(), count, element_size));
   }
   BufferEntry& entry = runtime->buffers.emplace_back();
+  entry.runtime = runtime;
   entry.number = runtime->buffers.size() - 1;
   entry.name = name;
   entry.owner = owner;
@@ -218,6 +219,12 @@ TaskPlan plan_task(RuntimeImpl* runtime, const AccessDescription* accesses, std:
                   fmt::format("distributed task '{}' accesses an empty distributed buffer handle (access {}: "
                               "default-constructed or moved from)",
                               display(options.name), i));
+    }
+    // Checked by every rank before anything is planned: only the rank running the task found out.
+    if (accesses[i].buffer->runtime != runtime) {
+      throw Error(ErrorCode::buffer_misuse,
+                  fmt::format("distributed task '{}' accesses {} of another distributed Runtime (access {})",
+                              display(options.name), describe(*accesses[i].buffer), i));
     }
   }
   TaskPlan plan;

@@ -33,6 +33,7 @@ namespace nerve::distributed::detail {
 inline constexpr std::uint64_t no_version = ~std::uint64_t{0};
 
 struct BufferEntry {
+  const RuntimeImpl* runtime = nullptr;  // the Runtime that registered it
   std::uint64_t number = 0;
   std::string name;  // for errors: empty when the buffer has none
   int owner = 0;

@@ -38,8 +38,11 @@
 //                                     the same exception leaves every rank's Runtime scope: they leave
 //                                     the run together and the program goes on (it catches it) to
 //                                     print PASS and exit 0
-//   mpi_failure twice                 (one process, backend mpi) a second Runtime after the first
-//                                     finalised MPI is Error(not_supported), not an abort inside MPI
+//   mpi_failure single                (one process) MPI initialised by the program at
+//                                     MPI_THREAD_SINGLE: the Runtime is refused, naming that level
+//   mpi_failure twice                 (one process, backend mpi) a second Runtime while the first is
+//                                     alive, or after it finalised MPI, is Error(not_supported), not
+//                                     an abort inside MPI
 //
 // Before the failure, the ranks exchange data in a ring so that some of them are blocked waiting for
 // rank 1's output when it fails. check-failure.sh runs it and checks the exit status, the message and
@@ -113,9 +116,44 @@ int main(int argc, char** argv) {
   const bool die = argc > 1 && std::strcmp(argv[1], "die") == 0;
   const bool barrier = argc > 1 && std::strcmp(argv[1], "barrier") == 0;
   const bool mismatch = argc > 1 && std::strcmp(argv[1], "mismatch") == 0;
+  if (argc > 1 && std::strcmp(argv[1], "single") == 0) {
+    int provided = 0;
+    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SINGLE, &provided);
+    bool ok = false;
+    {
+      nerve::Context context;
+      try {
+        dist::Runtime world(context);
+        std::printf("FAIL: a Runtime was accepted under MPI_THREAD_SINGLE\n");
+      } catch (const nerve::Error& error) {
+        // The level named is the one MPI gives (it said FUNNELED for SINGLE).
+        ok = error.code() == nerve::ErrorCode::not_supported && provided == MPI_THREAD_SINGLE &&
+             std::strstr(error.what(), "MPI provides MPI_THREAD_SINGLE only") != nullptr;
+        std::printf("%s: %s\n", ok ? "PASS" : "FAIL", error.what());
+      }
+    }
+    MPI_Finalize();
+    return ok ? 0 : 1;
+  }
   if (argc > 1 && std::strcmp(argv[1], "twice") == 0) {
     nerve::Context context;
-    { dist::Runtime first(context); }
+    {
+      dist::Runtime first(context);
+      // Two alive at once: each would have a thread calling MPI, which SERIALIZED does not allow.
+      nerve::Context other;
+      try {
+        dist::Runtime second(other);
+        std::printf("FAIL: a second Runtime was accepted while the first is alive\n");
+        return 1;
+      } catch (const nerve::Error& error) {
+        if (error.code() != nerve::ErrorCode::not_supported) {
+          std::printf("FAIL: a second Runtime alive: %s\n", error.what());
+          return 1;
+        }
+        std::printf("refused while the first is alive: %s\n", error.what());
+      }
+      first.barrier();  // the first still works
+    }
     try {
       dist::Runtime second(context);
       std::printf("FAIL: a second Runtime started after MPI was finalised\n");

@@ -26,6 +26,11 @@ expect_usage_error "not '99999999999999999999999'" -np 99999999999999999999999 /
 expect_usage_error "not '0'" -n 0 /bin/echo ran-the-program
 expect_usage_error "not ''" -np "" /bin/echo ran-the-program
 expect_usage_error "unknown option --bogus" --bogus /bin/echo ran-the-program
+# Without -np, the total slots obey -np's bound too: 245 hosts of 4096 slots asked mpirun for
+# 1,003,520 ranks.
+NERVE_DISTRIBUTED_NODES=$(printf 'h%d:4096 ' $(seq 245)) expect_usage_error \
+  "distributed.nodes gives 1003520 slots in all, more ranks than nerve-run starts (1000000): give -np" \
+  --dry-run /bin/echo ran-the-program
 # --help answers only when nothing else on the line is wrong, as in nerve-info and openclaw-benchmark:
 # `--help --bogus` printed the usage and exited 0.
 expect_usage_error "unknown option --bogus" --help --bogus /bin/echo ran-the-program

@@ -216,6 +216,24 @@ TEST(DistributedLocal, AnEmptyHandleIsBufferMisuseNotACrash) {
   EXPECT_EQ(moved_to.number(), 0u);
 }
 
+// A buffer of another Runtime (two `none` worlds may be alive at once) is refused at submit, by every
+// rank alike: only the rank running the task found out (black-box review of DISTRIBUTED.md).
+TEST(DistributedLocal, ABufferOfAnotherRuntimeIsBufferMisuse) {
+  Context context(with({})), other_context(with({}));
+  dist::Runtime world(context), other(other_context);
+  auto mine = world.buffer<int>(4, 0);
+  auto theirs = other.buffer<int>(4, 0, "theirs");
+  const std::string refused = error_of(ErrorCode::buffer_misuse, [&] {
+    world.submit(
+        dist::TaskOptions{.name = "mixer"}, [](std::span<int>, std::span<const int>) {}, dist::write(mine),
+        dist::read(theirs));
+  });
+  EXPECT_EQ(refused,
+            "distributed task 'mixer' accesses buffer 0 'theirs' of another distributed Runtime (access 1)");
+  world.wait_all();
+  EXPECT_EQ(world.stats().tasks_run, 0u);
+}
+
 // count * sizeof(T) wrapped (to 4 bytes for SIZE_MAX / 4 + 2 ints): the buffer was registered with
 // the wrapped size on every rank, then only its owner failed (allocating it), so the owner's next
 // buffer was number 1 and the other ranks held a handle of 4 bytes. It is refused before it counts.

@@ -70,13 +70,14 @@ constexpr const char* usage_line =
 }
 
 // A rank count: all digits, 1 to 1,000,000 (mpirun's own limits are lower still).
+constexpr long max_ranks = 1'000'000;
 long parse_ranks(const char* text) {
   errno = 0;
   char* end = nullptr;
   const long value = std::strtol(text, &end, 10);
   // Digits only: strtol also takes blanks and a sign ("+4", " 4").
   if (*text < '0' || *text > '9' || end == text || *end != '\0' || errno == ERANGE || value < 1 ||
-      value > 1'000'000)
+      value > max_ranks)
     usage(std::string("-np needs a whole number of ranks from 1 to 1000000, not '") + text + "'");
   return value;
 }
@@ -231,6 +232,11 @@ int main(int argc, char** argv) {
   for (const nerve::DistributedNode& node : config.distributed.nodes) {
     slots += node.slots;
     hosts += node.host + " slots=" + std::to_string(node.slots) + "\n";
+  }
+  // The default obeys -np's bound too: 300 hosts of 4096 slots asked mpirun for 1,228,800 ranks.
+  if (ranks == 0 && slots > max_ranks) {
+    usage("distributed.nodes gives " + std::to_string(slots) +
+          " slots in all, more ranks than nerve-run starts (" + std::to_string(max_ranks) + "): give -np");
   }
   if (ranks == 0) ranks = slots > 0 ? slots : 1;
   if (!hostfile.empty() && slots == 0) {
