@@ -253,8 +253,9 @@ class TaskGroup {
   // Tasks the group cancelled (cancel()) are not failures: wait() returns quietly for them, and
   // their handles' wait() throws TaskCancelled without a cause.
   void wait() { detail::group_wait(context_, &state_); }
-  // wait_for(): false if the group is not done within `timeout`; true when it is, after rethrowing
-  // the first failure as wait() does (once: a later wait() or wait_for() returns quietly). Like
+  // wait_for(): false if the group is not done within `timeout`; when it is, it rethrows the first
+  // failure as wait() does, else returns true (the failure is thrown once: a later wait() returns
+  // quietly, and a later wait_for() true). Like
   // Task::wait_for(), it runs no other task meanwhile unless the context has a single worker slot,
   // and a timeout longer than int64 nanoseconds is no limit: that wait_for() is wait(), refusals
   // included.
@@ -267,6 +268,9 @@ class TaskGroup {
   // done then too); after that the group runs tasks again. A
   // task still waiting for predecessors is cancelled when they end (it keeps its place in the graph,
   // so what is ordered after it still waits for them): wait() waits for those predecessors too.
+  // A cancelled task's writes count as lost, though it never ran (task.hpp): later work that reads
+  // what it was to write — in the group or not, a map_read() included — is cancelled (TaskCancelled
+  // without a cause) until a write replaces that data.
   void cancel() noexcept { state_.cancel_requested.store(true, std::memory_order_release); }
 
   detail::ContextImpl* impl() const noexcept { return context_; }
@@ -288,12 +292,13 @@ class TaskGroup {
 // place in the submission order when it is launched (work submitted before launch() does not wait
 // for it). Tasks start at launch(). The
 // pool fails as a whole: after one of its tasks failed, later work that reads any range the pool's
-// tasks wrote is cancelled with that cause until a write replaces the data. Cancellation is per task,
-// as for tasks outside a pool: a task of the pool that reads data a failed (or cancelled) task wrote
-// is cancelled with that task's cause (TaskCancelled::cause(): the original exception, null when the
-// cancellation was requested), and the pool's other tasks still run; later work that reads a range
-// a cancelled task of the pool was to write (and no later task has written since) is cancelled with
-// the same cause, while work reading what the others wrote runs. The expected
+// tasks wrote — the succeeded tasks' ranges included — is cancelled with that cause until a write
+// replaces the data. A cancellation does not: it is per task, as for tasks outside a pool. A task of
+// the pool that reads data a failed (or cancelled) task wrote is cancelled with that task's cause
+// (TaskCancelled::cause(): the original exception, null when the cancellation was requested), and
+// the pool's other tasks still run; in a pool none of whose tasks failed, later work that reads a
+// range a cancelled task of the pool was to write (and no later task has written since) is
+// cancelled with the same cause, while work reading what the others wrote runs. The expected
 // task count is a hint. Destroying a pool that was never launched discards its tasks without running
 // them; destroying a launched one waits for its tasks, unless that wait could never end (this thread
 // holds a mapping they wait for, or runs one of them): then the error is logged and the pool is

@@ -19,6 +19,8 @@
 // on a cancelled task it throws TaskCancelled whose cause() is the original exception, and whose
 // message names the task that failed when it had a name ("task 'b' was cancelled because task 'a',
 // which it depends on, failed: ...").
+// What a task captures is destroyed after it ran (or when it is cancelled) on a noexcept path: a
+// destructor that throws ends the program (std::terminate), as it would in a std::thread.
 #pragma once
 
 #include <chrono>
