@@ -819,6 +819,31 @@ def case_compare(binary, directory):
     check("is 5.45% worse than in" in slight.stderr and "(limit 5.4%)" in slight.stderr,
           f"--fail-over 5.4, 5.45% worse: {slight.stderr}")
     run(binary, "--from-json", rate_now, "--compare", rate_before, "--fail-over", "5.5")
+    # The noise limit judges that slowdown too, for a rate as for a time: with a noisy baseline (MAD 40
+    # of 100: a threshold of 1.2), a rate that fell to a tenth was "same -900%" (its relative fall,
+    # 0.9, is under 1.2) while a time ten times as long was "worse" (black-box review).
+    for lower_is_better in (False, True):
+        figure["lower_is_better"] = lower_is_better
+        figure["value"], figure["mad"] = (10.0 if not lower_is_better else 1000.0), 0.0
+        with open(rate_now, "w") as f:
+            json.dump(rate, f)
+        figure["value"], figure["mad"] = 100.0, 40.0
+        with open(rate_before, "w") as f:
+            json.dump(rate, f)
+        noisy = run(binary, "--from-json", rate_now, "--compare", rate_before, "--fail-over", "10", expect=3)
+        check("worse -900%" in noisy.stdout,
+              f"lower_is_better {lower_is_better}: ten times slower beyond a 1.2 noise limit:\n{noisy.stdout}")
+    # A figure the baseline lacks is "missing", with the 5 % floor as its threshold (BENCHMARK_JSON.md:
+    # the threshold is at least 5 %; it was 0).
+    del rate["workloads"][[w["id"] for w in rate["workloads"]].index("W3")]
+    with open(rate_before, "w") as f:
+        json.dump(rate, f)
+    missing_json = os.path.join(directory, "missing.json")
+    run(binary, "--from-json", rate_now, "--compare", rate_before, "--json", missing_json)
+    with open(missing_json) as f:
+        entries = [c for c in json.load(f)["comparison"] if c["workload"] == "W3"]
+    check(entries and all(c["verdict"] == "missing" and c["threshold"] == 0.05 for c in entries),
+          f"missing figures: {entries}")
     # --json (or --html) naming the baseline, however spelt, would overwrite it: a usage error.
     with open(base, "rb") as f:
         recorded = f.read()
