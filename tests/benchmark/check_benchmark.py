@@ -292,6 +292,15 @@ def case_usage(binary, directory):
                 says = f"{output} and {key} name the same file"
                 check(says in result.stderr, f"{variable} {output}: the error does not say {says!r}: {result.stderr}")
                 check(result.stdout == "", f"{variable} {output}: something ran: {result.stdout}")
+    # Nor a file a later context writes for them, <stem>.<context id><ext> beside it (docs/TRACING.md):
+    # `NERVE_TRACE=tr.json ... --json tr.3.json` replaced W9's trace with the report. Other names pass.
+    for variable, key in (("NERVE_TRACE", "perf.trace"), ("NERVE_PERF_DECISION_LOG", "perf.decision_log")):
+        for name, refused in (("written.3.json", True), ("written.12.2.json", True), ("written.x.json", False),
+                              ("written..json", False), ("written.3.json.bak", False)):
+            result = run(binary, "--help", "--json", os.path.join(directory, name), expect=2 if refused else 0,
+                         nerve_environment={variable: written})
+            says = f"which a later context of the run writes for {key}"
+            check((says in result.stderr) == refused, f"{variable} --json {name}: {result.stderr}")
     # --help answers only when nothing else on the line is wrong, wherever it stands (as in nerve-info
     # and nerve-run): `--help --bogus` exited 0.
     for args in (["--help", "--bogus"], ["--bogus", "--help"], ["-h", "--bogus"], ["--help", "stray"],

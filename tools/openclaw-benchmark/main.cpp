@@ -23,6 +23,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <tuple>
 #include <utility>
@@ -300,6 +301,29 @@ void check_trace_path(const nerve::Config& config) {
   }
 }
 
+// numbered_after() is true when `path` names a file a later context of the run writes for `written`
+// (perf.trace, perf.decision_log): the first context writes `written` itself, each later one
+// `<stem>.<context id><ext>` beside it — again with a number, when that name is taken too
+// (docs/TRACING.md): `--json tr.3.json` with NERVE_TRACE=tr.json replaced W9's trace with the report.
+bool numbered_after(const std::string& path, const std::string& written) {
+  if (path.empty() || written.empty()) return false;
+  const std::filesystem::path output = nerve::detail::absolute_path(path);
+  const std::filesystem::path base = nerve::detail::absolute_path(written);
+  const std::string name = output.filename().string(), stem = base.stem().string();
+  const std::string extension = base.extension().string();
+  if (output.parent_path() != base.parent_path() || !name.starts_with(stem) || !name.ends_with(extension) ||
+      name.size() <= stem.size() + extension.size())
+    return false;
+  // What lies between: one or more ".<digits>".
+  const std::string_view numbers(name.data() + stem.size(), name.size() - stem.size() - extension.size());
+  for (std::size_t at = 0; at < numbers.size();) {
+    const std::size_t end = std::min(numbers.find_first_not_of("0123456789", at + 1), numbers.size());
+    if (numbers[at] != '.' || end == at + 1) return false;
+    at = end;
+  }
+  return true;
+}
+
 // run_settings() are the settings every nerve context of a run starts from: the NERVE_* variables
 // and the --config file over them.
 nerve::Settings run_settings(const CommandLine& line) {
@@ -331,6 +355,13 @@ int check_configuration(const nerve::Settings& settings, const CommandLine& line
           std::fprintf(stderr,
                        "openclaw-benchmark: %s and %s name the same file (%s): %s would overwrite it\n",
                        output, key, path->c_str(), output);
+          return 2;
+        }
+        if (numbered_after(*path, *other)) {
+          std::fprintf(stderr,
+                       "openclaw-benchmark: %s names %s, which a later context of the run writes for %s "
+                       "(%s): %s would overwrite it\n",
+                       output, path->c_str(), key, other->c_str(), output);
           return 2;
         }
       }
