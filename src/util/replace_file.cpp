@@ -20,11 +20,16 @@ void replace_file(const std::filesystem::path& path, std::string_view text) {
 void replace_file(const std::filesystem::path& requested, const std::function<void(std::ostream&)>& write) {
   // A link is followed: the file it names is replaced, and the link stays (renamed over, it was
   // replaced by a file of its own and its target never changed again).
-  std::error_code unresolved;
+  // Link by link, so that a dangling one gets its target made (weakly_canonical() gave the link back
+  // when its target did not exist, and the link was replaced by a file); at most 40, as the kernel
+  // follows before ELOOP.
   std::filesystem::path path = requested;
-  if (std::filesystem::is_symlink(requested, unresolved)) {
-    path = std::filesystem::weakly_canonical(requested, unresolved);
-    if (unresolved) path = requested;
+  for (int hops = 0; hops < 40; ++hops) {
+    std::error_code not_a_link;
+    if (!std::filesystem::is_symlink(path, not_a_link)) break;
+    const std::filesystem::path target = std::filesystem::read_symlink(path, not_a_link);
+    if (not_a_link) break;
+    path = target.is_absolute() ? target : path.parent_path() / target;
   }
   // The file keeps its permissions (a private 0600 one stayed private no longer); a new one is
   // rw-r--r--.

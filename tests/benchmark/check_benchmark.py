@@ -880,6 +880,15 @@ def case_compare(binary, directory):
         cat.stdout.close()
         cat.wait()
     check("W1" in piped.stdout and "W3" in piped.stdout, f"--from-json through a pipe: {piped.stdout}")
+    # A report through a link replaces the file the link names, a dangling link's too: it was replaced
+    # by a file of its own, and the target never made (black-box review).
+    dangling = os.path.join(directory, "dangling-report.json")
+    os.symlink("made-through-link.json", dangling)
+    run(binary, "--from-json", base, "--json", dangling)
+    made = os.path.join(directory, "made-through-link.json")
+    check(os.path.islink(dangling) and os.path.isfile(made), "a dangling --json link was replaced, its target not made")
+    with open(made) as f:
+        check(json.load(f)["workloads"], "the link's target holds no report")
     # A report that cannot be written at the end is an error naming its option, its file and the
     # system's reason (exit 1): a --json directory removed during the run said only "cannot write
     # <path>". Here the file outgrows the file size limit after the probe found it writable.
