@@ -204,13 +204,22 @@ def case_json(binary, directory):
     odd = os.path.join(directory, "tuning\udcff.yaml")  # the byte 0xff in the name (surrogateescape)
     with open(odd, "w") as f:
         f.write("scheduler:\n  spin_us: 20\n")
-    odd_out = os.path.join(directory, "odd.json")
-    run(binary, *QUICK, "--threads", "1", "--only", "W3", "--config", odd, "--json", odd_out, errors="replace")
+    odd_out, odd_page = os.path.join(directory, "odd.json"), os.path.join(directory, "odd.html")
+    run(binary, *QUICK, "--threads", "1", "--only", "W3", "--config", odd, "--json", odd_out, "--html", odd_page,
+        errors="replace")
     with open(odd_out, encoding="utf-8") as f:
         doc = json.load(f)
     check_schema(doc)
     check(doc["options"]["config_file"].endswith("tuning\ufffd.yaml"),
           f"config_file {doc['options']['config_file']!r}: the byte 0xff is not U+FFFD")
+    # So in the page, which declares charset utf-8: it held the raw byte (black-box review).
+    with open(odd_page, "rb") as f:
+        page = f.read()
+    try:
+        page.decode("utf-8")
+        check("tuning\ufffd.yaml".encode() in page, "the page does not name the configuration with U+FFFD")
+    except UnicodeDecodeError as error:
+        check(False, f"the page is not UTF-8: {error}")
 
 
 def case_usage(binary, directory):
