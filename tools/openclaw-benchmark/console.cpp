@@ -34,7 +34,7 @@ std::string extras(const Measurement& m) {
 // workload_verdict() is a workload's line in the table and the progress: one that measured nothing
 // (--runtimes selected none of its variants) verified nothing.
 const char* workload_verdict(const WorkloadResult& result) {
-  if (result.measurements.empty()) return "NOTHING MEASURED";
+  if (result.measurements.empty()) return "MEASURED NOTHING";
   return result.verified() ? "verified" : "VERIFICATION FAILED";
 }
 
@@ -42,10 +42,10 @@ std::string mark(const std::vector<Compared>* comparison, const std::string& id,
   if (comparison == nullptr) return "";
   for (const auto& c : *comparison) {
     if (c.workload != id || c.case_name != m.case_name || c.variant != m.variant) continue;
-    if (c.verdict == Change::missing) return "  (new)";
+    if (c.verdict == Change::missing) return "  missing";
     return "  " + std::string(change_name(c.verdict)) + " " + format_change(c.change);
   }
-  return "  (new)";
+  return "  missing";
 }
 
 }  // namespace
