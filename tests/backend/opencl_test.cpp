@@ -13,6 +13,7 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <gmock/gmock.h>
 
@@ -593,6 +594,61 @@ TEST_F(OpenclTest, ProgramsThatIncludeFilesSeeAChangedHeaderInALaterContext) {
   EXPECT_TRUE(program_reads_files("__kernel void k() {}", "-include x.h"));
   EXPECT_FALSE(
       program_reads_files("#define INCLUDED 1\n__kernel void k() {}", "-DX=1 -cl-fast-relaxed-math"));
+}
+
+// Regression (BACKENDS.md review D1): the search for '#', blanks, "include" missed directives the
+// preprocessor sees through other spellings — a comment between '#' and the name (comments become a
+// space before directives are read) and the digraph %: — so those programs were cached on disk and a
+// later process ran a binary built from an old header. The check is now a preprocessor-line check:
+// comments removed, continued lines joined, then a line whose first token is # or %: and whose next
+// is a directive that reads a file. Needs no device.
+TEST(OpenclProgramCacheDetector, FindsEveryIncludeDirectiveSpelling) {
+  using detail::opencl::program_reads_files;
+  const std::vector<std::string> directives = {
+      "#include <x.h>",
+      "#include \"x.h\"\n__kernel void k() {}",
+      "__kernel void k() {}\n  #  include \"x.h\"",
+      "\t#\tinclude \"x.h\"",
+      "#/**/include \"x.h\"",           // a comment is a space
+      "# /* a\n b */ include \"x.h\"",  // a comment over lines too
+      "/**/#include \"x.h\"",
+      "/* c */ #  include \"x.h\"",
+      "%:include \"x.h\"",  // the digraph of #
+      "  %: /**/ include \"x.h\"",
+      "#\\\ninclude \"x.h\"",                            // a continued line
+      "#inc\\\nlude \"x.h\"",                            // continued inside the name
+      "#\\  \ninclude \"x.h\"",                          // blanks after the backslash (GCC, clang accept)
+      "#\\\r\ninclude \"x.h\"",                          // CRLF line ends
+      "int a;\r#include \"x.h\"",                        // a lone CR ends a line for clang
+      "// a comment \\\n#define A 1\n#include \"x.h\"",  // continued comment, then a directive
+      "#include_next <x.h>",
+      "#import \"x.h\"",
+      "#embed \"data.bin\"",
+      "#if __has_include(\"x.h\")\n#endif",
+      "?\?=include \"x.h\"",                               // a trigraph, where they are on
+      "const char* s = \"/*\";\n#include \"x.h\"\n// */",  // "/*" in a string opens no comment
+      "char c = '\"';\n#include \"x.h\"",
+  };
+  for (const std::string& source : directives)
+    EXPECT_TRUE(program_reads_files(source, "")) << "missed: " << source;
+  const std::vector<std::string> not_directives = {
+      "__kernel void k() {}",
+      "#define INCLUDED 1\n__kernel void k() {}",
+      "// #include \"x.h\"\n__kernel void k() {}",
+      "/* #include \"x.h\" */ __kernel void k() {}",
+      "/*\n#include \"x.h\"\n*/ __kernel void k() {}",
+      "int x; /*\n*/ #include \"x.h\"",  // a comment is one space: this line began with int
+      "__kernel void k() { const char* s = \"#include <x.h>\"; }",
+      "int x; #include \"x.h\"",  // not a line's first token: an error, not a directive
+      "#includes \"x.h\"",        // another name
+      "#define STR(a) #a\n#define INC include",
+      "## include",  // ## is a token of its own
+  };
+  for (const std::string& source : not_directives)
+    EXPECT_FALSE(program_reads_files(source, "")) << "not a directive: " << source;
+  EXPECT_TRUE(program_reads_files("__kernel void k() {}", "-DX=1 -I/some/where"));
+  EXPECT_TRUE(program_reads_files("__kernel void k() {}", "-include x.h"));
+  EXPECT_FALSE(program_reads_files("__kernel void k() {}", "-DX=1 -cl-fast-relaxed-math"));
 }
 
 // Regression: the key material joined its fields with newlines, so a source and options that hold

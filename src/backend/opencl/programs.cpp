@@ -83,6 +83,119 @@ bool is_space(char c) noexcept {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
 }
 
+bool is_line_end(char c) noexcept { return c == '\n' || c == '\r'; }
+bool is_blank(char c) noexcept { return c == ' ' || c == '\t' || c == '\f' || c == '\v'; }
+bool is_identifier_char(char c) noexcept {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+}
+
+// spliced(): the source as the preprocessor's first phases see it: with `trigraphs`, the trigraphs
+// of # and of the backslash replaced; each backslash before a line end (blanks between them too,
+// which GCC and clang accept) removed with that line end, so that a continued line is one line.
+std::string spliced(std::string_view source, bool trigraphs) {
+  std::string text;
+  text.reserve(source.size());
+  for (std::size_t at = 0; at < source.size(); ++at) {
+    if (trigraphs && source.substr(at, 3) == "?\?=") {
+      text += '#';
+      at += 2;
+    } else if (trigraphs && source.substr(at, 3) == "?\?/") {
+      text += '\\';
+      at += 2;
+    } else {
+      text += source[at];
+    }
+  }
+  std::string joined;
+  joined.reserve(text.size());
+  for (std::size_t at = 0; at < text.size(); ++at) {
+    if (text[at] == '\\') {
+      std::size_t end = at + 1;
+      while (end < text.size() && is_blank(text[end])) ++end;
+      if (end < text.size() && is_line_end(text[end])) {
+        at = end + (text[end] == '\r' && end + 1 < text.size() && text[end + 1] == '\n' ? 1 : 0);
+        continue;
+      }
+    }
+    joined += text[at];
+  }
+  return joined;
+}
+
+// without_comments(): `text` (spliced) with each comment replaced by one space, as the preprocessor
+// does before it reads directives ("# /* a line end */ include" is still a directive). String and
+// character literals are skipped, so that a "/*" in one starts no comment; they end at their line's
+// end at the latest, so that a quote misread (a C++ digit separator, say) cannot hide more than the
+// rest of its line. C++ raw strings are not recognised: OpenCL C has none, and only one spanning
+// lines with a "/*" in it could hide a directive.
+std::string without_comments(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  std::size_t at = 0;
+  while (at < text.size()) {
+    const char c = text[at];
+    if (c == '/' && at + 1 < text.size() && text[at + 1] == '/') {
+      out += ' ';
+      while (at < text.size() && !is_line_end(text[at])) ++at;
+    } else if (c == '/' && at + 1 < text.size() && text[at + 1] == '*') {
+      out += ' ';
+      const std::size_t end = text.find("*/", at + 2);
+      at = end == std::string::npos ? text.size() : end + 2;
+    } else if (c == '"' || c == '\'') {
+      out += c;
+      ++at;
+      while (at < text.size() && text[at] != c && !is_line_end(text[at])) {
+        if (text[at] == '\\' && at + 1 < text.size() && !is_line_end(text[at + 1])) {
+          out += text[at];
+          ++at;
+        }
+        out += text[at];
+        ++at;
+      }
+      if (at < text.size() && text[at] == c) {
+        out += c;
+        ++at;
+      }
+    } else {
+      out += c;
+      ++at;
+    }
+  }
+  return out;
+}
+
+// has_file_directive(): a line of `source` whose first token is '#' or its digraph "%:", then
+// (after blanks) include, include_next, import or embed — the directives that read a file — or a
+// __has_include / __has_embed anywhere, whose answer depends on the file system too.
+bool has_file_directive(std::string_view source, bool trigraphs) {
+  const std::string text = without_comments(spliced(source, trigraphs));
+  for (const std::string_view probe : {"__has_include", "__has_embed"}) {
+    for (std::size_t at = text.find(probe); at != std::string::npos; at = text.find(probe, at + 1)) {
+      if (at == 0 || !is_identifier_char(text[at - 1])) return true;
+    }
+  }
+  std::size_t line = 0;
+  while (line < text.size()) {
+    std::size_t end = line;
+    while (end < text.size() && !is_line_end(text[end])) ++end;
+    const std::string_view content = std::string_view(text).substr(line, end - line);
+    std::size_t at = 0;
+    while (at < content.size() && is_blank(content[at])) ++at;
+    std::size_t name = std::string_view::npos;
+    if (content.substr(at, 1) == "#") name = at + 1;
+    if (content.substr(at, 2) == "%:") name = at + 2;
+    if (name != std::string_view::npos) {
+      while (name < content.size() && is_blank(content[name])) ++name;
+      std::size_t word_end = name;
+      while (word_end < content.size() && is_identifier_char(content[word_end])) ++word_end;
+      const std::string_view word = content.substr(name, word_end - name);
+      if (word == "include" || word == "include_next" || word == "import" || word == "embed") return true;
+    }
+    line = end + 1;
+  }
+  return false;
+}
+
 }  // namespace
 
 std::string program_cache_material(std::string_view source, std::string_view build_options,
@@ -101,15 +214,10 @@ std::string program_cache_material(std::string_view source, std::string_view bui
 }
 
 bool program_reads_files(std::string_view source, std::string_view build_options) {
-  // '#', any blanks (line continuations included), "include": anywhere, not only at a line's start,
-  // so that a directive after a comment is found too. Text in a comment or string that looks like one
-  // is a false alarm, which costs only a build from source.
-  for (std::size_t hash = source.find('#'); hash != std::string_view::npos;
-       hash = source.find('#', hash + 1)) {
-    std::size_t at = hash + 1;
-    while (at < source.size() && (is_space(source[at]) || source[at] == '\\')) ++at;
-    if (source.substr(at, 7) == "include") return true;
-  }
+  if (has_file_directive(source, false)) return true;
+  // Trigraphs (??= is '#', ??/ a backslash) are on in some OpenCL C modes and off in others: a
+  // source that has any is checked both ways, so that neither reading hides a directive.
+  if (source.find("??") != std::string_view::npos && has_file_directive(source, true)) return true;
   // -I adds a directory to search; -include, -imacros, -isystem, -iquote and the like read or find
   // files too: any option token starting with "-I" or "-i".
   std::size_t at = 0;

@@ -51,9 +51,10 @@ std::filesystem::path program_cache_directory();
 std::string program_cache_material(std::string_view source, std::string_view build_options,
                                    const PlatformDevice& device);
 
-// program_reads_files(): the source has an #include directive, or the options name files or include
-// directories (-I..., -include and other -i... options). Conservative: text that merely looks like a
-// directive (in a comment) counts.
+// program_reads_files(): the source has a directive that reads a file (#include, #include_next,
+// #import, #embed) however it is spelled — read as the preprocessor reads lines: continued lines
+// joined, comments as spaces, '#' or its digraph "%:" first on the line — or a __has_include, or
+// the options name files or include directories (-I..., -include and other -i... options).
 bool program_reads_files(std::string_view source, std::string_view build_options);
 
 class ProgramCache {
