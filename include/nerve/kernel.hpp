@@ -159,7 +159,7 @@ class NERVE_API Kernel {
   // Error(invalid_argument) otherwise): opencl and cuda (nerve::opencl::attach and cuda::attach wrap
   // this), or a backend plugin's own for its devices' kind — test, their default, included. Each
   // backend's devices run only the implementations made for them (backend_plugin.hpp). Before the
-  // first submit only.
+  // first submit only. A null `implementation` is Error(invalid_argument).
   Kernel& implement(DeviceKind kind, std::shared_ptr<const KernelImplementation> implementation);
 
   const std::string& name() const noexcept;

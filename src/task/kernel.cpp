@@ -51,6 +51,14 @@ Kernel& Kernel::implement(DeviceKind kind, std::shared_ptr<const KernelImplement
     throw Error(ErrorCode::invalid_argument,
                 fmt::format("kernel '{}': the CPU implementation is given with cpu()", name()));
   }
+  // A null one would leave the kind unimplemented without a word, and the mistake would surface only
+  // at submit (no device runs the kernel), far from here: refused like an empty opencl::attach
+  // source or cuda::attach launcher.
+  if (implementation == nullptr) {
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("kernel '{}': implement() for {} devices was given no implementation (nullptr)",
+                            name(), nerve::name(kind)));
+  }
   std::lock_guard lock(state.configuring);
   refuse_if_used(state, fmt::format("attaching an implementation for {} devices", nerve::name(kind)));
   state.by_kind[static_cast<std::size_t>(kind)] = std::move(implementation);

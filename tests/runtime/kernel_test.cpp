@@ -121,6 +121,25 @@ TEST_P(KernelTest, KernelWithoutAnImplementationForAnyDeviceIsAnErrorAtSubmit) {
   EXPECT_THROW(Kernel("k").implement(DeviceKind::cpu, nullptr), Error);
 }
 
+// Regression (BACKENDS.md review D3): implement(kind, nullptr) was accepted and did nothing, so the
+// mistake surfaced only at submit, as "implements none of this context's devices". It is refused at
+// once, like an empty opencl::attach source or cuda::attach launcher, naming the kernel and kind.
+TEST_P(KernelTest, ANullImplementationIsRefused) {
+  Kernel kernel("null_impl");
+  for (const DeviceKind kind : {DeviceKind::opencl, DeviceKind::cuda, DeviceKind::test}) {
+    try {
+      kernel.implement(kind, nullptr);
+      FAIL() << name(kind) << ": a null implementation was accepted";
+    } catch (const Error& error) {
+      EXPECT_EQ(error.code(), ErrorCode::invalid_argument);
+      const std::string message = error.what();
+      EXPECT_NE(message.find("kernel 'null_impl'"), std::string::npos) << message;
+      EXPECT_NE(message.find(std::string("for ") + name(kind) + " devices"), std::string::npos) << message;
+    }
+    EXPECT_FALSE(kernel.implements(kind));
+  }
+}
+
 // A moved-from Kernel is empty: using it is an error that says so (it crashed inside the library:
 // submit, cpu(), implements(), name() all dereferenced its missing state), and assigning another
 // Kernel makes it usable again.
