@@ -2,9 +2,10 @@
 //
 // A plugin is a shared library named libnerve-backend-<name>.so in a directory of NERVE_PLUGIN_PATH
 // (colon-separated): a regular file, or a symbolic link to one (anything else so named, such as a
-// directory, is skipped with a warning). When a context is created nerve dlopen()s each such file it
-// has not loaded yet — once per process, however many paths reach it (a directory listed twice, "dir"
-// and "dir/", links), so its backend is listed once; never unloaded — calls its entry function
+// directory, is skipped with a warning; so is an entry of NERVE_PLUGIN_PATH that does not exist or is
+// not a directory). When a context is created nerve dlopen()s each such file it has not loaded yet —
+// once per process, however many paths reach it (a directory listed twice, "dir" and "dir/", links),
+// so its backend is listed once; never unloaded — calls its entry function
 //
 //   extern "C" const nerve::plugin::Entry* nerve_backend_entry();
 //

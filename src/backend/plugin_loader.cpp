@@ -33,7 +33,8 @@ std::map<FileIdentity, std::shared_ptr<Backend>>& loaded_plugins() {
   static auto* plugins = new std::map<FileIdentity, std::shared_ptr<Backend>>();  // lives until exit
   return *plugins;
 }
-// Paths already warned about (not a regular file): once per process, not at every context.
+// Paths already warned about (a file named like a plugin that is not one, a NERVE_PLUGIN_PATH entry
+// that cannot be listed): once per process, not at every context.
 std::set<std::string>& skipped_paths() {
   static auto* paths = new std::set<std::string>();  // lives until exit
   return *paths;
@@ -120,6 +121,23 @@ bool plugin_file(const std::filesystem::path& path) {
   return false;
 }
 
+// unlisted_entry(): `directory`, an entry of NERVE_PLUGIN_PATH, could not be listed (`error`). Said
+// with a warning, once per process: a typo in the path would otherwise look like a plugin without
+// devices. Such an entry adds no plugin; the others still load.
+void unlisted_entry(const std::filesystem::path& directory, const std::error_code& error) {
+  std::error_code status_error;
+  const std::filesystem::file_status status = std::filesystem::status(directory, status_error);
+  const std::string why = !std::filesystem::exists(status) ? std::string("does not exist")
+                          : !std::filesystem::is_directory(status)
+                              ? std::string(
+                                    "is not a directory (NERVE_PLUGIN_PATH lists directories that hold "
+                                    "libnerve-backend-<name>.so files)")
+                              : fmt::format("cannot be listed: {}", error.message());
+  std::lock_guard lock(plugins_mutex);
+  if (skipped_paths().insert(directory.string()).second)
+    log::warn("NERVE_PLUGIN_PATH: '{}' {}; no plugin is loaded from it", directory.string(), why);
+}
+
 }  // namespace
 
 std::vector<std::shared_ptr<Backend>> plugins_on_path(std::string_view path_list) {
@@ -138,6 +156,7 @@ std::vector<std::shared_ptr<Backend>> plugins_on_path(std::string_view path_list
         files.push_back(item.path());
       }
     }
+    if (error) unlisted_entry(std::filesystem::path(directory), error);
     std::sort(files.begin(), files.end());
     for (const auto& file : files) {
       if (!plugin_file(file)) continue;

@@ -402,6 +402,31 @@ TEST(BackendPlugin, ADirectoryNamedLikeAPluginIsSkippedWithAWarning) {
       << warnings;
 }
 
+// Regression (BACKENDS.md review D4): a NERVE_PLUGIN_PATH entry that does not exist (a typo), or a
+// file where a directory belongs, was ignored without a word, even at debug level: it looked like
+// "the plugin has no devices". Each is a warning naming it, once per process; the other entries
+// still load.
+TEST(BackendPlugin, AMissingPluginPathEntryIsAWarning) {
+  const std::string missing = "/nonexistent/nerve-plugin-dir-d4";
+  const std::string file = std::string(NERVE_TEST_PLUGIN_DIR) + "/libnerve-backend-sim.so";
+  const std::string path = missing + ":" + file + ":" + NERVE_TEST_PLUGIN_DIR;
+  ::testing::internal::CaptureStderr();
+  std::unique_ptr<Context> context;
+  EXPECT_NO_THROW(context = context_with_plugins(path.c_str(), "sim"));
+  std::string warnings = ::testing::internal::GetCapturedStderr();
+  ASSERT_NE(context, nullptr);
+  EXPECT_EQ(context->devices().size(), 3u) << "the directory that exists still gives its plugin";
+  EXPECT_NE(warnings.find("warn: NERVE_PLUGIN_PATH: '" + missing + "' does not exist"), std::string::npos)
+      << warnings;
+  EXPECT_NE(warnings.find("warn: NERVE_PLUGIN_PATH: '" + file + "' is not a directory"), std::string::npos)
+      << warnings;
+  context.reset();
+  ::testing::internal::CaptureStderr();
+  EXPECT_NO_THROW(context = context_with_plugins(path.c_str(), "sim"));
+  warnings = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(warnings.find(missing), std::string::npos) << "once per process: " << warnings;
+}
+
 // Entry::create() that threw is called again by the next context, and once it succeeded never again
 // (backend_plugin.hpp: once per process until it succeeds). libnerve-backend-simretry.so is a file of
 // its own, which no other test loads.
