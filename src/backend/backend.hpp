@@ -55,6 +55,8 @@ class Backend {
   // unavailable_reason(): after an enumerate() that found nothing, why ("no CUDA driver: ..."), for
   // nerve-info; empty when the backend found devices or has nothing to say.
   virtual std::string unavailable_reason() const { return {}; }
+  // plugin(): loaded from NERVE_PLUGIN_PATH at run time, not part of this build (for messages).
+  virtual bool plugin() const { return false; }
 };
 
 }  // namespace nerve::detail

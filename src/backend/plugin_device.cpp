@@ -4,7 +4,9 @@
 #include <cstdint>
 #include <deque>
 #include <exception>
+#include <mutex>
 #include <optional>
+#include <string>
 #include <type_traits>
 #include <utility>
 
@@ -289,9 +291,23 @@ class PluginBackend final : public Backend {
   std::vector<DeviceInfo> enumerate(const Topology& /*topology*/) override {
     std::vector<DeviceInfo> found;
     const std::size_t count = call("Backend::device_count()", [&] { return backend_->device_count(); });
+    {
+      // The plugin ABI has no way to say why there is no device: nerve says what it knows, so that
+      // nerve-info and a gpu.devices naming this backend do not stay silent (NERVE_INFO.md).
+      std::lock_guard lock(mutex_);
+      why_ = count > 0 ? std::string{}
+                       : fmt::format("no device (its Backend::device_count() returned 0; plugin file {})",
+                                     file_.string());
+    }
     for (std::size_t i = 0; i < count; ++i) found.push_back(info(describe(i)));
     return found;
   }
+
+  std::string unavailable_reason() const override {
+    std::lock_guard lock(mutex_);
+    return why_;
+  }
+  bool plugin() const override { return true; }
 
   std::unique_ptr<Device> open(std::size_t which, const DeviceOpenOptions& options) override {
     const plugin::DeviceDescription description = describe(which);
@@ -369,6 +385,8 @@ class PluginBackend final : public Backend {
   std::string name_;
   plugin::Backend* backend_;
   std::filesystem::path file_;
+  mutable std::mutex mutex_;  // guards why_: contexts may be built on several threads at once
+  std::string why_;           // unavailable_reason(), set by each enumerate()
 };
 
 }  // namespace

@@ -74,7 +74,8 @@ std::vector<FoundDevice> find_devices(const Topology& topology,
   for (const auto& backend : backends()) {
     std::vector<DeviceInfo> devices = backend->enumerate(topology);
     if (devices.empty() && without_devices != nullptr)
-      without_devices->push_back(BackendWithoutDevices{backend->name(), backend->unavailable_reason()});
+      without_devices->push_back(
+          BackendWithoutDevices{backend->name(), backend->unavailable_reason(), backend->plugin()});
     for (std::size_t which = 0; which < devices.size(); ++which) {
       DeviceInfo info = std::move(devices[which]);
       info.index = static_cast<int>(found.size());

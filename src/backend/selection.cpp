@@ -70,7 +70,8 @@ std::vector<std::size_t> select_devices(const std::vector<DeviceInfo>& found,
         std::find_if(without_devices.begin(), without_devices.end(),
                      [&](const BackendWithoutDevices& each) { return lower(each.name) == wanted; });
     if (empty != without_devices.end()) {
-      fail(fmt::format("the backend '{}' is in this build but found no device{}{}", empty->name,
+      fail(fmt::format("the {} '{}' {} but found no device{}{}", empty->plugin ? "plugin backend" : "backend",
+                       empty->name, empty->plugin ? "was loaded" : "is in this build",
                        empty->reason.empty() ? "" : ", and says why: ", empty->reason));
     }
     fail(fmt::format("no accelerator or backend is named like '{}'", word));

@@ -21,8 +21,9 @@ namespace nerve::detail {
 
 // A backend that found no device, and why (Backend::unavailable_reason(); may be empty).
 struct BackendWithoutDevices {
-  std::string name;    // Backend::name(): "cuda", "opencl", a plugin's name
-  std::string reason;  // "cudart 13.0 (driver none): no device (...)"
+  std::string name;     // Backend::name(): "cuda", "opencl", a plugin's name
+  std::string reason;   // "cudart 13.0 (driver none): no device (...)"
+  bool plugin = false;  // Backend::plugin(): loaded at run time, not in this build
 };
 
 // select_devices(): positions in `found` selected by `words` (Config::gpu.devices). Throws

@@ -2,6 +2,7 @@
 // its devices are selected by gpu.devices and run kernel tasks; a plugin of another ABI version, a
 // library without the entry symbol and a Backend that fails make context creation fail with a
 // message naming the file; a launch() that throws fails its task as a reported failure does.
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -16,6 +17,7 @@
 
 #include "nerve/nerve.h"
 
+#include "backend/registry.hpp"
 #include "capi/handles.hpp"
 #include "cuda_support.hpp"
 #include "opencl_support.hpp"
@@ -425,6 +427,34 @@ TEST(BackendPlugin, AMissingPluginPathEntryIsAWarning) {
   EXPECT_NO_THROW(context = context_with_plugins(path.c_str(), "sim"));
   warnings = ::testing::internal::GetCapturedStderr();
   EXPECT_EQ(warnings.find(missing), std::string::npos) << "once per process: " << warnings;
+}
+
+// Regression (BACKENDS.md review D5): a plugin that found no device had no reason to give, so
+// nerve-info listed nothing for it (NERVE_INFO.md promises a line below the device list) and
+// gpu.devices naming it said only "is in this build but found no device;" — odd for a plugin loaded
+// at run time. The plugin ABI has no reason of its own: nerve says what it knows, that
+// Backend::device_count() returned 0, and from which file.
+TEST(BackendPlugin, APluginWithoutDevicesSaysWhy) {
+  const SimPluginSetting none("SIM_PLUGIN_COUNT", "0");
+  const std::string message = creation_error(NERVE_TEST_PLUGIN_DIR, "sim");
+  // The file is the path the process first loaded the plugin by (this directory, or a link to it).
+  const std::string reason = "no device (its Backend::device_count() returned 0; plugin file ";
+  EXPECT_NE(message.find("the plugin backend 'sim' was loaded but found no device, and says why: " + reason),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("libnerve-backend-sim.so)"), std::string::npos) << message;
+  EXPECT_EQ(message.find("in this build"), std::string::npos) << message;
+  // A context that does not name it is made without its devices; the backend keeps the reason, which
+  // nerve-info lists (tests/backend/CMakeLists.txt runs nerve-info so).
+  for (const DeviceInfo& device : context_with_plugins(NERVE_TEST_PLUGIN_DIR, "all")->devices())
+    EXPECT_NE(device.backend, "sim");
+  ::setenv("NERVE_PLUGIN_PATH", NERVE_TEST_PLUGIN_DIR, 1);
+  const auto all = detail::backends();
+  ::unsetenv("NERVE_PLUGIN_PATH");
+  const auto sim =
+      std::find_if(all.begin(), all.end(), [](const auto& each) { return each->name() == "sim"; });
+  ASSERT_NE(sim, all.end());
+  EXPECT_TRUE((*sim)->unavailable_reason().starts_with(reason)) << (*sim)->unavailable_reason();
 }
 
 // Entry::create() that threw is called again by the next context, and once it succeeded never again

@@ -12,12 +12,13 @@
 // Backend::open takes 300 ms, as a device whose driver initialises slowly. "copy_fail":
 // copy_to_device reports a failure; "copy_back_fail": copy_to_host does; "create": Entry::create() throws
 // (nerve calls it again at the next context until it succeeds: the tests use a copy of their own,
-// libnerve-backend-simretry.so). Read at describe: SIM_PLUGIN_NUMA set, device i says it is attached to NUMA
-// node i; SIM_PLUGIN_KIND (test, opencl, cuda, cpu, or out-of-range: 7) is the kind its devices declare (test
-// by default), SIM_PLUGIN_NOT_ADDRESSABLE that their memory is not host-addressable; SIM_PLUGIN_MEMORY is
-// their memory_bytes (64 MiB by default; 0: unknown). Read at open: SIM_PLUGIN_CAPACITY bounds what a
-// device's allocate() gives (none by default), and SIM_PLUGIN_COPY_DELAY_US makes each asynchronous copy take
-// that long.
+// libnerve-backend-simretry.so). Read at device_count: SIM_PLUGIN_COUNT is how many devices it has (2
+// by default; 0: a backend that found none). Read at describe: SIM_PLUGIN_NUMA set, device i says it is
+// attached to NUMA node i; SIM_PLUGIN_KIND (test, opencl, cuda, cpu, or out-of-range: 7) is the kind its
+// devices declare (test by default), SIM_PLUGIN_NOT_ADDRESSABLE that their memory is not host-addressable;
+// SIM_PLUGIN_MEMORY is their memory_bytes (64 MiB by default; 0: unknown). Read at open: SIM_PLUGIN_CAPACITY
+// bounds what a device's allocate() gives (none by default), and SIM_PLUGIN_COPY_DELAY_US makes each
+// asynchronous copy take that long.
 //
 // A launch runs the kernel's sim::Implementation (sim_implementation.hpp) when it has one, else its
 // CPU body. sim_plugin_peak_copies() says how many asynchronous copies were in flight at once, at
@@ -196,7 +197,7 @@ nerve::DeviceKind kind_from_environment() {
 
 class SimBackend final : public nerve::plugin::Backend {
  public:
-  std::size_t device_count() override { return 2; }
+  std::size_t device_count() override { return from_environment("SIM_PLUGIN_COUNT", 2); }
   nerve::plugin::DeviceDescription describe(std::size_t index) override {
     if (failing("describe")) throw std::runtime_error("sim: describe() failed on purpose");
     nerve::plugin::DeviceDescription description;
