@@ -26,7 +26,9 @@
 // (read-only accesses: read-mostly; written ones: preferred location this device) — docs/CONFIG.md.
 //
 // attach() is available in every build; without the CUDA toolkit (or without a device) no device
-// runs the implementation, and a kernel with nothing else to run on is an error at submit.
+// runs the implementation, and a kernel with nothing else to run on is Error(invalid_argument) at
+// submit, whose message says why the context has no CUDA device (the CUDA backend's reason, as
+// nerve-info gives it), when nerve knows.
 //
 // Thread safety: attach() configures a Kernel before its first submit (Kernel's own rule); after it,
 // attach() throws Error(invalid_argument) and the kernel is unchanged. A launcher may be called from

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,9 @@ class Backend {
   virtual std::string unavailable_reason() const { return {}; }
   // plugin(): loaded from NERVE_PLUGIN_PATH at run time, not part of this build (for messages).
   virtual bool plugin() const { return false; }
+  // kind(): the kind of every device it has, when that is known without a device (the built-in
+  // OpenCL and CUDA backends): a kernel call that finds no device of its kind says why from it.
+  virtual std::optional<DeviceKind> kind() const { return std::nullopt; }
 };
 
 }  // namespace nerve::detail

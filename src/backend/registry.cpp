@@ -74,8 +74,8 @@ std::vector<FoundDevice> find_devices(const Topology& topology,
   for (const auto& backend : backends()) {
     std::vector<DeviceInfo> devices = backend->enumerate(topology);
     if (devices.empty() && without_devices != nullptr)
-      without_devices->push_back(
-          BackendWithoutDevices{backend->name(), backend->unavailable_reason(), backend->plugin()});
+      without_devices->push_back(BackendWithoutDevices{backend->name(), backend->unavailable_reason(),
+                                                       backend->plugin(), backend->kind()});
     for (std::size_t which = 0; which < devices.size(); ++which) {
       DeviceInfo info = std::move(devices[which]);
       info.index = static_cast<int>(found.size());
@@ -111,11 +111,13 @@ std::vector<std::size_t> selected_devices(const Config& config, const std::vecto
 }
 
 std::vector<std::unique_ptr<Device>> discover_devices(const Config& config, const Topology& topology,
-                                                      int first_index) {
+                                                      int first_index,
+                                                      std::vector<BackendWithoutDevices>* without) {
   std::vector<std::unique_ptr<Device>> devices;
   if (config.gpu.devices.empty()) return devices;  // gpu.devices = none: no driver is even loaded
   std::vector<BackendWithoutDevices> without_devices;
   const std::vector<FoundDevice> found = find_devices(topology, &without_devices);
+  if (without != nullptr) *without = without_devices;
   std::vector<DeviceInfo> infos;
   infos.reserve(found.size());
   for (const FoundDevice& device : found) infos.push_back(device.info);

@@ -47,7 +47,10 @@ std::vector<FoundDevice> find_devices(const Topology& topology,
 std::vector<std::size_t> selected_devices(const Config& config, const std::vector<DeviceInfo>& found,
                                           const std::vector<BackendWithoutDevices>& without_devices = {});
 
-std::vector<std::unique_ptr<Device>> discover_devices(const Config& config, const Topology& topology,
-                                                      int first_index);
+// With `without_devices`, also the backends that found no device, and why (for the context's
+// messages about a kernel no device runs).
+std::vector<std::unique_ptr<Device>> discover_devices(
+    const Config& config, const Topology& topology, int first_index,
+    std::vector<BackendWithoutDevices>* without_devices = nullptr);
 
 }  // namespace nerve::detail

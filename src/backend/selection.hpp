@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,9 +22,10 @@ namespace nerve::detail {
 
 // A backend that found no device, and why (Backend::unavailable_reason(); may be empty).
 struct BackendWithoutDevices {
-  std::string name;     // Backend::name(): "cuda", "opencl", a plugin's name
-  std::string reason;   // "cudart 13.0 (driver none): no device (...)"
-  bool plugin = false;  // Backend::plugin(): loaded at run time, not in this build
+  std::string name;                // Backend::name(): "cuda", "opencl", a plugin's name
+  std::string reason;              // "cudart 13.0 (driver none): no device (...)"
+  bool plugin = false;             // Backend::plugin(): loaded at run time, not in this build
+  std::optional<DeviceKind> kind;  // Backend::kind()
 };
 
 // select_devices(): positions in `found` selected by `words` (Config::gpu.devices). Throws

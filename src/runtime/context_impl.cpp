@@ -115,7 +115,8 @@ ContextImpl::ContextImpl(const Settings& settings)
   }
   scheduler.start();
   try {
-    for (auto& device : discover_devices(config, topology, 1)) add_device(std::move(device));
+    for (auto& device : discover_devices(config, topology, 1, &backends_without_devices))
+      add_device(std::move(device));
     // heft's bus model, measured (or loaded) now rather than at the first placement: that may happen
     // on a device's completion thread, which calibration copies would then wait for.
     if (bus != nullptr) {

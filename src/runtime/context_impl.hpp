@@ -31,6 +31,7 @@
 #include "nerve/topology.hpp"
 
 #include "backend/device.hpp"
+#include "backend/selection.hpp"
 #include "backend/test_device.hpp"
 #include "memory/coherence.hpp"
 #include "memory/host_memory_node.hpp"
@@ -305,6 +306,9 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   std::string trace_path;
   std::string trace_taken_by;
   void check_placeable(const TaskRecord& task) const;
+  // why_no_device_of(): why this context has no device of `kind` ("the backend 'cuda' found no
+  // device: ...", or that gpu.devices is none); empty when it does not know.
+  std::string why_no_device_of(DeviceKind kind) const;
   void grant_mapping(TaskRecord* task, ThreadState& thread);
   // A try_map() whose data must first come back from a device asks for it with a prefetch mapping,
   // which nobody holds: granted, it ends itself (buffers.cpp).
@@ -391,7 +395,10 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   // Where BufferStates live (buffer_create()): in creation order, whatever the heap went through.
   SlotArena buffer_slots;
   std::vector<std::unique_ptr<Device>> devices;  // device i + 1
-  std::unique_ptr<CoherenceEngine> coherence;    // once there is more than one memory node
+  // The backends that found no device when the context was built, and why; set once, before any
+  // submit (read without a lock). why_no_device_of() explains a kind no device has from it.
+  std::vector<BackendWithoutDevices> backends_without_devices;
+  std::unique_ptr<CoherenceEngine> coherence;  // once there is more than one memory node
   // How many devices run plain closures (test devices), probed once when added: none means a closure
   // can only run on the CPU workers (the fast path's test). Forced placements ask Device::can_run.
   unsigned closure_devices = 0;

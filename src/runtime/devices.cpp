@@ -140,12 +140,13 @@ void ContextImpl::check_closure_device(const TaskRecord& task, int device, const
     for (int each = 0; each < static_cast<int>(device_count()); ++each) {
       if (can_run_on(task, each)) return;
     }
+    const std::string why = why_no_device_of(DeviceKind::cuda);
     throw Error(
         ErrorCode::invalid_argument,
         fmt::format("task '{}' is a C kernel for CUDA devices only, and this context has no device of "
                     "the built-in CUDA backend (C kernels run on its devices alone, not on a plugin's "
-                    "devices, whatever their kind)",
-                    name != nullptr ? name : "(unnamed)"));
+                    "devices, whatever their kind){}{}",
+                    name != nullptr ? name : "(unnamed)", why.empty() ? "" : ": ", why));
   }
   validate_device_hint(device, name);
   if (device == 0) {

@@ -1,4 +1,6 @@
 // kernels.cpp — submitting Kernel calls: where they may run, and their closure.
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "nerve/error.hpp"
@@ -44,6 +46,17 @@ std::string not_for_backend(const std::string& kernel, const DeviceInfo& device)
 }
 }  // namespace
 
+std::string ContextImpl::why_no_device_of(DeviceKind kind) const {
+  if (config.gpu.devices.empty()) return "gpu.devices is none (no accelerator was opened)";
+  std::string why;
+  for (const BackendWithoutDevices& backend : backends_without_devices) {
+    if (backend.kind != kind) continue;
+    why += fmt::format("{}the backend '{}' found no device{}{}", why.empty() ? "" : "; ", backend.name,
+                       backend.reason.empty() ? "" : ": ", backend.reason);
+  }
+  return why;
+}
+
 // A kernel call must have somewhere to run: the named device, or any enabled one.
 void ContextImpl::check_placeable(const TaskRecord& task) const {
   const auto foreign = [&](const DeviceInfo& info) {
@@ -67,6 +80,17 @@ void ContextImpl::check_placeable(const TaskRecord& task) const {
   std::string why;
   for (const auto& info : infos) {
     if (why.empty() && foreign(info)) why = ": " + not_for_backend(task.kernel->name, info);
+  }
+  // A kind the kernel implements and no device here has: say why there is none, as gpu.devices
+  // naming that backend would (a CUDA-only kernel on a machine without a GPU driver, say).
+  for (const DeviceKind kind : {DeviceKind::opencl, DeviceKind::cuda, DeviceKind::test}) {
+    if (!task.kernel->implements(kind) ||
+        std::any_of(infos.begin(), infos.end(), [&](const DeviceInfo& info) { return info.kind == kind; }))
+      continue;
+    if (const std::string reason = why_no_device_of(kind); !reason.empty()) {
+      why += fmt::format("{} it has an implementation for {} devices, and {}", why.empty() ? ":" : ";",
+                         nerve::name(kind), reason);
+    }
   }
   throw Error(ErrorCode::invalid_argument,
               fmt::format("kernel '{}' implements none of this context's devices ({}){}", task.kernel->name,

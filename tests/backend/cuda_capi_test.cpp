@@ -159,6 +159,25 @@ TEST(CudaCApi, ALauncherThatFailsOrALaunchErrorFailsTheTask) {
   nerve_buffer_free(buffer);
 }
 
+// Usability (BACKENDS.md review): the refusal says why there is no CUDA device, which the context
+// knows (the backend's reason, as gpu.devices=cuda gives it).
+TEST(CudaCApi, WithoutACudaDeviceTheRefusalSaysWhy) {
+  if (cuda_device_reason().empty()) GTEST_SKIP() << "a real CUDA device is here and runs the kernel";
+  FakeCuda cuda(FakeOptions{.devices = 0});
+  CContext ctx("all");
+  ASSERT_NE(ctx.get(), nullptr) << nerve_last_error();
+  nerve_buffer_t* buffer = ones(ctx.get());
+  ScaleDesc desc{buffer, 2.0f, -1, nullptr, false};
+  EXPECT_EQ(submit_scale(ctx.get(), desc, NERVE_DEVICE_ANY, NERVE_DEVICE_KIND_CUDA),
+            NERVE_ERROR_INVALID_ARGUMENT);
+  const std::string message = nerve_last_error();
+  EXPECT_NE(message.find("has no device of the built-in CUDA backend"), std::string::npos) << message;
+  EXPECT_NE(message.find("the backend 'cuda-fake' found no device: " + cuda.backend->unavailable_reason()),
+            std::string::npos)
+      << message;
+  nerve_buffer_free(buffer);
+}
+
 TEST(CudaCApi, WithoutACudaDeviceACudaOnlyKernelIsRefusedAtSubmit) {
   CContext ctx("none");
   ASSERT_NE(ctx.get(), nullptr) << nerve_last_error();

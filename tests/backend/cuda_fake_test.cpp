@@ -694,6 +694,50 @@ TEST(CudaFakeContext, NoDeviceMeansNoCudaDeviceAndAReason) {
       << cuda.backend->unavailable_reason();
 }
 
+// Usability (BACKENDS.md review): a kernel with only a CUDA implementation, submitted where the CUDA
+// backend found no device, was refused with "implements none of this context's devices (cpu, ...)"
+// alone, though the context knew why there is no CUDA device (gpu.devices=cuda reports it). The
+// error now gives that reason; with gpu.devices = none it says that no accelerator was opened.
+TEST(CudaFakeContext, ACudaOnlyKernelWithoutACudaDeviceSaysWhyThereIsNone) {
+  if (cuda_device_reason().empty()) GTEST_SKIP() << "a real CUDA device is here and runs the kernel";
+  FakeCuda cuda(FakeOptions{.devices = 0});
+  Kernel only_cuda("only_cuda");
+  cuda::attach(only_cuda, cpu_launcher([](const KernelArgs&) {}));
+  const auto refusal = [&](Context& context) {
+    Buffer<float> x(context, 4);
+    try {
+      context.spawn(only_cuda, write(x));
+      ADD_FAILURE() << "no device runs the kernel";
+    } catch (const Error& error) {
+      EXPECT_EQ(error.code(), ErrorCode::invalid_argument);
+      return std::string(error.what());
+    }
+    return std::string();
+  };
+  {
+    Context context(FakeCuda::settings(1).set("gpu.devices", "all"));
+    const std::string message = refusal(context);
+    EXPECT_NE(message.find("kernel 'only_cuda' implements none of this context's devices ("),
+              std::string::npos)
+        << message;
+    EXPECT_NE(message.find("it has an implementation for cuda devices, and the backend '"), std::string::npos)
+        << message;
+    // Every CUDA backend without a device says why: the built-in one too, where nerve has it.
+    EXPECT_NE(message.find("the backend 'cuda-fake' found no device: " + cuda.backend->unavailable_reason()),
+              std::string::npos)
+        << message;
+    EXPECT_NE(message.find("no CUDA-capable device"), std::string::npos) << message;
+  }
+  {
+    Context context(FakeCuda::settings(1).set("gpu.devices", "none"));
+    const std::string message = refusal(context);
+    EXPECT_NE(message.find("implements none of this context's devices (cpu): it has an implementation for "
+                           "cuda devices, and gpu.devices is none (no accelerator was opened)"),
+              std::string::npos)
+        << message;
+  }
+}
+
 // Audit F2: gpu.devices naming a backend that is there but found no device was refused as if no
 // backend had that name. It is still refused, saying the backend exists and why it has no device.
 TEST(CudaFakeContext, GpuDevicesNamingABackendWithoutDevicesSaysWhy) {

@@ -19,6 +19,7 @@ class CudaBackend final : public Backend {
       : driver_(std::move(driver)), name_(std::move(name)) {}
 
   std::string name() const override { return name_; }
+  std::optional<DeviceKind> kind() const override { return DeviceKind::cuda; }
 
   std::vector<DeviceInfo> enumerate(const Topology& topology) override {
     std::string why;

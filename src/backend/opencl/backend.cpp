@@ -14,6 +14,7 @@ namespace {
 class OpenclBackend final : public Backend {
  public:
   std::string name() const override { return "opencl"; }
+  std::optional<DeviceKind> kind() const override { return DeviceKind::opencl; }
 
   std::vector<DeviceInfo> enumerate(const Topology& topology) override {
     const Platforms& platforms = Platforms::instance();
