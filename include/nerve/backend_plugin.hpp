@@ -36,8 +36,12 @@
 // and a built-in OpenCL device share no call: nerve places each call on a device that runs its
 // implementation, and a call sent to one that does not (TaskOptions::device) is
 // Error(invalid_argument) at submit. A plugin dynamic_casts Launch::implementation to its own type
-// (another plugin of the same kind may attach its own). Plain closures (Context::submit(fn, ...)) run
-// on CPU workers only, and C kernels (the C API's launcher form) on the built-in CUDA devices only.
+// (it may be another plugin's, made for devices of the same kind: nerve cannot tell them apart).
+// A Kernel holds one implementation per kind — a later Kernel::implement() or attach for the kind
+// replaces the earlier one — so one Kernel cannot carry code for both a plugin's devices and
+// another backend's of the same kind (PoCL's and the plugin's opencl devices, say): use a Kernel
+// per backend. Plain closures (Context::submit(fn, ...)) run on CPU workers only, and C kernels
+// (the C API's launcher form) on the built-in CUDA devices only.
 //
 // Threads: a Backend is created once per process (Entry::create) and never destroyed before exit.
 // A Device is used from any thread; it calls Completion::done exactly once per copy or launch, from

@@ -1,7 +1,7 @@
 // device.hpp — the compute devices a context runs tasks on.
 //
 // Device 0 is always the CPU workers (as one device); devices 1.. are accelerators found by the
-// backends (OpenCL, plugins; configuration key gpu.devices selects them) and, in tests, simulated
+// backends (OpenCL, CUDA, plugins; configuration key gpu.devices selects them) and, in tests, simulated
 // devices with separate memory. Each device owns one memory node where buffer replicas live; the
 // CPU device's node is host memory. docs/BACKENDS.md describes the backends.
 #pragma once
@@ -35,7 +35,7 @@ struct DeviceInfo {
   unsigned compute_units = 0;
   int numa_node = -1;           // the host NUMA node it is attached to, when known
   int memory_node = 0;          // index of its memory node
-  std::string backend;          // "opencl", a plugin's name, "test"; empty for the CPU workers
+  std::string backend;          // "opencl", "cuda", a plugin's name, "test"; empty for the CPU workers
   std::string pci_bus_id;       // "0000:65:00.0" when the device sits on PCI and the driver says where
   bool unified_memory = false;  // it shares physical memory with the host (integrated GPU, PoCL)
   // It computes on the host's CPU cores (an OpenCL CPU device such as PoCL's): its kernels compete

@@ -158,8 +158,12 @@ class NERVE_API Kernel {
   // implement(): attach an implementation for a device kind other than cpu (cpu() gives that one:
   // Error(invalid_argument) otherwise): opencl and cuda (nerve::opencl::attach and cuda::attach wrap
   // this), or a backend plugin's own for its devices' kind — test, their default, included. Each
-  // backend's devices run only the implementations made for them (backend_plugin.hpp). Before the
-  // first submit only. A null `implementation` is Error(invalid_argument).
+  // backend's devices run only the implementations made for them (backend_plugin.hpp). A Kernel
+  // holds one implementation per device kind: a later implement() (or attach) for the same kind
+  // replaces the earlier one, silently, so one Kernel cannot carry code for two backends whose
+  // devices share a kind (PoCL and a plugin's devices of kind opencl, two plugins of kind test):
+  // use a Kernel per backend then. Before the first submit only. A null `implementation` is
+  // Error(invalid_argument).
   Kernel& implement(DeviceKind kind, std::shared_ptr<const KernelImplementation> implementation);
 
   const std::string& name() const noexcept;

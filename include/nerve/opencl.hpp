@@ -34,16 +34,16 @@
 // divide the global size.
 //
 // Building: the program is built once per device and cached in memory and on disk, keyed by the
-// source, the build options, the device name and the driver version, in $NERVE_CACHE_DIR/opencl
-// (default ~/.cache/nerve/opencl; $XDG_CACHE_HOME/nerve/opencl when set) — except on disk a program
-// that reads files (an #include directive in its source, however spelled, or an -I, -include...
-// option): nerve cannot tell when those change, so each process builds it (docs/BACKENDS.md). A
-// program that does not build fails the kernel's calls sent to that device (TaskOptions::device)
-// with Error(task_failed) whose message holds the compiler's log, and all its calls when no other
-// device runs the kernel;
-// tasks that read what such a call would have written are cancelled. Calls nerve placed there, even
-// before the failure was known, run elsewhere instead (the CPU, when the kernel has a CPU body), and
-// a warning naming the kernel says so, once per device.
+// source, the build options, the platform and device names and the driver version, in
+// $NERVE_CACHE_DIR/opencl (default ~/.cache/nerve/opencl; $XDG_CACHE_HOME/nerve/opencl when set) —
+// except on disk a program that reads files (an #include directive in its source, however spelled,
+// or an -I, -include... option): nerve cannot tell when those change, so each process builds it
+// (docs/BACKENDS.md). A program that does not build fails the kernel's calls sent to that device
+// (TaskOptions::device) with Error(task_failed) whose message holds the compiler's log, and all its
+// calls when no other device runs the kernel; tasks that read what such a call would have written
+// are cancelled. Calls nerve placed there, even before the failure was known, run elsewhere instead
+// (the CPU, when the kernel has a CPU body), and a warning naming the kernel says so, once per
+// device.
 //
 // attach() is available in every build; without OpenCL (or with gpu.devices = none) no device runs
 // the implementation, and a kernel with nothing else to run on is an error at submit.

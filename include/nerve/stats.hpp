@@ -34,8 +34,10 @@ struct DeviceStats {
   std::string name;
   std::string kind;  // "cpu", "test", "opencl", ...
   int memory_node = 0;
-  std::uint64_t tasks =
-      0;  // tasks run there (CPU: the workers' tasks_run, less other devices' tasks they only cancelled)
+  // tasks: tasks that ended there, failed ones included — a call that failed before its kernel ran
+  // (a program that does not build, a launch refused) counts, with no busy time (CPU: the workers'
+  // tasks_run, less other devices' tasks they only cancelled). docs/PERF_STATS.md.
+  std::uint64_t tasks = 0;
   std::uint64_t busy_ns = 0;    // CPU: the workers' busy time added up; a device: time running tasks
   std::uint64_t idle_ns = 0;    // capacity (elapsed × units) minus busy
   double utilisation = 0;       // busy / capacity, in [0, 1]
