@@ -17,7 +17,7 @@ DependencyTracker::DependencyTracker(std::size_t bytes)
 DependencyTracker::~DependencyTracker() { clear(); }
 
 void DependencyTracker::forget(const TaskRecord* task, std::size_t offset, std::size_t size) noexcept {
-  for_overlapping(*this, offset, tracked_size(size), [&](Segment& segment) {
+  for_overlapping(*this, offset, size, [&](Segment& segment) {
     if (segment.writer == task) {
       release_task(segment.writer);
       segment.writer = nullptr;
@@ -83,7 +83,6 @@ DependencyTracker::split_range(std::size_t offset, std::size_t size) {
 
 std::size_t DependencyTracker::reserve_in_segments(std::size_t offset, std::size_t size, Access mode,
                                                    std::size_t own_accesses, std::size_t room) {
-  if (size == 0) return 0;
   // Every writer and, for a write, every reader may be reported: a bound that reads no other task's
   // status, whose line the core running that task is writing. Within `room` it is the answer.
   std::size_t named = 0;

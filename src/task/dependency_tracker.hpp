@@ -64,7 +64,8 @@ class DependencyTracker {
   // tasks it names when they are no more than `room` (the edges the task can take without
   // allocating), else the unfinished ones among them.
   // A buffer of zero bytes is tracked as one byte (single_ is [0, 1)): its accesses, all (0, 0), order
-  // tasks as any buffer's do, while a zero-length slice of a longer buffer touches nothing.
+  // tasks as any buffer's do, while a zero-length slice of a longer buffer touches nothing. Applied
+  // where segments are visited (for_overlapping()) and on register_access()'s whole-buffer path.
   std::size_t tracked_size(std::size_t size) const noexcept { return bytes_ == 0 ? 1 : size; }
 
   void split_for(std::size_t offset, std::size_t size) {
@@ -73,7 +74,6 @@ class DependencyTracker {
   }
   std::size_t reserve_for(std::size_t offset, std::size_t size, Access mode, std::size_t own_accesses,
                           std::size_t room) {
-    size = tracked_size(size);
     if (spill_ == nullptr && size != 0) {  // the usual case, inline: one segment holds the access
       if (const std::size_t named = named_if_room(mode, own_accesses, room); named != not_within_room)
         return named;
@@ -92,7 +92,7 @@ class DependencyTracker {
   // reserve_whole(): reserve_for() of a whole() access that is the task's only one to this buffer.
   std::size_t reserve_whole(Access mode, std::size_t room) {
     if (const std::size_t named = named_if_room(mode, 1, room); named != not_within_room) return named;
-    return reserve_in_segments(0, tracked_size(bytes_), mode, 1, room);
+    return reserve_in_segments(0, bytes_, mode, 1, room);
   }
 
   // register_access() records `task` accessing [offset, offset + size) and calls
@@ -127,7 +127,7 @@ class DependencyTracker {
   template <class Fn>
   __attribute__((noinline)) void finished_sources(std::size_t offset, std::size_t size, Access mode,
                                                   Fn&& fn) const {
-    for_overlapping(*this, offset, tracked_size(size), [&](const Segment& segment) {
+    for_overlapping(*this, offset, size, [&](const Segment& segment) {
       if (segment.writer != nullptr && !unfinished(segment.writer) &&
           !(reads(mode) && failed(segment.writer)))
         fn(segment.writer);
@@ -144,7 +144,7 @@ class DependencyTracker {
   // range. A pool's gate notes them before it registers (PoolState: which members a failure cancels).
   template <class Fn>
   void consumed_writers(std::size_t offset, std::size_t size, Fn&& fn) const {
-    size = tracked_size(size);
+    size = tracked_size(size);  // for the range reported, as for_overlapping() tracks it
     const std::size_t end = offset + size;
     for_overlapping(*this, offset, size, [&](const Segment& segment) {
       if (segment.writer != nullptr && (unfinished(segment.writer) || failed(segment.writer)))
@@ -292,6 +292,7 @@ class DependencyTracker {
 
 template <class Self, class Fn>
 void DependencyTracker::for_overlapping(Self& self, std::size_t offset, std::size_t size, Fn&& fn) {
+  size = self.tracked_size(size);
   if (size == 0) return;  // a zero-length slice overlaps nothing, not the segment around it
   const std::size_t end = offset + size;
   const auto overlaps = [&](const Segment& segment) { return segment.end > offset && segment.begin < end; };
@@ -307,7 +308,7 @@ template <class Which>
 const TaskRecord* DependencyTracker::first_blocker(std::size_t offset, std::size_t size, Access mode,
                                                    Which&& which) const {
   const TaskRecord* blocker = nullptr;
-  for_overlapping(*this, offset, tracked_size(size), [&](const Segment& segment) {
+  for_overlapping(*this, offset, size, [&](const Segment& segment) {
     if (blocker != nullptr) return;
     if (segment.writer != nullptr && unfinished(segment.writer) && which(segment.writer)) {
       blocker = segment.writer;
