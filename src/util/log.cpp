@@ -1,10 +1,16 @@
 #include "util/log.hpp"
 
 #include <atomic>
+#include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <thread>
 
 #include <unistd.h>
+
+#include "util/cpu.hpp"
+#include "util/fork_generation.hpp"
 
 namespace nerve::log {
 namespace {
@@ -36,6 +42,50 @@ constexpr const char* level_name(Level level) noexcept {
   return "?";
 }
 
+// The kernel writes a line to a pipe atomically only up to PIPE_BUF (4 KiB), and write() returns early
+// when a signal interrupts it: an OpenCL build log or a long list in a message would come out mixed
+// with other threads' lines. So the process writes its lines one at a time, each whole. The lock word
+// holds the writer's fork generation + 1: a child forked while one of its parent's threads held it
+// (a thread the child does not have) takes it over instead of waiting for ever.
+class LineLock {
+ public:
+  LineLock() noexcept : mine_(detail::fork_generation() + 1) {
+    for (int spins = 0;; ++spins) {
+      std::uint64_t seen = owner().load(std::memory_order_relaxed);
+      if (seen != mine_ && owner().compare_exchange_weak(seen, mine_, std::memory_order_acquire)) return;
+      if (spins < 64) {
+        cpu_relax();
+      } else {
+        std::this_thread::yield();
+      }
+    }
+  }
+  ~LineLock() { owner().store(0, std::memory_order_release); }
+  LineLock(const LineLock&) = delete;
+  LineLock& operator=(const LineLock&) = delete;
+
+ private:
+  // Process-wide, as stderr is.
+  static std::atomic<std::uint64_t>& owner() noexcept {
+    static std::atomic<std::uint64_t> word{0};
+    return word;
+  }
+  std::uint64_t mine_;
+};
+
+void write_whole(int descriptor, std::string_view text) noexcept {
+  while (!text.empty()) {
+    const ssize_t written = ::write(descriptor, text.data(), text.size());
+    if (written > 0) {
+      text.remove_prefix(static_cast<std::size_t>(written));
+    } else if (written < 0 && errno == EINTR) {
+      continue;
+    } else {
+      return;  // stderr closed, full and non-blocking, or failing: a log line is not worth a hang
+    }
+  }
+}
+
 }  // namespace
 
 Level threshold() noexcept { return static_cast<Level>(threshold_storage().load(std::memory_order_relaxed)); }
@@ -64,7 +114,8 @@ void write(Level level, std::string_view message) {
   line += ": ";
   line += message;
   line += '\n';
-  [[maybe_unused]] auto written = ::write(2, line.data(), line.size());
+  const LineLock lock;
+  write_whole(2, line);
 }
 
 }  // namespace nerve::log

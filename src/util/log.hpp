@@ -2,7 +2,8 @@
 //
 // Silent by default apart from warnings and errors. NERVE_LOG_LEVEL (trace, debug, info, warn, error,
 // off) changes the threshold; it is read once, when the first context is created. Messages go to
-// stderr as "[nerve] <level>: <text>". Thread safe: each message is written with a single write().
+// stderr as "[nerve] <level>: <text>". Thread safe: the process writes its messages one at a time,
+// each whole (also past a pipe's 4 KiB atomic limit and across an interrupting signal).
 #pragma once
 
 #include <string_view>
