@@ -23,6 +23,7 @@
 #include "memory/coherence.hpp"
 #include "memory/host_memory_node.hpp"
 #include "task/dependency_tracker.hpp"
+#include "task/task_record.hpp"
 #include "util/cpu.hpp"
 
 namespace nerve::detail {
@@ -151,6 +152,13 @@ inline void begin_task_access(BufferState* buffer) noexcept {
   buffer->accesses_begun.fetch_add(1, std::memory_order_relaxed);
 }
 void retire_task_access(BufferState* buffer) noexcept;
+
+// tracked_end(): where the dependency tracker ends an access. A buffer of zero bytes is tracked as one
+// byte (an ordering token: DependencyTracker::tracked_size()), so its accesses, all empty, still meet
+// each other; an empty slice of a longer buffer meets nothing.
+inline std::size_t tracked_end(const AccessRecord& access) noexcept {
+  return access.offset + access.buffer->tracker.tracked_size(access.size);
+}
 
 // A copy in flight (coherence) keeps the buffer alive like one more pending access, ended by
 // retire_task_access(). Taken only while an access of a task is pending (the task the copy serves

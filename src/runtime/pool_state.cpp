@@ -53,7 +53,7 @@ const PoolOutcome::Input* input_read_by(const PoolOutcome& outcome, const TaskRe
   const PoolOutcome::Input* found = nullptr;
   for (std::size_t i = 0; i < member.access_count && found == nullptr; ++i) {
     const AccessRecord& access = member.accesses[i];
-    if (!reads(access.mode) || access.size == 0) continue;
+    if (!reads(access.mode)) continue;
     for_each_part_read(member, i, [&](std::size_t begin, std::size_t end) {
       auto it = std::partition_point(inputs.begin(), inputs.end(), [&](const PoolOutcome::Input& input) {
         return input.buffer != access.buffer ? std::less<>()(input.buffer, access.buffer)
@@ -292,13 +292,13 @@ void PoolState::cancel_members() noexcept {
     one_cause = one_cause && member->error == gate->error;
     for (std::size_t i = 0; i < member->access_count; ++i) {
       const AccessRecord& access = member->accesses[i];
-      if (!writes(access.mode) || access.size == 0) continue;
+      if (!writes(access.mode) || tracked_end(access) == access.offset) continue;
       if (outcome->outputs.size() == outcome->outputs.capacity()) {
         outcome->whole = true;  // not reached (launch reserved for every candidate); cancels more
         continue;
       }
       outcome->outputs.push_back(
-          PoolOutcome::Output{access.buffer, access.offset, access.offset + access.size, member->error});
+          PoolOutcome::Output{access.buffer, access.offset, tracked_end(access), member->error});
     }
   }
   members_cancelled = cancelled > 0;
@@ -418,9 +418,9 @@ void cancel_pool_consumer(const TaskRecord* gate, TaskRecord* successor) noexcep
   // written since the gate, which cancels more than it should.
   for (std::size_t i = 0; i < successor->access_count; ++i) {
     const AccessRecord& access = successor->accesses[i];
-    if (!reads(access.mode) || access.size == 0) continue;
+    if (!reads(access.mode) || tracked_end(access) == access.offset) continue;
     std::exception_ptr cause;
-    if (read_fails(gate, access.buffer, access.offset, access.offset + access.size, cause)) {
+    if (read_fails(gate, access.buffer, access.offset, tracked_end(access), cause)) {
       mark_cancelled_by(successor, cause);
       return;
     }

@@ -29,6 +29,7 @@
 
 #include "nerve/detail/runtime_api.hpp"
 
+#include "memory/buffer_state.hpp"
 #include "task/task_record.hpp"
 #include "util/spin_lock.hpp"
 
@@ -105,10 +106,10 @@ bool unwritten_parts(const TaskRecord& task, std::size_t index, std::size_t from
   for (std::size_t j = from; j < index; ++j) {
     const AccessRecord& earlier = task.accesses[j];
     if (earlier.buffer != access.buffer || !writes(earlier.mode) || earlier.offset >= end ||
-        earlier.offset + earlier.size <= begin)
+        tracked_end(earlier) <= begin)
       continue;
     return unwritten_parts(task, index, j + 1, begin, earlier.offset, fn) ||
-           unwritten_parts(task, index, j + 1, earlier.offset + earlier.size, end, fn);
+           unwritten_parts(task, index, j + 1, tracked_end(earlier), end, fn);
   }
   return fn(begin, end);
 }
@@ -119,7 +120,7 @@ bool unwritten_parts(const TaskRecord& task, std::size_t index, std::size_t from
 template <class Fn>
 bool for_each_part_read(const TaskRecord& task, std::size_t index, Fn&& fn) noexcept {
   const AccessRecord& access = task.accesses[index];
-  return unwritten_parts(task, index, 0, access.offset, access.offset + access.size, fn);
+  return unwritten_parts(task, index, 0, access.offset, tracked_end(access), fn);
 }
 
 struct PoolState {

@@ -29,7 +29,8 @@ namespace {
 // task, which its readers reserve room for. A few accesses are compared pairwise, without
 // allocating; more are counted from the accesses sorted by start and by end, so n accesses to one
 // buffer cost n log n (counting all of them per access made 16,000 ranges of one buffer take 7 s
-// and 2 GB, reserving n slots in each of n segments). An empty access may be over-counted, which
+// and 2 GB, reserving n slots in each of n segments). Ranges are the tracker's (tracked_end(): the
+// accesses of a zero-byte buffer overlap each other). An empty access may be over-counted, which
 // only reserves more.
 void own_overlaps(std::span<const AccessRecord> accesses, std::span<std::size_t> out) {
   constexpr std::size_t pairwise = 8;
@@ -38,7 +39,7 @@ void own_overlaps(std::span<const AccessRecord> accesses, std::span<std::size_t>
       const AccessRecord& a = accesses[i];
       std::size_t n = 0;
       for (const AccessRecord& b : accesses) {
-        n += b.buffer == a.buffer && b.offset < a.offset + a.size && a.offset < b.offset + b.size ? 1 : 0;
+        n += b.buffer == a.buffer && b.offset < tracked_end(a) && a.offset < tracked_end(b) ? 1 : 0;
       }
       out[i] = std::max<std::size_t>(n, 1);
     }
@@ -51,7 +52,7 @@ void own_overlaps(std::span<const AccessRecord> accesses, std::span<std::size_t>
   ends.reserve(accesses.size());
   for (const AccessRecord& access : accesses) {
     starts.emplace_back(access.buffer, access.offset);
-    ends.emplace_back(access.buffer, access.offset + access.size);
+    ends.emplace_back(access.buffer, tracked_end(access));
   }
   std::sort(starts.begin(), starts.end());
   std::sort(ends.begin(), ends.end());
@@ -60,7 +61,7 @@ void own_overlaps(std::span<const AccessRecord> accesses, std::span<std::size_t>
     const Key first{access.buffer, 0};
     // Started before this one ends, less those that ended before it starts: the overlapping ones.
     const auto started =
-        std::lower_bound(starts.begin(), starts.end(), Key{access.buffer, access.offset + access.size}) -
+        std::lower_bound(starts.begin(), starts.end(), Key{access.buffer, tracked_end(access)}) -
         std::lower_bound(starts.begin(), starts.end(), first);
     const auto ended = std::upper_bound(ends.begin(), ends.end(), Key{access.buffer, access.offset}) -
                        std::lower_bound(ends.begin(), ends.end(), first);

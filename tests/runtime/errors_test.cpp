@@ -1938,6 +1938,67 @@ TEST_P(ErrorsTest, AReadOfAPoolsCancelledOutputWrittenSinceRuns) {
   }
 }
 
+// A buffer of zero elements is an ordering token (MEMORY.md): a failure reaches its readers through it
+// as through any buffer, pool or not. (A pool's member reading a token a failed task wrote ran, and
+// a task reading a token a failed pool wrote ran: their empty ranges met no failed range.)
+TEST_P(ErrorsTest, AFailureReachesTheReadersOfAZeroElementBufferThroughPools) {
+  for (const bool failed_writer_is_a_pool : {false, true}) {
+    for (const bool reader_is_a_pool : {false, true}) {
+      SCOPED_TRACE(std::string(failed_writer_is_a_pool ? "a pool" : "a task") + " fails, " +
+                   (reader_is_a_pool ? "a pool" : "a task") + " reads");
+      Buffer<int> token(*context, 0), other(*context, 4);
+      const auto fail = [](std::span<int>) { throw std::runtime_error("boom"); };
+      TaskPool writers(*context);
+      if (failed_writer_is_a_pool) {
+        writers.add(fail, write(token));
+        writers.launch();
+      } else {
+        context->spawn(TaskOptions{.name = "a"}, fail, write(token));
+      }
+      std::atomic<bool> reader_ran{false}, bystander_ran{false};
+      const auto reader = [&](std::span<const int>) { reader_ran = true; };
+      TaskPool readers(*context);
+      Task read_task;
+      if (reader_is_a_pool) {
+        readers.add(reader, read(token));
+        readers.add([&](std::span<int>) { bystander_ran = true; }, write(other));
+        readers.launch();
+      } else {
+        read_task = context->submit(reader, read(token));
+      }
+      const Cancellation cancelled =
+          cancellation_of([&] { reader_is_a_pool ? readers.wait_all() : read_task.wait(); });
+      EXPECT_TRUE(cancelled.thrown) << "the reader of the failed writer's token was not cancelled";
+      EXPECT_EQ(cancelled.cause, "boom") << cancelled.message;
+      EXPECT_FALSE(reader_ran.load());
+      if (reader_is_a_pool) EXPECT_TRUE(bystander_ran.load()) << "it reads nothing the failure touched";
+      if (failed_writer_is_a_pool) {
+        EXPECT_THROW(writers.wait_all(), std::runtime_error);
+        EXPECT_NO_THROW(context->wait_all()) << "the pool's wait rethrew its failure";
+      } else {
+        EXPECT_THROW(context->wait_all(), std::runtime_error) << "a, waited for by nobody";
+      }
+    }
+  }
+  // A member cancelled by the failure was to write a token: the token's readers are cancelled, the
+  // readers of what the pool's other member wrote run.
+  Buffer<int> input(*context, 1), token(*context, 0), other(*context, 4);
+  context->spawn(
+      TaskOptions{.name = "a"}, [](std::span<int>) { throw std::runtime_error("boom"); }, write(input));
+  TaskPool pool(*context);
+  pool.add([](std::span<const int>, std::span<int>) {}, read(input), write(token));
+  pool.add([](std::span<int> out) { out[0] = 1; }, write(other));
+  pool.launch();
+  Task token_reader = context->submit([](std::span<const int>) {}, read(token));
+  Task other_reader = context->submit([](std::span<const int> in) { EXPECT_EQ(in[0], 1); }, read(other));
+  const Cancellation cancelled = cancellation_of([&] { token_reader.wait(); });
+  EXPECT_TRUE(cancelled.thrown) << "it reads the token a cancelled member was to write";
+  EXPECT_EQ(cancelled.cause, "boom") << cancelled.message;
+  EXPECT_NO_THROW(other_reader.wait());
+  EXPECT_THROW(pool.wait_all(), TaskCancelled);
+  EXPECT_THROW(context->wait_all(), std::runtime_error) << "a, waited for by nobody";
+}
+
 // A gate's notes of what its readers read outlive the readers: a reader cancelled by them finishes
 // and its record is recycled, and a later reader in the same record must not meet the old notes —
 // here one that reads only what the pool's task that ran wrote. (Notes were consulted by record
