@@ -31,7 +31,14 @@ std::string_view shape_name(const YAML::Node& node) {
   }
 }
 
+// explicit_null(): a scalar tagged `!!null` (yaml-cpp keeps it a scalar of empty text), which YAML
+// reads as no value, as `~` or nothing.
+bool explicit_null(const YAML::Node& node) {
+  return node.IsScalar() && node.Tag() == "tag:yaml.org,2002:null";
+}
+
 RawValue raw_value(const YAML::Node& node) {
+  if (explicit_null(node)) return RawValue::null();
   switch (node.Type()) {
     case YAML::NodeType::Scalar: return RawValue::scalar(node.Scalar());
     case YAML::NodeType::Sequence: {
@@ -40,10 +47,10 @@ RawValue raw_value(const YAML::Node& node) {
       std::vector<std::vector<RawValue::Field>> fields;  // of the map items, for `records` keys
       for (const YAML::Node& item : node) {
         items.push_back(item.IsScalar() ? item.Scalar() : std::string());
-        shapes.push_back(item.IsSequence() ? RawValue::Shape::sequence
-                         : item.IsMap()    ? RawValue::Shape::map
-                         : item.IsScalar() ? RawValue::Shape::scalar
-                                           : RawValue::Shape::null);
+        shapes.push_back(item.IsSequence()                         ? RawValue::Shape::sequence
+                         : item.IsMap()                            ? RawValue::Shape::map
+                         : item.IsScalar() && !explicit_null(item) ? RawValue::Shape::scalar
+                                                                   : RawValue::Shape::null);
         std::vector<RawValue::Field>& own = fields.emplace_back();
         if (!item.IsMap()) continue;
         for (const auto& field : item) {
@@ -154,65 +161,86 @@ class FileReader {
   void read(const YAML::Node& document) {
     if (document.IsNull()) return;  // empty file, or only comments
     if (!document.IsMap()) {
-      fail(document, "",
+      fail(line_of(document), "",
            fmt::format("the top level must be a map of sections or dotted keys, not {}",
                        shape_name(document)));
     }
-    for (auto it = document.begin(); it != document.end(); ++it) read_top_level(it->first, it->second);
+    for (auto it = document.begin(); it != document.end(); ++it) {
+      read_top_level(it->first, it->second, place(it->first, it->second, last_line_));
+    }
   }
 
  private:
-  void read_top_level(const YAML::Node& key, const YAML::Node& value) {
-    const std::string name = key_text(key, "");
-    if (name.find('.') != std::string::npos) return add(name, key, value);
+  void read_top_level(const YAML::Node& key, const YAML::Node& value, int line) {
+    const std::string name = key_text(key, "", line);
+    if (name.find('.') != std::string::npos) return add(name, line, value);
     if (!is_section(name)) {
       // `policy: eager` at the top level is a key without its section; anything else is a section.
-      if (!value.IsMap()) return add(name, key, value);
-      throw_unknown_section(name, origin_of(key));
+      if (!value.IsMap()) return add(name, line, value);
+      throw_unknown_section(name, file_origin(file_, line));
     }
-    note_first_use(name, key);
+    note_first_use(name, line);
     if (value.IsNull()) return;  // an empty section (every key commented out) sets nothing
     if (!value.IsMap()) {
-      fail(key, name,
+      fail(line, name,
            fmt::format("section '{}' must be a map of keys (e.g. '{}:' then indented 'key: value' "
                        "lines), not {}",
                        name, name, shape_name(value)));
     }
     for (auto it = value.begin(); it != value.end(); ++it) {
-      add(name + "." + key_text(it->first, name), it->first, it->second);
+      const int key_line = place(it->first, it->second, line);
+      add(name + "." + key_text(it->first, name, key_line), key_line, it->second);
     }
   }
 
-  void add(const std::string& name, const YAML::Node& key, const YAML::Node& value) {
-    note_first_use(name, key);
-    take_({name, raw_value(value), origin_of(key)});
+  // place(): the line an entry is written on. An alias (`*name`) shares its anchored node, whose mark
+  // is where the anchor stands, earlier in the file; the walk goes in document order, so a key that
+  // starts before the last one placed came through an alias. An alias used as a key is followed by
+  // its value (reported there); the entries of a map reached through an alias (`scheduler: *common`)
+  // are reported at `enclosing`, the line of the key that holds the alias.
+  int place(const YAML::Node& key, const YAML::Node& value, int enclosing) {
+    const YAML::Mark key_mark = key.Mark();
+    if (key_mark.pos >= last_pos_) return placed_at(key_mark);
+    if (const YAML::Mark value_mark = value.Mark(); !value_mark.is_null() && value_mark.pos > last_pos_)
+      return placed_at(value_mark);
+    return enclosing;
+  }
+  int placed_at(const YAML::Mark& mark) {
+    last_pos_ = mark.pos;
+    last_line_ = mark.line + 1;  // yaml-cpp counts from 0
+    return last_line_;
   }
 
-  void note_first_use(const std::string& name, const YAML::Node& key) {
-    const auto [first, inserted] = first_line_.emplace(name, line_of(key));
+  void add(const std::string& name, int line, const YAML::Node& value) {
+    note_first_use(name, line);
+    take_({name, raw_value(value), file_origin(file_, line)});
+  }
+
+  void note_first_use(const std::string& name, int line) {
+    const auto [first, inserted] = first_line_.emplace(name, line);
     if (!inserted) {
-      fail(key, name, fmt::format("{}: duplicate key (first set at line {})", name, first->second));
+      fail(line, name, fmt::format("{}: duplicate key (first set at line {})", name, first->second));
     }
   }
 
-  std::string key_text(const YAML::Node& key, std::string_view section) {
+  std::string key_text(const YAML::Node& key, std::string_view section, int line) {
     if (!key.IsScalar()) {
-      fail(key, section, fmt::format("a key must be a plain word, not {}", shape_name(key)));
+      fail(line, section, fmt::format("a key must be a plain word, not {}", shape_name(key)));
     }
     return key.Scalar();
   }
 
-  int line_of(const YAML::Node& node) const { return node.Mark().line + 1; }  // yaml-cpp counts from 0
+  static int line_of(const YAML::Node& node) { return node.Mark().line + 1; }  // yaml-cpp counts from 0
 
-  ConfigOrigin origin_of(const YAML::Node& node) const { return file_origin(file_, line_of(node)); }
-
-  [[noreturn]] void fail(const YAML::Node& node, std::string_view key, std::string_view message) const {
-    throw_config_error(origin_of(node), key, message);
+  [[noreturn]] void fail(int line, std::string_view key, std::string_view message) const {
+    throw_config_error(file_origin(file_, line), key, message);
   }
 
   std::string file_;
   const AssignmentSink& take_;
   std::map<std::string, int> first_line_;
+  int last_pos_ = -1;  // where the last entry placed starts (a position in the text)
+  int last_line_ = 1;
 };
 
 // EventChecker reads the parser's events before the document is loaded, for two mistakes yaml-cpp

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <fmt/format.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "nerve/config.hpp"
@@ -608,6 +609,14 @@ std::vector<BadInput> bad_inputs() {
        2,
        {"got a map"}},
       {"missing value", "scheduler:\n  spin_us:\n", {}, {}, "scheduler.spin_us", 2, {"no value given"}},
+      // Regression (nerve-info review, 7 December): `!!null` was read as the empty text ("'' is not one of").
+      {"value tagged null",
+       "scheduler:\n  spin_us: 3\n  policy: !!null\n",
+       {},
+       {},
+       "scheduler.policy",
+       3,
+       {"no value given (expected one of eager"}},
       {"section that is not a map",
        "scheduler: eager\n",
        {},
@@ -963,6 +972,41 @@ TEST(ConfigBadFile, AliasesOfValuesAreStillRead) {
   EXPECT_EQ(config.perf.counter_interval, std::chrono::milliseconds(7));
   EXPECT_EQ(config.origin("perf.counter_interval_ms").line, 4);
   EXPECT_TRUE(config.gpu.devices.empty());
+}
+
+// An alias shares its anchored node, whose position is the anchor's: what comes through an alias is
+// reported where the alias is written. (A section given as an alias of another's map named the
+// anchor's line for its keys, errors included; an alias used as a key, the anchor's line.)
+// load_error(): the message Config::load() throws for `file`, or "" when it loads.
+std::string load_error(const std::filesystem::path& file) {
+  try {
+    (void)Config::load(testing::hermetic().config_file(file));
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "";
+}
+
+TEST(ConfigBadFile, WhatComesThroughAnAliasIsReportedWhereTheAliasStands) {
+  TempDir dir;
+  EXPECT_THAT(load_error(dir.write("section.yaml", "parallel: &p\n  thread_pool_size: 3\nscheduler: *p\n")),
+              ::testing::HasSubstr("section.yaml:3: unknown configuration key 'scheduler.thread_pool_size'"));
+  const auto valid = dir.write("valid.yaml",
+                               "# values through aliases\nscheduler:\n  spin_us: &n 5\nperf:\n"
+                               "  counter_interval_ms: *n\ntask_queue:\n  max_in_flight: 32\n");
+  const Config config = Config::load(testing::hermetic().config_file(valid));
+  EXPECT_EQ(config.origin("scheduler.spin_us").line, 3);
+  EXPECT_EQ(config.origin("perf.counter_interval_ms").line, 5);
+  EXPECT_EQ(config.origin("task_queue.max_in_flight").line, 7);
+  EXPECT_THAT(load_error(dir.write("key.yaml",
+                                   "scheduler:\n  policy: &k eager\n\nparallel:\n  thread_pool_size: 2\n"
+                                   "  *k : 3\n")),
+              ::testing::HasSubstr("key.yaml:6: unknown configuration key 'parallel.eager'"));
+  EXPECT_THAT(load_error(dir.write("duplicate.yaml",
+                                   "parallel: &p\n  thread_pool_size: 3\nscheduler:\n  spin_us: 1\n"
+                                   "parallel.thread_pool_size: 2\nother: *p\n")),
+              ::testing::HasSubstr("duplicate.yaml:5: parallel.thread_pool_size: duplicate key (first set "
+                                   "at line 2)"));
 }
 
 }  // namespace
