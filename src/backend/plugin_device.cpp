@@ -1,6 +1,7 @@
 #include "backend/plugin_device.hpp"
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <exception>
@@ -81,6 +82,11 @@ class PluginMemoryNode final : public MemoryNode {
         gate_(max_pending_transfers) {}
 
   void drain() noexcept override { device_.drain(); }
+  std::uint64_t wait_idle() noexcept override {
+    std::unique_lock lock(in_flight_mutex_);
+    idle_.wait(lock, [&] { return in_flight_ == 0; });
+    return started_;
+  }
 
   void copy_sync(MemoryNode& from, const std::byte* source, MemoryNode& to, std::byte* destination,
                  std::size_t bytes) override {
@@ -100,6 +106,8 @@ class PluginMemoryNode final : public MemoryNode {
   void finish(const HostCopy& copy, bool ok, const std::string& error) noexcept {
     if (std::optional<HostCopy> next = gate_.leave()) start(*next);
     copy.completion->copy_done(ok, error);
+    std::lock_guard lock(in_flight_mutex_);  // after the completion, which may start copies elsewhere
+    if (--in_flight_ == 0) idle_.notify_all();
   }
 
  protected:
@@ -118,6 +126,11 @@ class PluginMemoryNode final : public MemoryNode {
     // The plugin promises a built-in device's copy contract, so nerve bounds its copies in flight
     // itself, whatever the plugin does with OpenOptions::max_pending_transfers.
     const HostCopy copy{this, source, destination, bytes, to_device, &completion};
+    {
+      std::lock_guard lock(in_flight_mutex_);
+      ++in_flight_;
+      ++started_;
+    }
     if (gate_.enter(copy)) start(copy);  // else the copy that frees a place starts it
   }
 
@@ -159,6 +172,11 @@ class PluginMemoryNode final : public MemoryNode {
 
   plugin::Device& device_;
   TransferGate<HostCopy> gate_;
+  // The plugin's copies from start_copy() to the end of their completion (wait_idle()).
+  std::mutex in_flight_mutex_;
+  std::condition_variable idle_;
+  std::size_t in_flight_ = 0;
+  std::uint64_t started_ = 0;
 };
 
 void CopyBridge::done(bool ok, const char* error) noexcept {

@@ -26,8 +26,15 @@ void SerialExecutor::post(std::function<void()> job) {
   {
     std::lock_guard lock(mutex_);
     jobs_.push_back(std::move(job));
+    ++posted_;
   }
   ready_.notify_one();
+}
+
+std::uint64_t SerialExecutor::wait_idle() noexcept {
+  std::unique_lock lock(mutex_);
+  idle_.wait(lock, [&] { return (jobs_.empty() && !running_) || stopping_; });  // stopping: stop() runs them
+  return posted_;
 }
 
 void SerialExecutor::stop() noexcept {
@@ -46,9 +53,12 @@ void SerialExecutor::run() {
     if (jobs_.empty()) return;
     auto job = std::move(jobs_.front());
     jobs_.pop_front();
+    running_ = true;
     lock.unlock();
     job();
     lock.lock();
+    running_ = false;
+    if (jobs_.empty()) idle_.notify_all();
   }
 }
 

@@ -39,12 +39,17 @@ class SerialExecutor {
   void start();
   void post(std::function<void()> job);
   void stop() noexcept;  // runs what is queued, then joins
+  // wait_idle(): waits until every job posted has run; how many were posted.
+  std::uint64_t wait_idle() noexcept;
 
  private:
   void run();
   std::mutex mutex_;
   std::condition_variable ready_;
+  std::condition_variable idle_;
   std::deque<std::function<void()>> jobs_;
+  std::uint64_t posted_ = 0;
+  bool running_ = false;  // a job is being run
   bool stopping_ = false;
   std::thread thread_;
 };
@@ -54,6 +59,7 @@ class TestMemoryNode final : public MemoryNode {
   TestMemoryNode(unsigned index, std::string name, const TestDeviceOptions& options);
   ~TestMemoryNode() override;
   void drain() noexcept override { dma_.stop(); }
+  std::uint64_t wait_idle() noexcept override { return dma_.wait_idle(); }
 
  protected:
   std::byte* allocate_storage(std::size_t bytes) override;

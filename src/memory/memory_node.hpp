@@ -51,6 +51,11 @@ class MemoryNode {
   // two nodes performs it (a device's copy engine; host-to-host never happens).
   // drain() finishes the copies in flight and stops the node's engine (context shutdown).
   virtual void drain() noexcept {}
+  // wait_idle() waits until no copy is in flight on this node (each one's completion has run), without
+  // stopping its engine, and returns how many operations the node has started so far. A copy ending
+  // on one node may start one on another (a copy-back queued behind another device's): shutdown
+  // drains the nodes only once a pass over all of them has started nothing new.
+  virtual std::uint64_t wait_idle() noexcept { return 0; }
   // compact() gives the node's free pooled memory back to the system or driver; the bytes returned.
   virtual std::size_t compact() { return 0; }
   // staging_bytes_reserved(): pinned staging memory a device node holds for its host copies, free

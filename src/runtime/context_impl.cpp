@@ -267,6 +267,21 @@ void ContextImpl::refuse_endless_destruction() noexcept {
   }
 }
 
+void ContextImpl::settle_device_memory() noexcept {
+  // A pass in which no node started anything since the pass before saw each node idle, with nothing
+  // started on it in between: so at the end of that earlier pass every node was idle together, and
+  // with no task left nothing starts a copy again. (A single pass is not enough: a copy ending on a
+  // node waited for later may start one on a node already passed.)
+  // The counts only grow, so an unchanged sum is every count unchanged.
+  std::uint64_t before = 0;
+  for (bool settled = false; !settled;) {
+    std::uint64_t now = 0;
+    for (auto& device : devices) now += device->memory().wait_idle();
+    settled = now == before;
+    before = now;
+  }
+}
+
 void ContextImpl::shutdown() noexcept {
   if (shut_down) return;
   refuse_endless_destruction();
@@ -300,6 +315,7 @@ void ContextImpl::shutdown() noexcept {
   }
   scheduler.stop();
   for (auto& device : devices) device->stop();
+  settle_device_memory();
   for (auto& device : devices) device->memory().drain();
   perf->finish();
   if (decisions != nullptr) decisions->flush();

@@ -339,6 +339,9 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   // work may wait for (a mapping of its buffer, a pool reading what it writes).
   bool inside_a_task() { return current_thread().nesting > 0 || running_task_record() != nullptr; }
   void wait_for_all_tasks();
+  // settle_device_memory(): shutdown waits until no copy is in flight on any device's memory node at
+  // once (MemoryNode::wait_idle()) before it drains them one by one.
+  void settle_device_memory() noexcept;
   void report_root_errors();
   // refuse_endless_destruction(): shutdown()'s own-mapping check (context_impl.cpp).
   void refuse_endless_destruction() noexcept;

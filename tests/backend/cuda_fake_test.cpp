@@ -11,6 +11,8 @@
 #include <string>
 #include <thread>
 
+#include <gmock/gmock.h>
+
 #include "nerve/cuda.hpp"
 
 #include "backend/cuda/allocators.hpp"
@@ -284,6 +286,72 @@ TEST(CudaFakeContext, KernelsRunAndDataComesBackThroughPinnedStaging) {
   EXPECT_EQ(cuda.driver->live_device_allocations(), 0u) << "every block, pinned or device, was freed";
   EXPECT_EQ(cuda.driver->live_streams(), 0u);
   EXPECT_EQ(cuda.driver->live_events(), 0u);
+}
+
+// A copy ending on one device may start one on another: a HOST_CACHED buffer written on GPU 2, then
+// on GPU 1, queues GPU 1's copy-back behind GPU 2's. Shutdown stopped the devices' engines one after
+// the other, so GPU 2's copy-back, landing after GPU 1's engine had stopped, started GPU 1's on it:
+// that copy never completed, and its buffer kept the whole context alive (its streams, events and
+// blocks leaked). Every device is now idle at once before any engine stops; an engine that has
+// stopped refuses an operation instead of keeping it for ever.
+TEST(CudaShutdown, ACopyOneDeviceStartsOnAnotherWhileTheContextShutsDownCompletes) {
+  FakeCuda cuda;
+  detail::cuda::Stream first_out = nullptr;  // GPU 1's stream of copies to the host
+  {
+    auto context = std::make_unique<Context>(FakeCuda::settings(2));
+    auto* first = dynamic_cast<detail::cuda::CudaDevice*>(context->impl()->devices[0].get());
+    auto* second = dynamic_cast<detail::cuda::CudaDevice*>(context->impl()->devices[1].get());
+    ASSERT_TRUE(first != nullptr && second != nullptr);
+    first_out = first->engine().streams().copy_stream(false);
+    Kernel fill("fill");
+    cuda::attach(fill, cpu_launcher([](const KernelArgs& args) {
+                   for (float& each : args.span<float>(0)) each = args.value<float>(0);
+                 }));
+    {
+      Buffer<float> x(*context, 1024, BufferOptions{.host_cached = true});
+      cuda.driver->hold_stream(second->engine().streams().copy_stream(false));  // GPU 2's copies out
+      context->submit(TaskOptions{.device = 2}, fill, write(x), value(1.0f)).wait();
+      context->submit(TaskOptions{.device = 1}, fill, write(x), value(2.0f)).wait();
+    }
+    std::thread gpu([&] {  // GPU 2's copy-back lands while the context shuts down
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      cuda.driver->release_stream();
+    });
+    context.reset();
+    gpu.join();
+  }
+  const auto copies = cuda.driver->records("copy");
+  EXPECT_TRUE(std::any_of(copies.begin(), copies.end(), [&](const auto& copy) {
+    return copy.stream == first_out;
+  })) << "GPU 1's copy-back never reached the device";
+  EXPECT_EQ(cuda.driver->live_streams(), 0u) << "the context was not destroyed";
+  EXPECT_EQ(cuda.driver->live_device_allocations(), 0u);
+  EXPECT_EQ(cuda.driver->live_events(), 0u);
+}
+
+TEST(CudaShutdown, AStoppedEngineRefusesACopyRatherThanKeepIt) {
+  auto driver = std::make_shared<FakeDriver>(FakeOptions{.devices = 2});
+  CudaMemoryOptions options;
+  options.limit_bytes = std::size_t{1} << 20;
+  CudaMemoryNode a(1, "A", std::make_shared<Engine>(driver, 0, 2, 0, 8, CompletionMode::flag), options);
+  CudaMemoryNode b(2, "B", std::make_shared<Engine>(driver, 1, 2, 0, 8, CompletionMode::flag), options);
+  std::byte* source = b.try_allocate(4096);
+  std::byte* destination = a.try_allocate(4096);
+  a.drain();
+  struct Ignored final : detail::CopyCompletion {
+    void copy_done(bool, const std::string&) noexcept override {
+      ADD_FAILURE() << "a copy on a stopped engine";
+    }
+  } completion;
+  try {
+    MemoryNode::copy(b, source, a, destination, 4096, completion);
+    ADD_FAILURE() << "the stopped engine took the copy";
+  } catch (const Error& error) {
+    EXPECT_THAT(error.what(), ::testing::HasSubstr("started after its engine stopped"));
+  }
+  EXPECT_EQ(a.wait_idle(), 0u) << "nothing was started";
+  a.deallocate(destination, 4096);
+  b.deallocate(source, 4096);
 }
 
 // The device runs its streams' work later, on another thread (as a GPU does): copies beyond

@@ -4,6 +4,10 @@
 #include <cstdlib>
 #include <string_view>
 
+#include <fmt/format.h>
+
+#include "nerve/error.hpp"
+
 #include "util/log.hpp"
 #include "util/monotonic_clock.hpp"
 
@@ -42,7 +46,14 @@ Engine::~Engine() {
 Operation* Engine::acquire() {
   {
     std::lock_guard lock(mutex_);
+    if (stopping_) {  // no completion thread would ever finish it
+      throw Error(ErrorCode::internal,
+                  fmt::format("CUDA device {}: an operation was started after its engine stopped (context "
+                              "shutdown)",
+                              ordinal_));
+    }
     ++in_flight_;  // first: drain() must not find the engine idle while an operation is being started
+    ++started_;
   }
   try {
     std::lock_guard lock(pool_mutex_);
@@ -327,6 +338,12 @@ void Engine::run() {
       }
     }
   }
+}
+
+std::uint64_t Engine::wait_idle() noexcept {
+  std::unique_lock lock(mutex_);
+  idle_.wait(lock, [&] { return in_flight_ == 0 && gates_[0].waiting.empty() && gates_[1].waiting.empty(); });
+  return started_;
 }
 
 void Engine::drain() noexcept {

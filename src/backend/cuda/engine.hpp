@@ -139,8 +139,11 @@ class Engine {
   bool begin_transfer(Operation* op);
   void end_transfer(bool outbound);
 
-  // drain(): wait until no operation is in flight or waiting, then stop the completion thread.
+  // drain(): wait until no operation is in flight or waiting, then stop the completion thread; an
+  // operation started later is refused (acquire() throws), never left unfinished.
   void drain() noexcept;
+  // wait_idle(): waits as drain() does, without stopping; the operations started so far.
+  std::uint64_t wait_idle() noexcept;
 
   void count_launch(std::size_t stream) noexcept;
   void count_peer_copy() noexcept { peer_copies_.fetch_add(1, std::memory_order_relaxed); }
@@ -186,6 +189,7 @@ class Engine {
   std::vector<std::pair<Stream, std::int64_t>> stream_done_;
   std::int64_t& stream_done(Stream stream);
   std::size_t in_flight_ = 0;  // acquired and not yet back in the pool
+  std::uint64_t started_ = 0;  // operations ever acquired
   bool stopping_ = false;
   struct Gate {
     unsigned in_flight = 0;

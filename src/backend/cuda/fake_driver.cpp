@@ -255,6 +255,7 @@ Stream FakeDriver::create_stream(int device, int priority) {
 void FakeDriver::destroy_stream(int /*device*/, Stream stream) noexcept {
   std::lock_guard lock(mutex_);
   count("destroy_stream");
+  if (held_stream_ == stream) held_stream_ = nullptr;
   run_pending_locked();  // CUDA lets queued work finish before a destroyed stream goes away
   streams_.erase(static_cast<FakeStream*>(stream));
 }
@@ -264,7 +265,7 @@ void FakeDriver::enqueue(Stream stream, Work work) {
   if (found == streams_.end()) throw Error(ErrorCode::internal, "fake CUDA: unknown stream");
   FakeStream& s = *found->second;
   // Without hold_work a stream runs its work at once, unless earlier work still waits.
-  if (!options_.hold_work && s.work.empty() && work()) return;
+  if (!options_.hold_work && &s != held_stream_ && s.work.empty() && work()) return;
   s.work.push_back(std::move(work));
 }
 
@@ -274,6 +275,7 @@ std::size_t FakeDriver::run_pending_locked(std::size_t limit) {
   while (progress && ran < limit) {
     progress = false;
     for (auto& [handle, stream] : streams_) {
+      if (handle == held_stream_) continue;
       while (ran < limit && !stream->work.empty() && stream->work.front()()) {
         stream->work.pop_front();
         ++ran;
@@ -287,6 +289,17 @@ std::size_t FakeDriver::run_pending_locked(std::size_t limit) {
 std::size_t FakeDriver::run_pending(std::size_t limit) {
   std::lock_guard lock(mutex_);
   return run_pending_locked(limit);
+}
+
+void FakeDriver::hold_stream(Stream stream) {
+  std::lock_guard lock(mutex_);
+  held_stream_ = static_cast<FakeStream*>(stream);
+}
+
+void FakeDriver::release_stream() {
+  std::lock_guard lock(mutex_);
+  held_stream_ = nullptr;
+  run_pending_locked();
 }
 
 std::size_t FakeDriver::held_work() const {

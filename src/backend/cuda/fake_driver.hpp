@@ -99,6 +99,10 @@ class FakeDriver final : public Driver {
   std::size_t run_pending(std::size_t limit = static_cast<std::size_t>(-1));
   // held_work(): the operations held on every stream, not yet run.
   std::size_t held_work() const;
+  // hold_stream(): `stream` alone keeps its work (events recorded on it stay pending) until
+  // release_stream(), which runs it, or its destruction; run_pending() leaves it held.
+  void hold_stream(Stream stream);
+  void release_stream();
   // set_free_bytes(): pretend only this much of `device`'s memory is free (managed memory tests).
   void set_free_bytes(int device, std::size_t bytes);
   // fail_next_launch(): a launch error is left pending (as a failed kernel launch leaves one in
@@ -146,6 +150,7 @@ class FakeDriver final : public Driver {
   // destroyed while such work is queued (an engine's event pool goes before its streams, whose
   // destruction runs what is left), and that work still completes.
   std::map<FakeEvent*, std::shared_ptr<FakeEvent>> events_;
+  FakeStream* held_stream_ = nullptr;  // hold_stream()
   bool fail_next_launch_ = false;
   std::multiset<std::string> failing_;      // fail_next_call()
   std::map<std::thread::id, int> current_;  // make_current(), per thread

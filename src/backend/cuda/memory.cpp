@@ -88,6 +88,7 @@ void CudaMemoryNode::unregister_host(void* data) noexcept {
 }
 
 void CudaMemoryNode::drain() noexcept { engine_->drain(); }
+std::uint64_t CudaMemoryNode::wait_idle() noexcept { return engine_->wait_idle(); }
 
 bool CudaMemoryNode::direct_peer(const CudaMemoryNode& other) const noexcept {
   Driver& driver = engine_->driver();

@@ -59,6 +59,7 @@ Operation* Engine::acquire() noexcept {
   {
     std::lock_guard lock(mutex_);
     ++in_flight_;
+    ++started_;
   }
   op->home = this;
   op->next = nullptr;
@@ -215,6 +216,12 @@ void Engine::end_transfer() {
     }
   }
   if (next != nullptr) start_transfer_(next);
+}
+
+std::uint64_t Engine::wait_idle() noexcept {
+  std::unique_lock lock(mutex_);
+  idle_.wait(lock, [&] { return in_flight_ == 0; });
+  return started_;
 }
 
 void Engine::drain() noexcept {

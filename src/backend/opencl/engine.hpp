@@ -119,6 +119,8 @@ class Engine {
 
   // drain(): wait until no operation is in flight or waiting, then stop the completion thread.
   void drain() noexcept;
+  // wait_idle(): waits as drain() does, without stopping; the operations started so far.
+  std::uint64_t wait_idle() noexcept;
 
   struct Counters {
     std::atomic<std::uint64_t> launches{0}, copies{0}, copies_deferred{0}, peer_copies{0}, staged_copies{0};
@@ -158,6 +160,7 @@ class Engine {
   Operation* done_head_ = nullptr;  // completed, not yet finished (FIFO)
   Operation* done_tail_ = nullptr;
   std::size_t in_flight_ = 0;  // acquired and not yet back in the pool
+  std::uint64_t started_ = 0;  // operations ever acquired
   bool stopping_ = false;
   unsigned transfers_ = 0;  // copies holding a place under the gate
   std::uint64_t peak_transfers_ = 0;

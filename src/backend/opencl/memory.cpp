@@ -77,6 +77,7 @@ OpenclMemoryNode::OpenclMemoryNode(unsigned index, std::string name, std::shared
 OpenclMemoryNode::~OpenclMemoryNode() { drain(); }
 
 void OpenclMemoryNode::drain() noexcept { engine_->drain(); }
+std::uint64_t OpenclMemoryNode::wait_idle() noexcept { return engine_->wait_idle(); }
 
 bool OpenclMemoryNode::direct_peer(const OpenclMemoryNode& other) const noexcept {
   return peer_access_ && other.engine_->context() == engine_->context();

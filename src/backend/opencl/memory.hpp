@@ -63,6 +63,7 @@ class OpenclMemoryNode final : public MemoryNode {
   ~OpenclMemoryNode() override;
 
   void drain() noexcept override;
+  std::uint64_t wait_idle() noexcept override;
   void copy_sync(MemoryNode& from, const std::byte* source, MemoryNode& to, std::byte* destination,
                  std::size_t bytes) override;
 
