@@ -1207,5 +1207,67 @@ TEST(CudaCurrentDevice, AnApplicationThreadKeepsItsCurrentDevice) {
   expect_no_leaks(context);
 }
 
+// cuda.hpp promises each launcher its device already current. The launcher thread made it current
+// once, before its first launch: after a launcher that switched to another GPU (multi-GPU code, a
+// library), the next launcher on that thread ran on the wrong device; and when cudaSetDevice failed,
+// the failure was dropped and the launcher ran with no device current, the task succeeding.
+TEST(CudaCurrentDevice, EveryLauncherFindsItsDeviceCurrentOrItsTaskFails) {
+  FakeCuda cuda(FakeOptions{.devices = 2});
+  Context context(FakeCuda::settings(2));
+  {
+    FakeDriver* driver = cuda.driver.get();
+    std::atomic<int> seen{-2};
+    Kernel elsewhere("elsewhere");  // works on the other GPU too, leaving it current
+    cuda::attach(elsewhere,
+                 [driver](const KernelArgs&, int device, void*) { driver->make_current(1 - device); });
+    Kernel probe("probe");
+    cuda::attach(probe, [driver, &seen](const KernelArgs&, int, void*) { seen = driver->current_device(); });
+    Buffer<float> x(context, 64), y(context, 64);
+    context.submit(TaskOptions{.device = 1}, elsewhere, write(x)).wait();
+    context.submit(TaskOptions{.device = 1}, probe, write(y)).wait();
+    EXPECT_EQ(seen.load(), 0) << "GPU 0's launcher found GPU " << seen.load() << " current";
+
+    seen = -2;
+    driver->fail_next_call("make_current");
+    try {
+      context.submit(TaskOptions{.device = 1}, probe, write(y)).wait();
+      ADD_FAILURE() << "the launcher ran with device " << seen.load() << " current, and the task succeeded";
+    } catch (const Error& error) {
+      EXPECT_THAT(error.what(), ::testing::HasSubstr("make_current"));
+      EXPECT_EQ(seen.load(), -2) << "the launcher ran without its device";
+    }
+    context.submit(TaskOptions{.device = 1}, probe, write(y)).wait();
+    EXPECT_EQ(seen.load(), 0) << "the next task runs";
+  }
+  expect_no_leaks(context);
+}
+
+// The CUDA runtime makes device 0's context current (creating it) on a thread that has none when a
+// call needs a context; the fake does the same. nerve works in its devices' contexts: a program
+// thread without a device is left without one, and device 0 is not touched when only GPU 1 is used.
+// (The engine's completion flags were allocated in the calling thread's context, copies were
+// enqueued in it: device 0's, left current on the program's thread.)
+TEST(CudaCurrentDevice, AThreadWithoutADeviceIsLeftWithoutOneAndGpu0Untouched) {
+  FakeCuda cuda(FakeOptions{.devices = 2});
+  std::thread program([&] {
+    Settings settings = FakeCuda::settings(2);
+    settings.set("gpu.devices", "Fake CUDA GPU 1");
+    Context context(settings);
+    {
+      const Kernel scale = make_scale();
+      Buffer<float> x(context, std::vector<float>(4096, 1.0f));
+      Buffer<float> large(context, std::vector<float>((std::size_t{2} << 20) / sizeof(float), 1.0f));
+      context.submit(TaskOptions{.device = 1}, scale, read_write(x), value(2.0f)).wait();
+      context.submit(TaskOptions{.device = 1}, scale, read_write(large), value(2.0f)).wait();
+      EXPECT_EQ(x.to_vector()[0], 2.0f);
+      EXPECT_EQ(large.map_read()[0], 2.0f);
+    }
+    EXPECT_EQ(cuda.driver->current_device(), -1) << "nerve left a device current on the program's thread";
+  });
+  program.join();
+  for (const auto& block : cuda.driver->records("host_alloc"))
+    EXPECT_EQ(block.detail, 1) << "pinned memory of GPU 1 made in device " << block.detail << "'s context";
+}
+
 }  // namespace
 }  // namespace nerve::testing

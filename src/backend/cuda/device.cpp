@@ -94,13 +94,6 @@ void CudaDevice::hint_and_prefetch(const DeviceLaunch& launch, Stream stream) {
 }
 
 void CudaDevice::launch(TaskRecord* task) {
-  if (!current_) {  // once, on the launcher thread, before its first launch
-    try {
-      driver_->make_current(ordinal_);
-      current_ = true;
-    } catch (...) {  // reported by the launch that needs it
-    }
-  }
   if (cancelled(*task)) {
     host_->run_on_device(task, *this);  // it sees the cancellation and finishes the task as cancelled
     return;
@@ -113,6 +106,11 @@ void CudaDevice::launch(TaskRecord* task) {
   bool launched = false;
   std::exception_ptr failure;
   try {
+    // Before every launch, not once per thread: a launcher may have made another device current
+    // (multi-GPU code, a library), and the next one is promised this one (cuda.hpp). Setting the
+    // device that is already current costs a thread-local check in the runtime; a failure fails
+    // this task, not silently the launcher's calls.
+    driver_->make_current(ordinal_);
     if (task->kernel == nullptr) {
       // A C kernel in the launcher form: it gets this device's index and a stream and enqueues.
       index = engine_->streams().pick_for_task(task->priority);

@@ -81,7 +81,6 @@ class CudaDevice final : public Device {
   // Advice already given (pointer, bytes, advice): the launcher thread's; advice is per range, not
   // per task, so it is sent once.
   std::set<std::tuple<const void*, std::size_t, int>> advised_;
-  bool current_ = false;  // the launcher thread has made this device current
 
   LauncherThread launcher_;  // last: stopped (joined) before the members its thread uses go
 };

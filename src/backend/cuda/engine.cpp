@@ -32,6 +32,9 @@ Engine::Engine(std::shared_ptr<Driver> driver, int ordinal, unsigned stream_coun
       spin_(spin),
       per_stream_(streams_.size()) {
   if (mode_ == CompletionMode::flag) {
+    // In this device's context, as every pinned block (CudaBlockAllocator): the calling thread's
+    // current device would otherwise own it (device 0's context, created for it on a thread with none).
+    const DeviceScope scope(driver_, ordinal_);
     flags_ = static_cast<std::uint32_t*>(driver_.host_alloc(flag_slots * sizeof(std::uint32_t)));
     for (std::size_t i = 0; i < flag_slots; ++i) std::atomic_ref<std::uint32_t>(flags_[i]).store(0);
   }
@@ -277,6 +280,13 @@ void Engine::finish(Operation* op) noexcept {
 }
 
 void Engine::run() {
+  // The thread queries this device's events: in its context, not in the one the CUDA runtime would
+  // make current for a thread that has none (device 0's, created for it).
+  try {
+    driver_.make_current(ordinal_);
+  } catch (const std::exception& error) {
+    log::warn("CUDA device {}: its completion thread could not make it current: {}", ordinal_, error.what());
+  }
   std::vector<Operation*> active;
   std::vector<Operation*> done;
   std::vector<Stream> finished_streams;

@@ -89,6 +89,10 @@ void FakeDriver::make_current(int device) {
   current_[std::this_thread::get_id()] = device;
 }
 
+int FakeDriver::implicit_context() {
+  return current_.try_emplace(std::this_thread::get_id(), 0).first->second;
+}
+
 SavedDevice FakeDriver::enter_device(int device) {
   std::lock_guard lock(mutex_);
   check_device(device);
@@ -202,7 +206,10 @@ void FakeDriver::free_managed(int /*device*/, void* pointer) noexcept {
 void* FakeDriver::host_alloc(std::size_t bytes) {
   std::lock_guard lock(mutex_);
   count("host_alloc");
-  return allocate(-1, bytes, "host_alloc");
+  const int owner = implicit_context();
+  void* block = allocate(-1, bytes, "host_alloc");
+  records_.back().detail = owner;
+  return block;
 }
 
 void FakeDriver::host_free(void* pointer) noexcept {
@@ -312,6 +319,7 @@ std::size_t FakeDriver::held_work() const {
 void FakeDriver::synchronize_stream(Stream stream) {
   std::lock_guard lock(mutex_);
   count("synchronize_stream");
+  implicit_context();
   run_pending_locked();
   if (!streams_.at(static_cast<FakeStream*>(stream))->work.empty()) {
     throw Error(ErrorCode::internal, "fake CUDA: stream waits for an event never recorded");
@@ -338,6 +346,7 @@ void FakeDriver::destroy_event(Event event) noexcept {
 void FakeDriver::record_event(Event event, Stream stream) {
   std::lock_guard lock(mutex_);
   count("record_event");
+  implicit_context();
   std::shared_ptr<FakeEvent> e = events_.at(static_cast<FakeEvent*>(event));
   const std::uint64_t record = ++e->recorded;
   enqueue(stream, [e, record] {
@@ -349,6 +358,7 @@ void FakeDriver::record_event(Event event, Stream stream) {
 EventState FakeDriver::query_event(Event event) noexcept {
   std::lock_guard lock(mutex_);
   count("query_event");
+  implicit_context();
   const auto found = events_.find(static_cast<FakeEvent*>(event));
   if (found == events_.end()) return EventState::failed;
   return found->second->complete() ? EventState::complete : EventState::pending;
@@ -366,6 +376,7 @@ void FakeDriver::synchronize_event(Event event) {
 void FakeDriver::stream_wait_event(Stream stream, Event event) {
   std::lock_guard lock(mutex_);
   count("stream_wait_event");
+  implicit_context();
   std::shared_ptr<FakeEvent> e = events_.at(static_cast<FakeEvent*>(event));
   const std::uint64_t record = e->recorded;
   enqueue(stream, [e, record] { return e->completed >= record; });
@@ -374,6 +385,7 @@ void FakeDriver::stream_wait_event(Stream stream, Event event) {
 void FakeDriver::copy_async(void* destination, const void* source, std::size_t bytes, Stream stream) {
   std::lock_guard lock(mutex_);
   count("copy");
+  implicit_context();
   record({"copy", destination, bytes, -1, stream, 0});
   enqueue(stream, [=] {
     if (bytes != 0) std::memcpy(destination, source, bytes);
@@ -387,6 +399,7 @@ void FakeDriver::copy_peer_async(void* destination, int destination_device, cons
   check_device(destination_device);
   check_device(source_device);
   count("copy_peer");
+  implicit_context();
   record({"copy_peer", destination, bytes, destination_device, stream, source_device});
   enqueue(stream, [=] {
     if (bytes != 0) std::memcpy(destination, source, bytes);
@@ -425,6 +438,7 @@ void FakeDriver::prefetch_async(const void* pointer, std::size_t bytes, int devi
 void FakeDriver::write_flag_async(std::uint32_t* flag, std::uint32_t value, Stream stream) {
   std::lock_guard lock(mutex_);
   count("write_flag");
+  implicit_context();
   enqueue(stream, [flag, value] {
     std::atomic_ref<std::uint32_t>(*flag).store(value, std::memory_order_release);
     return true;

@@ -46,7 +46,8 @@ struct FakeRecord {
   std::size_t bytes = 0;
   int device = -1;
   Stream stream = nullptr;
-  int detail = 0;  // advise: the Advice; create_stream: the priority; copy_peer: the source device
+  int detail = 0;  // advise: the Advice; create_stream: the priority; copy_peer: the source device;
+                   // host_alloc: the calling thread's current device, whose context owns the block
 };
 
 class FakeDriver final : public Driver {
@@ -136,6 +137,9 @@ class FakeDriver final : public Driver {
   void* allocate(int device, std::size_t bytes, const char* what);
   void release(void* pointer) noexcept;
   std::size_t run_pending_locked(std::size_t limit = static_cast<std::size_t>(-1));
+  // implicit_context(): as the CUDA runtime does for a call that needs a context on a thread with no
+  // current device, makes device 0 current there (creating its context); the calling thread's device.
+  int implicit_context();
 
   const FakeOptions options_;
   mutable std::mutex mutex_;

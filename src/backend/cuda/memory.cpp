@@ -265,7 +265,11 @@ void CudaMemoryNode::enqueue(Operation& op) {
 }
 
 void CudaMemoryNode::start(Operation* op) noexcept {
+  // Copies start on runtime, application and completion threads: the CUDA runtime would make its
+  // current device's context (device 0's, created for it) current on a thread that has none.
+  std::optional<DeviceScope> scope;
   try {
+    scope.emplace(engine_->driver(), engine_->ordinal());
     enqueue(*op);
     engine_->watch(op);
   } catch (const std::exception& error) {
@@ -294,6 +298,7 @@ void CudaMemoryNode::copy_sync(MemoryNode& from, const std::byte* source, Memory
   }
   Driver& driver = engine_->driver();
   Stream stream = engine_->streams().sync_stream();
+  const DeviceScope scope(driver, engine_->ordinal());  // as start() does
   if (peer != nullptr && &other != this) {
     const int destination_device = &to == this ? engine_->ordinal() : peer->engine_->ordinal();
     const int source_device = &to == this ? peer->engine_->ordinal() : engine_->ordinal();
