@@ -32,6 +32,7 @@
 
 #include "arguments.hpp"
 #include "result_cache.hpp"
+#include "result_checks.hpp"
 
 namespace {
 
@@ -177,7 +178,7 @@ int main(int argc, char** argv) {
     latency_ms[i] = std::chrono::duration<double, std::milli>(stream[i].done - stream[i].arrival).count();
     model.forward(stream[i].input, 1, expected.data());
     for (int c = 0; c < width; ++c)
-      if (std::abs(outputs[i * width + c] - expected[c]) > 1e-4f * (1.0f + std::abs(expected[c]))) {
+      if (!nerve_examples::close_enough(outputs[i * width + c], expected[c], 1e-4f)) {  // NaN: differs
         ++wrong;
         break;
       }
