@@ -14,13 +14,15 @@
 // warm up, then --repeat times; the median is reported, as GB/s at 12 bytes per element (two loads,
 // one store). Both results are checked exactly; a wrong element makes the exit code 1.
 //
-// Usage: vector_add [--n N] [--chunk C] [--repeat R]   (defaults: 2^26, 2^20, 5)
+// Usage: vector_add [--n N] [--chunk C] [--repeat R]   (defaults: 2^26, 2^20, 5; R at most 1000)
+// A chunk larger than n is n (one task): no chunk arithmetic can then wrap.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <iterator>
+#include <limits>
 #include <memory>
 #include <span>
 #include <string>
@@ -44,30 +46,38 @@ struct Options {
   int repeat = 5;
 };
 
+constexpr unsigned long long max_repeat = 1000;
+
 [[noreturn]] void usage(const char* program, const std::string& problem) {
   if (problem.empty()) {  // --help
-    std::printf("usage: %s [--n N] [--chunk C] [--repeat R]\n", program);
+    std::printf("usage: %s [--n N] [--chunk C] [--repeat R (at most %llu)]\n", program, max_repeat);
     std::exit(0);
   }
-  std::fprintf(stderr, "%s: %s\nusage: %s [--n N] [--chunk C] [--repeat R]\n", program, problem.c_str(),
-               program);
+  std::fprintf(stderr, "%s: %s\nusage: %s [--n N] [--chunk C] [--repeat R (at most %llu)]\n", program,
+               problem.c_str(), program, max_repeat);
   std::exit(2);
 }
 
 Options parse_options(int argc, char** argv) {
   Options options;
-  // Each option and where its value goes: one list, so a new option cannot be known to one check only.
-  const std::pair<std::string_view, std::function<void(unsigned long long)>> known[] = {
-      {"--n", [&](unsigned long long number) { options.n = number; }},
-      {"--chunk", [&](unsigned long long number) { options.chunk = number; }},
-      {"--repeat",
-       [&](unsigned long long number) { options.repeat = static_cast<int>(std::min(number, 1000ull)); }}};
+  // Each option, its largest value and where its value goes: one list, so a new option cannot be known
+  // to one check only.
+  struct Known {
+    std::string_view name;
+    unsigned long long most;
+    std::function<void(unsigned long long)> set;
+  };
+  constexpr auto unbounded = std::numeric_limits<unsigned long long>::max();
+  const Known known[] = {{"--n", unbounded, [&](unsigned long long number) { options.n = number; }},
+                         {"--chunk", unbounded, [&](unsigned long long number) { options.chunk = number; }},
+                         {"--repeat", max_repeat,
+                          [&](unsigned long long number) { options.repeat = static_cast<int>(number); }}};
   for (int i = 1; i < argc; ++i) {
     std::string_view arg = argv[i];
     if (nerve_examples::is_help(arg)) usage(argv[0], "");
     const std::string_view name = arg.substr(0, arg.find('='));
     const auto option = std::find_if(std::begin(known), std::end(known),
-                                     [&](const auto& entry) { return entry.first == name; });
+                                     [&](const Known& entry) { return entry.name == name; });
     if (option == std::end(known)) usage(argv[0], "unknown option " + std::string(name));
     std::string value;
     if (const auto equals = arg.find('='); equals != std::string_view::npos) {
@@ -81,8 +91,13 @@ Options parse_options(int argc, char** argv) {
     const auto parsed = nerve_examples::parse_count(value);
     if (!parsed || *parsed == 0)
       usage(argv[0], std::string(arg) + " needs a positive integer, not '" + value + "'");
-    option->second(*parsed);
+    if (*parsed > option->most)  // refused, not quietly run with less
+      usage(argv[0], std::string(arg) + " is at most " + std::to_string(option->most) + ", not " + value);
+    option->set(*parsed);
   }
+  // A chunk beyond n is one task of n elements. Capped here, the chunk arithmetic below cannot wrap
+  // (n + chunk - 1, the OpenCL variant's rounding up to 1024 floats): n floats fit in memory.
+  options.chunk = std::min(options.chunk, options.n);
   return options;
 }
 
