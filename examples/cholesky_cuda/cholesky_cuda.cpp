@@ -32,13 +32,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "nerve/cuda.hpp"
 #include "nerve/nerve.hpp"
 
 #include "../cholesky_mpi/tiles.hpp"
+#include "arguments.hpp"
 #include "cuda_tiles.hpp"
 #include "result_checks.hpp"
 
@@ -58,37 +58,57 @@ struct Options {
   std::string policy = "heft";  // scheduler.policy for the trailing updates' placement
 };
 
+// Bounds that keep every size product in range, as in cholesky_mpi (the same tiles): a tile's side is
+// the libraries' int and its 8·tile² bytes stay under 2 GiB; n² doubles (the --baseline matrix) cannot
+// wrap a size_t, nor can the (n / tile)² tile handles.
+constexpr std::size_t max_n = std::size_t{1} << 20;
+constexpr std::size_t max_tile = 16383;
+
+[[noreturn]] void usage(const std::string& problem) {
+  constexpr const char* text =
+      "usage: cholesky_cuda [--n N] [--tile B] [--gpu-only] [--baseline] [--check] "
+      "[--policy heft|eager|locality_aware_stealing]\n"
+      "  N: 1 to 1048576 (default 8192), a multiple of B; B: 1 to 16383 (default 1024)\n";
+  if (problem.empty()) {  // --help
+    std::printf("%s", text);
+    std::exit(0);
+  }
+  std::fprintf(stderr, "cholesky_cuda: %s\n%s", problem.c_str(), text);
+  std::exit(2);
+}
+
+// parse() checks every argument (numbers: digits only, examples/common/arguments.hpp) before main()
+// looks for a CUDA device, so that a machine without one reports a bad command line too.
 Options parse(int argc, char** argv) {
   Options options;
   for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    if (arg == "--n" && i + 1 < argc) {
-      options.n = std::stoull(argv[++i]);
-    } else if (arg == "--tile" && i + 1 < argc) {
-      options.tile = std::stoull(argv[++i]);
-    } else if (arg == "--gpu-only") {
+    const std::string arg = argv[i];
+    if (nerve_examples::is_help(arg)) usage("");
+    if (arg == "--gpu-only") {
       options.gpu_only = true;
     } else if (arg == "--baseline") {
       options.baseline = true;
     } else if (arg == "--check") {
       options.check = true;
-    } else if (arg == "--policy" && i + 1 < argc) {
-      options.policy = argv[++i];
+    } else if (arg == "--n" || arg == "--tile" || arg == "--policy") {
+      if (i + 1 == argc) usage("missing value for " + arg);
+      const std::string value = argv[++i];
+      if (arg == "--policy") {
+        options.policy = value;
+        continue;
+      }
+      const std::size_t limit = arg == "--n" ? max_n : max_tile;
+      const auto number = nerve_examples::parse_count(value);
+      if (!number || *number == 0 || *number > limit)
+        usage(arg + " needs an integer from 1 to " + std::to_string(limit) + ", not '" + value + "'");
+      (arg == "--n" ? options.n : options.tile) = *number;
     } else {
-      std::fprintf(stderr,
-                   "usage: cholesky_cuda [--n N] [--tile B] [--gpu-only] [--baseline] [--check] "
-                   "[--policy heft|eager|locality_aware_stealing]\n");
-      std::exit(2);
+      usage("unknown option " + arg);
     }
   }
-  if (options.policy != "heft" && options.policy != "eager" && options.policy != "locality_aware_stealing") {
-    std::fprintf(stderr, "cholesky_cuda: --policy must be heft, eager or locality_aware_stealing\n");
-    std::exit(2);
-  }
-  if (options.tile == 0 || options.n % options.tile != 0) {
-    std::fprintf(stderr, "cholesky_cuda: --n must be a multiple of --tile\n");
-    std::exit(2);
-  }
+  if (options.policy != "heft" && options.policy != "eager" && options.policy != "locality_aware_stealing")
+    usage("--policy must be heft, eager or locality_aware_stealing");
+  if (options.n % options.tile != 0) usage("--n must be a multiple of --tile");
   return options;
 }
 
@@ -157,6 +177,8 @@ void warm_up(nerve::Context& context, const Kernels& kernels, int device, std::s
 
 }  // namespace
 
+int run(const Options& options, int gpus);
+
 int main(int argc, char** argv) {
   const Options options = parse(argc, argv);
   const char* why = "";
@@ -165,6 +187,15 @@ int main(int argc, char** argv) {
     std::printf("cholesky_cuda: no CUDA device, skipped (%s)\n", why);
     return 0;
   }
+  try {
+    return run(options, gpus);
+  } catch (const std::exception& error) {  // e.g. a --baseline matrix larger than the memory
+    std::fprintf(stderr, "cholesky_cuda: --n %zu --tile %zu: %s\n", options.n, options.tile, error.what());
+    return 1;
+  }
+}
+
+int run(const Options& options, int gpus) {
   openblas_set_num_threads(1);  // one BLAS thread per CPU task: nerve's workers are the parallelism
   const std::size_t n = options.n, b = options.tile, nt = n / b;
   const int bi = static_cast<int>(b);

@@ -24,6 +24,7 @@
 #include "nerve/distributed.hpp"
 #include "nerve/nerve.hpp"
 
+#include "arguments.hpp"
 #include "result_checks.hpp"
 #include "tiles.hpp"
 
@@ -43,27 +44,46 @@ struct Options {
   bool check = false;
 };
 
+// Bounds that keep every size product in range: a tile (8·tile² bytes) moves between ranks as one
+// payload, at most 2 GiB − 1 bytes, and its side is BLAS's int; n² doubles (the --check matrix)
+// cannot wrap a size_t, nor can the (n / tile)² tile handles.
+constexpr std::size_t max_n = std::size_t{1} << 20;
+constexpr std::size_t max_tile = 16383;
+
+[[noreturn]] void usage(const std::string& problem) {
+  constexpr const char* text =
+      "usage: cholesky_mpi [--n N] [--tile B] [--gemm] [--check]\n"
+      "  N: 1 to 1048576 (default 2048), a multiple of B; B: 1 to 16383 (default 256)\n";
+  if (problem.empty()) {  // --help
+    std::printf("%s", text);
+    std::exit(0);
+  }
+  std::fprintf(stderr, "cholesky_mpi: %s\n%s", problem.c_str(), text);
+  std::exit(2);
+}
+
 Options parse(int argc, char** argv) {
   Options options;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg == "--n" && i + 1 < argc)
-      options.n = std::strtoull(argv[++i], nullptr, 10);
-    else if (arg == "--tile" && i + 1 < argc)
-      options.tile = std::strtoull(argv[++i], nullptr, 10);
-    else if (arg == "--gemm")
+    if (nerve_examples::is_help(arg)) usage("");
+    if (arg == "--gemm") {
       options.gemm = true;
-    else if (arg == "--check")
+    } else if (arg == "--check") {
       options.check = true;
-    else {
-      std::fprintf(stderr, "usage: cholesky_mpi [--n N] [--tile B] [--gemm] [--check]\n");
-      std::exit(2);
+    } else if (arg == "--n" || arg == "--tile") {
+      if (i + 1 == argc) usage("missing value for " + arg);
+      const std::string value = argv[++i];
+      const std::size_t limit = arg == "--n" ? max_n : max_tile;
+      const auto number = nerve_examples::parse_count(value);
+      if (!number || *number == 0 || *number > limit)
+        usage(arg + " needs an integer from 1 to " + std::to_string(limit) + ", not '" + value + "'");
+      (arg == "--n" ? options.n : options.tile) = *number;
+    } else {
+      usage("unknown option " + arg);
     }
   }
-  if (options.tile == 0 || options.n % options.tile != 0) {
-    std::fprintf(stderr, "cholesky_mpi: --n must be a multiple of --tile\n");
-    std::exit(2);
-  }
+  if (options.n % options.tile != 0) usage("--n must be a multiple of --tile");
   return options;
 }
 
@@ -318,5 +338,8 @@ int main(int argc, char** argv) {
   } catch (const nerve::Error& error) {  // e.g. a world of several ranks without the MPI backend
     std::fprintf(stderr, "cholesky_mpi: %s\n", error.what());
     return 2;
+  } catch (const std::exception& error) {  // e.g. more tiles or a larger --check matrix than memory
+    std::fprintf(stderr, "cholesky_mpi: --n %zu --tile %zu: %s\n", options.n, options.tile, error.what());
+    return 1;
   }
 }

@@ -12,17 +12,18 @@
 // "no CUDA device, skipped" and exits 0.
 //
 // Usage: vector_add_cuda [--n N] [--chunk C] [--repeat R] [--with-cpu] [--cold]
-//                        (defaults: 2^26, 2^22, 5)
+//                        (defaults: 2^26, 2^22, 5; R at most 1000; a chunk larger than n is n)
+// A malformed or zero number is a usage error (exit 2), reported before looking for a device.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "nerve/nerve.hpp"
 
+#include "arguments.hpp"
 #include "kernels.hpp"
 #include "vector_add_cuda.hpp"
 
@@ -38,32 +39,51 @@ struct Options {
   bool cold = false;
 };
 
+constexpr unsigned long long max_repeat = 1000;
+
+[[noreturn]] void usage(const char* program, const std::string& problem) {
+  constexpr const char* text =
+      "usage: %s [--n N] [--chunk C] [--repeat R (at most %llu)] [--with-cpu] [--cold]\n";
+  if (problem.empty()) {  // --help
+    std::printf(text, program, max_repeat);
+    std::exit(0);
+  }
+  std::fprintf(stderr, "%s: %s\n", program, problem.c_str());
+  std::fprintf(stderr, text, program, max_repeat);
+  std::exit(2);
+}
+
+// parse_options() checks every number (digits only, no zero, no sign: examples/common/arguments.hpp)
+// before main() looks for a CUDA device, so that a machine without one reports a bad command line too.
 Options parse_options(int argc, char** argv) {
   Options options;
   for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    const auto next = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "%s: missing value for %s\n", argv[0], argv[i]);
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (arg == "--n") {
-      options.n = std::stoull(next());
-    } else if (arg == "--chunk") {
-      options.chunk = std::max<std::size_t>(1, std::stoull(next()));
-    } else if (arg == "--repeat") {
-      options.repeat = std::max(1, std::stoi(next()));
-    } else if (arg == "--with-cpu") {
+    const std::string arg = argv[i];
+    if (nerve_examples::is_help(arg)) usage(argv[0], "");
+    if (arg == "--with-cpu") {
       options.with_cpu = true;
     } else if (arg == "--cold") {
       options.cold = true;
+    } else if (arg == "--n" || arg == "--chunk" || arg == "--repeat") {
+      if (i + 1 == argc) usage(argv[0], "missing value for " + arg);
+      const std::string value = argv[++i];
+      const auto number = nerve_examples::parse_count(value);
+      if (!number || *number == 0) usage(argv[0], arg + " needs a positive integer, not '" + value + "'");
+      if (arg == "--n") {
+        options.n = *number;
+      } else if (arg == "--chunk") {
+        options.chunk = *number;
+      } else if (*number > max_repeat) {
+        usage(argv[0], "--repeat is at most " + std::to_string(max_repeat) + ", not " + value);
+      } else {
+        options.repeat = static_cast<int>(*number);
+      }
     } else {
-      std::fprintf(stderr, "usage: %s [--n N] [--chunk C] [--repeat R] [--with-cpu] [--cold]\n", argv[0]);
-      std::exit(2);
+      usage(argv[0], "unknown option " + arg);
     }
   }
+  // A chunk beyond n is one task of n elements; capped, the chunk loop's start + chunk cannot wrap.
+  options.chunk = std::min(options.chunk, options.n);
   return options;
 }
 
@@ -88,6 +108,8 @@ std::size_t count_wrong(const std::vector<float>& a, const std::vector<float>& b
 
 }  // namespace
 
+int run(const Options& options, int gpus);
+
 int main(int argc, char** argv) {
   const Options options = parse_options(argc, argv);
   const char* why = "";
@@ -96,6 +118,15 @@ int main(int argc, char** argv) {
     std::printf("vector_add_cuda: no CUDA device, skipped (%s)\n", why);
     return 0;
   }
+  try {
+    return run(options, gpus);
+  } catch (const std::exception& error) {  // e.g. --n larger than the memory: std::bad_alloc
+    std::fprintf(stderr, "%s: --n %zu: %s\n", argv[0], options.n, error.what());
+    return 1;
+  }
+}
+
+int run(const Options& options, int gpus) {
   const std::size_t n = options.n;
   std::vector<float> a(n), b(n), c(n, 0.0f);
   for (std::size_t i = 0; i < n; ++i) {
