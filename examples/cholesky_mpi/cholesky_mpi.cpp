@@ -35,8 +35,6 @@ using Tile = dist::DistributedBuffer<double>;
 
 namespace {
 
-std::uint64_t cpu_during_run = 0;  // CPU microseconds of this process between the timers
-
 struct Options {
   std::size_t n = 2048;
   std::size_t tile = 256;
@@ -90,6 +88,14 @@ Options parse(int argc, char** argv) {
 // Totals of every rank's statistics, on rank 0 (moved through the runtime itself).
 struct Totals {
   std::uint64_t bytes = 0, payloads = 0, messages = 0, cpu_us = 0;
+};
+
+// What a run measured: its wall time and every rank's totals, taken before --check collects the
+// result on rank 0, so that the traffic reported is the factorisation's (docs/DISTRIBUTED.md's volume
+// model) with and without --check.
+struct Measured {
+  double seconds = 0;
+  Totals totals;
 };
 
 // cpu_microseconds() is the CPU time this process has used (all its threads).
@@ -150,7 +156,7 @@ void collect(dist::Runtime& world, const std::vector<Tile>& tiles, std::size_t n
   world.wait_all();
 }
 
-double cholesky(dist::Runtime& world, const Options& options, std::vector<double>* result) {
+Measured cholesky(dist::Runtime& world, const Options& options, std::vector<double>* result) {
   const std::size_t b = options.tile, nt = options.n / b, n = options.n;
   const int bi = static_cast<int>(b);
   const dist::Grid grid = dist::Grid::for_ranks(world.size());
@@ -194,13 +200,14 @@ double cholesky(dist::Runtime& world, const Options& options, std::vector<double
     }
   }
   world.wait_all();
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  cpu_during_run = cpu_microseconds() - cpu_start;
+  Measured measured;
+  measured.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  measured.totals = gather_totals(world, cpu_microseconds() - cpu_start);
   if (result != nullptr) {
     result->assign(n * n, 0.0);
     collect(world, tiles, nt, b, *result, true);
   }
-  return seconds;
+  return measured;
 }
 
 // The same tiled algorithm in this process, on a full matrix (the reference).
@@ -231,7 +238,7 @@ std::vector<double> cholesky_reference(const Options& options) {
 }
 
 // Distributed C = A B on the grid: C(i,j) += A(i,k) B(k,j) on the owner of C(i,j).
-double gemm(dist::Runtime& world, const Options& options, std::vector<double>* result) {
+Measured gemm(dist::Runtime& world, const Options& options, std::vector<double>* result) {
   const std::size_t b = options.tile, nt = options.n / b, n = options.n;
   const int bi = static_cast<int>(b);
   const dist::Grid grid = dist::Grid::for_ranks(world.size());
@@ -267,13 +274,14 @@ double gemm(dist::Runtime& world, const Options& options, std::vector<double>* r
     }
   }
   world.wait_all();
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  cpu_during_run = cpu_microseconds() - cpu_start;
+  Measured measured;
+  measured.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  measured.totals = gather_totals(world, cpu_microseconds() - cpu_start);
   if (result != nullptr) {
     result->assign(n * n, 0.0);
     collect(world, c, nt, b, *result, false);
   }
-  return seconds;
+  return measured;
 }
 
 std::vector<double> gemm_reference(const Options& options) {
@@ -301,9 +309,8 @@ int run(const Options& options) {
   nerve::Context context;
   dist::Runtime world(context);
   std::vector<double> result;
-  const double seconds = options.gemm ? gemm(world, options, options.check ? &result : nullptr)
-                                      : cholesky(world, options, options.check ? &result : nullptr);
-  const Totals totals = gather_totals(world, cpu_during_run);
+  const auto [seconds, totals] = options.gemm ? gemm(world, options, options.check ? &result : nullptr)
+                                              : cholesky(world, options, options.check ? &result : nullptr);
   if (world.rank() != 0) return 0;
   const double n = static_cast<double>(options.n);
   const double flops = options.gemm ? 2.0 * n * n * n : n * n * n / 3.0;
