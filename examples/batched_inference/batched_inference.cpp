@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <optional>
 #include <random>
 #include <span>
@@ -120,10 +121,11 @@ int main(int argc, char** argv) {
   // each request's output row and completion time are written by exactly one task.
   std::vector<std::size_t> pending;
   std::size_t batches = 0;
+  std::deque<nerve::Task> dispatched;  // batches not yet seen done, oldest first
   auto dispatch = [&] {
     if (pending.empty()) return;
     ++batches;
-    context.spawn([&, batch = std::move(pending)] {
+    dispatched.push_back(context.submit([&, batch = std::move(pending)] {
       const auto start = Clock::now();
       const int rows = static_cast<int>(batch.size());
       std::vector<float> in(batch.size() * width), out(in.size());
@@ -139,8 +141,28 @@ int main(int argc, char** argv) {
               nerve_examples::CacheKey::of(model.id, std::as_bytes(std::span(stream[batch[r]].input, width))),
               std::vector<float>(row, row + width), (end - start) / rows);
       }
-    });
+    }));
     pending.clear();
+  };
+
+  // idle_until() is the batcher's wait for the next arrival or deadline. With worker threads it
+  // sleeps. With a single worker slot (parallel.thread_pool_size 1) there are none: slot 0 runs tasks
+  // only while an application thread waits inside nerve (context.hpp), so a sleeping batcher would
+  // leave every batch to the final wait_all() — latencies of the whole run and no cache hits. There
+  // it waits for the dispatched batches instead (wait_for() runs them in slot 0 until `until`), and
+  // sleeps only once they are all done.
+  const bool batcher_runs_batches = context.worker_count() == 1;
+  auto idle_until = [&](Clock::time_point until) {
+    while (!dispatched.empty()) {
+      if (dispatched.front().done()) {
+        dispatched.pop_front();
+        continue;
+      }
+      const auto now = Clock::now();
+      if (!batcher_runs_batches || now >= until) break;
+      dispatched.front().wait_for(until - now);
+    }
+    std::this_thread::sleep_until(until);
   };
 
   // The batcher: request i arrives at start + i / rate. Between arrivals it dispatches a batch whose
@@ -151,10 +173,10 @@ int main(int argc, char** argv) {
     Request& request = stream[i];
     request.arrival = start + static_cast<long>(i) * period;
     while (!pending.empty() && stream[pending.front()].arrival + max_wait <= request.arrival) {
-      std::this_thread::sleep_until(stream[pending.front()].arrival + max_wait);
+      idle_until(stream[pending.front()].arrival + max_wait);
       dispatch();
     }
-    std::this_thread::sleep_until(request.arrival);
+    idle_until(request.arrival);
     if (use_cache) {
       const auto key = nerve_examples::CacheKey::of(model.id, std::as_bytes(std::span(request.input, width)));
       if (auto hit = cache.find(key)) {  // answered at once: no task
