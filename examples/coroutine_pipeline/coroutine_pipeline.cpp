@@ -9,6 +9,8 @@
 // on the workers (or, with an accelerator and a kernel for it, on the device, its data moved there).
 //
 //   coroutine_pipeline [--n ELEMENTS] [--chunk ELEMENTS] [--depth CHUNKS]
+// A chunk larger than the input is the whole input, and --depth is capped at the number of chunks:
+// slots beyond those would only take memory.
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -28,10 +30,14 @@ namespace {
 
 float transform(float x) { return std::sqrt(x) * 2.0f + 1.0f; }
 
+// chunk_count(): how many chunks of `chunk` elements cover n, computed without n + chunk - 1, which
+// wraps for sizes near 2^64.
+std::size_t chunk_count(std::size_t n, std::size_t chunk) { return n / chunk + (n % chunk != 0 ? 1 : 0); }
+
 nerve::CoTask<> stream(nerve::Context& context, nerve::Buffer<float>& input, nerve::Buffer<float>& output,
                        std::vector<nerve::Buffer<float>>& slots, std::size_t chunk) {
   std::deque<nerve::Task> in_flight;  // the store task of each chunk not yet awaited
-  const std::size_t chunks = (input.size() + chunk - 1) / chunk;
+  const std::size_t chunks = chunk_count(input.size(), chunk);
   for (std::size_t i = 0; i < chunks; ++i) {
     if (in_flight.size() == slots.size()) {  // at most `depth` chunks in flight: await the oldest
       co_await in_flight.front();
@@ -67,6 +73,8 @@ std::size_t parse(const char* text) {
 
 }  // namespace
 
+int run(std::size_t n, std::size_t chunk, std::size_t depth);
+
 int main(int argc, char** argv) {
   std::size_t n = std::size_t{1} << 22;
   std::size_t chunk = std::size_t{1} << 16;
@@ -97,7 +105,18 @@ int main(int argc, char** argv) {
     }
     *option->second = parse(argv[i + 1]);
   }
+  chunk = std::min(chunk, n);
+  depth = std::min(depth, chunk_count(n, chunk));
 
+  try {
+    return run(n, chunk, depth);
+  } catch (const std::exception& error) {  // e.g. --n larger than the memory
+    std::fprintf(stderr, "%s: --n %zu --chunk %zu --depth %zu: %s\n", argv[0], n, chunk, depth, error.what());
+    return 1;
+  }
+}
+
+int run(std::size_t n, std::size_t chunk, std::size_t depth) {
   nerve::Context context;
   nerve::Buffer<float> input(context, n);
   nerve::Buffer<float> output(context, n);
