@@ -9,14 +9,17 @@
  *     uses, is printed;
  *   - each task declares only its own chunk of buf_c (nerve_task_add_access), as a WRITE access must
  *     be written whole;
- *   - main() (not in the seed): nerve_init, run_nerve_style, report, nerve_shutdown.
+ *   - main() (not in the seed): parse N (strictly), nerve_init, run_nerve_style, report, nerve_shutdown.
  * The seed's §3.1 DEVICE_GPU0 has no counterpart here: a CPU-only build has NERVE_DEVICE_CPU (0) and
  * NERVE_DEVICE_ANY, and this code never names a device at all — the scheduler places the tasks.
  *
- * Usage: nerve_style [N]   (default 16777216 elements)
+ * Usage: nerve_style [N]   (1 to INT_MAX elements, default 16777216)
  */
+#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 // The seed's includes, in the seed's order:
 // clang-format off
@@ -136,11 +139,26 @@ int run_nerve_style(int N, nerve_context_t* ctx) {
   return wrong;
 }
 
+// CHANGE: N is parsed strictly (atoi read "1e6" as 1, "100abc" as 100 and wrapped 4294967297 to 1):
+// decimal digits only, 1 to INT_MAX (run_nerve_style() takes an int); anything else is a usage error.
+static int parse_elements(const char* text) {
+  if (*text < '0' || *text > '9') return 0;  // strtol would accept a sign or leading spaces
+  char* end = NULL;
+  errno = 0;
+  const long value = strtol(text, &end, 10);
+  if (errno != 0 || *end != '\0' || value <= 0 || value > INT_MAX) return 0;
+  return (int)value;
+}
+
 int main(int argc, char** argv) {
   int n = 1 << 24;
-  if (argc > 1) n = atoi(argv[1]);
+  if (argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+    printf("usage: %s [N, 1 to %d]\n", argv[0], INT_MAX);
+    return 0;
+  }
+  if (argc > 1) n = parse_elements(argv[1]);
   if (argc > 2 || n <= 0) {
-    fprintf(stderr, "usage: %s [N > 0]\n", argv[0]);
+    fprintf(stderr, "usage: %s [N, 1 to %d]\n", argv[0], INT_MAX);
     return 2;
   }
   nerve_context_t* ctx = nerve_init();
@@ -154,7 +172,7 @@ int main(int argc, char** argv) {
     if (wrong > 0) fprintf(stderr, "nerve_style: FAILED, %d of %d elements wrong\n", wrong, n);
     return 1;
   }
-  printf("nerve_style: %d elements added by %d task(s), result verified\n", n,
-         (n + (1 << 20) - 1) / (1 << 20));
+  // CHANGE: the task count as (n - 1) / chunk + 1: n + (1 << 20) - 1 overflows int for n near INT_MAX.
+  printf("nerve_style: %d elements added by %d task(s), result verified\n", n, (n - 1) / (1 << 20) + 1);
   return 0;
 }
