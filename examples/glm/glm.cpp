@@ -9,8 +9,9 @@
 // partial (H_b, g_b). Summing the partials in block order on the host makes the result the same on
 // every run and every number of workers; the 16 × 16 solve is negligible.
 //
-// Usage: glm [rows] (default 200,000). Prints the fitted coefficients next to the true ones and
-// checks them against a plain serial fit; exit 1 if they differ.
+// Usage: glm [rows] (4096 to 4294967296, default 200,000). Prints the fitted coefficients next to the
+// true ones and checks them against a plain serial fit; exit 1 if they differ (1 too if the rows do
+// not fit in memory).
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -31,21 +32,34 @@ namespace {
 constexpr int features = 16;
 constexpr std::size_t block_rows = 4096;
 constexpr std::size_t partial_size = irls::partial_size<features>;  // H_b (column-major), then g_b
+// At most 2^32 rows: rows × features doubles cannot wrap a size_t (whether they fit in memory is
+// another matter: run() then throws std::bad_alloc).
+constexpr std::size_t max_rows = std::size_t{1} << 32;
 
 }  // namespace
 
+int run(std::size_t rows);
+
 int main(int argc, char** argv) {
   if (argc > 1 && nerve_examples::is_help(argv[1])) {
-    std::printf("usage: glm [rows >= %zu]\n", block_rows);
+    std::printf("usage: glm [rows, %zu to %zu]\n", block_rows, max_rows);
     return 0;
   }
   const auto parsed =
       argc > 1 ? nerve_examples::parse_count(argv[1]) : std::optional<unsigned long long>(200'000);
-  if (argc > 2 || !parsed || *parsed < block_rows || *parsed > (std::size_t{1} << 32)) {
-    std::fprintf(stderr, "usage: glm [rows >= %zu]\n", block_rows);
+  if (argc > 2 || !parsed || *parsed < block_rows || *parsed > max_rows) {
+    std::fprintf(stderr, "usage: glm [rows, %zu to %zu]\n", block_rows, max_rows);
     return 2;
   }
-  const std::size_t rows = *parsed;
+  try {
+    return run(*parsed);
+  } catch (const std::exception& error) {  // e.g. more rows than the memory holds: std::bad_alloc
+    std::fprintf(stderr, "glm: %llu rows: %s\n", *parsed, error.what());
+    return 1;
+  }
+}
+
+int run(std::size_t rows) {
   // Tile kernels run one per worker: keep OpenBLAS itself single-threaded, or every BLAS call
   // inside a task would start its own threads on the same cores.
   openblas_set_num_threads(1);
