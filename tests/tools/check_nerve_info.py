@@ -348,6 +348,26 @@ def case_usage(binary):
             result = run(binary, *args, expect_status=2)
             check(says in result.stderr, f"{args}: the error does not say {says!r}: {result.stderr}")
             check(result.stdout == "", f"{args}: printed {result.stdout}")
+    # Nor a synthetic or XML machine that hwloc refuses: only the topology's discovery reads them, which
+    # --help and --version skipped (exit 0, where the report exits 2).
+    with tempfile.TemporaryDirectory() as directory:
+        not_xml = os.path.join(directory, "notes.txt")
+        with open(not_xml, "w") as f:
+            f.write("not an hwloc export\n")
+        for args, says in ((("--help", "--synthetic", "bogus:3"), "bogus:3"),
+                           (("--version", "--synthetic", "pack:1000 core:1000 pu:1000"), "more than 8192 PUs"),
+                           (("--help", "--set", f"topology.xml={not_xml}"), not_xml),
+                           (("--version", "--synthetic", "pack:1 core:2 pu:1", "--set", f"topology.xml={not_xml}"),
+                            "both set"),
+                           (("--help",), "bogus:3")):
+            env = {"NERVE_TOPOLOGY_SYNTHETIC": "bogus:3"} if args == ("--help",) else None
+            result = run(binary, *args, env=env, expect_status=2)
+            check(says in result.stderr, f"{args}: the error does not say {says!r}: {result.stderr}")
+            check(result.stdout == "", f"{args}: printed {result.stdout}")
+            run(binary, *[arg for arg in args if arg not in ("--help", "--version")], env=env, expect_status=2)
+        # A valid one is fine, and --no-env leaves the environment's bad one out.
+        run(binary, "--help", "--synthetic", "pack:2 core:2 pu:1")
+        run(binary, "--version", "--no-env", env={"NERVE_TOPOLOGY_SYNTHETIC": "bogus:3"})
     run(binary, "--version", "--json")  # other valid options are fine
     run(binary, "--set", "parallel.thread_pool_size=2", "--version")
     # An empty --config (an unset variable) is a mistake, not "use NERVE_CONFIG instead".

@@ -14,6 +14,7 @@
 
 #include "nerve/config.hpp"
 #include "nerve/error.hpp"
+#include "nerve/topology.hpp"
 
 #include "common/cli_usage.hpp"
 #include "common/standard_output.hpp"
@@ -56,6 +57,15 @@ nerve::Settings make_settings(const Options& options) {
     settings.set(setting.substr(0, equals), setting.substr(equals + 1));
   }
   return settings;
+}
+
+// check_configuration() throws as the report would for a configuration that does not load or a
+// topology.synthetic / topology.xml that hwloc refuses (ConfigError), without a context. The real
+// machine (neither key set) is not discovered: the line cannot make it wrong.
+void check_configuration(const nerve::Settings& settings) {
+  const nerve::Config config = nerve::Config::load(settings);
+  if (!config.topology.synthetic.empty() || !config.topology.xml.empty())
+    (void)nerve::Topology::discover(config);
 }
 
 void print_text(const nerve::info::Report& report) {
@@ -109,11 +119,13 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
     options.synthetic_given = synthetic->count() > 0;
     if (options.help || options.version) {
-      // After every check of the line (cli_usage.hpp): the --set values, and the configuration
-      // loaded as the report loads it (the --config file, the NERVE_* variables unless --no-env) —
-      // `--help --set no_equals` is the usage error it is without --help. What needs a context (an
-      // accelerator gpu.devices names, a plugin) is not tried.
-      (void)nerve::Config::load(make_settings(options));
+      // After every check of the line (cli_usage.hpp): the --set values, the configuration loaded
+      // as the report loads it (the --config file, the NERVE_* variables unless --no-env) — `--help
+      // --set no_equals` is the usage error it is without --help — and the machine it describes:
+      // hwloc alone reads topology.synthetic and topology.xml, so `--help --synthetic bogus:3`
+      // answered where the report exits 2. What needs a context (an accelerator gpu.devices names,
+      // a plugin, a NUMA node memory.numa_policy names, the files perf.* writes) is not tried.
+      check_configuration(make_settings(options));
       return nerve::tools::answer(
           "nerve-info", options.help ? app.help() : std::string("nerve-info ") + NERVE_VERSION_STRING + "\n");
     }
