@@ -11,6 +11,7 @@ import resource
 import subprocess
 import sys
 import tempfile
+import time
 
 TIMEOUT_S = 20
 SYNTHETIC = "pack:2 numa:2 core:4 pu:1"  # 2 packages × 2 NUMA nodes × 4 cores = 16 cores
@@ -154,6 +155,28 @@ def case_synthetic(binary):
     check(not document["topology"]["synthetic"], "--synthetic '' left the environment's synthetic machine")
     origin = config_entry(document, "topology.synthetic")["origin"]
     check(origin["source"] == "api", f"--synthetic '' gives origin {origin}")
+
+
+def case_probes_past_bounds(binary):
+    # Every worker is observed whatever the submitter's back-pressure: spawned one at a time, the probes
+    # past task_queue.max_in_flight (or a queue past per_device_queue_depth) had the application thread
+    # run one inside spawn(), which held it for the probe's 2 s deadline; the probes never spawned left
+    # their workers "not observed" (38 of 64 here).
+    baseline_start = time.monotonic()
+    run_json(binary, "--set", "parallel.thread_pool_size=64")
+    baseline = time.monotonic() - baseline_start
+    for bound in ("task_queue.max_in_flight=16", "task_queue.per_device_queue_depth=1"):
+        for policy in ("locality_aware_stealing", "eager"):
+            start = time.monotonic()
+            document = run_json(binary, "--set", bound, "--set", "parallel.thread_pool_size=64", "--set",
+                                f"scheduler.policy={policy}")
+            elapsed = time.monotonic() - start
+            missing = [worker["index"] for worker in document["workers"] if worker["observed_cpus"] is None]
+            check(len(document["workers"]) == 64 and not missing,
+                  f"{bound}, {policy}: workers not observed: {missing}")
+            # The stall was the probes' 2 s deadline; the run without the bound is the measure of this
+            # machine's speed (a loaded one, a sanitizer build).
+            check(elapsed < baseline + 1.5, f"{bound}, {policy}: {elapsed:.2f} s, {baseline:.2f} s without it")
 
 
 def case_large(binary):

@@ -31,7 +31,13 @@ constexpr auto probe_timeout = 2s;
 
 // observe_worker_cpus() runs one task per slot and records, per slot, the CPUs its thread may run on.
 // Each task holds its slot until every task has started, so no slot can run two of them and every
-// slot runs exactly one (the application thread runs slot 0's inside wait_all()).
+// slot runs exactly one (the application thread runs slot 0's inside the pool's wait_all()).
+//
+// The tasks go out as one TaskPool: its launch queues them all at once, never helping to run one or
+// waiting for room. Spawned one by one, they met the submitter's back-pressure (more tasks in flight
+// than task_queue.max_in_flight, a queue past task_queue.per_device_queue_depth): the application
+// thread ran a probe inside spawn(), which held it until the deadline, and the probes not yet
+// spawned never reached their slots ("not observed" after a 2 s stall).
 std::vector<std::optional<std::vector<int>>> observe_worker_cpus(Context& context) {
   const unsigned count = context.worker_count();
   struct Probe {
@@ -42,8 +48,9 @@ std::vector<std::optional<std::vector<int>>> observe_worker_cpus(Context& contex
   } probe;
   probe.cpus.resize(count);
   const auto deadline = std::chrono::steady_clock::now() + probe_timeout;
+  TaskPool probes(context, count);
   for (unsigned i = 0; i < count; ++i) {
-    context.spawn([&context, &probe, count, deadline] {
+    probes.add([&context, &probe, count, deadline] {
       const int slot = context.current_worker();
       std::vector<int> cpus = topology::current_thread_cpus();
       std::unique_lock lock(probe.mutex);
@@ -54,7 +61,7 @@ std::vector<std::optional<std::vector<int>>> observe_worker_cpus(Context& contex
       probe.started.wait_until(lock, deadline, [&] { return probe.arrived >= count; });
     });
   }
-  context.wait_all();
+  probes.wait_all();
   return std::move(probe.cpus);
 }
 
