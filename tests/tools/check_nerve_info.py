@@ -450,6 +450,47 @@ def case_closed_stdout(binary):
                       f"stderr {result.stderr!r}")
 
 
+def run_bytes(binary, *args):
+    """Runs nerve-info with arguments that may hold any byte; its output as bytes."""
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("NERVE_")}
+    result = subprocess.run([binary, *args], env=environment, capture_output=True, timeout=TIMEOUT_S)
+    if result.returncode != 0:
+        raise CheckFailed(f"nerve-info {args!r} exited {result.returncode}\n{result.stderr!r}")
+    return result.stdout
+
+
+def case_escaped_values(binary):
+    # A value (or file name) with control characters went into the Configuration table raw: a newline
+    # broke its row, an ESC sequence coloured the terminal, a byte that is not UTF-8 went out as it was.
+    # They are written visibly now; --json keeps the value (JSON escapes; U+FFFD for the stray byte).
+    odd = b"x\xffy\nz\x1b[31mRED\x7f\xc2\x9b\\n\xc3\xa9"
+    shown = "x\\xffy\\nz\\x1b[31mRED\\x7f\\u009b\\\\n\u00e9"
+    with tempfile.TemporaryDirectory() as directory:
+        config = os.path.join(directory, "odd\tname\n.yaml")
+        with open(config, "w") as file:
+            file.write("scheduler:\n  spin_us: 12\n")
+        output = run_bytes(binary, "--config", config, "--set", b"perf.model_dir=" + odd)
+        try:
+            text = output.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise CheckFailed(f"the text output is not UTF-8: {error}")
+        controls = sorted({c for c in text if (ord(c) < 0x20 and c != "\n") or 0x7f <= ord(c) <= 0x9f})
+        check(not controls, f"the text output holds control characters {controls!r}")
+        rows = section(text, "Configuration")
+        origin_column = rows[0].index("origin")  # the header's: every row's origin starts there
+        for row in rows[1:]:
+            check(len(row.split()) >= 3, f"a broken row: {row!r}")
+        row = next(row for row in rows if row.split()[0] == "perf.model_dir")
+        check(row.split()[1] == shown, f"perf.model_dir shows {row.split()[1]!r}, expected {shown!r}")
+        check(row[origin_column:].rstrip() == "api", f"the origin column moved: {row!r}")
+        spin = next(row for row in rows if row.split()[0] == "scheduler.spin_us")
+        escaped_file = config.replace("\t", "\\t").replace("\n", "\\n")
+        check(spin[origin_column:].rstrip() == f"{escaped_file}:2", f"the file origin: {spin!r}")
+        entry = config_entry(json.loads(run_bytes(binary, "--json", "--set", b"perf.model_dir=" + odd)),
+                             "perf.model_dir")
+        check(entry["value"] == "x\ufffdy\nz\x1b[31mRED\x7f\x9b\\n\u00e9", f"--json: {entry['value']!r}")
+
+
 CASES = {name[len("case_"):]: function for name, function in globals().items() if name.startswith("case_")}
 
 

@@ -48,7 +48,7 @@ std::string calibrate_bus(const Settings& settings, bool json, std::string& save
   }
   std::string out =
       fmt::format("Bus calibration ({} memory node{}; {} {})\n", nodes.size(), nodes.size() == 1 ? "" : "s",
-                  save_error.empty() ? "saved to" : "NOT saved to", bus.file().string());
+                  save_error.empty() ? "saved to" : "NOT saved to", printable(bus.file().string()));
   if (nodes.size() < 2) return out + "  only host memory: nothing to measure (no devices)\n";
   out += "  latency (us) / bandwidth (GB/s), from row to column\n";
   out += fmt::format("  {:<16}", "");

@@ -37,8 +37,8 @@ std::string print_devices(const std::vector<DeviceInfo>& devices) {
     // 0 is a size the backend does not know (a plugin's device may not say), not an empty memory.
     const std::string memory = device.memory_bytes != 0 ? format_bytes(device.memory_bytes) : "unknown";
     out += fmt::format("  device {}{}: {} '{}' ({}), memory node {} '{}', {} memory, {} compute units\n",
-                       device.index, selection, device.kind, device.name, device.backend, device.memory_node,
-                       device.memory_node_name, memory, device.compute_units);
+                       device.index, selection, device.kind, printable(device.name), device.backend,
+                       device.memory_node, printable(device.memory_node_name), memory, device.compute_units);
     const std::string numa =
         device.numa_node >= 0 ? fmt::format("NUMA node {}", device.numa_node) : "NUMA node unknown";
     const std::string pci = device.pci_bus_id.empty() ? "no PCI address" : "PCI " + device.pci_bus_id;

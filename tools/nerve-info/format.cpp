@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
@@ -36,6 +37,61 @@ std::string format_cpu_list(std::vector<int> cpus) {
     i = end + 1;
   }
   return text;
+}
+
+namespace {
+
+// utf8_sequence_length() is the length of the well-formed UTF-8 sequence at the start of `text`
+// (RFC 3629: no overlong forms, no surrogates, nothing past U+10FFFF), or 0 when none starts there.
+std::size_t utf8_sequence_length(std::string_view text) {
+  const auto byte = [&text](std::size_t i) { return static_cast<unsigned char>(text[i]); };
+  const auto continues = [&](std::size_t i, unsigned char low = 0x80, unsigned char high = 0xbf) {
+    return i < text.size() && byte(i) >= low && byte(i) <= high;
+  };
+  const unsigned char lead = byte(0);
+  if (lead < 0x80) return 1;
+  if (lead >= 0xc2 && lead <= 0xdf) return continues(1) ? 2 : 0;
+  if (lead >= 0xe0 && lead <= 0xef) {
+    const unsigned char low = lead == 0xe0 ? 0xa0 : 0x80, high = lead == 0xed ? 0x9f : 0xbf;
+    return continues(1, low, high) && continues(2) ? 3 : 0;
+  }
+  if (lead >= 0xf0 && lead <= 0xf4) {
+    const unsigned char low = lead == 0xf0 ? 0x90 : 0x80, high = lead == 0xf4 ? 0x8f : 0xbf;
+    return continues(1, low, high) && continues(2) && continues(3) ? 4 : 0;
+  }
+  return 0;
+}
+
+}  // namespace
+
+std::string printable(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size();) {
+    const auto byte = static_cast<unsigned char>(text[i]);
+    const std::size_t length = utf8_sequence_length(text.substr(i));
+    if (length == 0) {  // not UTF-8: the byte's value
+      out += fmt::format("\\x{:02x}", byte);
+      ++i;
+    } else if (byte == '\\') {  // so that a "\n" in the text cannot pass for an escaped newline
+      out += "\\\\";
+      ++i;
+    } else if (byte == '\n' || byte == '\t' || byte == '\r') {
+      out += byte == '\n' ? "\\n" : byte == '\t' ? "\\t" : "\\r";
+      ++i;
+    } else if (byte < 0x20 || byte == 0x7f) {  // C0 controls and DEL: ESC would start a sequence
+      out += fmt::format("\\x{:02x}", byte);
+      ++i;
+    } else if (length == 2 && byte == 0xc2 && static_cast<unsigned char>(text[i + 1]) <= 0x9f) {
+      // C1 controls (U+0080-U+009F): some terminals read U+009B as ESC [ too.
+      out += fmt::format("\\u{:04x}", static_cast<unsigned char>(text[i + 1]));
+      i += 2;
+    } else {
+      out.append(text.substr(i, length));
+      i += length;
+    }
+  }
+  return out;
 }
 
 std::string affinity_name(ThreadAffinity affinity) {

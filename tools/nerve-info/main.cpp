@@ -75,7 +75,7 @@ void print_text(const nerve::info::Report& report) {
   out += nerve::info::print_config(report.config) + "\n";
   out += nerve::info::print_host_memory(report.host_memory) + "\n";
   out += nerve::info::print_devices(report.devices);
-  for (const std::string& note : report.backend_notes) out += "  " + note + "\n";
+  for (const std::string& note : report.backend_notes) out += "  " + nerve::info::printable(note) + "\n";
   std::fwrite(out.data(), 1, out.size(), stdout);
 }
 

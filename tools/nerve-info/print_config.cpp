@@ -10,7 +10,11 @@ namespace nerve::info {
 
 std::string print_config(const Config& config) {
   std::size_t key_width = 3, value_width = 5;  // "key", "value"
-  const auto shown = [](const std::string& value) { return value.empty() ? std::string("\"\"") : value; };
+  // A value (or a file name in an origin) is the user's text: a newline in it broke the table, an
+  // ESC sequence coloured the terminal. printable() writes such characters visibly (\n, \x1b).
+  const auto shown = [](const std::string& value) {
+    return value.empty() ? std::string("\"\"") : printable(value);
+  };
   for (const Config::Entry& entry : config.entries) {
     key_width = std::max(key_width, entry.key.size());
     value_width = std::max(value_width, shown(entry.value).size());
@@ -19,7 +23,7 @@ std::string print_config(const Config& config) {
   out += fmt::format("  {:<{}}  {:<{}}  {}\n", "key", key_width, "value", value_width, "origin");
   for (const Config::Entry& entry : config.entries) {
     out += fmt::format("  {:<{}}  {:<{}}  {}\n", entry.key, key_width, shown(entry.value), value_width,
-                       entry.origin.describe());
+                       printable(entry.origin.describe()));
   }
   return out;
 }

@@ -29,9 +29,9 @@ std::string runs_on_text(const WorkerInfo& worker) {
 std::string print_workers(const Report& report) {
   const WorkerPool& pool = report.pool;
   std::string out = fmt::format("Workers: {}\n", pool.count);
-  out += fmt::format("  Count: {}\n", pool.reason);
+  out += fmt::format("  Count: {}\n", printable(pool.reason));  // names a file the user chose
   out += fmt::format("  Affinity: parallel.thread_affinity = {} ({})\n", affinity_name(pool.affinity),
-                     report.config.origin("parallel.thread_affinity").describe());
+                     printable(report.config.origin("parallel.thread_affinity").describe()));
   out +=
       "  Slot 0 is run by any application thread while it waits inside nerve; the others have their "
       "own threads.\n";

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -107,5 +108,12 @@ nlohmann::ordered_json report_to_json(const Report& report);
 std::string format_bytes(std::uint64_t bytes);       // "48 KiB", "1.2 MiB", "7.6 GiB"
 std::string format_cpu_list(std::vector<int> cpus);  // "0-3,8,10-11"
 std::string affinity_name(ThreadAffinity affinity);
+// printable() is `text` with what a terminal would not show as it is written visibly, so that a value
+// can neither break a table's rows nor send the terminal a control sequence: a newline, tab and
+// carriage return as \n, \t, \r; the other control characters and DEL as \x1b (their byte), the C1
+// controls as \u0085; a byte that is not part of a UTF-8 character as \xff; and a backslash as \\,
+// so that each escape reads one way. For the text output's values from users (configuration values,
+// file names, device names); the JSON output has its own escapes.
+std::string printable(std::string_view text);
 
 }  // namespace nerve::info
