@@ -427,6 +427,36 @@ def case_calibrate(binary):
         check("not saved" in result.stderr, f"no error on stderr:\n{result.stderr}")
 
 
+def case_calibrate_same_names(binary):
+    # Two devices of one model: the matrix cut their names to the columns' widths (16 for rows, 18 for
+    # columns), which left off the " (device 2)" that tells them apart. Rows and columns are numbered now,
+    # and a legend names each memory node in full, as the Devices section does. Only with PoCL's
+    # CPU device (tests/tools/CMakeLists.txt: NERVE_HAVE_OPENCL); elsewhere nothing to check.
+    env = {"POCL_DEVICES": "pthread pthread"}
+    devices = []
+    if any(device.get("backend") == "opencl" for device in run_json(binary, env=env)["devices"]):
+        devices = run_json(binary, "--set", "gpu.devices=opencl", env=env)["devices"]
+    if len(devices) < 3:  # the CPU workers and two pthread devices
+        print("skipped: PoCL does not give two pthread devices here")
+        sys.exit(77)
+    names = ["host"] + [device["memory_node_name"] for device in devices[1:]]
+    check(len(set(names)) == len(names), f"memory node names alike: {names}")
+    with tempfile.TemporaryDirectory() as directory:
+        result = run(binary, "--calibrate", "--set", "gpu.devices=opencl", "--set", f"perf.model_dir={directory}",
+                     env=env)
+    lines = result.stdout.splitlines()
+    legend = [line for line in lines if line.startswith("  memory node ")]
+    check(legend == [f"  memory node {index}: '{name}'" for index, name in enumerate(names)],
+          f"the legend does not name every memory node in full ({names}):\n{result.stdout}")
+    header = next((index for index, line in enumerate(lines) if line.lstrip().startswith("from \\ to")), None)
+    check(header is not None, f"no matrix header:\n{result.stdout}")
+    columns = lines[header].split()[3:]
+    rows = [line.split()[0] for line in lines[header + 1:header + 1 + len(names)]]
+    expected = [str(index) for index in range(len(names))]
+    check(columns == expected and rows == expected,
+          f"rows {rows} and columns {columns} are not the memory nodes {expected}:\n{result.stdout}")
+
+
 def case_closed_stdout(binary):
     # Output that cannot be written (a full device, a closed standard output or pipe) is exit 1 with a note on
     # stderr, as for --help: the report, --json and --calibrate exited 1 without a word.

@@ -50,12 +50,17 @@ std::string calibrate_bus(const Settings& settings, bool json, std::string& save
       fmt::format("Bus calibration ({} memory node{}; {} {})\n", nodes.size(), nodes.size() == 1 ? "" : "s",
                   save_error.empty() ? "saved to" : "NOT saved to", printable(bus.file().string()));
   if (nodes.size() < 2) return out + "  only host memory: nothing to measure (no devices)\n";
-  out += "  latency (us) / bandwidth (GB/s), from row to column\n";
-  out += fmt::format("  {:<16}", "");
-  for (const auto* node : nodes) out += fmt::format(" {:>18}", node->name().substr(0, 18));
+  // Rows and columns are memory node numbers, named in a legend above the matrix: names cut to a
+  // column's width could not be told apart (two devices of one model differ only in the " (device 2)"
+  // at the end of the second's name), and cutting a name by bytes could split a UTF-8 character.
+  for (const auto* node : nodes)
+    out += fmt::format("  memory node {}: '{}'\n", node->index(), printable(node->name()));
+  out += "  latency (us) / bandwidth (GB/s), from the row's memory node to the column's\n";
+  out += fmt::format("  {:>9}", "from \\ to");
+  for (const auto* node : nodes) out += fmt::format(" {:>18}", node->index());
   out += '\n';
   for (unsigned from = 0; from < nodes.size(); ++from) {
-    out += fmt::format("  {:<16}", nodes[from]->name().substr(0, 16));
+    out += fmt::format("  {:>9}", nodes[from]->index());
     for (unsigned to = 0; to < nodes.size(); ++to) {
       const detail::BusLink link = bus.link(from, to);
       out += link.measured() ? fmt::format(" {:>9.1f} / {:>6.2f}", link.latency_ns / 1e3, link.bytes_per_ns)
