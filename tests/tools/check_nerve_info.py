@@ -457,6 +457,13 @@ def case_calibrate_same_names(binary):
           f"rows {rows} and columns {columns} are not the memory nodes {expected}:\n{result.stdout}")
 
 
+def doc_text():
+    """docs/NERVE_INFO.md, its lines joined and blanks collapsed, so that a phrase may span lines."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "NERVE_INFO.md")
+    with open(path) as file:
+        return " ".join(file.read().split())
+
+
 def case_closed_stdout(binary):
     # Output that cannot be written (a full device, a closed standard output or pipe) is exit 1 with a note on
     # stderr, as for --help: the report, --json and --calibrate exited 1 without a word.
@@ -478,6 +485,12 @@ def case_closed_stdout(binary):
                 check(result.returncode == 1 and "nerve-info: the standard output was closed early" in result.stderr,
                       f"nerve-info {' '.join(args)} with stdout {lost}: exit status {result.returncode}, "
                       f"stderr {result.stderr!r}")
+                # The note says what was lost, in the words docs/NERVE_INFO.md gives: it said "the report
+                # on it" for all, where --help printed "the text on it" and --calibrate "the matrix on it".
+                note = next(line for line in result.stderr.splitlines() if "closed early" in line)
+                what = note.split("closed early: ", 1)[1]
+                check(f"`{what}`" in doc_text() or f"{what}`" in doc_text(),
+                      f"nerve-info {' '.join(args)}: the note {note!r} is not the one docs/NERVE_INFO.md gives")
 
 
 def run_bytes(binary, *args):
