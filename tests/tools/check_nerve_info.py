@@ -493,6 +493,42 @@ def case_closed_stdout(binary):
                       f"nerve-info {' '.join(args)}: the note {note!r} is not the one docs/NERVE_INFO.md gives")
 
 
+def case_pipe_reader(binary):
+    # A reader that quits early is seen only by a write that fails. `nerve-info | head -1`: the default
+    # report fits in the pipe, is written whole before head quits, and the exit status is 0 without a note
+    # (docs/NERVE_INFO.md presented it as the example of exit 1). A report larger than the pipe is cut
+    # short by such a reader: exit 1, with the note.
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("NERVE_")}
+
+    def first_line_then_quit(args, after_exit=False):
+        """Reads one line and quits, as `head -1` does: at once, or (after_exit) only once nerve-info
+        has exited — which `head` usually is, for a report that fits in the pipe, but not always (stdio
+        writes a report in a few write()s)."""
+        process = subprocess.Popen([binary, *args], env=environment, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE)
+        process.stdout.readline()
+        if after_exit:
+            process.wait(timeout=TIMEOUT_S)
+        process.stdout.close()
+        stderr = process.stderr.read().decode()
+        return process.wait(timeout=TIMEOUT_S), stderr
+
+    report = run(binary).stdout
+    if len(report.encode()) < 32 * 1024:  # well inside a pipe's 64 KiB: written whole before the reader quits
+        status, stderr = first_line_then_quit([], after_exit=True)
+        check(status == 0 and "closed early" not in stderr,
+              f"nerve-info | head -1 with a {len(report)}-byte report: exit {status}, stderr {stderr!r}")
+    # 256 cores: a core matrix of 65536 numbers, megabytes of JSON.
+    status, stderr = first_line_then_quit(["--json", "--synthetic", "pack:2 core:128 pu:1", "--set",
+                                           "parallel.thread_pool_size=2"])
+    check(status == 1 and "nerve-info: the standard output was closed early" in stderr,
+          f"nerve-info --json (megabytes) | head -1: exit {status}, stderr {stderr!r}")
+    # The documentation says as much: wherever it shows `| head -1`, it says that this exits 0.
+    sentences = [sentence for sentence in doc_text().split(". ") if "| head -1`" in sentence]
+    check(sentences and all("exits 0" in sentence for sentence in sentences),
+          f"docs/NERVE_INFO.md presents `nerve-info | head -1` as exiting otherwise than 0: {sentences}")
+
+
 def run_bytes(binary, *args):
     """Runs nerve-info with arguments that may hold any byte; its output as bytes."""
     environment = {k: v for k, v in os.environ.items() if not k.startswith("NERVE_")}

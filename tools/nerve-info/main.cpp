@@ -82,7 +82,7 @@ void print_text(const nerve::info::Report& report) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  nerve::tools::ignore_sigpipe();  // `nerve-info | head -1`: exit 1 with a note, not killed silently
+  nerve::tools::ignore_sigpipe();  // a reader that quits first: exit 1 with a note, not killed silently
   CLI::App app{
       "nerve-info: the machine, workers, configuration and devices as nerve sees them.\n"
       "Creates a nerve context with the given configuration and reports what it did."};
