@@ -65,16 +65,12 @@ constexpr std::size_t max_n = std::size_t{1} << 20;
 constexpr std::size_t max_tile = 16383;
 
 [[noreturn]] void usage(const std::string& problem) {
-  constexpr const char* text =
+  nerve_examples::usage_exit(
+      "cholesky_cuda",
       "usage: cholesky_cuda [--n N] [--tile B] [--gpu-only] [--baseline] [--check] "
       "[--policy heft|eager|locality_aware_stealing]\n"
-      "  N: 1 to 1048576 (default 8192), a multiple of B; B: 1 to 16383 (default 1024)\n";
-  if (problem.empty()) {  // --help
-    std::printf("%s", text);
-    std::exit(0);
-  }
-  std::fprintf(stderr, "cholesky_cuda: %s\n%s", problem.c_str(), text);
-  std::exit(2);
+      "  N: 1 to 1048576 (default 8192), a multiple of B; B: 1 to 16383 (default 1024)\n",
+      problem);
 }
 
 // parse() checks every argument (numbers: digits only, examples/common/arguments.hpp) before main()
@@ -97,11 +93,8 @@ Options parse(int argc, char** argv) {
         options.policy = value;
         continue;
       }
-      const std::size_t limit = arg == "--n" ? max_n : max_tile;
-      const auto number = nerve_examples::parse_count(value);
-      if (!number || *number == 0 || *number > limit)
-        usage(arg + " needs an integer from 1 to " + std::to_string(limit) + ", not '" + value + "'");
-      (arg == "--n" ? options.n : options.tile) = *number;
+      (arg == "--n" ? options.n : options.tile) =
+          nerve_examples::count_option(arg, value, arg == "--n" ? max_n : max_tile, usage);
     } else {
       usage("unknown option " + arg);
     }

@@ -49,15 +49,11 @@ constexpr std::size_t max_n = std::size_t{1} << 20;
 constexpr std::size_t max_tile = 16383;
 
 [[noreturn]] void usage(const std::string& problem) {
-  constexpr const char* text =
+  nerve_examples::usage_exit(
+      "cholesky_mpi",
       "usage: cholesky_mpi [--n N] [--tile B] [--gemm] [--check]\n"
-      "  N: 1 to 1048576 (default 2048), a multiple of B; B: 1 to 16383 (default 256)\n";
-  if (problem.empty()) {  // --help
-    std::printf("%s", text);
-    std::exit(0);
-  }
-  std::fprintf(stderr, "cholesky_mpi: %s\n%s", problem.c_str(), text);
-  std::exit(2);
+      "  N: 1 to 1048576 (default 2048), a multiple of B; B: 1 to 16383 (default 256)\n",
+      problem);
 }
 
 Options parse(int argc, char** argv) {
@@ -72,11 +68,8 @@ Options parse(int argc, char** argv) {
     } else if (arg == "--n" || arg == "--tile") {
       if (i + 1 == argc) usage("missing value for " + arg);
       const std::string value = argv[++i];
-      const std::size_t limit = arg == "--n" ? max_n : max_tile;
-      const auto number = nerve_examples::parse_count(value);
-      if (!number || *number == 0 || *number > limit)
-        usage(arg + " needs an integer from 1 to " + std::to_string(limit) + ", not '" + value + "'");
-      (arg == "--n" ? options.n : options.tile) = *number;
+      (arg == "--n" ? options.n : options.tile) =
+          nerve_examples::count_option(arg, value, arg == "--n" ? max_n : max_tile, usage);
     } else {
       usage("unknown option " + arg);
     }

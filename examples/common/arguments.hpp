@@ -3,7 +3,10 @@
 #pragma once
 
 #include <charconv>
+#include <cstdio>
+#include <cstdlib>
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace nerve_examples {
@@ -18,5 +21,27 @@ inline std::optional<unsigned long long> parse_count(std::string_view text) {
 
 // is_help(): -h or --help.
 inline bool is_help(std::string_view arg) { return arg == "-h" || arg == "--help"; }
+
+// usage_exit(): the end of a command line that cannot run. With a `problem`, it and the usage `text`
+// go to stderr and the exit status is 2; with none (--help), the text goes to stdout, status 0.
+[[noreturn]] inline void usage_exit(const char* program, const char* text, const std::string& problem) {
+  if (problem.empty()) {
+    std::fputs(text, stdout);
+    std::exit(0);
+  }
+  std::fprintf(stderr, "%s: %s\n%s", program, problem.c_str(), text);
+  std::exit(2);
+}
+
+// count_option(): option `name`'s `value`, an integer from 1 to `limit`; otherwise `usage` is called
+// (it does not return) with the problem.
+template <class Usage>
+std::size_t count_option(const std::string& name, const std::string& value, std::size_t limit,
+                         Usage&& usage) {
+  const auto number = parse_count(value);
+  if (!number || *number == 0 || *number > limit)
+    usage(name + " needs an integer from 1 to " + std::to_string(limit) + ", not '" + value + "'");
+  return static_cast<std::size_t>(*number);
+}
 
 }  // namespace nerve_examples
