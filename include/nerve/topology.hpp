@@ -27,7 +27,7 @@ struct Config;
 struct NumaNode {
   int index = 0;
   int os_index = 0;
-  int package = 0;
+  int package = 0;  // its first core's; a node spanning packages is in each one's Package::numa_nodes
   std::uint64_t memory_bytes = 0;
   std::vector<int> cores;  // logical core indices attached to this node
 };

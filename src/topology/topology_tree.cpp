@@ -31,9 +31,22 @@ std::string core_label(const Core& core) {
   return fmt::format("Core {} (PU P#{})", core.index, fmt::join(core.pu_os_indices, ", P#"));
 }
 
-// cache_lines() nests the caches of `levels[0]` and below over `cores`. Cores outside every cache of
-// the current level move on to the next level at the same depth.
-std::vector<Line> cache_lines(const Topology& topology, const std::vector<int>& cores,
+// shared_with(): ", shared with NUMA node 1, 2" for a cache whose cores reach NUMA nodes other than
+// `node` (a cache above the NUMA level, shown under each node it serves), else "".
+std::string shared_with(const Topology& topology, const Cache& cache, int node) {
+  std::vector<int> others;
+  for (int core : cache.cores) {
+    const int other = topology.cores()[core].numa_node;
+    if (other != node && std::ranges::find(others, other) == others.end()) others.push_back(other);
+  }
+  if (others.empty()) return {};
+  std::ranges::sort(others);
+  return fmt::format(", shared with NUMA node {}", fmt::join(others, ", "));
+}
+
+// cache_lines() nests the caches of `levels[0]` and below over `cores` (of NUMA node `node`). Cores
+// outside every cache of the current level move on to the next level at the same depth.
+std::vector<Line> cache_lines(const Topology& topology, const std::vector<int>& cores, int node,
                               std::vector<int> levels) {
   if (levels.empty()) {
     std::vector<Line> lines;
@@ -53,10 +66,11 @@ std::vector<Line> cache_lines(const Topology& topology, const std::vector<int>& 
     std::ranges::set_intersection(cache.cores, cores, std::back_inserter(inside));
     if (inside.empty()) continue;
     std::erase_if(uncovered, [&](int core) { return std::ranges::binary_search(inside, core); });
-    lines.push_back(Line{fmt::format("L{} #{} ({})", level, index_in_level, format_bytes(cache.size_bytes)),
-                         cache_lines(topology, inside, levels)});
+    lines.push_back(Line{fmt::format("L{} #{} ({}{})", level, index_in_level, format_bytes(cache.size_bytes),
+                                     shared_with(topology, cache, node)),
+                         cache_lines(topology, inside, node, levels)});
   }
-  for (Line& line : cache_lines(topology, uncovered, levels)) lines.push_back(std::move(line));
+  for (Line& line : cache_lines(topology, uncovered, node, levels)) lines.push_back(std::move(line));
   return lines;
 }
 
@@ -69,14 +83,27 @@ std::vector<int> levels_from_top(const Topology& topology) {
   return levels;
 }
 
+// numa_line(): `node` under `package`. A node spanning packages (BIOS node interleaving) is shown
+// under each: its memory once, under its first package, which says which packages it spans; the
+// others say it continues from there.
 Line numa_line(const Topology& topology, const NumaNode& node, int package) {
   std::vector<int> cores;
+  std::vector<int> packages;
   for (int core : node.cores) {
-    if (topology.cores()[core].package == package) cores.push_back(core);
+    const int own = topology.cores()[core].package;
+    if (own == package) cores.push_back(core);
+    if (std::ranges::find(packages, own) == packages.end()) packages.push_back(own);
   }
+  std::ranges::sort(packages);
   std::string label = fmt::format("NUMA node {} (P#{}", node.index, node.os_index);
-  label += node.memory_bytes != 0 ? fmt::format(", {})", format_bytes(node.memory_bytes)) : std::string(")");
-  return Line{std::move(label), cache_lines(topology, cores, levels_from_top(topology))};
+  if (packages.size() > 1 && package != packages.front()) {
+    label += fmt::format(", continued from Package {})", packages.front());
+  } else {
+    if (node.memory_bytes != 0) label += ", " + format_bytes(node.memory_bytes);
+    if (packages.size() > 1) label += fmt::format(", spans packages {}", fmt::join(packages, ", "));
+    label += ')';
+  }
+  return Line{std::move(label), cache_lines(topology, cores, node.index, levels_from_top(topology))};
 }
 
 void render(const Line& line, int depth, std::string& out) {

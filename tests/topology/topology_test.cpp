@@ -430,6 +430,31 @@ TEST(TopologyTree, NestsCachesAndPus) {
   ASSERT_LT(l3, core);
 }
 
+// A NUMA node spanning packages (BIOS node interleaving) is shown under each, its memory once; a
+// cache above the NUMA level is shown under each node it serves, saying so. (The tree showed the
+// node's 1024 MiB under both packages, reading as 2 GiB, and the one L3 as one per node.)
+TEST(TopologyTree, WhatSpansItsParentSaysSoAndCountsOnce) {
+  const std::string across = synthetic_topology("pack:2 core:2 pu:1").tree();
+  EXPECT_NE(across.find("Package 0 + NUMA node 0 (P#0, 1024 MiB, spans packages 0, 1)"), std::string::npos)
+      << across;
+  EXPECT_NE(across.find("Package 1 + NUMA node 0 (P#0, continued from Package 0)"), std::string::npos)
+      << across;
+  std::size_t mentions = 0;
+  for (auto at = across.find("1024 MiB"); at != std::string::npos; at = across.find("1024 MiB", at + 1))
+    ++mentions;
+  EXPECT_EQ(mentions, 2u) << "the machine's total and the node's, once\n" << across;
+  const std::string shared = synthetic_topology("pack:1 l3:1 numa:2 l2:2 core:2 pu:2").tree();
+  EXPECT_NE(shared.find("NUMA node 0 (P#0, 1024 MiB) + L3 #0 (16 MiB, shared with NUMA node 1)"),
+            std::string::npos)
+      << shared;
+  EXPECT_NE(shared.find("NUMA node 1 (P#1, 1024 MiB) + L3 #0 (16 MiB, shared with NUMA node 0)"),
+            std::string::npos)
+      << shared;
+  const std::string own = synthetic_topology("pack:2 numa:2 l3:1 core:2 pu:1").tree();
+  EXPECT_EQ(own.find("shared with"), std::string::npos) << "each L3 serves one NUMA node\n" << own;
+  EXPECT_EQ(own.find("spans"), std::string::npos) << own;
+}
+
 TEST(TopologyTree, RealMachineRenders) {
   const Topology topology = Topology::discover(Config{});
   const std::string tree = topology.tree();
