@@ -132,6 +132,11 @@ std::string read_xml(const std::string& path) {
 // the check and hwloc's reading.
 void use_xml(hwloc_topology_t topology, const std::string& path) {
   const std::string text = read_xml(path);
+  if (text.find_first_not_of(" \t\r\n") == std::string::npos) {  // hwloc's answer: "Invalid argument"
+    throw ConfigError(fmt::format("cannot read '{}' as an hwloc XML topology: the file is empty{}", path,
+                                  text.empty() ? "" : " (blanks only)"),
+                      xml_key);
+  }
   if (const auto problem = find_hwloc_xml_problem(text)) {
     throw ConfigError(fmt::format("cannot read '{}' as an hwloc XML topology: {}", path, *problem), xml_key);
   }

@@ -7,6 +7,7 @@
 #include <tuple>
 #include <vector>
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "nerve/config.hpp"
@@ -333,6 +334,12 @@ TEST(TopologyErrors, XmlThatCrashesHwlocIsAConfigError) {
         << message;
     for (const std::string& part : test.expected) EXPECT_NE(message.find(part), std::string::npos) << message;
   }
+}
+
+// An empty file said only "Invalid argument" (hwloc's errno).
+TEST(TopologyXml, AnEmptyFileSaysSo) {
+  EXPECT_THAT(xml_error(""), ::testing::HasSubstr("as an hwloc XML topology: the file is empty"));
+  EXPECT_THAT(xml_error("\n  \n"), ::testing::HasSubstr("the file is empty (blanks only)"));
 }
 
 // Every export hwloc writes passes nerve's check and loads: synthetic machines of many shapes (caches,
