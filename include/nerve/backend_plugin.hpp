@@ -81,7 +81,7 @@ struct DeviceDescription {
   // "unknown memory".
   std::uint64_t memory_bytes = 0;
   unsigned compute_units = 1;
-  int numa_node = -1;  // nerve's NUMA node index when known
+  int numa_node = -1;  // nerve's NUMA node index when known (one the topology lacks: unknown, warned)
 };
 
 // What to run for one task: its call (accesses resolved in the device's memory, values) and the

@@ -7,6 +7,7 @@
 #include <exception>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -19,6 +20,7 @@
 #include "backend/transfer_gate.hpp"
 #include "task/kernel_task.hpp"
 #include "task/task_record.hpp"
+#include "util/log.hpp"
 
 namespace nerve::detail {
 namespace {
@@ -306,7 +308,7 @@ class PluginBackend final : public Backend {
 
   std::string name() const override { return name_; }
 
-  std::vector<DeviceInfo> enumerate(const Topology& /*topology*/) override {
+  std::vector<DeviceInfo> enumerate(const Topology& topology) override {
     std::vector<DeviceInfo> found;
     const std::size_t count = call("Backend::device_count()", [&] { return backend_->device_count(); });
     {
@@ -317,7 +319,7 @@ class PluginBackend final : public Backend {
                        : fmt::format("no device (its Backend::device_count() returned 0; plugin file {})",
                                      file_.string());
     }
-    for (std::size_t i = 0; i < count; ++i) found.push_back(info(describe(i)));
+    for (std::size_t i = 0; i < count; ++i) found.push_back(info(describe(i), &topology));
     return found;
   }
 
@@ -339,20 +341,33 @@ class PluginBackend final : public Backend {
       throw plugin_error(file_,
                          fmt::format("Backend::open({}) returned no device ('{}')", which, description.name));
     }
-    DeviceInfo described = info(description);
+    DeviceInfo described = info(description, options.topology);
     described.index = options.index;
     return std::make_unique<PluginDevice>(described, description, std::move(device), open_options,
                                           options.node_name(described.name));
   }
 
  private:
-  DeviceInfo info(const plugin::DeviceDescription& description) const {
+  // info(): what nerve knows of a described device. A NUMA node the topology lacks (a plugin's guess,
+  // one of another machine) is unknown (-1), with a warning, rather than a locality nerve-info shows
+  // and placement would use.
+  DeviceInfo info(const plugin::DeviceDescription& description, const Topology* topology) const {
     DeviceInfo out;
     out.kind = description.kind;
     out.name = description.name;
     out.memory_bytes = description.memory_bytes;
     out.compute_units = description.compute_units;
     out.numa_node = description.numa_node;
+    const int nodes = topology != nullptr ? static_cast<int>(topology->numa_nodes().size()) : 0;
+    if (topology != nullptr && (out.numa_node < -1 || out.numa_node >= nodes)) {
+      std::unique_lock lock(mutex_);
+      if (unplaced_.emplace(description.name, out.numa_node).second)  // once: each context enumerates
+        log::warn(
+            "plugin '{}': device '{}' says it is attached to NUMA node {}, which this machine's "
+            "topology does not have (nodes 0 to {}); its NUMA node is taken as unknown",
+            name_, description.name, out.numa_node, nodes - 1);
+      out.numa_node = -1;
+    }
     out.backend = name_;
     out.unified_memory = description.unified_memory;
     return out;
@@ -403,8 +418,9 @@ class PluginBackend final : public Backend {
   std::string name_;
   plugin::Backend* backend_;
   std::filesystem::path file_;
-  mutable std::mutex mutex_;  // guards why_: contexts may be built on several threads at once
+  mutable std::mutex mutex_;  // guards why_ and unplaced_: contexts may be built on several threads at once
   std::string why_;           // unavailable_reason(), set by each enumerate()
+  mutable std::set<std::pair<std::string, int>> unplaced_;  // devices and NUMA nodes warned about
 };
 
 }  // namespace

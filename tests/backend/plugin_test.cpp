@@ -378,6 +378,24 @@ TEST(BackendPlugin, ABufferPreferringADeviceLivesOnThatDevicesNumaNode) {
   EXPECT_EQ(nerve_buffer_free(for_sim1), NERVE_OK);
 }
 
+// A plugin's NUMA node that the topology lacks (sim1 says node 1 on a machine of one node) is unknown,
+// with a warning naming it: it was shown as the device's locality (nerve-info) and kept in devices().
+TEST(BackendPlugin, ANumaNodeTheMachineLacksIsUnknown) {
+  ::setenv("SIM_PLUGIN_NUMA", "1", 1);
+  Settings settings = make_settings(2);
+  settings.set("topology.synthetic", "pack:1 core:2 pu:1");
+  ::testing::internal::CaptureStderr();
+  const std::unique_ptr<Context> context = context_with_plugins(NERVE_TEST_PLUGIN_DIR, "sim", settings);
+  const std::string warnings = ::testing::internal::GetCapturedStderr();
+  ::unsetenv("SIM_PLUGIN_NUMA");
+  const auto devices = context->devices();
+  ASSERT_EQ(devices.size(), 3u);
+  EXPECT_EQ(devices[1].numa_node, 0) << "sim0 says node 0, which exists";
+  EXPECT_EQ(devices[2].numa_node, -1) << "sim1's node 1 is not on this machine";
+  EXPECT_THAT(warnings, ::testing::HasSubstr("device 'sim1' says it is attached to NUMA node 1, which this "
+                                             "machine's topology does not have (nodes 0 to 0)"));
+}
+
 // Regression: "dir:dir/", or a link to a plugin file beside the file itself, listed the plugin twice:
 // create() ran once, but each device was opened twice, each with a memory node of its own.
 TEST(BackendPlugin, APluginReachedByTwoPathsIsOneBackend) {
