@@ -149,6 +149,14 @@ std::string read_whole_file(const std::filesystem::path& path, std::string_view 
   }
 }
 
+// AliasSite: where an alias (`*name`) stands in the text, and where the node it names starts (the
+// mark every use of that node carries in the loaded document).
+struct AliasSite {
+  int pos;
+  int line;  // 1-based
+  int target;
+};
+
 // FileReader walks the document and hands each assignment to `take` as it finds it, remembering the
 // line where each key was first set so that a duplicate (YAML forbids them; yaml-cpp keeps both)
 // points at both places. Assignments are handed over one by one, in file order, so that the first
@@ -156,7 +164,8 @@ std::string read_whole_file(const std::filesystem::path& path, std::string_view 
 // is an alias of a large anchored node is not copied for every later key of the file first.
 class FileReader {
  public:
-  FileReader(std::string file, const AssignmentSink& take) : file_(std::move(file)), take_(take) {}
+  FileReader(std::string file, const AssignmentSink& take, std::vector<AliasSite> aliases)
+      : file_(std::move(file)), take_(take), aliases_(std::move(aliases)) {}
 
   void read(const YAML::Node& document) {
     if (document.IsNull()) return;  // empty file, or only comments
@@ -165,8 +174,10 @@ class FileReader {
            fmt::format("the top level must be a map of sections or dotted keys, not {}",
                        shape_name(document)));
     }
+    int line = 1;
     for (auto it = document.begin(); it != document.end(); ++it) {
-      read_top_level(it->first, it->second, place(it->first, it->second, last_line_));
+      line = place(it->first, line);
+      read_top_level(it->first, it->second, line);
     }
   }
 
@@ -187,33 +198,64 @@ class FileReader {
                        "lines), not {}",
                        name, name, shape_name(value)));
     }
+    // A section given as an alias of a map (`scheduler: *common`): its entries stand where the alias
+    // does, not where the anchored map was written.
+    const std::optional<int> aliased = alias_line(value);
     for (auto it = value.begin(); it != value.end(); ++it) {
-      const int key_line = place(it->first, it->second, line);
-      add(name + "." + key_text(it->first, name, key_line), key_line, it->second);
+      const int key_line = aliased ? *aliased : place(it->first, line);
+      // What an alias holds was passed where it was written: its own aliases are not these.
+      add(name + "." + key_text(it->first, name, key_line), key_line, it->second, !aliased);
     }
   }
 
-  // place(): the line an entry is written on. An alias (`*name`) shares its anchored node, whose mark
-  // is where the anchor stands, earlier in the file; the walk goes in document order, so a key that
-  // starts before the last one placed came through an alias. An alias used as a key is followed by
-  // its value (reported there); the entries of a map reached through an alias (`scheduler: *common`)
-  // are reported at `enclosing`, the line of the key that holds the alias.
-  int place(const YAML::Node& key, const YAML::Node& value, int enclosing) {
-    const YAML::Mark key_mark = key.Mark();
-    if (key_mark.pos >= last_pos_) return placed_at(key_mark);
-    if (const YAML::Mark value_mark = value.Mark(); !value_mark.is_null() && value_mark.pos > last_pos_)
-      return placed_at(value_mark);
-    return enclosing;
-  }
-  int placed_at(const YAML::Mark& mark) {
-    last_pos_ = mark.pos;
-    last_line_ = mark.line + 1;  // yaml-cpp counts from 0
-    return last_line_;
+  // The walk goes in document order and keeps `walked_`, the start of the last node of the text it
+  // passed. A node starting there or before is an alias (`*name`): the loaded document shares the
+  // anchored node, whose mark is the anchor's, under every alias. Such a node is reported where the
+  // alias stands (aliases_, from the parser's events).
+
+  // place(): the line of an entry's key; `enclosing` when an alias used as a key cannot be found.
+  int place(const YAML::Node& key, int enclosing) {
+    if (const std::optional<int> line = alias_line(key)) return *line;
+    return key.IsNull() ? enclosing : line_of(key);
   }
 
-  void add(const std::string& name, int line, const YAML::Node& value) {
+  // alias_line(): for an alias, the line it stands on (nullopt for a node written here, which the walk
+  // then passes: a scalar's start, a collection's entries).
+  std::optional<int> alias_line(const YAML::Node& node) {
+    if (node.IsNull()) return std::nullopt;  // a null's mark is the next token's: no place of its own
+    const int pos = node.Mark().pos;
+    if (pos > walked_) {
+      if (node.IsScalar()) walked_ = pos;
+      return std::nullopt;
+    }
+    // The next alias of the text naming this node (each alias is met once, in order; one that was not
+    // recognised, an alias of a null, is stepped over).
+    for (std::size_t i = next_alias_; i < aliases_.size(); ++i) {
+      if (aliases_[i].target != pos || aliases_[i].pos <= walked_) continue;
+      next_alias_ = i + 1;
+      walked_ = aliases_[i].pos;
+      return aliases_[i].line;
+    }
+    return std::nullopt;
+  }
+
+  // pass(): the walk passes a value, so that anchors and aliases inside it are where they are.
+  void pass(const YAML::Node& value) {
+    if (alias_line(value) || value.IsScalar() || value.IsNull()) return;  // an alias's content was passed
+    for (auto it = value.begin(); it != value.end(); ++it) {
+      if (value.IsMap()) {
+        pass(it->first);
+        pass(it->second);
+      } else {
+        pass(*it);
+      }
+    }
+  }
+
+  void add(const std::string& name, int line, const YAML::Node& value, bool written_here = true) {
     note_first_use(name, line);
     take_({name, raw_value(value), file_origin(file_, line)});
+    if (written_here) pass(value);
   }
 
   void note_first_use(const std::string& name, int line) {
@@ -239,8 +281,9 @@ class FileReader {
   std::string file_;
   const AssignmentSink& take_;
   std::map<std::string, int> first_line_;
-  int last_pos_ = -1;  // where the last entry placed starts (a position in the text)
-  int last_line_ = 1;
+  const std::vector<AliasSite> aliases_;
+  std::size_t next_alias_ = 0;
+  int walked_ = -1;
 };
 
 // EventChecker reads the parser's events before the document is loaded, for two mistakes yaml-cpp
@@ -275,17 +318,29 @@ class EventChecker : public YAML::EventHandler {
     }
   }
 
-  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t, const std::string&) override {
+  // aliases(): every alias of the text, in order, with the start of the node it names.
+  std::vector<AliasSite> aliases() const { return aliases_; }
+
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
+                const std::string&) override {
+    note_anchor(mark, anchor);
     check_scalar(mark);
   }
   void OnDocumentStart(const YAML::Mark& mark) override { check_progress(mark); }
   void OnDocumentEnd() override {}
-  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
-  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
-  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
-                       YAML::EmitterStyle::value) override {}
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t anchor) override { note_anchor(mark, anchor); }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t anchor) override {
+    const auto named = anchors_.find(anchor);
+    if (named != anchors_.end()) aliases_.push_back(AliasSite{mark.pos, mark.line + 1, named->second});
+  }
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
+                       YAML::EmitterStyle::value) override {
+    note_anchor(mark, anchor);
+  }
   void OnSequenceEnd() override {}
-  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
+                  YAML::EmitterStyle::value) override {
+    note_anchor(mark, anchor);
   }
   void OnMapEnd() override {}
 
@@ -324,9 +379,15 @@ class EventChecker : public YAML::EventHandler {
                                    quote == '"' ? "double" : "single", mark.column + 1, quote));
   }
 
+  void note_anchor(const YAML::Mark& mark, YAML::anchor_t anchor) {
+    if (anchor != YAML::NullAnchor) anchors_[anchor] = mark.pos;
+  }
+
   const std::string& text_;
   std::string file_;
   std::optional<int> last_document_start_;  // the offset of the last document's first token
+  std::map<YAML::anchor_t, int> anchors_;   // where each anchored node starts
+  std::vector<AliasSite> aliases_;
 };
 
 }  // namespace
@@ -339,8 +400,11 @@ void read_config_file(const std::filesystem::path& path, std::string_view named_
   // early, refusing valid files and missing unclosed quotes.
   if (text.starts_with("\xEF\xBB\xBF")) text.erase(0, 3);
   YAML::Node document;
+  std::vector<AliasSite> aliases;
   try {
-    EventChecker(text, path.string()).check();  // before LoadAll(), which may never return
+    EventChecker checker(text, path.string());
+    checker.check();  // before LoadAll(), which may never return
+    aliases = checker.aliases();
     std::vector<YAML::Node> documents = YAML::LoadAll(text);
     // A second document (after `---`) would otherwise be ignored, typos and all; empty ones hold nothing.
     std::erase_if(documents,
@@ -356,7 +420,7 @@ void read_config_file(const std::filesystem::path& path, std::string_view named_
   } catch (const YAML::Exception& error) {
     throw_yaml_syntax_error(error, text, path.string());
   }
-  FileReader(path.string(), take).read(document);
+  FileReader(path.string(), take, std::move(aliases)).read(document);
 }
 
 }  // namespace nerve::config

@@ -1007,6 +1007,18 @@ TEST(ConfigBadFile, WhatComesThroughAnAliasIsReportedWhereTheAliasStands) {
                                    "parallel.thread_pool_size: 2\nother: *p\n")),
               ::testing::HasSubstr("duplicate.yaml:5: parallel.thread_pool_size: duplicate key (first set "
                                    "at line 2)"));
+  // Aliases the order of keys alone cannot tell (review of the first fix): of an anchor just before,
+  // in the entry above; as key and value both; as a key with nothing after it.
+  EXPECT_THAT(load_error(dir.write("next.yaml", "scheduler:\n  policy: &k eager\n  *k : 3\n")),
+              ::testing::HasSubstr("next.yaml:3: unknown configuration key 'scheduler.eager'"));
+  EXPECT_THAT(load_error(dir.write("both.yaml",
+                                   "parallel:\n  thread_pool_size: &v 2\n&k scheduler.spin_us: 3\n"
+                                   "*k : *v\n")),
+              ::testing::HasSubstr("both.yaml:4: scheduler.spin_us: duplicate key (first set at line 3)"));
+  EXPECT_THAT(load_error(dir.write("null.yaml",
+                                   "scheduler:\n  &k spin_us: 3\n  policy: eager\n  *k :\n# c\n\n"
+                                   "memory:\n  huge_pages: false\n")),
+              ::testing::HasSubstr("null.yaml:4: scheduler.spin_us: duplicate key (first set at line 2)"));
 }
 
 }  // namespace
