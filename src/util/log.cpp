@@ -2,11 +2,13 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
 #include <thread>
 
+#include <poll.h>
 #include <unistd.h>
 
 #include "util/cpu.hpp"
@@ -55,8 +57,10 @@ class LineLock {
       if (seen != mine_ && owner().compare_exchange_weak(seen, mine_, std::memory_order_acquire)) return;
       if (spins < 64) {
         cpu_relax();
-      } else {
+      } else if (spins < 256) {
         std::this_thread::yield();
+      } else {  // the holder waits for a full pipe or a stopped terminal: sleep, do not burn a core
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
       }
     }
   }
@@ -74,14 +78,18 @@ class LineLock {
 };
 
 void write_whole(int descriptor, std::string_view text) noexcept {
+  int full_waits = 0;  // a non-blocking stderr that stays full: at most about a second per line
   while (!text.empty()) {
     const ssize_t written = ::write(descriptor, text.data(), text.size());
     if (written > 0) {
       text.remove_prefix(static_cast<std::size_t>(written));
     } else if (written < 0 && errno == EINTR) {
       continue;
+    } else if (written < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && full_waits++ < 10) {
+      pollfd ready{descriptor, POLLOUT, 0};
+      ::poll(&ready, 1, 100);
     } else {
-      return;  // stderr closed, full and non-blocking, or failing: a log line is not worth a hang
+      return;  // stderr closed or failing: a log line is not worth a hang
     }
   }
 }

@@ -94,6 +94,26 @@ TEST(Log, LinesLongerThanAPipeWritesAtOnceStayWholeAcrossThreads) {
   for (int t = 0; t < threads; ++t) EXPECT_EQ(seen[t], lines_each) << "thread " << t;
 }
 
+// A non-blocking stderr that is full takes the rest of the line once the reader catches up (the line
+// was cut at the first EAGAIN, the next one starting in its middle).
+TEST(Log, ANonBlockingStderrGetsTheWholeLine) {
+  std::string captured;
+  {
+    CapturedStderr stderr_pipe(4096);
+    ::fcntl(2, F_SETFL, ::fcntl(2, F_GETFL) | O_NONBLOCK);
+    std::thread reader([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the pipe fills first
+      captured = read_all(stderr_pipe.read_end());
+    });
+    write(Level::warn, std::string(20000, 'n'));
+    write(Level::warn, "next");
+    ::fcntl(2, F_SETFL, ::fcntl(2, F_GETFL) & ~O_NONBLOCK);
+    stderr_pipe.restore();
+    reader.join();
+  }
+  EXPECT_EQ(captured, "[nerve] warn: " + std::string(20000, 'n') + "\n[nerve] warn: next\n");
+}
+
 TEST(Log, AChildForkedWhileAParentThreadWritesALineCanStillLog) {
   CapturedStderr stderr_pipe(4096);
   // Nobody reads the pipe yet: the writer blocks in the middle of its line, holding the process's turn.
