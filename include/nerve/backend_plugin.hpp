@@ -108,9 +108,11 @@ class Device {
   // replicas or reports out_of_memory). Never called with 0 bytes.
   virtual void* allocate(std::size_t bytes) = 0;
   virtual void deallocate(void* data, std::size_t bytes) noexcept = 0;
-  // Asynchronous copies between host memory and this device; `done` once the bytes have landed.
-  // Host memory stays valid and unchanged until then. A copy that throws has not started: it must
-  // not call `done` then, and the copy fails with what it threw (so does the task that needed it).
+  // Asynchronous copies between host memory and this device; `done` once the bytes have landed,
+  // on its own (context shutdown waits for every copy's `done` before it calls drain(), since one
+  // copy's completion may start another). Host memory stays valid and unchanged until then. A copy that
+  // throws has not started: it must not call `done` then, and the copy fails with what it threw (so does the
+  // task that needed it).
   virtual void copy_to_device(const void* host, void* device, std::size_t bytes, Completion& done) = 0;
   virtual void copy_to_host(const void* device, void* host, std::size_t bytes, Completion& done) = 0;
   // Synchronous copies, which must not wait for the asynchronous ones' completions (nerve calls

@@ -133,7 +133,15 @@ class PluginMemoryNode final : public MemoryNode {
       ++in_flight_;
       ++started_;
     }
-    if (gate_.enter(copy)) start(copy);  // else the copy that frees a place starts it
+    bool may_start = false;
+    try {
+      may_start = gate_.enter(copy);
+    } catch (...) {  // no memory to queue it: it never starts, and wait_idle() must not wait for it
+      std::lock_guard lock(in_flight_mutex_);
+      if (--in_flight_ == 0) idle_.notify_all();
+      throw;
+    }
+    if (may_start) start(copy);  // else the copy that frees a place starts it
   }
 
  private:
