@@ -1252,7 +1252,8 @@ TEST(CudaCurrentDevice, AThreadWithoutADeviceIsLeftWithoutOneAndGpu0Untouched) {
   std::thread program([&] {
     Settings settings = FakeCuda::settings(2);
     settings.set("gpu.devices", "Fake CUDA GPU 1");
-    Context context(settings);
+    auto context_owner = std::make_unique<Context>(settings);
+    Context& context = *context_owner;
     {
       const Kernel scale = make_scale();
       Buffer<float> x(context, std::vector<float>(4096, 1.0f));
@@ -1263,6 +1264,8 @@ TEST(CudaCurrentDevice, AThreadWithoutADeviceIsLeftWithoutOneAndGpu0Untouched) {
       EXPECT_EQ(large.map_read()[0], 2.0f);
     }
     EXPECT_EQ(cuda.driver->current_device(), -1) << "nerve left a device current on the program's thread";
+    context_owner.reset();  // frees the device's events, pinned blocks and flags on this thread
+    EXPECT_EQ(cuda.driver->current_device(), -1) << "the context's destruction left a device current";
   });
   program.join();
   for (const auto& block : cuda.driver->records("host_alloc"))

@@ -39,7 +39,11 @@ void CudaBlockAllocator::free_block(void* block, std::size_t bytes) noexcept {
   switch (kind_) {
     case BlockKind::device: driver_.free_device(device_, block); break;
     case BlockKind::managed: driver_.free_managed(device_, block); break;
-    case BlockKind::pinned: driver_.host_free(block); break;
+    case BlockKind::pinned: {
+      const QuietDeviceScope scope(driver_, device_);  // as it was allocated: no other device's context
+      driver_.host_free(block);
+      break;
+    }
   }
   blocks_.fetch_sub(1, std::memory_order_relaxed);
   bytes_.fetch_sub(bytes, std::memory_order_relaxed);

@@ -142,4 +142,27 @@ class DeviceScope {
   const SavedDevice saved_;
 };
 
+// QuietDeviceScope: a DeviceScope for paths that must not throw (freeing, destroying). When `device`
+// cannot be made current, the calls in it run in the thread's own context, as they would without it.
+class QuietDeviceScope {
+ public:
+  QuietDeviceScope(Driver& driver, int device) noexcept : driver_(driver) {
+    try {
+      saved_ = driver.enter_device(device);
+      entered_ = true;
+    } catch (...) {  // the device stays as it was; nothing to give back
+    }
+  }
+  ~QuietDeviceScope() {
+    if (entered_) driver_.leave_device(saved_);
+  }
+  QuietDeviceScope(const QuietDeviceScope&) = delete;
+  QuietDeviceScope& operator=(const QuietDeviceScope&) = delete;
+
+ private:
+  Driver& driver_;
+  SavedDevice saved_;
+  bool entered_ = false;
+};
+
 }  // namespace nerve::detail::cuda

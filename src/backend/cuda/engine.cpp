@@ -43,7 +43,10 @@ Engine::Engine(std::shared_ptr<Driver> driver, int ordinal, unsigned stream_coun
 
 Engine::~Engine() {
   drain();
-  if (flags_ != nullptr) driver_.host_free(flags_);
+  if (flags_ != nullptr) {
+    const QuietDeviceScope scope(driver_, ordinal_);  // as allocated
+    driver_.host_free(flags_);
+  }
 }
 
 Operation* Engine::acquire() {

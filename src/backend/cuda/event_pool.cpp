@@ -3,6 +3,8 @@
 namespace nerve::detail::cuda {
 
 EventPool::~EventPool() {
+  // In the events' device's context: the runtime would make device 0's current on a thread without one.
+  const QuietDeviceScope scope(driver_, device_);
   for (Event event : free_) driver_.destroy_event(event);
 }
 

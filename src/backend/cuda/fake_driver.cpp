@@ -215,6 +215,7 @@ void* FakeDriver::host_alloc(std::size_t bytes) {
 void FakeDriver::host_free(void* pointer) noexcept {
   std::lock_guard lock(mutex_);
   count("host_free");
+  implicit_context();
   release(pointer);
 }
 
@@ -340,6 +341,7 @@ Event FakeDriver::create_event(int device) {
 void FakeDriver::destroy_event(Event event) noexcept {
   std::lock_guard lock(mutex_);
   count("destroy_event");
+  implicit_context();
   events_.erase(static_cast<FakeEvent*>(event));
 }
 
