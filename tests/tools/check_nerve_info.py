@@ -542,8 +542,8 @@ def case_escaped_values(binary):
     # A value (or file name) with control characters went into the Configuration table raw: a newline
     # broke its row, an ESC sequence coloured the terminal, a byte that is not UTF-8 went out as it was.
     # They are written visibly now; --json keeps the value (JSON escapes; U+FFFD for the stray byte).
-    odd = b"x\xffy\nz\x1b[31mRED\x7f\xc2\x9b\\n\xc3\xa9"
-    shown = "x\\xffy\\nz\\x1b[31mRED\\x7f\\u009b\\\\n\u00e9"
+    odd = b"x\xffy\nz\x1b[31mRED\x7f\xc2\x9b\\n\xc3\xa9\xe2\x80\xaeR\xe2\x80\xa8L"
+    shown = "x\\xffy\\nz\\x1b[31mRED\\x7f\\u009b\\\\n\u00e9\\u202eR\\u2028L"
     with tempfile.TemporaryDirectory() as directory:
         config = os.path.join(directory, "odd\tname\n.yaml")
         with open(config, "w") as file:
@@ -553,7 +553,9 @@ def case_escaped_values(binary):
             text = output.decode("utf-8")
         except UnicodeDecodeError as error:
             raise CheckFailed(f"the text output is not UTF-8: {error}")
-        controls = sorted({c for c in text if (ord(c) < 0x20 and c != "\n") or 0x7f <= ord(c) <= 0x9f})
+        layout = {0x061C, 0x200E, 0x200F, 0x2028, 0x2029, *range(0x202A, 0x202F), *range(0x2066, 0x206A)}
+        controls = sorted({c for c in text if (ord(c) < 0x20 and c != "\n") or 0x7f <= ord(c) <= 0x9f
+                           or ord(c) in layout})
         check(not controls, f"the text output holds control characters {controls!r}")
         rows = section(text, "Configuration")
         origin_column = rows[0].index("origin")  # the header's: every row's origin starts there
@@ -567,7 +569,7 @@ def case_escaped_values(binary):
         check(spin[origin_column:].rstrip() == f"{escaped_file}:2", f"the file origin: {spin!r}")
         entry = config_entry(json.loads(run_bytes(binary, "--json", "--set", b"perf.model_dir=" + odd)),
                              "perf.model_dir")
-        check(entry["value"] == "x\ufffdy\nz\x1b[31mRED\x7f\x9b\\n\u00e9", f"--json: {entry['value']!r}")
+        check(entry["value"] == "x\ufffdy\nz\x1b[31mRED\x7f\x9b\\n\u00e9\u202eR\u2028L", f"--json: {entry['value']!r}")
 
 
 CASES = {name[len("case_"):]: function for name, function in globals().items() if name.startswith("case_")}

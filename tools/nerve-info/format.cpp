@@ -64,6 +64,22 @@ std::size_t utf8_sequence_length(std::string_view text) {
 
 }  // namespace
 
+// layout_control(): a code point that reorders or breaks the line around it on a terminal (bidi marks,
+// embeddings, overrides and isolates; line and paragraph separators): a value could turn its row round.
+bool layout_control(std::uint32_t code) {
+  return code == 0x061c || code == 0x200e || code == 0x200f || code == 0x2028 || code == 0x2029 ||
+         (code >= 0x202a && code <= 0x202e) || (code >= 0x2066 && code <= 0x2069);
+}
+
+// code_point(): the code point of a valid UTF-8 sequence of 2 or 3 bytes.
+std::uint32_t code_point(std::string_view sequence) {
+  const auto at = [&](std::size_t i) {
+    return static_cast<std::uint32_t>(static_cast<unsigned char>(sequence[i]));
+  };
+  if (sequence.size() == 2) return ((at(0) & 0x1fu) << 6) | (at(1) & 0x3fu);
+  return ((at(0) & 0x0fu) << 12) | ((at(1) & 0x3fu) << 6) | (at(2) & 0x3fu);
+}
+
 std::string printable(std::string_view text) {
   std::string out;
   out.reserve(text.size());
@@ -86,6 +102,9 @@ std::string printable(std::string_view text) {
       // C1 controls (U+0080-U+009F): some terminals read U+009B as ESC [ too.
       out += fmt::format("\\u{:04x}", static_cast<unsigned char>(text[i + 1]));
       i += 2;
+    } else if ((length == 2 || length == 3) && layout_control(code_point(text.substr(i, length)))) {
+      out += fmt::format("\\u{:04x}", code_point(text.substr(i, length)));
+      i += length;
     } else {
       out.append(text.substr(i, length));
       i += length;
