@@ -420,5 +420,6 @@ ThreadState& MonitoredExecutor::create_worker_state(unsigned slot) {
 }
 
 void MonitoredExecutor::on_slot_idle() noexcept { context_.on_slot_idle(); }
+bool MonitoredExecutor::may_help(ThreadState& thread) { return context_.may_help(thread); }
 
 }  // namespace nerve::detail

@@ -251,6 +251,7 @@ class MonitoredExecutor final : public TaskExecutor {
   void execute(TaskRecord* task, ThreadState& thread) override;
   ThreadState& create_worker_state(unsigned slot) override;
   void on_slot_idle() noexcept override;
+  bool may_help(ThreadState& thread) override;
 
  private:
   ContextImpl& context_;

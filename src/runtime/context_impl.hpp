@@ -232,6 +232,7 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   std::uint32_t invoke_closure(TaskRecord* task, ThreadState& thread, const AccessView* views) noexcept;
   ThreadState& create_worker_state(unsigned slot) override;
   void on_slot_idle() noexcept override;
+  bool may_help(ThreadState& /*thread*/) override { return !holds_mapping(); }
 
   // --- devices and data placement (devices.cpp)
   // add_test_device() adds a simulated device with separate memory (tests); only before the first

@@ -257,14 +257,17 @@ void ContextImpl::throttle_slow(ThreadState& thread, const TaskRecord* submitted
   // if it is not at hand (stolen, queued elsewhere, waiting for predecessors) the submission goes on.
   // While over the bound it checks at every submission: checking only every interval-th, the
   // submissions in between piled up without limit (a producer inside a task went 4000x past it).
+  // Neither runs tasks while this thread holds a mapping: a task run here that maps the same data
+  // would be refused, where a queued one waits for the unmap.
+  const bool may_help = !holds_mapping();
   if (running_task_record() != nullptr) {
     thread.count_in_flight_at = submitted_count + 1;  // due at the next submission
     thread.submissions_until_check = 0;
-    (void)scheduler.run_if_newest(thread, submitted);
+    if (may_help) (void)scheduler.run_if_newest(thread, submitted);
     return;
   }
   while (counted() >= limit) {
-    if (scheduler.help_once(thread)) continue;
+    if (may_help && scheduler.help_once(thread)) continue;
     // The tasks are running or waiting elsewhere. If they may wait for a mapping this thread holds,
     // waiting for them here would never end: the submission goes on past the bound.
     // Nor once the context is shut down: nothing will run them (a late TaskGroup submission).

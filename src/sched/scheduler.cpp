@@ -471,11 +471,10 @@ void Scheduler::push_shared(TaskRecord* task, ThreadState& thread, bool submissi
     // Once stopped, nobody drains the queue: a late task (cancelled when picked) goes in regardless.
     Clock::time_point full_since{};
     while (!shared_.try_push(task)) {
-      if (stopping_.load(std::memory_order_acquire)) {
+      if (stopping_.load(std::memory_order_acquire) || !back_pressure(thread, full_since)) {
         shared_.push_unbounded(task);
         break;
       }
-      back_pressure(thread, full_since);
     }
   }
   notify_work(thread.slot, -1);
@@ -489,11 +488,13 @@ void Scheduler::push_to_slot_inbox(TaskRecord* task, ThreadState& thread, bool s
   if (candidates != nullptr && candidates->empty()) candidates = nullptr;
   const std::size_t count = candidates != nullptr ? candidates->size() : slots_.size();
   Clock::time_point full_since{};
+  bool past_depth = false;  // back_pressure() refused: the next queue takes it, full or not
   while (true) {
     for (std::size_t attempt = 0; attempt < count; ++attempt) {
       const std::size_t k = thread.placement_cursor++ % count;
       WorkerSlot& target = *slots_[candidates != nullptr ? (*candidates)[k] : k];
-      if (!submission || stopping_.load(std::memory_order_acquire)) {  // stopped: nobody drains it
+      if (!submission || past_depth ||
+          stopping_.load(std::memory_order_acquire)) {  // stopped: nobody drains it
         target.inbox.push_unbounded(task);
       } else if (!target.inbox.try_push(task)) {
         continue;
@@ -502,7 +503,7 @@ void Scheduler::push_to_slot_inbox(TaskRecord* task, ThreadState& thread, bool s
       if (!wake_slot(target)) notify_work(&target, bound ? numa_node : -1);
       return;
     }
-    back_pressure(thread, full_since);
+    past_depth = !back_pressure(thread, full_since);
   }
 }
 
@@ -512,17 +513,19 @@ void Scheduler::push_to_slot_inbox(TaskRecord* task, ThreadState& thread, bool s
 // submitter ran nearly every task while the workers went back to sleep). Those workers get a moment
 // to take the tasks first. Otherwise, or past that moment, it helps run tasks if it can (a deep
 // queue is drained by more hands), else waits a little.
-void Scheduler::back_pressure(ThreadState& thread, Clock::time_point& full_since) {
+bool Scheduler::back_pressure(ThreadState& thread, Clock::time_point& full_since) {
+  if (!executor_.may_help(thread)) return false;
   const int coming = waking_.load(std::memory_order_acquire) + spinners_.load(std::memory_order_acquire);
   if (coming > 0 && static_cast<std::size_t>(coming) >= shared_.capacity()) {  // every queue's depth
     const auto now = Clock::now();
     if (full_since == Clock::time_point{}) full_since = now;
     if (now - full_since < back_pressure_grace) {
       std::this_thread::yield();
-      return;
+      return true;
     }
   }
   if (!help_once(thread)) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  return true;
 }
 
 void Scheduler::notify_work(const WorkerSlot* origin, int numa_node) noexcept {

@@ -46,6 +46,10 @@ class TaskExecutor {
   virtual ThreadState& create_worker_state(unsigned slot) = 0;
   // on_slot_idle() is called when a slot runs out of work (for waking wait_all() waiters).
   virtual void on_slot_idle() noexcept = 0;
+  // may_help(): whether a submitter back-pressured by a full queue may run tasks, or wait for room:
+  // not while it holds a buffer mapping (a task run there that maps the same data would be refused,
+  // where a queued one waits for the unmap, and the queued tasks may wait for that unmap).
+  virtual bool may_help(ThreadState& thread) = 0;
 
  protected:
   ~TaskExecutor() = default;
@@ -183,8 +187,9 @@ class Scheduler {
   void push_to_slot_inbox(TaskRecord* task, ThreadState& thread, bool submission, int numa_node);
   void push_shared(TaskRecord* task, ThreadState& thread, bool submission);
   // back_pressure(): one round of waiting for room in a full queue; `full_since` is when this
-  // submission first found every queue full (zero before the first round).
-  void back_pressure(ThreadState& thread, Clock::time_point& full_since);
+  // submission first found every queue full (zero before the first round). False when the submitter
+  // may neither help nor wait (TaskExecutor::may_help): the queue then grows past its depth.
+  bool back_pressure(ThreadState& thread, Clock::time_point& full_since);
   // notify_work(): after publishing a task reachable by any slot (near `origin`, or for NUMA node
   // `numa_node` when >= 0), wake a sleeper unless a spinner will find it.
   void notify_work(const WorkerSlot* origin, int numa_node) noexcept;

@@ -209,6 +209,51 @@ TEST_P(BuffersTest, ABufferOfZeroElementsOrdersTasksMappingsAndPools) {
   empty_slice.wait();
 }
 
+// A submitter that holds a mapping runs no task in submit(), whatever back-pressures it (a full queue,
+// max_in_flight): a task run there that maps the same data is refused ("would wait forever for the
+// mapping this thread holds"), where a queued one waits for the unmap — CONFIG.md. (Under eager,
+// and with a small max_in_flight under every policy, the full queue's back-pressure helped: up to
+// two thirds of such tasks failed; app-writer review.)
+TEST(BackPressureWhileMapped, TheSubmitterRunsNoTaskThatCouldMeetItsMapping) {
+  struct Case {
+    SchedulerPolicy policy;
+    unsigned workers;
+    const char* key;
+    const char* value;
+  };
+  const Case cases[] = {
+      {SchedulerPolicy::eager, 2, "task_queue.per_device_queue_depth", "8"},
+      {SchedulerPolicy::eager, 1, "task_queue.per_device_queue_depth", "4"},
+      {SchedulerPolicy::locality_aware_stealing, 2, "task_queue.max_in_flight", "16"},
+      {SchedulerPolicy::heft, 1, "task_queue.max_in_flight", "16"},
+      {SchedulerPolicy::locality_aware_stealing, 1, "task_queue.per_device_queue_depth", "4"}};
+  for (const Case& test : cases) {
+    SCOPED_TRACE(std::string(test.key) + "=" + test.value + ", " + std::to_string(test.workers) +
+                 " worker(s)");
+    Settings settings = make_settings(test.workers, test.policy);
+    settings.set(test.key, test.value);
+    Context context(settings);
+    Buffer<int> table(context, std::vector<int>(16, 0));
+    std::atomic<int> read_seven{0};
+    const std::thread::id submitter = std::this_thread::get_id();
+    std::atomic<int> run_by_submitter{0};
+    constexpr int tasks = 200;
+    {
+      auto mapped = table.map_write();
+      for (int i = 0; i < tasks; ++i) {
+        context.spawn([&] {
+          if (std::this_thread::get_id() == submitter) ++run_by_submitter;
+          if (table.map_read()[3] == 7) ++read_seven;
+        });
+      }
+      EXPECT_EQ(run_by_submitter.load(), 0) << "tasks ran inside spawn() while the mapping was held";
+      mapped[3] = 7;
+    }
+    EXPECT_NO_THROW(context.wait_all());
+    EXPECT_EQ(read_seven.load(), tasks) << "every task waits for the unmap and reads what it wrote";
+  }
+}
+
 TEST_P(BuffersTest, ConcurrentReadMappings) {
   Buffer<int> buffer(*context, std::vector<int>{9});
   auto first = buffer.map_read();
