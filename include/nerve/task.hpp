@@ -144,7 +144,8 @@ struct TaskOptions {
   // The order in which CPU workers start ready tasks (every scheduler.policy):
   // - A non-zero priority puts the task in one shared priority queue: higher first, and among equal
   //   priorities the one that became ready first (FIFO). A worker takes positive priorities before
-  //   any normal task it would take from a queue, negative ones only when it found no normal task in its own
+  //   any normal task it would take from a queue (so does a submitter that back-pressure makes run
+  //   tasks: task_queue.per_device_queue_depth), negative ones only when it found no normal task in its own
   //   queues, the shared queue (eager) or, by stealing, other workers' (with
   //   scheduler.work_stealing_threshold, also while it has not yet waited long enough to steal).
   // - Normal (0) tasks keep the lock-free path, and are NOT globally first come first served:

@@ -237,8 +237,11 @@ void ContextImpl::throttle_slow(ThreadState& thread, const TaskRecord* submitted
   // this thread holds a mapping: a task run here that maps the same data would be refused, where a
   // queued one waits for the unmap (max_in_flight still bounds the queue, as below).
   if (!holds_mapping()) {
+    // A spawn run at once would go before ready tasks of higher priority: those are run first, from
+    // the queue.
     if (thread.spawned_last && thread.slot == nullptr && spawns_may_run_inline() && scheduler.master_free() &&
-        scheduler.relieved_deque(thread).size() > scheduler.queue_depth()) {
+        scheduler.relieved_deque(thread).size() > scheduler.queue_depth() &&
+        !scheduler.higher_priority_waiting()) {
       thread.spawns_inline = true;
     } else {
       scheduler.relieve_master(thread);

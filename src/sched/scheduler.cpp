@@ -247,11 +247,20 @@ void Scheduler::relieve_master(ThreadState& thread) {
     if (deque.size() <= depth || stopping_.load(std::memory_order_acquire)) return;
   }
   while (deque.size() > depth / 2) {
-    TaskRecord* task = deque.pop();
+    // A ready task of positive priority first, as a worker takes it (TaskOptions::priority).
+    TaskRecord* task = pop_prioritized(node_priorities(*slots_[0]), 1);
+    if (task == nullptr) task = deque.pop();
     if (task == nullptr) break;
     while (task != nullptr) task = run(task, thread, *slots_[0]);
   }
   release_master(thread);
+}
+
+bool Scheduler::higher_priority_waiting() {
+  const auto waiting = [](PriorityQueue* queue) {
+    return queue != nullptr && queue->maybe_nonempty() && queue->has_at_least(1);
+  };
+  return waiting(&prioritized_) || waiting(node_priorities(*slots_[0]));
 }
 
 TaskRecord* Scheduler::run(TaskRecord* task, ThreadState& thread, WorkerSlot& slot) {

@@ -111,6 +111,9 @@ class Scheduler {
   bool wait(ThreadState& thread, Waitable& target, Clock::time_point deadline = Clock::time_point::max(),
             bool help = false);
 
+  // higher_priority_waiting(): a ready task of positive priority is queued where slot 0 takes work
+  // (the submitter's back-pressure then runs it before any spawn of its own).
+  bool higher_priority_waiting();
   // help_once() runs one task if the thread runs (or can claim) a slot; false if it found none.
   bool help_once(ThreadState& thread);
   // run_if_newest() runs `task` on this thread if it is the newest entry of the thread's own deque

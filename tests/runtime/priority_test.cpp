@@ -148,6 +148,29 @@ TEST_P(PriorityTest, PrioritiesOrderTasksSpawnedInsideATask) {
 
 INSTANTIATE_TEST_SUITE_P(Runtime, PriorityTest, NERVE_RUNTIME_PARAMS, runtime_param_name);
 
+// A submitter past its queue's depth runs tasks itself (task_queue.per_device_queue_depth): ready
+// tasks of higher priority go first there too. (It ran its own plain spawns at once inside spawn(),
+// and the queue newest first: 1947 normal tasks started before the last of 100 high ones.)
+TEST(PriorityUnderBackPressure, TheSubmitterRunsHigherPrioritiesBeforeItsOwnSpawns) {
+  for (const SchedulerPolicy policy : {SchedulerPolicy::locality_aware_stealing, SchedulerPolicy::heft}) {
+    SCOPED_TRACE(policy == SchedulerPolicy::heft ? "heft" : "locality_aware_stealing");
+    Settings settings = make_settings(1, policy);
+    settings.set("task_queue.per_device_queue_depth", "64");
+    Context context(settings);
+    std::atomic<int> normal_started{0};
+    std::atomic<int> normal_before_last_high{-1};
+    std::atomic<int> high_left{100};
+    for (int i = 0; i < 100; ++i) {
+      context.spawn(TaskOptions{.priority = Priority::high}, [&] {
+        if (high_left.fetch_sub(1) == 1) normal_before_last_high = normal_started.load();
+      });
+    }
+    for (int i = 0; i < 1000; ++i) context.spawn([&] { ++normal_started; });
+    context.wait_all();
+    EXPECT_EQ(normal_before_last_high.load(), 0);
+  }
+}
+
 TEST(PriorityQueue, EveryTaskPoppedExactlyOnceInPriorityOrder) {
   constexpr int producers = 4;
   constexpr int per_producer = 500;
