@@ -701,6 +701,33 @@ TEST_F(OpenclTest, BuildErrorFailsTheTaskWithTheCompilerLogAndCancelsDependents)
   EXPECT_EQ(detail::opencl::program_cache_counters().builds.load(), builds);
 }
 
+// An entry the program lacks names the kernels it holds. A kernel named like an OpenCL C built-in
+// (`mix`) is renamed by PoCL's compiler (`_cl_mix`): the source plainly has the function the message
+// called missing, so the message says why. (It said only "no usable __kernel function 'mix'".)
+TEST_F(OpenclTest, AnEntryTheProgramLacksNamesTheKernelsItHolds) {
+  Context& ctx = open(opencl_settings(2));
+  Buffer<float> x(ctx, 16);
+  const auto failure_of = [&](const char* source, const char* entry) {
+    Kernel kernel("k");
+    opencl::attach(kernel, source, entry);
+    try {
+      ctx.submit(TaskOptions{.device = 1}, kernel, write(x)).wait();
+    } catch (const Error& error) {
+      return std::string(error.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_THAT(failure_of("__kernel void fill(__global float* x) { x[0] = 1; }", "fil"),
+              ::testing::HasSubstr("no usable __kernel function 'fil'"));
+  EXPECT_THAT(failure_of("__kernel void fill(__global float* x) { x[0] = 2; }", "fil"),
+              ::testing::HasSubstr("; the program's kernels: fill"));
+  const std::string renamed = failure_of("__kernel void mix(__global float* x) { x[0] = 3; }", "mix");
+  if (renamed != "no error") {  // a compiler that keeps the name runs it
+    EXPECT_THAT(renamed, ::testing::HasSubstr("'mix' is also an OpenCL C built-in function's name"))
+        << renamed;
+  }
+}
+
 TEST_F(OpenclTest, LaunchErrorsFailTheTask) {
   Context& ctx = open(opencl_settings(2));
   Kernel missing_entry("missing_entry");

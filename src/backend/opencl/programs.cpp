@@ -196,6 +196,34 @@ bool has_file_directive(std::string_view source, bool trigraphs) {
   return false;
 }
 
+// kernels_instead(): what the built program does hold, for a message about an entry it lacks. A
+// compiler may rename a kernel whose name an OpenCL C built-in takes (PoCL: `mix` becomes `_cl_mix`),
+// and the source then plainly has the function the message says is missing: that is said too.
+std::string kernels_instead(cl_program program, const std::string& entry) {
+  std::size_t size = 0;
+  if (clGetProgramInfo(program, CL_PROGRAM_KERNEL_NAMES, 0, nullptr, &size) != CL_SUCCESS || size <= 1)
+    return {};
+  std::string names(size, '\0');
+  if (clGetProgramInfo(program, CL_PROGRAM_KERNEL_NAMES, size, names.data(), nullptr) != CL_SUCCESS)
+    return {};
+  names.resize(names.find('\0') == std::string::npos ? names.size() : names.find('\0'));
+  std::string renamed;
+  for (std::size_t start = 0; start <= names.size();) {
+    const std::size_t end = std::min(names.find(';', start), names.size());
+    const std::string_view name = std::string_view(names).substr(start, end - start);
+    if (name != entry && name.size() > entry.size() && name.ends_with(entry)) renamed = std::string(name);
+    start = end + 1;
+  }
+  std::string text = fmt::format("; the program's kernels: {}", names);
+  if (!renamed.empty()) {
+    text += fmt::format(
+        " ('{}' is also an OpenCL C built-in function's name, which the compiler renamed "
+        "to '{}': give the kernel another name)",
+        entry, renamed);
+  }
+  return text;
+}
+
 }  // namespace
 
 std::string program_cache_material(std::string_view source, std::string_view build_options,
@@ -282,9 +310,9 @@ cl_kernel ProgramCache::kernel(const OpenclProgram& program, const char* kernel_
         built->kernels.emplace(program.entry, created);
         resolved.kernel = created;
       } else {
-        resolved.failure =
-            fmt::format("kernel '{}': the OpenCL program has no usable __kernel function '{}' on {} ({})",
-                        kernel_name, program.entry, where_, error_name(status));
+        resolved.failure = fmt::format(
+            "kernel '{}': the OpenCL program has no usable __kernel function '{}' on {} ({}){}", kernel_name,
+            program.entry, where_, error_name(status), kernels_instead(built->program, program.entry));
       }
     }
     found = by_id_.emplace(program.id, std::move(resolved)).first;
