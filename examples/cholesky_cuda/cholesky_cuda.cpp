@@ -58,12 +58,6 @@ struct Options {
   std::string policy = "heft";  // scheduler.policy for the trailing updates' placement
 };
 
-// Bounds that keep every size product in range, as in cholesky_mpi (the same tiles): a tile's side is
-// the libraries' int and its 8·tile² bytes stay under 2 GiB; n² doubles (the --baseline matrix) cannot
-// wrap a size_t, nor can the (n / tile)² tile handles.
-constexpr std::size_t max_n = std::size_t{1} << 20;
-constexpr std::size_t max_tile = 16383;
-
 [[noreturn]] void usage(const std::string& problem) {
   nerve_examples::usage_exit(
       "cholesky_cuda",
@@ -94,7 +88,7 @@ Options parse(int argc, char** argv) {
         continue;
       }
       (arg == "--n" ? options.n : options.tile) =
-          nerve_examples::count_option(arg, value, arg == "--n" ? max_n : max_tile, usage);
+          nerve_examples::count_option(arg, value, arg == "--n" ? example::max_n : example::max_tile, usage);
     } else {
       usage("unknown option " + arg);
     }

@@ -42,12 +42,6 @@ struct Options {
   bool check = false;
 };
 
-// Bounds that keep every size product in range: a tile (8·tile² bytes) moves between ranks as one
-// payload, at most 2 GiB − 1 bytes, and its side is BLAS's int; n² doubles (the --check matrix)
-// cannot wrap a size_t, nor can the (n / tile)² tile handles.
-constexpr std::size_t max_n = std::size_t{1} << 20;
-constexpr std::size_t max_tile = 16383;
-
 [[noreturn]] void usage(const std::string& problem) {
   nerve_examples::usage_exit(
       "cholesky_mpi",
@@ -69,7 +63,7 @@ Options parse(int argc, char** argv) {
       if (i + 1 == argc) usage("missing value for " + arg);
       const std::string value = argv[++i];
       (arg == "--n" ? options.n : options.tile) =
-          nerve_examples::count_option(arg, value, arg == "--n" ? max_n : max_tile, usage);
+          nerve_examples::count_option(arg, value, arg == "--n" ? example::max_n : example::max_tile, usage);
     } else {
       usage("unknown option " + arg);
     }

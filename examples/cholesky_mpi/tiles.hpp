@@ -17,6 +17,12 @@ extern "C" void dpotrf_(const char* uplo, const int* n, double* a, const int* ld
 
 namespace example {
 
+// Sizes every product of which stays in range: a tile's side is BLAS's int and its 8·tile² bytes stay
+// under 2 GiB (one MPI payload, one library call); n² doubles (a whole-matrix check) cannot wrap a
+// size_t, nor can the (n / tile)² tile handles.
+constexpr std::size_t max_n = std::size_t{1} << 20;
+constexpr std::size_t max_tile = 16383;
+
 inline double entry(std::size_t row, std::size_t col, std::size_t n) {
   const std::uint64_t lo = row < col ? row : col;
   const std::uint64_t hi = row < col ? col : row;
