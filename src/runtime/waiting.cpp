@@ -233,10 +233,11 @@ void ContextImpl::throttle_slow(ThreadState& thread, const TaskRecord* submitted
       thread.is_worker_thread ? until_count : std::min<std::uint64_t>(intervals.depth, until_count));
   // Past its depth, a queue of fork-join spawns stops growing: the next ones run at once here (see
   // begin_spawn()), the workers taking the queued ones. Other tasks are run from the queue, and while
-  // another thread holds slot 0 relieve_master() waits for the workers to take them. Neither while
-  // this thread holds a mapping: a task run here that maps the same data would be refused, where a
-  // queued one waits for the unmap (max_in_flight still bounds the queue, as below).
-  if (!holds_mapping()) {
+  // another thread holds slot 0 relieve_master() waits for the workers to take them. No task runs
+  // here while this thread holds a mapping (may_help(), also for max_in_flight below): one that maps
+  // the same data would be refused, where a queued one waits for the unmap.
+  const bool helps = may_help(thread);
+  if (helps) {
     // A spawn run at once would go before ready tasks of higher priority: those are run first, from
     // the queue.
     if (thread.spawned_last && thread.slot == nullptr && spawns_may_run_inline() && scheduler.master_free() &&
@@ -260,21 +261,18 @@ void ContextImpl::throttle_slow(ThreadState& thread, const TaskRecord* submitted
   // if it is not at hand (stolen, queued elsewhere, waiting for predecessors) the submission goes on.
   // While over the bound it checks at every submission: checking only every interval-th, the
   // submissions in between piled up without limit (a producer inside a task went 4000x past it).
-  // Neither runs tasks while this thread holds a mapping: a task run here that maps the same data
-  // would be refused, where a queued one waits for the unmap.
-  const bool may_help = !holds_mapping();
   if (running_task_record() != nullptr) {
     thread.count_in_flight_at = submitted_count + 1;  // due at the next submission
     thread.submissions_until_check = 0;
-    if (may_help) (void)scheduler.run_if_newest(thread, submitted);
+    if (helps) (void)scheduler.run_if_newest(thread, submitted);
     return;
   }
   while (counted() >= limit) {
-    if (may_help && scheduler.help_once(thread)) continue;
+    if (helps && scheduler.help_once(thread)) continue;
     // The tasks are running or waiting elsewhere. If they may wait for a mapping this thread holds,
     // waiting for them here would never end: the submission goes on past the bound.
     // Nor once the context is shut down: nothing will run them (a late TaskGroup submission).
-    if (holds_mapping() || shut_down.load(std::memory_order_acquire)) return;
+    if (!helps || shut_down.load(std::memory_order_acquire)) return;
     std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
 }
