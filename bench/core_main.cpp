@@ -47,7 +47,7 @@ void print_usage(std::FILE* out) {
       "  --runtimes L   run only these runtimes' variants (e.g. nerve, to profile it alone)\n"
       "  --repeat N     timed repetitions per variant (default 5)\n"
       "  --warmup N     untimed, verified repetitions before them (default 1)\n"
-      "  --settle-ms N  pause between variants so idle workers stop spinning (default 20)\n"
+      "  --settle-ms N  pause before each variant, then until no other thread runs (default 20)\n"
       "  --probe-idle   measure how long each runtime's idle workers spin, then exit\n"
       "  --list         list the workloads and exit\n"
       "  --help         print this help and exit\n",

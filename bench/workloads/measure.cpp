@@ -3,9 +3,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <stdexcept>
 #include <thread>
+
+#include <unistd.h>
 
 namespace nerve::bench {
 namespace {
@@ -31,8 +36,43 @@ Summary summarize(std::vector<double> samples) {
   return summary;
 }
 
+double process_cpu_ms() {
+  timespec now{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now);
+  return static_cast<double>(now.tv_sec) * 1e3 + static_cast<double>(now.tv_nsec) / 1e6;
+}
+
+int runnable_other_threads() {
+  std::error_code error;
+  std::filesystem::directory_iterator task("/proc/self/task", error);
+  if (error) return -1;
+  const std::string self = std::to_string(static_cast<long>(::gettid()));
+  int runnable = 0;
+  for (; !error && task != std::filesystem::directory_iterator(); task.increment(error)) {
+    if (task->path().filename() == self) continue;
+    std::ifstream stat(task->path() / "stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;  // the thread has just exited
+    // "tid (comm) state ...": the name may hold spaces and parentheses; the state follows the last ')'.
+    const std::size_t name_end = line.rfind(')');
+    if (name_end != std::string::npos && name_end + 2 < line.size() && line[name_end + 2] == 'R') ++runnable;
+  }
+  return runnable;
+}
+
+bool wait_until_quiet(std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (true) {
+    if (runnable_other_threads() <= 0) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
 void settle(const WorkloadOptions& options) {
-  if (options.settle_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(options.settle_ms));
+  if (options.settle_ms <= 0) return;
+  std::this_thread::sleep_for(std::chrono::milliseconds(options.settle_ms));
+  (void)wait_until_quiet(max_quiet_wait);
 }
 
 std::vector<Measurement> measure_interleaved(const std::vector<Variant>& all_variants,

@@ -3,8 +3,9 @@
 // Every variant of a workload (nerve, oneTBB, OpenMP, ...) is measured in rounds: round r runs
 // variant 0, 1, 2, ... once each, so slow phases of a shared, noisy machine hit all of them alike
 // instead of whichever happened to run during the disturbance. The first `warmup` rounds are
-// verified but not recorded. Between two variants the loop sleeps WorkloadOptions::settle_ms so the
-// previous runtime's idle workers have stopped spinning (idle_probe.hpp measures how long they spin).
+// verified but not recorded. Before each variant the loop sleeps WorkloadOptions::settle_ms, then
+// until the process is quiet, so the previous runtime's idle workers have stopped spinning
+// (idle_probe.hpp measures how long they spin).
 #pragma once
 
 #include <chrono>
@@ -65,7 +66,24 @@ Summary summarize(std::vector<double> samples);
 std::vector<Measurement> measure_interleaved(const std::vector<Variant>& variants,
                                              const WorkloadOptions& options);
 
-// settle() sleeps options.settle_ms (lets other runtimes' spinning workers go to sleep).
+// process_cpu_ms(): the CPU time of every thread of the process so far.
+double process_cpu_ms();
+
+// runnable_other_threads(): how many threads of the process besides the caller are running or
+// waiting for a core (state R in /proc/self/task/<tid>/stat); -1 when /proc cannot tell.
+int runnable_other_threads();
+
+// wait_until_quiet() checks every millisecond until no other thread of the process is runnable (every
+// runtime's idle workers are asleep), or until `limit` has passed (false). Runnable, not CPU time:
+// on a loaded machine a spinning thread may get no core for a while, yet it competes as soon as it
+// does. OpenBLAS's pthread build keeps a core busy for ~115 ms after it loads and after every
+// threaded call (its threads spin with sched_yield before they block), longer than any runtime's
+// idle spin. Without /proc it returns true at once.
+inline constexpr std::chrono::milliseconds max_quiet_wait{500};
+bool wait_until_quiet(std::chrono::milliseconds limit);
+
+// settle() sleeps options.settle_ms, then waits until the process is quiet (at most max_quiet_wait
+// more): lets other runtimes' and libraries' spinning threads go to sleep. settle_ms 0: neither.
 void settle(const WorkloadOptions& options);
 
 // expect_equal() is "" when got == expected, else "<what>: got X, expected Y".

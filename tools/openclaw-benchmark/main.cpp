@@ -500,7 +500,9 @@ int main(int argc, char** argv) {
   value(app.add_option("--warmup", line.warmup, "untimed, verified repetitions first (default 1)"),
         "a number")
       ->check(whole_number(0, 100));
-  value(app.add_option("--settle-ms", line.settle_ms, "pause between variants (default 20)"), "a number")
+  value(app.add_option("--settle-ms", line.settle_ms,
+                       "pause before each variant, then until the process is quiet (default 20)"),
+        "a number")
       ->check(whole_number(0, 10000));
   value(app.add_option("--runtimes", line.runtimes,
                        "run only these runtimes' variants (nerve, oneTBB, OpenMP, naive, BLAS, STREAM, "
