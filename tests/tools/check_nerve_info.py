@@ -8,6 +8,7 @@ the ones the case sets, so that the caller's environment cannot change the outco
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -570,6 +571,16 @@ def case_escaped_values(binary):
         entry = config_entry(json.loads(run_bytes(binary, "--json", "--set", b"perf.model_dir=" + odd)),
                              "perf.model_dir")
         check(entry["value"] == "x\ufffdy\nz\x1b[31mRED\x7f\x9b\\n\u00e9\u202eR\u2028L", f"--json: {entry['value']!r}")
+        # The topology tree's first line names the XML file: it went out raw (a newline split the line).
+        if shutil.which("lstopo-no-graphics"):
+            xml = os.path.join(directory, "odd\x1b[31m\nname.xml")
+            with open(xml, "wb") as file:
+                file.write(subprocess.run(["lstopo-no-graphics", "--input", "pack:1 core:2 pu:1", "--of", "xml"],
+                                          check=True, capture_output=True).stdout)
+            text = run_bytes(binary, "--set", "topology.xml=" + xml).decode("utf-8")
+            machine = section(text, "Topology")[0]
+            check("\x1b" not in machine and "2 core(s), 2 PU(s)" in machine, f"the tree's first line: {machine!r}")
+            check("odd\\x1b[31m\\nname.xml" in machine, f"the XML file's name is not escaped: {machine!r}")
 
 
 CASES = {name[len("case_"):]: function for name, function in globals().items() if name.startswith("case_")}

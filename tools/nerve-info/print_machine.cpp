@@ -122,9 +122,22 @@ std::string indent(const std::string& text) {
 
 }  // namespace
 
+// machine_tree() is Topology::tree() with its first line's description (the XML file's name or the
+// synthetic text, as the user gave it) written visibly: a newline in the name broke the tree, an ESC
+// sequence coloured the terminal.
+std::string machine_tree(const Topology& topology) {
+  std::string tree = topology.tree();
+  const std::string& description = topology.description();
+  const std::string opening = "Machine (";
+  if (tree.compare(0, opening.size(), opening) == 0 &&
+      tree.compare(opening.size(), description.size(), description) == 0)
+    tree.replace(opening.size(), description.size(), printable(description));
+  return tree;
+}
+
 std::string print_machine(const Topology& topology) {
   std::string out = "Topology\n";
-  out += indent(topology.tree());
+  out += indent(machine_tree(topology));
   out += summary_line(topology);
   out += '\n';
   out += core_matrix(topology);
