@@ -79,6 +79,7 @@ RuntimeImpl::RuntimeImpl(Context& owner, std::unique_ptr<Transport> link)
   }
   next_sequence.assign(static_cast<std::size_t>(size) * static_cast<std::size_t>(size), 0);
   epoch = std::chrono::steady_clock::now();
+  if (transport) (void)context.impl()->submitter_waits.listen(this);  // another Runtime may hear already
 }
 
 const std::string* RuntimeImpl::intern(const char* name) {
@@ -108,6 +109,9 @@ void runtime_destroy(RuntimeImpl* runtime) noexcept {
   // Destroyed by an exception leaving the Runtime's scope: on this rank only, the others may wait for
   // it for ever (in a barrier, for a payload), and MPI_Finalize would then wait for them.
   const bool unwinding = std::uncaught_exceptions() > 0;
+  // First: a thread still submitting to the context must not tell a transport that is going away.
+  if (nerve::detail::ContextImpl* context = runtime->context.impl())
+    context->submitter_waits.stop_listening(runtime);
   try {
     // Waited for as ~Context waits, inside another context's task too (the public wait_all()
     // refuses there): the transport must not go while this rank's tasks still use it.

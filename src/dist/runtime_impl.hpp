@@ -27,6 +27,7 @@
 #include "nerve/distributed.hpp"
 
 #include "dist/transport.hpp"
+#include "runtime/submitter_waits.hpp"
 
 namespace nerve::distributed::detail {
 
@@ -52,8 +53,16 @@ struct TraceEvent {
   unsigned thread;
 };
 
-struct RuntimeImpl {
+// The Runtime hears of its program's thread held back in submit() by task_queue.max_in_flight (the
+// context's SubmitterWaits): batched payloads then leave at once, as while it waits in wait_all().
+struct RuntimeImpl final : nerve::detail::SubmitterWaitListener {
   RuntimeImpl(Context& context, std::unique_ptr<Transport> transport);
+  RuntimeImpl(const RuntimeImpl&) = delete;
+  RuntimeImpl& operator=(const RuntimeImpl&) = delete;
+  ~RuntimeImpl() = default;
+  void submitter_waiting(bool waiting) noexcept override {
+    if (transport) transport->set_waiting(waiting);
+  }
 
   Context& context;
   std::unique_ptr<Transport> transport;  // null for communication_backend: none

@@ -39,6 +39,7 @@
 #include "perf/bus_model.hpp"
 #include "perf/decision_log.hpp"
 #include "perf/monitor.hpp"
+#include "runtime/submitter_waits.hpp"
 #include "sched/heft.hpp"
 #include "sched/scheduler.hpp"
 #include "task/record_allocator.hpp"
@@ -663,6 +664,8 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   std::string failure_origin(const std::exception_ptr& cause);
   std::mutex failure_origins_mutex;
   std::deque<std::pair<std::exception_ptr, std::string>> failure_origins;
+  // Hears of a submitter waiting in throttle_slow() for the tasks in flight (the distributed runtime).
+  SubmitterWaits submitter_waits;
   alignas(64) std::atomic<int> root_parked{0};  // threads parked in wait_all()
 };
 

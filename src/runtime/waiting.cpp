@@ -267,12 +267,14 @@ void ContextImpl::throttle_slow(ThreadState& thread, const TaskRecord* submitted
     if (helps) (void)scheduler.run_if_newest(thread, submitted);
     return;
   }
+  SubmitterWaits::Notice waiting(submitter_waits);
   while (counted() >= limit) {
     if (helps && scheduler.help_once(thread)) continue;
     // The tasks are running or waiting elsewhere. If they may wait for a mapping this thread holds,
     // waiting for them here would never end: the submission goes on past the bound.
     // Nor once the context is shut down: nothing will run them (a late TaskGroup submission).
     if (!helps || shut_down.load(std::memory_order_acquire)) return;
+    waiting.begin();  // nothing more comes from this thread for a while: batched work may leave now
     std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
 }

@@ -10,6 +10,7 @@
 
 #include "nerve/parallel.hpp"
 
+#include "runtime/context_impl.hpp"
 #include "support/fork_join.hpp"
 #include "support/runtime_fixture.hpp"
 #include "topology/affinity.hpp"
@@ -614,6 +615,62 @@ TEST(ConfigBehaviour, MaxInFlightBlocksTheSubmitterWithinASmallSlack) {
     EXPECT_LE(submissions_returned_before_blocking(policy, "16"), 20) << policy;
     EXPECT_LE(submissions_returned_before_blocking(policy, "100"), 100 + 100 / 8 + 1) << policy;
   }
+}
+
+// A submitter held back by max_in_flight submits nothing until tasks finish: it tells the context's
+// listener (the distributed runtime, whose batched payloads then leave at once, as in wait_all()),
+// and tells it again when the wait ends. The tasks in flight wait behind a gate task a worker runs,
+// so the submitter finds none to help with and waits. A listener removed meanwhile hears no end.
+class SubmitterWaitRecorder final : public detail::SubmitterWaitListener {
+ public:
+  void submitter_waiting(bool waiting) noexcept override {
+    if (waiting) starts.fetch_add(1);
+    now_waiting.fetch_add(waiting ? 1 : -1);
+  }
+  std::atomic<int> now_waiting{0};
+  std::atomic<int> starts{0};
+};
+
+void hold_back_submitter(SubmitterWaitRecorder& listener, bool stop_listening_while_held) {
+  Context context(with({{"parallel.thread_pool_size", "2"}, {"task_queue.max_in_flight", "16"}}));
+  detail::SubmitterWaits& waits = context.impl()->submitter_waits;
+  ASSERT_TRUE(waits.listen(&listener));
+  Buffer<int> gate_data(context, 1);
+  std::atomic<bool> gate_started{false}, open{false}, submitted_all{false};
+  context.spawn(
+      [&](std::span<int>) {
+        gate_started.store(true);
+        while (!open.load()) std::this_thread::sleep_for(std::chrono::microseconds(100));
+      },
+      write(gate_data));
+  while (!gate_started.load()) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  std::thread producer([&] {
+    for (int i = 0; i < 100; ++i) context.spawn([](std::span<const int>) {}, read(gate_data));
+    submitted_all.store(true);
+  });
+  for (int i = 0; i < 10000 && listener.now_waiting.load() == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(listener.now_waiting.load(), 1) << "the held-back submitter did not tell its listener";
+  EXPECT_FALSE(submitted_all.load());
+  if (stop_listening_while_held) waits.stop_listening(&listener);
+  open.store(true);
+  producer.join();
+  context.wait_all();
+  waits.stop_listening(&listener);
+}
+
+TEST(ConfigBehaviour, ASubmitterHeldBackByMaxInFlightTellsTheContextsListener) {
+  SubmitterWaitRecorder listener;
+  hold_back_submitter(listener, false);
+  EXPECT_EQ(listener.now_waiting.load(), 0) << "the end of the wait was not told";
+  EXPECT_GE(listener.starts.load(), 1);
+  SubmitterWaitRecorder removed;
+  hold_back_submitter(removed, true);
+  EXPECT_EQ(removed.now_waiting.load(), 1) << "a listener removed during the wait heard its end";
+  SubmitterWaitRecorder first, second;
+  detail::SubmitterWaits waits;
+  EXPECT_TRUE(waits.listen(&first));
+  EXPECT_FALSE(waits.listen(&second)) << "one listener at a time";
 }
 
 // Nested fork-join under a small bound: the unfinished tasks are the submitters' own ancestors, so
