@@ -100,6 +100,9 @@ struct DistributedStats {
   std::uint64_t batches_sent = 0;               // messages that carried more than one payload
   std::uint64_t batch_flushes_by_interval = 0;  // batches sent because distributed.sync_interval passed
   std::uint64_t compressed_payloads = 0;
+  // Distributed buffers of this Runtime whose bookkeeping this rank still keeps: a handle or one of
+  // this rank's tasks holds them (a buffer's bookkeeping goes with its last handle).
+  std::uint64_t buffers_live = 0;
 };
 
 struct TaskOptions {
@@ -136,9 +139,14 @@ NERVE_API void runtime_destroy(RuntimeImpl* runtime) noexcept;
 NERVE_API int runtime_rank(const RuntimeImpl* runtime) noexcept;
 NERVE_API int runtime_size(const RuntimeImpl* runtime) noexcept;
 // register_buffer() checks the buffer (owner, byte size: throws Error on every rank alike) before it
-// adds it to the bookkeeping.
+// adds it to the bookkeeping; release_buffer() ends that once no handle or task holds the buffer
+// (every rank keeps numbering buffers in creation order).
 NERVE_API BufferEntry* register_buffer(RuntimeImpl* runtime, int owner, std::size_t count,
                                        std::size_t element_size, const std::string& name);
+NERVE_API void release_buffer(BufferEntry* entry) noexcept;
+struct ReleaseBufferEntry {
+  void operator()(BufferEntry* entry) const noexcept { release_buffer(entry); }
+};
 NERVE_API int buffer_owner(const BufferEntry* entry) noexcept;
 NERVE_API std::uint64_t buffer_number(const BufferEntry* entry) noexcept;
 // throw_empty_handle() is Error(buffer_misuse) for `what` ("owner()") of an empty DistributedBuffer.
@@ -164,10 +172,11 @@ NERVE_API void runtime_dump_perf_stats(RuntimeImpl* runtime, const std::filesyst
 NERVE_API void runtime_dump_trace(RuntimeImpl* runtime, const std::filesystem::path& path);
 NERVE_API Context& runtime_context(RuntimeImpl* runtime) noexcept;
 
-// Shared by the copies of one DistributedBuffer handle: the local data, made on first use.
+// Shared by the copies of one DistributedBuffer handle (and the receive tasks filling its replica):
+// the bookkeeping and the local data, made on first use.
 template <class T>
 struct BufferData {
-  BufferEntry* entry = nullptr;
+  std::unique_ptr<BufferEntry, ReleaseBufferEntry> entry;
   std::size_t count = 0;
   std::string name;
   Buffer<T> local;
@@ -199,7 +208,7 @@ class DistributedBuffer {
  private:
   friend class Runtime;
   explicit DistributedBuffer(std::shared_ptr<detail::BufferData<T>> data) : data_(std::move(data)) {}
-  const detail::BufferEntry* entry(const char* what) const { return data(what).entry; }
+  const detail::BufferEntry* entry(const char* what) const { return data(what).entry.get(); }
   std::shared_ptr<detail::BufferData<T>> data_;
 };
 
@@ -285,7 +294,7 @@ class Runtime {
   // NOLINTNEXTLINE(performance-unnecessary-value-param): it is moved (a clang-tidy 14 bug, llvm#43943)
   DistributedBuffer<T> buffer(std::size_t count, int owner, std::string name = {}) {
     auto data = std::make_shared<detail::BufferData<T>>();
-    data->entry = detail::register_buffer(impl_, owner, count, sizeof(T), name);
+    data->entry.reset(detail::register_buffer(impl_, owner, count, sizeof(T), name));
     data->count = count;
     data->name = std::move(name);
     if (owner == rank()) data->local = Buffer<T>(context(), count, BufferOptions{.name = data->name});
@@ -345,7 +354,7 @@ class Runtime {
   // naming the task and the access.
   template <class T>
   static detail::BufferEntry* entry_or_null(const DistributedBuffer<T>& buffer) noexcept {
-    return buffer.data_ != nullptr ? buffer.data_->entry : nullptr;
+    return buffer.data_ != nullptr ? buffer.data_->entry.get() : nullptr;
   }
 
   // move_data() submits this rank's side of the transfers feeding access `index`.
@@ -372,13 +381,15 @@ class Runtime {
         detail::RuntimeImpl* impl = impl_;
         const int from = transfer.from;
         const std::uint64_t sequence = transfer.sequence;
-        const detail::BufferEntry* entry = data.entry;
+        // The task keeps the bookkeeping for its error message: the program may drop the handle first.
+        std::shared_ptr<detail::BufferData<T>> kept = buffer.data_;
         nerve::TaskOptions options;
         options.name = "nerve.receive";
         context().spawn(
             options,
-            [impl, from, sequence, entry, task](std::span<T> view) {
-              detail::start_receive(impl, from, sequence, view.data(), view.size_bytes(), entry, task);
+            [impl, from, sequence, kept = std::move(kept), task](std::span<T> view) {
+              detail::start_receive(impl, from, sequence, view.data(), view.size_bytes(), kept->entry.get(),
+                                    task);
             },
             nerve::write(data.local));
       }

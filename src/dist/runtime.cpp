@@ -179,7 +179,7 @@ BufferEntry* register_buffer(RuntimeImpl* runtime, int owner, std::size_t count,
   if (owner < 0 || owner >= runtime->size) {
     throw Error(ErrorCode::invalid_argument,
                 fmt::format("distributed buffer {} is given owner rank {}, but the run has ranks 0..{}",
-                            runtime->buffers.size(), owner, runtime->size - 1));
+                            runtime->buffers_created, owner, runtime->size - 1));
   }
   // Checked here, on every rank, before the buffer exists: a byte size that wrapped registered a tiny
   // buffer everywhere, and only the owner then failed (to allocate it), so the ranks' bookkeeping
@@ -188,17 +188,26 @@ BufferEntry* register_buffer(RuntimeImpl* runtime, int owner, std::size_t count,
     throw Error(
         ErrorCode::invalid_argument,
         fmt::format("distributed buffer {} of {} elements of {} bytes is larger than the address space",
-                    runtime->buffers.size(), count, element_size));
+                    runtime->buffers_created, count, element_size));
   }
-  BufferEntry& entry = runtime->buffers.emplace_back();
-  entry.runtime = runtime;
-  entry.number = runtime->buffers.size() - 1;
-  entry.name = name;
-  entry.owner = owner;
-  entry.bytes = count * element_size;
-  entry.held.assign(static_cast<std::size_t>(runtime->size), no_version);
-  entry.held[static_cast<std::size_t>(owner)] = 0;
-  return &entry;
+  auto entry = std::make_unique<BufferEntry>();
+  entry->runtime = runtime;
+  entry->count = runtime->buffer_count;
+  entry->number = runtime->buffers_created;
+  entry->name = name;
+  entry->owner = owner;
+  entry->bytes = count * element_size;
+  entry->held.assign(static_cast<std::size_t>(runtime->size), no_version);
+  entry->held[static_cast<std::size_t>(owner)] = 0;
+  ++runtime->buffers_created;
+  entry->count->live.fetch_add(1, std::memory_order_relaxed);
+  return entry.release();
+}
+
+void release_buffer(BufferEntry* entry) noexcept {
+  if (entry == nullptr) return;
+  entry->count->live.fetch_sub(1, std::memory_order_relaxed);
+  delete entry;
 }
 
 int buffer_owner(const BufferEntry* entry) noexcept { return entry->owner; }
@@ -389,6 +398,7 @@ DistributedStats runtime_stats(const RuntimeImpl* runtime) {
   stats.size = runtime->size;
   stats.tasks_run = runtime->tasks_run.load(std::memory_order_relaxed);
   stats.tasks_skipped = runtime->tasks_skipped.load(std::memory_order_relaxed);
+  stats.buffers_live = runtime->buffer_count->live.load(std::memory_order_relaxed);
   return stats;
 }
 

@@ -33,8 +33,16 @@ namespace nerve::distributed::detail {
 
 inline constexpr std::uint64_t no_version = ~std::uint64_t{0};
 
+// How many of a Runtime's buffers are alive: shared with their entries, which may outlive the Runtime
+// (a handle kept past it).
+struct BufferCount {
+  std::atomic<std::uint64_t> live{0};
+};
+
+// Made by register_buffer(), freed by release_buffer() with the buffer's last handle (BufferData).
 struct BufferEntry {
   const RuntimeImpl* runtime = nullptr;  // the Runtime that registered it
+  std::shared_ptr<BufferCount> count;
   std::uint64_t number = 0;
   std::string name;  // for errors: empty when the buffer has none
   int owner = 0;
@@ -68,7 +76,8 @@ struct RuntimeImpl final : nerve::detail::SubmitterWaitListener {
   std::unique_ptr<Transport> transport;  // null for communication_backend: none
   int rank = 0;
   int size = 1;
-  std::deque<BufferEntry> buffers;           // stable addresses: handles point at their entry
+  std::uint64_t buffers_created = 0;  // the next buffer's number
+  std::shared_ptr<BufferCount> buffer_count = std::make_shared<BufferCount>();
   std::vector<std::uint64_t> next_sequence;  // [from * size + to]: payloads planned so far
   std::atomic<std::uint64_t> tasks_run{0};
   std::atomic<std::uint64_t> tasks_skipped{0};

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -165,6 +166,37 @@ TEST(DistributedLocal, OneRankRunsEveryTaskWithoutTransfers) {
   EXPECT_EQ(stats.tasks_run, 3u);
   EXPECT_EQ(stats.payloads_sent, 0u);
   EXPECT_EQ(b.local().to_vector(), std::vector<int>(100, 6));
+}
+
+// A distributed buffer's bookkeeping goes with its last handle: each rank kept every buffer ever made
+// (~130-240 bytes each), so a program making temporaries every step grew without bound. Numbers keep
+// counting in creation order; a handle kept past its Runtime is still safe to drop.
+TEST(DistributedLocal, ABuffersBookkeepingGoesWithItsLastHandle) {
+  Context context(with({}));
+  std::optional<dist::DistributedBuffer<int>> outliving;
+  {
+    dist::Runtime world(context);
+    auto kept = world.buffer<int>(4, 0, "kept");
+    world.submit([](std::span<int> k) { k[0] = 0; }, dist::write(kept));
+    for (int step = 0; step < 1000; ++step) {
+      auto temporary = world.buffer<double>(16, 0, "temporary");
+      world.submit([](std::span<double> t) { t[0] = 1; }, dist::write(temporary));
+      world.submit([](std::span<int> k, std::span<const double> t) { k[0] += static_cast<int>(t[0]); },
+                   dist::write(kept), dist::read(temporary));
+      EXPECT_GE(world.stats().buffers_live, 2u);
+    }
+    world.wait_all();
+    EXPECT_EQ(world.stats().buffers_live, 1u);
+    EXPECT_EQ(kept.local().to_vector()[0], 1000);
+    auto next = world.buffer<int>(1, 0);
+    EXPECT_EQ(next.number(), 1001u);
+    EXPECT_EQ(world.stats().buffers_live, 2u);
+    next = {};
+    kept = {};
+    EXPECT_EQ(world.stats().buffers_live, 0u);
+    outliving = world.buffer<int>(1, 0);
+  }
+  outliving.reset();
 }
 
 TEST(DistributedLocal, OwnersOutsideTheWorldAreErrors) {
