@@ -19,7 +19,10 @@
 //
 // Data reaches a rank that does not own it only as a task input: to collect results on rank 0, submit
 // a task with TaskOptions::rank = 0 that reads them. On its owner, DistributedBuffer::local() is an
-// ordinary nerve::Buffer (map it after wait_all()).
+// ordinary nerve::Buffer (map it after wait_all()). Only a distributed task's write makes a new
+// version: data changed through local() (a write mapping, a plain task) is not one, and a rank that
+// already holds a replica keeps reading the old data. Fill a buffer that way only before any other
+// rank has read it; change it later with Runtime::submit().
 //
 // Failures: an exception in a task on any rank is sent to every rank; from then on wait_all(),
 // barrier() and submit() on every rank throw Error(task_failed) naming the rank, the task and the
@@ -197,7 +200,8 @@ class DistributedBuffer {
   // number() is the buffer's creation index, the same on every rank.
   std::uint64_t number() const { return detail::buffer_number(entry("number()")); }
   explicit operator bool() const noexcept { return data_ != nullptr; }
-  // local() is this rank's copy: the data itself on the owner, the cached replica elsewhere (an empty
+  // local() is this rank's copy: the data itself on the owner (a write through it is no new version:
+  // see the top of this file), the cached replica elsewhere (an empty
   // handle until one was received).
   const Buffer<T>& local() const { return data("local()").local; }
   detail::BufferData<T>& data(const char* what = "data()") const {
