@@ -168,6 +168,11 @@ NERVE_API void start_receive(RuntimeImpl* runtime, int from, std::uint64_t seque
 NERVE_API std::uint64_t task_started(RuntimeImpl* runtime) noexcept;
 NERVE_API void task_finished(RuntimeImpl* runtime, const char* name, std::uint64_t started) noexcept;
 NERVE_API void task_failed(RuntimeImpl* runtime, const char* name, const std::exception_ptr& error) noexcept;
+// submission_failed(): this rank could not submit its part of a task every rank has planned (its
+// replica's memory, the body's copy): the ranks' bookkeeping no longer matches what runs, so the run
+// fails on every rank, as for a task failure.
+NERVE_API void submission_failed(RuntimeImpl* runtime, const char* name,
+                                 const std::exception_ptr& error) noexcept;
 NERVE_API void runtime_wait_all(RuntimeImpl* runtime);
 NERVE_API void runtime_barrier(RuntimeImpl* runtime);
 NERVE_API DistributedStats runtime_stats(const RuntimeImpl* runtime);
@@ -308,7 +313,9 @@ class Runtime {
   // submit() adds a task to the distributed graph (see the top of this file for where it runs). The
   // body gets one std::span per access, as Context::submit's does. Throws Error(invalid_argument),
   // on every rank alike, if the written buffers have different owners or options.rank disagrees, and
-  // Error(buffer_misuse) for an access to an empty DistributedBuffer handle.
+  // Error(buffer_misuse) for an access to an empty DistributedBuffer handle. What fails on this rank
+  // alone once every rank has planned the task (a replica it cannot allocate, a body whose copy
+  // throws) is rethrown here and fails the run on every rank, as a task failure does.
   template <class F, class... A>
   requires(DistributedAccessor<A>&&...) void submit(F&& fn, const A&... accesses) {
     submit(TaskOptions{}, std::forward<F>(fn), accesses...);
@@ -320,14 +327,19 @@ class Runtime {
         detail::AccessDescription{entry_or_null(*accesses.buffer), access_mode(accesses)}..., {}};
     const detail::TaskPlan plan = detail::plan_task(impl_, descriptions, sizeof...(A), options);
     const int me = rank();
-    std::size_t index = 0;
-    (move_data(plan, index++, *accesses.buffer, me, options.name), ...);
-    if (plan.rank != me) return;
-    nerve::TaskOptions local;
-    local.name = options.name;
-    local.compute_intensive = options.compute_intensive;
-    context().spawn(local, detail::TaskBody<std::decay_t<F>>{std::forward<F>(fn), impl_, options.name},
-                    local_access(accesses)...);
+    try {
+      std::size_t index = 0;
+      (move_data(plan, index++, *accesses.buffer, me, options.name), ...);
+      if (plan.rank != me) return;
+      nerve::TaskOptions local;
+      local.name = options.name;
+      local.compute_intensive = options.compute_intensive;
+      context().spawn(local, detail::TaskBody<std::decay_t<F>>{std::forward<F>(fn), impl_, options.name},
+                      local_access(accesses)...);
+    } catch (...) {
+      detail::submission_failed(impl_, options.name, std::current_exception());
+      throw;
+    }
   }
 
   // wait_all() waits for this rank's tasks and transfers; throws Error(task_failed) if a task failed

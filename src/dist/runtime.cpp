@@ -342,16 +342,37 @@ void task_finished(RuntimeImpl* runtime, const char* name, std::uint64_t started
   }
 }
 
+namespace {
+
+// fail_run() makes `failure` the run's (every rank hears of it); `body_error`, if given, is what the
+// first wait_all() on this rank rethrows as is.
+void fail_run(RuntimeImpl* runtime, const std::string& failure, const std::exception_ptr* body_error) {
+  {
+    std::lock_guard lock(runtime->failure_mutex);
+    if (body_error != nullptr && !runtime->first_body_error) runtime->first_body_error = *body_error;
+    if (!runtime->transport && !runtime->local_failure) runtime->local_failure = failure;
+  }
+  if (runtime->transport) runtime->transport->report_failure(failure);
+}
+
+}  // namespace
+
 void task_failed(RuntimeImpl* runtime, const char* name, const std::exception_ptr& error) noexcept {
   try {
-    std::string failure = fmt::format("task '{}' failed on rank {}: {}", display(name), runtime->rank,
-                                      nerve::detail::what_of(error));
-    {
-      std::lock_guard lock(runtime->failure_mutex);
-      if (!runtime->first_body_error) runtime->first_body_error = error;
-      if (!runtime->transport && !runtime->local_failure) runtime->local_failure = failure;
-    }
-    if (runtime->transport) runtime->transport->report_failure(failure);
+    fail_run(runtime,
+             fmt::format("task '{}' failed on rank {}: {}", display(name), runtime->rank,
+                         nerve::detail::what_of(error)),
+             &error);
+  } catch (...) {
+  }
+}
+
+void submission_failed(RuntimeImpl* runtime, const char* name, const std::exception_ptr& error) noexcept {
+  try {
+    fail_run(runtime,
+             fmt::format("submitting task '{}' failed on rank {}, after every rank had planned it: {}",
+                         display(name), runtime->rank, nerve::detail::what_of(error)),
+             nullptr);
   } catch (...) {
   }
 }

@@ -9,6 +9,7 @@
 #include <iterator>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -197,6 +198,37 @@ TEST(DistributedLocal, ABuffersBookkeepingGoesWithItsLastHandle) {
     outliving = world.buffer<int>(1, 0);
   }
   outliving.reset();
+}
+
+// A submission that fails on one rank after every rank planned the task (here the body's copy
+// throws; under MPI, a replica this rank cannot allocate) left the bookkeeping saying the task ran:
+// later readers silently read the data it never wrote, and the other ranks waited for what never
+// came. It now fails the run, as a task failure does: the error is rethrown from submit(), and
+// wait_all() and later submissions report the run failed.
+struct ThrowsWhenCopied {
+  ThrowsWhenCopied() = default;
+  ThrowsWhenCopied(const ThrowsWhenCopied&) { throw std::runtime_error("the body cannot be copied"); }
+  void operator()(std::span<int> out) const { out[0] = 2; }
+};
+
+TEST(DistributedLocal, ASubmissionThatFailsAfterThePlanFailsTheRun) {
+  Context context(with({}));
+  dist::Runtime world(context);
+  auto a = world.buffer<int>(1, 0, "a");
+  world.submit([](std::span<int> out) { out[0] = 1; }, dist::write(a));
+  const ThrowsWhenCopied body;
+  EXPECT_THROW(world.submit(dist::TaskOptions{.name = "copy-fails"}, body, dist::write(a)),
+               std::runtime_error);
+  try {
+    world.wait_all();
+    ADD_FAILURE() << "wait_all() did not report the failed submission";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::task_failed);
+    EXPECT_NE(std::string(error.what()).find("submitting task 'copy-fails' failed on rank 0"),
+              std::string::npos)
+        << error.what();
+  }
+  EXPECT_THROW(world.submit([](std::span<int>) {}, dist::write(a)), Error);
 }
 
 TEST(DistributedLocal, OwnersOutsideTheWorldAreErrors) {
