@@ -217,7 +217,10 @@ NERVE_API nerve_buffer_t* nerve_buffer_alloc_unified(nerve_context_t* ctx, size_
  * (directly or through tasks ordered after it), or for a task this thread suspended in a wait to run
  * that kernel, is NERVE_ERROR_INVALID_ARGUMENT. Writing through a read mapping is a
  * bug. NULL on error (also, for a read or read-write mapping, when a task the mapping waited for
- * failed: NERVE_ERROR_CANCELLED; a write mapping replaces the data and succeeds). Blocks. */
+ * failed: NERVE_ERROR_CANCELLED; a write mapping replaces the data and succeeds). A read-write
+ * mapping that fails so counts, like a cancelled read-write task, as having failed to write the whole
+ * buffer: tasks submitted later that read any of it are cancelled, silently (no wait reports them),
+ * until a write replaces the data (a write task or write mapping). Blocks. */
 NERVE_API void* nerve_buffer_map(nerve_buffer_t* buffer, nerve_map_mode_t mode);
 /* nerve_buffer_try_map() is nerve_buffer_map() without the wait: while a conflicting task or mapping
  * is pending (also another thread's nerve_buffer_map() of this buffer, still waiting) it maps nothing
@@ -225,7 +228,8 @@ NERVE_API void* nerve_buffer_map(nerve_buffer_t* buffer, nerve_map_mode_t mode);
  * it would read must first be copied back from a device, a copy it starts. Its other errors are
  * nerve_buffer_map()'s (a buffer already mapped: NERVE_ERROR_BUFFER_MISUSE; inside a kernel, a range
  * its own task, or one this thread suspended to run it, accesses in a conflicting mode, which could
- * never stop being busy while it runs: NERVE_ERROR_INVALID_ARGUMENT). Never blocks. */
+ * never stop being busy while it runs: NERVE_ERROR_INVALID_ARGUMENT); a read-write one that fails
+ * with NERVE_ERROR_CANCELLED leaves the buffer failed for later readers, as there. Never blocks. */
 NERVE_API void* nerve_buffer_try_map(nerve_buffer_t* buffer, nerve_map_mode_t mode);
 /* nerve_buffer_unmap() ends the mapping; NERVE_ERROR_BUFFER_MISUSE if the buffer is not mapped. */
 NERVE_API nerve_status_t nerve_buffer_unmap(nerve_buffer_t* buffer);
