@@ -134,7 +134,9 @@ class Buffer {
 
   Buffer() noexcept = default;
   // Throws Error(invalid_argument) when count elements do not fit in the address space. A count of 0
-  // is valid: its mappings and its tasks' spans are empty.
+  // is valid: its mappings and its tasks' spans are empty, and it still orders them like any buffer
+  // (an ordering token: a read after a write depends on it, and is cancelled if the write failed; a
+  // task on it waits for a write mapping of it). An empty slice of a longer buffer orders nothing.
   Buffer(Context& context, std::size_t count, const BufferOptions& options = {})
       : state_(detail::buffer_create(detail::context_impl(context), bytes_of(count), sizeof(T), options)),
         count_(count) {}
