@@ -268,15 +268,42 @@ void ContextImpl::throttle_slow(ThreadState& thread, const TaskRecord* submitted
     return;
   }
   SubmitterWaits::Notice waiting(submitter_waits);
+  Clock::time_point idle_since{};  // since when this thread found nothing to help with
+  bool warned = false;
   while (counted() >= limit) {
-    if (helps && scheduler.help_once(thread)) continue;
+    if (helps && scheduler.help_once(thread)) {
+      idle_since = {};
+      continue;
+    }
     // The tasks are running or waiting elsewhere. If they may wait for a mapping this thread holds,
     // waiting for them here would never end: the submission goes on past the bound.
     // Nor once the context is shut down: nothing will run them (a late TaskGroup submission).
     if (!helps || shut_down.load(std::memory_order_acquire)) return;
     waiting.begin();  // nothing more comes from this thread for a while: batched work may leave now
+    const Clock::time_point now = Clock::now();
+    if (idle_since == Clock::time_point{}) idle_since = now;
+    if (!warned && now - idle_since >= stalled_submission_warning) {
+      warned = true;
+      warn_stalled_submission(counted(), limit);
+    }
     std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
+}
+
+// A submitter held back for long says why, once per wait: the tasks it waits for may be waiting for
+// what never comes — a mapping held by a thread that itself waits for this one (another thread
+// cannot see that cycle: the holder is outside nerve, in a join or a lock).
+void ContextImpl::warn_stalled_submission(std::int64_t in_flight, std::int64_t limit) const {
+  const std::size_t mappings = held_mapping_count.load(std::memory_order_relaxed);
+  log::warn(
+      "submit() has waited {} s for the {} tasks in flight to drop below task_queue.max_in_flight "
+      "({}) and still waits{}",
+      std::chrono::duration_cast<std::chrono::seconds>(stalled_submission_warning).count(), in_flight, limit,
+      mappings == 0
+          ? std::string(": they are running, or waiting for other tasks or devices")
+          : fmt::format("; {} buffer mapping{} held: tasks waiting for an unmap count until it comes "
+                        "(a thread holding a mapping while it waits for this one never unmaps it)",
+                        mappings, mappings == 1 ? " is" : "s are"));
 }
 
 void ContextImpl::record_root_error(TaskRecord& task) noexcept {
