@@ -46,7 +46,13 @@ int runnable_other_threads() {
   std::error_code error;
   std::filesystem::directory_iterator task("/proc/self/task", error);
   if (error) return -1;
-  const std::string self = std::to_string(static_cast<long>(::gettid()));
+  // The caller's name under /proc/self/task: /proc/thread-self's, since gettid() is the id in this
+  // thread's own PID namespace, which differs when /proc is the parent's (unshare -p without
+  // --mount-proc, some containers) and would count the caller as another thread.
+  std::filesystem::path thread_self = std::filesystem::read_symlink("/proc/thread-self", error);
+  const std::string self =
+      error ? std::to_string(static_cast<long>(::gettid())) : thread_self.filename().string();
+  error.clear();
   int runnable = 0;
   for (; !error && task != std::filesystem::directory_iterator(); task.increment(error)) {
     if (task->path().filename() == self) continue;

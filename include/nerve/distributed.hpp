@@ -103,9 +103,6 @@ struct DistributedStats {
   std::uint64_t batches_sent = 0;               // messages that carried more than one payload
   std::uint64_t batch_flushes_by_interval = 0;  // batches sent because distributed.sync_interval passed
   std::uint64_t compressed_payloads = 0;
-  // Distributed buffers of this Runtime whose bookkeeping this rank still keeps: a handle or one of
-  // this rank's tasks holds them (a buffer's bookkeeping goes with its last handle).
-  std::uint64_t buffers_live = 0;
 };
 
 struct TaskOptions {
@@ -173,7 +170,12 @@ NERVE_API void task_failed(RuntimeImpl* runtime, const char* name, const std::ex
 // fails on every rank, as for a task failure.
 NERVE_API void submission_failed(RuntimeImpl* runtime, const char* name,
                                  const std::exception_ptr& error) noexcept;
+// buffer_creation_failed(): the same for a buffer every rank has counted whose data its owner could
+// not allocate.
+NERVE_API void buffer_creation_failed(RuntimeImpl* runtime, const BufferEntry* entry,
+                                      const std::exception_ptr& error) noexcept;
 NERVE_API void runtime_wait_all(RuntimeImpl* runtime);
+NERVE_API std::uint64_t runtime_buffers_live(const RuntimeImpl* runtime) noexcept;
 NERVE_API void runtime_barrier(RuntimeImpl* runtime);
 NERVE_API DistributedStats runtime_stats(const RuntimeImpl* runtime);
 NERVE_API void runtime_dump_perf_stats(RuntimeImpl* runtime, const std::filesystem::path& path);
@@ -298,7 +300,8 @@ class Runtime {
   // same buffers in the same order. Only the owner allocates the data now; other ranks allocate a
   // replica when a task there first reads it. Throws Error(invalid_argument), on every rank alike and
   // before the buffer counts as created, for an owner outside the run or `count` elements larger than
-  // the address space.
+  // the address space. Data the owner cannot allocate (Error(out_of_memory), on the owner alone) fails
+  // the run on every rank, as a task failure does: the others have counted the buffer.
   template <class T>
   // NOLINTNEXTLINE(performance-unnecessary-value-param): it is moved (a clang-tidy 14 bug, llvm#43943)
   DistributedBuffer<T> buffer(std::size_t count, int owner, std::string name = {}) {
@@ -306,7 +309,14 @@ class Runtime {
     data->entry.reset(detail::register_buffer(impl_, owner, count, sizeof(T), name));
     data->count = count;
     data->name = std::move(name);
-    if (owner == rank()) data->local = Buffer<T>(context(), count, BufferOptions{.name = data->name});
+    if (owner == rank()) {
+      try {
+        data->local = Buffer<T>(context(), count, BufferOptions{.name = data->name});
+      } catch (...) {
+        detail::buffer_creation_failed(impl_, data->entry.get(), std::current_exception());
+        throw;
+      }
+    }
     return DistributedBuffer<T>(std::move(data));
   }
 
@@ -350,6 +360,10 @@ class Runtime {
   void barrier() { detail::runtime_barrier(impl_); }
 
   DistributedStats stats() const { return detail::runtime_stats(impl_); }
+  // buffers_live() counts this Runtime's distributed buffers whose bookkeeping this rank still keeps:
+  // a handle (or a receive task still filling this rank's replica) holds them. A buffer's bookkeeping
+  // goes with its last handle.
+  std::uint64_t buffers_live() const noexcept { return detail::runtime_buffers_live(impl_); }
   // dump_perf_stats() writes this rank's statistics (context and distributed) as JSON; "{rank}" in
   // the path is replaced by the rank. dump_trace() writes one Chrome trace-event timeline of every
   // rank to `path` on rank 0 (a process track per rank). Collective; call after wait_all(). A file

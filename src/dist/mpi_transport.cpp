@@ -216,7 +216,11 @@ class MpiTransport final : public Transport {
 
   void set_waiting(bool waiting) noexcept override {
     waiting_.fetch_add(waiting ? 1 : -1, std::memory_order_acq_rel);
-    if (waiting) wake_.notify_one();
+    if (!waiting) return;
+    // Through the mutex: the communication thread checks waiting_ in its wait's predicate under it,
+    // so the change is seen either there or by the notification (it was lost for a pause of up to 2 ms).
+    { std::lock_guard lock(mutex_); }
+    wake_.notify_one();
   }
 
   void flush() override {

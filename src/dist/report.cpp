@@ -91,7 +91,7 @@ void runtime_dump_perf_stats(RuntimeImpl* runtime, const std::filesystem::path& 
       {"batches_sent", stats.batches_sent},
       {"batch_flushes_by_interval", stats.batch_flushes_by_interval},
       {"compressed_payloads", stats.compressed_payloads},
-      {"buffers_live", stats.buffers_live},
+      {"buffers_live", runtime_buffers_live(runtime)},
   };
   json["context"] = {{"tasks_submitted", context.tasks_submitted},
                      {"tasks_completed", context.tasks_completed},

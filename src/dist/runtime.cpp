@@ -116,7 +116,11 @@ void runtime_destroy(RuntimeImpl* runtime) noexcept {
     // Waited for as ~Context waits, inside another context's task too (the public wait_all()
     // refuses there): the transport must not go while this rank's tasks still use it.
     nerve::detail::ContextImpl& context = *runtime->context.impl();
+    // As in wait_all(): nothing more will fill a batch, so batched payloads leave at once (each hop
+    // across ranks waited a whole sync_interval here).
+    if (runtime->transport) runtime->transport->set_waiting(true);
     context.wait_for_all_tasks();
+    if (runtime->transport) runtime->transport->set_waiting(false);
     context.report_root_errors();
     if (runtime->transport) runtime->transport->flush();
   } catch (...) {
@@ -191,8 +195,7 @@ BufferEntry* register_buffer(RuntimeImpl* runtime, int owner, std::size_t count,
                     runtime->buffers_created, count, element_size));
   }
   auto entry = std::make_unique<BufferEntry>();
-  entry->runtime = runtime;
-  entry->count = runtime->buffer_count;
+  entry->runtime_buffers = runtime->buffer_count;
   entry->number = runtime->buffers_created;
   entry->name = name;
   entry->owner = owner;
@@ -200,13 +203,13 @@ BufferEntry* register_buffer(RuntimeImpl* runtime, int owner, std::size_t count,
   entry->held.assign(static_cast<std::size_t>(runtime->size), no_version);
   entry->held[static_cast<std::size_t>(owner)] = 0;
   ++runtime->buffers_created;
-  entry->count->live.fetch_add(1, std::memory_order_relaxed);
+  entry->runtime_buffers->live.fetch_add(1, std::memory_order_relaxed);
   return entry.release();
 }
 
 void release_buffer(BufferEntry* entry) noexcept {
   if (entry == nullptr) return;
-  entry->count->live.fetch_sub(1, std::memory_order_relaxed);
+  entry->runtime_buffers->live.fetch_sub(1, std::memory_order_relaxed);
   delete entry;
 }
 
@@ -233,8 +236,10 @@ TaskPlan plan_task(RuntimeImpl* runtime, const AccessDescription* accesses, std:
                               "default-constructed or moved from)",
                               display(options.name), i));
     }
-    // Checked by every rank before anything is planned: only the rank running the task found out.
-    if (accesses[i].buffer->runtime != runtime) {
+    // Checked by every rank before anything is planned: only the rank running the task found out. By
+    // the Runtime's buffer count, which the entry keeps alive: a later Runtime may reuse the address
+    // of one that is gone, while its buffers' handles live on.
+    if (accesses[i].buffer->runtime_buffers != runtime->buffer_count) {
       throw Error(ErrorCode::buffer_misuse,
                   fmt::format("distributed task '{}' accesses {} of another distributed Runtime (access {})",
                               display(options.name), describe(*accesses[i].buffer), i));
@@ -377,6 +382,17 @@ void submission_failed(RuntimeImpl* runtime, const char* name, const std::except
   }
 }
 
+void buffer_creation_failed(RuntimeImpl* runtime, const BufferEntry* entry,
+                            const std::exception_ptr& error) noexcept {
+  try {
+    fail_run(runtime,
+             fmt::format("creating {} failed on its owner, rank {}, after every rank had counted it: {}",
+                         describe(*entry), runtime->rank, nerve::detail::what_of(error)),
+             nullptr);
+  } catch (...) {
+  }
+}
+
 void runtime_wait_all(RuntimeImpl* runtime) {
   std::exception_ptr local;
   if (runtime->transport) runtime->transport->set_waiting(true);
@@ -412,6 +428,10 @@ void runtime_barrier(RuntimeImpl* runtime) {
   runtime->throw_if_failed();
 }
 
+std::uint64_t runtime_buffers_live(const RuntimeImpl* runtime) noexcept {
+  return runtime->buffer_count->live.load(std::memory_order_relaxed);
+}
+
 DistributedStats runtime_stats(const RuntimeImpl* runtime) {
   DistributedStats stats;
   if (runtime->transport) runtime->transport->add_stats(stats);
@@ -419,7 +439,6 @@ DistributedStats runtime_stats(const RuntimeImpl* runtime) {
   stats.size = runtime->size;
   stats.tasks_run = runtime->tasks_run.load(std::memory_order_relaxed);
   stats.tasks_skipped = runtime->tasks_skipped.load(std::memory_order_relaxed);
-  stats.buffers_live = runtime->buffer_count->live.load(std::memory_order_relaxed);
   return stats;
 }
 

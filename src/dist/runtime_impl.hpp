@@ -41,8 +41,9 @@ struct BufferCount {
 
 // Made by register_buffer(), freed by release_buffer() with the buffer's last handle (BufferData).
 struct BufferEntry {
-  const RuntimeImpl* runtime = nullptr;  // the Runtime that registered it
-  std::shared_ptr<BufferCount> count;
+  // The count of live buffers of the Runtime that registered it (it tells that Runtime, unlike its
+  // address, which a later Runtime may reuse).
+  std::shared_ptr<BufferCount> runtime_buffers;
   std::uint64_t number = 0;
   std::string name;  // for errors: empty when the buffer has none
   int owner = 0;

@@ -357,9 +357,10 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   }
   void throttle_slow(ThreadState& thread, const TaskRecord* submitted);
   // A submitter that has waited this long for the tasks in flight, with nothing to help with, logs
-  // warn_stalled_submission() once.
-  static constexpr std::chrono::seconds stalled_submission_warning{5};
-  void warn_stalled_submission(std::int64_t in_flight, std::int64_t limit) const;
+  // warn_stalled_submission(), once in the context's life (tests shorten the wait).
+  std::chrono::milliseconds stalled_submission_warning{5000};
+  std::atomic<bool> stalled_submission_warned{false};
+  void warn_stalled_submission(std::int64_t in_flight, std::int64_t limit) const noexcept;
   // throttle_intervals(): submissions between two checks of `thread`, as {depth, in flight}.
   // - The depth (an application thread's deque): per_device_queue_depth / 8, at most 31, so a small
   //   depth is honoured to within an eighth.

@@ -269,7 +269,6 @@ void ContextImpl::throttle_slow(ThreadState& thread, const TaskRecord* submitted
   }
   SubmitterWaits::Notice waiting(submitter_waits);
   Clock::time_point idle_since{};  // since when this thread found nothing to help with
-  bool warned = false;
   while (counted() >= limit) {
     if (helps && scheduler.help_once(thread)) {
       idle_since = {};
@@ -282,10 +281,9 @@ void ContextImpl::throttle_slow(ThreadState& thread, const TaskRecord* submitted
     waiting.begin();  // nothing more comes from this thread for a while: batched work may leave now
     const Clock::time_point now = Clock::now();
     if (idle_since == Clock::time_point{}) idle_since = now;
-    if (!warned && now - idle_since >= stalled_submission_warning) {
-      warned = true;
+    // Once in the context's life: a program whose tasks are that long would hear it at every wait.
+    if (now - idle_since >= stalled_submission_warning && !stalled_submission_warned.exchange(true))
       warn_stalled_submission(counted(), limit);
-    }
     std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
 }
@@ -293,17 +291,20 @@ void ContextImpl::throttle_slow(ThreadState& thread, const TaskRecord* submitted
 // A submitter held back for long says why, once per wait: the tasks it waits for may be waiting for
 // what never comes — a mapping held by a thread that itself waits for this one (another thread
 // cannot see that cycle: the holder is outside nerve, in a join or a lock).
-void ContextImpl::warn_stalled_submission(std::int64_t in_flight, std::int64_t limit) const {
+void ContextImpl::warn_stalled_submission(std::int64_t in_flight, std::int64_t limit) const noexcept {
   const std::size_t mappings = held_mapping_count.load(std::memory_order_relaxed);
-  log::warn(
-      "submit() has waited {} s for the {} tasks in flight to drop below task_queue.max_in_flight "
-      "({}) and still waits{}",
-      std::chrono::duration_cast<std::chrono::seconds>(stalled_submission_warning).count(), in_flight, limit,
-      mappings == 0
-          ? std::string(": they are running, or waiting for other tasks or devices")
-          : fmt::format("; {} buffer mapping{} held: tasks waiting for an unmap count until it comes "
-                        "(a thread holding a mapping while it waits for this one never unmaps it)",
-                        mappings, mappings == 1 ? " is" : "s are"));
+  try {
+    log::warn(
+        "a submission has waited {} ms for the {} tasks in flight to drop below "
+        "task_queue.max_in_flight ({}) and still waits{} (said once per context)",
+        stalled_submission_warning.count(), in_flight, limit,
+        mappings == 0
+            ? std::string(": they are running, or waiting for other tasks or devices")
+            : fmt::format("; {} buffer mapping{} held: tasks waiting for an unmap count until it comes "
+                          "(a thread holding a mapping while it waits for this one never unmaps it)",
+                          mappings, mappings == 1 ? " is" : "s are"));
+  } catch (...) {  // out of memory for the message: the submission goes on waiting, unannounced
+  }
 }
 
 void ContextImpl::record_root_error(TaskRecord& task) noexcept {

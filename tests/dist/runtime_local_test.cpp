@@ -184,20 +184,31 @@ TEST(DistributedLocal, ABuffersBookkeepingGoesWithItsLastHandle) {
       world.submit([](std::span<double> t) { t[0] = 1; }, dist::write(temporary));
       world.submit([](std::span<int> k, std::span<const double> t) { k[0] += static_cast<int>(t[0]); },
                    dist::write(kept), dist::read(temporary));
-      EXPECT_GE(world.stats().buffers_live, 2u);
+      EXPECT_GE(world.buffers_live(), 2u);
     }
     world.wait_all();
-    EXPECT_EQ(world.stats().buffers_live, 1u);
+    EXPECT_EQ(world.buffers_live(), 1u);
     EXPECT_EQ(kept.local().to_vector()[0], 1000);
     auto next = world.buffer<int>(1, 0);
     EXPECT_EQ(next.number(), 1001u);
-    EXPECT_EQ(world.stats().buffers_live, 2u);
+    EXPECT_EQ(world.buffers_live(), 2u);
     next = {};
     kept = {};
-    EXPECT_EQ(world.stats().buffers_live, 0u);
+    EXPECT_EQ(world.buffers_live(), 0u);
     outliving = world.buffer<int>(1, 0);
   }
   outliving.reset();
+}
+
+// expect_run_failed(): wait_all() reports the run failed (Error(task_failed)) with `fragment` in its message.
+void expect_run_failed(dist::Runtime& world, const std::string& fragment) {
+  try {
+    world.wait_all();
+    ADD_FAILURE() << "wait_all() did not report the failure: " << fragment;
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::task_failed);
+    EXPECT_NE(std::string(error.what()).find(fragment), std::string::npos) << error.what();
+  }
 }
 
 // A submission that fails on one rank after every rank planned the task (here the body's copy
@@ -219,16 +230,18 @@ TEST(DistributedLocal, ASubmissionThatFailsAfterThePlanFailsTheRun) {
   const ThrowsWhenCopied body;
   EXPECT_THROW(world.submit(dist::TaskOptions{.name = "copy-fails"}, body, dist::write(a)),
                std::runtime_error);
-  try {
-    world.wait_all();
-    ADD_FAILURE() << "wait_all() did not report the failed submission";
-  } catch (const Error& error) {
-    EXPECT_EQ(error.code(), ErrorCode::task_failed);
-    EXPECT_NE(std::string(error.what()).find("submitting task 'copy-fails' failed on rank 0"),
-              std::string::npos)
-        << error.what();
-  }
+  expect_run_failed(world, "submitting task 'copy-fails' failed on rank 0");
   EXPECT_THROW(world.submit([](std::span<int>) {}, dist::write(a)), Error);
+}
+
+// The owner alone failing to allocate a new buffer's data (the other ranks counted it, and their tasks
+// would wait for its transfers) fails the run, as a failed submission does.
+TEST(DistributedLocal, ABufferItsOwnerCannotAllocateFailsTheRun) {
+  Context context(with({{"memory.host_node_limit", "1048576"}}));
+  dist::Runtime world(context);
+  (void)error_of(ErrorCode::out_of_memory,
+                 [&] { (void)world.buffer<char>(std::size_t{64} << 20, 0, "big"); });
+  expect_run_failed(world, "creating buffer 0 'big' failed on its owner, rank 0");
 }
 
 TEST(DistributedLocal, OwnersOutsideTheWorldAreErrors) {
@@ -296,6 +309,26 @@ TEST(DistributedLocal, ABufferOfAnotherRuntimeIsBufferMisuse) {
             "distributed task 'mixer' accesses buffer 0 'theirs' of another distributed Runtime (access 1)");
   world.wait_all();
   EXPECT_EQ(world.stats().tasks_run, 0u);
+}
+
+// A buffer's bookkeeping outlives its Runtime while a handle holds it; a later Runtime, often at the
+// same address, must still refuse it (it was told apart by the Runtime's address, and accepted).
+TEST(DistributedLocal, ABufferOfARuntimeThatIsGoneIsBufferMisuse) {
+  Context context(with({}));
+  std::optional<dist::DistributedBuffer<int>> old_handle;
+  for (int round = 0; round < 3; ++round) {
+    auto world = std::make_unique<dist::Runtime>(context);
+    if (old_handle) {
+      const std::string refused = error_of(ErrorCode::buffer_misuse, [&] {
+        world->submit(
+            dist::TaskOptions{.name = "late"}, [](std::span<int>) {}, dist::write(*old_handle));
+      });
+      EXPECT_NE(refused.find("of another distributed Runtime"), std::string::npos) << refused;
+    }
+    old_handle = world->buffer<int>(1, 0, "old");
+    world->submit([](std::span<int> value) { value[0] = 1; }, dist::write(*old_handle));
+    world->wait_all();
+  }
 }
 
 // count * sizeof(T) wrapped (to 4 bytes for SIZE_MAX / 4 + 2 ints): the buffer was registered with
