@@ -13,7 +13,6 @@
 
 #include "nerve/nerve.hpp"
 
-#include "measure.hpp"
 #include "runtimes.hpp"
 
 namespace nerve::bench {
@@ -21,6 +20,12 @@ namespace {
 
 constexpr int burst_fork_joins = 2000;
 constexpr auto slice = std::chrono::microseconds(250);
+
+double process_cpu_ms() {
+  timespec now{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now);
+  return static_cast<double>(now.tv_sec) * 1e3 + static_cast<double>(now.tv_nsec) / 1e6;
+}
 
 // sample() sleeps `slices` slices and returns the process CPU time used in each.
 std::vector<double> sample(int slices) {

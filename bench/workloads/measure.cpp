@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -34,12 +33,6 @@ Summary summarize(std::vector<double> samples) {
   std::sort(samples.begin(), samples.end());
   summary.mad = median_of_sorted(samples);
   return summary;
-}
-
-double process_cpu_ms() {
-  timespec now{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now);
-  return static_cast<double>(now.tv_sec) * 1e3 + static_cast<double>(now.tv_nsec) / 1e6;
 }
 
 int runnable_other_threads() {

@@ -66,9 +66,6 @@ Summary summarize(std::vector<double> samples);
 std::vector<Measurement> measure_interleaved(const std::vector<Variant>& variants,
                                              const WorkloadOptions& options);
 
-// process_cpu_ms(): the CPU time of every thread of the process so far.
-double process_cpu_ms();
-
 // runnable_other_threads(): how many threads of the process besides the caller are running or
 // waiting for a core (state R in /proc/self/task/<tid>/stat); -1 when /proc cannot tell.
 int runnable_other_threads();

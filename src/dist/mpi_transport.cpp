@@ -840,7 +840,7 @@ class MpiTransport final : public Transport {
   MPI_Request barrier_request_ = MPI_REQUEST_NULL;
   std::promise<void>* barrier_done_ = nullptr;  // a barrier() in progress
 
-  std::atomic<int> waiting_{0};  // application threads in wait_all()/barrier() (set_waiting)
+  std::atomic<int> waiting_{0};  // application threads waiting for this rank's tasks (set_waiting)
   std::atomic<std::uint64_t> payloads_sent_{0}, payloads_received_{0}, bytes_sent_{0}, bytes_received_{0},
       wire_bytes_sent_{0}, messages_sent_{0}, batches_sent_{0}, flushes_by_interval_{0},
       compressed_payloads_{0};

@@ -109,18 +109,16 @@ void runtime_destroy(RuntimeImpl* runtime) noexcept {
   // Destroyed by an exception leaving the Runtime's scope: on this rank only, the others may wait for
   // it for ever (in a barrier, for a payload), and MPI_Finalize would then wait for them.
   const bool unwinding = std::uncaught_exceptions() > 0;
+  nerve::detail::ContextImpl& context = *runtime->context.impl();
   // First: a thread still submitting to the context must not tell a transport that is going away.
-  if (nerve::detail::ContextImpl* context = runtime->context.impl())
-    context->submitter_waits.stop_listening(runtime);
+  context.submitter_waits.stop_listening(runtime);
   try {
     // Waited for as ~Context waits, inside another context's task too (the public wait_all()
     // refuses there): the transport must not go while this rank's tasks still use it.
-    nerve::detail::ContextImpl& context = *runtime->context.impl();
-    // As in wait_all(): nothing more will fill a batch, so batched payloads leave at once (each hop
-    // across ranks waited a whole sync_interval here).
-    if (runtime->transport) runtime->transport->set_waiting(true);
-    context.wait_for_all_tasks();
-    if (runtime->transport) runtime->transport->set_waiting(false);
+    {
+      const WaitingForTasks waiting(*runtime);
+      context.wait_for_all_tasks();
+    }
     context.report_root_errors();
     if (runtime->transport) runtime->transport->flush();
   } catch (...) {
@@ -395,13 +393,12 @@ void buffer_creation_failed(RuntimeImpl* runtime, const BufferEntry* entry,
 
 void runtime_wait_all(RuntimeImpl* runtime) {
   std::exception_ptr local;
-  if (runtime->transport) runtime->transport->set_waiting(true);
   try {
+    const WaitingForTasks waiting(*runtime);
     runtime->context.wait_all();
   } catch (...) {
     local = std::current_exception();
   }
-  if (runtime->transport) runtime->transport->set_waiting(false);
   if (runtime->transport) runtime->transport->flush();
   // A local task's own failure is rethrown as is, once; otherwise a failure anywhere — including a
   // local one already reported — is task_failed, which also explains a local cancellation better than

@@ -13,7 +13,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <deque>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -63,7 +62,8 @@ struct TraceEvent {
 };
 
 // The Runtime hears of its program's thread held back in submit() by task_queue.max_in_flight (the
-// context's SubmitterWaits): batched payloads then leave at once, as while it waits in wait_all().
+// context's SubmitterWaits): batched payloads then leave at once, as while it waits in wait_all()
+// (WaitingForTasks).
 struct RuntimeImpl final : nerve::detail::SubmitterWaitListener {
   RuntimeImpl(Context& context, std::unique_ptr<Transport> transport);
   RuntimeImpl(const RuntimeImpl&) = delete;
@@ -108,6 +108,22 @@ struct RuntimeImpl final : nerve::detail::SubmitterWaitListener {
         .count();
   }
   void throw_if_failed() const;
+};
+
+// WaitingForTasks: while the program's thread waits for this rank's tasks (wait_all(), the Runtime's
+// destruction), as while it is held back in submit(), nothing more will fill a batch: the transport
+// sends batched payloads at once.
+class WaitingForTasks {
+ public:
+  explicit WaitingForTasks(RuntimeImpl& runtime) noexcept : runtime_(runtime) {
+    runtime_.submitter_waiting(true);
+  }
+  ~WaitingForTasks() { runtime_.submitter_waiting(false); }
+  WaitingForTasks(const WaitingForTasks&) = delete;
+  WaitingForTasks& operator=(const WaitingForTasks&) = delete;
+
+ private:
+  RuntimeImpl& runtime_;
 };
 
 // describe() names a buffer in errors: "buffer 3 'tile'", or "buffer 3" without a name.

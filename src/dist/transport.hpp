@@ -50,9 +50,10 @@ class Transport {
   virtual std::optional<std::string> failure() const = 0;
   // flush() sends batched payloads now.
   virtual void flush() = 0;
-  // set_waiting(): the application thread is (or no longer is) waiting in wait_all()/barrier();
-  // while it waits, payloads are not held back for distributed.sync_interval (nothing more will be
-  // submitted to fill a batch).
+  // set_waiting(): the application thread is (or no longer is) waiting for this rank's tasks — in
+  // wait_all()/barrier(), the Runtime's destruction, or a submit() that task_queue.max_in_flight holds
+  // back; while it waits, payloads are not held back for distributed.sync_interval (nothing more will
+  // be submitted to fill a batch). Calls nest (a count).
   virtual void set_waiting(bool /*waiting*/) noexcept {}
   // barrier(), gather() and broadcast() are collective over every rank; broadcast() returns `root`'s
   // `text` on every rank. gather() and broadcast() throw on every rank alike, or on none: texts over

@@ -288,7 +288,7 @@ void ContextImpl::throttle_slow(ThreadState& thread, const TaskRecord* submitted
   }
 }
 
-// A submitter held back for long says why, once per wait: the tasks it waits for may be waiting for
+// A submitter held back for long says why (once per context): the tasks it waits for may be waiting for
 // what never comes — a mapping held by a thread that itself waits for this one (another thread
 // cannot see that cycle: the holder is outside nerve, in a join or a lock).
 void ContextImpl::warn_stalled_submission(std::int64_t in_flight, std::int64_t limit) const noexcept {

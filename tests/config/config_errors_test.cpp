@@ -989,8 +989,6 @@ std::string load_error(const std::filesystem::path& file) {
 
 TEST(ConfigBadFile, WhatComesThroughAnAliasIsReportedWhereTheAliasStands) {
   TempDir dir;
-  EXPECT_THAT(load_error(dir.write("section.yaml", "parallel: &p\n  thread_pool_size: 3\nscheduler: *p\n")),
-              ::testing::HasSubstr("section.yaml:3: unknown configuration key 'scheduler.thread_pool_size'"));
   const auto valid = dir.write("valid.yaml",
                                "# values through aliases\nscheduler:\n  spin_us: &n 5\nperf:\n"
                                "  counter_interval_ms: *n\ntask_queue:\n  max_in_flight: 32\n");
@@ -998,27 +996,33 @@ TEST(ConfigBadFile, WhatComesThroughAnAliasIsReportedWhereTheAliasStands) {
   EXPECT_EQ(config.origin("scheduler.spin_us").line, 3);
   EXPECT_EQ(config.origin("perf.counter_interval_ms").line, 5);
   EXPECT_EQ(config.origin("task_queue.max_in_flight").line, 7);
-  EXPECT_THAT(load_error(dir.write("key.yaml",
-                                   "scheduler:\n  policy: &k eager\n\nparallel:\n  thread_pool_size: 2\n"
-                                   "  *k : 3\n")),
-              ::testing::HasSubstr("key.yaml:6: unknown configuration key 'parallel.eager'"));
-  EXPECT_THAT(load_error(dir.write("duplicate.yaml",
-                                   "parallel: &p\n  thread_pool_size: 3\nscheduler:\n  spin_us: 1\n"
-                                   "parallel.thread_pool_size: 2\nother: *p\n")),
-              ::testing::HasSubstr("duplicate.yaml:5: parallel.thread_pool_size: duplicate key (first set "
-                                   "at line 2)"));
-  // Aliases the order of keys alone cannot tell (review of the first fix): of an anchor just before,
-  // in the entry above; as key and value both; as a key with nothing after it.
-  EXPECT_THAT(load_error(dir.write("next.yaml", "scheduler:\n  policy: &k eager\n  *k : 3\n")),
-              ::testing::HasSubstr("next.yaml:3: unknown configuration key 'scheduler.eager'"));
-  EXPECT_THAT(load_error(dir.write("both.yaml",
-                                   "parallel:\n  thread_pool_size: &v 2\n&k scheduler.spin_us: 3\n"
-                                   "*k : *v\n")),
-              ::testing::HasSubstr("both.yaml:4: scheduler.spin_us: duplicate key (first set at line 3)"));
-  EXPECT_THAT(load_error(dir.write("null.yaml",
-                                   "scheduler:\n  &k spin_us: 3\n  policy: eager\n  *k :\n# c\n\n"
-                                   "memory:\n  huge_pages: false\n")),
-              ::testing::HasSubstr("null.yaml:4: scheduler.spin_us: duplicate key (first set at line 2)"));
+  struct Case {
+    const char* file;
+    const char* text;
+    const char* error;
+  };
+  // The last three: aliases the order of keys alone cannot tell (review of the first fix): of an
+  // anchor just before, in the entry above; as key and value both; as a key with nothing after it.
+  const Case cases[] = {
+      {"section.yaml", "parallel: &p\n  thread_pool_size: 3\nscheduler: *p\n",
+       "section.yaml:3: unknown configuration key 'scheduler.thread_pool_size'"},
+      {"key.yaml", "scheduler:\n  policy: &k eager\n\nparallel:\n  thread_pool_size: 2\n  *k : 3\n",
+       "key.yaml:6: unknown configuration key 'parallel.eager'"},
+      {"duplicate.yaml",
+       "parallel: &p\n  thread_pool_size: 3\nscheduler:\n  spin_us: 1\nparallel.thread_pool_size: 2\nother: "
+       "*p\n",
+       "duplicate.yaml:5: parallel.thread_pool_size: duplicate key (first set at line 2)"},
+      {"next.yaml", "scheduler:\n  policy: &k eager\n  *k : 3\n",
+       "next.yaml:3: unknown configuration key 'scheduler.eager'"},
+      {"both.yaml", "parallel:\n  thread_pool_size: &v 2\n&k scheduler.spin_us: 3\n*k : *v\n",
+       "both.yaml:4: scheduler.spin_us: duplicate key (first set at line 3)"},
+      {"null.yaml",
+       "scheduler:\n  &k spin_us: 3\n  policy: eager\n  *k :\n# c\n\nmemory:\n  huge_pages: false\n",
+       "null.yaml:4: scheduler.spin_us: duplicate key (first set at line 2)"},
+  };
+  for (const Case& bad : cases) {
+    EXPECT_THAT(load_error(dir.write(bad.file, bad.text)), ::testing::HasSubstr(bad.error)) << bad.file;
+  }
 }
 
 }  // namespace
