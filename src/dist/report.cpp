@@ -1,5 +1,7 @@
 // report.cpp — per-rank statistics as JSON, and the merged timeline of every rank.
+#include <cstdint>
 #include <exception>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -31,12 +33,20 @@ void write_trace(const std::filesystem::path& path, const std::vector<std::strin
 
 std::string trace_json(RuntimeImpl& runtime) {
   std::vector<TraceEvent> events;
+  std::uint64_t dropped = 0;
   {
     std::lock_guard lock(runtime.trace_mutex);
     events = runtime.trace;
+    dropped = runtime.trace_dropped;
   }
   std::string out = fmt::format(
       R"({{"name":"process_name","ph":"M","pid":{0},"args":{{"name":"rank {0}"}}}})", runtime.rank);
+  if (dropped != 0) {  // Perfetto shows a process's labels beside its name
+    out += fmt::format(
+        R"x(,{{"name":"process_labels","ph":"M","pid":{},"args":{{"labels":"{} tasks not in the trace )x"
+        R"x((perf.max_task_records: {})","tasks_dropped":{}}}}})x",
+        runtime.rank, dropped, runtime.trace_limit, dropped);
+  }
   for (const TraceEvent& event : events) {
     out += fmt::format(
         R"(,{{"name":{},"ph":"X","pid":{},"tid":{},"ts":{:.3f},"dur":{:.3f}}})",
@@ -75,6 +85,11 @@ void runtime_dump_trace(RuntimeImpl* runtime, const std::filesystem::path& path)
 
 void runtime_dump_perf_stats(RuntimeImpl* runtime, const std::filesystem::path& path) {
   const DistributedStats stats = runtime_stats(runtime);
+  std::uint64_t trace_dropped = 0;
+  {
+    std::lock_guard lock(runtime->trace_mutex);
+    trace_dropped = runtime->trace_dropped;
+  }
   const ContextStats context = runtime->context.stats();
   nlohmann::json json;
   json["rank"] = stats.rank;
@@ -92,6 +107,7 @@ void runtime_dump_perf_stats(RuntimeImpl* runtime, const std::filesystem::path& 
       {"batch_flushes_by_interval", stats.batch_flushes_by_interval},
       {"compressed_payloads", stats.compressed_payloads},
       {"buffers_live", runtime_buffers_live(runtime)},
+      {"trace_tasks_dropped", trace_dropped},
   };
   json["context"] = {{"tasks_submitted", context.tasks_submitted},
                      {"tasks_completed", context.tasks_completed},

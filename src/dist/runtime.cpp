@@ -71,7 +71,7 @@ void throw_empty_handle(const char* what) {
 }
 
 RuntimeImpl::RuntimeImpl(Context& owner, std::unique_ptr<Transport> link)
-    : context(owner), transport(std::move(link)) {
+    : context(owner), transport(std::move(link)), trace_limit(owner.config().perf.max_task_records) {
   if (transport) {
     rank = transport->rank();
     size = transport->size();
@@ -339,6 +339,10 @@ void task_finished(RuntimeImpl* runtime, const char* name, std::uint64_t started
   const std::int64_t end = runtime->now_ns();
   try {
     std::lock_guard lock(runtime->trace_mutex);
+    if (runtime->trace.size() >= runtime->trace_limit) {
+      ++runtime->trace_dropped;
+      return;
+    }
     runtime->trace.push_back(
         TraceEvent{runtime->intern(name), static_cast<std::int64_t>(started), end, thread});
   } catch (...) {

@@ -393,6 +393,42 @@ TEST(DistributedLocal, TraceNamesNeedOnlyOutliveTheirTasks) {
   EXPECT_EQ(count("XXXX"), 0u) << text;
 }
 
+// perf.max_task_records bounds the rank's distributed trace as it bounds the context's records: the
+// trace kept 32 bytes per task for the Runtime's life, 320 MB per 10 million tasks of a long job.
+// Past the bound tasks are counted, in the trace's rank metadata and in the perf stats.
+TEST(DistributedLocal, TheTraceKeepsAtMostMaxTaskRecordsTasks) {
+  Context context(with({{"perf.max_task_records", "3"}}));
+  dist::Runtime world(context);
+  auto a = world.buffer<int>(4, 0, "a");
+  for (int i = 0; i < 10; ++i) world.submit([](std::span<int> v) { ++v[0]; }, dist::read_write(a));
+  world.wait_all();
+  const std::filesystem::path stem =
+      std::filesystem::temp_directory_path() / ("nerve-trace-bound-" + std::to_string(::getpid()));
+  const auto read_file = [](const std::filesystem::path& path) {
+    std::ifstream file(path);
+    std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+    std::filesystem::remove(path);
+    return text;
+  };
+  world.dump_trace(stem.string() + ".json");
+  const std::string trace = read_file(stem.string() + ".json");
+  std::size_t events = 0;
+  for (std::size_t at = trace.find("\"ph\":\"X\""); at != std::string::npos;
+       at = trace.find("\"ph\":\"X\"", at + 1))
+    ++events;
+  EXPECT_EQ(events, 3u) << trace;
+  EXPECT_NE(trace.find(R"("args":{"name":"rank 0"})"), std::string::npos) << trace;
+  EXPECT_NE(
+      trace.find(
+          R"x("args":{"labels":"7 tasks not in the trace (perf.max_task_records: 3)","tasks_dropped":7})x"),
+      std::string::npos)
+      << trace;
+  world.dump_perf_stats(stem.string() + ".{rank}.stats.json");
+  const std::string stats = read_file(stem.string() + ".0.stats.json");
+  EXPECT_NE(stats.find(R"("trace_tasks_dropped": 7)"), std::string::npos) << stats;
+  EXPECT_NE(stats.find(R"("tasks_run": 10)"), std::string::npos) << stats;
+}
+
 // One process is a world of one rank, failures included: the first wait_all() rethrows the task's own
 // exception; from then on submit(), wait_all() and barrier() throw Error(task_failed) naming the task,
 // as every rank does under MPI; and destroying the Runtime ends nothing (no MPI to abort).
