@@ -110,6 +110,20 @@ TEST(TopologyDiscovery, CachesAndTheirDistances) {
   EXPECT_EQ(topology.cores_by_distance(2), (std::vector<int>{3, 0, 1, 4, 5, 6, 7}));
 }
 
+// PUs without Core objects are the cores, and the caches above them are found from each PU;
+// instruction caches are left out.
+TEST(TopologyDiscovery, CachesOverPusWithoutCores) {
+  const Topology topology = synthetic_topology("numa:2 l2:2 l1i:1 l1d:1 pu:3");
+  expect_consistent(topology);
+  ASSERT_EQ(topology.cores().size(), 12u);
+  EXPECT_EQ(topology.cores()[4].pu_os_indices, (std::vector<int>{4}));
+  std::vector<std::vector<int>> l1, l2;
+  for (const Cache& cache : topology.caches()) (cache.level == 1 ? l1 : l2).push_back(cache.cores);
+  const std::vector<std::vector<int>> groups{{0, 1, 2}, {3, 4, 5}, {6, 7, 8}, {9, 10, 11}};
+  EXPECT_EQ(l1, groups);
+  EXPECT_EQ(l2, groups);
+}
+
 TEST(TopologyDiscovery, MachineWithoutPackagesGetsOne) {
   const Topology topology = synthetic_topology("core:3 pu:2");
   expect_consistent(topology);
