@@ -208,10 +208,21 @@ Topology Topology::discover(const Config& config) {
   }();
   Builder builder;
   builder.synthetic = loaded.synthetic;
-  builder.description = std::move(loaded.description);
-  topology::read_hwloc_objects(loaded.handle.get(), builder);
-  builder.numa_distances = topology::read_numa_distances(loaded.handle.get());
-  return std::move(builder).finish();
+  builder.description = loaded.description;
+  try {
+    topology::read_hwloc_objects(loaded.handle.get(), builder);
+    builder.numa_distances = topology::read_numa_distances(loaded.handle.get());
+    return std::move(builder).finish();
+  } catch (const Error& error) {
+    // hwloc accepts some XML files that describe no machine nerve can use (a PU nested in a PU: no
+    // cores): that is the file's fault, not a bug, and a configuration error names the key.
+    const bool given = !config.topology.synthetic.empty() || !config.topology.xml.empty();
+    if (error.code() != ErrorCode::internal || !given) throw;
+    const char* key = config.topology.xml.empty() ? topology::synthetic_key : topology::xml_key;
+    config::rethrow_with_origin(config, ConfigError(fmt::format("'{}' describes no machine nerve can use: {}",
+                                                                loaded.description, error.what()),
+                                                    key));
+  }
 }
 
 }  // namespace nerve

@@ -4,7 +4,10 @@
 #include <utility>
 #include <vector>
 
+#include <fmt/format.h>
 #include <hwloc.h>
+
+#include "nerve/error.hpp"
 
 #include "topology/hwloc_reader.hpp"
 
@@ -98,6 +101,16 @@ void read_caches(hwloc_topology_t topology, hwloc_obj_type_t core_type, Topology
 }  // namespace
 
 void read_hwloc_objects(hwloc_topology_t topology, Topology::Builder& builder) {
+  // An XML file may nest objects of one type inside each other (a PU in a PU), which hwloc loads
+  // but counts as no objects of that type at all: say so, rather than "no cores".
+  for (const hwloc_obj_type_t type : {HWLOC_OBJ_PACKAGE, HWLOC_OBJ_CORE, HWLOC_OBJ_PU}) {
+    if (hwloc_get_type_depth(topology, type) == HWLOC_TYPE_DEPTH_MULTIPLE) {
+      throw Error(ErrorCode::internal,
+                  fmt::format("inconsistent topology description: {} objects at several depths of the "
+                              "tree (one inside another)",
+                              hwloc_obj_type_string(type)));
+    }
+  }
   // Some machines (and synthetic descriptions such as "pu:4") have PUs but no Core objects.
   const hwloc_obj_type_t core_type = count_of(topology, HWLOC_OBJ_CORE) > 0 ? HWLOC_OBJ_CORE : HWLOC_OBJ_PU;
   builder.packages.resize(static_cast<std::size_t>(count_of(topology, HWLOC_OBJ_PACKAGE)));

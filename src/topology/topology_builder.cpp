@@ -35,7 +35,7 @@ void add_missing_levels(Topology::Builder& builder) {
 }
 
 void check_references(const Topology::Builder& builder) {
-  require(!builder.cores.empty(), "no cores");
+  require(!builder.cores.empty(), "no cores (neither Core nor PU objects)");
   for (const Core& core : builder.cores) {
     require(in_range(core.package, builder.packages.size()), fmt::format("core package {}", core.package));
     require(in_range(core.numa_node, builder.numa_nodes.size()),

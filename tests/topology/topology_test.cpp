@@ -253,6 +253,37 @@ std::string xml_error(const std::string& xml) {
   return "";
 }
 
+// hwloc loads a file that nests objects of one type in each other (a PU in a PU), or has no PUs,
+// and counts no cores in it: that was Error(internal) ("a bug in nerve") with neither key nor file.
+TEST(TopologyErrors, AnXmlMachineWithoutUsableCoresNamesTheKey) {
+  const std::string object = R"(cpuset="0x00000001" complete_cpuset="0x00000001" nodeset="0x00000001" )"
+                             R"(complete_nodeset="0x00000001")";
+  const auto machine = [&](const std::string& inside) {
+    return R"(<?xml version="1.0" encoding="UTF-8"?>
+<topology version="2.0">
+  <object type="Machine" os_index="0" )" +
+           object + R"( allowed_cpuset="0x00000001" allowed_nodeset="0x00000001">
+    <object type="NUMANode" os_index="0" )" +
+           object + R"( local_memory="1073741824"/>
+)" + inside +
+           R"(  </object>
+</topology>
+)";
+  };
+  const std::string nested = xml_error(machine(R"(    <object type="PU" os_index="0" )" + object + R"(>
+      <object type="PU" os_index="0" )" + object +
+                                               R"(/>
+    </object>
+)"));
+  EXPECT_NE(nested.find("describes no machine nerve can use: inconsistent topology description: PU objects "
+                        "at several depths of the tree (one inside another)"),
+            std::string::npos)
+      << nested;
+  const std::string empty = xml_error(machine(R"(    <object type="Package" os_index="0" )" + object + R"(/>
+)"));
+  EXPECT_NE(empty.find("no cores (neither Core nor PU objects)"), std::string::npos) << empty;
+}
+
 // line_of() is the line (from 1) on which `text` first appears in `xml`.
 int line_of(const std::string& xml, const std::string& text) {
   return 1 + static_cast<int>(std::count(xml.begin(), xml.begin() + static_cast<long>(xml.find(text)), '\n'));
