@@ -47,6 +47,10 @@ NumaPolicy parse_numa_policy(std::string_view text) {
   const auto first = text.find_first_not_of(blanks);
   text = first == std::string_view::npos ? std::string_view{}
                                          : text.substr(first, text.find_last_not_of(blanks) - first + 1);
+  if (text.empty()) {  // `numa_policy:` with nothing after it: the empty string of a text key
+    throw ConfigError("memory.numa_policy: no value given (expected local, interleave or preferred:<node>)",
+                      "memory.numa_policy");
+  }
   if (text == "local") return {NumaPolicy::Kind::local, 0};
   if (text == "interleave") return {NumaPolicy::Kind::interleave, 0};
   constexpr std::string_view prefix = "preferred:";
@@ -86,6 +90,11 @@ std::pair<Compression, std::size_t> parse_compression(std::string_view text) {
   text = first == std::string_view::npos ? std::string_view{}
                                          : text.substr(first, text.find_last_not_of(blanks) - first + 1);
   constexpr std::size_t default_threshold = 4096;
+  if (text.empty()) {
+    throw ConfigError(
+        "distributed.compression: no value given (expected none, zstd or zstd:<threshold bytes>)",
+        "distributed.compression");
+  }
   if (text == "none") return {Compression::none, default_threshold};
   if (text == "zstd") return {Compression::zstd, default_threshold};
   constexpr std::string_view prefix = "zstd:";

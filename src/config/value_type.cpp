@@ -151,8 +151,14 @@ ParsedValue parse_list(const std::vector<std::string>& items, const ValueType& t
   std::string joined;
   for (const std::string& raw_item : items) {
     const std::string_view item = trim(raw_item);
-    if (item.empty() || item.find(',') != std::string_view::npos)
-      throw Problem{fmt::format("has an empty item (expected {})", type.expected())};
+    if (item.empty()) throw Problem{fmt::format("has an empty item (expected {})", type.expected())};
+    // A sequence item is one value: ["0,1"] is not [0, 1].
+    if (item.find(',') != std::string_view::npos) {
+      throw Problem{
+          fmt::format("item {} holds a comma: one item is one value (write [0, 1], not [\"0,1\"]; "
+                      "expected {})",
+                      quote(item), type.expected())};
+    }
     if (!joined.empty()) joined += ',';
     joined += item;
   }
@@ -345,6 +351,12 @@ ParsedValue parse_value(std::string_view key, const ValueType& type, const RawVa
     };
     refuse_nul(raw.text);
     for (const std::string& item : raw.items) refuse_nul(item);
+    for (const auto& fields : raw.item_fields) {
+      for (const auto& [name, value] : fields) {
+        refuse_nul(name);
+        if (value) refuse_nul(*value);
+      }
+    }
     switch (raw.shape) {
       case RawValue::Shape::null:
         // `trace:` with nothing after it reads as the empty string ("not set") where that is a value.

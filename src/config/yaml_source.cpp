@@ -1,9 +1,11 @@
 // yaml_source.cpp — read_config_file(): the YAML configuration file.
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <map>
 #include <optional>
 #include <sstream>
+#include <string_view>
 #include <vector>
 
 #include <fcntl.h>
@@ -216,7 +218,9 @@ class FileReader {
   // place(): the line of an entry's key; `enclosing` when an alias used as a key cannot be found.
   int place(const YAML::Node& key, int enclosing) {
     if (const std::optional<int> line = alias_line(key)) return *line;
-    return key.IsNull() ? enclosing : line_of(key);
+    // An empty key (`~: 5`, `: 5`) has a mark of its own, its line; only a node without one (none
+    // was seen in files) falls back on the enclosing line.
+    return key.Mark().is_null() ? enclosing : line_of(key);
   }
 
   // alias_line(): for an alias, the line it stands on (nullopt for a node written here, which the walk
@@ -267,7 +271,10 @@ class FileReader {
 
   std::string key_text(const YAML::Node& key, std::string_view section, int line) {
     if (!key.IsScalar()) {
-      fail(line, section, fmt::format("a key must be a plain word, not {}", shape_name(key)));
+      fail(line, section,
+           section.empty()
+               ? fmt::format("a key must be a plain word, not {}", shape_name(key))
+               : fmt::format("a key of section '{}' must be a plain word, not {}", section, shape_name(key)));
     }
     return key.Scalar();
   }
@@ -359,7 +366,9 @@ class EventChecker : public YAML::EventHandler {
 
   void check_scalar(const YAML::Mark& mark) const {
     if (mark.is_null() || mark.pos < 0 || static_cast<std::size_t>(mark.pos) >= text_.size()) return;
-    const auto open = static_cast<std::size_t>(mark.pos);
+    const auto start = static_cast<std::size_t>(mark.pos);
+    const std::size_t open = after_properties(start);
+    if (open >= text_.size()) return;
     const char quote = text_[open];
     if (quote != '"' && quote != '\'') return;
     for (std::size_t i = open + 1; i < text_.size(); ++i) {
@@ -373,10 +382,35 @@ class EventChecker : public YAML::EventHandler {
         }
       }
     }
-    throw_config_error(file_origin(file_, mark.line + 1), "",
+    // Where the quote stands: after the scalar's properties, maybe on a later line.
+    const std::string_view skipped = std::string_view(text_).substr(start, open - start);
+    const auto breaks = static_cast<int>(std::count(skipped.begin(), skipped.end(), '\n'));
+    const std::size_t line_start = skipped.rfind('\n');
+    const int column = breaks == 0 ? mark.column + static_cast<int>(open - start)
+                                   : static_cast<int>(skipped.size() - line_start - 1);
+    throw_config_error(file_origin(file_, mark.line + 1 + breaks), "",
                        fmt::format("YAML syntax error: the {}-quoted scalar that opens here (at column {}) "
                                    "has no closing {} before the end of the file",
-                                   quote == '"' ? "double" : "single", mark.column + 1, quote));
+                                   quote == '"' ? "double" : "single", column + 1, quote));
+  }
+
+  // after_properties(): where a node's content starts, past the anchor (`&name`) and tag (`!!str`)
+  // the parser's mark starts at, and the blanks, line breaks and comments after them.
+  std::size_t after_properties(std::size_t at) const {
+    const auto blank = [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; };
+    while (at < text_.size() && (text_[at] == '&' || text_[at] == '!')) {
+      while (at < text_.size() && !blank(text_[at])) ++at;
+      while (at < text_.size()) {
+        if (blank(text_[at])) {
+          ++at;
+        } else if (text_[at] == '#') {
+          while (at < text_.size() && text_[at] != '\n') ++at;
+        } else {
+          break;
+        }
+      }
+    }
+    return at;
   }
 
   void note_anchor(const YAML::Mark& mark, YAML::anchor_t anchor) {
@@ -390,6 +424,32 @@ class EventChecker : public YAML::EventHandler {
   std::vector<AliasSite> aliases_;
 };
 
+// check_plain_text() refuses what the YAML parser would misread without a word: a NUL byte (read
+// with the next byte as an escape, `eager<NUL>n` as `eager`; first in the file, it makes the file
+// UTF-16 to the parser, one long comment), and files in UTF-16 or UTF-32, whose unclosed quotes
+// the quote check, which reads bytes, cannot find. A configuration file is UTF-8 text.
+void check_plain_text(std::string_view text, const std::string& file) {
+  for (const std::string_view mark :
+       {std::string_view("\xFF\xFE"), std::string_view("\xFE\xFF"), std::string_view("\0\0\xFE\xFF", 4)}) {
+    if (!text.starts_with(mark)) continue;
+    std::string bytes;
+    for (const char c : mark)
+      bytes += fmt::format("{}{:02X}", bytes.empty() ? "" : " ", static_cast<unsigned char>(c));
+    throw_config_error(file_origin(file, 1), "",
+                       fmt::format("the file is UTF-16 or UTF-32 (it starts with a byte order mark {}): "
+                                   "save it as UTF-8",
+                                   bytes));
+  }
+  if (const std::size_t nul = text.find('\0'); nul != std::string_view::npos) {
+    const auto line =
+        1 + static_cast<int>(std::count(text.begin(), text.begin() + static_cast<long>(nul), '\n'));
+    throw_config_error(file_origin(file, line), "",
+                       fmt::format("the file holds a NUL byte (at byte {}, line {}): a configuration file "
+                                   "is UTF-8 text (a file saved as UTF-16 or UTF-32 has NUL bytes)",
+                                   nul, line));
+  }
+}
+
 }  // namespace
 
 void read_config_file(const std::filesystem::path& path, std::string_view named_by,
@@ -399,6 +459,7 @@ void read_config_file(const std::filesystem::path& path, std::string_view named_
   // positions without it, while the checks read `text` by those positions: they looked three bytes
   // early, refusing valid files and missing unclosed quotes.
   if (text.starts_with("\xEF\xBB\xBF")) text.erase(0, 3);
+  check_plain_text(text, path.string());
   YAML::Node document;
   std::vector<AliasSite> aliases;
   try {

@@ -176,6 +176,22 @@ void throw_yaml_syntax_error(const YAML::Exception& error, const std::string& te
                       printable(error.msg)));
     }
   }
+  // A collection closed by the other bracket (`[1, 2` then `}`): the parser says "illegal flow end"
+  // where the `}` stands; the mistake is the `[` left open.
+  if (error.msg == YAML::ErrorMsg::FLOW_END && error.mark.pos >= 0 &&
+      static_cast<std::size_t>(error.mark.pos) < text.size()) {
+    const auto at = static_cast<std::size_t>(error.mark.pos);
+    const char closing = text[at];
+    const auto opening = FlowScanner(text).innermost_open(at);
+    if (opening && (closing == ']' || closing == '}') && closing != (opening->bracket == '[' ? ']' : '}')) {
+      throw_config_error(
+          file_origin(file, opening->line), "",
+          fmt::format("YAML syntax error: the flow {} that opens here with '{}' (at column {}) "
+                      "is not closed: '{}' at line {} closes it",
+                      opening->bracket == '[' ? "sequence" : "map", opening->bracket, opening->column,
+                      closing, parser_line));
+    }
+  }
   throw_config_error(file_origin(file, parser_line), "",
                      fmt::format("YAML syntax error: {}", printable(error.msg)));
 }
