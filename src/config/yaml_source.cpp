@@ -6,6 +6,7 @@
 #include <optional>
 #include <sstream>
 #include <string_view>
+#include <system_error>
 #include <vector>
 
 #include <fcntl.h>
@@ -20,6 +21,7 @@
 #include "config/key_registry.hpp"
 #include "config/sources.hpp"
 #include "config/yaml_syntax_error.hpp"
+#include "util/regular_file.hpp"
 
 namespace nerve::config {
 namespace {
@@ -70,15 +72,6 @@ RawValue raw_value(const YAML::Node& node) {
   }
 }
 
-// kind_of() names a file type for a message about a file that is not a regular one.
-std::string_view kind_of(mode_t mode) {
-  if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISSOCK(mode)) return "a socket";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  return "a special file";
-}
-
 // is_null_device() says whether `status` is /dev/null's: the one non-regular file accepted as a
 // configuration file (an empty one), as `NERVE_CONFIG=/dev/null` is a natural way to say "none".
 bool is_null_device(const struct stat& status) {
@@ -99,7 +92,7 @@ void check_regular(const struct stat& status, const ConfigOrigin& origin, std::s
   throw_config_error(origin, "",
                      fmt::format("the configuration file (named by {}) is {}, not a regular file: name "
                                  "a YAML file",
-                                 named_by, kind_of(status.st_mode)));
+                                 named_by, detail::file_kind(status.st_mode)));
 }
 
 // OpenFile closes its descriptor when it goes out of scope.
@@ -136,18 +129,12 @@ std::string read_whole_file(const std::filesystem::path& path, std::string_view 
   if (fd < 0) cannot_open();
   if (::fstat(fd, &status) != 0) cannot_open();
   check_regular(status, origin, named_by);
-  std::string text;
-  char buffer[1 << 16];
-  while (true) {
-    const ssize_t count = ::read(fd, buffer, sizeof buffer);
-    if (count == 0) return text;
-    if (count < 0 && errno == EINTR) continue;
-    if (count < 0) {
-      throw_config_error(origin, "",
-                         fmt::format("cannot read the configuration file (named by {}): {}", named_by,
-                                     std::strerror(errno)));
-    }
-    text.append(buffer, static_cast<std::size_t>(count));
+  try {
+    return detail::read_to_end(fd);
+  } catch (const std::system_error& error) {
+    throw_config_error(origin, "",
+                       fmt::format("cannot read the configuration file (named by {}): {}", named_by,
+                                   error.code().message()));
   }
 }
 

@@ -20,6 +20,7 @@
 #include "util/json_text.hpp"
 #include "util/log.hpp"
 #include "util/monotonic_clock.hpp"
+#include "util/regular_file.hpp"
 #include "util/replace_file.hpp"
 
 namespace nerve::detail {
@@ -191,8 +192,7 @@ bool BusModel::load_locked(const std::vector<MemoryNode*>& nodes) {
   std::error_code error;
   if (path.empty() || !std::filesystem::exists(path, error)) return false;
   try {
-    std::ifstream in(path);
-    const nlohmann::json json = nlohmann::json::parse(in);
+    const nlohmann::json json = nlohmann::json::parse(read_regular_file(path));
     // Another schema's file (a newer nerve's) is measured around, not replaced: save_locked() keeps it.
     if (const std::optional<std::string> why = other_schema(json, bus_schema)) {
       log::warn("bus model {} skipped: {}; the bus is measured, and the file kept as it is", path.string(),
@@ -254,6 +254,10 @@ void BusModel::save_locked() const noexcept {
     std::filesystem::create_directories(directory_);
     const FileLock lock(directory_ /
                         "models.lock");  // the old file is read, merged and replaced by one saver
+    if (!lock.held()) {
+      log::warn("bus model in {}: cannot lock {} ({}); saved without the lock", directory_.string(),
+                (directory_ / "models.lock").string(), lock.failure());
+    }
     // Keep links of nodes absent now (another device set may come back), replace the measured ones.
     nlohmann::json rows = nlohmann::json::array();
     const std::size_t n = names_.size();
@@ -261,8 +265,7 @@ void BusModel::save_locked() const noexcept {
     if (std::filesystem::exists(file(), error)) {
       std::optional<nlohmann::json> old;
       try {
-        std::ifstream in(file());
-        old = nlohmann::json::parse(in);
+        old = nlohmann::json::parse(read_regular_file(file()));
       } catch (const std::exception&) {  // an unreadable old file is replaced
       }
       // Another schema's file is not ours to replace (load_locked() said it was skipped).

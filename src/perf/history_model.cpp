@@ -20,6 +20,7 @@
 #include "util/fnv1a.hpp"
 #include "util/json_text.hpp"
 #include "util/log.hpp"
+#include "util/regular_file.hpp"
 #include "util/replace_file.hpp"
 
 namespace nerve::detail {
@@ -266,8 +267,7 @@ struct ForeignModelFile : std::runtime_error {
 // or parsed or is not shaped as a model file. Entries with impossible values are skipped, logged
 // unless `quiet` (a save re-reads what load() reported).
 std::optional<ModelFile> read_model_file(const std::filesystem::path& path, bool quiet = false) {
-  std::ifstream in(path);
-  const nlohmann::json json = nlohmann::json::parse(in);
+  const nlohmann::json json = nlohmann::json::parse(read_regular_file(path));
   if (std::optional<std::string> why = other_schema(json, "nerve.perfmodel/1")) throw ForeignModelFile(*why);
   // "kernel" is for people: bytes that are not UTF-8 read U+FFFD there. "kernel_bytes" (written
   // since) holds the name itself, percent-encoded, so such a kernel finds its model again.
@@ -447,54 +447,65 @@ void HistoryModels::save() const noexcept {
     std::filesystem::create_directories(directory_);
     // One saver at a time in this directory (threads and processes): each merges the other's save.
     const FileLock lock(directory_ / "models.lock");
+    if (!lock.held()) {
+      log::warn(
+          "performance models in {}: cannot lock {} ({}); saved without the lock, so a process saving "
+          "at the same time may lose the samples of one of the two",
+          directory_.string(), (directory_ / "models.lock").string(), lock.failure());
+    }
     for (auto& [kernel, learnt] : by_kernel) {
       const auto path = directory_ / (file_stem(kernel) + ".json");
-      // Another context or process may have saved this kernel since it was loaded here: its
-      // entries are kept, and where both learnt the same one, the samples of both count.
-      std::map<std::pair<std::string, std::uint64_t>, ModelEntry> entries;
-      std::error_code missing;
-      if (std::filesystem::exists(path, missing)) {
-        try {
-          if (std::optional<ModelFile> on_disk = read_model_file(path, /*quiet=*/true);
-              on_disk && on_disk->kernel == kernel)
-            entries = std::move(on_disk->entries);
-        } catch (const ForeignModelFile& foreign) {  // not ours to replace (load() said it was skipped)
-          log::warn("performance model for '{}' not saved: {} is kept as it is ({})", kernel, path.string(),
-                    foreign.what());
-          continue;
-        } catch (const std::exception&) {  // an unreadable file is replaced
+      // Each kernel's file alone: one that cannot be written costs that kernel's model only.
+      try {
+        // Another context or process may have saved this kernel since it was loaded here: its
+        // entries are kept, and where both learnt the same one, the samples of both count.
+        std::map<std::pair<std::string, std::uint64_t>, ModelEntry> entries;
+        std::error_code missing;
+        if (std::filesystem::exists(path, missing)) {
+          try {
+            if (std::optional<ModelFile> on_disk = read_model_file(path, /*quiet=*/true);
+                on_disk && on_disk->kernel == kernel)
+              entries = std::move(on_disk->entries);
+          } catch (const ForeignModelFile& foreign) {  // not ours to replace (load() said it was skipped)
+            log::warn("performance model for '{}' not saved: {} is kept as it is ({})", kernel, path.string(),
+                      foreign.what());
+            continue;
+          } catch (const std::exception&) {  // an unreadable file is replaced
+          }
         }
-      }
-      for (auto& [where, entry] : learnt) {
-        const auto base = loaded.find(Key{kernel, where.first, where.second});
-        const ModelEntry* loaded_entry = base != loaded.end() ? &base->second : nullptr;
-        const auto disk = entries.find(where);
-        if (disk == entries.end() ||
-            (loaded_entry != nullptr && same_statistics(disk->second, *loaded_entry))) {
-          entries[where] = std::move(entry);  // nobody else saved it meanwhile: ours is the whole story
-        } else {
-          disk->second = merged(disk->second, loaded_entry, entry);
+        for (auto& [where, entry] : learnt) {
+          const auto base = loaded.find(Key{kernel, where.first, where.second});
+          const ModelEntry* loaded_entry = base != loaded.end() ? &base->second : nullptr;
+          const auto disk = entries.find(where);
+          if (disk == entries.end() ||
+              (loaded_entry != nullptr && same_statistics(disk->second, *loaded_entry))) {
+            entries[where] = std::move(entry);  // nobody else saved it meanwhile: ours is the whole story
+          } else {
+            disk->second = merged(disk->second, loaded_entry, entry);
+          }
         }
+        nlohmann::json rows = nlohmann::json::array();
+        for (const auto& [where, entry] : entries) {
+          nlohmann::json row = {{"device", where.first},
+                                {"footprint", where.second},
+                                {"samples", entry.samples},
+                                {"mean_ns", entry.mean_ns},
+                                {"m2", entry.m2},
+                                {"recent_ns", entry.recent_ns},
+                                {"outliers", entry.outliers},
+                                {"recalibrations", entry.recalibrations}};
+          if (!entry.calibrating.empty()) row["calibration_ns"] = entry.calibrating;
+          rows.push_back(std::move(row));
+        }
+        replace_file(path, json_text(nlohmann::json{{"schema", "nerve.perfmodel/1"},
+                                                    {"kernel", kernel},
+                                                    {"kernel_bytes", percent_encoded(kernel)},
+                                                    {"entries", rows}},
+                                     2) +
+                               '\n');
+      } catch (const std::exception& failure) {
+        log::warn("performance model for '{}' not saved to {}: {}", kernel, path.string(), failure.what());
       }
-      nlohmann::json rows = nlohmann::json::array();
-      for (const auto& [where, entry] : entries) {
-        nlohmann::json row = {{"device", where.first},
-                              {"footprint", where.second},
-                              {"samples", entry.samples},
-                              {"mean_ns", entry.mean_ns},
-                              {"m2", entry.m2},
-                              {"recent_ns", entry.recent_ns},
-                              {"outliers", entry.outliers},
-                              {"recalibrations", entry.recalibrations}};
-        if (!entry.calibrating.empty()) row["calibration_ns"] = entry.calibrating;
-        rows.push_back(std::move(row));
-      }
-      replace_file(path, json_text(nlohmann::json{{"schema", "nerve.perfmodel/1"},
-                                                  {"kernel", kernel},
-                                                  {"kernel_bytes", percent_encoded(kernel)},
-                                                  {"entries", rows}},
-                                   2) +
-                             '\n');
     }
   } catch (const std::exception& failure) {
     log::warn("performance models not saved to {}: {}", directory_.string(), failure.what());

@@ -71,8 +71,18 @@ void replace_file(const std::filesystem::path& requested, const std::function<vo
 
 FileLock::FileLock(const std::filesystem::path& path)
     : fd_(open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644)) {
-  if (fd_ < 0) return;  // best effort: without the lock, saves may race as they did
-  while (flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
+  // flock() needs no write access: another user's lock file (rw-r--r--) still locks.
+  if (fd_ < 0 && (errno == EACCES || errno == EROFS)) fd_ = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) {
+    failure_ = std::strerror(errno);
+    return;
+  }
+  while (flock(fd_, LOCK_EX) != 0) {
+    if (errno == EINTR) continue;
+    failure_ = std::strerror(errno);
+    close(fd_);
+    fd_ = -1;
+    return;
   }
 }
 

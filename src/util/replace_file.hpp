@@ -11,6 +11,7 @@
 #include <functional>
 #include <ostream>
 #include <stdexcept>
+#include <string>
 #include <string_view>
 
 namespace nerve::detail {
@@ -29,13 +30,20 @@ void replace_file(const std::filesystem::path& path, const std::function<void(st
 
 class FileLock {
  public:
-  explicit FileLock(const std::filesystem::path& path);  // blocks until held; no lock if it cannot open
+  // Blocks until held. A lock file that cannot be opened for writing (another user's) is locked
+  // through a read-only descriptor; one that cannot be opened at all is no lock: held() is false and
+  // failure() says why.
+  explicit FileLock(const std::filesystem::path& path);
   ~FileLock();
   FileLock(const FileLock&) = delete;
   FileLock& operator=(const FileLock&) = delete;
 
+  bool held() const noexcept { return fd_ >= 0; }
+  const std::string& failure() const noexcept { return failure_; }
+
  private:
   int fd_;
+  std::string failure_;
 };
 
 }  // namespace nerve::detail
