@@ -24,9 +24,9 @@ DecisionLog::DecisionLog(const std::filesystem::path& path, bool annotate) : ann
   }
 }
 
-void DecisionLog::record(std::uint64_t task_id, nlohmann::json&& decision) {
+void DecisionLog::record(std::uint64_t task_id, std::uint64_t number, nlohmann::json&& decision) {
+  decision["decision"] = number;
   std::lock_guard lock(mutex_);
-  decision["decision"] = ++decisions_;
   std::string text = json_text(decision);
   if (file_.is_open()) file_ << text << '\n';
   if (annotate_ && task_id != 0) annotations_.insert_or_assign(task_id, std::move(text));

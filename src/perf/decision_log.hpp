@@ -30,7 +30,9 @@ class DecisionLog {
 
   bool explains() const noexcept { return file_.is_open() || annotate_; }
   // record(): one decision; `task_id` is the task's trace id (0 when tasks are not recorded).
-  void record(std::uint64_t task_id, nlohmann::json&& decision);
+  // `number`: the decision's place in decision order (HeftDecision::number), which concurrent
+  // placements may log out of.
+  void record(std::uint64_t task_id, std::uint64_t number, nlohmann::json&& decision);
   std::optional<nlohmann::json> annotation(std::uint64_t task_id) const;
   // forget(): the task's record was not kept: no trace slice will ask for its decision.
   void forget(std::uint64_t task_id) noexcept;
@@ -41,7 +43,6 @@ class DecisionLog {
   mutable std::mutex mutex_;
   std::ofstream file_;
   const bool annotate_;
-  std::uint64_t decisions_ = 0;
   std::unordered_map<std::uint64_t, std::string> annotations_;
 };
 

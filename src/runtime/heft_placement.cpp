@@ -119,8 +119,8 @@ int ContextImpl::place_heft(TaskRecord* task, int locality, const PlacementNeeds
       if (device != candidates[0].device && can_run_on(*task, device)) left_out.push_back(device);
     }
     decisions->record(
-        recorder != nullptr ? task->trace_id : 0,
-        explain(*task, footprint, decision, candidates, left_out, monotonic_ns() - perf->epoch_ns()));
+        recorder != nullptr ? task->trace_id : 0, decision.number,
+        explain(*task, footprint, decision, candidates, left_out, decision.decided_ns - perf->epoch_ns()));
   }
   return candidates[decision.chosen].device;
 }

@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "util/monotonic_clock.hpp"
+
 namespace nerve::detail {
 
 const char* name(HeftMode mode) noexcept {
@@ -121,6 +123,8 @@ HeftDecision HeftPlacer::decide(const TaskRecord* task, std::vector<HeftCandidat
   load.host_cores = chosen.host_cores;
   ++load.in_flight;
   assigned_[task] = HeftAssignment{chosen.device, chosen.run_ns};
+  decision.number = ++decisions_;
+  decision.decided_ns = monotonic_ns();
   return decision;
 }
 

@@ -77,6 +77,10 @@ const char* name(HeftMode mode) noexcept;
 struct HeftDecision {
   std::size_t chosen = 0;  // index into the candidates
   HeftMode mode = HeftMode::only;
+  // Numbered from 1 in the order decide() made them, and when (monotonic_ns()), under the placer's
+  // lock: two threads placing at once log their lines in either order, each with its own place.
+  std::uint64_t number = 0;
+  std::int64_t decided_ns = 0;
 };
 
 struct HeftAssignment {
@@ -118,6 +122,7 @@ class HeftPlacer {
   mutable std::mutex mutex_;
   std::vector<Load> loads_;  // per device
   std::unordered_map<const TaskRecord*, HeftAssignment> assigned_;
+  std::uint64_t decisions_ = 0;
 };
 
 }  // namespace nerve::detail
