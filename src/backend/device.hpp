@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "nerve/device.hpp"
@@ -113,6 +114,9 @@ class Device {
   // build here). Placement by nerve avoids a device that cannot while another can run the task; a
   // task forced there fails, saying why.
   virtual bool takes_accesses(const TaskRecord& /*task*/) const noexcept { return true; }
+  // why_refused(): for a task takes_accesses() refuses, why, in words for heft's decision log ("access
+  // 0 starts at byte 4; this device starts a sub-buffer only at a multiple of 128 bytes").
+  virtual std::string why_refused(const TaskRecord& /*task*/) const { return "it cannot take this call"; }
   // submit(): run `task` (its data is valid in memory()) and call host.run_on_device from the
   // device's execution context. Never blocks on the task.
   virtual void submit(TaskRecord* task) = 0;

@@ -13,8 +13,8 @@ namespace nerve::detail {
 namespace {
 
 nlohmann::json explain(const TaskRecord& task, std::uint64_t footprint, const HeftDecision& decision,
-                       const std::vector<HeftCandidate>& candidates, std::span<const int> left_out,
-                       std::int64_t time_ns) {
+                       const std::vector<HeftCandidate>& candidates,
+                       std::span<const HeftPlacer::LeftOut> left_out, std::int64_t time_ns) {
   nlohmann::json rows = nlohmann::json::array();
   for (const HeftCandidate& candidate : candidates) {
     rows.push_back({{"device", candidate.device},
@@ -113,10 +113,12 @@ int ContextImpl::place_heft(TaskRecord* task, int locality, const PlacementNeeds
   if (candidates.empty()) return locality;  // check_placeable() makes this unreachable
   const HeftDecision decision = heft->decide(task, candidates, locality_index);
   if (decisions != nullptr && decisions->explains()) {
-    std::vector<int> left_out;  // implementing the kernel, yet no candidate: say so when one remains
+    // Implementing the kernel, yet no candidate: say so, and why, when one remains.
+    std::vector<HeftPlacer::LeftOut> left_out;
     for (int device = 0; decision.mode == HeftMode::only && device < static_cast<int>(device_count());
          ++device) {
-      if (device != candidates[0].device && can_run_on(*task, device)) left_out.push_back(device);
+      if (device == candidates[0].device || !can_run_on(*task, device)) continue;
+      left_out.push_back({device, why_left_out(*task, device, needs)});
     }
     decisions->record(
         recorder != nullptr ? task->trace_id : 0, decision.number,

@@ -24,6 +24,16 @@ bool ContextImpl::placeable_on(const TaskRecord& task, int device,
   return needs.replica_bytes <= target.memory().limit() && target.takes_accesses(task);
 }
 
+std::string ContextImpl::why_left_out(const TaskRecord& task, int device, const PlacementNeeds& needs) const {
+  if (device == 0) return "the CPU workers cannot run it";
+  const Device& target = *devices[static_cast<std::size_t>(device) - 1];
+  if (needs.strict && needs.replica_bytes > target.memory().limit()) {
+    return fmt::format("its memory ({} bytes) is smaller than the whole buffers the call touches ({} bytes)",
+                       target.memory().limit(), needs.replica_bytes);
+  }
+  return target.why_refused(task);
+}
+
 ContextImpl::PlacementNeeds ContextImpl::placement_needs(const TaskRecord& task) const {
   PlacementNeeds needs{true, CoherenceEngine::replica_footprint(task)};
   for (int device = 0; device < static_cast<int>(device_count()); ++device) {

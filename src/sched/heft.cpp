@@ -152,17 +152,18 @@ double HeftPlacer::outstanding_ns(int device) const {
 }
 
 std::string HeftPlacer::reason(const HeftDecision& decision, const std::vector<HeftCandidate>& candidates,
-                               std::span<const int> left_out) {
+                               std::span<const LeftOut> left_out) {
   const HeftCandidate& chosen = candidates[decision.chosen];
   switch (decision.mode) {
-    case HeftMode::only:
+    case HeftMode::only: {
       if (left_out.empty()) return fmt::format("only device {} implements the kernel", chosen.device);
-      return fmt::format(
-          "only device {} can take the call: device{} {} implement{} the kernel but {} left out (its "
-          "program does not build there or a launch was refused there, or a slice or work size of this "
-          "call does not fit, or its memory is too small for the whole buffers the call touches)",
-          chosen.device, left_out.size() > 1 ? "s" : "", fmt::join(left_out, ", "),
-          left_out.size() > 1 ? "" : "s", left_out.size() > 1 ? "are" : "is");
+      std::string text = fmt::format("only device {} can take the call:", chosen.device);
+      for (const LeftOut& other : left_out) {
+        text += fmt::format("{} device {} implements the kernel but is left out: {}",
+                            &other == left_out.data() ? "" : ";", other.device, other.why);
+      }
+      return text;
+    }
     case HeftMode::earliest: {
       const HeftCandidate* runner_up = nullptr;
       for (const HeftCandidate& candidate : candidates) {

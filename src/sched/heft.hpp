@@ -101,9 +101,13 @@ class HeftPlacer {
   // done(): the task of `assignment` finished: its device frees up by the prediction.
   void done(const HeftAssignment& assignment);
   // reason(): why decision chose what it did, in words (decision logs and traces). `left_out`: the
-  // devices implementing the kernel that could not take this call (not candidates).
+  // devices implementing the kernel that could not take this call (not candidates), each with why.
+  struct LeftOut {
+    int device;
+    std::string why;
+  };
   static std::string reason(const HeftDecision& decision, const std::vector<HeftCandidate>& candidates,
-                            std::span<const int> left_out = {});
+                            std::span<const LeftOut> left_out = {});
 
   // Predicted work (ns) placed on `device` and not finished; tests.
   double outstanding_ns(int device) const;

@@ -52,6 +52,30 @@ bool OpenclDevice::takes_accesses(const TaskRecord& task) const noexcept {
   return takes_work_size(task) && !refused_program(task);
 }
 
+std::string OpenclDevice::why_refused(const TaskRecord& task) const {
+  const std::size_t alignment = engine_->device().base_alignment;
+  for (std::size_t i = 0; i < task.access_count; ++i) {
+    const AccessRecord& access = task.accesses[i];
+    if (access.size != 0 && alignment != 0 && access.offset % alignment != 0) {
+      return fmt::format(
+          "access {} starts at byte {}, and this device starts a sub-buffer only at a "
+          "multiple of {} bytes",
+          i, access.offset, alignment);
+    }
+  }
+  if (const OpenclProgram* program = program_of(task); program != nullptr && !takes_work_size(task)) {
+    const std::size_t local = program->options.local_size;
+    const std::size_t global = default_global_size(task);
+    if (work_size_fit(local, 0) == WorkSizeFit::over_limit) {
+      return fmt::format("its work-group size {} is over this device's limit of {}", local,
+                         engine_->device().max_work_group);
+    }
+    return fmt::format("its work-group size {} does not divide the global size {}", local, global);
+  }
+  if (refused_program(task)) return "its program did not build here, or a launch of it was refused here";
+  return "it cannot take this call";
+}
+
 // A launch the device refuses whatever the data — a work-group size over the device's limit, or one
 // that does not divide the global size taken from access 0 — is known before placement: the call
 // then goes where its kernel runs instead of failing here (under heft, every failed call left the

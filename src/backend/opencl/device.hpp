@@ -46,6 +46,7 @@ class OpenclDevice final : public Device {
 
   bool can_run(const TaskRecord& task) const noexcept override;
   bool takes_accesses(const TaskRecord& task) const noexcept override;
+  std::string why_refused(const TaskRecord& task) const override;
   void submit(TaskRecord* task) override;
   void start(DeviceHost& host) override;
   void stop() noexcept override;
