@@ -82,7 +82,10 @@ class Task {
   // accesses or `after` make it wait for the running task, directly or through others), it would
   // never return: Error(invalid_argument) naming both. So is a cycle of waits (task A's body waits
   // for B while B's body waits for A, or for work ordered after it): once both have nothing left to
-  // run, one of the waits throws it (see Context: waits on several threads).
+  // run, one of the waits throws it (see Context: waits on several threads). The same holds when the
+  // task comes to wait for the running one only after the wait began (a coroutine it launched that
+  // then awaits work ordered after the running task): the wait looks again whenever it has nothing
+  // left to run, and throws then. A coroutine's stretch counts as its coroutine's Task here.
   void wait() const { detail::task_wait(checked(), -1); }
   // wait_for() returns false if the task is not done within `timeout`; once it is done, it returns
   // true or, like wait(), rethrows its failure (which then counts as reported). It runs no other task

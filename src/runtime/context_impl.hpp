@@ -119,6 +119,10 @@ extern thread_local constinit CoroutineStretch running_stretch __attribute__((tl
 // throw_waits_for_dependent(): `running` waits for `waited`, which waits for `running` to finish.
 [[noreturn]] void throw_waits_for_dependent(const TaskRecord& running, const TaskRecord& waited,
                                             const char* what);
+// throw_waits_for_awaiter(): a wait inside `running` for `waited`, which came to wait for `running`
+// after the wait began (a coroutine awaiting it, or work ordered after it), would never return.
+[[noreturn]] void throw_waits_for_awaiter(const TaskRecord& running, const TaskRecord& waited,
+                                          const char* what);
 
 struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   explicit ContextImpl(const Settings& settings);

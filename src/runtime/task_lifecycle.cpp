@@ -718,6 +718,15 @@ void throw_waits_for_dependent(const TaskRecord& running, const TaskRecord& wait
                           what, name(running), name(waited)));
 }
 
+void throw_waits_for_awaiter(const TaskRecord& running, const TaskRecord& waited, const char* what) {
+  const auto name = [](const TaskRecord& task) { return task.name != nullptr ? task.name : "(unnamed)"; };
+  throw Error(ErrorCode::invalid_argument,
+              fmt::format("{} inside task '{}' would never return: what it waits for came to wait for the "
+                          "task itself while it waited ('{}' awaits it, or work ordered after it, directly "
+                          "or through other coroutines and tasks), and cannot end before it does",
+                          what, name(running), name(waited)));
+}
+
 void throw_waits_for_itself(const TaskRecord& running, const char* what) {
   throw Error(ErrorCode::invalid_argument,
               fmt::format("{} inside task '{}' would wait for that task itself and never return", what,

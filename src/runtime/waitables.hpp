@@ -139,10 +139,13 @@ class UnlessSuspended {
     return blocker != nullptr;
   }
   // found_hopeless(): the last parking() found the wait hopeless (a suspended blocker or a cycle).
-  bool found_hopeless() const noexcept { return blocker != nullptr || !elsewhere.empty(); }
+  bool found_hopeless() const noexcept {
+    return blocker != nullptr || !elsewhere.empty() || dependent != nullptr;
+  }
   // parking(): before this thread parks for want of work, hopeless() or a cycle of waits through
   // other threads (then true); else the wait is listed until resumed().
   bool parking(ThreadState& thread) {
+    if (waits_behind_running_task()) return true;
     if (thread.nesting + thread.map_waits > 1 && hopeless()) return true;
     // A wait that cannot fail without ending the program (~TaskGroup) stays listed while it finds
     // the cycle, for another wait of it, which can fail, to find it too and refuse; only a cycle
@@ -164,16 +167,33 @@ class UnlessSuspended {
   bool listed() const noexcept { return listing.listed(); }
   void resumed() noexcept { listing.withdraw(); }
   [[noreturn]] void throw_hopeless(const char* what) const {
+    if (dependent != nullptr) throw_waits_for_awaiter(*running_task_record(), *dependent, what);
     if (!elsewhere.empty()) ContextImpl::throw_waits_across(elsewhere, what);
     ContextImpl::throw_waits_behind(blocker, what);
   }
 
  private:
+  // waits_behind_running_task(): what the wait waits for has come, since the checks before it, to
+  // wait for the running task itself (a coroutine, run by this wait or on another thread, that awaits
+  // it or work ordered after it): the check refuse_endless_wait() made at the start, made again. A
+  // parked wait is listed and looks again every stuck_wait_recheck, so an await after it parked is
+  // found too. For a coroutine's stretch, what waits for its coroutine's Task.
+  bool waits_behind_running_task() {
+    const TaskRecord* running = running_task_unfinished();
+    if (running == nullptr) return false;
+    const TaskRecord* root = coroutine_root_of(*running);
+    const TaskRecord* self = root != nullptr ? root : running;
+    if (blocked(self)) return false;  // refused before the wait
+    dependent = ContextImpl::first_waiting_for(self, blocked);
+    return dependent != nullptr;
+  }
+
   Target target;
   Blocked blocked;
   static constexpr int stuck_cycle_patience = 20;
-  const TaskRecord* blocker = nullptr;  // on this thread's stack (hopeless())
-  std::string elsewhere;                // on another's (parking())
+  const TaskRecord* blocker = nullptr;    // on this thread's stack (hopeless())
+  const TaskRecord* dependent = nullptr;  // waits for the running task (waits_behind_running_task())
+  std::string elsewhere;                  // on another's (parking())
   StuckWaitListing listing;
   bool last_resort = false;
   int cycles_seen = 0;

@@ -88,6 +88,11 @@ const TaskRecord* ContextImpl::blocker_among(const RunningFrame* frames, const W
     if (frame->deferred) continue;
     // Its task is unfinished while its frame is on the stack: the walk reads live records only.
     if (first_waiting_for(frame->task, blocked) != nullptr) return frame->task;
+    // A coroutine's stretch holds up its coroutine, whose Task (finished apart from the stretch's
+    // record, and unfinished while a stretch runs) is what waits, groups and `after` name.
+    if (const TaskRecord* root = coroutine_root_of(*frame->task);
+        root != nullptr && first_waiting_for(root, blocked) != nullptr)
+      return frame->task;
   }
   // A blocking map waiting below the running task: its mapping ends (at an unmap) only after that
   // map returns. It is unfinished unless cancelled: its grant finishes a cancelled one, which the

@@ -874,6 +874,76 @@ TEST_P(CoroutineTest, AnEmptyCoTaskIsAnErrorNotACrash) {
   context->wait_all();
 }
 
+// A blocking wait was checked for cycles only when it began: a task that waits for a coroutine it
+// launched, which then awaits a reader of the data the task writes (ordered after it), hung for
+// ever once the coroutine suspended after the wait had begun. The wait looks again before it parks.
+TEST_P(CoroutineTest, AWaitThatAnAwaitLaterMakesEndlessThrows) {
+  Buffer<int> data(*context, 16);
+  std::atomic<int> child_resumed{0};
+  std::string refused;
+  const auto child = [](Context& ctx, Buffer<int> shared, std::atomic<int>& resumed) -> CoTask<> {
+    co_await ctx.submit(
+        TaskOptions{.name = "reader"}, [](std::span<const int>) {}, read(shared));
+    resumed.fetch_add(1);
+  };
+  Task parent = context->submit(
+      TaskOptions{.name = "parent"},
+      [&](std::span<int>) {
+        Task launched = launch(*context, child(*context, data, child_resumed), "child");
+        try {
+          launched.wait();
+        } catch (const Error& error) {
+          EXPECT_EQ(error.code(), ErrorCode::invalid_argument);
+          refused = error.what();
+        }
+      },
+      write(data));
+  ASSERT_TRUE(parent.wait_for(std::chrono::seconds(60))) << "the wait hung";
+  context->wait_all();
+  EXPECT_EQ(child_resumed.load(), 1);
+  // Refused before it began (the child suspended first) or when it would park (after).
+  EXPECT_THAT(refused, HasSubstr("Task::wait() inside task 'parent' would"));
+  EXPECT_THAT(refused, HasSubstr("'child'"));
+}
+
+// A coroutine's stretch suspended below a wait on the same thread holds up the coroutine's Task: a
+// task run on top of it that waits for that Task hung, where a plain task below was refused.
+TEST_P(CoroutineTest, AWaitForACoroutineSuspendedBelowOnTheSameStackThrows) {
+  if (workers() < 2) GTEST_SKIP() << "needs a worker beside the application thread";
+  Buffer<int> gate(*context, 1);
+  auto mapping = gate.map_write();
+  Task gated = context->submit(
+      TaskOptions{.name = "gated"}, [](std::span<const int>) {}, read(gate));
+  std::atomic<bool> in_wait{false};
+  std::atomic<bool> below_done{false};
+  const auto below = [](Task waited, std::atomic<bool>& waiting, std::atomic<bool>& done) -> CoTask<> {
+    waiting.store(true);
+    waited.wait();  // runs other tasks on this thread meanwhile
+    done.store(true);
+    co_return;
+  };
+  Task r = launch(*context, below(gated, in_wait, below_done), "R");
+  while (!in_wait.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::string refused;
+  Task w = context->submit(TaskOptions{.name = "W"}, [&] {
+    try {
+      r.wait();
+    } catch (const Error& error) {
+      refused = error.what();
+    }
+  });
+  // W runs on top of R's wait (R's thread is the one with nothing else to do) or on another thread,
+  // where it simply waits for R; either way it must end once the gate opens.
+  const bool w_done_first = w.wait_for(std::chrono::seconds(5));
+  mapping.unmap();
+  ASSERT_TRUE(r.wait_for(std::chrono::seconds(60))) << "R hung";
+  ASSERT_TRUE(w.wait_for(std::chrono::seconds(60))) << "W hung";
+  EXPECT_TRUE(below_done.load());
+  if (w_done_first)
+    EXPECT_THAT(refused, HasSubstr("which this thread suspended in a wait of its own to run 'W'"));
+  context->wait_all();
+}
+
 INSTANTIATE_TEST_SUITE_P(Runtime, CoroutineTest, NERVE_RUNTIME_PARAMS, runtime_param_name);
 
 }  // namespace
