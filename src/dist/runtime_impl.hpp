@@ -98,7 +98,7 @@ struct RuntimeImpl final : nerve::detail::SubmitterWaitListener {
   std::vector<TraceEvent> trace;
   // perf.max_task_records bounds the trace as it bounds the context's records: a rank records its
   // first that many tasks and counts the rest in trace_dropped (under trace_mutex).
-  std::uint64_t trace_limit = 0;
+  const std::uint64_t trace_limit;
   std::uint64_t trace_dropped = 0;
   // Each distinct task name once, for the run's life (nodes do not move: events point at them). A
   // program names many tasks alike ("gemm"), so millions of events cost a few strings. Looked up by

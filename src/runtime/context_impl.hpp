@@ -304,7 +304,8 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   // whenever they run the task — else placement falls back to any device that runs it, where it fails
   // saying why.
   bool placeable_on(const TaskRecord& task, int device, const PlacementNeeds& needs) const noexcept;
-  // why_left_out(): in words, why placeable_on() is false for a device that runs the task.
+  // why_left_out(): in words, why placeable_on() is false for a device that runs the task: an
+  // accelerator (device >= 1; the CPU workers that run a task always take it).
   std::string why_left_out(const TaskRecord& task, int device, const PlacementNeeds& needs) const;
   PlacementNeeds placement_needs(const TaskRecord& task) const;
   // write_trace(): perf.trace at shutdown (a failure is logged, not thrown).

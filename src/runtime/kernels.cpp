@@ -25,7 +25,6 @@ bool ContextImpl::placeable_on(const TaskRecord& task, int device,
 }
 
 std::string ContextImpl::why_left_out(const TaskRecord& task, int device, const PlacementNeeds& needs) const {
-  if (device == 0) return "the CPU workers cannot run it";
   const Device& target = *devices[static_cast<std::size_t>(device) - 1];
   if (needs.strict && needs.replica_bytes > target.memory().limit()) {
     return fmt::format("its memory ({} bytes) is smaller than the whole buffers the call touches ({} bytes)",

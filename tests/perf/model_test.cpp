@@ -12,6 +12,8 @@
 #include <vector>
 
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <gmock/gmock.h>
 
@@ -640,16 +642,30 @@ TEST(HistoryModel, AKernelWhoseFileCannotBeSavedCostsOnlyItsOwnModel) {
 // A models.lock the saver cannot open for writing (another user's, mode 0644; here a directory)
 // left saves unlocked without a word, and concurrent savers lost each other's samples. It is locked
 // through a read-only descriptor (flock needs no write access); one that cannot be opened at all is
-// a warning.
+// a warning. Root opens any file for writing, so another user's lock is tried in a child that has
+// become `nobody` (skipped where this process cannot change its user).
 TEST(HistoryModel, ALockFileThatCannotBeWrittenStillLocksOrSaysSo) {
   const auto directory = fresh_directory("nerve-models-lock");
   std::filesystem::create_directories(directory);
   { std::ofstream(directory / "models.lock") << ""; }
-  std::filesystem::permissions(directory / "models.lock", std::filesystem::perms::owner_read |
-                                                              std::filesystem::perms::group_read |
-                                                              std::filesystem::perms::others_read);
-  const detail::FileLock read_only(directory / "models.lock");
-  EXPECT_TRUE(read_only.held()) << read_only.failure();
+  std::filesystem::permissions(directory / "models.lock",
+                               std::filesystem::perms::owner_read | std::filesystem::perms::owner_write |
+                                   std::filesystem::perms::group_read | std::filesystem::perms::others_read);
+  std::filesystem::permissions(directory, std::filesystem::perms::others_exec,
+                               std::filesystem::perm_options::add);
+  if (::geteuid() == 0) {
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(2);
+      const detail::FileLock other_users(directory / "models.lock");
+      ::_exit(other_users.held() ? 0 : 1);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_NE(WEXITSTATUS(status), 1) << "another user's lock file was not locked";
+  }
   std::filesystem::remove(directory / "models.lock");
   std::filesystem::create_directories(directory / "models.lock");
   HistoryModels models(directory);

@@ -42,26 +42,25 @@ bool OpenclDevice::can_run(const TaskRecord& task) const noexcept {
   return task.kind == TaskKind::function && program_of(task) != nullptr;
 }
 
-bool OpenclDevice::takes_accesses(const TaskRecord& task) const noexcept {
+std::optional<std::size_t> OpenclDevice::misaligned_access(const TaskRecord& task) const noexcept {
   const std::size_t alignment = engine_->device().base_alignment;
   for (std::size_t i = 0; i < task.access_count; ++i) {
     const AccessRecord& access = task.accesses[i];
     // Replicas start aligned, so an access starts aligned in its block exactly when its offset is.
-    if (access.size != 0 && alignment != 0 && access.offset % alignment != 0) return false;
+    if (access.size != 0 && alignment != 0 && access.offset % alignment != 0) return i;
   }
-  return takes_work_size(task) && !refused_program(task);
+  return std::nullopt;
+}
+
+bool OpenclDevice::takes_accesses(const TaskRecord& task) const noexcept {
+  return !misaligned_access(task) && takes_work_size(task) && !refused_program(task);
 }
 
 std::string OpenclDevice::why_refused(const TaskRecord& task) const {
-  const std::size_t alignment = engine_->device().base_alignment;
-  for (std::size_t i = 0; i < task.access_count; ++i) {
-    const AccessRecord& access = task.accesses[i];
-    if (access.size != 0 && alignment != 0 && access.offset % alignment != 0) {
-      return fmt::format(
-          "access {} starts at byte {}, and this device starts a sub-buffer only at a "
-          "multiple of {} bytes",
-          i, access.offset, alignment);
-    }
+  if (const std::optional<std::size_t> i = misaligned_access(task)) {
+    return fmt::format(
+        "access {} starts at byte {}, and this device starts a sub-buffer only at a multiple of {} bytes", *i,
+        task.accesses[*i].offset, engine_->device().base_alignment);
   }
   if (const OpenclProgram* program = program_of(task); program != nullptr && !takes_work_size(task)) {
     const std::size_t local = program->options.local_size;

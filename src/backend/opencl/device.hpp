@@ -22,6 +22,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <thread>
 #include <unordered_map>
@@ -69,6 +70,8 @@ class OpenclDevice final : public Device {
   // choosing a device that never yields a sample). A call sent here still fails at once; calls
   // placed here before the failure was known are placed again (launch()).
   bool refused_program(const TaskRecord& task) const noexcept;
+  // misaligned_access(): the first access that does not start at a sub-buffer alignment, if any.
+  std::optional<std::size_t> misaligned_access(const TaskRecord& task) const noexcept;
   bool launch_refused(const OpenclProgram& program, TaskRecord* task, const Error& error,
                       bool every_call) noexcept;
   // takes_work_size(): the call's work-group size fits this device and divides its global size
