@@ -94,7 +94,8 @@ TEST_P(AllocationFailure, EverySubmissionPathFailsCleanlyAndLosesNothing) {
     {
       Buffer<int> c(context, 64);
       std::atomic<bool> open{false};
-      context.spawn(
+      // The gate reads `open`, which this block owns: it must have finished before the block ends.
+      Task gate = context.submit(
           [&ran, &open](std::span<int>) {
             const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
             while (!open.load() && std::chrono::steady_clock::now() < until) std::this_thread::yield();
@@ -117,6 +118,7 @@ TEST_P(AllocationFailure, EverySubmissionPathFailsCleanlyAndLosesNothing) {
         ++accepted;
       });
       open.store(true);
+      gate.wait();
     }
     // Kernel calls, with values.
     count(__LINE__, [&] { context.spawn(add_one, read_write(b), value(1)); });
