@@ -16,7 +16,7 @@ std::atomic<std::uint64_t> program_ids{0};
 }  // namespace
 
 OpenclProgram::OpenclProgram(std::string program_source, std::string entry_name,
-                             opencl::Options program_options)
+                             nerve::opencl::Options program_options)
     : id(program_ids.fetch_add(1, std::memory_order_relaxed) + 1),
       source(std::move(program_source)),
       entry(std::move(entry_name)),

@@ -781,7 +781,7 @@ TEST(Coroutines, ACoroutineAwaitingAReusedGroupBeforeThePreviousAwaiterRanIsResu
   ASSERT_TRUE(eventually(
       [&] { return (group.state()->pending.load() & detail::GroupState::coroutine_parked) != 0; }));
   std::atomic<int> holding{0};
-  context.spawn([&] {
+  Task holder = context.submit([&] {  // reads locals of this body: waited for below
     ++holding;
     while (!release) std::this_thread::yield();
   });
@@ -796,6 +796,7 @@ TEST(Coroutines, ACoroutineAwaitingAReusedGroupBeforeThePreviousAwaiterRanIsResu
       << group.state()->pending.load();
   EXPECT_TRUE(added_ran);
   if (!second_resumed) std::_Exit(1);  // the group would wait for ever at its destruction
+  holder.wait();
   first.wait();
   group.wait();
 }

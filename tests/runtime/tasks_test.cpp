@@ -499,6 +499,7 @@ TEST_P(RuntimeTest, TheSubmittersTasksRunWhileItDoesNotWait) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (ran.load() != 100 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
   EXPECT_EQ(ran.load(), 100) << "the workers did not take the submitting thread's tasks";
+  context->wait_all();  // the tasks hold `ran`: none may outlive this body, even after a failure
 }
 
 TEST_P(RuntimeTest, AnotherThreadsWaitRunsTheSubmittersTasks) {

@@ -6,7 +6,7 @@
 namespace nerve::detail::opencl {
 namespace {
 
-constexpr std::uintptr_t page = 4096;
+constexpr std::uintptr_t reservation_page = 4096;
 
 // Process-wide, so that an address names one allocation of one device for the process's life.
 std::atomic<std::uintptr_t> next_address{AddressMap::first_address};
@@ -14,7 +14,8 @@ std::atomic<std::uintptr_t> next_address{AddressMap::first_address};
 }  // namespace
 
 std::byte* AddressMap::insert(cl_mem mem, std::size_t bytes) {
-  const std::uintptr_t reserved = (bytes + page - 1) / page * page + page;
+  const std::uintptr_t reserved =
+      (bytes + reservation_page - 1) / reservation_page * reservation_page + reservation_page;
   const std::uintptr_t base = next_address.fetch_add(reserved, std::memory_order_relaxed);
   std::unique_lock lock(mutex_);
   entries_.emplace(base, Entry{mem, bytes});
