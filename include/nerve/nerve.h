@@ -322,9 +322,10 @@ NERVE_API nerve_status_t nerve_task_set_priority(nerve_task_t* task, int priorit
  * NERVE_DEVICE_CPU), is NERVE_ERROR_INVALID_ARGUMENT at submit. Other bits, or 0, are
  * NERVE_ERROR_INVALID_ARGUMENT. */
 NERVE_API nerve_status_t nerve_task_set_device_kinds(nerve_task_t* task, uint32_t kinds);
-/* nerve_task_set_name() names the task in error messages and statistics (the string is copied). The
- * name is also the kernel's identity: performance models (perf.models, scheduler.policy heft) learn
- * the run times of tasks of the same name together; unnamed tasks are not modelled. */
+/* nerve_task_set_name() names the task in error messages and statistics (the string is copied, once
+ * per distinct name, and kept until nerve_shutdown). The name is also the kernel's identity:
+ * performance models (perf.models, scheduler.policy heft) learn the run times of tasks of the same
+ * name together; unnamed tasks are not modelled. */
 NERVE_API nerve_status_t nerve_task_set_name(nerve_task_t* task, const char* name);
 /* nerve_task_submit() schedules the task on `device` (NERVE_DEVICE_ANY or an existing device index;
  * another index is NERVE_ERROR_INVALID_ARGUMENT). It consumes the task whether it succeeds or not:

@@ -13,6 +13,22 @@ const char* NameTable::intern(const std::string& name) {
   return names_.insert(name).first->c_str();
 }
 
+std::size_t NameTable::size() const {
+  std::lock_guard lock(mutex_);
+  return names_.size();
+}
+
+std::size_t NameTable::bucket_count() const {
+  std::lock_guard lock(mutex_);
+  return names_.bucket_count();
+}
+
+void NameTable::release() noexcept {
+  std::unordered_set<std::string> released;
+  std::lock_guard lock(mutex_);
+  names_.swap(released);
+}
+
 nerve_context& checked_context(nerve_context* ctx) {
   if (ctx == nullptr) throw Error(ErrorCode::invalid_argument, "the context is NULL");
   if (!ctx->runtime) {

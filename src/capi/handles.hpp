@@ -58,9 +58,13 @@ struct TaskAccess {
 class NameTable {
  public:
   const char* intern(const std::string& name);
+  std::size_t size() const;
+  std::size_t bucket_count() const;
+  // release() frees every name and the table itself: only once no task or record can name them.
+  void release() noexcept;
 
  private:
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::unordered_set<std::string> names_;
 };
 
