@@ -415,6 +415,8 @@ ParsedValue parse_value(std::string_view key, const ValueType& type, const RawVa
           }
           return parse_list(items, type);
         }
+        // Nothing but blanks is an empty list, as [] is, not a list with one empty item.
+        if (trim(text).empty()) return parse_list({}, type);
         return parse_list(split_commas(text), type);
       }
     }

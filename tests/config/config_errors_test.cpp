@@ -302,6 +302,14 @@ std::vector<BadInput> bad_inputs() {
        "distributed.nodes",
        0,
        {"has an empty item"}},
+      // Regression: an empty or blank text said "has an empty item", where [] says "is empty".
+      {"gpu.devices given as empty text",
+       "",
+       {},
+       {{"gpu.devices", "  "}},
+       "gpu.devices",
+       0,
+       {"gpu.devices: is empty (expected"}},
       // Regression (black-box review of DISTRIBUTED.md): accepted, then mpirun refused the hostfile.
       {"distributed.nodes naming a host twice",
        "distributed:\n  nodes: 'node1:2, node2 node1'\n",
