@@ -391,15 +391,26 @@ Mapping buffer_map(BufferState* buffer, std::size_t offset, std::size_t size, Ac
   // try_map never waits: data that must first come back from a device (written there, or its copy
   // back still in flight) is asked for by a prefetch mapping that ends itself once it is here, and
   // the call returns nothing; a later try_map finds it on the host.
-  const bool prefetch = !wait && reads(mode) && context.coherence != nullptr &&
-                        !buffer->host_only.load(std::memory_order_acquire) &&
-                        context.coherence->valid_bytes(*buffer, offset, size, 0) < size;
+  // Over data a failed task wrote there is nothing to fetch: the mapping is cancelled at once, and
+  // the call throws as map() does. (A prefetch registered there was cancelled and, registered with a
+  // writing caller's mode, marked the whole range failed while the call returned nothing.) Only
+  // finished tasks can have failed, and the registration below returns nothing where one is not.
+  bool prefetch = !wait && reads(mode) && context.coherence != nullptr &&
+                  !buffer->host_only.load(std::memory_order_acquire) &&
+                  context.coherence->valid_bytes(*buffer, offset, size, 0) < size;
+  if (prefetch) {
+    std::lock_guard lock(buffer->tracker.lock());
+    prefetch = !buffer->tracker.reads_failed_data(offset, size);
+  }
   set_mapping_thread(task, prefetch);
   // The runtime (until unmap) and the Mapping; a prefetch has no Mapping.
   task->refs.store(prefetch ? 1 : 2, std::memory_order_relaxed);
   open_submission_guard(task);
   std::size_t edges = 0;
-  const AccessSpec spec{buffer, offset, size, mode};
+  // A prefetch only reads the range, whatever the caller will do with it next: it must not stand for
+  // the caller's write (which a later try_map() registers), nor invalidate the device's copy.
+  const Access registered = prefetch ? Access::read : mode;
+  const AccessSpec spec{buffer, offset, size, registered};
   context.copy_accesses(task, &spec, 1);
   {
     std::lock_guard lock(buffer->tracker.lock());
@@ -466,13 +477,13 @@ Mapping buffer_map(BufferState* buffer, std::size_t offset, std::size_t size, Ac
     }
     try {  // the allocations registration needs, before it (see register_dependencies())
       buffer->tracker.split_for(offset, size);
-      reserve_dep_nodes(task, buffer->tracker.reserve_for(offset, size, mode, 1, free_dep_nodes(task)));
+      reserve_dep_nodes(task, buffer->tracker.reserve_for(offset, size, registered, 1, free_dep_nodes(task)));
     } catch (...) {
       discard();
       throw;
     }
     context.note_reads_of_gates(task);
-    buffer->tracker.register_access(task, offset, size, mode, [&](Predecessor predecessor) {
+    buffer->tracker.register_access(task, offset, size, registered, [&](Predecessor predecessor) {
       if (predecessor.task != task && add_edge(predecessor.task, task, predecessor.consumes)) ++edges;
     });
   }

@@ -152,6 +152,15 @@ class DependencyTracker {
     });
   }
 
+  // reads_failed_data(): a read of the range would be cancelled by a writer that already failed.
+  bool reads_failed_data(std::size_t offset, std::size_t size) const {
+    bool found = false;
+    consumed_writers(offset, size, [&found](const TaskRecord* writer, std::size_t, std::size_t) {
+      found = found || failed(writer);
+    });
+    return found;
+  }
+
   // would_wait() is true if an access would depend on a task that has not finished.
   bool would_wait(std::size_t offset, std::size_t size, Access mode) const {
     return first_blocker(offset, size, mode, [](const TaskRecord*) { return true; }) != nullptr;
