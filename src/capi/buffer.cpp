@@ -13,6 +13,7 @@
 #include "capi/handles.hpp"
 #include "capi/running_kernel.hpp"
 #include "memory/buffer_state.hpp"
+#include "runtime/context_impl.hpp"
 
 namespace nerve::capi {
 namespace {
@@ -138,11 +139,35 @@ void wait_out_unmapping(const nerve_buffer& handle, std::unique_lock<nerve::Spin
   }
 }
 
+// Unpin: gives back a reference on a buffer's state taken to use it outside the handle's lock.
+struct Unpin {
+  explicit Unpin(nerve::detail::BufferState* pinned) noexcept : state(pinned) {}
+  ~Unpin() { nerve::detail::release(state); }
+  nerve::detail::BufferState* state;
+  Unpin(const Unpin&) = delete;
+  Unpin& operator=(const Unpin&) = delete;
+};
+
 // map_buffer(): nerve_buffer_map (wait) and nerve_buffer_try_map (busy instead of waiting).
 void* map_buffer(const char* function, nerve_buffer_t* buffer, nerve_map_mode_t mode, bool wait) {
   return guard_value<void*>(function, nullptr, [&] {
     nerve_buffer& handle = checked_buffer(buffer);
     nerve::Access access{};
+    // Inside a kernel, a map that would wait for its own task is refused before anything about the
+    // handle's mapping: another thread's map pending for that very task made try_map busy (a kernel
+    // retrying on busy spun for ever). The conflict lasts as long as the task runs.
+    if (nerve::detail::running_task_record() != nullptr) {
+      nerve::detail::BufferState* state = nullptr;
+      {
+        std::lock_guard lock(handle.lock);
+        check_alive(handle, "map");
+        access = map_access(mode);
+        state = handle.state;
+        nerve::detail::retain(state);  // free is not refused outside a mapping
+      }
+      const Unpin unpin{state};
+      nerve::detail::refuse_map_behind_running_task(state, 0, handle.bytes, access);
+    }
     {
       std::unique_lock lock(handle.lock);
       // Another thread's try_map only probes (it never waits for tasks): a map lets it finish rather

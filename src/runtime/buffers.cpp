@@ -356,6 +356,42 @@ void ContextImpl::throw_waits_for_own_mapping(const TaskRecord& mapping, std::st
                           what, waited, held.buffer->describe(held.offset, held.size)));
 }
 
+namespace {
+
+// refuse_endless_map(): throws, as map() does, when a mapping of the range would wait for ever: for
+// the task this thread runs or one ordered after it, or (`wait_for_mappings`: a blocking map) for a
+// mapping this thread holds; or behind a task this thread suspended to run the caller. The caller
+// holds the buffer's tracker lock.
+void refuse_endless_map(ContextImpl& context, const BufferState* buffer, std::size_t offset, std::size_t size,
+                        Access mode, const std::string& what, bool wait_for_mappings) {
+  std::vector<const TaskRecord*> blockers;
+  (void)buffer->tracker.first_blocker(offset, size, mode, [&](const TaskRecord* blocker) {
+    blockers.push_back(blocker);
+    return false;
+  });
+  const auto blocked = [&](const TaskRecord* waiting) {
+    return std::find(blockers.begin(), blockers.end(), waiting) != blockers.end();
+  };
+  if (wait_for_mappings) {
+    context.refuse_endless_wait(blocked, what.c_str());
+  } else {
+    context.refuse_wait_behind_running_task(blocked, what.c_str());
+  }
+  // Or behind a task this thread suspended to run the caller, which resumes only after it.
+  if (const TaskRecord* suspended = ContextImpl::suspended_blocker(blocked)) [[unlikely]]
+    ContextImpl::throw_waits_behind(suspended, what.c_str());
+}
+
+}  // namespace
+
+void refuse_map_behind_running_task(BufferState* buffer, std::size_t offset, std::size_t size, Access mode) {
+  if (running_task_record() == nullptr) return;
+  std::lock_guard lock(buffer->tracker.lock());
+  if (!buffer->tracker.would_wait(offset, size, mode)) return;
+  refuse_endless_map(*buffer->context, buffer, offset, size, mode,
+                     fmt::format("{} {}", map_operation(mode), buffer->describe(offset, size)), false);
+}
+
 Mapping buffer_map(BufferState* buffer, std::size_t offset, std::size_t size, Access mode, bool wait) {
   if (mode != Access::read && mode != Access::write && mode != Access::read_write) {
     throw Error(ErrorCode::invalid_argument,
@@ -432,24 +468,8 @@ Mapping buffer_map(BufferState* buffer, std::size_t offset, std::size_t size, Ac
     // that could only ever be busy is refused too: inside a task, behind that task (a loop polling it would
     // never end); behind a mapping this thread holds it is just busy (the thread may unmap and try again).
     const auto refuse_endless = [&](bool wait_for_mappings) {
-      std::vector<const TaskRecord*> blockers;
-      (void)buffer->tracker.first_blocker(offset, size, mode, [&](const TaskRecord* blocker) {
-        blockers.push_back(blocker);
-        return false;
-      });
-      const auto blocked = [&](const TaskRecord* waiting) {
-        return std::find(blockers.begin(), blockers.end(), waiting) != blockers.end();
-      };
       try {
-        const std::string what = describe_map();
-        if (wait_for_mappings) {
-          context.refuse_endless_wait(blocked, what.c_str());
-        } else {
-          context.refuse_wait_behind_running_task(blocked, what.c_str());
-        }
-        // Or behind a task this thread suspended to run the caller, which resumes only after it.
-        if (const TaskRecord* suspended = ContextImpl::suspended_blocker(blocked)) [[unlikely]]
-          ContextImpl::throw_waits_behind(suspended, what.c_str());
+        refuse_endless_map(context, buffer, offset, size, mode, describe_map(), wait_for_mappings);
       } catch (...) {
         discard();
         throw;

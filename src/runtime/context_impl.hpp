@@ -62,6 +62,11 @@ extern thread_local constinit ThreadCacheEntry thread_cache __attribute__((tls_m
 // running_task_record(): the task whose body the calling thread is running (the innermost, when
 // waits nest), else null.
 TaskRecord* running_task_record() noexcept;
+// refuse_map_behind_running_task(): throws Error(invalid_argument), as a map inside a task does, when
+// a mapping of the range in `mode` would wait for the task the calling thread runs (or one ordered
+// after it, or one this thread suspended to run it); outside a task it returns. For callers that
+// must report that before anything else (the C API's checks of the handle's own mapping).
+void refuse_map_behind_running_task(BufferState* buffer, std::size_t offset, std::size_t size, Access mode);
 // running_task_unfinished(): the same, unless its body deferred its completion (the record may then
 // be finished, even recycled, before the body returns).
 TaskRecord* running_task_unfinished() noexcept;

@@ -149,6 +149,45 @@ TEST_P(CapiBufferTest, UnmapWithoutMap) {
   free_buffer(buffer);
 }
 
+// The refusal comes first also while another thread's nerve_buffer_map of the buffer is pending (it
+// waits for this very task): try_map said NERVE_ERROR_BUSY there, so a kernel retrying on BUSY spun
+// for ever, and map said NERVE_ERROR_BUFFER_MISUSE (a C API fuzzer; nerve.h promises
+// NERVE_ERROR_INVALID_ARGUMENT for both).
+TEST_P(CapiBufferTest, MapInsideItsOwnTaskIsRefusedWhileAnotherThreadsMapIsPending) {
+  nerve_buffer_t* buffer = alloc(64);
+  struct Seen {
+    nerve_buffer_t* buffer;
+    std::atomic<bool> mapper_started{false};
+    nerve_status_t try_status = NERVE_OK, map_status = NERVE_OK;
+    std::string try_message;
+  } seen{buffer};
+  nerve_task_t* task = nerve_task_create(
+      +[](void* desc, nerve_device_t, nerve_stream_t) {
+        auto& s = *static_cast<Seen*>(desc);
+        while (!s.mapper_started.load()) std::this_thread::yield();
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the mapper is inside its map
+        if (nerve_buffer_try_map(s.buffer, NERVE_MAP_READ) != nullptr) (void)nerve_buffer_unmap(s.buffer);
+        s.try_status = nerve_last_status();
+        s.try_message = nerve_last_error();
+        if (nerve_buffer_map(s.buffer, NERVE_MAP_READ) != nullptr) (void)nerve_buffer_unmap(s.buffer);
+        s.map_status = nerve_last_status();
+      },
+      &seen);
+  nerve_task_set_name(task, "writer");
+  ASSERT_EQ(nerve_task_add_access(task, buffer, NERVE_ACCESS_READ_WRITE, 0, 64), NERVE_OK);
+  ASSERT_EQ(nerve_task_submit(ctx.get(), task, NERVE_DEVICE_CPU), NERVE_OK);
+  std::thread mapper([&] {
+    seen.mapper_started = true;
+    if (nerve_buffer_map(buffer, NERVE_MAP_READ) != nullptr) EXPECT_EQ(nerve_buffer_unmap(buffer), NERVE_OK);
+  });
+  mapper.join();
+  ASSERT_EQ(nerve_wait_all(ctx.get()), NERVE_OK) << nerve_last_error();
+  EXPECT_EQ(seen.try_status, NERVE_ERROR_INVALID_ARGUMENT) << seen.try_message;
+  EXPECT_NE(seen.try_message.find("inside task 'writer' would"), std::string::npos) << seen.try_message;
+  EXPECT_EQ(seen.map_status, NERVE_ERROR_INVALID_ARGUMENT);
+  free_buffer(buffer);
+}
+
 // try_map maps nothing while a conflicting task is pending, says so with NERVE_ERROR_BUSY, and leaves
 // the buffer free to map (and to free) afterwards.
 TEST_P(CapiBufferTest, TryMapIsBusyWhileATaskWritesAndNeverBlocks) {
