@@ -710,27 +710,25 @@ std::exception_ptr ContextImpl::launch_closure(TaskRecord* task, Device& device,
 }
 
 void throw_waits_for_dependent(const TaskRecord& running, const TaskRecord& waited, const char* what) {
-  const auto name = [](const TaskRecord& task) { return task.name != nullptr ? task.name : "(unnamed)"; };
   throw Error(ErrorCode::invalid_argument,
               fmt::format("{} inside task '{}' would wait for task '{}', which its accesses or `after` "
                           "order after the running task: it cannot start before that ends, so the wait "
                           "would never return",
-                          what, name(running), name(waited)));
+                          what, display_name(&running), display_name(&waited)));
 }
 
 void throw_waits_for_awaiter(const TaskRecord& running, const TaskRecord& waited, const char* what) {
-  const auto name = [](const TaskRecord& task) { return task.name != nullptr ? task.name : "(unnamed)"; };
   throw Error(ErrorCode::invalid_argument,
               fmt::format("{} inside task '{}' would never return: what it waits for came to wait for the "
                           "task itself while it waited ('{}' awaits it, or work ordered after it, directly "
                           "or through other coroutines and tasks), and cannot end before it does",
-                          what, name(running), name(waited)));
+                          what, display_name(&running), display_name(&waited)));
 }
 
 void throw_waits_for_itself(const TaskRecord& running, const char* what) {
   throw Error(ErrorCode::invalid_argument,
               fmt::format("{} inside task '{}' would wait for that task itself and never return", what,
-                          running.name != nullptr ? running.name : "(unnamed)"));
+                          display_name(&running)));
 }
 
 void throw_wait_too_deep(const ThreadState& thread, const char* what) {
