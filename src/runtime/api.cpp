@@ -30,6 +30,13 @@ Clock::time_point deadline_after(std::int64_t timeout_ns) {
   return now + std::chrono::nanoseconds(timeout_ns);
 }
 
+// The task a wait for one Task waits for.
+struct TheTask {
+  const TaskRecord* record;
+  bool operator()(const TaskRecord* task) const noexcept { return task == record; }
+  bool may_be_ordered() const noexcept { return may_be_ordered_now(*record); }
+};
+
 }  // namespace
 
 ContextImpl* context_impl(Context& context) noexcept { return context.impl(); }
@@ -77,7 +84,7 @@ bool task_wait(TaskRecord* record, std::int64_t timeout_ns) {
   ContextImpl& context = *record->context;
   TaskDone target{record};
   if (!target.done()) context.refuse_deep_nesting(context.current_thread(), "Task::wait()");
-  const auto blocked = [record](const TaskRecord* task) { return task == record; };
+  const TheTask blocked{record};
   // A timeout past the clock's range is no limit: that wait_for() is wait(), refusals included.
   const Clock::time_point deadline = deadline_after(timeout_ns);
   if (deadline == Clock::time_point::max()) {
@@ -144,9 +151,12 @@ void group_done(GroupState* group) {
 }
 
 // The tasks a wait for `group` waits for.
-auto group_member(const GroupState* group) noexcept {
-  return [group](const TaskRecord* task) { return task->group == group; };
-}
+struct GroupMember {
+  const GroupState* group;
+  bool operator()(const TaskRecord* task) const noexcept { return task->group == group; }
+  bool may_be_ordered() const noexcept { return group->ordered_members.load(std::memory_order_acquire) != 0; }
+};
+GroupMember group_member(const GroupState* group) noexcept { return GroupMember{group}; }
 
 void refuse_group_deadlock(ContextImpl& context, GroupState* group) {
   context.refuse_endless_wait(group_member(group), "TaskGroup::wait()");

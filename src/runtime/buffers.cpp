@@ -170,8 +170,20 @@ std::uint64_t this_thread_token() noexcept {
 // A host mapping has no closure: its closure bytes hold the token of the thread that mapped it, so
 // that a second, conflicting map on that thread is an error instead of a wait for itself.
 // A mapping's closure bytes (it has no closure): the mapping thread's token, then whether it is a
-// try_map's prefetch.
+// try_map's prefetch, then its index in ContextImpl::held_mappings while listed there (under
+// mappings_mutex), so that an unmap takes it out in constant time among any number held.
 constexpr std::size_t prefetch_flag_offset = sizeof(std::uint64_t);
+constexpr std::size_t held_index_offset = 2 * sizeof(std::uint64_t);
+static_assert(held_index_offset + sizeof(std::size_t) <= inline_closure_bytes);
+
+void set_held_index(TaskRecord* mapping, std::size_t index) noexcept {
+  std::memcpy(mapping->closure + held_index_offset, &index, sizeof index);
+}
+std::size_t held_index(const TaskRecord* mapping) noexcept {
+  std::size_t index = 0;
+  std::memcpy(&index, mapping->closure + held_index_offset, sizeof index);
+  return index;
+}
 
 void set_mapping_thread(TaskRecord* task, bool prefetch) noexcept {
   const std::uint64_t self = this_thread_token();
@@ -280,6 +292,11 @@ const TaskRecord* ContextImpl::first_waiting_for(const TaskRecord* unfinished,
   // Each task with whether a coroutine's Task lies on the way to it (for the caller's message).
   std::vector<std::pair<const TaskRecord*, bool>> frontier;
   std::unordered_set<const TaskRecord*> seen{unfinished};
+  struct CountVisits {
+    const std::unordered_set<const TaskRecord*>& seen;
+    std::atomic<std::uint64_t>& total;
+    ~CountVisits() { total.fetch_add(seen.size(), std::memory_order_relaxed); }
+  } count_visits{seen, unfinished->context->cycle_walk_visits};
   const auto visit = [&](const TaskRecord* task, bool via_coroutine) {
     if (seen.insert(task).second) frontier.emplace_back(task, via_coroutine);
   };
@@ -335,8 +352,10 @@ const TaskRecord* ContextImpl::first_waiting_for(const TaskRecord* unfinished,
 // Through the waits parked inside tasks on other threads too (stuck_waits, whose stacks stay as they
 // are while listed): a task whose body waits for work that waits for this thread's mapping cannot end
 // either (the lock order is list_stuck_wait()'s: the parked waits first, then the mappings).
-const TaskRecord* ContextImpl::own_mapping_blocking(const std::function<bool(const TaskRecord*)>& blocked) {
+const TaskRecord* ContextImpl::own_mapping_blocking(const std::function<bool(const TaskRecord*)>& blocked,
+                                                    bool targets_ordered) {
   std::lock_guard stuck_lock(stuck_waits_mutex);
+  if (!targets_ordered && stuck_waits.empty()) return nullptr;  // no walk could reach them
   std::lock_guard lock(mappings_mutex);
   for (const TaskRecord* mapping : held_mappings) {
     if (mapped_by_this_thread(mapping) &&
@@ -358,6 +377,18 @@ void ContextImpl::throw_waits_for_own_mapping(const TaskRecord& mapping, std::st
 
 namespace {
 
+// The tasks a map of a range waits for (its blockers), sorted.
+struct TaskSet {
+  std::span<const TaskRecord* const> sorted;
+  bool operator()(const TaskRecord* task) const noexcept {
+    return std::binary_search(sorted.begin(), sorted.end(), task, std::less<>());
+  }
+  bool may_be_ordered() const noexcept {
+    return std::any_of(sorted.begin(), sorted.end(),
+                       [](const TaskRecord* task) { return may_be_ordered_now(*task); });
+  }
+};
+
 // refuse_endless_map(): throws, as map() does, when a mapping of the range would wait for ever: for
 // the task this thread runs or one ordered after it, or (`wait_for_mappings`: a blocking map) for a
 // mapping this thread holds; or behind a task this thread suspended to run the caller. The caller
@@ -369,16 +400,17 @@ void refuse_endless_map(ContextImpl& context, const BufferState* buffer, std::si
     blockers.push_back(blocker);
     return false;
   });
-  const auto blocked = [&](const TaskRecord* waiting) {
-    return std::find(blockers.begin(), blockers.end(), waiting) != blockers.end();
-  };
+  // Looked up once per task a walk meets: sorted, since a range may have many readers.
+  std::sort(blockers.begin(), blockers.end(), std::less<>());
+  const TaskSet blocked{blockers};
   if (wait_for_mappings) {
     context.refuse_endless_wait(blocked, what.c_str());
   } else {
     context.refuse_wait_behind_running_task(blocked, what.c_str());
   }
   // Or behind a task this thread suspended to run the caller, which resumes only after it.
-  if (const TaskRecord* suspended = ContextImpl::suspended_blocker(blocked)) [[unlikely]]
+  if (const TaskRecord* suspended = ContextImpl::suspended_blocker(blocked, targets_may_be_ordered(blocked)))
+      [[unlikely]]
     ContextImpl::throw_waits_behind(suspended, what.c_str());
 }
 
@@ -538,6 +570,7 @@ Mapping buffer_map(BufferState* buffer, std::size_t offset, std::size_t size, Ac
   }
   {
     std::lock_guard lock(context.mappings_mutex);
+    set_held_index(task, context.held_mappings.size());
     context.held_mappings.push_back(task);  // into the room reserved above: no allocation
     context.held_mapping_count.store(context.held_mappings.size(), std::memory_order_release);
   }
@@ -577,8 +610,13 @@ void buffer_unmap(Mapping mapping) {
   ContextImpl& context = *task->context;
   {
     std::lock_guard lock(context.mappings_mutex);
-    const auto it = std::find(context.held_mappings.begin(), context.held_mappings.end(), task);
-    if (it != context.held_mappings.end()) context.held_mappings.erase(it);
+    // Out in constant time: the last one takes its place (the list's order means nothing).
+    auto& held = context.held_mappings;
+    if (const std::size_t index = held_index(task); index < held.size() && held[index] == task) {
+      held[index] = held.back();
+      set_held_index(held[index], index);
+      held.pop_back();
+    }
     context.held_mapping_count.store(context.held_mappings.size(), std::memory_order_release);
   }
   // Described before the mapping ends: the mapping may hold the buffer's last reference.

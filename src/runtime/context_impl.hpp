@@ -103,6 +103,8 @@ struct StuckWait {
   const RunningFrame* frames = nullptr;  // innermost first
   const WaitedMapping* mappings = nullptr;
   const std::function<bool(const TaskRecord*)>* blocked = nullptr;
+  // targets_may_be_ordered() of what `blocked` selects, asked each time (members come and go).
+  const std::function<bool()>* ordered = nullptr;
 };
 [[noreturn]] void throw_waits_for_itself(const TaskRecord& running, const char* what);
 [[noreturn]] void throw_wait_too_deep(const ThreadState& thread, const char* what);
@@ -113,6 +115,34 @@ inline constexpr std::uintptr_t wait_stack_reserve = std::uintptr_t{256} * 1024;
 // that coroutine's Task record; else null. A group's or Task's coroutine is its record, not its
 // stretches: the wait checks look through a stretch to it.
 const TaskRecord* coroutine_root_of(const TaskRecord& task) noexcept;
+// is_launched_coroutine(): `task` is a launched coroutine's Task record (coroutine_task_create()).
+bool is_launched_coroutine(const TaskRecord& task) noexcept;
+// may_be_ordered(): whether ContextImpl::first_waiting_for(), walking without stuck waits, may reach
+// `task` from another task: everything it reaches waits for an unfinished task through an edge (so
+// was submitted with predecessors), or is a launched coroutine (its stretches are ordered), a pool's
+// task or gate, or a mapping. Fixed from the end of its submission to its end (edges are only made
+// while a task is submitted): GroupState::ordered_members counts the members for which it holds.
+inline bool may_be_ordered(const TaskRecord& task) noexcept {
+  return task.dep_used != 0 || task.kind != TaskKind::function || task.pool != nullptr ||
+         is_launched_coroutine(task);
+}
+// may_be_ordered_now(): may_be_ordered(), and still so: a plain task whose predecessors have all
+// finished is never ordered behind another again.
+inline bool may_be_ordered_now(const TaskRecord& task) noexcept {
+  return task.kind != TaskKind::function || task.pool != nullptr ||
+         task.pending.load(std::memory_order_acquire) != 0 || is_launched_coroutine(task);
+}
+// The tasks a wait waits for, for its checks (`blocked`): a predicate, and optionally
+// `may_be_ordered()`, false when none of them can be reached by a walk of first_waiting_for() from
+// another task (without stuck waits): that walk then finds nothing and is skipped.
+template <class Blocked>
+bool targets_may_be_ordered(const Blocked& blocked) noexcept {
+  if constexpr (requires { blocked.may_be_ordered(); }) {
+    return blocked.may_be_ordered();
+  } else {
+    return true;
+  }
+}
 // The coroutine stretch the calling thread runs (coroutines.cpp): `step` is the stretch's task record
 // and `root` the Task record of the launched coroutine it runs for; {null, null} outside stretches.
 // Valid while running_task_record() == step (tasks run nested under a stretch's wait are not it).
@@ -507,9 +537,14 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   // without allocating (it cannot be given back once granted). Guarded by mappings_mutex.
   std::size_t mapping_rooms_reserved = 0;
   std::atomic<std::size_t> held_mapping_count{0};  // held_mappings.size(), read without the mutex
+  // The records first_waiting_for()'s walks have visited: the wait checks must not walk long chains
+  // in which they cannot find what they look for (a test counts them).
+  std::atomic<std::uint64_t> cycle_walk_visits{0};
   // own_mapping_blocking(): the calling thread's mapping that a task for which `blocked` is true
   // waits for, directly or through other tasks (or that is itself such a task); nullptr if none.
-  const TaskRecord* own_mapping_blocking(const std::function<bool(const TaskRecord*)>& blocked);
+  // `targets_ordered`: targets_may_be_ordered(blocked); when false, only a stuck wait leads there.
+  const TaskRecord* own_mapping_blocking(const std::function<bool(const TaskRecord*)>& blocked,
+                                         bool targets_ordered = true);
   // A coroutine's co_await between its check for a cycle of awaits and the registration of its
   // continuation (coroutines.cpp): listed under coroutine_awaits_mutex meanwhile, so that two awaits
   // that close one cycle at the same time see each other.
@@ -552,7 +587,7 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   void refuse_own_mapping_wait(Blocked&& blocked, const char* what, const char* task = nullptr) {
     if (held_mapping_count.load(std::memory_order_acquire) == 0) [[likely]]
       return;
-    if (const TaskRecord* mapping = own_mapping_blocking(blocked))
+    if (const TaskRecord* mapping = own_mapping_blocking(blocked, targets_may_be_ordered(blocked)))
       throw_waits_for_own_mapping(*mapping, what, task);
   }
   // refuse_endless_wait(): a blocking wait for the tasks `blocked` selects that could never end is
@@ -582,15 +617,16 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
         throw_waits_for_itself(*running, what);
       // A coroutine's stretch is a task of its own; what the coroutine is (its Task, its group's
       // member, what is ordered after it) is its launched record's.
-      if (running_stretch.step == running) [[unlikely]]
+      if (running_stretch.step == running && targets_may_be_ordered(blocked)) [[unlikely]]
         refuse_coroutine_endless_wait(*running_stretch.root, blocked, what);
     }
     // Only a running task with successors (or a pool's task: its gate's) can be waited behind
-    // (fork-join's have none: one load).
+    // (fork-join's have none: one load), and only by tasks ordered behind others.
     if (const TaskRecord* running = running_task_unfinished();
         running != nullptr &&
         ((running->successors.load(std::memory_order_acquire) & ~closed_successors) != 0 ||
-         running->pool != nullptr)) {
+         running->pool != nullptr) &&
+        targets_may_be_ordered(blocked)) {
       if (const TaskRecord* waited = first_waiting_for(running, blocked)) [[unlikely]]
         throw_waits_for_dependent(*running, *waited, what);
     }
@@ -600,11 +636,15 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   // that such a task waits for (a bounded walk); nullptr if none. A wait by the running task for it
   // never ends. Asked by a wait that found nothing to run (UnlessSuspended), not before every wait: a
   // wait that runs the running task's children on top of it (fork-join) pays nothing.
-  static const TaskRecord* suspended_blocker(const std::function<bool(const TaskRecord*)>& blocked);
+  // `targets_ordered`: targets_may_be_ordered(blocked); when false, only the tasks themselves count.
+  static const TaskRecord* suspended_blocker(const std::function<bool(const TaskRecord*)>& blocked,
+                                             bool targets_ordered = true);
   // blocker_among(): among `frames` (outward, deferred ones skipped) and `mappings` (cancelled ones
-  // skipped), a task for which `blocked` is true or that such a task waits for; nullptr if none.
+  // skipped), a task for which `blocked` is true or that such a task waits for (looked for only
+  // while `targets_ordered`); nullptr if none.
   static const TaskRecord* blocker_among(const RunningFrame* frames, const WaitedMapping* mappings,
-                                         const std::function<bool(const TaskRecord*)>& blocked);
+                                         const std::function<bool(const TaskRecord*)>& blocked,
+                                         bool targets_ordered = true);
   // Waits inside tasks on different threads may wait for each other: each for work ordered behind a
   // task suspended on the next one's stack. Each parks for good; no stack alone shows it. So a wait
   // about to park lists itself (list_stuck_wait) and looks for a cycle through the waits already

@@ -232,7 +232,10 @@ TaskRecord* coroutine_task_create(ContextImpl* context, const char* name, GroupS
   task->status.store(status_running, std::memory_order_relaxed);
   task->refs.store(2, std::memory_order_relaxed);  // the runtime's (until finished) and the handle's
   context->add_external_reference();               // the handle's, as for any Task
-  if (group != nullptr) group->pending.fetch_add(1, std::memory_order_relaxed);
+  if (group != nullptr) {
+    group->ordered_members.fetch_add(1, std::memory_order_relaxed);  // may_be_ordered(*task)
+    group->pending.fetch_add(1, std::memory_order_relaxed);
+  }
   thread.count_submitted();
   return task;
 }
@@ -424,6 +427,8 @@ const TaskRecord* coroutine_root_of(const TaskRecord& task) noexcept {
     return static_cast<const Closure<Start>*>(static_cast<const void*>(task.closure))->fn.launched;
   return nullptr;
 }
+
+bool is_launched_coroutine(const TaskRecord& task) noexcept { return task.ops == &coroutine_task_ops; }
 
 void ContextImpl::refuse_coroutine_endless_wait(const TaskRecord& root,
                                                 const std::function<bool(const TaskRecord*)>& blocked,

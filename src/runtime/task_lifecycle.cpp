@@ -553,7 +553,10 @@ TaskRecord* ContextImpl::commit_task(TaskDraft draft, const SubmitInfo& info) {
   }
   // Nothing below can fail. The guard keeps the task from running before this is done.
   if (info.keep_handle) add_external_reference();
-  if (info.group != nullptr) info.group->pending.fetch_add(1, std::memory_order_relaxed);
+  if (info.group != nullptr) {
+    if (may_be_ordered(*task)) info.group->ordered_members.fetch_add(1, std::memory_order_relaxed);
+    info.group->pending.fetch_add(1, std::memory_order_relaxed);
+  }
   thread.count_submitted();
   if (close_submission_guard(task, edges)) make_ready(task, thread, true);
   throttle_submission(thread, task);
@@ -927,7 +930,10 @@ void ContextImpl::finish(TaskRecord* task, ThreadState& thread, std::uint32_t ou
   }
   // Only members report to their pool: once a gate's status is published the pool may be gone.
   if (task->pool != nullptr && task->kind == TaskKind::function) task->pool->member_finished(thread);
-  if (GroupState* group = task->group) finish_group_member(group);
+  if (GroupState* group = task->group) {
+    if (may_be_ordered(*task)) group->ordered_members.fetch_sub(1, std::memory_order_release);
+    finish_group_member(group);
+  }
   if (counted) thread.count_completed();
   if (task->kind == TaskKind::pool_gate) pool_gates_completed.fetch_add(1, std::memory_order_release);
   if (thread.slot == nullptr) wake_root_waiters();

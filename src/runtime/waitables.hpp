@@ -74,7 +74,8 @@ class StuckWaitListing {
     std::string elsewhere;
     try {
       erased_blocked = blocked;
-      stuck = {innermost_frame(), innermost_waited_mapping(), &erased_blocked};
+      erased_ordered = [targets = blocked] { return targets_may_be_ordered(targets); };
+      stuck = {innermost_frame(), innermost_waited_mapping(), &erased_blocked, &erased_ordered};
       elsewhere = owner.list_stuck_wait(stuck, leave_when_found);
     } catch (...) {
     }
@@ -88,6 +89,7 @@ class StuckWaitListing {
 
  private:
   std::function<bool(const TaskRecord*)> erased_blocked;
+  std::function<bool()> erased_ordered;
   StuckWait stuck;
   ContextImpl* context = nullptr;  // while listed
 };
@@ -135,7 +137,7 @@ class UnlessSuspended {
   const void* address() const noexcept { return target.address(); }
   // hopeless(): whether a task suspended on this thread's stack blocks the wait.
   bool hopeless() {
-    blocker = ContextImpl::suspended_blocker(blocked);
+    blocker = ContextImpl::suspended_blocker(blocked, targets_may_be_ordered(blocked));
     return blocker != nullptr;
   }
   // found_hopeless(): the last parking() found the wait hopeless (a suspended blocker or a cycle).
@@ -184,6 +186,7 @@ class UnlessSuspended {
     const TaskRecord* root = coroutine_root_of(*running);
     const TaskRecord* self = root != nullptr ? root : running;
     if (blocked(self)) return false;  // refused before the wait
+    if (!targets_may_be_ordered(blocked)) return false;
     dependent = ContextImpl::first_waiting_for(self, blocked);
     return dependent != nullptr;
   }

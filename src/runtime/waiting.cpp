@@ -74,24 +74,30 @@ void ContextImpl::wait_for_all_tasks() {
   free_detached_pools();  // their tasks have ended
 }
 
-const TaskRecord* ContextImpl::suspended_blocker(const std::function<bool(const TaskRecord*)>& blocked) {
+const TaskRecord* ContextImpl::suspended_blocker(const std::function<bool(const TaskRecord*)>& blocked,
+                                                 bool targets_ordered) {
   const RunningFrame* innermost = innermost_frame();
   if (innermost == nullptr) return nullptr;
-  return blocker_among(innermost->outer, innermost_waited_mapping(), blocked);
+  return blocker_among(innermost->outer, innermost_waited_mapping(), blocked, targets_ordered);
 }
 
 const TaskRecord* ContextImpl::blocker_among(const RunningFrame* frames, const WaitedMapping* mappings,
-                                             const std::function<bool(const TaskRecord*)>& blocked) {
+                                             const std::function<bool(const TaskRecord*)>& blocked,
+                                             bool targets_ordered) {
+  // Targets that no walk can reach are only met as themselves (a walk of each frame's successors,
+  // a chain of thousands of tasks behind a step, found nothing there).
+  const auto holds_up = [&](const TaskRecord* task) {
+    return targets_ordered ? first_waiting_for(task, blocked) != nullptr : blocked(task);
+  };
   for (const RunningFrame* frame = frames; frame != nullptr; frame = frame->outer) {
     // A body that deferred its completion is not waited for through its frame: another thread may
     // finish its task (and recycle the record) while the body still runs.
     if (frame->deferred) continue;
     // Its task is unfinished while its frame is on the stack: the walk reads live records only.
-    if (first_waiting_for(frame->task, blocked) != nullptr) return frame->task;
+    if (holds_up(frame->task)) return frame->task;
     // A coroutine's stretch holds up its coroutine, whose Task (finished apart from the stretch's
     // record, and unfinished while a stretch runs) is what waits, groups and `after` name.
-    if (const TaskRecord* root = coroutine_root_of(*frame->task);
-        root != nullptr && first_waiting_for(root, blocked) != nullptr)
+    if (const TaskRecord* root = coroutine_root_of(*frame->task); root != nullptr && holds_up(root))
       return frame->task;
   }
   // A blocking map waiting below the running task: its mapping ends (at an unmap) only after that
@@ -101,7 +107,7 @@ const TaskRecord* ContextImpl::blocker_among(const RunningFrame* frames, const W
     TaskRecord* mapping = waited->mapping;
     std::lock_guard lock(mapping->context->mappings_mutex);
     if (mapping->cancel_pending.load(std::memory_order_acquire)) continue;
-    if (first_waiting_for(mapping, blocked) != nullptr) return mapping;
+    if (holds_up(mapping)) return mapping;
   }
   return nullptr;
 }
@@ -114,7 +120,8 @@ std::string ContextImpl::list_stuck_wait(const StuckWait& wait, bool leave_when_
   // itself is a cycle. A breadth-first walk from it, each wait carrying the task its path's first step
   // waits for: few threads wait so at once, and each wait is expanded once.
   const auto waits_for_stack_of = [](const StuckWait& waiting, const StuckWait& holder) {
-    return blocker_among(holder.frames, holder.mappings, *waiting.blocked);
+    return blocker_among(holder.frames, holder.mappings, *waiting.blocked,
+                         waiting.ordered == nullptr || (*waiting.ordered)());
   };
   std::vector<std::pair<const StuckWait*, const TaskRecord*>> frontier{{&wait, nullptr}};
   std::vector<const StuckWait*> seen{&wait};

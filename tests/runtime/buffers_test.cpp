@@ -485,6 +485,41 @@ TEST_P(BuffersTest, AMapConflictingWithThisThreadsOwnMappingIsAnError) {
   EXPECT_EQ(buffer.to_vector()[50], 2) << "the buffer is usable after the refused maps";
 }
 
+// Mappings held at once are unmapped in any order (a list of them, each taken out in constant time,
+// the last moving into its place): each one still held keeps refusing the waits behind it, and one
+// unmapped stops doing so (a list gone wrong would name an ended mapping, or none).
+TEST_P(BuffersTest, MappingsUnmappedInAnyOrderEachStillRefuseTheWaitsBehindThem) {
+  constexpr int count = 5;
+  std::vector<std::unique_ptr<Buffer<int>>> buffers;
+  std::vector<std::optional<Mapped<int>>> mappings(count);
+  std::vector<Task> readers;
+  for (int i = 0; i < count; ++i) {
+    buffers.push_back(
+        std::make_unique<Buffer<int>>(*context, 4, BufferOptions{.name = "held " + std::to_string(i)}));
+    mappings[i].emplace(buffers[i]->map_write());
+    (*mappings[i])[0] = i;
+    readers.push_back(context->submit([](std::span<const int>) {}, read(*buffers[i])));
+  }
+  EXPECT_EQ(context->impl()->held_mappings.size(), std::size_t{count});
+  for (const int unmapped : {1, 4, 0, 3, 2}) {  // first, last, then from the middle
+    mappings[unmapped]->unmap();
+    mappings[unmapped].reset();
+    readers[unmapped].wait();
+    for (int i = 0; i < count; ++i) {
+      if (!mappings[i]) continue;
+      try {
+        readers[i].wait();
+        ADD_FAILURE() << "the wait for reader " << i << " returned while its buffer is mapped";
+      } catch (const Error& error) {
+        EXPECT_EQ(error.code(), ErrorCode::buffer_misuse);
+        EXPECT_THAT(error.what(), ::testing::HasSubstr("held " + std::to_string(i))) << error.what();
+      }
+    }
+  }
+  EXPECT_TRUE(context->impl()->held_mappings.empty());
+  context->wait_all();
+}
+
 // The same through a task: this thread's mapping holds back a writer; mapping again, waiting for
 // that task, or wait_all() would wait for the mapping itself. A task that does not wait for the
 // mapping is waited for normally.

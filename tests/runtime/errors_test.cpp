@@ -23,6 +23,7 @@
 extern "C" std::size_t __sanitizer_get_current_allocated_bytes();
 #endif
 
+#include "runtime/context_impl.hpp"
 #include "runtime_test.hpp"
 
 namespace nerve::testing {
@@ -1418,6 +1419,67 @@ TEST(WaitBehindSuspended, AGroupsDestructorInACycleLeavesTheRefusalToAnotherWait
               ::testing::HasSubstr("Task::wait() inside task 'waiter 2' would never return: it waits for "
                                    "task 'waiter 1' (or for tasks ordered after it), held on another "
                                    "thread's stack"));
+}
+
+// A time-stepping loop submitted up front — a chain of steps over one buffer, each a fork-join
+// inside — checks at each wait that it does not wait behind its own step. What it waits for there
+// (members without predecessors, a task already ready) cannot be ordered behind anything, so the
+// check walks nothing: it used to walk every later step, per wait (O(steps²) for the loop). A
+// member that is ordered behind the step is still found, and one whose predecessor has finished is
+// waited for.
+TEST_P(ErrorsTest, ForkJoinInsideAChainOfStepsDoesNotWalkTheStepsAfterIt) {
+  constexpr int steps = 300;
+  Buffer<long> state(*context, 1);
+  std::atomic<std::uint64_t>& visits = context->impl()->cycle_walk_visits;
+  const std::uint64_t visits_before = visits.load();
+  context->spawn([](std::span<long> x) { x[0] = 0; }, write(state));
+  for (int i = 0; i < steps; ++i) {
+    context->spawn(
+        [&](std::span<long> x) {
+          std::atomic<long> sum{0};
+          TaskGroup group(*context);
+          for (int k = 0; k < 4; ++k) group.spawn([&] { sum.fetch_add(1); });
+          group.wait();
+          parallel_for(*context, 0, 8, 1, [&](std::size_t) { sum.fetch_add(1); });
+          Task ready = context->submit([&] { sum.fetch_add(1); });
+          ready.wait();
+          x[0] += sum.load();
+        },
+        read_write(state));
+  }
+  context->wait_all();
+  EXPECT_EQ(state.to_vector()[0], 13L * steps);
+  EXPECT_LT(visits.load() - visits_before, std::uint64_t{steps})
+      << "the waits walked the chain of steps after theirs";
+
+  Buffer<int> written(*context, 1);
+  context->submit([](std::span<int> x) { x[0] = 1; }, write(written)).wait();
+  Refusals refusals;
+  TaskGroup behind(*context);  // outlives the steps: its member runs after them
+  std::atomic<int> after_finished{0};
+  for (int i = 0; i < 3; ++i) {
+    context->spawn(
+        TaskOptions{.name = "step"},
+        [&, i](std::span<long>) {
+          if (i == 0) {
+            // Ordered after the last step (it reads what the chain writes): never done in this step.
+            behind.spawn(
+                TaskOptions{.name = "reads the state"}, [](std::span<const long>) {}, read(state));
+            refusals.record([&] { behind.wait(); }, "not refused");
+          }
+          TaskGroup group(*context);
+          group.spawn([&](std::span<const int> x) { after_finished.fetch_add(x[0]); }, read(written));
+          group.wait();
+        },
+        read_write(state));
+  }
+  context->wait_all();
+  behind.wait();
+  EXPECT_EQ(after_finished.load(), 3);
+  ASSERT_EQ(refusals.messages.size(), 1u);
+  EXPECT_THAT(
+      refusals.messages[0],
+      ::testing::HasSubstr("TaskGroup::wait() inside task 'step' would wait for task 'reads the state'"));
 }
 
 // Mapping, inside a task, a buffer range the task itself accesses in a conflicting mode — or one a task
