@@ -181,6 +181,26 @@ T parallel_reduce_range(ContextImpl* context, std::size_t begin, std::size_t end
               std::string(loop) + ": " + which + " " + why + " (" + value + "); the indices are std::size_t");
 }
 
+// loop_bound_text(): an integer in decimal, also one wider than std::to_string() takes (the 128-bit
+// integers that GNU modes count as integral).
+template <class I>
+std::string loop_bound_text(I value) {
+  if constexpr (sizeof(I) <= sizeof(long long)) {
+    return std::to_string(value);
+  } else {
+    bool negative = false;
+    if constexpr (std::is_signed_v<I>) negative = value < 0;
+    std::string reversed;
+    do {
+      const int digit = static_cast<int>(value % 10);
+      reversed.push_back(static_cast<char>('0' + (digit < 0 ? -digit : digit)));
+      value /= 10;
+    } while (value != 0);
+    if (negative) reversed.push_back('-');
+    return std::string(reversed.rbegin(), reversed.rend());
+  }
+}
+
 // loop_index(): a loop bound (an integer, or an unscoped enumerator) as the std::size_t index it
 // stands for; a negative one, or one past std::size_t, is Error(invalid_argument).
 template <class I>
@@ -189,10 +209,10 @@ std::size_t loop_index(I value, const char* loop, const char* which) {
     return loop_index(+value, loop, which);  // the enumeration's promoted integer
   } else {
     if constexpr (std::is_signed_v<I>) {
-      if (value < 0) throw_bad_loop_bound(loop, which, std::to_string(value), "is negative");
+      if (value < 0) throw_bad_loop_bound(loop, which, loop_bound_text(value), "is negative");
     }
     if (!std::in_range<std::size_t>(value)) {
-      throw_bad_loop_bound(loop, which, std::to_string(value), "does not fit std::size_t");
+      throw_bad_loop_bound(loop, which, loop_bound_text(value), "does not fit std::size_t");
     }
     return static_cast<std::size_t>(value);
   }
@@ -200,8 +220,8 @@ std::size_t loop_index(I value, const char* loop, const char* which) {
 
 }  // namespace detail
 
-// LoopBound: what begin, end and grain may be — an integer type (bool and characters aside) or an
-// unscoped enumeration (which converts to one).
+// LoopBound: what begin, end and grain may be — an integer type (bool and characters aside; in GNU
+// modes the 128-bit integers too) or an unscoped enumeration (which converts to one).
 // (The character types are what std::in_range(), which checks the bounds, refuses: char, wchar_t,
 // char8_t, char16_t, char32_t; signed char and unsigned char are integers.)
 template <class T>
