@@ -190,6 +190,9 @@ void refuse_awaits_that_wait_for_themselves(const TaskRecord* root, const TaskRe
   // Nothing waits for the coroutine's Task (the usual case): no walk, no std::function.
   if (!ContextImpl::may_be_waited_for(*root, announced)) return;
   if (task != nullptr && known_not_to_wait_for(task, root, *root->context)) return;
+  // A group none of whose unfinished members can be ordered behind a task: the walk cannot meet one.
+  if (task == nullptr && (group == nullptr || group->ordered_members.load(std::memory_order_acquire) == 0))
+    return;
   const auto awaited = [&](const TaskRecord* candidate) {
     return candidate != root && (candidate == task || (group != nullptr && candidate->group == group));
   };

@@ -19,6 +19,7 @@
 
 #include <gmock/gmock.h>
 
+#include "runtime/context_impl.hpp"
 #include "runtime_test.hpp"
 
 namespace nerve::testing {
@@ -479,6 +480,37 @@ TEST_P(CoroutineTest, ACycleOfAwaitsThroughATaskOrderedAfterACoroutineOrAGroupIs
     coroutines.clear();
     context->wait_all();
   }
+}
+
+// fork_joins(): awaits `rounds` fork-joins of four tasks each, once `gate` has run.
+CoTask<> fork_joins(Context& context, Task gate, int rounds, std::atomic<int>& ran) {
+  co_await gate;
+  for (int round = 0; round < rounds; ++round) {
+    TaskGroup group(context);
+    for (int k = 0; k < 4; ++k) group.spawn([&ran] { ran.fetch_add(1); });
+    co_await group;
+  }
+}
+
+// A coroutine with a long chain of tasks ordered after its Task awaits fork-joins: each co_await of
+// a group checks that it does not wait for what waits for the coroutine, and walks nothing when no
+// member can be ordered behind a task (it walked the whole chain per await).
+TEST_P(CoroutineTest, AwaitingForkJoinsDoesNotWalkTheChainAfterTheCoroutine) {
+  constexpr int chain = 300;
+  constexpr int rounds = 20;
+  std::atomic<int> ran{0};
+  std::atomic<std::uint64_t>& visits = context->impl()->cycle_walk_visits;
+  const std::uint64_t visits_before = visits.load();
+  Gate gate(*context, "gate");
+  Task coroutine = launch(*context, fork_joins(*context, gate.task, rounds, ran), "fork-joins");
+  Task last = coroutine;
+  for (int i = 0; i < chain; ++i)
+    last = context->submit(TaskOptions{.after = {last}}, [&ran] { ran.fetch_add(1); });
+  gate.open();
+  last.wait();
+  EXPECT_EQ(ran.load(), 4 * rounds + chain);
+  EXPECT_LT(visits.load() - visits_before, std::uint64_t{chain}) << "the awaits walked the chain";
+  context->wait_all();
 }
 
 // Two coroutines released by one gate await each other's Task at the same moment, on two threads when
