@@ -45,7 +45,9 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#ifndef __cplusplus
+/* C99 and later: bool, true and false, which the seed's programs use. C89 has none: the header takes
+ * no bool (an int says yes or no), so it compiles there too. */
+#if !defined(__cplusplus) && defined(__STDC_VERSION__) && __STDC_VERSION__ >= 199901L
 #include <stdbool.h>
 #endif
 
@@ -291,9 +293,10 @@ NERVE_API nerve_status_t nerve_task_set_memory_deps(nerve_task_t* task, size_t c
  * NERVE_ERROR_INVALID_ARGUMENT. */
 NERVE_API nerve_status_t nerve_task_add_access(nerve_task_t* task, nerve_buffer_t* buffer,
                                                nerve_access_mode_t mode, size_t offset, size_t size);
-/* nerve_task_set_compute_intensive() marks a long-running task: it is handed round-robin to the
- * workers instead of the submitting worker's own queue, so a burst of them starts everywhere at once. */
-NERVE_API nerve_status_t nerve_task_set_compute_intensive(nerve_task_t* task, bool compute_intensive);
+/* nerve_task_set_compute_intensive() marks a long-running task (compute_intensive non-zero, e.g.
+ * true): it is handed round-robin to the workers instead of the submitting worker's own queue, so a
+ * burst of them starts everywhere at once. */
+NERVE_API nerve_status_t nerve_task_set_compute_intensive(nerve_task_t* task, int compute_intensive);
 /* nerve_task_set_priority() sets the order in which ready tasks start (TaskOptions::priority):
  * higher first; NERVE_PRIORITY_HIGH, NERVE_PRIORITY_NORMAL (the default) and NERVE_PRIORITY_LOW are
  * the usual levels, any int works. One exception, under the locality_aware_stealing and heft

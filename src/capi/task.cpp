@@ -129,9 +129,9 @@ nerve_status_t nerve_task_add_access(nerve_task_t* task, nerve_buffer_t* buffer,
   });
 }
 
-nerve_status_t nerve_task_set_compute_intensive(nerve_task_t* task, bool compute_intensive) {
+nerve_status_t nerve_task_set_compute_intensive(nerve_task_t* task, int compute_intensive) {
   return guard("nerve_task_set_compute_intensive",
-               [&] { checked_task(task).compute_intensive = compute_intensive; });
+               [&] { checked_task(task).compute_intensive = compute_intensive != 0; });
 }
 
 static_assert(NERVE_PRIORITY_HIGH == nerve::Priority::high && NERVE_PRIORITY_LOW == nerve::Priority::low &&
