@@ -2122,7 +2122,8 @@ TEST(PoolReaders, ReadersFromSeveralThreadsAreEachDecidedByWhatTheyRead) {
           } catch (...) {
             ++wrong;
           }
-          if (cancellation_of([&] { cancelled.wait(); }).cause != "boom") ++wrong;
+          // (A structured binding captured by name needs Clang 16: Debian's 14 refuses it.)
+          if (cancellation_of([&reader = cancelled] { reader.wait(); }).cause != "boom") ++wrong;
         }
       });
     }
