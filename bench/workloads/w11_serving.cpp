@@ -214,7 +214,8 @@ ServingResult serve(const Mlp& model, const Stream& stream, const ServingConfig&
         for (int r = 0; r < count; ++r) {
           const float* row = stream.input(batch[r]);
           cache->insert(nerve_examples::CacheKey::of(model.id, std::as_bytes(std::span(row, width))),
-                        std::vector<float>(&out[r * width], &out[(r + 1) * width]), (end - begin) / count);
+                        std::vector<float>(out.data() + r * width, out.data() + (r + 1) * width),
+                        (end - begin) / count);
         }
       }
       batches.fetch_add(1, std::memory_order_relaxed);

@@ -248,7 +248,7 @@ void add_mixed_graph(std::vector<Measurement>& out, const WorkloadOptions& optio
   }
   // Call i's wave input is the pattern rotated by `shift(i)` elements, so that a result written to
   // another call's output (or shifted within one) does not match; the expected values rotate alike.
-  const auto shift = [wave_elements](std::size_t call) { return call * 997 % wave_elements; };
+  const auto shift = [](std::size_t call) { return call * 997 % wave_elements; };  // a constant
   // Call i's GEMM multiplies its own random tiles (entries in (-0.5, 0.5)); the expected
   // c = -a bᵀ is computed here on the host with the BLAS tile kernel.
   const std::size_t tile_elements = nb * nb;
