@@ -117,17 +117,19 @@ inline constexpr std::uintptr_t wait_stack_reserve = std::uintptr_t{256} * 1024;
 const TaskRecord* coroutine_root_of(const TaskRecord& task) noexcept;
 // is_launched_coroutine(): `task` is a launched coroutine's Task record (coroutine_task_create()).
 bool is_launched_coroutine(const TaskRecord& task) noexcept;
-// may_be_ordered(): whether ContextImpl::first_waiting_for(), walking without stuck waits, may reach
-// `task` from another task: everything it reaches waits for an unfinished task through an edge (so
-// was submitted with predecessors), or is a launched coroutine (its stretches are ordered), a pool's
-// task or gate, or a mapping. Fixed from the end of its submission to its end (edges are only made
-// while a task is submitted): GroupState::ordered_members counts the members for which it holds.
+// may_be_ordered(): for a member of a group, whether ContextImpl::first_waiting_for(), walking
+// without stuck waits, may reach it from a task outside the group. Everything such a walk reaches
+// waits for an unfinished task through an edge, or is a launched coroutine (its stretches are
+// ordered), a pool's task or gate, or a mapping; a member whose predecessors are all members of its
+// group not so ordered themselves (a fork-join's own little graph) is reached only from them. Fixed
+// from the end of its submission (edges are only made while a task is submitted) to its end:
+// GroupState::ordered_members counts the members for which it holds.
 inline bool may_be_ordered(const TaskRecord& task) noexcept {
-  return task.dep_used != 0 || task.kind != TaskKind::function || task.pool != nullptr ||
+  return task.ordered_from_outside() || task.kind != TaskKind::function || task.pool != nullptr ||
          is_launched_coroutine(task);
 }
-// may_be_ordered_now(): may_be_ordered(), and still so: a plain task whose predecessors have all
-// finished is never ordered behind another again.
+// may_be_ordered_now(): whether such a walk, from any task, may reach `task` now: a plain task whose
+// predecessors have all finished is never ordered behind another again.
 inline bool may_be_ordered_now(const TaskRecord& task) noexcept {
   return task.kind != TaskKind::function || task.pool != nullptr ||
          task.pending.load(std::memory_order_acquire) != 0 || is_launched_coroutine(task);
@@ -312,8 +314,8 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   // host_bound_in_place(): the task can only run on the CPU workers and its data has never left the
   // host, so placement has nothing to choose and coherence nothing to move.
   bool host_bound_in_place(const TaskRecord& task) const noexcept {
-    return task.device_hint <= 0 && task.kernel == nullptr && closure_devices == 0 && !task.stream_launcher &&
-           CoherenceEngine::host_holds_all(task);
+    return task.device_hint <= 0 && task.kernel == nullptr && closure_devices == 0 &&
+           !task.stream_launcher() && CoherenceEngine::host_holds_all(task);
   }
   // dispatch(): `waited` when the task waited for copies or memory (its data_valid_ns is now).
   void dispatch(TaskRecord* task, ThreadState& thread, bool submission, bool waited);

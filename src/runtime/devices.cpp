@@ -150,20 +150,21 @@ void ContextImpl::check_closure_device(const TaskRecord& task, int device, const
   }
   validate_device_hint(device, name);
   if (device == 0) {
-    if (!task.stream_only) return;
+    if (!task.stream_only()) return;
     throw Error(ErrorCode::invalid_argument,
                 fmt::format("task '{}' is a C kernel for CUDA devices only, submitted to the CPU workers",
                             name != nullptr ? name : "(unnamed)"));
   }
   const Device& target = *devices[static_cast<std::size_t>(device) - 1];
   if (target.can_run(task)) return;
-  throw Error(ErrorCode::invalid_argument,
-              fmt::format("task '{}' asks for device {} ({} '{}', backend '{}'), which cannot run {}: only "
-                          "Kernel calls with an implementation for that device run there",
-                          name != nullptr ? name : "(unnamed)", device, nerve::name(target.info().kind),
-                          target.info().name, target.info().backend,
-                          task.stream_launcher ? "a C kernel (the built-in CUDA backend's devices alone can)"
-                                               : "a plain function"));
+  throw Error(
+      ErrorCode::invalid_argument,
+      fmt::format("task '{}' asks for device {} ({} '{}', backend '{}'), which cannot run {}: only "
+                  "Kernel calls with an implementation for that device run there",
+                  name != nullptr ? name : "(unnamed)", device, nerve::name(target.info().kind),
+                  target.info().name, target.info().backend,
+                  task.stream_launcher() ? "a C kernel (the built-in CUDA backend's devices alone can)"
+                                         : "a plain function"));
 }
 
 // Data locality first: the device holding the most bytes the task reads, the CPU workers on a tie

@@ -12,7 +12,7 @@
 namespace nerve::detail {
 
 bool ContextImpl::can_run_on(const TaskRecord& task, int device) const noexcept {
-  if (device == 0) return task.kernel == nullptr ? !task.stream_only : static_cast<bool>(task.kernel->cpu);
+  if (device == 0) return task.kernel == nullptr ? !task.stream_only() : static_cast<bool>(task.kernel->cpu);
   return devices[static_cast<std::size_t>(device) - 1]->can_run(task);
 }
 

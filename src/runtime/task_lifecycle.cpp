@@ -307,7 +307,13 @@ std::size_t ContextImpl::register_dependencies(TaskRecord* task, ThreadState& th
       return;
     }
     if (seen_count < seen_capacity) seen[seen_count++] = predecessor;  // beyond, duplicates are harmless
-    edges += add_edge(predecessor.task, task, predecessor.consumes) ? 1 : 0;
+    if (add_edge(predecessor.task, task, predecessor.consumes)) {
+      ++edges;
+      // A group member behind a task outside its group's own graph (GroupState::ordered_members).
+      if (task->group != nullptr &&
+          (predecessor.task->group != task->group || may_be_ordered(*predecessor.task))) [[unlikely]]
+        task->submission_flags |= TaskRecord::ordered_from_outside_flag;
+    }
     if (recorder != nullptr) [[unlikely]]
       recorder->edge(thread, predecessor.task, task);
   };
@@ -488,8 +494,10 @@ TaskRecord* ContextImpl::commit_task(TaskDraft draft, const SubmitInfo& info) {
   }
   RecordAllocator::prefetch_next(thread.records);
   // The cold lines are written only where a field differs from its recycled value (see TaskRecord).
-  record_fields::restore(task->stream_launcher, info.stream_launcher);  // before the device checks
-  record_fields::restore(task->stream_only, info.stream_only);
+  record_fields::restore(  // before the device checks
+      task->submission_flags,
+      static_cast<std::uint8_t>((info.stream_launcher ? TaskRecord::stream_launcher_flag : 0) |
+                                (info.stream_only ? TaskRecord::stream_only_flag : 0)));
   try {
     if (info.after_count != 0 && info.pool != nullptr) {
       throw Error(ErrorCode::invalid_argument, "tasks in a task pool cannot have `after` edges");
@@ -500,7 +508,7 @@ TaskRecord* ContextImpl::commit_task(TaskDraft draft, const SubmitInfo& info) {
       } else {
         validate_device_hint(info.device, info.name);
       }
-    } else if (task->stream_only) {
+    } else if (task->stream_only()) {
       check_closure_device(*task, -1, info.name);
     }
     if (info.pool != nullptr) info.pool->make_room();

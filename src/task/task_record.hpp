@@ -137,10 +137,15 @@ struct alignas(64) TaskRecord : QueueLink {
   // (CoherenceEngine::copy_finished): it then fails with that error, as no predecessor's doing.
   enum class CancelCause : std::uint8_t { requested, dependency, data };
   CancelCause cancel_cause = CancelCause::requested;
-  // A C kernel in the launcher form (SubmitInfo::stream_launcher): CUDA devices may run it, and with
-  // stream_only the CPU workers may not.
-  bool stream_launcher = false;
-  bool stream_only = false;
+  // Written while the task is submitted, by its submitter, and read once it is published; one byte
+  // (the record has none to spare). stream_launcher: a C kernel in the launcher form
+  // (SubmitInfo::stream_launcher), which CUDA devices may run, and with stream_only the CPU workers may
+  // not. ordered_from_outside: a group member with a predecessor outside its group, or one that is so
+  // itself: a walk from a task outside the group may reach it (may_be_ordered()).
+  static constexpr std::uint8_t stream_launcher_flag = 1;
+  static constexpr std::uint8_t stream_only_flag = 2;
+  static constexpr std::uint8_t ordered_from_outside_flag = 4;
+  std::uint8_t submission_flags = 0;
   std::int16_t device = -1;       // where it runs: -1 or 0 = CPU workers, 1.. = a device (set at placement)
   std::int16_t device_hint = -1;  // TaskOptions::device
   AccessRecord inline_accesses[inline_access_count];
@@ -179,6 +184,9 @@ struct alignas(64) TaskRecord : QueueLink {
     return closure_on_heap ? std::launder(reinterpret_cast<HeapClosure*>(closure))->address
                            : static_cast<void*>(closure);
   }
+  bool stream_launcher() const noexcept { return (submission_flags & stream_launcher_flag) != 0; }
+  bool stream_only() const noexcept { return (submission_flags & stream_only_flag) != 0; }
+  bool ordered_from_outside() const noexcept { return (submission_flags & ordered_from_outside_flag) != 0; }
   std::uint32_t load_status() const noexcept { return status.load(std::memory_order_acquire) & status_mask; }
   bool finished() const noexcept { return load_status() >= status_succeeded; }
 };
@@ -262,8 +270,7 @@ inline void TaskRecord::release_resources() noexcept {
   restore(kernel, nullptr);
   if (kernel_keepalive) kernel_keepalive.reset();
   restore(cancel_cause, CancelCause::requested);
-  restore(stream_launcher, false);
-  restore(stream_only, false);
+  restore(submission_flags, 0);
   restore(dep_used, 0);
   restore(device, -1);
   restore(device_hint, -1);

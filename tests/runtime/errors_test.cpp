@@ -1423,10 +1423,10 @@ TEST(WaitBehindSuspended, AGroupsDestructorInACycleLeavesTheRefusalToAnotherWait
 
 // A time-stepping loop submitted up front — a chain of steps over one buffer, each a fork-join
 // inside — checks at each wait that it does not wait behind its own step. What it waits for there
-// (members without predecessors, a task already ready) cannot be ordered behind anything, so the
-// check walks nothing: it used to walk every later step, per wait (O(steps²) for the loop). A
-// member that is ordered behind the step is still found, and one whose predecessor has finished is
-// waited for.
+// (members without predecessors or only behind other members, a task already ready) cannot be
+// ordered behind a task outside the group, so the check walks nothing: it used to walk every later step, per
+// wait (O(steps²) for the loop). A member that is ordered behind the step is still found, and one whose
+// predecessor has finished is waited for.
 TEST_P(ErrorsTest, ForkJoinInsideAChainOfStepsDoesNotWalkTheStepsAfterIt) {
   constexpr int steps = 300;
   Buffer<long> state(*context, 1);
@@ -1440,6 +1440,11 @@ TEST_P(ErrorsTest, ForkJoinInsideAChainOfStepsDoesNotWalkTheStepsAfterIt) {
           TaskGroup group(*context);
           for (int k = 0; k < 4; ++k) group.spawn([&] { sum.fetch_add(1); });
           group.wait();
+          // The group's own little graph: a member behind another member.
+          Buffer<long> scratch(*context, 1);
+          group.spawn([](std::span<long> s) { s[0] = 2; }, write(scratch));
+          group.spawn([&](std::span<const long> s) { sum.fetch_add(s[0]); }, read(scratch));
+          group.wait();
           parallel_for(*context, 0, 8, 1, [&](std::size_t) { sum.fetch_add(1); });
           Task ready = context->submit([&] { sum.fetch_add(1); });
           ready.wait();
@@ -1448,7 +1453,7 @@ TEST_P(ErrorsTest, ForkJoinInsideAChainOfStepsDoesNotWalkTheStepsAfterIt) {
         read_write(state));
   }
   context->wait_all();
-  EXPECT_EQ(state.to_vector()[0], 13L * steps);
+  EXPECT_EQ(state.to_vector()[0], 15L * steps);
   EXPECT_LT(visits.load() - visits_before, std::uint64_t{steps})
       << "the waits walked the chain of steps after theirs";
 

@@ -50,7 +50,7 @@ CudaDevice::~CudaDevice() { stop(); }
 // is not one, and would reach launch() with nothing to call.
 bool CudaDevice::can_run(const TaskRecord& task) const noexcept {
   if (task.kind != TaskKind::function) return false;
-  if (task.kernel == nullptr) return task.stream_launcher;
+  if (task.kernel == nullptr) return task.stream_launcher();
   return dynamic_cast<const CudaLauncher*>(
              task.kernel->by_kind[static_cast<std::size_t>(DeviceKind::cuda)].get()) != nullptr;
 }
