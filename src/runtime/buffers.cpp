@@ -377,16 +377,15 @@ void ContextImpl::throw_waits_for_own_mapping(const TaskRecord& mapping, std::st
 
 namespace {
 
-// The tasks a map of a range waits for (its blockers), sorted.
+// The tasks a map of a range waits for (its blockers), sorted; `ordered`: whether any may be ordered
+// behind another task (looked at once: a blocker's predecessors only finish meanwhile).
 struct TaskSet {
   std::span<const TaskRecord* const> sorted;
+  bool ordered;
   bool operator()(const TaskRecord* task) const noexcept {
     return std::binary_search(sorted.begin(), sorted.end(), task, std::less<>());
   }
-  bool may_be_ordered() const noexcept {
-    return std::any_of(sorted.begin(), sorted.end(),
-                       [](const TaskRecord* task) { return may_be_ordered_now(*task); });
-  }
+  bool may_be_ordered() const noexcept { return ordered; }
 };
 
 // refuse_endless_map(): throws, as map() does, when a mapping of the range would wait for ever: for
@@ -402,7 +401,9 @@ void refuse_endless_map(ContextImpl& context, const BufferState* buffer, std::si
   });
   // Looked up once per task a walk meets: sorted, since a range may have many readers.
   std::sort(blockers.begin(), blockers.end(), std::less<>());
-  const TaskSet blocked{blockers};
+  const TaskSet blocked{blockers, std::any_of(blockers.begin(), blockers.end(), [](const TaskRecord* task) {
+                          return may_be_ordered_now(*task);
+                        })};
   if (wait_for_mappings) {
     context.refuse_endless_wait(blocked, what.c_str());
   } else {

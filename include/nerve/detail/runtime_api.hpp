@@ -137,9 +137,9 @@ struct GroupState {
   std::atomic<std::int64_t> pending{0};
   // Of those, the ones a wait's check for a cycle can meet behind a task outside the group: with a
   // predecessor outside the group's own graph, or launched coroutines (may_be_ordered() in
-  // src/runtime/context_impl.hpp). While none is unfinished,
-  // a wait for the group cannot wait behind the task it runs in, and that check walks nothing: a
-  // fork-join inside a task with a long chain of work after it cost a walk of that chain per wait.
+  // src/runtime/context_impl.hpp). While none is unfinished, a wait for the group cannot wait behind
+  // the task it runs in, and that check walks nothing: a fork-join inside a task with a long chain of
+  // work after it cost a walk of that chain per wait.
   std::atomic<std::int64_t> ordered_members{0};
   KeptFailure first_error;
   std::atomic<bool> cancel_requested{false};
