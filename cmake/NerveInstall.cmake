@@ -82,11 +82,10 @@ install(CODE "
 ")
 install(FILES ${PROJECT_BINARY_DIR}/pkgconfig/nerve.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 
-# Tools, when this build has them. Installed tools find libnerve.so beside them via a relative RPATH.
-file(RELATIVE_PATH nerve_bin_to_lib "/${CMAKE_INSTALL_BINDIR}" "/${CMAKE_INSTALL_LIBDIR}")
+# Tools, when this build has them. They carry the library's code (nerve_internal, static): they need
+# no run path to libnerve.so.
 foreach(tool nerve-info nerve-run openclaw-benchmark)
   if(TARGET ${tool})
-    set_target_properties(${tool} PROPERTIES INSTALL_RPATH "\$ORIGIN/${nerve_bin_to_lib}")
     install(TARGETS ${tool} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
   endif()
 endforeach()
