@@ -55,7 +55,9 @@
 // fork(): the child of a process with a live context has none of its worker threads, and locks they
 // held stay held, so the child must not use that context or anything made from it (as with oneTBB
 // and OpenMP): exec, or make a context of its own. Destroying the parent's context in the child (a
-// return from main) only logs a warning and leaves it as it is; nerve objects made in the child work.
+// return from main) only logs a warning and leaves it as it is; nerve objects made in the child work,
+// in a task body that forked too. Such a child must exec or _exit before the body returns: back in
+// the parent's runtime, a worker's child would wait for ever, so it says so and exits with status 1.
 #pragma once
 
 #include <chrono>

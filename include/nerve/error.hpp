@@ -3,7 +3,11 @@
 // Every error nerve reports is a nerve::Error (derived from std::runtime_error) with an ErrorCode;
 // the C API maps the same codes to nerve_status_t. Messages say what happened and where (the config
 // key, file and line; the buffer and the offending range; the task's name), so that they can be shown
-// to a user as they are.
+// to a user as they are. One exception, as in the standard library: the heap running out for the
+// calling thread's own bookkeeping (a task's record, closure or dependency lists, a group's or pool's
+// state) is std::bad_alloc, and the call changed nothing; a memory node that cannot hold a buffer's
+// bytes, or a thread the system refuses, is Error(out_of_memory) saying which. The C API reports
+// both as NERVE_ERROR_OUT_OF_MEMORY.
 #pragma once
 
 #include <exception>
@@ -18,7 +22,8 @@ enum class ErrorCode {
   invalid_config = 1,    // a configuration key, value, file or environment variable is wrong
   invalid_argument = 2,  // an API argument is out of its documented domain
   buffer_misuse = 3,     // use after free, double free, out-of-range slice, unmap without map, ...
-  out_of_memory = 4,     // a memory node cannot satisfy an allocation, even after eviction
+  out_of_memory = 4,     // a memory node cannot satisfy an allocation, even after eviction; or the
+                         // system refuses a thread nerve starts (its thread limit, or memory for a stack)
   task_failed = 5,       // a task threw (the original exception is rethrown where possible), its
                          // kernel failed on its device, or a copy of its input failed
   cancelled = 6,         // a task was cancelled because a task it depends on failed or was cancelled

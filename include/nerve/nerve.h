@@ -67,7 +67,7 @@ typedef enum nerve_status {
   NERVE_ERROR_INVALID_CONFIG = 1,    /* a configuration key, value, file or variable is wrong */
   NERVE_ERROR_INVALID_ARGUMENT = 2,  /* an argument is out of its documented domain (NULL, bad device) */
   NERVE_ERROR_BUFFER_MISUSE = 3,     /* use after free, double free, out-of-range access, bad unmap */
-  NERVE_ERROR_OUT_OF_MEMORY = 4,     /* a memory node cannot satisfy an allocation */
+  NERVE_ERROR_OUT_OF_MEMORY = 4,     /* a memory node cannot satisfy an allocation, or a thread is refused */
   NERVE_ERROR_TASK_FAILED = 5,       /* a task failed (nerve_task_fail or a C++ exception) */
   NERVE_ERROR_CANCELLED = 6,         /* a task was cancelled because a task it depends on failed */
   NERVE_ERROR_NOT_SUPPORTED = 7,     /* the feature exists in the API but not in this build */
@@ -91,8 +91,13 @@ NERVE_API void nerve_clear_last_error(void);
 /* A device index. Device 0 is the CPU workers (all of them: the runtime balances tasks over them);
  * later backends add GPUs and other accelerators as 1, 2, ... NERVE_DEVICE_ANY lets nerve choose. */
 typedef int32_t nerve_device_t;
+#ifdef __cplusplus /* no C cast in C++ code that warns of them (-Wold-style-cast) */
+#define NERVE_DEVICE_ANY (static_cast<nerve_device_t>(-1))
+#define NERVE_DEVICE_CPU (static_cast<nerve_device_t>(0))
+#else
 #define NERVE_DEVICE_ANY ((nerve_device_t)-1)
 #define NERVE_DEVICE_CPU ((nerve_device_t)0)
+#endif
 
 /* The queue a kernel launches its work on (a CUDA stream, an OpenCL queue); NULL on CPUs. */
 typedef void* nerve_stream_t;

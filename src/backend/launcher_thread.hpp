@@ -16,6 +16,8 @@
 #include <thread>
 #include <utility>
 
+#include "util/start_thread.hpp"
+
 namespace nerve::detail {
 
 struct TaskRecord;
@@ -32,7 +34,7 @@ class LauncherThread {
   void start(std::function<void(TaskRecord*)> launch) {
     if (thread_.joinable()) return;
     launch_ = std::move(launch);
-    thread_ = std::thread([this] { run(); });
+    thread_ = start_thread("a device's launcher thread", [this] { run(); });
   }
 
   void submit(TaskRecord* task) {

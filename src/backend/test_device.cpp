@@ -11,6 +11,7 @@
 #include "memory/buffer_state.hpp"
 #include "task/kernel_task.hpp"
 #include "task/task_record.hpp"
+#include "util/start_thread.hpp"
 
 namespace nerve::detail {
 
@@ -19,7 +20,7 @@ SerialExecutor::~SerialExecutor() { stop(); }
 void SerialExecutor::start() {
   if (thread_.joinable()) return;
   stopping_ = false;
-  thread_ = std::thread([this] { run(); });
+  thread_ = start_thread("the test device's executor thread", [this] { run(); });
 }
 
 void SerialExecutor::post(std::function<void()> job) {

@@ -36,6 +36,7 @@
 #include "dist/transport.hpp"
 #include "dist/wire.hpp"
 #include "util/log.hpp"
+#include "util/start_thread.hpp"
 
 namespace nerve::distributed::detail {
 namespace {
@@ -164,8 +165,16 @@ class MpiTransport final : public Transport {
     std::uint64_t mask = 1;
     while ((mask << 1 | 1) <= sequence_mask_) mask = mask << 1 | 1;
     sequence_mask_ = mask;
-    batches_.resize(static_cast<std::size_t>(size_));
-    thread_ = std::thread([this] { run(); });
+    try {
+      batches_.resize(static_cast<std::size_t>(size_));
+      thread_ = nerve::detail::start_thread("the distributed runtime's MPI communication thread",
+                                            [this] { run(); });
+    } catch (...) {
+      MPI_Comm_free(&comm_);
+      MPI_Comm_free(&leave_comm_);
+      if (initialized_here_) MPI_Finalize();
+      throw;
+    }
   }
 
   ~MpiTransport() override { shutdown(); }

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "util/monotonic_clock.hpp"
+#include "util/start_thread.hpp"
 
 namespace nerve::detail {
 namespace {
@@ -139,14 +140,24 @@ CounterSampler::CounterSampler(std::chrono::milliseconds interval) : interval_(i
   for (const Event& event : events()) stats_.names.emplace_back(event.name);
   retired_.assign(events().size(), 0);
   sample();
-  thread_ = std::thread([this] { run(); });
+  try {
+    thread_ = start_thread("the perf.enable_counters sampling thread", [this] { run(); });
+  } catch (...) {
+    close_all();  // the destructor does not run
+    throw;
+  }
 }
 
 CounterSampler::~CounterSampler() {
   stop();
+  close_all();
+}
+
+void CounterSampler::close_all() noexcept {
   for (auto& [thread, fds] : fds_) {
     for (int fd : fds) close(fd);
   }
+  fds_.clear();
 }
 
 // run(): samples on a fixed grid (start + k × interval), so the time a sample takes does not add up

@@ -56,6 +56,7 @@ class CounterSampler {
   };
   const std::vector<Event>& events() const;
   bool open_thread(ThreadKey thread);  // opens every event for it; false if one cannot be opened
+  void close_all() noexcept;           // every event of every thread
   void retire_exited(const std::vector<ThreadKey>& live);
   void sample();
   void run();

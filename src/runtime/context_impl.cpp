@@ -113,7 +113,7 @@ ContextImpl::ContextImpl(const Settings& settings)
       config::rethrow_with_origin(config, error);  // a file that cannot be made: say where it was set
     }
   }
-  scheduler.start();
+  scheduler.start();  // on failure, it joined the workers it had started
   try {
     for (auto& device : discover_devices(config, topology, 1, &backends_without_devices))
       add_device(std::move(device));
@@ -126,16 +126,17 @@ ContextImpl::ContextImpl(const Settings& settings)
         log::warn("bus calibration failed ({}); heft predicts transfers as free", error.what());
       }
     }
+    // Its first sample marks the end of construction: workers and devices up, the bus measured.
+    perf->start_counters();
   } catch (...) {
-    // A device that cannot be opened (or a gpu.devices that selects nothing) fails the context: the
-    // workers already running must stop before the members they use are destroyed.
+    // A device that cannot be opened (or a gpu.devices that selects nothing), or a thread the system
+    // refuses, fails the context: the workers already running must stop before the members they use
+    // are destroyed.
     scheduler.stop();
     for (auto& device : devices) device->stop();
     for (auto& device : devices) device->memory().drain();
     throw;
   }
-  // Its first sample marks the end of construction: workers and devices up, the bus measured.
-  perf->start_counters();
   enter_context_directory(id, *this);  // from now on exiting threads hand their states back
   output_claims.keep();
 }

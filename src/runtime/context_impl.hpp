@@ -383,7 +383,13 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   // inside_a_task(): the calling thread runs a task's body: one of this context's (nested in its
   // waits, or a call on a device's launcher thread) or another context's, whose task this context's
   // work may wait for (a mapping of its buffer, a pool reading what it writes).
-  bool inside_a_task() { return current_thread().nesting > 0 || running_task_record() != nullptr; }
+  // A task of the parent process on a forked child's stack (fork() in a body) is none: nothing in
+  // the child waits for it, and the child's own contexts work (nerve/context.hpp: fork).
+  bool inside_a_task() {
+    if (current_thread().nesting > 0) return true;
+    const TaskRecord* running = running_task_record();
+    return running != nullptr && !running->context->forked_child();
+  }
   void wait_for_all_tasks();
   // settle_device_memory(): shutdown waits until no copy is in flight on any device's memory node at
   // once (MemoryNode::wait_idle()) before it drains them one by one.

@@ -2,13 +2,20 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdio>
+#include <cstdlib>
 #include <numeric>
 #include <random>
 #include <thread>
 #include <utility>
 
+#include <unistd.h>
+
+#include <fmt/format.h>
+
 #include "topology/affinity.hpp"
 #include "util/log.hpp"
+#include "util/start_thread.hpp"
 
 namespace nerve::detail {
 namespace {
@@ -126,7 +133,17 @@ void Scheduler::start() {
   if (started_) return;
   started_ = true;
   for (unsigned i = 1; i < slot_count(); ++i) {
-    slots_[i]->thread = std::thread([this, i] { worker_main(i); });
+    try {
+      slots_[i]->thread = start_thread(
+          fmt::format("worker thread {} of {} ({} worker slots with the calling thread's: a smaller "
+                      "parallel.thread_pool_size needs fewer)",
+                      i, slot_count() - 1, slot_count()),
+          [this, i] { worker_main(i); });
+    } catch (...) {
+      // The workers already running use the context: they are joined before the caller unwinds it.
+      stop();
+      throw;
+    }
   }
   // Return only once every worker is bound and listening: statistics, binding checks and the first
   // submissions then see the pool as configured.
@@ -155,6 +172,23 @@ void Scheduler::worker_main(unsigned index) {
   StopSignal stop{stopping_};
   run_until(thread, stop, Clock::time_point::max());
   slot.occupant.store(nullptr, std::memory_order_release);
+}
+
+void Scheduler::abandon_forked_child() noexcept {
+  // Straight to stderr: the logger's lock may have been held by a thread of the parent at the fork.
+  std::array<char, 512> text{};
+  const int length = std::snprintf(
+      text.data(), text.size(),
+      "[nerve] error: process %d is a child forked inside a task: back in its parent's worker loop, it "
+      "would wait for ever (the parent's threads are not in the child); it exits with status 1. A "
+      "child forked in a task body must exec or _exit before the body returns (nerve/context.hpp: fork)\n",
+      static_cast<int>(getpid()));
+  std::fflush(nullptr);  // what the child wrote before
+  if (length > 0) {
+    [[maybe_unused]] const ssize_t written = ::write(
+        STDERR_FILENO, text.data(), std::min<std::size_t>(static_cast<std::size_t>(length), text.size() - 1));
+  }
+  std::_Exit(EXIT_FAILURE);
 }
 
 bool Scheduler::try_claim_master(ThreadState& thread) noexcept {

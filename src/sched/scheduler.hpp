@@ -36,6 +36,7 @@
 #include "sched/waiter_registry.hpp"
 #include "sched/worker_slot.hpp"
 #include "topology/affinity.hpp"
+#include "util/fork_generation.hpp"
 
 namespace nerve::detail {
 
@@ -208,6 +209,9 @@ class Scheduler {
            !slots_by_node_[static_cast<std::size_t>(numa_node)].empty();
   }
   void compute_victims();
+  // abandon_forked_child(): the thread of a forked child about to sleep in the parent's scheduler,
+  // where nothing could wake it (a child forked in a task body that returned): says so and exits.
+  [[noreturn]] static void abandon_forked_child() noexcept;
 
   TaskExecutor& executor_;
   const SchedulerPolicy policy_;
@@ -219,7 +223,8 @@ class Scheduler {
   const Topology& topology_;
   std::vector<topology::WorkerPlacement> placements_;
   const bool bind_threads_;
-  std::atomic_flag bind_warned_;  // one warning for all workers that fail to bind
+  const std::uint64_t made_in_ = fork_generation();  // the process whose threads these slots are
+  std::atomic_flag bind_warned_;                     // one warning for all workers that fail to bind
   std::vector<std::unique_ptr<WorkerSlot>> slots_;
   std::vector<std::vector<unsigned>> slots_by_node_;
   ReadyQueue shared_;          // eager's FIFO
@@ -428,6 +433,8 @@ bool Scheduler::sleep_slot(ThreadState& thread, WorkerSlot& slot, Waitable& targ
       if (first) {
         thread.parker.park(first_sleep_bound);
       } else {
+        if (fork_generation() != made_in_) [[unlikely]]
+          abandon_forked_child();
         thread.parker.park();
       }
     } else {

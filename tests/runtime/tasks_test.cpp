@@ -5,6 +5,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <numeric>
@@ -834,6 +835,89 @@ TEST(ContextFork, AChildThatExitsDoesNotWaitForLocksOfTheParentsThreads) {
   for (std::thread& thread : churn) thread.join();
   context.wait_all();
   EXPECT_EQ(hung, 0) << "a child hung in exit()";
+}
+
+// waited_status(): the child's wait status, or -1 when it had not ended after `seconds` (killed).
+int waited_status(pid_t child, int seconds) {
+  int status = 0;
+  for (int tick = 0; tick < seconds * 100; ++tick) {
+    if (waitpid(child, &status, WNOHANG) == child) return status;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  kill(child, SIGKILL);
+  waitpid(child, &status, 0);
+  return -1;
+}
+
+// A child forked inside a task body is inside no task of its own: the contexts it makes work, their
+// wait_all() included (it was refused as "inside a task of another context").
+TEST(ContextFork, AChildForkedInATaskUsesContextsOfItsOwn) {
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "fork() of a multi-threaded process under the sanitizers (see above)";
+#endif
+  Context context(make_settings(2));
+  pid_t child = -1;
+  context
+      .submit([&child] {
+        child = fork();
+        if (child != 0) return;
+        int status = 1;
+        try {
+          Context own(make_settings(2));
+          Buffer<int> counter(own, std::vector<int>{0});
+          for (int i = 0; i < 10; ++i) own.spawn([](std::span<int> c) { ++c[0]; }, read_write(counter));
+          own.wait_all();
+          if (counter.to_vector()[0] == 10) status = 0;
+        } catch (const std::exception& error) {
+          std::fprintf(stderr, "child: %s\n", error.what());
+          status = 2;
+        }
+        std::_Exit(status);
+      })
+      .wait();
+  ASSERT_GT(child, 0);
+  const int status = waited_status(child, 20);
+  ASSERT_NE(status, -1) << "the child hung";
+  ASSERT_TRUE(WIFEXITED(status)) << "the child died of signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "2: its context refused it (the message is on stderr)";
+}
+
+// A child forked in a task body that returns is back in the parent's worker loop, which no thread of
+// the child can wake: it says so and exits with status 1 instead of waiting for ever (it hung).
+TEST(ContextFork, AChildBackInTheParentsWorkerLoopExitsInsteadOfHanging) {
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "fork() of a multi-threaded process under the sanitizers (see above)";
+#endif
+  Context context(make_settings(2));
+  int pipe_ends[2];
+  ASSERT_EQ(pipe(pipe_ends), 0);
+  std::atomic<pid_t> child{-1};
+  TaskGroup group(context);
+  std::atomic<bool> forked{false};
+  // On the worker: the caller waits on a flag, not in the group (it would run the task itself).
+  group.spawn([&] {
+    const pid_t made = fork();
+    if (made == 0) {
+      dup2(pipe_ends[1], STDERR_FILENO);
+      return;
+    }
+    child.store(made);
+    forked.store(true);
+  });
+  while (!forked.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  group.wait();
+  close(pipe_ends[1]);
+  ASSERT_GT(child.load(), 0);
+  const int status = waited_status(child.load(), 20);
+  std::string said;
+  char bytes[256];
+  for (ssize_t got = 0; (got = ::read(pipe_ends[0], bytes, sizeof bytes)) > 0;)
+    said.append(bytes, static_cast<std::size_t>(got));
+  close(pipe_ends[0]);
+  ASSERT_NE(status, -1) << "the child hung in the parent's worker loop";
+  ASSERT_TRUE(WIFEXITED(status)) << "the child died of signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 1);
+  EXPECT_THAT(said, ::testing::HasSubstr("is a child forked inside a task"));
 }
 
 INSTANTIATE_TEST_SUITE_P(Runtime, RuntimeTest, NERVE_RUNTIME_PARAMS, runtime_param_name);

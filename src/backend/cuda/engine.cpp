@@ -10,6 +10,7 @@
 
 #include "util/log.hpp"
 #include "util/monotonic_clock.hpp"
+#include "util/start_thread.hpp"
 
 namespace nerve::detail::cuda {
 
@@ -38,15 +39,24 @@ Engine::Engine(std::shared_ptr<Driver> driver, int ordinal, unsigned stream_coun
     flags_ = static_cast<std::uint32_t*>(driver_.host_alloc(flag_slots * sizeof(std::uint32_t)));
     for (std::size_t i = 0; i < flag_slots; ++i) std::atomic_ref<std::uint32_t>(flags_[i]).store(0);
   }
-  thread_ = std::thread([this] { run(); });
+  try {
+    thread_ = start_thread(fmt::format("CUDA device {}'s completion thread", ordinal_), [this] { run(); });
+  } catch (...) {
+    free_flags();  // the destructor does not run
+    throw;
+  }
 }
 
 Engine::~Engine() {
   drain();
-  if (flags_ != nullptr) {
-    const QuietDeviceScope scope(driver_, ordinal_);  // as allocated
-    driver_.host_free(flags_);
-  }
+  free_flags();
+}
+
+void Engine::free_flags() noexcept {
+  if (flags_ == nullptr) return;
+  const QuietDeviceScope scope(driver_, ordinal_);  // as allocated
+  driver_.host_free(flags_);
+  flags_ = nullptr;
 }
 
 Operation* Engine::acquire() {

@@ -158,7 +158,8 @@ class Engine {
   }
 
  private:
-  void run();  // the completion thread
+  void run();                  // the completion thread
+  void free_flags() noexcept;  // the pinned completion flags (CompletionMode::flag)
   bool poll(Operation& op, bool query_events) noexcept;
   void finish(Operation* op) noexcept;
   void release_step_events(Operation& op) noexcept;  // a staged copy's handoff and drained events

@@ -8,6 +8,7 @@
 
 #include "util/log.hpp"
 #include "util/monotonic_clock.hpp"
+#include "util/start_thread.hpp"
 
 namespace nerve::detail::opencl {
 
@@ -25,11 +26,12 @@ Engine::Engine(const PlatformDevice& device, unsigned queue_count, unsigned max_
   try {
     for (unsigned i = 0; i < queue_count; ++i) queues_.push_back(make_queue());
     sync_queue_ = make_queue();
+    thread_ = start_thread("an OpenCL device's completion thread", [this] { run(); });
   } catch (...) {
     for (cl_command_queue queue : queues_) clReleaseCommandQueue(queue);
+    if (sync_queue_ != nullptr) clReleaseCommandQueue(sync_queue_);
     throw;
   }
-  thread_ = std::thread([this] { run(); });
 }
 
 Engine::~Engine() {

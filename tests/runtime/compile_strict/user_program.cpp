@@ -1,10 +1,14 @@
 // user_program.cpp — the public headers in the forms the documentation shows compile without a
-// warning under -Wall -Wextra -Wpedantic -Wshadow -Werror, included with -I as pkg-config gives them
-// (not -isystem, which silences warnings in headers). Compiled, not run (tests/runtime/CMakeLists.txt).
+// warning under -Wall -Wextra -Wpedantic -Wshadow -Wold-style-cast -Wnon-virtual-dtor -Wundef -Werror,
+// included with -I as pkg-config gives them (not -isystem, which silences warnings in headers).
+// Compiled, not run (tests/runtime/CMakeLists.txt). Not -Wconversion: it rightly flags a loop body
+// whose parameters are narrower than the std::size_t indices it is documented to get (the int
+// parameters below).
 #include <span>
 #include <string>
 
 #include "nerve/coroutine.hpp"
+#include "nerve/nerve.h"
 #include "nerve/nerve.hpp"
 #include "nerve/parallel.hpp"
 
@@ -26,3 +30,6 @@ void documented_forms(nerve::Context& context, const nerve::Kernel& kernel, nerv
   nerve::parallel_for(context, 0, 100, 10, [](int, int) {});
   context.wait_all();
 }
+
+// The C API's device constants in C++ code (they were C casts: -Wold-style-cast).
+nerve_device_t devices[] = {NERVE_DEVICE_ANY, NERVE_DEVICE_CPU};
