@@ -34,7 +34,11 @@
 // counts as suspended below the tasks it runs while it waits, and its wait may be one of such a
 // cycle: if it is the one that throws, the mapping it asked for ends by itself once granted. Such
 // cycles are found among the tasks and waits of one context: one through tasks of two contexts
-// (each waiting for the other's work) is not, and hangs.
+// (each waiting for the other's work) is not, and hangs. Nor can nerve run anything while every slot
+// runs a body blocked outside nerve (on a future, a barrier, a lock: an OpenMP team's barrier whose
+// other threads wait on nerve): the pool is fixed, as OpenMP's team and oneTBB's arena are, so if
+// those bodies wait for a thread without a slot that waits on nerve, or for the tasks it waits for,
+// nothing ends. Such a thread, parked 5 s while no slot finished a task, logs one warning saying so.
 // Destroying the context waits for every submitted task, then frees buffers still alive (reporting
 // them as a warning). The destructor, as for any C++ object, must not overlap a call of a member of the same
 // Context on another thread (wait_all(), submit(), stats(), ...): end those calls first (the C API's

@@ -191,6 +191,33 @@ void Scheduler::abandon_forked_child() noexcept {
   std::_Exit(EXIT_FAILURE);
 }
 
+std::uint64_t Scheduler::tasks_finished() const noexcept {
+  std::uint64_t finished = 0;
+  for (const auto& slot : slots_) finished += slot->stats.tasks_run.load(std::memory_order_relaxed);
+  return finished;
+}
+
+void Scheduler::check_stall(StallWatch& watch, Clock::time_point now) noexcept {
+  const std::uint64_t finished = tasks_finished();
+  // Every slot taken (the master too: else this thread would run tasks in it) and none idle.
+  const bool all_busy = !master_free() && spinners_.load(std::memory_order_acquire) == 0 &&
+                        sleepers_.load(std::memory_order_acquire) == 0 &&
+                        waking_.load(std::memory_order_acquire) == 0;
+  if (finished == watch.finished && all_busy && !stalled_wait_warned_.exchange(true)) {
+    try {
+      log::warn(
+          "a thread without a worker slot has waited {} ms in nerve while all {} slots ran task bodies "
+          "that did not return and none finished a task: if those bodies wait for something outside "
+          "nerve (a future, a barrier, a lock) that needs this thread or the tasks it waits for, this "
+          "never ends. Do not block task bodies on work that waits for nerve, or give the context more "
+          "slots (parallel.thread_pool_size)",
+          std::chrono::duration_cast<std::chrono::milliseconds>(now - watch.since).count(), slot_count());
+    } catch (...) {  // out of memory for the message: the wait goes on, unannounced
+    }
+  }
+  watch = {now, finished};
+}
+
 bool Scheduler::try_claim_master(ThreadState& thread) noexcept {
   WorkerSlot& master = *slots_[0];
   ThreadState* expected = nullptr;

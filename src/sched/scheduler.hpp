@@ -143,7 +143,22 @@ class Scheduler {
   // Worker statistics for tests and nerve-info.
   std::uint64_t total_steals() const noexcept;
 
+  // A thread without a slot parked this long while every slot runs a task body that does not return
+  // and no slot finishes a task says that its wait may never end (once in the scheduler's life;
+  // tests shorten it): the bodies may wait for it, or for what it must do next.
+  std::chrono::milliseconds stalled_wait_warning{5000};
+
  private:
+  // StallWatch: a parked wait's view of the slots' progress (park_until()).
+  struct StallWatch {
+    Clock::time_point since;
+    std::uint64_t finished;  // tasks the slots had run then
+  };
+  std::uint64_t tasks_finished() const noexcept;
+  // check_stall(): warns (once) when no slot has finished a task since `watch` began, stalled_wait_warning
+  // ago, and every slot is busy running a body; else starts the watch again from `now`.
+  void check_stall(StallWatch& watch, Clock::time_point now) noexcept;
+  std::atomic<bool> stalled_wait_warned_{false};
   struct IdleState {
     WorkerSlot* slot = nullptr;  // for time accounting (null: not accounted)
     bool idle = false;
@@ -451,8 +466,12 @@ bool Scheduler::sleep_slot(ThreadState& thread, WorkerSlot& slot, Waitable& targ
 
 template <class Waitable>
 bool Scheduler::park_until(ThreadState& thread, Waitable& target, Clock::time_point deadline, bool help) {
+  StallWatch watch{Clock::now(), tasks_finished()};
   while (!target.done()) {
-    if (Clock::now() >= deadline) return false;
+    const Clock::time_point now = Clock::now();
+    if (now >= deadline) return false;
+    if (now - watch.since >= stalled_wait_warning) [[unlikely]]
+      check_stall(watch, now);
     waiters_.add(target.address(), &thread.parker);
     target.before_park();
     if (!target.done()) {

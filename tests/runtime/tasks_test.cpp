@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <future>
 #include <memory>
 #include <numeric>
 #include <optional>
@@ -835,6 +836,83 @@ TEST(ContextFork, AChildThatExitsDoesNotWaitForLocksOfTheParentsThreads) {
   for (std::thread& thread : churn) thread.join();
   context.wait_all();
   EXPECT_EQ(hung, 0) << "a child hung in exit()";
+}
+
+// A thread without a slot that waits for tasks no slot can run — every slot is inside a body blocked
+// outside nerve, here on futures that only the test sets — is a hang nerve cannot break (the pool is
+// fixed, as OpenMP's team and oneTBB's arena). It says why, once, instead of hanging silently (an
+// OpenMP team inside tasks whose threads waited on nerve, or a future set by a thread waiting on
+// nerve, hung without a word). The 5 s before the warning is shortened for the test.
+TEST(StalledWait, AWaitThatNoSlotCanServeSaysWhyOnce) {
+  Context context(make_settings(2));
+  context.impl()->scheduler.stalled_wait_warning = std::chrono::milliseconds(200);
+  std::promise<void> release_worker, release_master;
+  std::shared_future<void> worker_blocked = release_worker.get_future().share();
+  std::shared_future<void> master_blocked = release_master.get_future().share();
+  std::atomic<int> blocked{0};
+  ::testing::internal::CaptureStderr();
+  // Slot 1: a body blocked on a future.
+  Task on_worker = context.submit([&] {
+    blocked.fetch_add(1);
+    worker_blocked.wait();
+  });
+  while (blocked.load() < 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  // Slot 0: a thread waiting for a task that it runs itself, which blocks likewise.
+  std::thread in_master([&] {
+    context
+        .submit([&] {
+          blocked.fetch_add(1);
+          master_blocked.wait();
+        })
+        .wait();
+  });
+  while (blocked.load() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  // A third thread: no slot left to run the task it waits for.
+  std::atomic<bool> done{false};
+  std::thread waiter([&] {
+    context.submit([] {}).wait();
+    done.store(true);
+  });
+  std::string logged;
+  const std::string expected = "a thread without a worker slot has waited ";
+  for (int tick = 0; tick < 1000 && logged.find(expected) == std::string::npos; ++tick) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (tick % 50 == 49) {  // the captured text so far, and capture on
+      logged += ::testing::internal::GetCapturedStderr();
+      ::testing::internal::CaptureStderr();
+    }
+  }
+  EXPECT_FALSE(done.load());
+  release_worker.set_value();
+  release_master.set_value();
+  waiter.join();
+  in_master.join();
+  on_worker.wait();
+  EXPECT_TRUE(done.load());
+  logged += ::testing::internal::GetCapturedStderr();
+  ASSERT_NE(logged.find(expected), std::string::npos) << logged;
+  EXPECT_NE(logged.find("all 2 slots ran task bodies that did not return"), std::string::npos) << logged;
+  EXPECT_EQ(logged.find(expected, logged.find(expected) + 1), std::string::npos) << "warned twice";
+}
+
+// A wait that long, while the slots make progress (long tasks, each finishing), says nothing.
+TEST(StalledWait, AWaitForBusySlotsThatFinishTasksSaysNothing) {
+  Context context(make_settings(2));
+  context.impl()->scheduler.stalled_wait_warning = std::chrono::milliseconds(50);
+  std::atomic<bool> stop{false};
+  ::testing::internal::CaptureStderr();
+  TaskGroup busy(context);
+  std::thread in_master([&] {
+    for (int i = 0; i < 40; ++i)
+      busy.spawn([] { std::this_thread::sleep_for(std::chrono::milliseconds(20)); });
+    busy.wait();
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::thread waiter([&] { context.submit([] {}).wait(); });
+  waiter.join();
+  in_master.join();
+  const std::string logged = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(logged.find("a thread without a worker slot has waited"), std::string::npos) << logged;
 }
 
 // waited_status(): the child's wait status, or -1 when it had not ended after `seconds` (killed).

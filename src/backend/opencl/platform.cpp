@@ -1,7 +1,12 @@
 #include "backend/opencl/platform.hpp"
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
+
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -67,13 +72,25 @@ PlatformDevice describe(cl_platform_id platform, cl_device_id device, std::size_
 
 // no_platform(): why the ICD loader found no platform, naming where it looked for vendor files (the
 // usual cause: no driver package installed, or OCL_ICD_VENDORS pointing at the wrong directory).
+// Or the process had no file descriptor left when the loader looked (it looks once per process).
 std::string no_platform(cl_int status) {
   const char* vendors = std::getenv("OCL_ICD_VENDORS");
-  return fmt::format("the ICD loader found no OpenCL platform: clGetPlatformIDs: {}, vendor files {}",
+  std::string cause;
+  const int probe = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (probe >= 0) {
+    ::close(probe);
+  } else if (errno == EMFILE || errno == ENFILE) {
+    cause = fmt::format(
+        "; this process can open no file now ({}): the loader, which reads them once per process, may "
+        "have failed to, and OpenCL then stays unavailable in it",
+        std::strerror(errno));
+  }
+  return fmt::format("the ICD loader found no OpenCL platform: clGetPlatformIDs: {}, vendor files {}{}",
                      status == CL_SUCCESS ? "0 platforms" : error_name(status),
                      vendors != nullptr && *vendors != '\0'
                          ? fmt::format("from OCL_ICD_VENDORS={}", vendors)
-                         : std::string("in /etc/OpenCL/vendors unless OCL_ICD_VENDORS says otherwise"));
+                         : std::string("in /etc/OpenCL/vendors unless OCL_ICD_VENDORS says otherwise"),
+                     cause);
 }
 
 }  // namespace
