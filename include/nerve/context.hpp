@@ -38,7 +38,8 @@
 // runs a body blocked outside nerve (on a future, a barrier, a lock: an OpenMP team's barrier whose
 // other threads wait on nerve): the pool is fixed, as OpenMP's team and oneTBB's arena are, so if
 // those bodies wait for a thread without a slot that waits on nerve, or for the tasks it waits for,
-// nothing ends. Such a thread, parked 5 s while no slot finished a task, logs one warning saying so.
+// nothing ends. Such a thread, parked 5 s while every slot's thread was blocked and none began a
+// task (slots that compute are not stalled), logs one warning saying so.
 // Destroying the context waits for every submitted task, then frees buffers still alive (reporting
 // them as a warning). The destructor, as for any C++ object, must not overlap a call of a member of the same
 // Context on another thread (wait_all(), submit(), stats(), ...): end those calls first (the C API's
@@ -60,8 +61,9 @@
 // held stay held, so the child must not use that context or anything made from it (as with oneTBB
 // and OpenMP): exec, or make a context of its own. Destroying the parent's context in the child (a
 // return from main) only logs a warning and leaves it as it is; nerve objects made in the child work,
-// in a task body that forked too. Such a child must exec or _exit before the body returns: back in
-// the parent's runtime, a worker's child would wait for ever, so it says so and exits with status 1.
+// in a task body that forked too. Such a child must exec or _exit before the body returns: when it
+// would wait in the parent's runtime (the body returned, or used the parent's context), where no
+// thread of the parent runs, it says so and exits with status 1 instead of waiting for ever.
 #pragma once
 
 #include <chrono>

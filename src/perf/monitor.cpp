@@ -421,5 +421,6 @@ ThreadState& MonitoredExecutor::create_worker_state(unsigned slot) {
 
 void MonitoredExecutor::on_slot_idle() noexcept { context_.on_slot_idle(); }
 bool MonitoredExecutor::may_help(ThreadState& thread) { return context_.may_help(thread); }
+bool MonitoredExecutor::forked_inside_a_task() noexcept { return context_.forked_inside_a_task(); }
 
 }  // namespace nerve::detail

@@ -252,6 +252,7 @@ class MonitoredExecutor final : public TaskExecutor {
   ThreadState& create_worker_state(unsigned slot) override;
   void on_slot_idle() noexcept override;
   bool may_help(ThreadState& thread) override;
+  bool forked_inside_a_task() noexcept override;
 
  private:
   ContextImpl& context_;

@@ -9,6 +9,8 @@
 #include <fstream>
 #include <thread>
 
+#include <unistd.h>
+
 #include <fmt/format.h>
 
 #include "nerve/error.hpp"
@@ -57,6 +59,7 @@ ContextImpl::ContextImpl(const Settings& settings)
                 config.perf.times_tasks() ? static_cast<TaskExecutor&>(monitored_executor) : *this),
       id(new_context_id()) {
   log::debug("context {}: {} worker slots on {}", id, scheduler.slot_count(), topology.description());
+  watch_forks_inside_tasks();  // before any task runs, so before a fork inside one
   inline_spawn_record.context = this;
   inline_spawn_record.refs.store(1, std::memory_order_relaxed);  // never released
   inline_spawn_record.phase.store(status_running, std::memory_order_relaxed);
@@ -382,6 +385,7 @@ ThreadState& ContextImpl::register_current_thread() {
   if (new_to_this_thread) {
     state->stack =
         current_stack_bounds(wait_stack_reserve);  // a state handed back by an exited thread had its stack
+    state->tid.store(static_cast<int>(::gettid()), std::memory_order_relaxed);
     static_cast<void>(hand_back_at_exit(id, state));
   }
   thread_cache = {id, state};

@@ -62,6 +62,10 @@ extern thread_local constinit ThreadCacheEntry thread_cache __attribute__((tls_m
 // running_task_record(): the task whose body the calling thread is running (the innermost, when
 // waits nest), else null.
 TaskRecord* running_task_record() noexcept;
+// thread_forked_inside_a_task(): the calling thread forked this process inside a task body (known
+// from a pthread_atfork handler that watch_forks_inside_tasks() installs, once, before any fork).
+bool thread_forked_inside_a_task() noexcept;
+void watch_forks_inside_tasks() noexcept;
 // refuse_map_behind_running_task(): throws Error(invalid_argument), as a map inside a task does, when
 // a mapping of the range in `mode` would wait for the task the calling thread runs (or one ordered
 // after it, or one this thread suspended to run it); outside a task it returns. For callers that
@@ -275,6 +279,7 @@ struct ContextImpl final : TaskExecutor, DataListener, DeviceHost {
   ThreadState& create_worker_state(unsigned slot) override;
   void on_slot_idle() noexcept override;
   bool may_help(ThreadState& /*thread*/) override { return !holds_mapping(); }
+  bool forked_inside_a_task() noexcept override { return thread_forked_inside_a_task(); }
 
   // --- devices and data placement (devices.cpp)
   // add_test_device() adds a simulated device with separate memory (tests); only before the first

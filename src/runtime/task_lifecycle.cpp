@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include <pthread.h>
+
 #include <fmt/format.h>
 
 #include "nerve/error.hpp"
@@ -685,6 +687,19 @@ int running_device() noexcept { return running_device_index; }
 TaskRecord* running_task_record() noexcept {
   return running_frame != nullptr ? running_frame->task : nullptr;
 }
+
+namespace {
+// Set in a forked child's thread (the one that forked) when the fork happened inside a task body.
+constinit thread_local bool forked_in_body __attribute__((tls_model("initial-exec"))) = false;
+void note_fork_in_child() noexcept {
+  if (running_frame != nullptr) forked_in_body = true;
+}
+}  // namespace
+
+void watch_forks_inside_tasks() noexcept {
+  [[maybe_unused]] static const bool registered = pthread_atfork(nullptr, nullptr, note_fork_in_child) == 0;
+}
+bool thread_forked_inside_a_task() noexcept { return forked_in_body; }
 // A frame's `deferred` is set by defer_current_task() for its body. A flag of the frame, not of the
 // record: once deferred, the record belongs to whoever completes it and may be finished and recycled
 // before the body has even returned, so the worker must not look at it again.

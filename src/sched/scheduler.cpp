@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <numeric>
 #include <random>
+#include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 
@@ -176,14 +178,16 @@ void Scheduler::worker_main(unsigned index) {
 
 void Scheduler::abandon_forked_child() noexcept {
   // Straight to stderr: the logger's lock may have been held by a thread of the parent at the fork.
+  // Nothing is flushed: the stdio buffers hold the parent's unwritten output too, which would be
+  // written twice (a child forked in a task body is to _exit, which flushes nothing either).
   std::array<char, 512> text{};
   const int length = std::snprintf(
       text.data(), text.size(),
-      "[nerve] error: process %d is a child forked inside a task: back in its parent's worker loop, it "
-      "would wait for ever (the parent's threads are not in the child); it exits with status 1. A "
-      "child forked in a task body must exec or _exit before the body returns (nerve/context.hpp: fork)\n",
+      "[nerve] error: process %d was forked inside a task body and now waits in its parent's runtime "
+      "(the body returned, or used a context of the parent), where no thread of the parent runs: it "
+      "would wait for ever, and exits with status 1. A child forked in a task body must exec or _exit "
+      "before the body returns (nerve/context.hpp: fork)\n",
       static_cast<int>(getpid()));
-  std::fflush(nullptr);  // what the child wrote before
   if (length > 0) {
     [[maybe_unused]] const ssize_t written = ::write(
         STDERR_FILENO, text.data(), std::min<std::size_t>(static_cast<std::size_t>(length), text.size() - 1));
@@ -191,31 +195,57 @@ void Scheduler::abandon_forked_child() noexcept {
   std::_Exit(EXIT_FAILURE);
 }
 
-std::uint64_t Scheduler::tasks_finished() const noexcept {
-  std::uint64_t finished = 0;
-  for (const auto& slot : slots_) finished += slot->stats.tasks_run.load(std::memory_order_relaxed);
-  return finished;
+std::uint64_t Scheduler::tasks_begun() const noexcept {
+  std::uint64_t begun = 0;
+  for (const auto& slot : slots_) begun += slot->stats.tasks_run.load(std::memory_order_relaxed);
+  return begun;
 }
 
-void Scheduler::check_stall(StallWatch& watch, Clock::time_point now) noexcept {
-  const std::uint64_t finished = tasks_finished();
-  // Every slot taken (the master too: else this thread would run tasks in it) and none idle.
+bool Scheduler::slot_threads_all_blocked() const noexcept {
+  for (const auto& slot : slots_) {
+    const ThreadState* occupant = slot->occupant.load(std::memory_order_acquire);
+    if (occupant == nullptr) return false;
+    const int tid = occupant->tid.load(std::memory_order_relaxed);
+    // The state is the third field of /proc/self/task/<tid>/stat, after "(name)", which may hold
+    // blanks and parentheses: read after the last ')'. R: running or runnable.
+    std::array<char, 512> line{};
+    const std::string path = fmt::format("/proc/self/task/{}/stat", tid);
+    std::FILE* file = std::fopen(path.c_str(), "re");
+    if (file == nullptr) return false;  // not known: not said
+    const std::size_t got = std::fread(line.data(), 1, line.size() - 1, file);
+    std::fclose(file);
+    const std::string_view text(line.data(), got);
+    const std::size_t name_end = text.rfind(')');
+    if (name_end == std::string_view::npos || name_end + 2 >= text.size()) return false;
+    if (text[name_end + 2] == 'R') return false;
+  }
+  return true;
+}
+
+void Scheduler::check_stall(ThreadState& thread, Clock::time_point now) noexcept {
+  const std::uint64_t begun = tasks_begun();
+  // Every slot taken (the master too: else this thread would run tasks in it), none idle, and every
+  // slot's thread blocked in the kernel: bodies waiting for something, not computing.
   const bool all_busy = !master_free() && spinners_.load(std::memory_order_acquire) == 0 &&
                         sleepers_.load(std::memory_order_acquire) == 0 &&
                         waking_.load(std::memory_order_acquire) == 0;
-  if (finished == watch.finished && all_busy && !stalled_wait_warned_.exchange(true)) {
+  if (begun == thread.stall_finished && all_busy && !stalled_wait_warned_.load(std::memory_order_relaxed)) {
     try {
-      log::warn(
-          "a thread without a worker slot has waited {} ms in nerve while all {} slots ran task bodies "
-          "that did not return and none finished a task: if those bodies wait for something outside "
-          "nerve (a future, a barrier, a lock) that needs this thread or the tasks it waits for, this "
-          "never ends. Do not block task bodies on work that waits for nerve, or give the context more "
-          "slots (parallel.thread_pool_size)",
-          std::chrono::duration_cast<std::chrono::milliseconds>(now - watch.since).count(), slot_count());
+      if (slot_threads_all_blocked() && !stalled_wait_warned_.exchange(true)) {
+        log::warn(
+            "a thread without a worker slot has waited {} ms in nerve while all {} slots ran task bodies "
+            "blocked outside nerve, and none began another task: if those bodies wait for something (a "
+            "future, a barrier, a lock) that needs this thread or the tasks it waits for, this never "
+            "ends. Do not block task bodies on work that waits for nerve, or give the context more "
+            "slots (parallel.thread_pool_size)",
+            std::chrono::duration_cast<std::chrono::milliseconds>(now - thread.stall_since).count(),
+            slot_count());
+      }
     } catch (...) {  // out of memory for the message: the wait goes on, unannounced
     }
   }
-  watch = {now, finished};
+  thread.stall_since = now;
+  thread.stall_finished = begun;
 }
 
 bool Scheduler::try_claim_master(ThreadState& thread) noexcept {

@@ -51,6 +51,9 @@ class TaskExecutor {
   // not while it holds a buffer mapping (a task run there that maps the same data would be refused,
   // where a queued one waits for the unmap, and the queued tasks may wait for that unmap).
   virtual bool may_help(ThreadState& thread) = 0;
+  // forked_inside_a_task(): the calling thread is the one that forked this process, inside a task body
+  // (of any context): back in a scheduler made before the fork, nothing of the parent's runs for it.
+  virtual bool forked_inside_a_task() noexcept = 0;
 
  protected:
   ~TaskExecutor() = default;
@@ -149,15 +152,13 @@ class Scheduler {
   std::chrono::milliseconds stalled_wait_warning{5000};
 
  private:
-  // StallWatch: a parked wait's view of the slots' progress (park_until()).
-  struct StallWatch {
-    Clock::time_point since;
-    std::uint64_t finished;  // tasks the slots had run then
-  };
-  std::uint64_t tasks_finished() const noexcept;
-  // check_stall(): warns (once) when no slot has finished a task since `watch` began, stalled_wait_warning
-  // ago, and every slot is busy running a body; else starts the watch again from `now`.
-  void check_stall(StallWatch& watch, Clock::time_point now) noexcept;
+  // The tasks the slots have begun (a slot counts a task as it starts it).
+  std::uint64_t tasks_begun() const noexcept;
+  // check_stall(): warns (once) when no slot has begun a task since `thread`'s watch began,
+  // stalled_wait_warning ago, every slot is taken, none idle, and none of their threads is running
+  // (all blocked: a long computation is not a stall); else starts the watch again from `now`.
+  void check_stall(ThreadState& thread, Clock::time_point now) noexcept;
+  bool slot_threads_all_blocked() const noexcept;
   std::atomic<bool> stalled_wait_warned_{false};
   struct IdleState {
     WorkerSlot* slot = nullptr;  // for time accounting (null: not accounted)
@@ -224,8 +225,9 @@ class Scheduler {
            !slots_by_node_[static_cast<std::size_t>(numa_node)].empty();
   }
   void compute_victims();
-  // abandon_forked_child(): the thread of a forked child about to sleep in the parent's scheduler,
-  // where nothing could wake it (a child forked in a task body that returned): says so and exits.
+  // abandon_forked_child(): the thread of a child forked inside a task body, about to sleep in the
+  // parent's scheduler (the body returned, or used the parent's context), where no thread of the
+  // parent runs: says so and exits rather than wait for ever.
   [[noreturn]] static void abandon_forked_child() noexcept;
 
   TaskExecutor& executor_;
@@ -435,6 +437,8 @@ bool Scheduler::sleep_slot(ThreadState& thread, WorkerSlot& slot, Waitable& targ
   target.before_park();
   if (!target.done() && !has_work_for(slot)) {
     WorkerSlot::bump(slot.stats.sleeps);
+    if (fork_generation() != made_in_ && executor_.forked_inside_a_task()) [[unlikely]]
+      abandon_forked_child();
     if (deadline == Clock::time_point::max()) {
       // The first sleep after finding work is bounded. A deque's push reads top without a fence
       // after storing bottom (a fence per push costs W1 a third of its speed), so the push that
@@ -448,8 +452,6 @@ bool Scheduler::sleep_slot(ThreadState& thread, WorkerSlot& slot, Waitable& targ
       if (first) {
         thread.parker.park(first_sleep_bound);
       } else {
-        if (fork_generation() != made_in_) [[unlikely]]
-          abandon_forked_child();
         thread.parker.park();
       }
     } else {
@@ -466,12 +468,20 @@ bool Scheduler::sleep_slot(ThreadState& thread, WorkerSlot& slot, Waitable& targ
 
 template <class Waitable>
 bool Scheduler::park_until(ThreadState& thread, Waitable& target, Clock::time_point deadline, bool help) {
-  StallWatch watch{Clock::now(), tasks_finished()};
+  // The watch goes on from a wait that ended just now (a wait_for polled in a loop).
+  if (const Clock::time_point now = Clock::now(); now - thread.stall_seen > std::chrono::milliseconds(10)) {
+    thread.stall_since = now;
+    thread.stall_finished = tasks_begun();
+  }
+  struct SeenAtEnd {
+    ThreadState& thread;
+    ~SeenAtEnd() { thread.stall_seen = Clock::now(); }
+  } seen{thread};
   while (!target.done()) {
     const Clock::time_point now = Clock::now();
     if (now >= deadline) return false;
-    if (now - watch.since >= stalled_wait_warning) [[unlikely]]
-      check_stall(watch, now);
+    if (now - thread.stall_since >= stalled_wait_warning) [[unlikely]]
+      check_stall(thread, now);
     waiters_.add(target.address(), &thread.parker);
     target.before_park();
     if (!target.done()) {

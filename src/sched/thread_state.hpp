@@ -10,6 +10,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <vector>
 
@@ -65,6 +66,14 @@ struct alignas(cache_line_size) ThreadState {
   // perf recording / models: the CPU task MonitoredExecutor runs on this thread (innermost, when a
   // task helps while waiting), which finish() ends before publishing the task's completion.
   MonitoredRun* perf_run = nullptr;
+  // The kernel's id of the thread that holds this state: Scheduler::check_stall() reads whether a
+  // slot's thread is running or blocked (/proc/self/task/<tid>/stat).
+  std::atomic<int> tid{0};
+  // The watch of this thread's waits without a slot (Scheduler::park_until): a wait that begins
+  // right after another ended (a wait_for polled in a loop) continues it.
+  std::chrono::steady_clock::time_point stall_since{};
+  std::chrono::steady_clock::time_point stall_seen{};  // the last wait's end
+  std::uint64_t stall_finished = 0;
   // This thread's shard of the groups' references to the context (ContextImpl::retain_sharded):
   // `owned_references` changes only on this thread inside a task (relaxed load + store, no
   // read-modify-write); `shared_references`, on a line of its own, by any thread, atomically, and
