@@ -229,7 +229,7 @@ void Scheduler::check_stall(ThreadState& thread, Clock::time_point now) noexcept
   const bool all_busy = !master_free() && spinners_.load(std::memory_order_acquire) == 0 &&
                         sleepers_.load(std::memory_order_acquire) == 0 &&
                         waking_.load(std::memory_order_acquire) == 0;
-  if (begun == thread.stall_finished && all_busy && !stalled_wait_warned_.load(std::memory_order_relaxed)) {
+  if (begun == thread.stall_begun && all_busy && !stalled_wait_warned_.load(std::memory_order_relaxed)) {
     try {
       if (slot_threads_all_blocked() && !stalled_wait_warned_.exchange(true)) {
         log::warn(
@@ -245,7 +245,7 @@ void Scheduler::check_stall(ThreadState& thread, Clock::time_point now) noexcept
     }
   }
   thread.stall_since = now;
-  thread.stall_finished = begun;
+  thread.stall_begun = begun;
 }
 
 bool Scheduler::try_claim_master(ThreadState& thread) noexcept {

@@ -146,9 +146,9 @@ class Scheduler {
   // Worker statistics for tests and nerve-info.
   std::uint64_t total_steals() const noexcept;
 
-  // A thread without a slot parked this long while every slot runs a task body that does not return
-  // and no slot finishes a task says that its wait may never end (once in the scheduler's life;
-  // tests shorten it): the bodies may wait for it, or for what it must do next.
+  // A thread without a slot parked this long while every slot's thread is blocked in a task body and
+  // no slot begins a task says that its wait may never end (once in the scheduler's life; tests
+  // shorten it): the bodies may wait for it, or for what it must do next.
   std::chrono::milliseconds stalled_wait_warning{5000};
 
  private:
@@ -471,7 +471,7 @@ bool Scheduler::park_until(ThreadState& thread, Waitable& target, Clock::time_po
   // The watch goes on from a wait that ended just now (a wait_for polled in a loop).
   if (const Clock::time_point now = Clock::now(); now - thread.stall_seen > std::chrono::milliseconds(10)) {
     thread.stall_since = now;
-    thread.stall_finished = tasks_begun();
+    thread.stall_begun = tasks_begun();
   }
   struct SeenAtEnd {
     ThreadState& thread;

@@ -73,7 +73,7 @@ struct alignas(cache_line_size) ThreadState {
   // right after another ended (a wait_for polled in a loop) continues it.
   std::chrono::steady_clock::time_point stall_since{};
   std::chrono::steady_clock::time_point stall_seen{};  // the last wait's end
-  std::uint64_t stall_finished = 0;
+  std::uint64_t stall_begun = 0;
   // This thread's shard of the groups' references to the context (ContextImpl::retain_sharded):
   // `owned_references` changes only on this thread inside a task (relaxed load + store, no
   // read-modify-write); `shared_references`, on a line of its own, by any thread, atomically, and
