@@ -468,20 +468,27 @@ bool Scheduler::sleep_slot(ThreadState& thread, WorkerSlot& slot, Waitable& targ
 
 template <class Waitable>
 bool Scheduler::park_until(ThreadState& thread, Waitable& target, Clock::time_point deadline, bool help) {
-  // The watch goes on from a wait that ended just now (a wait_for polled in a loop).
-  if (const Clock::time_point now = Clock::now(); now - thread.stall_seen > std::chrono::milliseconds(10)) {
-    thread.stall_since = now;
-    thread.stall_begun = tasks_begun();
-  }
-  struct SeenAtEnd {
+  // The stall watch begins at the first park (a wait whose target is done reads no slot's counters),
+  // or goes on from a wait that ended just now (a wait_for polled in a loop).
+  struct Watch {
     ThreadState& thread;
-    ~SeenAtEnd() { thread.stall_seen = Clock::now(); }
-  } seen{thread};
+    bool on = false;
+    ~Watch() {
+      if (on) thread.stall_seen = Clock::now();
+    }
+  } watch{thread};
   while (!target.done()) {
     const Clock::time_point now = Clock::now();
     if (now >= deadline) return false;
-    if (now - thread.stall_since >= stalled_wait_warning) [[unlikely]]
+    if (!watch.on) {
+      watch.on = true;
+      if (now - thread.stall_seen > std::chrono::milliseconds(10)) {
+        thread.stall_since = now;
+        thread.stall_begun = tasks_begun();
+      }
+    } else if (now - thread.stall_since >= stalled_wait_warning) [[unlikely]] {
       check_stall(thread, now);
+    }
     waiters_.add(target.address(), &thread.parker);
     target.before_park();
     if (!target.done()) {

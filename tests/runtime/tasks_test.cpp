@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <future>
 #include <memory>
 #include <numeric>
@@ -838,35 +839,52 @@ TEST(ContextFork, AChildThatExitsDoesNotWaitForLocksOfTheParentsThreads) {
   EXPECT_EQ(hung, 0) << "a child hung in exit()";
 }
 
+// HeldSlots: both slots of a two-slot context run `hold` in a task body — slot 1 a task the worker
+// took, slot 0 an application thread's wait running the task it waits for — until end() joins them.
+class HeldSlots {
+ public:
+  HeldSlots(Context& context, std::function<void()> hold) : hold_(std::move(hold)) {
+    const auto body = [this] {
+      started_.fetch_add(1);
+      hold_();
+    };
+    on_worker_.emplace(context.submit(body));
+    wait_started(1);
+    in_master_ = std::thread([&context, body] { context.submit(body).wait(); });
+    wait_started(2);
+  }
+  HeldSlots(const HeldSlots&) = delete;
+  HeldSlots& operator=(const HeldSlots&) = delete;
+  ~HeldSlots() { end(); }
+  void end() {
+    if (in_master_.joinable()) in_master_.join();
+    if (on_worker_) on_worker_->wait();
+  }
+
+ private:
+  void wait_started(int count) const {
+    while (started_.load() < count) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  std::function<void()> hold_;
+  std::atomic<int> started_{0};
+  std::optional<Task> on_worker_;
+  std::thread in_master_;
+};
+
+constexpr const char* stall_warning = "a thread without a worker slot has waited ";
+
 // A thread without a slot that waits for tasks no slot can run — every slot is inside a body blocked
-// outside nerve, here on futures that only the test sets — is a hang nerve cannot break (the pool is
+// outside nerve, here on a future that only the test sets — is a hang nerve cannot break (the pool is
 // fixed, as OpenMP's team and oneTBB's arena). It says why, once, instead of hanging silently (an
 // OpenMP team inside tasks whose threads waited on nerve, or a future set by a thread waiting on
 // nerve, hung without a word). The 5 s before the warning is shortened for the test.
 TEST(StalledWait, AWaitThatNoSlotCanServeSaysWhyOnce) {
   Context context(make_settings(2));
   context.impl()->scheduler.stalled_wait_warning = std::chrono::milliseconds(200);
-  std::promise<void> release_worker, release_master;
-  std::shared_future<void> worker_blocked = release_worker.get_future().share();
-  std::shared_future<void> master_blocked = release_master.get_future().share();
-  std::atomic<int> blocked{0};
+  std::promise<void> release;
+  const std::shared_future<void> released = release.get_future().share();
   ::testing::internal::CaptureStderr();
-  // Slot 1: a body blocked on a future.
-  Task on_worker = context.submit([&] {
-    blocked.fetch_add(1);
-    worker_blocked.wait();
-  });
-  while (blocked.load() < 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  // Slot 0: a thread waiting for a task that it runs itself, which blocks likewise.
-  std::thread in_master([&] {
-    context
-        .submit([&] {
-          blocked.fetch_add(1);
-          master_blocked.wait();
-        })
-        .wait();
-  });
-  while (blocked.load() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  HeldSlots held(context, [released] { released.wait(); });
   // A third thread: no slot left to run the task it waits for.
   std::atomic<bool> done{false};
   std::thread waiter([&] {
@@ -874,8 +892,7 @@ TEST(StalledWait, AWaitThatNoSlotCanServeSaysWhyOnce) {
     done.store(true);
   });
   std::string logged;
-  const std::string expected = "a thread without a worker slot has waited ";
-  for (int tick = 0; tick < 1000 && logged.find(expected) == std::string::npos; ++tick) {
+  for (int tick = 0; tick < 1000 && logged.find(stall_warning) == std::string::npos; ++tick) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
     if (tick % 50 == 49) {  // the captured text so far, and capture on
       logged += ::testing::internal::GetCapturedStderr();
@@ -883,23 +900,20 @@ TEST(StalledWait, AWaitThatNoSlotCanServeSaysWhyOnce) {
     }
   }
   EXPECT_FALSE(done.load());
-  release_worker.set_value();
-  release_master.set_value();
+  release.set_value();
   waiter.join();
-  in_master.join();
-  on_worker.wait();
+  held.end();
   EXPECT_TRUE(done.load());
   logged += ::testing::internal::GetCapturedStderr();
-  ASSERT_NE(logged.find(expected), std::string::npos) << logged;
+  ASSERT_NE(logged.find(stall_warning), std::string::npos) << logged;
   EXPECT_NE(logged.find("all 2 slots ran task bodies blocked outside nerve"), std::string::npos) << logged;
-  EXPECT_EQ(logged.find(expected, logged.find(expected) + 1), std::string::npos) << "warned twice";
+  EXPECT_EQ(logged.find(stall_warning, logged.find(stall_warning) + 1), std::string::npos) << "warned twice";
 }
 
 // A wait that long, while the slots make progress (long tasks, each finishing), says nothing.
 TEST(StalledWait, AWaitForBusySlotsThatFinishTasksSaysNothing) {
   Context context(make_settings(2));
   context.impl()->scheduler.stalled_wait_warning = std::chrono::milliseconds(50);
-  std::atomic<bool> stop{false};
   ::testing::internal::CaptureStderr();
   TaskGroup busy(context);
   std::thread in_master([&] {
@@ -912,31 +926,24 @@ TEST(StalledWait, AWaitForBusySlotsThatFinishTasksSaysNothing) {
   waiter.join();
   in_master.join();
   const std::string logged = ::testing::internal::GetCapturedStderr();
-  EXPECT_EQ(logged.find("a thread without a worker slot has waited"), std::string::npos) << logged;
+  EXPECT_EQ(logged.find(stall_warning), std::string::npos) << logged;
 }
 
 // Slots busy computing (running, not blocked) for longer than the watch are not a stall: nothing said.
 TEST(StalledWait, AWaitBehindLongComputationsSaysNothing) {
   Context context(make_settings(2));
   context.impl()->scheduler.stalled_wait_warning = std::chrono::milliseconds(100);
-  std::atomic<int> started{0};
-  const auto compute = [&started] {
-    started.fetch_add(1);
+  ::testing::internal::CaptureStderr();
+  HeldSlots held(context, [] {
     const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(600);
     volatile std::uint64_t sink = 0;
     while (std::chrono::steady_clock::now() < until) sink = sink + 1;
-  };
-  ::testing::internal::CaptureStderr();
-  Task on_worker = context.submit(compute);
-  while (started.load() < 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  std::thread in_master([&] { context.submit(compute).wait(); });
-  while (started.load() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
   std::thread waiter([&] { context.submit([] {}).wait(); });
   waiter.join();
-  in_master.join();
-  on_worker.wait();
+  held.end();
   const std::string logged = ::testing::internal::GetCapturedStderr();
-  EXPECT_EQ(logged.find("a thread without a worker slot has waited"), std::string::npos) << logged;
+  EXPECT_EQ(logged.find(stall_warning), std::string::npos) << logged;
 }
 
 // A stalled wait polled with short timeouts (wait_for in a loop) is one wait to the watch: it warns.
@@ -944,17 +951,9 @@ TEST(StalledWait, APolledWaitThatNoSlotCanServeSaysWhy) {
   Context context(make_settings(2));
   context.impl()->scheduler.stalled_wait_warning = std::chrono::milliseconds(200);
   std::promise<void> release;
-  std::shared_future<void> blocked_on = release.get_future().share();
-  std::atomic<int> blocked{0};
-  const auto block = [&] {
-    blocked.fetch_add(1);
-    blocked_on.wait();
-  };
+  const std::shared_future<void> released = release.get_future().share();
   ::testing::internal::CaptureStderr();
-  Task on_worker = context.submit(block);
-  while (blocked.load() < 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  std::thread in_master([&] { context.submit(block).wait(); });
-  while (blocked.load() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  HeldSlots held(context, [released] { released.wait(); });
   std::atomic<int> polls{0};
   std::thread waiter([&] {
     Task task = context.submit([] {});
@@ -963,10 +962,9 @@ TEST(StalledWait, APolledWaitThatNoSlotCanServeSaysWhy) {
   while (polls.load() < 12) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   release.set_value();
   waiter.join();
-  in_master.join();
-  on_worker.wait();
+  held.end();
   const std::string logged = ::testing::internal::GetCapturedStderr();
-  EXPECT_NE(logged.find("a thread without a worker slot has waited"), std::string::npos) << logged;
+  EXPECT_NE(logged.find(stall_warning), std::string::npos) << logged;
 }
 
 // waited_status(): the child's wait status, or -1 when it had not ended after `seconds` (killed).

@@ -14,6 +14,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "nerve/nerve.h"
@@ -60,6 +61,20 @@ struct FailThreads {
   ~FailThreads() { creations_before_failure = -1; }
 };
 
+// expect_thread_refused(): `attempt`, with the thread creations after the first `allowed` failing,
+// throws Error(out_of_memory) whose message holds `expected`.
+template <class Attempt>
+void expect_thread_refused(long allowed, Attempt&& attempt, const std::string& expected) {
+  try {
+    const FailThreads fail(allowed);
+    attempt();
+    ADD_FAILURE() << "made without a thread the system refused";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::out_of_memory);
+    EXPECT_THAT(error.what(), ::testing::HasSubstr(expected));
+  }
+}
+
 // The context works: every task runs.
 void expect_runs_tasks(Context& context) {
   std::atomic<int> ran{0};
@@ -77,19 +92,11 @@ TEST(ThreadFailure, AWorkerTheSystemRefusesFailsTheContextCleanly) {
   for (int round = 0; round < 10; ++round) {
     for (long allowed = 0; allowed < workers - 1; ++allowed) {
       SCOPED_TRACE("round " + std::to_string(round) + ", " + std::to_string(allowed) + " threads allowed");
-      try {
-        const FailThreads fail(allowed);
-        Context context(make_settings(workers));
-        ADD_FAILURE() << "the context was made without its workers";
-      } catch (const Error& error) {
-        EXPECT_EQ(error.code(), ErrorCode::out_of_memory);
-        const std::string expected = "cannot start worker thread " + std::to_string(allowed + 1) + " of 7";
-        EXPECT_NE(std::string(error.what()).find(expected), std::string::npos) << error.what();
-        EXPECT_NE(std::string(error.what()).find("parallel.thread_pool_size"), std::string::npos)
-            << error.what();
-        EXPECT_NE(std::string(error.what()).find("Resource temporarily unavailable"), std::string::npos)
-            << error.what();
-      }
+      expect_thread_refused(
+          allowed, [] { const Context context(make_settings(workers)); },
+          "cannot start worker thread " + std::to_string(allowed + 1) +
+              " of 7 (8 worker slots with the calling thread's: a smaller parallel.thread_pool_size needs "
+              "fewer): Resource temporarily unavailable");
       EXPECT_EQ(process_threads(), threads_before) << "a worker outlived its context's construction";
     }
   }
@@ -104,16 +111,10 @@ TEST(ThreadFailure, TheCounterSamplerRefusedStopsTheWorkersAndClosesItsEvents) {
   const std::size_t threads_before = process_threads();
   const std::size_t descriptors_before = open_descriptors();
   for (int round = 0; round < 10; ++round) {
-    try {
-      const FailThreads fail(1);  // the worker starts, the sampler does not
-      Context context(settings);
-      ADD_FAILURE() << "the context was made without its counter sampler";
-    } catch (const Error& error) {
-      EXPECT_EQ(error.code(), ErrorCode::out_of_memory);
-      EXPECT_NE(std::string(error.what()).find("cannot start the perf.enable_counters sampling thread"),
-                std::string::npos)
-          << error.what();
-    }
+    // The worker starts, the sampler does not.
+    expect_thread_refused(
+        1, [&settings] { const Context context(settings); },
+        "cannot start the perf.enable_counters sampling thread");
     EXPECT_EQ(process_threads(), threads_before);
     EXPECT_EQ(open_descriptors(), descriptors_before) << "the sampler's perf events were left open";
   }
@@ -124,18 +125,9 @@ TEST(ThreadFailure, TheCounterSamplerRefusedStopsTheWorkersAndClosesItsEvents) {
 TEST(ThreadFailure, ADeviceWhoseThreadIsRefusedIsNotAddedAndTheContextGoesOn) {
   Context context(make_settings(2));
   const std::size_t threads_before = process_threads();
-  {
-    const FailThreads fail(0);
-    try {
-      context.impl()->add_test_device({});
-      ADD_FAILURE() << "a device was added without its thread";
-    } catch (const Error& error) {
-      EXPECT_EQ(error.code(), ErrorCode::out_of_memory);
-      EXPECT_NE(std::string(error.what()).find("cannot start the test device's executor thread"),
-                std::string::npos)
-          << error.what();
-    }
-  }
+  expect_thread_refused(
+      0, [&context] { context.impl()->add_test_device({}); },
+      "cannot start the test device's executor thread");
   EXPECT_EQ(process_threads(), threads_before);
   expect_runs_tasks(context);
 }
