@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <filesystem>
 #include <string>
+#include <thread>
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -51,6 +52,12 @@ std::size_t entries_in(const char* directory) {
 }
 
 std::size_t process_threads() { return entries_in("/proc/self/task"); }
+// threads_at_rest(): the process's threads once a thread has been started before (a sanitizer's runtime
+// starts a background thread of its own at the first: it is not the runtime's to give back).
+std::size_t threads_at_rest() {
+  std::thread([] {}).join();
+  return process_threads();
+}
 std::size_t open_descriptors() { return entries_in("/proc/self/fd"); }
 
 // FailThreads fails the thread creations after the first `allowed` until it goes out of scope.
@@ -86,7 +93,7 @@ void expect_runs_tasks(Context& context) {
 
 TEST(ThreadFailure, AWorkerTheSystemRefusesFailsTheContextCleanly) {
   constexpr unsigned workers = 8;  // 7 worker threads
-  const std::size_t threads_before = process_threads();
+  const std::size_t threads_before = threads_at_rest();
   // Repeated: the workers already started were racing the unwinding (a crash or a hang in a third of
   // the runs, in register_current_thread() on freed members, or in a thread's exit).
   for (int round = 0; round < 10; ++round) {
@@ -108,7 +115,7 @@ TEST(ThreadFailure, TheCounterSamplerRefusedStopsTheWorkersAndClosesItsEvents) {
   Settings settings = make_settings(2);
   settings.set("perf.enable_counters", "true");
   { Context warm(settings); }  // the process's one-time state (logger, topology caches) made first
-  const std::size_t threads_before = process_threads();
+  const std::size_t threads_before = threads_at_rest();
   const std::size_t descriptors_before = open_descriptors();
   for (int round = 0; round < 10; ++round) {
     // The worker starts, the sampler does not.
@@ -124,7 +131,7 @@ TEST(ThreadFailure, TheCounterSamplerRefusedStopsTheWorkersAndClosesItsEvents) {
 
 TEST(ThreadFailure, ADeviceWhoseThreadIsRefusedIsNotAddedAndTheContextGoesOn) {
   Context context(make_settings(2));
-  const std::size_t threads_before = process_threads();
+  const std::size_t threads_before = threads_at_rest();
   expect_thread_refused(
       0, [&context] { context.impl()->add_test_device({}); },
       "cannot start the test device's executor thread");
@@ -133,7 +140,7 @@ TEST(ThreadFailure, ADeviceWhoseThreadIsRefusedIsNotAddedAndTheContextGoesOn) {
 }
 
 TEST(ThreadFailure, TheCApiReportsOutOfMemoryWithTheThreadNamed) {
-  const std::size_t threads_before = process_threads();
+  const std::size_t threads_before = threads_at_rest();
   const char* const settings[] = {"gpu.devices=none"};
   nerve_context_config_t config = NERVE_CONTEXT_CONFIG_DEFAULT;
   config.settings = settings;
