@@ -8,6 +8,7 @@
 // first), so it is a test binary of its own.
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <filesystem>
 #include <string>
 #include <thread>
@@ -52,13 +53,26 @@ std::size_t entries_in(const char* directory) {
 }
 
 std::size_t process_threads() { return entries_in("/proc/self/task"); }
-// threads_at_rest(): the process's threads once a thread has been started before (a sanitizer's runtime
-// starts a background thread of its own at the first: it is not the runtime's to give back).
-std::size_t threads_at_rest() {
-  std::thread([] {}).join();
-  return process_threads();
-}
 std::size_t open_descriptors() { return entries_in("/proc/self/fd"); }
+
+// threads_settled_to(): the process's thread count once it is at most `at_most` (waiting up to
+// `patience_ms`): a joined thread can still be listed for a moment, its exit finishing after join().
+std::size_t threads_settled_to(std::size_t at_most, int patience_ms = 2000) {
+  std::size_t count = process_threads();
+  for (int tick = 0; tick < patience_ms && count > at_most; ++tick) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    count = process_threads();
+  }
+  return count;
+}
+
+// threads_at_rest(): the process's threads once a thread has been started before (a sanitizer's
+// runtime starts a background thread of its own at the first: it is not the runtime's to give back).
+std::size_t threads_at_rest() {
+  const std::size_t before = process_threads();
+  std::thread([] {}).join();
+  return threads_settled_to(before, 200);  // or one more: the sanitizer's
+}
 
 // FailThreads fails the thread creations after the first `allowed` until it goes out of scope.
 struct FailThreads {
@@ -104,7 +118,8 @@ TEST(ThreadFailure, AWorkerTheSystemRefusesFailsTheContextCleanly) {
           "cannot start worker thread " + std::to_string(allowed + 1) +
               " of 7 (8 worker slots with the calling thread's: a smaller parallel.thread_pool_size needs "
               "fewer): Resource temporarily unavailable");
-      EXPECT_EQ(process_threads(), threads_before) << "a worker outlived its context's construction";
+      EXPECT_EQ(threads_settled_to(threads_before), threads_before)
+          << "a worker outlived its context's construction";
     }
   }
   Context context(make_settings(workers));
@@ -122,7 +137,7 @@ TEST(ThreadFailure, TheCounterSamplerRefusedStopsTheWorkersAndClosesItsEvents) {
     expect_thread_refused(
         1, [&settings] { const Context context(settings); },
         "cannot start the perf.enable_counters sampling thread");
-    EXPECT_EQ(process_threads(), threads_before);
+    EXPECT_EQ(threads_settled_to(threads_before), threads_before);
     EXPECT_EQ(open_descriptors(), descriptors_before) << "the sampler's perf events were left open";
   }
   Context context(settings);
@@ -135,7 +150,7 @@ TEST(ThreadFailure, ADeviceWhoseThreadIsRefusedIsNotAddedAndTheContextGoesOn) {
   expect_thread_refused(
       0, [&context] { context.impl()->add_test_device({}); },
       "cannot start the test device's executor thread");
-  EXPECT_EQ(process_threads(), threads_before);
+  EXPECT_EQ(threads_settled_to(threads_before), threads_before);
   expect_runs_tasks(context);
 }
 
@@ -156,7 +171,7 @@ TEST(ThreadFailure, TheCApiReportsOutOfMemoryWithTheThreadNamed) {
     EXPECT_NE(std::string(nerve_last_error()).find("cannot start worker thread 3 of 3"), std::string::npos)
         << nerve_last_error();
   }
-  EXPECT_EQ(process_threads(), threads_before);
+  EXPECT_EQ(threads_settled_to(threads_before), threads_before);
   nerve_context_t* context = nerve_init_with_config(&config);
   ASSERT_NE(context, nullptr) << nerve_last_error();
   nerve_clear_last_error();
